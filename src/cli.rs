@@ -1,0 +1,103 @@
+//! Command-line types only; no logic.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "tasklock",
+    version,
+    about = "Atomic task checkouts for coding agents working side by side",
+    after_help = "Exit codes: 0 ok, 1 error, 2 held by another agent, 3 no such checkout, \
+                  4 not the holder / lease lost, 64 usage error."
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Args)]
+pub struct Global {
+    /// Output format
+    #[arg(long, global = true, value_enum)]
+    pub format: Option<FormatArg>,
+    /// Short for --format json
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// The lock directory (default: discovered; see the README)
+    #[arg(long, global = true, value_name = "PATH")]
+    pub dir: Option<PathBuf>,
+    /// Agent id (default: TASKLOCK_AGENT, then CLAUDE_CODE_SESSION_ID)
+    #[arg(long, global = true, value_name = "ID")]
+    pub agent: Option<String>,
+    /// Human label shown beside the agent id (default: TASKLOCK_AGENT_NAME)
+    #[arg(long, global = true, value_name = "NAME")]
+    pub name: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FormatArg {
+    Md,
+    Json,
+}
+
+fn duration(s: &str) -> Result<Duration, String> {
+    crate::duration::parse(s)
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Atomically take KEY (re-checkout by the holder renews the lease)
+    Checkout {
+        key: String,
+        /// Lease length (default from config.yaml: 30m)
+        #[arg(long, value_parser = duration, value_name = "DUR")]
+        timeout: Option<Duration>,
+        /// Why you are taking it; shown to others
+        #[arg(long, value_name = "TEXT")]
+        reason: Option<String>,
+    },
+    /// Release checkouts you hold
+    Release {
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        keys: Vec<String>,
+        /// Release everything this agent holds
+        #[arg(long)]
+        all: bool,
+        /// Release even if another agent holds it, or the record is corrupt (audited)
+        #[arg(long)]
+        force: bool,
+        /// A note for the audit log and whoever comes next
+        #[arg(long, value_name = "TEXT")]
+        note: Option<String>,
+    },
+    /// Extend the lease of checkouts you hold
+    Renew {
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        keys: Vec<String>,
+        /// Renew everything this agent holds
+        #[arg(long)]
+        all: bool,
+        /// New lease length from now (default from config.yaml: 30m)
+        #[arg(long, value_parser = duration, value_name = "DUR")]
+        timeout: Option<Duration>,
+    },
+    /// One key in detail
+    Status { key: String },
+    /// Table of active checkouts
+    List {
+        /// Only this agent's checkouts
+        #[arg(long)]
+        mine: bool,
+    },
+    /// Exit 0 only if this agent still holds KEY under fencing token N
+    Verify {
+        key: String,
+        #[arg(long, value_name = "N")]
+        token: u64,
+    },
+}

@@ -1,0 +1,99 @@
+use super::{Ctx, auto_release, checkout::check_text, held_keys};
+use crate::error::{Error, Outcome, Result};
+use crate::report::{CheckoutView, KeyResult, KeysReport, Report};
+use crate::store::{FileStore, Slot};
+
+pub fn run(
+    ctx: &Ctx,
+    keys: Vec<String>,
+    all: bool,
+    force: bool,
+    note: Option<String>,
+) -> Result<Report> {
+    for k in &keys {
+        crate::key::validate(k)?;
+    }
+    if let Some(n) = &note {
+        check_text("note", n)?;
+    }
+    let me = ctx.agent_id()?;
+    let mut results = Vec::new();
+    let report = |results| {
+        Ok(Report::Keys(KeysReport {
+            command: "release",
+            now: ctx.now,
+            all,
+            results,
+            note: note.clone(),
+        }))
+    };
+    let Some(store) = FileStore::open_existing(&ctx.dir)? else {
+        for key in keys {
+            results.push(KeyResult {
+                key,
+                outcome: Outcome::NoSuchCheckout,
+                checkout: None,
+            });
+        }
+        return report(results);
+    };
+    let guard = store.lock()?;
+    let keys = if all { held_keys(&store, &me)? } else { keys };
+    for key in keys {
+        let (outcome, checkout) = match store.read(&key)? {
+            Slot::Free => (Outcome::NoSuchCheckout, None),
+            Slot::Corrupt { path, problem } => {
+                if !force {
+                    return Err(Error::Corrupt { key, path, problem });
+                }
+                store.remove(&guard, &key)?;
+                let ev = crate::store::AuditEvent {
+                    ts: ctx.now,
+                    event: "force_release".into(),
+                    key: key.clone(),
+                    agent: me.clone(),
+                    name: None,
+                    token: None,
+                    reason: note.clone(),
+                    by: None,
+                    holder: None,
+                    detail: Some(format!("removed corrupt record: {problem}")),
+                };
+                store.audit(&guard, &ev)?;
+                (Outcome::ForceReleased, None)
+            }
+            Slot::Held(r) if r.held_by(&me) => {
+                if r.expired_for_holder(&ctx.now) {
+                    auto_release(ctx, &store, &guard, &r, Some(&me))?;
+                    (Outcome::LeaseLost, Some(CheckoutView::from(&r)))
+                } else {
+                    store.remove(&guard, &key)?;
+                    let mut ev = ctx.event("release", &r);
+                    ev.reason = note.clone();
+                    store.audit(&guard, &ev)?;
+                    (Outcome::Released, Some(CheckoutView::from(&r)))
+                }
+            }
+            Slot::Held(r) if force => {
+                store.remove(&guard, &key)?;
+                let mut ev = ctx.event("force_release", &r);
+                ev.by = Some(me.clone());
+                ev.reason = note.clone();
+                store.audit(&guard, &ev)?;
+                (Outcome::ForceReleased, Some(CheckoutView::from(&r)))
+            }
+            Slot::Held(r) if r.breakable(&ctx.now) => {
+                auto_release(ctx, &store, &guard, &r, Some(&me))?;
+                (Outcome::NoSuchCheckout, None)
+            }
+            Slot::Held(r) => (Outcome::NotHolder, Some(CheckoutView::from(&r))),
+        };
+        results.push(KeyResult {
+            key,
+            outcome,
+            checkout,
+        });
+    }
+    drop(guard);
+    report(results)
+}

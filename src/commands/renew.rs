@@ -1,0 +1,74 @@
+use std::time::Duration;
+
+use super::{Ctx, auto_release, held_keys};
+use crate::duration::to_chrono;
+use crate::error::{Error, Outcome, Result};
+use crate::report::{CheckoutView, KeyResult, KeysReport, Report};
+use crate::store::{FileStore, Record, Slot};
+
+pub fn run(ctx: &Ctx, keys: Vec<String>, all: bool, timeout: Option<Duration>) -> Result<Report> {
+    for k in &keys {
+        crate::key::validate(k)?;
+    }
+    let me = ctx.agent_id()?;
+    let lease = match timeout {
+        Some(t) => t,
+        None => ctx.config()?.lease,
+    };
+    let mut results = Vec::new();
+    let report = |results| {
+        Ok(Report::Keys(KeysReport {
+            command: "renew",
+            now: ctx.now,
+            all,
+            results,
+            note: None,
+        }))
+    };
+    let Some(store) = FileStore::open_existing(&ctx.dir)? else {
+        for key in keys {
+            results.push(KeyResult {
+                key,
+                outcome: Outcome::NoSuchCheckout,
+                checkout: None,
+            });
+        }
+        return report(results);
+    };
+    let guard = store.lock()?;
+    let keys = if all { held_keys(&store, &me)? } else { keys };
+    for key in keys {
+        let (outcome, checkout) = match store.read(&key)? {
+            Slot::Free => (Outcome::NoSuchCheckout, None),
+            Slot::Corrupt { path, problem } => return Err(Error::Corrupt { key, path, problem }),
+            Slot::Held(r) if r.held_by(&me) => {
+                if r.expired_for_holder(&ctx.now) {
+                    // A lost lease is never revived: someone may already have acted on it.
+                    auto_release(ctx, &store, &guard, &r, Some(&me))?;
+                    (Outcome::LeaseLost, Some(CheckoutView::from(&r)))
+                } else {
+                    let renewed = Record {
+                        renewed_at: ctx.now,
+                        expires_at: ctx.now + to_chrono(lease),
+                        ..r
+                    };
+                    store.replace(&guard, &renewed)?;
+                    store.audit(&guard, &ctx.event("renew", &renewed))?;
+                    (Outcome::Renewed, Some(CheckoutView::from(&renewed)))
+                }
+            }
+            Slot::Held(r) if r.breakable(&ctx.now) => {
+                auto_release(ctx, &store, &guard, &r, Some(&me))?;
+                (Outcome::NoSuchCheckout, None)
+            }
+            Slot::Held(r) => (Outcome::NotHolder, Some(CheckoutView::from(&r))),
+        };
+        results.push(KeyResult {
+            key,
+            outcome,
+            checkout,
+        });
+    }
+    drop(guard);
+    report(results)
+}

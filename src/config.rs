@@ -1,0 +1,114 @@
+//! `.locks/config.yaml`: every setting has a default, and a missing file is fine.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::error::{Error, Result};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub lease: Duration,
+    pub heartbeat_interval: Duration,
+    pub stalled_after: Duration,
+    pub dead_after: Duration,
+    pub handoff_grace: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            lease: Duration::from_secs(30 * 60),
+            heartbeat_interval: Duration::from_secs(60),
+            stalled_after: Duration::from_secs(3 * 60),
+            dead_after: Duration::from_secs(10 * 60),
+            handoff_grace: Duration::from_secs(2 * 60),
+        }
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    lease: Option<String>,
+    heartbeat_interval: Option<String>,
+    stalled_after: Option<String>,
+    dead_after: Option<String>,
+    handoff_grace: Option<String>,
+}
+
+impl Config {
+    pub const FILE: &'static str = "config.yaml";
+
+    /// Load `config.yaml` from the lock directory; defaults when absent.
+    pub fn load(lock_dir: &Path) -> Result<Config> {
+        let path = lock_dir.join(Self::FILE);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Config::default()),
+            Err(e) => return Err(Error::io(&path, e)),
+        };
+        Self::parse(&text).map_err(|message| Error::Config { path, message })
+    }
+
+    pub fn parse(text: &str) -> std::result::Result<Config, String> {
+        let raw: RawConfig = if text.trim().is_empty() {
+            RawConfig::default()
+        } else {
+            serde_norway::from_str::<Option<RawConfig>>(text)
+                .map_err(|e| e.to_string())?
+                .unwrap_or_default()
+        };
+        let mut c = Config::default();
+        let set = |slot: &mut Duration,
+                   name: &str,
+                   v: Option<String>|
+         -> std::result::Result<(), String> {
+            if let Some(v) = v {
+                *slot = crate::duration::parse(&v).map_err(|e| format!("{name}: {e}"))?;
+            }
+            Ok(())
+        };
+        set(&mut c.lease, "lease", raw.lease)?;
+        set(
+            &mut c.heartbeat_interval,
+            "heartbeat_interval",
+            raw.heartbeat_interval,
+        )?;
+        set(&mut c.stalled_after, "stalled_after", raw.stalled_after)?;
+        set(&mut c.dead_after, "dead_after", raw.dead_after)?;
+        set(&mut c.handoff_grace, "handoff_grace", raw.handoff_grace)?;
+        if c.stalled_after > c.dead_after {
+            return Err("stalled_after must not be longer than dead_after".into());
+        }
+        Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_overrides() {
+        assert_eq!(Config::parse("").unwrap(), Config::default());
+        assert_eq!(
+            Config::parse("# only a comment\n").unwrap(),
+            Config::default()
+        );
+        let c = Config::parse("lease: 1h\nhandoff_grace: 30s\n").unwrap();
+        assert_eq!(c.lease, Duration::from_secs(3600));
+        assert_eq!(c.handoff_grace, Duration::from_secs(30));
+    }
+
+    #[test]
+    fn errors_name_the_line() {
+        let e = Config::parse("lease: 1h\nleese: 2h\n").unwrap_err();
+        assert!(e.contains("line 2"), "{e}");
+        let e = Config::parse("lease: [\n").unwrap_err();
+        assert!(e.contains("line"), "{e}");
+        let e = Config::parse("lease: soon\n").unwrap_err();
+        assert!(e.contains("lease"), "{e}");
+    }
+}

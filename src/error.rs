@@ -1,0 +1,140 @@
+//! Every failure of a command, and the one place where outcomes become exit codes.
+//!
+//! The exit codes are public API; `docs/exit-codes.md` documents them.
+
+use std::path::PathBuf;
+
+/// Success.
+pub const EXIT_OK: i32 = 0;
+/// I/O failure, corrupt store, anything unexpected.
+pub const EXIT_ERROR: i32 = 1;
+/// Held by another agent (or reserved, or frozen).
+pub const EXIT_HELD: i32 = 2;
+/// No such checkout.
+pub const EXIT_NO_SUCH_CHECKOUT: i32 = 3;
+/// Not the holder, stale token, or lease lost.
+pub const EXIT_NOT_HOLDER: i32 = 4;
+/// Usage error: bad flag, bad key, bad duration, no identity.
+pub const EXIT_USAGE: i32 = 64;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{0}")]
+    Usage(String),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("corrupt lock record for `{key}` at {path}: {problem}")]
+    Corrupt {
+        key: String,
+        path: PathBuf,
+        problem: String,
+    },
+    #[error("{path}: {message}")]
+    Config { path: PathBuf, message: String },
+    #[error("{0}")]
+    Store(String),
+}
+
+impl Error {
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io {
+            path: path.into(),
+            source,
+        }
+    }
+
+    /// The exit code for this error; the only place error codes are chosen.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Error::Usage(_) => EXIT_USAGE,
+            Error::Io { .. } | Error::Corrupt { .. } | Error::Config { .. } | Error::Store(_) => {
+                EXIT_ERROR
+            }
+        }
+    }
+
+    /// A short machine-readable name for the JSON error object.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::Usage(_) => "usage",
+            Error::Io { .. } => "io",
+            Error::Corrupt { .. } => "corrupt",
+            Error::Config { .. } => "config",
+            Error::Store(_) => "store",
+        }
+    }
+
+    /// What the user should do about it, when there is something to say.
+    pub fn hint(&self) -> Option<String> {
+        match self {
+            Error::Corrupt { key, .. } => Some(format!(
+                "Inspect the file; if nobody is working on `{key}`, remove it with `tasklock release {} --force` (audited).",
+                shell_quote(key)
+            )),
+            Error::Config { .. } => {
+                Some("Fix the file or delete it to use the defaults.".to_string())
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Outcome of one key in a command; decides the exit code of a successful run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Granted,
+    Renewed,
+    Released,
+    ForceReleased,
+    Valid,
+    Free,
+    Held,
+    Conflict,
+    NoSuchCheckout,
+    NotHolder,
+    StaleToken,
+    LeaseLost,
+}
+
+impl Outcome {
+    pub fn exit_code(self) -> i32 {
+        match self {
+            Outcome::Granted
+            | Outcome::Renewed
+            | Outcome::Released
+            | Outcome::ForceReleased
+            | Outcome::Valid
+            | Outcome::Free
+            | Outcome::Held => EXIT_OK,
+            Outcome::Conflict => EXIT_HELD,
+            Outcome::NoSuchCheckout => EXIT_NO_SUCH_CHECKOUT,
+            Outcome::NotHolder | Outcome::StaleToken | Outcome::LeaseLost => EXIT_NOT_HOLDER,
+        }
+    }
+}
+
+/// Quote a string for a POSIX shell command line when it needs quoting.
+pub fn shell_quote(s: &str) -> String {
+    let plain = !s.is_empty()
+        && s.bytes().all(|b| {
+            b.is_ascii_alphanumeric()
+                || matches!(
+                    b,
+                    b'-' | b'_' | b'.' | b'/' | b':' | b'@' | b'#' | b'+' | b'=' | b','
+                )
+        })
+        && !s.starts_with('#')
+        && !s.starts_with('-');
+    if plain {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,163 @@
+//! Who is calling: agent id and name, and facts about the machine it runs on.
+
+use std::io::IsTerminal;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// The identity of the calling agent as recorded in a lock record.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Agent {
+    pub id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub host: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid_ns: Option<String>,
+    /// The agent's long-lived process, when known (never a short `tasklock` process).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// That process's start time in clock ticks since boot (`/proc/PID/stat` field 22).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid_start: Option<u64>,
+}
+
+impl Agent {
+    /// The same agent as seen now: newer facts win, known ones are not forgotten.
+    pub fn refreshed(&self, newer: &Agent) -> Agent {
+        Agent {
+            name: newer.name.clone().or_else(|| self.name.clone()),
+            pid: newer.pid.or(self.pid),
+            pid_start: newer.pid_start.or(self.pid_start),
+            ..newer.clone()
+        }
+    }
+
+    /// "agent-a (researcher)" or "agent-a".
+    pub fn label(&self) -> String {
+        match &self.name {
+            Some(n) => format!("{} ({n})", self.id),
+            None => self.id.clone(),
+        }
+    }
+}
+
+/// How the id was found; `doctor` warns about the fallback.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    Flag,
+    Env,
+    ClaudeSession,
+    UserAtHost,
+}
+
+/// Resolve the agent id: `--agent`, `TASKLOCK_AGENT`, `CLAUDE_CODE_SESSION_ID`, then
+/// `USER@HOSTNAME` only when stdin is a terminal.
+pub fn resolve_id(flag: Option<&str>) -> Result<(String, Source)> {
+    let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let (id, source) = if let Some(f) = flag {
+        (f.to_string(), Source::Flag)
+    } else if let Some(v) = env("TASKLOCK_AGENT") {
+        (v, Source::Env)
+    } else if let Some(v) = env("CLAUDE_CODE_SESSION_ID") {
+        (v, Source::ClaudeSession)
+    } else if std::io::stdin().is_terminal() {
+        let user = env("USER")
+            .or_else(|| env("LOGNAME"))
+            .unwrap_or_else(|| "user".into());
+        (format!("{user}@{}", hostname()), Source::UserAtHost)
+    } else {
+        return Err(Error::Usage(
+            "no agent identity: pass --agent ID, or set TASKLOCK_AGENT (in Claude Code, \
+             CLAUDE_CODE_SESSION_ID is used automatically; `tasklock init` wires it up). \
+             Without one, two agents would silently share a lock."
+                .into(),
+        ));
+    };
+    validate_label("agent id", &id)?;
+    Ok((id, source))
+}
+
+pub fn resolve_name(flag: Option<&str>) -> Result<Option<String>> {
+    let name = flag
+        .map(str::to_string)
+        .or_else(|| std::env::var("TASKLOCK_AGENT_NAME").ok())
+        .filter(|n| !n.is_empty());
+    if let Some(n) = &name {
+        validate_label("agent name", n)?;
+    }
+    Ok(name)
+}
+
+fn validate_label(what: &str, s: &str) -> Result<()> {
+    if s.trim().is_empty() {
+        return Err(Error::Usage(format!(
+            "invalid {what}: it must not be blank"
+        )));
+    }
+    if s.len() > 256 {
+        return Err(Error::Usage(format!(
+            "invalid {what}: longer than 256 bytes"
+        )));
+    }
+    if s.chars().any(char::is_control) {
+        return Err(Error::Usage(format!(
+            "invalid {what} {s:?}: control characters are not allowed"
+        )));
+    }
+    Ok(())
+}
+
+/// The full record of the calling agent.
+pub fn current(flag_agent: Option<&str>, flag_name: Option<&str>) -> Result<Agent> {
+    let (id, _) = resolve_id(flag_agent)?;
+    let name = resolve_name(flag_name)?;
+    Ok(Agent {
+        id,
+        name,
+        host: hostname(),
+        boot_id: boot_id(),
+        pid_ns: pid_namespace(),
+        pid: None,
+        pid_start: None,
+    })
+}
+
+fn read_trimmed(path: &str) -> Option<String> {
+    std::fs::read_to_string(path)
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+}
+
+pub fn hostname() -> String {
+    if let Some(h) = read_trimmed("/proc/sys/kernel/hostname") {
+        return h;
+    }
+    let mut buf = [0u8; 256];
+    // SAFETY: buf is writable for its full length; gethostname NUL-terminates on success.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc == 0 {
+        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+        if let Ok(s) = std::str::from_utf8(&buf[..end])
+            && !s.is_empty()
+        {
+            return s.to_string();
+        }
+    }
+    "localhost".into()
+}
+
+pub fn boot_id() -> Option<String> {
+    read_trimmed("/proc/sys/kernel/random/boot_id")
+}
+
+pub fn pid_namespace() -> Option<String> {
+    std::fs::read_link("/proc/self/ns/pid")
+        .ok()
+        .map(|p| p.to_string_lossy().into_owned())
+}

@@ -1,0 +1,136 @@
+//! Key validation and the key -> file name encoding.
+//!
+//! A file name keeps the bytes `a-z 0-9 - _ .` and writes every other byte as `%XX`
+//! (upper-case hex). Upper-case letters are encoded too, so keys that differ only in case
+//! stay distinct on case-insensitive file systems; a leading `.` is encoded so no key
+//! becomes `.`, `..` or a hidden file. Names longer than [`MAX_PLAIN`] keep a readable
+//! prefix and end in `~` plus 32 hex digits of the key's SHA-256; `~` never appears in a
+//! plain encoding, so the two forms cannot collide.
+
+use sha2::{Digest, Sha256};
+
+use crate::error::{Error, Result};
+
+pub const MAX_KEY_BYTES: usize = 512;
+const MAX_PLAIN: usize = 200;
+const HASHED_PREFIX: usize = 120;
+
+/// Check that a key is acceptable; the error says what is wrong.
+pub fn validate(key: &str) -> Result<()> {
+    if key.is_empty() {
+        return Err(Error::Usage("invalid key: a key must not be empty".into()));
+    }
+    if key.len() > MAX_KEY_BYTES {
+        return Err(Error::Usage(format!(
+            "invalid key: {} bytes is longer than the limit of {MAX_KEY_BYTES} bytes",
+            key.len()
+        )));
+    }
+    if let Some(c) = key.chars().find(|c| c.is_control()) {
+        return Err(Error::Usage(format!(
+            "invalid key {key:?}: it contains the control character U+{:04X}; keys are text without control characters",
+            c as u32
+        )));
+    }
+    Ok(())
+}
+
+/// The file name under `keys/` for a valid key.
+pub fn encode(key: &str) -> String {
+    let mut out = String::with_capacity(key.len() + 8);
+    for (i, b) in key.bytes().enumerate() {
+        let plain = matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_') || (b == b'.' && i > 0);
+        if plain {
+            out.push(b as char);
+        } else {
+            out.push('%');
+            out.push(char::from(HEX[(b >> 4) as usize]));
+            out.push(char::from(HEX[(b & 15) as usize]));
+        }
+    }
+    if out.len() <= MAX_PLAIN {
+        return out;
+    }
+    let mut cut = HASHED_PREFIX;
+    // Never cut an escape in half.
+    if let Some(p) = out[cut - 2..cut].find('%') {
+        cut = cut - 2 + p;
+    }
+    let digest = Sha256::digest(key.as_bytes());
+    let mut hashed = String::with_capacity(cut + 33);
+    hashed.push_str(&out[..cut]);
+    hashed.push('~');
+    for b in &digest[..16] {
+        hashed.push(char::from(HEX[(b >> 4) as usize]));
+        hashed.push(char::from(HEX[(b & 15) as usize]));
+    }
+    hashed
+}
+
+const HEX: &[u8; 16] = b"0123456789ABCDEF";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn tricky_keys_are_distinct_and_safe() {
+        let keys = [
+            "a/b",
+            "a_b",
+            "a%2Fb",
+            "a%2fb",
+            "../x",
+            "..",
+            ".",
+            "/etc/passwd",
+            "A",
+            "a",
+            "ünïcödé",
+            "github://acme/app/issues/42",
+            "#44",
+            "a~b",
+            "a b",
+            ".hidden",
+            "-",
+            "x.",
+        ];
+        let mut seen = HashSet::new();
+        for k in keys {
+            validate(k).unwrap();
+            let e = encode(k);
+            assert!(seen.insert(e.clone()), "collision for {k:?}: {e}");
+            assert!(!e.contains('/') && e != "." && e != ".." && !e.starts_with('.'));
+            assert!(!e.is_empty() && e.len() <= 255);
+        }
+    }
+
+    #[test]
+    fn long_keys_hash_without_colliding() {
+        let a = "x".repeat(512);
+        let mut b = "x".repeat(511);
+        b.push('y');
+        let (ea, eb) = (encode(&a), encode(&b));
+        assert_ne!(ea, eb);
+        assert!(ea.len() <= 200 && ea.contains('~'));
+        let u = "é".repeat(256);
+        let eu = encode(&u);
+        assert!(eu.len() <= 200);
+        let prefix = eu.split('~').next().unwrap();
+        assert!(
+            prefix.len().is_multiple_of(3),
+            "escape cut in half: {prefix}"
+        );
+    }
+
+    #[test]
+    fn rejects_bad_keys() {
+        assert!(validate("").is_err());
+        assert!(validate(&"k".repeat(513)).is_err());
+        assert!(validate("a\nb").is_err());
+        assert!(validate("a\0b").is_err());
+        assert!(validate("tab\there").is_err());
+        assert!(validate(&"k".repeat(512)).is_ok());
+    }
+}

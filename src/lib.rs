@@ -1,0 +1,136 @@
+//! tasklock: atomic task checkouts for coding agents working side by side.
+
+pub mod cli;
+pub mod clock;
+pub mod commands;
+pub mod config;
+pub mod discover;
+pub mod duration;
+pub mod error;
+pub mod identity;
+pub mod key;
+pub mod render;
+pub mod report;
+pub mod store;
+
+use std::ffi::OsString;
+use std::io::Write;
+
+use clap::Parser;
+use clap::error::ErrorKind;
+
+use cli::{Cli, Command, FormatArg};
+use commands::Ctx;
+use error::{EXIT_ERROR, EXIT_OK, EXIT_USAGE, Error};
+use render::Format;
+
+/// Run tasklock with these arguments; returns the process exit code.
+pub fn run<I, T>(args: I) -> i32
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    let cli = match Cli::try_parse_from(&args) {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(e, sniff_json(&args)),
+    };
+    let format = if cli.global.json || cli.global.format == Some(FormatArg::Json) {
+        Format::Json
+    } else {
+        Format::Markdown
+    };
+    match execute(cli) {
+        Ok(report) => {
+            emit_stdout(&render::report(&report, format));
+            report.exit_code()
+        }
+        Err(e) => {
+            let text = render::error(&e, format);
+            match format {
+                Format::Json => emit_stdout(&text),
+                Format::Markdown => emit_stderr(&text),
+            }
+            e.exit_code()
+        }
+    }
+}
+
+fn execute(cli: Cli) -> Result<report::Report, Error> {
+    let ctx = Ctx {
+        dir: discover::lock_dir(cli.global.dir.as_deref())?,
+        now: clock::now()?,
+        agent_flag: cli.global.agent,
+        name_flag: cli.global.name,
+    };
+    match cli.command {
+        Command::Checkout {
+            key,
+            timeout,
+            reason,
+        } => commands::checkout::run(&ctx, &key, timeout, reason),
+        Command::Release {
+            keys,
+            all,
+            force,
+            note,
+        } => commands::release::run(&ctx, keys, all, force, note),
+        Command::Renew { keys, all, timeout } => commands::renew::run(&ctx, keys, all, timeout),
+        Command::Status { key } => commands::status::run(&ctx, &key),
+        Command::List { mine } => commands::list::run(&ctx, mine),
+        Command::Verify { key, token } => commands::verify::run(&ctx, &key, token),
+    }
+}
+
+/// clap errors: help and version succeed; everything else is a usage error (64, never 2).
+fn usage_error(e: clap::Error, json: bool) -> i32 {
+    match e.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            emit_stdout(&e.to_string());
+            EXIT_OK
+        }
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            emit_stderr(&e.render().to_string());
+            EXIT_USAGE
+        }
+        _ => {
+            if json {
+                let msg = e.render().to_string();
+                let first = msg
+                    .lines()
+                    .next()
+                    .unwrap_or("usage error")
+                    .trim_start_matches("error: ");
+                let v = render::error_json("usage", first, Some(msg.clone()), EXIT_USAGE);
+                emit_stdout(&render::json_line(&v));
+            } else {
+                emit_stderr(&e.render().to_string());
+            }
+            EXIT_USAGE
+        }
+    }
+}
+
+fn sniff_json(args: &[OsString]) -> bool {
+    args.iter().any(|a| a == "--json" || a == "--format=json")
+        || args
+            .windows(2)
+            .any(|w| w[0] == "--format" && w[1] == "json")
+}
+
+fn emit_stdout(s: &str) {
+    // A closed pipe (`tasklock list | head -1`) is not an error worth a panic.
+    let _ = std::io::stdout().lock().write_all(s.as_bytes());
+}
+
+fn emit_stderr(s: &str) {
+    let _ = std::io::stderr().lock().write_all(s.as_bytes());
+}
+
+/// For main: a last line of defence that turns a panic into exit 1 with a message.
+pub fn install_panic_hook() {
+    std::panic::set_hook(Box::new(|info| {
+        eprintln!("tasklock: internal error (this is a bug, please report it): {info}");
+        std::process::exit(EXIT_ERROR);
+    }));
+}

@@ -1,0 +1,4 @@
+fn main() {
+    tasklock::install_panic_hook();
+    std::process::exit(tasklock::run(std::env::args_os()));
+}

@@ -1,0 +1,361 @@
+//! Markdown for agents: a one-line verdict, the details, then what to do next.
+
+use std::fmt::Write;
+
+use crate::clock::{Time, with_relative};
+use crate::error::{Outcome, shell_quote};
+use crate::report::*;
+
+pub fn report(r: &Report) -> String {
+    match r {
+        Report::Checkout(r) => checkout(r),
+        Report::Keys(r) => keys(r),
+        Report::Status(r) => status(r),
+        Report::List(r) => list(r),
+        Report::Verify(r) => verify(r),
+    }
+}
+
+/// An inline code span that survives backticks in the text.
+pub fn code(s: &str) -> String {
+    let longest = s.split(|c| c != '`').map(str::len).max().unwrap_or(0);
+    let fence = "`".repeat(longest + 1);
+    if longest > 0 || s.starts_with(' ') || s.ends_with(' ') {
+        format!("{fence} {s} {fence}")
+    } else {
+        format!("{fence}{s}{fence}")
+    }
+}
+
+/// Text safe inside a table cell.
+pub fn cell(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('|', "\\|")
+        .replace(['\n', '\r'], " ")
+}
+
+fn cmd(args: &str, key: &str) -> String {
+    code(&format!("tasklock {args} {}", shell_quote(key)))
+}
+
+fn checkout_lines(out: &mut String, c: &CheckoutView, now: &Time) {
+    let _ = writeln!(out, "- Holder: {}", c.agent.label());
+    let _ = writeln!(out, "- Host: {}", c.agent.host);
+    let _ = writeln!(out, "- Fencing token: {}", c.token);
+    let _ = writeln!(out, "- Since: {}", with_relative(&c.acquired_at, now));
+    if c.renewed_at != c.acquired_at {
+        let _ = writeln!(out, "- Renewed: {}", with_relative(&c.renewed_at, now));
+    }
+    let _ = writeln!(out, "- Lease ends: {}", with_relative(&c.expires_at, now));
+    let _ = writeln!(
+        out,
+        "- Reason: {}",
+        c.reason.as_deref().unwrap_or("(none given)")
+    );
+}
+
+fn checkout(r: &CheckoutReport) -> String {
+    let mut out = String::new();
+    let c = &r.checkout;
+    let k = code(&r.key);
+    match r.outcome {
+        Outcome::Conflict => {
+            let _ = writeln!(
+                out,
+                "Conflict: {k} is held by {}; its lease ends {}.",
+                c.agent.label(),
+                with_relative(&c.expires_at, &r.now)
+            );
+            out.push('\n');
+            checkout_lines(&mut out, c, &r.now);
+            let _ = writeln!(out, "- Queue: {} waiting", r.queue_length);
+            let _ = writeln!(
+                out,
+                "\nNext: work on something else and try {} again later; do not retry in a loop. {} shows the holder.",
+                cmd("checkout", &r.key),
+                cmd("status", &r.key)
+            );
+        }
+        _ => {
+            let verb = if r.outcome == Outcome::Renewed {
+                "Renewed"
+            } else {
+                "Checked out"
+            };
+            let _ = writeln!(
+                out,
+                "{verb} {k} (token {}); lease ends {}.",
+                c.token,
+                with_relative(&c.expires_at, &r.now)
+            );
+            out.push('\n');
+            checkout_lines(&mut out, c, &r.now);
+            if let Some(prev) = &r.took_over {
+                let _ = writeln!(
+                    out,
+                    "- Took over from: {} (token {}), whose lease ran out {}",
+                    prev.agent.label(),
+                    prev.token,
+                    with_relative(&prev.expired_at, &r.now)
+                );
+            }
+            let _ = writeln!(
+                out,
+                "\nNext: do the work, then {}. If it takes longer, {}. Before an irreversible step (push, deploy), {}.",
+                cmd("release", &r.key),
+                cmd("renew", &r.key),
+                code(&format!(
+                    "tasklock verify {} --token {}",
+                    shell_quote(&r.key),
+                    c.token
+                ))
+            );
+        }
+    }
+    out
+}
+
+fn keys(r: &KeysReport) -> String {
+    let mut out = String::new();
+    let releasing = r.command == "release";
+    if r.results.is_empty() {
+        let _ = writeln!(out, "You hold no checkouts; nothing to {}.", r.command);
+        return out;
+    }
+    let ok = r
+        .results
+        .iter()
+        .filter(|k| k.outcome.exit_code() == 0)
+        .count();
+    let verdict = match (releasing, r.results.len()) {
+        (true, 1) => single_verdict(&r.results[0], r),
+        (false, 1) => single_verdict(&r.results[0], r),
+        (true, n) => format!("Released {ok} of {n} checkouts."),
+        (false, n) => format!("Renewed {ok} of {n} checkouts."),
+    };
+    let _ = writeln!(out, "{verdict}");
+    out.push('\n');
+    if r.results.len() > 1 {
+        out.push_str("| Key | Result | Token | Lease ends |\n|---|---|---|---|\n");
+        for k in &r.results {
+            let (token, ends) = match &k.checkout {
+                Some(c) => (c.token.to_string(), with_relative(&c.expires_at, &r.now)),
+                None => ("-".into(), "-".into()),
+            };
+            let _ = writeln!(
+                out,
+                "| {} | {} | {token} | {ends} |",
+                cell(&code(&k.key)),
+                outcome_words(k.outcome)
+            );
+        }
+    } else if let Some(c) = &r.results[0].checkout {
+        checkout_lines(&mut out, c, &r.now);
+    }
+    if let Some(n) = &r.note {
+        let _ = writeln!(out, "- Note: {n}");
+    }
+    let next = if r.results.iter().any(|k| k.outcome == Outcome::LeaseLost) {
+        "Next: a lost lease means another agent may have taken the key; check out again before doing more work on it, and re-check anything written after the lease ended."
+    } else if r.results.iter().any(|k| k.outcome == Outcome::NotHolder) {
+        "Next: only the holder can do this; if the holder is gone, `release KEY --force` removes its checkout (audited)."
+    } else if r
+        .results
+        .iter()
+        .any(|k| k.outcome == Outcome::NoSuchCheckout)
+    {
+        "Next: nothing to do for a key nobody holds; `tasklock list` shows what is held."
+    } else if releasing {
+        "Next: pick your next task with `tasklock checkout KEY`."
+    } else {
+        "Next: keep working; renew again before the lease ends."
+    };
+    let _ = writeln!(out, "\n{next}");
+    out
+}
+
+fn single_verdict(k: &KeyResult, r: &KeysReport) -> String {
+    let key = code(&k.key);
+    match k.outcome {
+        Outcome::Released => format!("Released {key}."),
+        Outcome::ForceReleased => match &k.checkout {
+            Some(c) => format!("Force-released {key} (was held by {}).", c.agent.label()),
+            None => format!("Force-released {key}: removed the damaged record."),
+        },
+        Outcome::Renewed => match &k.checkout {
+            Some(c) => format!(
+                "Renewed {key} (token {}); lease ends {}.",
+                c.token,
+                with_relative(&c.expires_at, &r.now)
+            ),
+            None => format!("Renewed {key}."),
+        },
+        Outcome::LeaseLost => format!(
+            "Lease lost: your checkout of {key} ran out {} and has been released; it was not {}.",
+            k.checkout
+                .as_ref()
+                .map(|c| with_relative(&c.expires_at, &r.now))
+                .unwrap_or_default(),
+            if r.command == "renew" {
+                "renewed"
+            } else {
+                "held any more"
+            }
+        ),
+        Outcome::NoSuchCheckout => format!("No such checkout: nobody holds {key}."),
+        Outcome::NotHolder => match &k.checkout {
+            Some(c) => format!("Not the holder: {key} is held by {}.", c.agent.label()),
+            None => format!("Not the holder of {key}."),
+        },
+        other => format!("{key}: {}", outcome_words(other)),
+    }
+}
+
+fn outcome_words(o: Outcome) -> &'static str {
+    match o {
+        Outcome::Granted => "granted",
+        Outcome::Renewed => "renewed",
+        Outcome::Released => "released",
+        Outcome::ForceReleased => "force-released",
+        Outcome::Valid => "valid",
+        Outcome::Free => "free",
+        Outcome::Held => "held",
+        Outcome::Conflict => "held by another agent",
+        Outcome::NoSuchCheckout => "no such checkout",
+        Outcome::NotHolder => "not the holder",
+        Outcome::StaleToken => "stale token",
+        Outcome::LeaseLost => "lease lost",
+    }
+}
+
+fn status(r: &StatusReport) -> String {
+    let mut out = String::new();
+    let k = code(&r.key);
+    match &r.checkout {
+        Some(c) => {
+            let _ = writeln!(
+                out,
+                "{k} is held by {}; its lease ends {}.",
+                c.agent.label(),
+                with_relative(&c.expires_at, &r.now)
+            );
+            out.push('\n');
+            checkout_lines(&mut out, c, &r.now);
+            let _ = writeln!(out, "- Queue: {} waiting", r.queue_length);
+            let _ = writeln!(
+                out,
+                "\nNext: if it is yours, {} when done; otherwise pick another task.",
+                cmd("release", &r.key)
+            );
+        }
+        None => {
+            let _ = writeln!(out, "{k} is free.");
+            if let Some(e) = &r.expired {
+                let _ = writeln!(
+                    out,
+                    "\n- Last holder: {} (token {}); its lease ran out {} and was released (timeout).",
+                    e.agent.label(),
+                    e.token,
+                    with_relative(&e.expired_at, &r.now)
+                );
+            }
+            let _ = writeln!(out, "\nNext: {} to take it.", cmd("checkout", &r.key));
+        }
+    }
+    out
+}
+
+fn list(r: &ListReport) -> String {
+    let mut out = String::new();
+    if r.checkouts.is_empty() && r.corrupt.is_empty() {
+        match &r.mine {
+            Some(id) => {
+                let _ = writeln!(out, "No active checkouts held by {id}.");
+            }
+            None => out.push_str("No active checkouts.\n"),
+        }
+        return out;
+    }
+    let n = r.checkouts.len();
+    let _ = writeln!(
+        out,
+        "{n} active checkout{}{}{}.",
+        if n == 1 { "" } else { "s" },
+        r.mine
+            .as_ref()
+            .map(|m| format!(" held by {m}"))
+            .unwrap_or_default(),
+        if r.corrupt.is_empty() {
+            String::new()
+        } else {
+            format!(
+                ", {} corrupt record{}",
+                r.corrupt.len(),
+                if r.corrupt.len() == 1 { "" } else { "s" }
+            )
+        }
+    );
+    if n > 0 {
+        out.push_str(
+            "\n| Key | Holder | Token | Since | Lease ends | Reason |\n|---|---|---|---|---|---|\n",
+        );
+        for c in &r.checkouts {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {} | {} |",
+                cell(&code(&c.key)),
+                cell(&c.agent.label()),
+                c.token,
+                with_relative(&c.acquired_at, &r.now),
+                with_relative(&c.expires_at, &r.now),
+                cell(c.reason.as_deref().unwrap_or(""))
+            );
+        }
+    }
+    if !r.corrupt.is_empty() {
+        out.push_str("\n| Corrupt record | Problem |\n|---|---|\n");
+        for c in &r.corrupt {
+            let _ = writeln!(out, "| {} | {} |", cell(&c.path), cell(&c.problem));
+        }
+        out.push_str(
+            "\nNext: inspect each corrupt file; `tasklock release KEY --force` removes one (audited). Its key is in the file, or in the file name with %XX escapes.\n",
+        );
+    }
+    out
+}
+
+fn verify(r: &VerifyReport) -> String {
+    let mut out = String::new();
+    let k = code(&r.key);
+    let line = match r.outcome {
+        Outcome::Valid => format!("Valid: you hold {k} under token {}.", r.token),
+        Outcome::StaleToken => format!(
+            "Stale token: you hold {k}, but under token {}, not {}.",
+            r.checkout.as_ref().map(|c| c.token).unwrap_or_default(),
+            r.token
+        ),
+        Outcome::NotHolder => format!(
+            "Not the holder: {k} is held by {}.",
+            r.checkout
+                .as_ref()
+                .map(|c| c.agent.label())
+                .unwrap_or_default()
+        ),
+        Outcome::LeaseLost => {
+            format!("Lease lost: your checkout of {k} ran out and has been released.")
+        }
+        _ => format!("No such checkout: nobody holds {k}."),
+    };
+    let _ = writeln!(out, "{line}");
+    if let Some(c) = &r.checkout {
+        out.push('\n');
+        checkout_lines(&mut out, c, &r.now);
+    }
+    let next = if r.valid {
+        "Next: go ahead with the irreversible step."
+    } else {
+        "Next: stop; do not push, deploy or publish for this key. Check it out again and redo the work from a known state."
+    };
+    let _ = writeln!(out, "\n{next}");
+    out
+}

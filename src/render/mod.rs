@@ -1,0 +1,50 @@
+//! Turning reports and errors into text. Commands never print.
+
+pub mod markdown;
+
+use crate::error::Error;
+use crate::report::Report;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Markdown,
+    Json,
+}
+
+pub fn report(r: &Report, format: Format) -> String {
+    match format {
+        Format::Markdown => markdown::report(r),
+        Format::Json => json_line(&r.to_json()),
+    }
+}
+
+/// Errors: JSON goes to stdout (one object, like every other result); markdown to stderr.
+pub fn error(e: &Error, format: Format) -> String {
+    match format {
+        Format::Markdown => {
+            let mut s = format!("Error: {e}\n");
+            if let Some(h) = e.hint() {
+                s.push_str(&format!("\nNext: {h}\n"));
+            }
+            s
+        }
+        Format::Json => json_line(&error_json(
+            e.kind(),
+            &e.to_string(),
+            e.hint(),
+            e.exit_code(),
+        )),
+    }
+}
+
+pub fn error_json(kind: &str, message: &str, hint: Option<String>, code: i32) -> serde_json::Value {
+    serde_json::json!({
+        "error": { "kind": kind, "message": message, "hint": hint, "exit_code": code }
+    })
+}
+
+pub fn json_line(v: &serde_json::Value) -> String {
+    let mut s = v.to_string();
+    s.push('\n');
+    s
+}

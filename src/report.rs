@@ -1,0 +1,195 @@
+//! What commands return. The JSON output is these types serialized; the markdown renderer
+//! reads the same values, so both say the same facts.
+
+use serde::Serialize;
+
+use crate::clock::Time;
+use crate::error::Outcome;
+use crate::store::Record;
+
+/// The public view of a holder.
+#[derive(Debug, Clone, Serialize)]
+pub struct AgentView {
+    pub id: String,
+    pub name: Option<String>,
+    pub host: String,
+    pub pid: Option<u32>,
+}
+
+/// The public view of a checkout.
+#[derive(Debug, Clone, Serialize)]
+pub struct CheckoutView {
+    pub key: String,
+    pub token: u64,
+    pub agent: AgentView,
+    pub acquired_at: Time,
+    pub renewed_at: Time,
+    pub expires_at: Time,
+    pub reason: Option<String>,
+}
+
+impl From<&Record> for CheckoutView {
+    fn from(r: &Record) -> Self {
+        CheckoutView {
+            key: r.key.clone(),
+            token: r.token,
+            agent: AgentView {
+                id: r.agent.id.clone(),
+                name: r.agent.name.clone(),
+                host: r.agent.host.clone(),
+                pid: r.agent.pid,
+            },
+            acquired_at: r.acquired_at,
+            renewed_at: r.renewed_at,
+            expires_at: r.expires_at,
+            reason: r.reason.clone(),
+        }
+    }
+}
+
+impl AgentView {
+    pub fn label(&self) -> String {
+        match &self.name {
+            Some(n) => format!("{} ({n})", self.id),
+            None => self.id.clone(),
+        }
+    }
+}
+
+/// A checkout that was ended because its lease ran out, found by this command.
+#[derive(Debug, Clone, Serialize)]
+pub struct Expired {
+    pub agent: AgentView,
+    pub token: u64,
+    pub expired_at: Time,
+    /// Why it was released: `timeout`.
+    pub reason: &'static str,
+}
+
+impl From<&Record> for Expired {
+    fn from(r: &Record) -> Self {
+        Expired {
+            agent: CheckoutView::from(r).agent,
+            token: r.token,
+            expired_at: r.expires_at,
+            reason: "timeout",
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct CheckoutReport {
+    pub command: &'static str,
+    pub now: Time,
+    pub key: String,
+    /// `granted`, `renewed` or `conflict`.
+    pub outcome: Outcome,
+    /// The caller's checkout when granted or renewed; the holder's on conflict.
+    pub checkout: CheckoutView,
+    /// A previous holder whose lease had run out and was released by this checkout.
+    pub took_over: Option<Expired>,
+    pub queue_length: usize,
+}
+
+#[derive(Debug, Serialize)]
+pub struct KeyResult {
+    pub key: String,
+    pub outcome: Outcome,
+    /// The checkout as it now stands (renew), as it was (release), or the other holder's.
+    pub checkout: Option<CheckoutView>,
+}
+
+/// `release` and `renew`: one result per key.
+#[derive(Debug, Serialize)]
+pub struct KeysReport {
+    pub command: &'static str,
+    pub now: Time,
+    pub all: bool,
+    pub results: Vec<KeyResult>,
+    pub note: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct StatusReport {
+    pub command: &'static str,
+    pub now: Time,
+    pub key: String,
+    /// `held` or `free`.
+    pub outcome: Outcome,
+    pub checkout: Option<CheckoutView>,
+    /// Set when this command found the lease run out and released it.
+    pub expired: Option<Expired>,
+    pub queue_length: usize,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CorruptEntry {
+    pub file: String,
+    pub path: String,
+    pub problem: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ListReport {
+    pub command: &'static str,
+    pub now: Time,
+    /// Set with `--mine`: only this agent's checkouts are listed.
+    pub mine: Option<String>,
+    pub checkouts: Vec<CheckoutView>,
+    pub corrupt: Vec<CorruptEntry>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct VerifyReport {
+    pub command: &'static str,
+    pub now: Time,
+    pub key: String,
+    pub token: u64,
+    pub valid: bool,
+    /// `valid`, `stale_token`, `not_holder`, `lease_lost` or `no_such_checkout`.
+    pub outcome: Outcome,
+    pub checkout: Option<CheckoutView>,
+}
+
+/// Everything a command can return on success (including refusals with exit codes 2–4).
+#[derive(Debug)]
+pub enum Report {
+    Checkout(CheckoutReport),
+    Keys(KeysReport),
+    Status(StatusReport),
+    List(ListReport),
+    Verify(VerifyReport),
+}
+
+impl Report {
+    /// The process exit code; multi-key commands exit with the first failing key's code.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Report::Checkout(r) => r.outcome.exit_code(),
+            // `release --all` reports lost leases but has still released everything.
+            Report::Keys(r) => r
+                .results
+                .iter()
+                .filter(|k| !(r.all && r.command == "release" && k.outcome == Outcome::LeaseLost))
+                .map(|k| k.outcome.exit_code())
+                .find(|&c| c != 0)
+                .unwrap_or(0),
+            Report::Status(r) => r.outcome.exit_code(),
+            Report::List(_) => 0,
+            Report::Verify(r) => r.outcome.exit_code(),
+        }
+    }
+
+    pub fn to_json(&self) -> serde_json::Value {
+        let v = match self {
+            Report::Checkout(r) => serde_json::to_value(r),
+            Report::Keys(r) => serde_json::to_value(r),
+            Report::Status(r) => serde_json::to_value(r),
+            Report::List(r) => serde_json::to_value(r),
+            Report::Verify(r) => serde_json::to_value(r),
+        };
+        v.unwrap_or_else(
+            |e| serde_json::json!({"error": {"kind": "internal", "message": e.to_string()}}),
+        )
+    }
+}

@@ -1,0 +1,446 @@
+//! The file store under the lock directory.
+//!
+//! ```text
+//! .locks/
+//!   .gitignore      "*"
+//!   .guard          flock target for every mutation; its content is the fencing counter
+//!   config.yaml     optional settings
+//!   audit.jsonl     append-only event log
+//!   keys/<name>     one JSON record per held key (see key::encode)
+//!   tmp/            temp files; only written under the guard, so any found there is debris
+//! ```
+//!
+//! Every mutation holds the guard, re-reads what it judged, and publishes whole files by
+//! temp file + rename, so readers never see a partial record.
+
+pub mod record;
+
+use std::fs::{File, OpenOptions};
+use std::io::{ErrorKind, Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::clock::Time;
+use crate::error::{Error, Result};
+use crate::key;
+pub use record::{FORMAT_VERSION, Record};
+
+/// A record bigger than this is damage, not a lock.
+pub const MAX_RECORD_BYTES: u64 = 1 << 20;
+
+const GUARD: &str = ".guard";
+const KEYS: &str = "keys";
+const TMP: &str = "tmp";
+pub const AUDIT: &str = "audit.jsonl";
+
+/// What is stored for one key.
+#[derive(Debug, Clone)]
+pub enum Slot {
+    Free,
+    Held(Record),
+    Corrupt { path: PathBuf, problem: String },
+}
+
+pub struct FileStore {
+    root: PathBuf,
+    keys: PathBuf,
+    tmp: PathBuf,
+}
+
+/// Proof that the caller holds the exclusive guard; mutations require it.
+pub struct Guard {
+    file: File,
+    counter: Option<u64>,
+}
+
+impl FileStore {
+    /// Open an existing store for reading; `None` when the directory does not exist yet.
+    pub fn open_existing(root: &Path) -> Result<Option<FileStore>> {
+        match std::fs::metadata(root) {
+            Ok(m) if m.is_dir() => Ok(Some(Self::at(root))),
+            Ok(_) => Err(Error::Store(format!(
+                "{} exists but is not a directory",
+                root.display()
+            ))),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::io(root, e)),
+        }
+    }
+
+    /// Open the store, creating the directory layout when needed.
+    pub fn open_or_create(root: &Path) -> Result<FileStore> {
+        let store = Self::at(root);
+        if !root.is_dir() {
+            std::fs::create_dir_all(root).map_err(|e| Error::io(root, e))?;
+        }
+        let gi = root.join(".gitignore");
+        match OpenOptions::new().write(true).create_new(true).open(&gi) {
+            Ok(mut f) => f.write_all(b"*\n").map_err(|e| Error::io(&gi, e))?,
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(Error::io(&gi, e)),
+        }
+        for dir in [&store.keys, &store.tmp] {
+            match std::fs::symlink_metadata(dir) {
+                Ok(m) if m.is_dir() => {}
+                Ok(_) => {
+                    return Err(Error::Store(format!(
+                        "{} is not a directory (a symlink or file was put there); remove it",
+                        dir.display()
+                    )));
+                }
+                Err(e) if e.kind() == ErrorKind::NotFound => match std::fs::create_dir(dir) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
+                    Err(e) => return Err(Error::io(dir, e)),
+                },
+                Err(e) => return Err(Error::io(dir, e)),
+            }
+        }
+        Ok(store)
+    }
+
+    fn at(root: &Path) -> FileStore {
+        FileStore {
+            root: root.to_path_buf(),
+            keys: root.join(KEYS),
+            tmp: root.join(TMP),
+        }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn record_path(&self, key: &str) -> PathBuf {
+        self.keys.join(key::encode(key))
+    }
+
+    /// Take the exclusive guard and sweep debris left by killed processes.
+    pub fn lock(&self) -> Result<Guard> {
+        let path = self.root.join(GUARD);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .mode(0o644)
+            .open(&path)
+            .map_err(|e| Error::io(&path, symlink_hint(e)))?;
+        file.lock().map_err(|e| Error::io(&path, e))?;
+        let guard = Guard {
+            file,
+            counter: None,
+        };
+        self.sweep_tmp(&guard)?;
+        Ok(guard)
+    }
+
+    /// Every temp file is written under the guard, so while we hold it any temp file is
+    /// debris of a process that died mid-write.
+    fn sweep_tmp(&self, _g: &Guard) -> Result<()> {
+        let entries = match std::fs::read_dir(&self.tmp) {
+            Ok(e) => e,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(Error::io(&self.tmp, e)),
+        };
+        for entry in entries.flatten() {
+            let p = entry.path();
+            match std::fs::remove_file(&p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io(&p, e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Read one key's slot. Never follows a symlink; never blocks on a planted FIFO.
+    pub fn read(&self, key: &str) -> Result<Slot> {
+        self.read_path(&self.record_path(key), Some(key))
+    }
+
+    fn read_path(&self, path: &Path, expect_key: Option<&str>) -> Result<Slot> {
+        let corrupt = |problem: String| {
+            Ok(Slot::Corrupt {
+                path: path.to_path_buf(),
+                problem,
+            })
+        };
+        let file = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(path);
+        let mut file = match file {
+            Ok(f) => f,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Slot::Free),
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                return corrupt("it is a symbolic link, not a lock record".into());
+            }
+            Err(e) => return Err(Error::io(path, e)),
+        };
+        let meta = file.metadata().map_err(|e| Error::io(path, e))?;
+        if !meta.is_file() {
+            return corrupt("it is not a regular file".into());
+        }
+        if meta.len() > MAX_RECORD_BYTES {
+            return corrupt(format!(
+                "it is {} bytes, over the 1 MiB limit for a record",
+                meta.len()
+            ));
+        }
+        let mut bytes = Vec::with_capacity(meta.len() as usize + 1);
+        (&mut file)
+            .take(MAX_RECORD_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| Error::io(path, e))?;
+        if bytes.len() as u64 > MAX_RECORD_BYTES {
+            return corrupt("it grew past the 1 MiB limit for a record".into());
+        }
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return corrupt("the file is empty".into());
+        }
+        #[derive(Deserialize)]
+        struct Probe {
+            version: Option<serde_json::Value>,
+        }
+        let probe: Probe = match serde_json::from_slice(&bytes) {
+            Ok(p) => p,
+            Err(e) => return corrupt(format!("not a valid record ({e})")),
+        };
+        match probe.version.as_ref().and_then(serde_json::Value::as_u64) {
+            Some(v) if v == u64::from(FORMAT_VERSION) => {}
+            Some(v) if v > u64::from(FORMAT_VERSION) => {
+                return corrupt(format!(
+                    "it has format version {v}, newer than this tasklock understands ({FORMAT_VERSION}); upgrade tasklock"
+                ));
+            }
+            _ => return corrupt("it has no valid format version".into()),
+        }
+        let record: Record = match serde_json::from_slice(&bytes) {
+            Ok(r) => r,
+            Err(e) => return corrupt(format!("not a valid record ({e})")),
+        };
+        if let Some(k) = expect_key {
+            if record.key != k {
+                return corrupt(format!("it names the key {:?}, not {k:?}", record.key));
+            }
+        } else if path.file_name().map(|n| n.as_bytes())
+            != Some(key::encode(&record.key).as_bytes())
+        {
+            return corrupt(format!(
+                "it names the key {:?}, which belongs in another file",
+                record.key
+            ));
+        }
+        Ok(Slot::Held(record))
+    }
+
+    /// Every record in the store, with corrupt ones reported rather than failing the scan.
+    /// Returns (file name, slot) pairs sorted by file name.
+    pub fn scan(&self) -> Result<Vec<(String, Slot)>> {
+        let entries = match std::fs::read_dir(&self.keys) {
+            Ok(e) => e,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(Error::io(&self.keys, e)),
+        };
+        let mut out = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| Error::io(&self.keys, e))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let slot = self.read_path(&entry.path(), None)?;
+            if !matches!(slot, Slot::Free) {
+                out.push((name, slot));
+            }
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(out)
+    }
+
+    /// The next fencing token. Persisted before the record that uses it is published, so
+    /// a crash can skip a number but never hand one out twice.
+    pub fn next_token(&self, g: &mut Guard) -> Result<u64> {
+        let current = match g.counter {
+            Some(c) => c,
+            None => {
+                let mut buf = [0u8; 32];
+                let n = g
+                    .file
+                    .read_at(&mut buf, 0)
+                    .map_err(|e| Error::io(self.root.join(GUARD), e))?;
+                let stored = std::str::from_utf8(&buf[..n])
+                    .ok()
+                    .and_then(|s| s.trim().parse::<u64>().ok());
+                match stored {
+                    Some(c) => c,
+                    // A new or damaged counter: never go below a token already handed out.
+                    None => self.max_token_on_disk()?,
+                }
+            }
+        };
+        let next = current + 1;
+        let text = format!("{next:020}\n");
+        g.file
+            .write_all_at(text.as_bytes(), 0)
+            .map_err(|e| Error::io(self.root.join(GUARD), e))?;
+        g.counter = Some(next);
+        Ok(next)
+    }
+
+    fn max_token_on_disk(&self) -> Result<u64> {
+        let mut max = 0;
+        for (_, slot) in self.scan()? {
+            if let Slot::Held(r) = slot {
+                max = max.max(r.token);
+            }
+        }
+        Ok(max)
+    }
+
+    /// Publish a record for a key that has none. Fails if one appeared meanwhile.
+    pub fn insert(&self, _g: &Guard, record: &Record) -> Result<()> {
+        let tmp = self.write_temp(record)?;
+        let dest = self.record_path(&record.key);
+        match rename_noreplace(&tmp, &dest) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                let _ = std::fs::remove_file(&tmp);
+                if e.kind() == ErrorKind::AlreadyExists {
+                    Err(Error::Store(format!(
+                        "{} appeared while the guard was held; is another tool writing to the lock directory?",
+                        dest.display()
+                    )))
+                } else {
+                    Err(Error::io(&dest, e))
+                }
+            }
+        }
+    }
+
+    /// Replace an existing record whole (rename never follows a symlink at the target).
+    pub fn replace(&self, _g: &Guard, record: &Record) -> Result<()> {
+        let tmp = self.write_temp(record)?;
+        let dest = self.record_path(&record.key);
+        std::fs::rename(&tmp, &dest).map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            Error::io(&dest, e)
+        })
+    }
+
+    /// Remove a key's record (or the damaged file in its place).
+    pub fn remove(&self, _g: &Guard, key: &str) -> Result<()> {
+        let path = self.record_path(key);
+        match std::fs::remove_file(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(Error::io(&path, e)),
+        }
+    }
+
+    fn write_temp(&self, record: &Record) -> Result<PathBuf> {
+        let mut bytes = serde_json::to_vec_pretty(record)
+            .map_err(|e| Error::Store(format!("cannot encode record: {e}")))?;
+        bytes.push(b'\n');
+        let path = self.tmp.join(format!("{}.tmp", std::process::id()));
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .mode(0o644)
+            .open(&path)
+            .map_err(|e| Error::io(&path, e))?;
+        f.write_all(&bytes).map_err(|e| {
+            let _ = std::fs::remove_file(&path);
+            Error::io(&path, e)
+        })?;
+        Ok(path)
+    }
+
+    /// Append one event to the audit log (one `write` on an `O_APPEND` file).
+    pub fn audit(&self, _g: &Guard, event: &AuditEvent) -> Result<()> {
+        let path = self.root.join(AUDIT);
+        let mut line = serde_json::to_vec(event)
+            .map_err(|e| Error::Store(format!("cannot encode audit event: {e}")))?;
+        line.push(b'\n');
+        let mut f = OpenOptions::new()
+            .append(true)
+            .create(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .mode(0o644)
+            .open(&path)
+            .map_err(|e| Error::io(&path, symlink_hint(e)))?;
+        f.write_all(&line).map_err(|e| Error::io(&path, e))
+    }
+}
+
+fn symlink_hint(e: std::io::Error) -> std::io::Error {
+    if e.raw_os_error() == Some(libc::ELOOP) {
+        std::io::Error::other("it is a symbolic link; tasklock never writes through one, remove it")
+    } else {
+        e
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn rename_noreplace(from: &Path, to: &Path) -> std::io::Result<()> {
+    use std::ffi::CString;
+    let f = CString::new(from.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
+    let t = CString::new(to.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
+    // SAFETY: both paths are valid NUL-terminated strings that outlive the call.
+    let rc = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            f.as_ptr(),
+            libc::AT_FDCWD,
+            t.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
+    };
+    if rc == 0 {
+        return Ok(());
+    }
+    let err = std::io::Error::last_os_error();
+    match err.raw_os_error() {
+        Some(libc::EINVAL) | Some(libc::ENOSYS) => link_then_unlink(from, to),
+        _ => Err(err),
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn rename_noreplace(from: &Path, to: &Path) -> std::io::Result<()> {
+    link_then_unlink(from, to)
+}
+
+/// For file systems without `RENAME_NOREPLACE`: `link` fails if the name is taken.
+fn link_then_unlink(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::hard_link(from, to)?;
+    let _ = std::fs::remove_file(from);
+    Ok(())
+}
+
+/// One line of `audit.jsonl`. `agent` is the agent the event is about: the one that
+/// acquired, was denied, released, or whose checkout was force- or auto-released.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct AuditEvent {
+    pub ts: Time,
+    pub event: String,
+    pub key: String,
+    pub agent: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Who caused the event when it is not `agent` (force and auto releases).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
+    /// For a deny: who held the key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}

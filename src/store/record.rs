@@ -1,0 +1,43 @@
+//! The lock record: one JSON file per held key.
+
+use serde::{Deserialize, Serialize};
+
+use crate::clock::Time;
+use crate::identity::Agent;
+
+/// The newest record format this build reads and writes.
+pub const FORMAT_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Record {
+    pub version: u32,
+    pub key: String,
+    /// Fencing token: strictly increasing across every grant in this lock directory.
+    pub token: u64,
+    pub agent: Agent,
+    pub acquired_at: Time,
+    pub renewed_at: Time,
+    pub expires_at: Time,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl Record {
+    /// Has the lease run out, as the holder must see it (no grace).
+    pub fn expired_for_holder(&self, now: &Time) -> bool {
+        *now >= self.expires_at
+    }
+
+    /// May another agent break this lease now? Only a clear margin after expiry, so a
+    /// small clock skew between machines never steals a live lease.
+    pub fn breakable(&self, now: &Time) -> bool {
+        *now >= self.expires_at + chrono::Duration::seconds(BREAK_GRACE_SECS)
+    }
+
+    pub fn held_by(&self, agent_id: &str) -> bool {
+        self.agent.id == agent_id
+    }
+}
+
+/// Seconds past a lease's end before another agent may take the key.
+pub const BREAK_GRACE_SECS: i64 = 2;
