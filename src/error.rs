@@ -72,11 +72,11 @@ impl Error {
     pub fn hint(&self) -> Option<String> {
         match self {
             Error::Corrupt { key, .. } => Some(format!(
-                "Inspect the file; if nobody is working on `{key}`, remove it with `tasklock release {} --force` (audited).",
+                "inspect the file; if nobody is working on `{key}`, remove it with `tasklock release {} --force` (audited).",
                 shell_quote(key)
             )),
             Error::Config { .. } => {
-                Some("Fix the file or delete it to use the defaults.".to_string())
+                Some("fix the file, or delete it to use the defaults.".to_string())
             }
             _ => None,
         }

@@ -134,7 +134,9 @@ fn keys(r: &KeysReport) -> String {
         (false, n) => format!("Renewed {ok} of {n} checkouts."),
     };
     let _ = writeln!(out, "{verdict}");
-    out.push('\n');
+    if r.results.len() > 1 || r.results[0].checkout.is_some() {
+        out.push('\n');
+    }
     if r.results.len() > 1 {
         out.push_str("| Key | Result | Token | Lease ends |\n|---|---|---|---|\n");
         for k in &r.results {
@@ -155,10 +157,13 @@ fn keys(r: &KeysReport) -> String {
     if let Some(n) = &r.note {
         let _ = writeln!(out, "- Note: {n}");
     }
-    let next = if r.results.iter().any(|k| k.outcome == Outcome::LeaseLost) {
+    let next: &str = if r.results.iter().any(|k| k.outcome == Outcome::LeaseLost) {
         "Next: a lost lease means another agent may have taken the key; check out again before doing more work on it, and re-check anything written after the lease ended."
-    } else if r.results.iter().any(|k| k.outcome == Outcome::NotHolder) {
-        "Next: only the holder can do this; if the holder is gone, `release KEY --force` removes its checkout (audited)."
+    } else if let Some(k) = r.results.iter().find(|k| k.outcome == Outcome::NotHolder) {
+        &format!(
+            "Next: only the holder can do this. If the holder is gone for good, {} removes its checkout (audited).",
+            cmd("release --force", &k.key)
+        )
     } else if r
         .results
         .iter()

@@ -1,0 +1,1019 @@
+//! The command line through the real binary: outputs (insta snapshots with the clock
+//! pinned), JSON parsed, exit codes, bad input and bad data.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+
+const T0: &str = "2026-01-01T00:00:00Z";
+const T5M: &str = "2026-01-01T00:05:00Z";
+const T1H: &str = "2026-01-01T01:00:00Z";
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}", self.stdout))
+    }
+    fn text(&self) -> String {
+        format!(
+            "exit: {}\n--- stdout\n{}--- stderr\n{}",
+            self.code, self.stdout, self.stderr
+        )
+    }
+}
+
+struct Env {
+    tmp: tempfile::TempDir,
+    now: String,
+}
+
+impl Env {
+    fn new() -> Env {
+        Env {
+            tmp: tempfile::tempdir().unwrap(),
+            now: T0.into(),
+        }
+    }
+    fn dir(&self) -> PathBuf {
+        self.tmp.path().join(".locks")
+    }
+    fn at(&mut self, now: &str) -> &mut Self {
+        self.now = now.into();
+        self
+    }
+    /// Run as `agent` (None: no identity at all) with `--dir` set.
+    fn run(&self, agent: Option<&str>, args: &[&str]) -> Run {
+        let mut cmd = base_cmd(&self.now);
+        cmd.arg("--dir").arg(self.dir()).args(args);
+        if let Some(a) = agent {
+            cmd.args(["--agent", a]);
+        }
+        exec(cmd)
+    }
+    fn ok(&self, agent: &str, args: &[&str]) -> Run {
+        let r = self.run(Some(agent), args);
+        assert_eq!(r.code, 0, "{args:?} failed: {}", r.text());
+        r
+    }
+}
+
+fn base_cmd(now: &str) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tasklock"));
+    cmd.env("TASKLOCK_NOW", now)
+        .env_remove("TASKLOCK_AGENT")
+        .env_remove("TASKLOCK_AGENT_NAME")
+        .env_remove("TASKLOCK_DIR")
+        .env_remove("CLAUDE_CODE_SESSION_ID")
+        .stdin(Stdio::null());
+    cmd
+}
+
+fn exec(mut cmd: Command) -> Run {
+    let out = cmd.output().expect("run tasklock");
+    Run {
+        code: out.status.code().expect("exited normally"),
+        stdout: String::from_utf8(out.stdout).unwrap(),
+        stderr: String::from_utf8(out.stderr).unwrap(),
+    }
+}
+
+fn host() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+macro_rules! snap {
+    ($env:expr, $name:expr, $run:expr) => {{
+        let mut settings = insta::Settings::clone_current();
+        settings.add_filter(
+            &regex_escape(&$env.tmp.path().display().to_string()),
+            "[TMP]",
+        );
+        settings.add_filter(&format!(r"\b{}\b", regex_escape(&host())), "[HOST]");
+        settings.bind(|| insta::assert_snapshot!($name, $run.text()));
+    }};
+}
+
+fn regex_escape(s: &str) -> String {
+    let mut out = String::new();
+    for c in s.chars() {
+        if "\\.+*?()|[]{}^$#&-~".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn record_path(dir: &Path, encoded: &str) -> PathBuf {
+    dir.join("keys").join(encoded)
+}
+
+fn audit(dir: &Path) -> Vec<Value> {
+    std::fs::read_to_string(dir.join("audit.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("audit line is JSON"))
+        .collect()
+}
+
+// ---------------------------------------------------------------- checkout
+
+#[test]
+fn checkout_grant_conflict_and_renew_by_holder() {
+    let e = Env::new();
+    let r = e.run(
+        Some("agent-a"),
+        &[
+            "checkout",
+            "task-x",
+            "--reason",
+            "fix login bug",
+            "--name",
+            "researcher",
+        ],
+    );
+    assert_eq!(r.code, 0);
+    snap!(e, "checkout_granted", r);
+
+    let r = e.run(
+        Some("agent-b"),
+        &["checkout", "task-x", "--name", "reviewer"],
+    );
+    assert_eq!(r.code, 2, "{}", r.text());
+    snap!(e, "checkout_conflict", r);
+
+    let mut e = e;
+    e.at(T5M);
+    let r = e.run(Some("agent-a"), &["checkout", "task-x", "--timeout", "1h"]);
+    assert_eq!(r.code, 0);
+    snap!(e, "checkout_renewed_by_holder", r);
+    let j = e
+        .run(Some("agent-a"), &["status", "task-x", "--json"])
+        .json();
+    assert_eq!(j["checkout"]["token"], 1, "re-checkout keeps the token");
+    assert_eq!(j["checkout"]["expires_at"], "2026-01-01T01:05:00Z");
+    assert_eq!(j["checkout"]["reason"], "fix login bug", "reason kept");
+    assert_eq!(j["checkout"]["agent"]["name"], "researcher", "name kept");
+
+    let events: Vec<String> = audit(&e.dir())
+        .iter()
+        .map(|v| v["event"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(events, ["acquire", "deny", "renew"]);
+}
+
+#[test]
+fn checkout_json_is_parsed() {
+    let e = Env::new();
+    let j = e
+        .ok(
+            "agent-a",
+            &[
+                "checkout",
+                "github://acme/app/issues/42",
+                "--json",
+                "--timeout",
+                "45m",
+            ],
+        )
+        .json();
+    assert_eq!(j["command"], "checkout");
+    assert_eq!(j["outcome"], "granted");
+    assert_eq!(j["key"], "github://acme/app/issues/42");
+    assert_eq!(j["checkout"]["token"], 1);
+    assert_eq!(j["checkout"]["agent"]["id"], "agent-a");
+    assert_eq!(j["checkout"]["agent"]["host"], host());
+    assert_eq!(j["checkout"]["acquired_at"], T0);
+    assert_eq!(j["checkout"]["expires_at"], "2026-01-01T00:45:00Z");
+    assert_eq!(j["took_over"], Value::Null);
+    assert_eq!(j["queue_length"], 0);
+
+    let r = e.run(
+        Some("agent-b"),
+        &["--json", "checkout", "github://acme/app/issues/42"],
+    );
+    assert_eq!(r.code, 2);
+    let j = r.json();
+    assert_eq!(j["outcome"], "conflict");
+    assert_eq!(j["checkout"]["agent"]["id"], "agent-a");
+    assert_eq!(j["checkout"]["token"], 1);
+}
+
+#[test]
+fn tokens_increase_across_grants_and_keys() {
+    let e = Env::new();
+    let mut last = 0;
+    for (agent, key) in [("a", "k1"), ("b", "k2"), ("a", "k3")] {
+        let t = e.ok(agent, &["checkout", key, "--json"]).json()["checkout"]["token"]
+            .as_u64()
+            .unwrap();
+        assert!(t > last);
+        last = t;
+    }
+    e.ok("a", &["release", "k1"]);
+    let t = e.ok("b", &["checkout", "k1", "--json"]).json()["checkout"]["token"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(t, last + 1, "a re-grant after release gets a new token");
+}
+
+#[test]
+fn expired_lease_is_taken_over_and_audited() {
+    let mut e = Env::new();
+    e.ok(
+        "agent-a",
+        &[
+            "checkout",
+            "task-x",
+            "--timeout",
+            "10m",
+            "--name",
+            "slowpoke",
+        ],
+    );
+    // Just past the end, within the skew margin: still protected from others.
+    e.at("2026-01-01T00:10:01Z");
+    assert_eq!(e.run(Some("agent-b"), &["checkout", "task-x"]).code, 2);
+    e.at(T1H);
+    let r = e.run(Some("agent-b"), &["checkout", "task-x"]);
+    assert_eq!(r.code, 0);
+    snap!(e, "checkout_took_over_expired", r);
+    let j = e
+        .run(Some("agent-b"), &["status", "task-x", "--json"])
+        .json();
+    assert_eq!(j["checkout"]["token"], 2);
+    let a = audit(&e.dir());
+    let auto: Vec<&Value> = a.iter().filter(|v| v["event"] == "auto_release").collect();
+    assert_eq!(auto.len(), 1);
+    assert_eq!(auto[0]["agent"], "agent-a");
+    assert_eq!(auto[0]["reason"], "timeout");
+    assert_eq!(auto[0]["token"], 1);
+    assert_eq!(auto[0]["by"], "agent-b");
+}
+
+#[test]
+fn holder_whose_lease_ran_out_gets_a_new_token_not_a_revival() {
+    let mut e = Env::new();
+    e.ok("agent-a", &["checkout", "task-x", "--timeout", "10m"]);
+    e.at(T1H);
+    let j = e.ok("agent-a", &["checkout", "task-x", "--json"]).json();
+    assert_eq!(j["outcome"], "granted");
+    assert_eq!(j["checkout"]["token"], 2);
+    assert_eq!(j["took_over"]["token"], 1);
+}
+
+// ---------------------------------------------------------------- release
+
+#[test]
+fn release_outcomes() {
+    let mut e = Env::new();
+    e.ok("agent-a", &["checkout", "task-x", "--reason", "fix"]);
+    let r = e.run(Some("agent-b"), &["release", "task-x"]);
+    assert_eq!(r.code, 4);
+    snap!(e, "release_not_holder", r);
+
+    let r = e.run(
+        Some("agent-a"),
+        &["release", "task-x", "--note", "done, PR #51"],
+    );
+    assert_eq!(r.code, 0);
+    snap!(e, "release_released", r);
+
+    let r = e.run(Some("agent-a"), &["release", "task-x"]);
+    assert_eq!(r.code, 3);
+    snap!(e, "release_no_such_checkout", r);
+
+    e.ok("agent-a", &["checkout", "task-y"]);
+    let r = e.run(
+        Some("agent-b"),
+        &["release", "task-y", "--force", "--note", "agent-a crashed"],
+    );
+    assert_eq!(r.code, 0);
+    snap!(e, "release_force", r);
+    let a = audit(&e.dir());
+    let last = a.last().unwrap();
+    assert_eq!(last["event"], "force_release");
+    assert_eq!(last["agent"], "agent-a");
+    assert_eq!(last["by"], "agent-b");
+    assert_eq!(last["reason"], "agent-a crashed");
+
+    e.ok("agent-a", &["checkout", "task-z", "--timeout", "10m"]);
+    e.at(T1H);
+    let r = e.run(Some("agent-a"), &["release", "task-z"]);
+    assert_eq!(r.code, 4);
+    snap!(e, "release_lease_lost", r);
+    assert_eq!(
+        e.run(Some("agent-a"), &["list", "--json"]).json()["checkouts"],
+        serde_json::json!([])
+    );
+}
+
+#[test]
+fn release_multiple_keys_exits_with_first_failure() {
+    let e = Env::new();
+    e.ok("agent-a", &["checkout", "k1"]);
+    e.ok("agent-b", &["checkout", "k2"]);
+    let r = e.run(Some("agent-a"), &["release", "k1", "nobody-holds", "k2"]);
+    assert_eq!(r.code, 3, "{}", r.text());
+    snap!(e, "release_multiple", r);
+    let j = e.run(Some("agent-a"), &["list", "--json"]).json();
+    let keys: Vec<&str> = j["checkouts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys, ["k2"], "k1 released, k2 untouched");
+}
+
+#[test]
+fn release_all_releases_only_mine_and_reports_lost_leases() {
+    let mut e = Env::new();
+    e.ok("agent-a", &["checkout", "k1"]);
+    e.ok("agent-a", &["checkout", "k2", "--timeout", "10m"]);
+    e.ok("agent-b", &["checkout", "k3"]);
+    e.at("2026-01-01T00:20:00Z");
+    let r = e.run(Some("agent-a"), &["release", "--all"]);
+    assert_eq!(r.code, 0, "release --all reports a lost lease but succeeds");
+    snap!(e, "release_all", r);
+    let j = e
+        .run(Some("agent-a"), &["release", "--all", "--json"])
+        .json();
+    assert_eq!(j["results"], serde_json::json!([]));
+    let r = e.run(Some("agent-a"), &["release", "--all"]);
+    snap!(e, "release_all_nothing_held", r);
+    let j = e.run(Some("x"), &["list", "--json"]).json();
+    assert_eq!(j["checkouts"].as_array().unwrap().len(), 1);
+    assert_eq!(j["checkouts"][0]["key"], "k3");
+}
+
+// ---------------------------------------------------------------- renew
+
+#[test]
+fn renew_outcomes() {
+    let mut e = Env::new();
+    e.ok("agent-a", &["checkout", "k1", "--timeout", "10m"]);
+    e.ok("agent-a", &["checkout", "k2", "--timeout", "10m"]);
+    e.at(T5M);
+    let r = e.run(Some("agent-a"), &["renew", "k1", "--timeout", "1h"]);
+    assert_eq!(r.code, 0);
+    snap!(e, "renew_renewed", r);
+    let j = e.run(Some("agent-a"), &["renew", "k1", "--json"]).json();
+    assert_eq!(j["results"][0]["outcome"], "renewed");
+    assert_eq!(
+        j["results"][0]["checkout"]["expires_at"], "2026-01-01T00:35:00Z",
+        "default lease 30m from now"
+    );
+    assert_eq!(j["results"][0]["checkout"]["token"], 1);
+
+    assert_eq!(e.run(Some("agent-b"), &["renew", "k1"]).code, 4);
+    assert_eq!(e.run(Some("agent-b"), &["renew", "nope"]).code, 3);
+
+    e.at("2026-01-01T00:10:00Z");
+    let r = e.run(Some("agent-a"), &["renew", "k2"]);
+    assert_eq!(r.code, 4, "renew at the very end of the lease is too late");
+    snap!(e, "renew_lease_lost", r);
+    assert_eq!(
+        e.run(Some("agent-a"), &["renew", "k2"]).code,
+        3,
+        "and it stays lost"
+    );
+}
+
+#[test]
+fn renew_all_exits_4_when_a_lease_was_lost() {
+    let mut e = Env::new();
+    e.ok("agent-a", &["checkout", "k1", "--timeout", "1h"]);
+    e.ok("agent-a", &["checkout", "k2", "--timeout", "10m"]);
+    e.at("2026-01-01T00:20:00Z");
+    let r = e.run(Some("agent-a"), &["renew", "--all"]);
+    assert_eq!(r.code, 4);
+    snap!(e, "renew_all_with_loss", r);
+    let j = e.run(Some("agent-a"), &["renew", "--all", "--json"]).json();
+    assert_eq!(j["all"], true);
+    assert_eq!(j["results"].as_array().unwrap().len(), 1);
+    assert_eq!(j["results"][0]["key"], "k1");
+}
+
+// ---------------------------------------------------------------- status, list, verify
+
+#[test]
+fn status_outputs() {
+    let mut e = Env::new();
+    let r = e.run(None, &["status", "task-x"]);
+    assert_eq!(r.code, 0);
+    snap!(e, "status_free", r);
+    e.ok(
+        "agent-a",
+        &[
+            "checkout",
+            "task-x",
+            "--reason",
+            "review PR 7",
+            "--name",
+            "reviewer",
+            "--timeout",
+            "10m",
+        ],
+    );
+    e.at(T5M);
+    let r = e.run(None, &["status", "task-x"]);
+    assert_eq!(r.code, 0);
+    snap!(e, "status_held", r);
+    let j = e.run(None, &["status", "task-x", "--json"]).json();
+    assert_eq!(j["outcome"], "held");
+    assert_eq!(j["checkout"]["agent"]["name"], "reviewer");
+    e.at(T1H);
+    let r = e.run(None, &["status", "task-x"]);
+    snap!(e, "status_free_after_expiry", r);
+    let j = e.run(None, &["status", "task-x", "--json"]).json();
+    assert_eq!(j["outcome"], "free");
+    assert_eq!(j["expired"], Value::Null, "reaped by the previous status");
+    let a = audit(&e.dir());
+    assert_eq!(a.iter().filter(|v| v["event"] == "auto_release").count(), 1);
+}
+
+#[test]
+fn list_outputs() {
+    let mut e = Env::new();
+    let r = e.run(None, &["list"]);
+    assert_eq!(r.code, 0, "list with nothing held exits 0");
+    assert_eq!(r.stdout, "No active checkouts.\n");
+    e.ok(
+        "agent-a",
+        &[
+            "checkout",
+            "task-b",
+            "--reason",
+            "pipe | in reason",
+            "--name",
+            "researcher",
+        ],
+    );
+    e.ok("agent-b", &["checkout", "github://acme/app/issues/42"]);
+    e.ok(
+        "agent-a",
+        &["checkout", "deploy://api-prod", "--timeout", "2h"],
+    );
+    e.at(T5M);
+    let r = e.run(None, &["list"]);
+    snap!(e, "list_three", r);
+    let r = e.run(Some("agent-a"), &["list", "--mine"]);
+    snap!(e, "list_mine", r);
+    let j = e.run(Some("agent-a"), &["list", "--mine", "--json"]).json();
+    assert_eq!(j["mine"], "agent-a");
+    let keys: Vec<&str> = j["checkouts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys, ["deploy://api-prod", "task-b"]);
+    assert_eq!(
+        e.run(Some("agent-c"), &["list", "--mine"]).stdout,
+        "No active checkouts held by agent-c.\n"
+    );
+    assert_eq!(
+        e.run(None, &["list", "--mine"]).code,
+        64,
+        "--mine needs an identity"
+    );
+}
+
+#[test]
+fn list_without_lock_directory_creates_nothing() {
+    let e = Env::new();
+    assert_eq!(
+        e.run(None, &["list", "--json"]).json()["checkouts"],
+        serde_json::json!([])
+    );
+    assert!(!e.dir().exists());
+}
+
+#[test]
+fn verify_outcomes() {
+    let mut e = Env::new();
+    e.ok("agent-a", &["checkout", "deploy://api", "--timeout", "10m"]);
+    let r = e.run(Some("agent-a"), &["verify", "deploy://api", "--token", "1"]);
+    assert_eq!(r.code, 0);
+    snap!(e, "verify_valid", r);
+    let r = e.run(Some("agent-a"), &["verify", "deploy://api", "--token", "7"]);
+    assert_eq!(r.code, 4);
+    snap!(e, "verify_stale_token", r);
+    let r = e.run(Some("agent-b"), &["verify", "deploy://api", "--token", "1"]);
+    assert_eq!(r.code, 4);
+    snap!(e, "verify_not_holder", r);
+    let j = e
+        .run(
+            Some("agent-b"),
+            &["verify", "deploy://api", "--token", "1", "--json"],
+        )
+        .json();
+    assert_eq!(j["valid"], false);
+    assert_eq!(j["outcome"], "not_holder");
+    let r = e.run(Some("agent-a"), &["verify", "free-key", "--token", "1"]);
+    assert_eq!(r.code, 3);
+    snap!(e, "verify_no_such_checkout", r);
+    e.at("2026-01-01T00:10:00Z");
+    let r = e.run(Some("agent-a"), &["verify", "deploy://api", "--token", "1"]);
+    assert_eq!(r.code, 4);
+    snap!(e, "verify_lease_lost", r);
+    let j = e
+        .run(
+            Some("agent-a"),
+            &["verify", "deploy://api", "--token", "1", "--json"],
+        )
+        .json();
+    assert_eq!(j["outcome"], "no_such_checkout");
+}
+
+// ---------------------------------------------------------------- bad input
+
+#[test]
+fn usage_errors_exit_64_never_2() {
+    let e = Env::new();
+    let long = "k".repeat(513);
+    let cases: &[(&str, &[&str])] = &[
+        ("empty key", &["checkout", ""]),
+        ("newline in key", &["checkout", "a\nb"]),
+        ("tab in key", &["checkout", "a\tb"]),
+        ("long key", &["checkout", &long]),
+        ("no unit", &["checkout", "k", "--timeout", "10"]),
+        ("zero", &["checkout", "k", "--timeout", "0s"]),
+        ("bad unit", &["checkout", "k", "--timeout", "5y"]),
+        ("unknown flag", &["checkout", "k", "--frobnicate"]),
+        ("unknown command", &["frob"]),
+        ("missing key", &["checkout"]),
+        ("release nothing", &["release"]),
+        ("release keys and all", &["release", "k", "--all"]),
+        ("verify without token", &["verify", "k"]),
+        ("token not a number", &["verify", "k", "--token", "x"]),
+        ("bad format", &["list", "--format", "xml"]),
+        (
+            "reason with newline",
+            &["checkout", "k", "--reason", "a\nb"],
+        ),
+        ("no command", &[]),
+    ];
+    for (what, args) in cases {
+        let r = e.run(Some("agent-a"), args);
+        assert_eq!(r.code, 64, "{what}: {}", r.text());
+        assert!(!r.stderr.is_empty(), "{what}: says what is wrong");
+        assert!(!r.stderr.contains("panicked"), "{what}");
+    }
+    assert!(!record_path(&e.dir(), "k").exists());
+    let r = e.run(Some("agent-a"), &["checkout", "a\nb"]);
+    snap!(e, "usage_bad_key", r);
+    let r = e.run(Some("agent-a"), &["checkout", "k", "--timeout", "10"]);
+    snap!(e, "usage_bad_duration", r);
+    let r = e.run(Some("agent-a"), &["checkout", "", "--json"]);
+    assert_eq!(r.code, 64);
+    let j = r.json();
+    assert_eq!(j["error"]["kind"], "usage");
+    assert_eq!(j["error"]["exit_code"], 64);
+    let r = e.run(Some("agent-a"), &["checkout", "k", "--bogus", "--json"]);
+    assert_eq!(r.code, 64);
+    assert_eq!(r.json()["error"]["kind"], "usage");
+}
+
+#[test]
+fn help_and_version_exit_0() {
+    let e = Env::new();
+    let r = e.run(None, &["--help"]);
+    assert_eq!(r.code, 0);
+    assert!(r.stdout.contains("checkout"));
+    let r = e.run(None, &["--version"]);
+    assert_eq!(r.code, 0);
+    assert!(r.stdout.starts_with("tasklock "));
+}
+
+#[test]
+fn no_identity_without_a_terminal_is_a_usage_error() {
+    let e = Env::new();
+    let r = e.run(None, &["checkout", "task-x"]);
+    assert_eq!(r.code, 64);
+    snap!(e, "usage_no_identity", r);
+    assert!(!record_path(&e.dir(), "task-x").exists());
+}
+
+#[test]
+fn identity_order_flag_env_claude_session() {
+    let e = Env::new();
+    let who = |envs: &[(&str, &str)], flag: Option<&str>| {
+        let mut cmd = base_cmd(T0);
+        cmd.arg("--dir")
+            .arg(e.dir())
+            .args(["checkout", "k", "--json"]);
+        for (k, v) in envs {
+            cmd.env(k, v);
+        }
+        if let Some(f) = flag {
+            cmd.args(["--agent", f]);
+        }
+        let r = exec(cmd);
+        assert_eq!(r.code, 0, "{}", r.text());
+        let id = r.json()["checkout"]["agent"]["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let mut rel = base_cmd(T0);
+        rel.arg("--dir")
+            .arg(e.dir())
+            .args(["release", "k", "--agent", &id]);
+        assert_eq!(exec(rel).code, 0);
+        id
+    };
+    let all = [
+        ("TASKLOCK_AGENT", "env-agent"),
+        ("CLAUDE_CODE_SESSION_ID", "session-1"),
+        ("TASKLOCK_AGENT_NAME", "named"),
+    ];
+    assert_eq!(who(&all, Some("flag-agent")), "flag-agent");
+    assert_eq!(who(&all, None), "env-agent");
+    assert_eq!(who(&all[1..], None), "session-1");
+}
+
+#[test]
+fn tricky_keys_are_distinct_and_stay_inside_the_directory() {
+    let e = Env::new();
+    let keys = [
+        "a/b",
+        "a_b",
+        "a%2Fb",
+        "../x",
+        "..",
+        ".",
+        "/etc/passwd",
+        "ünïcödé",
+        "github://acme/app/issues/42",
+        "A",
+        "a",
+        "#44",
+        "issue:create/workspace-1",
+        "a b",
+        "~",
+        &"x".repeat(512),
+        &"é".repeat(256),
+    ];
+    for (i, k) in keys.iter().enumerate() {
+        let r = e.run(Some(&format!("agent-{i}")), &["checkout", k, "--json"]);
+        assert_eq!(r.code, 0, "{k:?}: {}", r.text());
+    }
+    let j = e.run(None, &["list", "--json"]).json();
+    let listed: Vec<(String, String)> = j["checkouts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["key"].as_str().unwrap().into(),
+                c["agent"]["id"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    assert_eq!(listed.len(), keys.len(), "every key distinct");
+    for (i, k) in keys.iter().enumerate() {
+        assert!(
+            listed.contains(&(k.to_string(), format!("agent-{i}"))),
+            "{k:?} held by agent-{i}"
+        );
+    }
+    // Nothing was written outside keys/.
+    let mut outside = Vec::new();
+    for entry in std::fs::read_dir(e.tmp.path()).unwrap() {
+        outside.push(entry.unwrap().file_name().into_string().unwrap());
+    }
+    assert_eq!(outside, [".locks"]);
+    let names: Vec<String> = std::fs::read_dir(e.dir().join("keys"))
+        .unwrap()
+        .map(|d| d.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(names.len(), keys.len());
+    assert!(names.iter().all(|n| !n.starts_with('.') && n.len() <= 200));
+}
+
+// ---------------------------------------------------------------- bad data
+
+fn plant(e: &Env, key_file: &str, content: &[u8]) -> PathBuf {
+    let keys = e.dir().join("keys");
+    std::fs::create_dir_all(&keys).unwrap();
+    let p = keys.join(key_file);
+    std::fs::write(&p, content).unwrap();
+    p
+}
+
+#[test]
+fn bad_records_are_never_free_and_can_be_force_released() {
+    let good = {
+        let e = Env::new();
+        e.ok("agent-a", &["checkout", "task-x"]);
+        std::fs::read(record_path(&e.dir(), "task-x")).unwrap()
+    };
+    let newer = String::from_utf8(good.clone())
+        .unwrap()
+        .replace("\"version\": 1", "\"version\": 9");
+    let other_key = String::from_utf8(good.clone())
+        .unwrap()
+        .replace("\"key\": \"task-x\"", "\"key\": \"task-y\"");
+    let huge = {
+        let mut v = b"{\"version\": 1, \"pad\": \"".to_vec();
+        v.extend(std::iter::repeat_n(b'x', 1 << 20));
+        v.extend(b"\"}");
+        v
+    };
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("empty", vec![], "empty"),
+        (
+            "garbage",
+            b"\x00\xffnot json at all".to_vec(),
+            "not a valid record",
+        ),
+        (
+            "truncated",
+            good[..good.len() / 2].to_vec(),
+            "not a valid record",
+        ),
+        ("huge", huge, "1 MiB"),
+        (
+            "newer version",
+            newer.into_bytes(),
+            "newer than this tasklock",
+        ),
+        ("wrong key", other_key.into_bytes(), "task-y"),
+        (
+            "no version",
+            b"{\"key\": \"task-x\"}".to_vec(),
+            "format version",
+        ),
+    ];
+    for (what, bytes, problem) in cases {
+        let e = Env::new();
+        let path = plant(&e, "task-x", &bytes);
+        let r = e.run(Some("agent-b"), &["checkout", "task-x"]);
+        assert_eq!(r.code, 1, "{what}: {}", r.text());
+        assert!(
+            r.stderr.contains(&path.display().to_string()),
+            "{what}: names the file: {}",
+            r.stderr
+        );
+        assert!(
+            r.stderr.contains(problem),
+            "{what}: says {problem:?}: {}",
+            r.stderr
+        );
+        assert!(
+            r.stderr.contains("tasklock release task-x --force"),
+            "{what}: says how to fix"
+        );
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            bytes,
+            "{what}: left untouched"
+        );
+        assert_eq!(
+            e.run(Some("agent-b"), &["status", "task-x"]).code,
+            1,
+            "{what}"
+        );
+        assert_eq!(
+            e.run(Some("agent-b"), &["renew", "task-x"]).code,
+            1,
+            "{what}"
+        );
+        assert_eq!(
+            e.run(Some("agent-b"), &["verify", "task-x", "--token", "1"])
+                .code,
+            1,
+            "{what}"
+        );
+        assert_eq!(
+            e.run(Some("agent-b"), &["release", "task-x"]).code,
+            1,
+            "{what}"
+        );
+        let l = e.run(None, &["list", "--json"]);
+        assert_eq!(l.code, 0, "{what}: list still works");
+        let j = l.json();
+        assert_eq!(j["corrupt"].as_array().unwrap().len(), 1, "{what}");
+        assert!(
+            j["corrupt"][0]["problem"]
+                .as_str()
+                .unwrap()
+                .contains(problem),
+            "{what}"
+        );
+        assert!(path.exists());
+        let r = e.run(Some("agent-b"), &["release", "task-x", "--force"]);
+        assert_eq!(r.code, 0, "{what}: {}", r.text());
+        assert!(!path.exists());
+        let last = audit(&e.dir()).pop().unwrap();
+        assert_eq!(last["event"], "force_release", "{what}");
+        assert!(
+            last["detail"].as_str().unwrap().contains("corrupt"),
+            "{what}"
+        );
+        assert_eq!(
+            e.run(Some("agent-b"), &["checkout", "task-x"]).code,
+            0,
+            "{what}"
+        );
+    }
+}
+
+#[test]
+fn corrupt_record_outputs() {
+    let e = Env::new();
+    e.ok("agent-a", &["checkout", "task-ok", "--reason", "fine"]);
+    plant(&e, "task-x", b"{\"version\": 1, \"key\": ");
+    let r = e.run(Some("agent-b"), &["checkout", "task-x"]);
+    snap!(e, "checkout_corrupt_record", r);
+    let r = e.run(None, &["list"]);
+    assert_eq!(r.code, 0);
+    snap!(e, "list_with_corrupt_record", r);
+    let r = e.run(Some("agent-b"), &["release", "task-x", "--force"]);
+    snap!(e, "release_force_corrupt", r);
+}
+
+#[test]
+fn planted_symlinks_are_never_followed_or_written_through() {
+    let e = Env::new();
+    e.ok("agent-a", &["checkout", "warmup"]);
+    e.ok("agent-a", &["release", "warmup"]);
+    let victim = e.tmp.path().join("victim.txt");
+    std::fs::write(&victim, "precious").unwrap();
+    // A symlink where a record would go.
+    std::os::unix::fs::symlink(&victim, record_path(&e.dir(), "task-x")).unwrap();
+    let r = e.run(Some("agent-b"), &["checkout", "task-x"]);
+    assert_eq!(r.code, 1, "{}", r.text());
+    assert!(r.stderr.contains("symbolic link"), "{}", r.stderr);
+    let r = e.run(Some("agent-b"), &["release", "task-x", "--force"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+    assert!(victim.exists(), "removing the link leaves its target alone");
+    assert_eq!(e.run(Some("agent-b"), &["checkout", "task-x"]).code, 0);
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+
+    // A symlink where the temp file of this process would go is swept, not written through.
+    for pid in 0..4 {
+        let _ = std::os::unix::fs::symlink(&victim, e.dir().join("tmp").join(format!("{pid}.tmp")));
+    }
+    assert_eq!(e.run(Some("agent-b"), &["checkout", "task-y"]).code, 0);
+    assert_eq!(std::fs::read_dir(e.dir().join("tmp")).unwrap().count(), 0);
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+
+    // A symlinked audit log is refused rather than appended through.
+    std::fs::remove_file(e.dir().join("audit.jsonl")).unwrap();
+    std::os::unix::fs::symlink(&victim, e.dir().join("audit.jsonl")).unwrap();
+    let r = e.run(Some("agent-b"), &["release", "task-y"]);
+    assert_eq!(r.code, 1, "{}", r.text());
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+}
+
+#[test]
+fn planted_fifo_does_not_hang() {
+    let e = Env::new();
+    e.ok("agent-a", &["checkout", "warmup"]);
+    let p = record_path(&e.dir(), "task-x");
+    let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+    // SAFETY: valid path string.
+    assert_eq!(unsafe { libc_mkfifo(c.as_ptr(), 0o644) }, 0);
+    let r = e.run(Some("agent-b"), &["checkout", "task-x"]);
+    assert_eq!(r.code, 1);
+    assert!(r.stderr.contains("not a regular file"), "{}", r.stderr);
+}
+
+unsafe extern "C" {
+    #[link_name = "mkfifo"]
+    fn libc_mkfifo(path: *const std::ffi::c_char, mode: u32) -> i32;
+}
+
+#[test]
+fn leftover_temp_files_are_swept() {
+    let e = Env::new();
+    e.ok("agent-a", &["checkout", "warmup"]);
+    for i in 0..5 {
+        std::fs::write(
+            e.dir().join("tmp").join(format!("{}.tmp", 90000 + i)),
+            "{\"half",
+        )
+        .unwrap();
+    }
+    e.ok("agent-a", &["release", "warmup"]);
+    assert_eq!(std::fs::read_dir(e.dir().join("tmp")).unwrap().count(), 0);
+}
+
+#[test]
+fn damaged_token_counter_never_reissues_a_held_token() {
+    let e = Env::new();
+    for k in ["k1", "k2", "k3"] {
+        e.ok("agent-a", &["checkout", k]);
+    }
+    std::fs::write(e.dir().join(".guard"), "garbage").unwrap();
+    let t = e.ok("agent-b", &["checkout", "k4", "--json"]).json()["checkout"]["token"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(t, 4);
+}
+
+// ---------------------------------------------------------------- config and discovery
+
+#[test]
+fn config_sets_the_default_lease_and_errors_name_the_line() {
+    let e = Env::new();
+    std::fs::create_dir_all(e.dir()).unwrap();
+    std::fs::write(e.dir().join("config.yaml"), "# team settings\nlease: 2h\n").unwrap();
+    let j = e.ok("agent-a", &["checkout", "k", "--json"]).json();
+    assert_eq!(j["checkout"]["expires_at"], "2026-01-01T02:00:00Z");
+    std::fs::write(e.dir().join("config.yaml"), "lease: 2h\nleese: 3h\n").unwrap();
+    let r = e.run(Some("agent-a"), &["checkout", "k2"]);
+    assert_eq!(r.code, 1);
+    assert!(
+        r.stderr.contains("config.yaml") && r.stderr.contains("line 2"),
+        "{}",
+        r.stderr
+    );
+    snap!(e, "config_error", r);
+    std::fs::write(e.dir().join("config.yaml"), "lease: forever\n").unwrap();
+    let r = e.run(Some("agent-a"), &["checkout", "k2", "--timeout", "5m"]);
+    assert_eq!(r.code, 0, "an explicit --timeout does not need the config");
+}
+
+#[test]
+fn lock_directory_is_created_with_gitignore() {
+    let e = Env::new();
+    e.ok("agent-a", &["checkout", "k"]);
+    assert_eq!(
+        std::fs::read_to_string(e.dir().join(".gitignore")).unwrap(),
+        "*\n"
+    );
+}
+
+fn run_in(cwd: &Path, args: &[&str]) -> Run {
+    let mut cmd = base_cmd(T0);
+    cmd.current_dir(cwd).args(args);
+    exec(cmd)
+}
+
+#[test]
+fn discovery_order_dir_env_nearest_main_worktree_cwd() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    // Main worktree with a nested project dir, and a linked worktree elsewhere.
+    let main = root.join("repo");
+    std::fs::create_dir_all(main.join(".git/worktrees/wt1")).unwrap();
+    std::fs::create_dir_all(main.join("src/deep")).unwrap();
+    let wt = root.join("wt1");
+    std::fs::create_dir_all(wt.join("sub")).unwrap();
+    std::fs::write(
+        wt.join(".git"),
+        format!("gitdir: {}\n", main.join(".git/worktrees/wt1").display()),
+    )
+    .unwrap();
+    std::fs::write(main.join(".git/worktrees/wt1/commondir"), "../..\n").unwrap();
+
+    // From a linked worktree: the main worktree's .locks.
+    assert_eq!(
+        run_in(&wt.join("sub"), &["checkout", "k1", "--agent", "a"]).code,
+        0
+    );
+    assert!(main.join(".locks/keys/k1").exists());
+    // From deep in the main worktree: the same directory.
+    let r = run_in(&main.join("src/deep"), &["checkout", "k1", "--agent", "b"]);
+    assert_eq!(r.code, 2, "{}", r.text());
+    // A nearer .locks wins.
+    std::fs::create_dir_all(main.join("src/.locks")).unwrap();
+    assert_eq!(
+        run_in(&main.join("src/deep"), &["checkout", "k1", "--agent", "b"]).code,
+        0
+    );
+    assert!(main.join("src/.locks/keys/k1").exists());
+    // TASKLOCK_DIR beats discovery, and --dir beats TASKLOCK_DIR.
+    let mut cmd = base_cmd(T0);
+    cmd.current_dir(main.join("src/deep"))
+        .env("TASKLOCK_DIR", root.join("envdir"))
+        .args(["checkout", "k1", "--agent", "c"]);
+    assert_eq!(exec(cmd).code, 0);
+    assert!(root.join("envdir/keys/k1").exists());
+    let mut cmd = base_cmd(T0);
+    cmd.current_dir(main.join("src/deep"))
+        .env("TASKLOCK_DIR", root.join("envdir"))
+        .args(["checkout", "k1", "--agent", "c", "--dir"])
+        .arg(root.join("flagdir"));
+    assert_eq!(exec(cmd).code, 0);
+    assert!(root.join("flagdir/keys/k1").exists());
+    // Outside any repository and without .locks: ./.locks.
+    let plain = root.join("plain");
+    std::fs::create_dir_all(&plain).unwrap();
+    assert_eq!(run_in(&plain, &["checkout", "k1", "--agent", "d"]).code, 0);
+    assert!(plain.join(".locks/keys/k1").exists());
+}
