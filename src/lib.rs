@@ -9,6 +9,7 @@ pub mod duration;
 pub mod error;
 pub mod identity;
 pub mod key;
+pub mod liveness;
 pub mod render;
 pub mod report;
 pub mod store;

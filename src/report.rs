@@ -5,7 +5,8 @@ use serde::Serialize;
 
 use crate::clock::Time;
 use crate::error::Outcome;
-use crate::store::Record;
+use crate::commands::ReapReason;
+use crate::store::{Note, Record};
 
 /// The public view of a holder.
 #[derive(Debug, Clone, Serialize)]
@@ -56,23 +57,26 @@ impl AgentView {
     }
 }
 
-/// A checkout that was ended because its lease ran out, found by this command.
+/// A checkout this command ended on its holder's behalf: lease out or holder dead.
 #[derive(Debug, Clone, Serialize)]
-pub struct Expired {
+pub struct Reaped {
     pub agent: AgentView,
     pub token: u64,
-    pub expired_at: Time,
-    /// Why it was released: `timeout`.
-    pub reason: &'static str,
+    pub expires_at: Time,
+    /// `timeout`, `agent_death` or `session_end`.
+    pub reason: ReapReason,
+    /// The last notes left on the key, for whoever takes it next.
+    pub notes: Vec<Note>,
 }
 
-impl From<&Record> for Expired {
-    fn from(r: &Record) -> Self {
-        Expired {
+impl Reaped {
+    pub fn new(r: &Record, reason: ReapReason, notes: Vec<Note>) -> Self {
+        Reaped {
             agent: CheckoutView::from(r).agent,
             token: r.token,
-            expired_at: r.expires_at,
-            reason: "timeout",
+            expires_at: r.expires_at,
+            reason,
+            notes,
         }
     }
 }
@@ -87,7 +91,7 @@ pub struct CheckoutReport {
     /// The caller's checkout when granted or renewed; the holder's on conflict.
     pub checkout: CheckoutView,
     /// A previous holder whose lease had run out and was released by this checkout.
-    pub took_over: Option<Expired>,
+    pub took_over: Option<Reaped>,
     pub queue_length: usize,
 }
 
@@ -117,8 +121,10 @@ pub struct StatusReport {
     /// `held` or `free`.
     pub outcome: Outcome,
     pub checkout: Option<CheckoutView>,
-    /// Set when this command found the lease run out and released it.
-    pub expired: Option<Expired>,
+    /// Set when this command found the checkout over (lease out, holder dead) and ended it.
+    pub released: Option<Reaped>,
+    /// The key's last notes, oldest first; they survive release.
+    pub notes: Vec<Note>,
     pub queue_length: usize,
 }
 

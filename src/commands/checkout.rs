@@ -1,9 +1,9 @@
 use std::time::Duration;
 
-use super::{Ctx, auto_release};
+use super::{Ctx, Judge, NOTES_SHOWN, ReapReason, auto_release};
 use crate::duration::to_chrono;
 use crate::error::{Error, Outcome, Result};
-use crate::report::{CheckoutReport, CheckoutView, Expired, Report};
+use crate::report::{CheckoutReport, CheckoutView, Reaped, Report};
 use crate::store::{FORMAT_VERSION, FileStore, Record, Slot};
 
 pub fn run(
@@ -12,8 +12,20 @@ pub fn run(
     timeout: Option<Duration>,
     reason: Option<String>,
 ) -> Result<Report> {
+    run_as(ctx, key, timeout, reason, None)
+}
+
+/// Check out KEY. `pid` names a process whose death ends this checkout at once (used by
+/// `run`); without it the agent's registered process, if any, is recorded.
+pub fn run_as(
+    ctx: &Ctx,
+    key: &str,
+    timeout: Option<Duration>,
+    reason: Option<String>,
+    pid: Option<u32>,
+) -> Result<Report> {
     crate::key::validate(key)?;
-    let agent = ctx.agent()?;
+    let mut agent = ctx.agent()?;
     let lease = match timeout {
         Some(t) => t,
         None => ctx.config()?.lease,
@@ -24,6 +36,22 @@ pub fn run(
     let store = FileStore::open_or_create(&ctx.dir)?;
     let mut guard = store.lock()?;
     let now = ctx.now;
+    if let Some(mut entry) = store.read_agent(&agent.id)? {
+        if entry.host == agent.host && entry.boot_id == agent.boot_id {
+            agent.pid = entry.pid;
+            agent.pid_start = entry.pid_start;
+        }
+        if entry.ended_at.is_some() {
+            // An agent that ended and is back (same id) is alive again.
+            entry.ended_at = None;
+            entry.ended_reason = None;
+            store.write_agent(&guard, &entry)?;
+        }
+    }
+    if let Some(pid) = pid {
+        agent.pid = Some(pid);
+        agent.pid_start = crate::liveness::start_time(pid);
+    }
     let expires_at = now + to_chrono(lease);
     let mut took_over = None;
 
@@ -56,28 +84,38 @@ pub fn run(
                 queue_length: 0,
             }));
         }
-        Slot::Held(current) if current.held_by(&agent.id) || current.breakable(&now) => {
-            // Our own lease ran out (never revived: a new token follows), or another
-            // agent's lease is past its end plus the skew margin.
-            auto_release(ctx, &store, &guard, &current, Some(&agent.id))?;
-            took_over = Some(Expired::from(&current));
-        }
         Slot::Held(current) => {
-            let mut ev = ctx.event("deny", &current);
-            ev.agent = agent.id.clone();
-            ev.name = agent.name.clone();
-            ev.token = None;
-            ev.holder = Some(current.agent.id.clone());
-            store.audit(&guard, &ev)?;
-            return Ok(Report::Checkout(CheckoutReport {
-                command: "checkout",
-                now,
-                key: key.to_string(),
-                outcome: Outcome::Conflict,
-                checkout: CheckoutView::from(&current),
-                took_over: None,
-                queue_length: 0,
-            }));
+            // Our own lease ran out (never revived: a new token follows), or another
+            // agent's lease is past its end plus the skew margin, or its holder is dead.
+            let reason = if current.held_by(&agent.id) {
+                Some(ReapReason::Timeout)
+            } else {
+                Judge::new(ctx, &store).reap_reason(&current)?
+            };
+            match reason {
+                Some(reason) => {
+                    auto_release(ctx, &store, &guard, &current, Some(&agent.id), reason)?;
+                    let notes = store.last_notes(key, NOTES_SHOWN)?;
+                    took_over = Some(Reaped::new(&current, reason, notes));
+                }
+                None => {
+                    let mut ev = ctx.event("deny", &current);
+                    ev.agent = agent.id.clone();
+                    ev.name = agent.name.clone();
+                    ev.token = None;
+                    ev.holder = Some(current.agent.id.clone());
+                    store.audit(&guard, &ev)?;
+                    return Ok(Report::Checkout(CheckoutReport {
+                        command: "checkout",
+                        now,
+                        key: key.to_string(),
+                        outcome: Outcome::Conflict,
+                        checkout: CheckoutView::from(&current),
+                        took_over: None,
+                        queue_length: 0,
+                    }));
+                }
+            }
         }
         Slot::Free => {}
     }

@@ -1,4 +1,4 @@
-use super::{Ctx, auto_release};
+use super::{Ctx, Judge, auto_release};
 use crate::error::Result;
 use crate::report::{CheckoutView, CorruptEntry, ListReport, Report};
 use crate::store::{FileStore, Slot};
@@ -9,40 +9,40 @@ pub fn run(ctx: &Ctx, mine: bool) -> Result<Report> {
     } else {
         ctx.agent_id().ok()
     };
+    let wanted = |id: &str| !mine || me.as_deref() == Some(id);
     let mut checkouts = Vec::new();
     let mut corrupt = Vec::new();
     if let Some(store) = FileStore::open_existing(&ctx.dir)? {
-        let mut expired = Vec::new();
+        let mut judge = Judge::new(ctx, &store);
+        let mut ended = Vec::new();
         for (file, slot) in store.scan()? {
             match slot {
-                Slot::Held(r) if r.breakable(&ctx.now) => expired.push(r),
-                Slot::Held(r) => {
-                    if !mine || me.as_deref().is_some_and(|m| r.held_by(m)) {
-                        checkouts.push(CheckoutView::from(&r));
-                    }
-                }
+                Slot::Held(r) if judge.reap_reason(&r)?.is_some() => ended.push(r),
+                Slot::Held(r) if wanted(&r.agent.id) => checkouts.push(CheckoutView::from(&r)),
+                Slot::Held(_) | Slot::Free => {}
                 Slot::Corrupt { path, problem } => corrupt.push(CorruptEntry {
                     file,
                     path: path.display().to_string(),
                     problem,
                 }),
-                Slot::Free => {}
             }
         }
-        if !expired.is_empty() {
-            // Reap under the guard, re-reading each to be sure it is the record we judged.
+        if !ended.is_empty() {
+            // End them under the guard, re-reading and re-judging each first.
             let guard = store.lock()?;
-            for r in expired {
-                match store.read(&r.key)? {
-                    Slot::Held(again) if again.token == r.token && again.breakable(&ctx.now) => {
-                        auto_release(ctx, &store, &guard, &again, me.as_deref())?;
+            judge.refresh();
+            for r in ended {
+                let Slot::Held(again) = store.read(&r.key)? else {
+                    continue;
+                };
+                match judge.reap_reason(&again)? {
+                    Some(reason) => {
+                        auto_release(ctx, &store, &guard, &again, me.as_deref(), reason)?
                     }
-                    Slot::Held(again)
-                        if !mine || me.as_deref().is_some_and(|m| again.held_by(m)) =>
-                    {
-                        checkouts.push(CheckoutView::from(&again));
+                    None if wanted(&again.agent.id) => {
+                        checkouts.push(CheckoutView::from(&again))
                     }
-                    _ => {}
+                    None => {}
                 }
             }
         }

@@ -7,13 +7,16 @@ pub mod renew;
 pub mod status;
 pub mod verify;
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 
 use crate::clock::Time;
 use crate::config::Config;
 use crate::error::Result;
 use crate::identity::{self, Agent};
-use crate::store::{AuditEvent, FileStore, Record, Slot};
+use crate::liveness::{self, Judgement};
+use crate::report::Reaped;
+use crate::store::{AgentEntry, AuditEvent, FileStore, Record, Slot};
 
 /// What every command gets: resolved global options and "now".
 pub struct Ctx {
@@ -52,44 +55,122 @@ impl Ctx {
     }
 }
 
-/// Release an expired record found under the guard (audited as auto_release, timeout).
+/// Why a checkout was ended by someone other than its holder's own release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReapReason {
+    Timeout,
+    AgentDeath,
+    SessionEnd,
+}
+
+impl ReapReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReapReason::Timeout => "timeout",
+            ReapReason::AgentDeath => "agent_death",
+            ReapReason::SessionEnd => "session_end",
+        }
+    }
+}
+
+/// Release a record under the guard on the holder's behalf (audited as auto_release).
 pub(crate) fn auto_release(
     ctx: &Ctx,
     store: &FileStore,
     guard: &crate::store::Guard,
     record: &Record,
     by: Option<&str>,
+    reason: ReapReason,
 ) -> Result<()> {
     store.remove(guard, &record.key)?;
     let mut ev = ctx.event("auto_release", record);
-    ev.reason = Some("timeout".into());
+    ev.reason = Some(reason.as_str().into());
     ev.by = by.filter(|b| *b != record.agent.id).map(str::to_string);
     store.audit(guard, &ev)
 }
 
-/// Read a key outside the guard; if its lease can be broken, reap it under the guard
-/// (re-reading to be sure it is still the same record) and report what was released.
+/// Judges holders: lease end, then death, with registry entries and config read once.
+pub(crate) struct Judge<'a> {
+    ctx: &'a Ctx,
+    store: &'a FileStore,
+    cfg: Option<Config>,
+    entries: HashMap<String, Option<AgentEntry>>,
+}
+
+impl<'a> Judge<'a> {
+    pub fn new(ctx: &'a Ctx, store: &'a FileStore) -> Self {
+        Judge { ctx, store, cfg: None, entries: HashMap::new() }
+    }
+
+    pub fn config(&mut self) -> Result<&Config> {
+        if self.cfg.is_none() {
+            self.cfg = Some(self.ctx.config()?);
+        }
+        Ok(self.cfg.as_ref().expect("just set"))
+    }
+
+    pub fn entry(&mut self, id: &str) -> Result<Option<AgentEntry>> {
+        if !self.entries.contains_key(id) {
+            let e = self.store.read_agent(id)?;
+            self.entries.insert(id.to_string(), e);
+        }
+        Ok(self.entries[id].clone())
+    }
+
+    /// Forget cached entries (after the guard is taken, to judge on fresh data).
+    pub fn refresh(&mut self) {
+        self.entries.clear();
+    }
+
+    pub fn holder(&mut self, r: &Record) -> Result<Judgement> {
+        let entry = self.entry(&r.agent.id)?;
+        let now = self.ctx.now;
+        let cfg = self.config()?.clone();
+        Ok(liveness::judge_holder(&r.agent, entry.as_ref(), &now, &cfg))
+    }
+
+    /// May someone other than the holder end this checkout now, and why?
+    pub fn reap_reason(&mut self, r: &Record) -> Result<Option<ReapReason>> {
+        if r.breakable(&self.ctx.now) {
+            return Ok(Some(ReapReason::Timeout));
+        }
+        Ok(self.holder(r)?.dead().then_some(ReapReason::AgentDeath))
+    }
+}
+
+/// Read a key outside the guard; if its checkout can be ended (lease out, holder dead),
+/// end it under the guard after re-reading and re-judging, and report what was ended.
 pub(crate) fn read_reaping(
     ctx: &Ctx,
     store: &FileStore,
     key: &str,
     by: Option<&str>,
-) -> Result<(Slot, Option<Record>)> {
+) -> Result<(Slot, Option<Reaped>)> {
+    let mut judge = Judge::new(ctx, store);
     let slot = store.read(key)?;
-    match &slot {
-        Slot::Held(r) if r.breakable(&ctx.now) => {
-            let guard = store.lock()?;
-            match store.read(key)? {
-                Slot::Held(again) if again.token == r.token && again.breakable(&ctx.now) => {
-                    auto_release(ctx, store, &guard, &again, by)?;
-                    Ok((Slot::Free, Some(again)))
-                }
-                other => Ok((other, None)),
+    let Slot::Held(r) = &slot else {
+        return Ok((slot, None));
+    };
+    if judge.reap_reason(r)?.is_none() {
+        return Ok((slot, None));
+    }
+    let guard = store.lock()?;
+    judge.refresh();
+    match store.read(key)? {
+        Slot::Held(again) => match judge.reap_reason(&again)? {
+            Some(reason) => {
+                auto_release(ctx, store, &guard, &again, by, reason)?;
+                Ok((Slot::Free, Some(Reaped::new(&again, reason, store.last_notes(key, NOTES_SHOWN)?))))
             }
-        }
-        _ => Ok((slot, None)),
+            None => Ok((Slot::Held(again), None)),
+        },
+        other => Ok((other, None)),
     }
 }
+
+/// How many of a key's notes `status` and a takeover show.
+pub const NOTES_SHOWN: usize = 3;
 
 /// The keys `agent_id` holds (expired ones included, so they can be reported as lost).
 pub(crate) fn held_keys(store: &FileStore, agent_id: &str) -> Result<Vec<String>> {

@@ -1,4 +1,4 @@
-use super::{Ctx, auto_release, checkout::check_text, held_keys};
+use super::{Ctx, Judge, ReapReason, auto_release, checkout::check_text, held_keys};
 use crate::error::{Error, Outcome, Result};
 use crate::report::{CheckoutView, KeyResult, KeysReport, Report};
 use crate::store::{FileStore, Slot};
@@ -38,6 +38,7 @@ pub fn run(
         return report(results);
     };
     let guard = store.lock()?;
+    let mut judge = Judge::new(ctx, &store);
     let keys = if all { held_keys(&store, &me)? } else { keys };
     for key in keys {
         let (outcome, checkout) = match store.read(&key)? {
@@ -64,7 +65,7 @@ pub fn run(
             }
             Slot::Held(r) if r.held_by(&me) => {
                 if r.expired_for_holder(&ctx.now) {
-                    auto_release(ctx, &store, &guard, &r, Some(&me))?;
+                    auto_release(ctx, &store, &guard, &r, Some(&me), ReapReason::Timeout)?;
                     (Outcome::LeaseLost, Some(CheckoutView::from(&r)))
                 } else {
                     store.remove(&guard, &key)?;
@@ -82,8 +83,8 @@ pub fn run(
                 store.audit(&guard, &ev)?;
                 (Outcome::ForceReleased, Some(CheckoutView::from(&r)))
             }
-            Slot::Held(r) if r.breakable(&ctx.now) => {
-                auto_release(ctx, &store, &guard, &r, Some(&me))?;
+            Slot::Held(r) if let Some(reason) = judge.reap_reason(&r)? => {
+                auto_release(ctx, &store, &guard, &r, Some(&me), reason)?;
                 (Outcome::NoSuchCheckout, None)
             }
             Slot::Held(r) => (Outcome::NotHolder, Some(CheckoutView::from(&r))),

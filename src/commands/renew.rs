@@ -1,6 +1,6 @@
 use std::time::Duration;
 
-use super::{Ctx, auto_release, held_keys};
+use super::{Ctx, Judge, ReapReason, auto_release, held_keys};
 use crate::duration::to_chrono;
 use crate::error::{Error, Outcome, Result};
 use crate::report::{CheckoutView, KeyResult, KeysReport, Report};
@@ -36,6 +36,7 @@ pub fn run(ctx: &Ctx, keys: Vec<String>, all: bool, timeout: Option<Duration>) -
         return report(results);
     };
     let guard = store.lock()?;
+    let mut judge = Judge::new(ctx, &store);
     let keys = if all { held_keys(&store, &me)? } else { keys };
     for key in keys {
         let (outcome, checkout) = match store.read(&key)? {
@@ -44,7 +45,7 @@ pub fn run(ctx: &Ctx, keys: Vec<String>, all: bool, timeout: Option<Duration>) -
             Slot::Held(r) if r.held_by(&me) => {
                 if r.expired_for_holder(&ctx.now) {
                     // A lost lease is never revived: someone may already have acted on it.
-                    auto_release(ctx, &store, &guard, &r, Some(&me))?;
+                    auto_release(ctx, &store, &guard, &r, Some(&me), ReapReason::Timeout)?;
                     (Outcome::LeaseLost, Some(CheckoutView::from(&r)))
                 } else {
                     let renewed = Record {
@@ -57,8 +58,8 @@ pub fn run(ctx: &Ctx, keys: Vec<String>, all: bool, timeout: Option<Duration>) -
                     (Outcome::Renewed, Some(CheckoutView::from(&renewed)))
                 }
             }
-            Slot::Held(r) if r.breakable(&ctx.now) => {
-                auto_release(ctx, &store, &guard, &r, Some(&me))?;
+            Slot::Held(r) if let Some(reason) = judge.reap_reason(&r)? => {
+                auto_release(ctx, &store, &guard, &r, Some(&me), reason)?;
                 (Outcome::NoSuchCheckout, None)
             }
             Slot::Held(r) => (Outcome::NotHolder, Some(CheckoutView::from(&r))),

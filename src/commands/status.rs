@@ -1,13 +1,14 @@
-use super::{Ctx, read_reaping};
+use super::{Ctx, NOTES_SHOWN, read_reaping};
 use crate::error::{Error, Outcome, Result};
-use crate::report::{CheckoutView, Expired, Report, StatusReport};
+use crate::report::{CheckoutView, Report, StatusReport};
 use crate::store::{FileStore, Slot};
 
 pub fn run(ctx: &Ctx, key: &str) -> Result<Report> {
     crate::key::validate(key)?;
     let by = ctx.agent_id().ok();
-    let (slot, expired) = match FileStore::open_existing(&ctx.dir)? {
-        Some(store) => read_reaping(ctx, &store, key, by.as_deref())?,
+    let store = FileStore::open_existing(&ctx.dir)?;
+    let (slot, released) = match &store {
+        Some(store) => read_reaping(ctx, store, key, by.as_deref())?,
         None => (Slot::Free, None),
     };
     let checkout = match slot {
@@ -21,6 +22,10 @@ pub fn run(ctx: &Ctx, key: &str) -> Result<Report> {
         Slot::Held(r) => Some(CheckoutView::from(&r)),
         Slot::Free => None,
     };
+    let notes = match &store {
+        Some(s) => s.last_notes(key, NOTES_SHOWN)?,
+        None => Vec::new(),
+    };
     Ok(Report::Status(StatusReport {
         command: "status",
         now: ctx.now,
@@ -31,7 +36,8 @@ pub fn run(ctx: &Ctx, key: &str) -> Result<Report> {
             Outcome::Free
         },
         checkout,
-        expired: expired.as_ref().map(Expired::from),
+        released,
+        notes,
         queue_length: 0,
     }))
 }

@@ -1,4 +1,4 @@
-use super::{Ctx, auto_release};
+use super::{Ctx, Judge, ReapReason, auto_release};
 use crate::error::{Error, Outcome, Result};
 use crate::report::{CheckoutView, Report, VerifyReport};
 use crate::store::{FileStore, Record, Slot};
@@ -20,18 +20,23 @@ pub fn run(ctx: &Ctx, key: &str, token: u64) -> Result<Report> {
     let Some(store) = FileStore::open_existing(&ctx.dir)? else {
         return report(Outcome::NoSuchCheckout, None);
     };
-    // The holder loses its lease at its end; others may break it only after the margin.
-    let expired = |r: &Record| {
+    // The holder loses its lease at its end; others' checkouts end after the skew margin
+    // or when their holder is dead.
+    let mut judge = Judge::new(ctx, &store);
+    let ends = |r: &Record, judge: &mut Judge| -> Result<Option<ReapReason>> {
         if r.held_by(&me) {
-            r.expired_for_holder(&ctx.now)
+            Ok(r.expired_for_holder(&ctx.now).then_some(ReapReason::Timeout))
         } else {
-            r.breakable(&ctx.now)
+            judge.reap_reason(r)
         }
     };
     let mut slot = store.read(key)?;
     let mut guard = None;
-    if matches!(&slot, Slot::Held(r) if expired(r)) {
+    if let Slot::Held(r) = &slot
+        && ends(r, &mut judge)?.is_some()
+    {
         guard = Some(store.lock()?);
+        judge.refresh();
         slot = store.read(key)?;
     }
     let r = match slot {
@@ -45,8 +50,10 @@ pub fn run(ctx: &Ctx, key: &str, token: u64) -> Result<Report> {
         }
         Slot::Held(r) => r,
     };
-    if let (Some(g), true) = (&guard, expired(&r)) {
-        auto_release(ctx, &store, g, &r, Some(&me))?;
+    if let Some(g) = &guard
+        && let Some(reason) = ends(&r, &mut judge)?
+    {
+        auto_release(ctx, &store, g, &r, Some(&me), reason)?;
         return if r.held_by(&me) {
             report(Outcome::LeaseLost, Some(CheckoutView::from(&r)))
         } else {

@@ -4,7 +4,9 @@ use std::fmt::Write;
 
 use crate::clock::{Time, with_relative};
 use crate::error::{Outcome, shell_quote};
+use crate::commands::ReapReason;
 use crate::report::*;
+use crate::store::Note;
 
 pub fn report(r: &Report) -> String {
     match r {
@@ -91,13 +93,8 @@ fn checkout(r: &CheckoutReport) -> String {
             out.push('\n');
             checkout_lines(&mut out, c, &r.now);
             if let Some(prev) = &r.took_over {
-                let _ = writeln!(
-                    out,
-                    "- Took over from: {} (token {}), whose lease ran out {}",
-                    prev.agent.label(),
-                    prev.token,
-                    with_relative(&prev.expired_at, &r.now)
-                );
+                let _ = writeln!(out, "- Took over from: {}", reaped_words(prev, &r.now));
+                notes_lines(&mut out, &prev.notes, &r.now);
             }
             let _ = writeln!(
                 out,
@@ -113,6 +110,37 @@ fn checkout(r: &CheckoutReport) -> String {
         }
     }
     out
+}
+
+/// "agent-a (token 1), whose lease ran out 2026-… (5m ago)".
+fn reaped_words(p: &Reaped, now: &Time) -> String {
+    let why = match p.reason {
+        ReapReason::Timeout => format!(
+            "whose lease ran out {}",
+            with_relative(&p.expires_at, now)
+        ),
+        ReapReason::AgentDeath => {
+            "whose agent is dead (its process is gone or its heartbeats stopped)".to_string()
+        }
+        ReapReason::SessionEnd => "whose session ended".to_string(),
+    };
+    format!("{} (token {}), {why}", p.agent.label(), p.token)
+}
+
+fn notes_lines(out: &mut String, notes: &[Note], now: &Time) {
+    if notes.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "- Recent notes:");
+    for n in notes {
+        let _ = writeln!(
+            out,
+            "  - {} {}: {}",
+            with_relative(&n.ts, now),
+            n.agent,
+            n.text
+        );
+    }
 }
 
 fn keys(r: &KeysReport) -> String {
@@ -247,6 +275,7 @@ fn status(r: &StatusReport) -> String {
             out.push('\n');
             checkout_lines(&mut out, c, &r.now);
             let _ = writeln!(out, "- Queue: {} waiting", r.queue_length);
+            notes_lines(&mut out, &r.notes, &r.now);
             let _ = writeln!(
                 out,
                 "\nNext: if it is yours, {} when done; otherwise pick another task.",
@@ -255,14 +284,17 @@ fn status(r: &StatusReport) -> String {
         }
         None => {
             let _ = writeln!(out, "{k} is free.");
-            if let Some(e) = &r.expired {
+            if let Some(e) = &r.released {
                 let _ = writeln!(
                     out,
-                    "\n- Last holder: {} (token {}); its lease ran out {} and was released (timeout).",
-                    e.agent.label(),
-                    e.token,
-                    with_relative(&e.expired_at, &r.now)
+                    "\n- Last holder: {}; released just now ({}).",
+                    reaped_words(e, &r.now),
+                    e.reason.as_str()
                 );
+            }
+            if !r.notes.is_empty() {
+                out.push('\n');
+                notes_lines(&mut out, &r.notes, &r.now);
             }
             let _ = writeln!(out, "\nNext: {} to take it.", cmd("checkout", &r.key));
         }

@@ -14,6 +14,7 @@
 //! temp file + rename, so readers never see a partial record.
 
 pub mod record;
+pub mod registry;
 
 use std::fs::{File, OpenOptions};
 use std::io::{ErrorKind, Read, Write};
@@ -27,6 +28,7 @@ use crate::clock::Time;
 use crate::error::{Error, Result};
 use crate::key;
 pub use record::{FORMAT_VERSION, Record};
+pub use registry::{AgentEntry, Note};
 
 /// A record bigger than this is damage, not a lock.
 pub const MAX_RECORD_BYTES: u64 = 1 << 20;
@@ -83,21 +85,7 @@ impl FileStore {
             Err(e) => return Err(Error::io(&gi, e)),
         }
         for dir in [&store.keys, &store.tmp] {
-            match std::fs::symlink_metadata(dir) {
-                Ok(m) if m.is_dir() => {}
-                Ok(_) => {
-                    return Err(Error::Store(format!(
-                        "{} is not a directory (a symlink or file was put there); remove it",
-                        dir.display()
-                    )));
-                }
-                Err(e) if e.kind() == ErrorKind::NotFound => match std::fs::create_dir(dir) {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
-                    Err(e) => return Err(Error::io(dir, e)),
-                },
-                Err(e) => return Err(Error::io(dir, e)),
-            }
+            store.ensure_dir(dir)?;
         }
         Ok(store)
     }
@@ -302,7 +290,7 @@ impl FileStore {
 
     /// Publish a record for a key that has none. Fails if one appeared meanwhile.
     pub fn insert(&self, _g: &Guard, record: &Record) -> Result<()> {
-        let tmp = self.write_temp(record)?;
+        let tmp = self.write_temp(&encode_record(record)?)?;
         let dest = self.record_path(&record.key);
         match rename_noreplace(&tmp, &dest) {
             Ok(()) => Ok(()),
@@ -321,13 +309,35 @@ impl FileStore {
     }
 
     /// Replace an existing record whole (rename never follows a symlink at the target).
-    pub fn replace(&self, _g: &Guard, record: &Record) -> Result<()> {
-        let tmp = self.write_temp(record)?;
-        let dest = self.record_path(&record.key);
-        std::fs::rename(&tmp, &dest).map_err(|e| {
+    pub fn replace(&self, g: &Guard, record: &Record) -> Result<()> {
+        let bytes = encode_record(record)?;
+        self.publish_replace(g, &bytes, &self.record_path(&record.key))
+    }
+
+    /// Write `bytes` to `dest` whole: temp file, then rename over whatever is there.
+    pub(crate) fn publish_replace(&self, _g: &Guard, bytes: &[u8], dest: &Path) -> Result<()> {
+        let tmp = self.write_temp(bytes)?;
+        std::fs::rename(&tmp, dest).map_err(|e| {
             let _ = std::fs::remove_file(&tmp);
-            Error::io(&dest, e)
+            Error::io(dest, e)
         })
+    }
+
+    /// Create a subdirectory of the store when missing; refuse a symlink in its place.
+    pub(crate) fn ensure_dir(&self, dir: &Path) -> Result<()> {
+        match std::fs::symlink_metadata(dir) {
+            Ok(m) if m.is_dir() => Ok(()),
+            Ok(_) => Err(Error::Store(format!(
+                "{} is not a directory (a symlink or file was put there); remove it",
+                dir.display()
+            ))),
+            Err(e) if e.kind() == ErrorKind::NotFound => match std::fs::create_dir(dir) {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == ErrorKind::AlreadyExists => Ok(()),
+                Err(e) => Err(Error::io(dir, e)),
+            },
+            Err(e) => Err(Error::io(dir, e)),
+        }
     }
 
     /// Remove a key's record (or the damaged file in its place).
@@ -340,10 +350,7 @@ impl FileStore {
         }
     }
 
-    fn write_temp(&self, record: &Record) -> Result<PathBuf> {
-        let mut bytes = serde_json::to_vec_pretty(record)
-            .map_err(|e| Error::Store(format!("cannot encode record: {e}")))?;
-        bytes.push(b'\n');
+    fn write_temp(&self, bytes: &[u8]) -> Result<PathBuf> {
         let path = self.tmp.join(format!("{}.tmp", std::process::id()));
         let mut f = OpenOptions::new()
             .write(true)
@@ -352,7 +359,7 @@ impl FileStore {
             .mode(0o644)
             .open(&path)
             .map_err(|e| Error::io(&path, e))?;
-        f.write_all(&bytes).map_err(|e| {
+        f.write_all(bytes).map_err(|e| {
             let _ = std::fs::remove_file(&path);
             Error::io(&path, e)
         })?;
@@ -374,6 +381,13 @@ impl FileStore {
             .map_err(|e| Error::io(&path, symlink_hint(e)))?;
         f.write_all(&line).map_err(|e| Error::io(&path, e))
     }
+}
+
+fn encode_record(record: &Record) -> Result<Vec<u8>> {
+    let mut bytes = serde_json::to_vec_pretty(record)
+        .map_err(|e| Error::Store(format!("cannot encode record: {e}")))?;
+    bytes.push(b'\n');
+    Ok(bytes)
 }
 
 fn symlink_hint(e: std::io::Error) -> std::io::Error {

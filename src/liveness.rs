@@ -1,0 +1,134 @@
+//! Alive, stalled or dead: from heartbeats and, on this host, from the process itself.
+
+use serde::Serialize;
+
+use crate::clock::Time;
+use crate::config::Config;
+use crate::duration::to_chrono;
+use crate::identity::{self, Agent};
+use crate::store::AgentEntry;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum State {
+    Alive,
+    Stalled,
+    Dead,
+}
+
+/// Why an agent counts as dead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Cause {
+    /// Its recorded process no longer exists on this host.
+    ProcessGone,
+    /// Its recorded pid now belongs to another process (different start time).
+    PidReused,
+    /// No heartbeat for longer than `dead_after`.
+    Silent,
+    /// It ended (session end or its watcher saw it die).
+    Ended,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Judgement {
+    pub state: State,
+    pub cause: Option<Cause>,
+}
+
+impl Judgement {
+    const ALIVE: Judgement = Judgement { state: State::Alive, cause: None };
+
+    pub fn dead(&self) -> bool {
+        self.state == State::Dead
+    }
+}
+
+/// What the process table says about a recorded pid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Proc {
+    Running,
+    Gone,
+    Reused,
+    /// Not checkable from here (another host, boot or pid namespace).
+    Unknown,
+}
+
+/// Start time of a process in clock ticks since boot (field 22 of `/proc/PID/stat`).
+pub fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may contain spaces and parentheses; fields after it
+    // start after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Is `pid` (started at `start`) still running? Only trusted on the same host, boot and
+/// pid namespace; EPERM from `kill(pid, 0)` means it exists.
+pub fn check_process(agent_host: &str, boot: Option<&str>, ns: Option<&str>, pid: u32, start: Option<u64>) -> Proc {
+    if pid == 0 || pid > i32::MAX as u32 {
+        return Proc::Unknown;
+    }
+    if agent_host != identity::hostname()
+        || boot.is_none()
+        || boot.map(str::to_string) != identity::boot_id()
+        || ns.map(str::to_string) != identity::pid_namespace()
+    {
+        return Proc::Unknown;
+    }
+    // SAFETY: signal 0 only checks for existence and permission.
+    let rc = unsafe { libc::kill(pid as i32, 0) };
+    if rc != 0 {
+        let err = std::io::Error::last_os_error().raw_os_error();
+        if err != Some(libc::EPERM) {
+            return Proc::Gone;
+        }
+    }
+    match (start, start_time(pid)) {
+        (Some(recorded), Some(now)) if recorded != now => Proc::Reused,
+        (Some(_), None) if rc == 0 => Proc::Gone,
+        _ => Proc::Running,
+    }
+}
+
+/// Judge an agent from its registry entry (if any).
+pub fn judge_entry(entry: &AgentEntry, now: &Time, cfg: &Config) -> Judgement {
+    if entry.ended_at.is_some() {
+        return Judgement { state: State::Dead, cause: Some(Cause::Ended) };
+    }
+    if let Some(pid) = entry.pid {
+        match check_process(&entry.host, entry.boot_id.as_deref(), entry.pid_ns.as_deref(), pid, entry.pid_start) {
+            Proc::Gone => return Judgement { state: State::Dead, cause: Some(Cause::ProcessGone) },
+            Proc::Reused => return Judgement { state: State::Dead, cause: Some(Cause::PidReused) },
+            Proc::Running | Proc::Unknown => {}
+        }
+    }
+    let Some(last) = entry.last_heartbeat else {
+        // Never beat: judged by its leases alone.
+        return Judgement::ALIVE;
+    };
+    let silent = *now - last;
+    if silent >= to_chrono(cfg.dead_after) {
+        Judgement { state: State::Dead, cause: Some(Cause::Silent) }
+    } else if silent >= to_chrono(cfg.stalled_after) {
+        Judgement { state: State::Stalled, cause: None }
+    } else {
+        Judgement::ALIVE
+    }
+}
+
+/// Judge the holder of a record: its own recorded process (a `run` or an agent that
+/// registered a pid), then its registry entry.
+pub fn judge_holder(agent: &Agent, entry: Option<&AgentEntry>, now: &Time, cfg: &Config) -> Judgement {
+    if let Some(pid) = agent.pid {
+        match check_process(&agent.host, agent.boot_id.as_deref(), agent.pid_ns.as_deref(), pid, agent.pid_start) {
+            Proc::Gone => return Judgement { state: State::Dead, cause: Some(Cause::ProcessGone) },
+            Proc::Reused => return Judgement { state: State::Dead, cause: Some(Cause::PidReused) },
+            Proc::Running | Proc::Unknown => {}
+        }
+    }
+    match entry {
+        Some(e) => judge_entry(e, now, cfg),
+        None => Judgement::ALIVE,
+    }
+}

@@ -1,0 +1,186 @@
+//! The agent registry (`agents/<encoded id>`) and per-key notes (`notes/<encoded key>.jsonl`).
+
+use std::fs::OpenOptions;
+use std::io::{ErrorKind, Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
+
+use serde::{Deserialize, Serialize};
+
+use super::{FileStore, Guard};
+use crate::clock::Time;
+use crate::error::{Error, Result};
+use crate::key;
+
+/// What the registry knows about one agent.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct AgentEntry {
+    pub version: u32,
+    pub id: String,
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub host: String,
+    #[serde(default)]
+    pub boot_id: Option<String>,
+    #[serde(default)]
+    pub pid_ns: Option<String>,
+    /// The agent's long-lived process (for Claude Code: the parent of a hook command).
+    #[serde(default)]
+    pub pid: Option<u32>,
+    #[serde(default)]
+    pub pid_start: Option<u64>,
+    pub first_seen: Time,
+    #[serde(default)]
+    pub last_heartbeat: Option<Time>,
+    #[serde(default)]
+    pub heartbeats: u64,
+    #[serde(default)]
+    pub status: Option<String>,
+    /// Set when the agent ended (session end, or its watcher saw its process die).
+    #[serde(default)]
+    pub ended_at: Option<Time>,
+    #[serde(default)]
+    pub ended_reason: Option<String>,
+}
+
+/// One checkpoint in a key's history.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Note {
+    pub ts: Time,
+    pub agent: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<u64>,
+    pub text: String,
+}
+
+const AGENTS: &str = "agents";
+const NOTES: &str = "notes";
+/// Notes files are read from the end; this bounds what a read ever loads.
+const NOTES_TAIL_BYTES: u64 = 64 * 1024;
+
+impl FileStore {
+    fn agent_path(&self, id: &str) -> std::path::PathBuf {
+        self.root().join(AGENTS).join(key::encode(id))
+    }
+
+    /// The registry entry of an agent. A damaged entry counts as absent: the agent is then
+    /// judged by its leases alone, which never releases anything early.
+    pub fn read_agent(&self, id: &str) -> Result<Option<AgentEntry>> {
+        let path = self.agent_path(id);
+        match read_small(&path)? {
+            Some(bytes) => Ok(serde_json::from_slice::<AgentEntry>(&bytes)
+                .ok()
+                .filter(|e| e.id == id)),
+            None => Ok(None),
+        }
+    }
+
+    pub fn write_agent(&self, g: &Guard, entry: &AgentEntry) -> Result<()> {
+        let dir = self.root().join(AGENTS);
+        self.ensure_dir(&dir)?;
+        let mut bytes = serde_json::to_vec_pretty(entry)
+            .map_err(|e| Error::Store(format!("cannot encode agent entry: {e}")))?;
+        bytes.push(b'\n');
+        self.publish_replace(g, &bytes, &self.agent_path(&entry.id))
+    }
+
+    /// Every readable registry entry.
+    pub fn scan_agents(&self) -> Result<Vec<AgentEntry>> {
+        let dir = self.root().join(AGENTS);
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(Error::io(&dir, e)),
+        };
+        let mut out = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| Error::io(&dir, e))?;
+            if let Some(bytes) = read_small(&entry.path())?
+                && let Ok(a) = serde_json::from_slice::<AgentEntry>(&bytes)
+            {
+                out.push(a);
+            }
+        }
+        out.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(out)
+    }
+
+    /// Append a note to a key's history (one `write` on an `O_APPEND` file).
+    pub fn append_note(&self, _g: &Guard, key_name: &str, note: &Note) -> Result<()> {
+        let dir = self.root().join(NOTES);
+        self.ensure_dir(&dir)?;
+        let path = dir.join(format!("{}.jsonl", key::encode(key_name)));
+        let mut line = serde_json::to_vec(note)
+            .map_err(|e| Error::Store(format!("cannot encode note: {e}")))?;
+        line.push(b'\n');
+        let mut f = OpenOptions::new()
+            .append(true)
+            .create(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .mode(0o644)
+            .open(&path)
+            .map_err(|e| Error::io(&path, e))?;
+        f.write_all(&line).map_err(|e| Error::io(&path, e))
+    }
+
+    /// The last `n` notes of a key, oldest first. Unreadable lines are skipped.
+    pub fn last_notes(&self, key_name: &str, n: usize) -> Result<Vec<Note>> {
+        let path = self
+            .root()
+            .join(NOTES)
+            .join(format!("{}.jsonl", key::encode(key_name)));
+        let file = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(&path);
+        let mut file = match file {
+            Ok(f) => f,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Ok(Vec::new()),
+            Err(e) => return Err(Error::io(&path, e)),
+        };
+        let meta = file.metadata().map_err(|e| Error::io(&path, e))?;
+        if !meta.is_file() {
+            return Ok(Vec::new());
+        }
+        use std::io::{Seek, SeekFrom};
+        let start = meta.len().saturating_sub(NOTES_TAIL_BYTES);
+        file.seek(SeekFrom::Start(start))
+            .map_err(|e| Error::io(&path, e))?;
+        let mut buf = Vec::new();
+        file.take(NOTES_TAIL_BYTES)
+            .read_to_end(&mut buf)
+            .map_err(|e| Error::io(&path, e))?;
+        let text = String::from_utf8_lossy(&buf);
+        let mut notes: Vec<Note> = text
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        let skip = notes.len().saturating_sub(n);
+        Ok(notes.split_off(skip))
+    }
+}
+
+/// Read a small file without following symlinks; `None` when absent or not a file.
+fn read_small(path: &std::path::Path) -> Result<Option<Vec<u8>>> {
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path);
+    let mut file = match file {
+        Ok(f) => f,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Ok(None),
+        Err(e) => return Err(Error::io(path, e)),
+    };
+    let meta = file.metadata().map_err(|e| Error::io(path, e))?;
+    if !meta.is_file() || meta.len() > super::MAX_RECORD_BYTES {
+        return Ok(None);
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.read_to_end(&mut bytes)
+        .map_err(|e| Error::io(path, e))?;
+    Ok(Some(bytes))
+}
