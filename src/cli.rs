@@ -100,4 +100,39 @@ pub enum Command {
         #[arg(long, value_name = "N")]
         token: u64,
     },
+    /// Record that this agent is alive; renews the leases it holds
+    Heartbeat {
+        /// A short free text shown in `tasklock agents`
+        #[arg(long, value_name = "TEXT")]
+        status: Option<String>,
+        /// The agent's long-lived process; when it dies, its checkouts are released
+        #[arg(long, value_name = "PID")]
+        pid: Option<u32>,
+        /// Keep beating until PID dies (then release its checkouts) or SIGTERM
+        #[arg(long, requires = "pid")]
+        watch: bool,
+        /// Time between beats with --watch (default from config.yaml: 60s)
+        #[arg(long, value_parser = duration, value_name = "DUR", requires = "watch")]
+        interval: Option<Duration>,
+        /// With --watch: start the watcher in the background and return at once
+        #[arg(long, requires = "watch")]
+        detach: bool,
+    },
+    /// Table of known agents: alive, stalled or dead
+    Agents,
+    /// Append a checkpoint to KEY's history (holder only)
+    Note { key: String, text: String },
+    /// Check out KEY, run CMD renewing the lease, release when it ends
+    Run {
+        key: String,
+        /// Lease length (default from config.yaml: 30m); renewed in the background
+        #[arg(long, value_parser = duration, value_name = "DUR")]
+        timeout: Option<Duration>,
+        /// Why you are taking it; shown to others
+        #[arg(long, value_name = "TEXT")]
+        reason: Option<String>,
+        /// The command and its arguments, after `--`
+        #[arg(last = true, required = true, value_name = "CMD")]
+        cmd: Vec<std::ffi::OsString>,
+    },
 }

@@ -92,6 +92,7 @@ pub enum Outcome {
     Released,
     ForceReleased,
     Valid,
+    Noted,
     Free,
     Held,
     Conflict,
@@ -109,6 +110,7 @@ impl Outcome {
             | Outcome::Released
             | Outcome::ForceReleased
             | Outcome::Valid
+            | Outcome::Noted
             | Outcome::Free
             | Outcome::Held => EXIT_OK,
             Outcome::Conflict => EXIT_HELD,

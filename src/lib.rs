@@ -12,6 +12,7 @@ pub mod key;
 pub mod liveness;
 pub mod render;
 pub mod report;
+pub mod signals;
 pub mod store;
 
 use std::ffi::OsString;
@@ -43,7 +44,13 @@ where
     };
     match execute(cli) {
         Ok(report) => {
-            emit_stdout(&render::report(&report, format));
+            let text = render::report(&report, format);
+            // `run` leaves stdout to the command it ran.
+            if matches!(report, report::Report::Run(_)) {
+                emit_stderr(&text);
+            } else {
+                emit_stdout(&text);
+            }
             report.exit_code()
         }
         Err(e) => {
@@ -80,6 +87,27 @@ fn execute(cli: Cli) -> Result<report::Report, Error> {
         Command::Status { key } => commands::status::run(&ctx, &key),
         Command::List { mine } => commands::list::run(&ctx, mine),
         Command::Verify { key, token } => commands::verify::run(&ctx, &key, token),
+        Command::Heartbeat {
+            status,
+            pid,
+            watch: false,
+            ..
+        } => commands::heartbeat::run(&ctx, status, pid),
+        Command::Heartbeat {
+            status,
+            pid,
+            interval,
+            detach,
+            ..
+        } => commands::watch::run(&ctx, status, pid, interval, detach),
+        Command::Agents => commands::agents::run(&ctx),
+        Command::Note { key, text } => commands::note::run(&ctx, &key, text),
+        Command::Run {
+            key,
+            timeout,
+            reason,
+            cmd,
+        } => commands::run::run(&ctx, &key, timeout, reason, cmd),
     }
 }
 

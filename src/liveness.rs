@@ -37,7 +37,10 @@ pub struct Judgement {
 }
 
 impl Judgement {
-    const ALIVE: Judgement = Judgement { state: State::Alive, cause: None };
+    const ALIVE: Judgement = Judgement {
+        state: State::Alive,
+        cause: None,
+    };
 
     pub fn dead(&self) -> bool {
         self.state == State::Dead
@@ -65,7 +68,13 @@ pub fn start_time(pid: u32) -> Option<u64> {
 
 /// Is `pid` (started at `start`) still running? Only trusted on the same host, boot and
 /// pid namespace; EPERM from `kill(pid, 0)` means it exists.
-pub fn check_process(agent_host: &str, boot: Option<&str>, ns: Option<&str>, pid: u32, start: Option<u64>) -> Proc {
+pub fn check_process(
+    agent_host: &str,
+    boot: Option<&str>,
+    ns: Option<&str>,
+    pid: u32,
+    start: Option<u64>,
+) -> Proc {
     if pid == 0 || pid > i32::MAX as u32 {
         return Proc::Unknown;
     }
@@ -94,12 +103,31 @@ pub fn check_process(agent_host: &str, boot: Option<&str>, ns: Option<&str>, pid
 /// Judge an agent from its registry entry (if any).
 pub fn judge_entry(entry: &AgentEntry, now: &Time, cfg: &Config) -> Judgement {
     if entry.ended_at.is_some() {
-        return Judgement { state: State::Dead, cause: Some(Cause::Ended) };
+        return Judgement {
+            state: State::Dead,
+            cause: Some(Cause::Ended),
+        };
     }
     if let Some(pid) = entry.pid {
-        match check_process(&entry.host, entry.boot_id.as_deref(), entry.pid_ns.as_deref(), pid, entry.pid_start) {
-            Proc::Gone => return Judgement { state: State::Dead, cause: Some(Cause::ProcessGone) },
-            Proc::Reused => return Judgement { state: State::Dead, cause: Some(Cause::PidReused) },
+        match check_process(
+            &entry.host,
+            entry.boot_id.as_deref(),
+            entry.pid_ns.as_deref(),
+            pid,
+            entry.pid_start,
+        ) {
+            Proc::Gone => {
+                return Judgement {
+                    state: State::Dead,
+                    cause: Some(Cause::ProcessGone),
+                };
+            }
+            Proc::Reused => {
+                return Judgement {
+                    state: State::Dead,
+                    cause: Some(Cause::PidReused),
+                };
+            }
             Proc::Running | Proc::Unknown => {}
         }
     }
@@ -109,9 +137,15 @@ pub fn judge_entry(entry: &AgentEntry, now: &Time, cfg: &Config) -> Judgement {
     };
     let silent = *now - last;
     if silent >= to_chrono(cfg.dead_after) {
-        Judgement { state: State::Dead, cause: Some(Cause::Silent) }
+        Judgement {
+            state: State::Dead,
+            cause: Some(Cause::Silent),
+        }
     } else if silent >= to_chrono(cfg.stalled_after) {
-        Judgement { state: State::Stalled, cause: None }
+        Judgement {
+            state: State::Stalled,
+            cause: None,
+        }
     } else {
         Judgement::ALIVE
     }
@@ -119,11 +153,32 @@ pub fn judge_entry(entry: &AgentEntry, now: &Time, cfg: &Config) -> Judgement {
 
 /// Judge the holder of a record: its own recorded process (a `run` or an agent that
 /// registered a pid), then its registry entry.
-pub fn judge_holder(agent: &Agent, entry: Option<&AgentEntry>, now: &Time, cfg: &Config) -> Judgement {
+pub fn judge_holder(
+    agent: &Agent,
+    entry: Option<&AgentEntry>,
+    now: &Time,
+    cfg: &Config,
+) -> Judgement {
     if let Some(pid) = agent.pid {
-        match check_process(&agent.host, agent.boot_id.as_deref(), agent.pid_ns.as_deref(), pid, agent.pid_start) {
-            Proc::Gone => return Judgement { state: State::Dead, cause: Some(Cause::ProcessGone) },
-            Proc::Reused => return Judgement { state: State::Dead, cause: Some(Cause::PidReused) },
+        match check_process(
+            &agent.host,
+            agent.boot_id.as_deref(),
+            agent.pid_ns.as_deref(),
+            pid,
+            agent.pid_start,
+        ) {
+            Proc::Gone => {
+                return Judgement {
+                    state: State::Dead,
+                    cause: Some(Cause::ProcessGone),
+                };
+            }
+            Proc::Reused => {
+                return Judgement {
+                    state: State::Dead,
+                    cause: Some(Cause::PidReused),
+                };
+            }
             Proc::Running | Proc::Unknown => {}
         }
     }

@@ -4,9 +4,10 @@
 use serde::Serialize;
 
 use crate::clock::Time;
-use crate::error::Outcome;
 use crate::commands::ReapReason;
-use crate::store::{Note, Record};
+use crate::error::Outcome;
+use crate::liveness::{Cause, Judgement, State};
+use crate::store::{AgentEntry, Note, Record};
 
 /// The public view of a holder.
 #[derive(Debug, Clone, Serialize)]
@@ -157,6 +158,133 @@ pub struct VerifyReport {
     pub checkout: Option<CheckoutView>,
 }
 
+/// One row of `tasklock agents` (and the caller's own row in `heartbeat`).
+#[derive(Debug, Serialize)]
+pub struct AgentRow {
+    pub id: String,
+    pub name: Option<String>,
+    pub host: String,
+    pub pid: Option<u32>,
+    /// `alive`, `stalled` or `dead`.
+    pub state: State,
+    /// Why dead: `process_gone`, `pid_reused`, `silent` or `ended`.
+    pub cause: Option<Cause>,
+    /// False for a holder that never sent a heartbeat (judged by its leases alone).
+    pub registered: bool,
+    pub first_seen: Option<Time>,
+    pub last_heartbeat: Option<Time>,
+    pub heartbeats: u64,
+    pub status: Option<String>,
+    /// Keys it holds now.
+    pub checkouts: Vec<String>,
+}
+
+impl AgentRow {
+    pub fn new(e: &AgentEntry, j: Judgement, checkouts: Vec<String>) -> Self {
+        AgentRow {
+            id: e.id.clone(),
+            name: e.name.clone(),
+            host: e.host.clone(),
+            pid: e.pid,
+            state: j.state,
+            cause: j.cause,
+            registered: true,
+            first_seen: Some(e.first_seen),
+            last_heartbeat: e.last_heartbeat,
+            heartbeats: e.heartbeats,
+            status: e.status.clone(),
+            checkouts,
+        }
+    }
+
+    pub fn unregistered(r: &Record, checkouts: Vec<String>) -> Self {
+        AgentRow {
+            id: r.agent.id.clone(),
+            name: r.agent.name.clone(),
+            host: r.agent.host.clone(),
+            pid: r.agent.pid,
+            state: State::Alive,
+            cause: None,
+            registered: false,
+            first_seen: None,
+            last_heartbeat: None,
+            heartbeats: 0,
+            status: None,
+            checkouts,
+        }
+    }
+}
+
+/// A checkout ended on the way by a command that met it (not the caller's own).
+#[derive(Debug, Serialize)]
+pub struct EndedCheckout {
+    pub key: String,
+    pub agent: String,
+    pub token: u64,
+    pub reason: ReapReason,
+}
+
+#[derive(Debug, Serialize)]
+pub struct AgentsReport {
+    pub command: &'static str,
+    pub now: Time,
+    pub agents: Vec<AgentRow>,
+    pub ended: Vec<EndedCheckout>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct HeartbeatReport {
+    pub command: &'static str,
+    pub now: Time,
+    pub agent: AgentRow,
+    /// Keys whose lease this beat extended (leases are renewed once past half-way).
+    pub renewed: Vec<String>,
+    /// Keys whose lease had already run out: released, never revived.
+    pub lost: Vec<String>,
+    /// Other agents' checkouts this beat ended because their holder is dead.
+    pub ended: Vec<EndedCheckout>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct NoteReport {
+    pub command: &'static str,
+    pub now: Time,
+    pub key: String,
+    /// `noted`, `no_such_checkout`, `not_holder` or `lease_lost`.
+    pub outcome: Outcome,
+    pub checkout: Option<CheckoutView>,
+    pub note: Option<Note>,
+}
+
+/// `heartbeat --watch` when it ends (or `--detach` when the watcher started).
+#[derive(Debug, Serialize)]
+pub struct WatchReport {
+    pub command: &'static str,
+    pub now: Time,
+    pub agent: String,
+    pub pid: u32,
+    /// `process_exited` (checkouts released), `stopped` (by a signal) or `detached`.
+    pub outcome: &'static str,
+    pub beats: u64,
+    pub released: Vec<String>,
+    pub watcher_pid: Option<u32>,
+}
+
+/// `run` when CMD could not be run to the end under the lock.
+#[derive(Debug, Serialize)]
+pub struct RunReport {
+    pub command: &'static str,
+    pub now: Time,
+    pub key: String,
+    pub token: u64,
+    /// The exit code of CMD (128 + signal number when a signal killed it).
+    pub cmd_exit: Option<i32>,
+    /// Set when the lease was lost while CMD ran (for example the machine slept).
+    pub lease_lost: bool,
+    pub released: bool,
+    pub exit_code: i32,
+}
+
 /// Everything a command can return on success (including refusals with exit codes 2–4).
 #[derive(Debug)]
 pub enum Report {
@@ -165,6 +293,11 @@ pub enum Report {
     Status(StatusReport),
     List(ListReport),
     Verify(VerifyReport),
+    Heartbeat(HeartbeatReport),
+    Agents(AgentsReport),
+    Note(NoteReport),
+    Watch(WatchReport),
+    Run(RunReport),
 }
 
 impl Report {
@@ -183,6 +316,10 @@ impl Report {
             Report::Status(r) => r.outcome.exit_code(),
             Report::List(_) => 0,
             Report::Verify(r) => r.outcome.exit_code(),
+            Report::Heartbeat(_) | Report::Agents(_) => 0,
+            Report::Note(r) => r.outcome.exit_code(),
+            Report::Watch(_) => 0,
+            Report::Run(r) => r.exit_code,
         }
     }
 
@@ -193,6 +330,11 @@ impl Report {
             Report::Status(r) => serde_json::to_value(r),
             Report::List(r) => serde_json::to_value(r),
             Report::Verify(r) => serde_json::to_value(r),
+            Report::Heartbeat(r) => serde_json::to_value(r),
+            Report::Agents(r) => serde_json::to_value(r),
+            Report::Note(r) => serde_json::to_value(r),
+            Report::Watch(r) => serde_json::to_value(r),
+            Report::Run(r) => serde_json::to_value(r),
         };
         v.unwrap_or_else(
             |e| serde_json::json!({"error": {"kind": "internal", "message": e.to_string()}}),

@@ -39,9 +39,7 @@ pub fn run(ctx: &Ctx, mine: bool) -> Result<Report> {
                     Some(reason) => {
                         auto_release(ctx, &store, &guard, &again, me.as_deref(), reason)?
                     }
-                    None if wanted(&again.agent.id) => {
-                        checkouts.push(CheckoutView::from(&again))
-                    }
+                    None if wanted(&again.agent.id) => checkouts.push(CheckoutView::from(&again)),
                     None => {}
                 }
             }

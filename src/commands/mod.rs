@@ -1,11 +1,16 @@
 //! One module per command family. Commands compute a [`Report`]; they never print.
 
+pub mod agents;
 pub mod checkout;
+pub mod heartbeat;
 pub mod list;
+pub mod note;
 pub mod release;
 pub mod renew;
+pub mod run;
 pub mod status;
 pub mod verify;
+pub mod watch;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -19,6 +24,7 @@ use crate::report::Reaped;
 use crate::store::{AgentEntry, AuditEvent, FileStore, Record, Slot};
 
 /// What every command gets: resolved global options and "now".
+#[derive(Clone)]
 pub struct Ctx {
     pub dir: PathBuf,
     pub now: Time,
@@ -27,6 +33,15 @@ pub struct Ctx {
 }
 
 impl Ctx {
+    /// The same context at the current time, with the agent id fixed (long-running commands).
+    pub fn at_now(&self, agent_id: &str) -> Result<Ctx> {
+        Ok(Ctx {
+            now: crate::clock::now()?,
+            agent_flag: Some(agent_id.to_string()),
+            ..self.clone()
+        })
+    }
+
     pub fn agent(&self) -> Result<Agent> {
         identity::current(self.agent_flag.as_deref(), self.name_flag.as_deref())
     }
@@ -100,7 +115,12 @@ pub(crate) struct Judge<'a> {
 
 impl<'a> Judge<'a> {
     pub fn new(ctx: &'a Ctx, store: &'a FileStore) -> Self {
-        Judge { ctx, store, cfg: None, entries: HashMap::new() }
+        Judge {
+            ctx,
+            store,
+            cfg: None,
+            entries: HashMap::new(),
+        }
     }
 
     pub fn config(&mut self) -> Result<&Config> {
@@ -161,7 +181,14 @@ pub(crate) fn read_reaping(
         Slot::Held(again) => match judge.reap_reason(&again)? {
             Some(reason) => {
                 auto_release(ctx, store, &guard, &again, by, reason)?;
-                Ok((Slot::Free, Some(Reaped::new(&again, reason, store.last_notes(key, NOTES_SHOWN)?))))
+                Ok((
+                    Slot::Free,
+                    Some(Reaped::new(
+                        &again,
+                        reason,
+                        store.last_notes(key, NOTES_SHOWN)?,
+                    )),
+                ))
             }
             None => Ok((Slot::Held(again), None)),
         },

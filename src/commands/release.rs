@@ -72,6 +72,17 @@ pub fn run(
                     let mut ev = ctx.event("release", &r);
                     ev.reason = note.clone();
                     store.audit(&guard, &ev)?;
+                    if let Some(text) = &note {
+                        // A release note is the last checkpoint: the next holder reads it.
+                        let n = crate::store::Note {
+                            ts: ctx.now,
+                            agent: me.clone(),
+                            name: r.agent.name.clone(),
+                            token: Some(r.token),
+                            text: text.clone(),
+                        };
+                        store.append_note(&guard, &key, &n)?;
+                    }
                     (Outcome::Released, Some(CheckoutView::from(&r)))
                 }
             }

@@ -25,7 +25,8 @@ pub fn run(ctx: &Ctx, key: &str, token: u64) -> Result<Report> {
     let mut judge = Judge::new(ctx, &store);
     let ends = |r: &Record, judge: &mut Judge| -> Result<Option<ReapReason>> {
         if r.held_by(&me) {
-            Ok(r.expired_for_holder(&ctx.now).then_some(ReapReason::Timeout))
+            Ok(r.expired_for_holder(&ctx.now)
+                .then_some(ReapReason::Timeout))
         } else {
             judge.reap_reason(r)
         }

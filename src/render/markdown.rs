@@ -3,8 +3,9 @@
 use std::fmt::Write;
 
 use crate::clock::{Time, with_relative};
-use crate::error::{Outcome, shell_quote};
 use crate::commands::ReapReason;
+use crate::error::{Outcome, shell_quote};
+use crate::liveness::{Cause, State};
 use crate::report::*;
 use crate::store::Note;
 
@@ -15,6 +16,11 @@ pub fn report(r: &Report) -> String {
         Report::Status(r) => status(r),
         Report::List(r) => list(r),
         Report::Verify(r) => verify(r),
+        Report::Heartbeat(r) => heartbeat(r),
+        Report::Agents(r) => agents(r),
+        Report::Note(r) => note(r),
+        Report::Watch(r) => watch(r),
+        Report::Run(r) => run(r),
     }
 }
 
@@ -115,10 +121,7 @@ fn checkout(r: &CheckoutReport) -> String {
 /// "agent-a (token 1), whose lease ran out 2026-… (5m ago)".
 fn reaped_words(p: &Reaped, now: &Time) -> String {
     let why = match p.reason {
-        ReapReason::Timeout => format!(
-            "whose lease ran out {}",
-            with_relative(&p.expires_at, now)
-        ),
+        ReapReason::Timeout => format!("whose lease ran out {}", with_relative(&p.expires_at, now)),
         ReapReason::AgentDeath => {
             "whose agent is dead (its process is gone or its heartbeats stopped)".to_string()
         }
@@ -251,6 +254,7 @@ fn outcome_words(o: Outcome) -> &'static str {
         Outcome::Released => "released",
         Outcome::ForceReleased => "force-released",
         Outcome::Valid => "valid",
+        Outcome::Noted => "noted",
         Outcome::Free => "free",
         Outcome::Held => "held",
         Outcome::Conflict => "held by another agent",
@@ -394,5 +398,217 @@ fn verify(r: &VerifyReport) -> String {
         "Next: stop; do not push, deploy or publish for this key. Check it out again and redo the work from a known state."
     };
     let _ = writeln!(out, "\n{next}");
+    out
+}
+
+fn key_list(keys: &[String]) -> String {
+    if keys.is_empty() {
+        return "-".into();
+    }
+    keys.iter().map(|k| code(k)).collect::<Vec<_>>().join(", ")
+}
+
+fn state_words(a: &AgentRow) -> String {
+    let base = match a.state {
+        State::Alive => "alive",
+        State::Stalled => "stalled",
+        State::Dead => "dead",
+    };
+    match (a.cause, a.registered) {
+        (Some(Cause::ProcessGone), _) => format!("{base} (process gone)"),
+        (Some(Cause::PidReused), _) => format!("{base} (pid reused)"),
+        (Some(Cause::Silent), _) => format!("{base} (no heartbeat)"),
+        (Some(Cause::Ended), _) => format!("{base} (ended)"),
+        (None, false) => format!("{base} (no heartbeat yet; lease only)"),
+        (None, true) => base.to_string(),
+    }
+}
+
+fn ended_lines(out: &mut String, ended: &[EndedCheckout]) {
+    for e in ended {
+        let _ = writeln!(
+            out,
+            "- Released {} of {} (token {}): {}",
+            code(&e.key),
+            e.agent,
+            e.token,
+            e.reason.as_str()
+        );
+    }
+}
+
+fn heartbeat(r: &HeartbeatReport) -> String {
+    let mut out = String::new();
+    let a = &r.agent;
+    let _ = writeln!(
+        out,
+        "Heartbeat recorded for {}: {}, beat {}.",
+        label(&a.id, a.name.as_deref()),
+        state_words(a),
+        a.heartbeats
+    );
+    out.push('\n');
+    if let Some(s) = &a.status {
+        let _ = writeln!(out, "- Status: {s}");
+    }
+    if let Some(p) = a.pid {
+        let _ = writeln!(out, "- Process: pid {p} on {}", a.host);
+    }
+    let _ = writeln!(out, "- Holding: {}", key_list(&a.checkouts));
+    if !r.renewed.is_empty() {
+        let _ = writeln!(out, "- Renewed: {}", key_list(&r.renewed));
+    }
+    if !r.lost.is_empty() {
+        let _ = writeln!(
+            out,
+            "- Lease lost: {} (ran out before this beat; released, not renewed)",
+            key_list(&r.lost)
+        );
+    }
+    ended_lines(&mut out, &r.ended);
+    let next = if r.lost.is_empty() {
+        "Next: keep working and keep beating; the hooks from `tasklock init` beat for you."
+    } else {
+        "Next: check out lost keys again before doing more work on them; another agent may hold them now."
+    };
+    let _ = writeln!(out, "\n{next}");
+    out
+}
+
+fn label(id: &str, name: Option<&str>) -> String {
+    match name {
+        Some(n) => format!("{id} ({n})"),
+        None => id.to_string(),
+    }
+}
+
+fn agents(r: &AgentsReport) -> String {
+    let mut out = String::new();
+    if r.agents.is_empty() {
+        out.push_str("No known agents.\n");
+        if !r.ended.is_empty() {
+            out.push('\n');
+            ended_lines(&mut out, &r.ended);
+        }
+        return out;
+    }
+    let count = |s: State| r.agents.iter().filter(|a| a.state == s).count();
+    let n = r.agents.len();
+    let _ = writeln!(
+        out,
+        "{n} agent{}: {} alive, {} stalled, {} dead.",
+        if n == 1 { "" } else { "s" },
+        count(State::Alive),
+        count(State::Stalled),
+        count(State::Dead)
+    );
+    out.push_str("\n| Agent | Name | State | Last heartbeat | Checkouts | Status |\n|---|---|---|---|---|---|\n");
+    for a in &r.agents {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} |",
+            cell(&a.id),
+            cell(a.name.as_deref().unwrap_or("")),
+            state_words(a),
+            a.last_heartbeat
+                .map(|t| with_relative(&t, &r.now))
+                .unwrap_or_else(|| "never".into()),
+            cell(&key_list(&a.checkouts)),
+            cell(a.status.as_deref().unwrap_or(""))
+        );
+    }
+    if !r.ended.is_empty() {
+        out.push('\n');
+        ended_lines(&mut out, &r.ended);
+    }
+    out.push_str("\nStalled: no heartbeat for a while, checkouts kept. Dead: process gone or silent too long; its checkouts are released by the next command that meets them.\n");
+    out
+}
+
+fn note(r: &NoteReport) -> String {
+    let mut out = String::new();
+    let k = code(&r.key);
+    match (r.outcome, &r.note) {
+        (Outcome::Noted, Some(n)) => {
+            let _ = writeln!(
+                out,
+                "Noted on {k} (token {}): {}",
+                n.token.unwrap_or_default(),
+                n.text
+            );
+            let _ = writeln!(
+                out,
+                "\nNext: notes stay after release; the next holder sees them in {}.",
+                cmd("status", &r.key)
+            );
+        }
+        (Outcome::NotHolder, _) => {
+            let _ = writeln!(
+                out,
+                "Not the holder: {k} is held by {}; only its holder can add notes.",
+                r.checkout
+                    .as_ref()
+                    .map(|c| c.agent.label())
+                    .unwrap_or_default()
+            );
+        }
+        (Outcome::LeaseLost, _) => {
+            let _ = writeln!(
+                out,
+                "Lease lost: your checkout of {k} ran out and has been released; the note was not added."
+            );
+        }
+        _ => {
+            let _ = writeln!(
+                out,
+                "No such checkout: nobody holds {k}; check it out first."
+            );
+        }
+    }
+    out
+}
+
+fn watch(r: &WatchReport) -> String {
+    match r.outcome {
+        "detached" => format!(
+            "Watching pid {} for {} in the background (watcher pid {}).\n\nNext: nothing; when pid {} exits, its checkouts are released at once.\n",
+            r.pid,
+            r.agent,
+            r.watcher_pid.unwrap_or_default(),
+            r.pid
+        ),
+        "process_exited" => format!(
+            "Process {} of {} exited; released {} checkout{}: {}.\n",
+            r.pid,
+            r.agent,
+            r.released.len(),
+            if r.released.len() == 1 { "" } else { "s" },
+            key_list(&r.released)
+        ),
+        _ => format!(
+            "Stopped watching pid {} for {} after {} beats; checkouts kept.\n",
+            r.pid, r.agent, r.beats
+        ),
+    }
+}
+
+fn run(r: &RunReport) -> String {
+    let k = code(&r.key);
+    let ran = match r.cmd_exit {
+        Some(c) => format!("the command exited with {c}"),
+        None => "the command could not be started".into(),
+    };
+    let released = if r.released {
+        "released"
+    } else {
+        "not released (it was no longer ours)"
+    };
+    let mut out = format!(
+        "tasklock run: {ran} under {k} (token {}); {released}.\n",
+        r.token
+    );
+    if r.lease_lost {
+        out.push_str("tasklock run: WARNING: the lease was lost while the command ran; treat its effects as unguarded.\n");
+    }
     out
 }

@@ -1,0 +1,110 @@
+use super::{Ctx, Judge, ReapReason, auto_release, checkout::check_text};
+use crate::error::{Error, Result};
+use crate::liveness;
+use crate::report::{AgentRow, EndedCheckout, HeartbeatReport, Report};
+use crate::store::{AgentEntry, FileStore, Record, Slot};
+
+/// One beat: update the registry, renew this agent's leases that are past half-way,
+/// and end checkouts of dead agents met on the way.
+pub fn run(ctx: &Ctx, status: Option<String>, pid: Option<u32>) -> Result<Report> {
+    if let Some(s) = &status {
+        check_text("status", s)?;
+    }
+    let pid_start = match pid {
+        Some(p) => Some(liveness::start_time(p).ok_or_else(|| {
+            Error::Usage(format!(
+                "--pid {p}: no such process on this host; pass the agent's own long-lived process"
+            ))
+        })?),
+        None => None,
+    };
+    let agent = ctx.agent()?;
+    let store = FileStore::open_or_create(&ctx.dir)?;
+    let guard = store.lock()?;
+    let entry = store.read_agent(&agent.id)?;
+    let same_boot = entry
+        .as_ref()
+        .is_some_and(|e| e.host == agent.host && e.boot_id == agent.boot_id);
+    let entry = AgentEntry {
+        version: 1,
+        id: agent.id.clone(),
+        name: agent
+            .name
+            .clone()
+            .or_else(|| entry.as_ref().and_then(|e| e.name.clone())),
+        host: agent.host.clone(),
+        boot_id: agent.boot_id.clone(),
+        pid_ns: agent.pid_ns.clone(),
+        pid: pid.or_else(|| entry.as_ref().filter(|_| same_boot).and_then(|e| e.pid)),
+        pid_start: pid_start.or_else(|| {
+            entry
+                .as_ref()
+                .filter(|_| same_boot)
+                .and_then(|e| e.pid_start)
+        }),
+        first_seen: entry.as_ref().map(|e| e.first_seen).unwrap_or(ctx.now),
+        last_heartbeat: Some(ctx.now),
+        heartbeats: entry.as_ref().map(|e| e.heartbeats).unwrap_or(0) + 1,
+        status: status.or_else(|| entry.as_ref().and_then(|e| e.status.clone())),
+        ended_at: None,
+        ended_reason: None,
+    };
+    store.write_agent(&guard, &entry)?;
+
+    let mut judge = Judge::new(ctx, &store);
+    let mut held = Vec::new();
+    let mut renewed = Vec::new();
+    let mut lost = Vec::new();
+    let mut ended = Vec::new();
+    for (_, slot) in store.scan()? {
+        let Slot::Held(r) = slot else { continue };
+        if r.held_by(&agent.id) {
+            let key = r.key.clone();
+            if r.expired_for_holder(&ctx.now) {
+                // Never revived: someone may already have acted on the lost lease.
+                auto_release(
+                    ctx,
+                    &store,
+                    &guard,
+                    &r,
+                    Some(&agent.id),
+                    ReapReason::Timeout,
+                )?;
+                lost.push(r.key);
+                continue;
+            }
+            let lease = r.expires_at - r.renewed_at;
+            let left = r.expires_at - ctx.now;
+            if left * 2 < lease {
+                let fresh = Record {
+                    renewed_at: ctx.now,
+                    expires_at: ctx.now + lease,
+                    ..r
+                };
+                store.replace(&guard, &fresh)?;
+                store.audit(&guard, &ctx.event("renew", &fresh))?;
+                renewed.push(fresh.key.clone());
+            }
+            held.push(key);
+        } else if let Some(reason) = judge.reap_reason(&r)? {
+            auto_release(ctx, &store, &guard, &r, Some(&agent.id), reason)?;
+            ended.push(EndedCheckout {
+                key: r.key.clone(),
+                agent: r.agent.id.clone(),
+                token: r.token,
+                reason,
+            });
+        }
+    }
+    drop(guard);
+    let cfg = judge.config()?.clone();
+    let judgement = liveness::judge_entry(&entry, &ctx.now, &cfg);
+    Ok(Report::Heartbeat(HeartbeatReport {
+        command: "heartbeat",
+        now: ctx.now,
+        agent: AgentRow::new(&entry, judgement, held),
+        renewed,
+        lost,
+        ended,
+    }))
+}

@@ -1,0 +1,65 @@
+use super::{Ctx, Judge, ReapReason, auto_release, checkout::check_text};
+use crate::error::{Error, Outcome, Result};
+use crate::report::{CheckoutView, NoteReport, Report};
+use crate::store::{FileStore, Note, Slot};
+
+/// Append a checkpoint to KEY's history; only its current holder may.
+pub fn run(ctx: &Ctx, key: &str, text: String) -> Result<Report> {
+    crate::key::validate(key)?;
+    if text.trim().is_empty() {
+        return Err(Error::Usage("a note must not be empty".into()));
+    }
+    check_text("note", &text)?;
+    let agent = ctx.agent()?;
+    let report = |outcome, checkout, note| {
+        Ok(Report::Note(NoteReport {
+            command: "note",
+            now: ctx.now,
+            key: key.to_string(),
+            outcome,
+            checkout,
+            note,
+        }))
+    };
+    let Some(store) = FileStore::open_existing(&ctx.dir)? else {
+        return report(Outcome::NoSuchCheckout, None, None);
+    };
+    let guard = store.lock()?;
+    match store.read(key)? {
+        Slot::Free => report(Outcome::NoSuchCheckout, None, None),
+        Slot::Corrupt { path, problem } => Err(Error::Corrupt {
+            key: key.to_string(),
+            path,
+            problem,
+        }),
+        Slot::Held(r) if r.held_by(&agent.id) => {
+            if r.expired_for_holder(&ctx.now) {
+                auto_release(
+                    ctx,
+                    &store,
+                    &guard,
+                    &r,
+                    Some(&agent.id),
+                    ReapReason::Timeout,
+                )?;
+                return report(Outcome::LeaseLost, Some(CheckoutView::from(&r)), None);
+            }
+            let note = Note {
+                ts: ctx.now,
+                agent: agent.id.clone(),
+                name: agent.name.clone(),
+                token: Some(r.token),
+                text,
+            };
+            store.append_note(&guard, key, &note)?;
+            report(Outcome::Noted, Some(CheckoutView::from(&r)), Some(note))
+        }
+        Slot::Held(r) => {
+            if let Some(reason) = Judge::new(ctx, &store).reap_reason(&r)? {
+                auto_release(ctx, &store, &guard, &r, Some(&agent.id), reason)?;
+                return report(Outcome::NoSuchCheckout, None, None);
+            }
+            report(Outcome::NotHolder, Some(CheckoutView::from(&r)), None)
+        }
+    }
+}

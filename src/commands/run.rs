@@ -1,0 +1,158 @@
+//! `run KEY -- CMD…`: check out, run CMD renewing the lease, release when it ends.
+
+use std::ffi::OsString;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, mpsc};
+use std::time::Duration;
+
+use super::{Ctx, checkout, release, renew};
+use crate::error::{Error, Outcome, Result};
+use crate::report::{Report, RunReport};
+
+pub fn run(
+    ctx: &Ctx,
+    key: &str,
+    timeout: Option<Duration>,
+    reason: Option<String>,
+    cmd: Vec<OsString>,
+) -> Result<Report> {
+    let Some((program, args)) = cmd.split_first() else {
+        return Err(Error::Usage("run needs a command after `--`".into()));
+    };
+    let agent = ctx.agent_id()?;
+    // Our own pid is recorded: if this process is killed, the checkout ends at once.
+    let granted = checkout::run_as(ctx, key, timeout, reason, Some(std::process::id()))?;
+    let Report::Checkout(c) = &granted else {
+        unreachable!("checkout returns a checkout report")
+    };
+    if c.outcome == Outcome::Conflict {
+        return Ok(granted);
+    }
+    let token = c.checkout.token;
+    let lease = (c.checkout.expires_at - c.checkout.renewed_at)
+        .to_std()
+        .unwrap_or(Duration::from_secs(60));
+
+    crate::signals::install();
+    let mut command = Command::new(program);
+    command.args(args);
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: prctl and getppid are async-signal-safe; no allocation happens here.
+    unsafe {
+        command.pre_exec(move || {
+            // Die with us: CMD must not live on unguarded after the key is reaped.
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            if libc::getppid() != parent {
+                libc::_exit(137);
+            }
+            Ok(())
+        });
+    }
+    let mut child = match command.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = release_quietly(ctx, &agent, key);
+            let code = if e.kind() == std::io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            };
+            eprintln!(
+                "tasklock run: cannot run {}: {e}",
+                program.to_string_lossy()
+            );
+            return Ok(finish(ctx, key, token, None, false, true, code));
+        }
+    };
+    crate::signals::forward_to(child.id());
+
+    // Renew well before the lease runs out: every third of it.
+    let lost = Arc::new(AtomicBool::new(false));
+    let (stop_tx, stop_rx) = mpsc::channel::<()>();
+    let renewer = {
+        let ctx = ctx.clone();
+        let (agent, key, lost) = (agent.clone(), key.to_string(), lost.clone());
+        let every = (lease / 3).max(Duration::from_millis(200));
+        std::thread::spawn(move || {
+            while let Err(mpsc::RecvTimeoutError::Timeout) = stop_rx.recv_timeout(every) {
+                let Ok(now_ctx) = ctx.at_now(&agent) else {
+                    continue;
+                };
+                let still_ours = match renew::run(&now_ctx, vec![key.clone()], false, Some(lease)) {
+                    Ok(r) => r.exit_code() == 0,
+                    Err(e) => {
+                        eprintln!("tasklock run: renewing {key} failed: {e}");
+                        true
+                    }
+                };
+                if !still_ours {
+                    lost.store(true, Ordering::SeqCst);
+                    eprintln!(
+                        "tasklock run: LEASE LOST on {key} (token {token}) while the command runs; \
+                         another agent may take it. Its results must not be trusted as done under the lock."
+                    );
+                    return;
+                }
+            }
+        })
+    };
+
+    let status = child.wait().map_err(|e| Error::io(program, e))?;
+    let _ = stop_tx.send(());
+    let _ = renewer.join();
+    let cmd_exit = match (status.code(), status.signal()) {
+        (Some(c), _) => c,
+        (None, Some(sig)) => 128 + sig,
+        _ => 1,
+    };
+    let released = release_quietly(&ctx.at_now(&agent)?, &agent, key)?;
+    let lost = lost.load(Ordering::SeqCst) || !released;
+    if lost {
+        eprintln!(
+            "tasklock run: the lease on {key} (token {token}) was lost before the command ended."
+        );
+    }
+    let code = if lost && cmd_exit == 0 {
+        crate::error::EXIT_NOT_HOLDER
+    } else {
+        cmd_exit
+    };
+    Ok(finish(
+        ctx,
+        key,
+        token,
+        Some(cmd_exit),
+        lost,
+        released,
+        code,
+    ))
+}
+
+/// Release KEY if we still hold it; `Ok(false)` when the lease was already gone.
+fn release_quietly(ctx: &Ctx, _agent: &str, key: &str) -> Result<bool> {
+    let r = release::run(ctx, vec![key.to_string()], false, false, None)?;
+    Ok(r.exit_code() == 0)
+}
+
+fn finish(
+    ctx: &Ctx,
+    key: &str,
+    token: u64,
+    cmd_exit: Option<i32>,
+    lease_lost: bool,
+    released: bool,
+    exit_code: i32,
+) -> Report {
+    Report::Run(RunReport {
+        command: "run",
+        now: ctx.now,
+        key: key.to_string(),
+        token,
+        cmd_exit,
+        lease_lost,
+        released,
+        exit_code,
+    })
+}
