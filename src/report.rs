@@ -66,17 +66,20 @@ pub struct Reaped {
     pub expires_at: Time,
     /// `timeout`, `agent_death` or `session_end`.
     pub reason: ReapReason,
+    /// With `agent_death`: `process_gone`, `pid_reused`, `silent` or `ended`.
+    pub cause: Option<Cause>,
     /// The last notes left on the key, for whoever takes it next.
     pub notes: Vec<Note>,
 }
 
 impl Reaped {
-    pub fn new(r: &Record, reason: ReapReason, notes: Vec<Note>) -> Self {
+    pub fn new(r: &Record, reason: ReapReason, cause: Option<Cause>, notes: Vec<Note>) -> Self {
         Reaped {
             agent: CheckoutView::from(r).agent,
             token: r.token,
             expires_at: r.expires_at,
             reason,
+            cause,
             notes,
         }
     }

@@ -1,130 +1,12 @@
 //! The command line through the real binary: outputs (insta snapshots with the clock
 //! pinned), JSON parsed, exit codes, bad input and bad data.
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
+use common::*;
 use serde_json::Value;
-
-const T0: &str = "2026-01-01T00:00:00Z";
-const T5M: &str = "2026-01-01T00:05:00Z";
-const T1H: &str = "2026-01-01T01:00:00Z";
-
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl Run {
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.stdout)
-            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}", self.stdout))
-    }
-    fn text(&self) -> String {
-        format!(
-            "exit: {}\n--- stdout\n{}--- stderr\n{}",
-            self.code, self.stdout, self.stderr
-        )
-    }
-}
-
-struct Env {
-    tmp: tempfile::TempDir,
-    now: String,
-}
-
-impl Env {
-    fn new() -> Env {
-        Env {
-            tmp: tempfile::tempdir().unwrap(),
-            now: T0.into(),
-        }
-    }
-    fn dir(&self) -> PathBuf {
-        self.tmp.path().join(".locks")
-    }
-    fn at(&mut self, now: &str) -> &mut Self {
-        self.now = now.into();
-        self
-    }
-    /// Run as `agent` (None: no identity at all) with `--dir` set.
-    fn run(&self, agent: Option<&str>, args: &[&str]) -> Run {
-        let mut cmd = base_cmd(&self.now);
-        cmd.arg("--dir").arg(self.dir()).args(args);
-        if let Some(a) = agent {
-            cmd.args(["--agent", a]);
-        }
-        exec(cmd)
-    }
-    fn ok(&self, agent: &str, args: &[&str]) -> Run {
-        let r = self.run(Some(agent), args);
-        assert_eq!(r.code, 0, "{args:?} failed: {}", r.text());
-        r
-    }
-}
-
-fn base_cmd(now: &str) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tasklock"));
-    cmd.env("TASKLOCK_NOW", now)
-        .env_remove("TASKLOCK_AGENT")
-        .env_remove("TASKLOCK_AGENT_NAME")
-        .env_remove("TASKLOCK_DIR")
-        .env_remove("CLAUDE_CODE_SESSION_ID")
-        .stdin(Stdio::null());
-    cmd
-}
-
-fn exec(mut cmd: Command) -> Run {
-    let out = cmd.output().expect("run tasklock");
-    Run {
-        code: out.status.code().expect("exited normally"),
-        stdout: String::from_utf8(out.stdout).unwrap(),
-        stderr: String::from_utf8(out.stderr).unwrap(),
-    }
-}
-
-fn host() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .unwrap()
-        .trim()
-        .to_string()
-}
-
-macro_rules! snap {
-    ($env:expr, $name:expr, $run:expr) => {{
-        let mut settings = insta::Settings::clone_current();
-        settings.add_filter(
-            &regex_escape(&$env.tmp.path().display().to_string()),
-            "[TMP]",
-        );
-        settings.add_filter(&format!(r"\b{}\b", regex_escape(&host())), "[HOST]");
-        settings.bind(|| insta::assert_snapshot!($name, $run.text()));
-    }};
-}
-
-fn regex_escape(s: &str) -> String {
-    let mut out = String::new();
-    for c in s.chars() {
-        if "\\.+*?()|[]{}^$#&-~".contains(c) {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
-}
-
-fn record_path(dir: &Path, encoded: &str) -> PathBuf {
-    dir.join("keys").join(encoded)
-}
-
-fn audit(dir: &Path) -> Vec<Value> {
-    std::fs::read_to_string(dir.join("audit.jsonl"))
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("audit line is JSON"))
-        .collect()
-}
 
 // ---------------------------------------------------------------- checkout
 
@@ -1016,4 +898,23 @@ fn discovery_order_dir_env_nearest_main_worktree_cwd() {
     std::fs::create_dir_all(&plain).unwrap();
     assert_eq!(run_in(&plain, &["checkout", "k1", "--agent", "d"]).code, 0);
     assert!(plain.join(".locks/keys/k1").exists());
+}
+
+#[test]
+fn empty_gitignore_left_by_a_crash_is_repaired() {
+    let e = Env::new();
+    std::fs::create_dir_all(e.dir()).unwrap();
+    std::fs::write(e.dir().join(".gitignore"), "").unwrap();
+    e.ok("agent-a", &["checkout", "k"]);
+    assert_eq!(
+        std::fs::read_to_string(e.dir().join(".gitignore")).unwrap(),
+        "*\n"
+    );
+    std::fs::write(e.dir().join(".gitignore"), "keys/\n").unwrap();
+    e.ok("agent-a", &["release", "k"]);
+    assert_eq!(
+        std::fs::read_to_string(e.dir().join(".gitignore")).unwrap(),
+        "keys/\n",
+        "a user's own file is kept"
+    );
 }

@@ -336,7 +336,10 @@ fn race_32_processes_50_rounds() {
     );
     for (round, (agent, tag)) in sections.iter().enumerate() {
         assert_eq!(tag, &round.to_string(), "sections out of round order");
-        assert_eq!(agent, &winners[round], "round {round} entered by a non-winner");
+        assert_eq!(
+            agent, &winners[round],
+            "round {round} entered by a non-winner"
+        );
     }
     assert!(holders(&dir).is_empty(), "the key is still held at the end");
 
@@ -436,7 +439,10 @@ fn free_running_mutex_32_workers() {
         tokens.windows(2).all(|w| w[0] < w[1]),
         "acquire tokens are not strictly increasing: {tokens:?}"
     );
-    assert!(holders(&dir).is_empty(), "the mutex is still held at the end");
+    assert!(
+        holders(&dir).is_empty(),
+        "the mutex is still held at the end"
+    );
 }
 
 /// RFC 3339 (UTC, whole seconds) for a Unix time, without a date crate.
@@ -528,7 +534,10 @@ fn stale_breakers_exactly_one_wins() {
                 expect_code(o, HELD, &format!("trial {t}: breaker b{i}"));
                 let lj = json(o);
                 assert_eq!(s(&lj["checkout"]["agent"], "id"), winner, "trial {t}: {lj}");
-                assert!(lj["took_over"].is_null(), "trial {t}: loser took over: {lj}");
+                assert!(
+                    lj["took_over"].is_null(),
+                    "trial {t}: loser took over: {lj}"
+                );
             }
         }
         trials.insert(key, (old_token, winner, token));
@@ -538,7 +547,9 @@ fn stale_breakers_exactly_one_wins() {
     // the winner's acquire, then BREAKERS-1 denies naming the winner.
     let mut by_key: HashMap<String, Vec<Value>> = HashMap::new();
     for ev in audit(&dir) {
-        by_key.entry(s(&ev, "key").to_string()).or_default().push(ev);
+        if let Some(key) = ev["key"].as_str() {
+            by_key.entry(key.to_string()).or_default().push(ev);
+        }
     }
     for (key, (old_token, winner, token)) in &trials {
         let evs = by_key.get(key).map(Vec::as_slice).unwrap_or_default();
@@ -596,10 +607,24 @@ fn assert_records_parse(dir: &Path) -> Vec<(String, Value)> {
 
 #[test]
 fn kill_9_during_checkout_and_release_leaves_store_consistent() {
-    const ITERATIONS: usize = 200;
+    const ITERATIONS: usize = 400;
     let mut rng = Rng::from_time("kill_9");
     let td = tempfile::tempdir().unwrap();
     let dir = td.path().join("locks");
+    // How long an uninterrupted checkout takes here: half of the kills land in its last
+    // half, where the store is written; the other half anywhere in 0..3 ms.
+    let scratch = td.path().join("scratch");
+    let mut runs: Vec<u64> = (0..5)
+        .map(|i| {
+            let start = std::time::Instant::now();
+            let o = run(tl(&scratch, "victim", &["checkout", &format!("t{i}")]));
+            expect_code(&o, 0, "timing run");
+            start.elapsed().as_micros() as u64
+        })
+        .collect();
+    runs.sort_unstable();
+    let late = (runs[2] / 2).min(2999)..runs[2].min(3000);
+    eprintln!("kill_9: an uninterrupted checkout takes {}us", runs[2]);
     let mut held: Option<u64> = None; // token of victim's checkout of k, if held
     let mut max_token = 0;
     let mut killed = 0;
@@ -615,14 +640,23 @@ fn kill_9_during_checkout_and_release_leaves_store_consistent() {
         let mut victim = tl(&dir, "victim", &[op, "k"]);
         victim.stdout(Stdio::null()).stderr(Stdio::null());
         let mut child = victim.spawn().expect("spawn victim");
-        std::thread::sleep(Duration::from_micros(rng.below(3000)));
+        let delay = if rng.below(2) == 0 || late.is_empty() {
+            rng.below(3000)
+        } else {
+            late.start + rng.below(late.end - late.start)
+        };
+        std::thread::sleep(Duration::from_micros(delay));
         let _ = child.kill();
         let status = child.wait().expect("wait victim");
         if status.signal() == Some(9) {
             killed += 1;
         } else {
             let c = status.code();
-            assert_eq!(c, Some(0), "iteration {it}: {op} by victim exited {status:?}");
+            assert_eq!(
+                c,
+                Some(0),
+                "iteration {it}: {op} by victim exited {status:?}"
+            );
         }
 
         let ctx = format!("iteration {it} ({op}, {status:?})");
@@ -636,7 +670,10 @@ fn kill_9_during_checkout_and_release_leaves_store_consistent() {
         match (held, after) {
             // A renew keeps the token; a fresh grant must use a token never seen before.
             (Some(before), Some(t)) => {
-                assert_eq!(t, before, "{ctx}: token changed while held by the same agent")
+                assert_eq!(
+                    t, before,
+                    "{ctx}: token changed while held by the same agent"
+                )
             }
             (None, Some(t)) => assert!(t > max_token, "{ctx}: token {t} reused (max {max_token})"),
             (Some(_), None) => assert_eq!(op, "release", "{ctx}: checkout lost the key"),
@@ -656,7 +693,10 @@ fn kill_9_during_checkout_and_release_leaves_store_consistent() {
         let o = run(tl(&dir, "observer", &["checkout", "other"]));
         expect_code(&o, 0, &format!("{ctx}: observer checkout"));
         let t = json(&o)["checkout"]["token"].as_u64().expect("token");
-        assert!(t > max_token, "{ctx}: observer got token {t}, max seen {max_token}");
+        assert!(
+            t > max_token,
+            "{ctx}: observer got token {t}, max seen {max_token}"
+        );
         max_token = t;
         let o = run(tl(&dir, "observer", &["release", "other"]));
         expect_code(&o, 0, &format!("{ctx}: observer release"));
@@ -670,10 +710,6 @@ fn kill_9_during_checkout_and_release_leaves_store_consistent() {
     // Every audit line is whole, whatever the kills interrupted.
     let events = audit(&dir);
     assert!(!events.is_empty());
-    assert_eq!(
-        fs::read_to_string(dir.join(".gitignore")).expect(".gitignore"),
-        "*\n"
-    );
 }
 
 #[test]

@@ -37,15 +37,18 @@ pub fn run_as(
     let mut guard = store.lock()?;
     let now = ctx.now;
     if let Some(mut entry) = store.read_agent(&agent.id)? {
+        if entry.ended_at.is_some() {
+            // An agent that ended and is back (same id) is alive again; the process it
+            // had is gone, so forget it until it registers a new one.
+            entry.ended_at = None;
+            entry.ended_reason = None;
+            entry.pid = None;
+            entry.pid_start = None;
+            store.write_agent(&guard, &entry)?;
+        }
         if entry.host == agent.host && entry.boot_id == agent.boot_id {
             agent.pid = entry.pid;
             agent.pid_start = entry.pid_start;
-        }
-        if entry.ended_at.is_some() {
-            // An agent that ended and is back (same id) is alive again.
-            entry.ended_at = None;
-            entry.ended_reason = None;
-            store.write_agent(&guard, &entry)?;
         }
     }
     if let Some(pid) = pid {
@@ -87,16 +90,16 @@ pub fn run_as(
         Slot::Held(current) => {
             // Our own lease ran out (never revived: a new token follows), or another
             // agent's lease is past its end plus the skew margin, or its holder is dead.
-            let reason = if current.held_by(&agent.id) {
-                Some(ReapReason::Timeout)
+            let ended = if current.held_by(&agent.id) {
+                Some((ReapReason::Timeout, None))
             } else {
-                Judge::new(ctx, &store).reap_reason(&current)?
+                Judge::new(ctx, &store).reap_cause(&current)?
             };
-            match reason {
-                Some(reason) => {
+            match ended {
+                Some((reason, cause)) => {
                     auto_release(ctx, &store, &guard, &current, Some(&agent.id), reason)?;
                     let notes = store.last_notes(key, NOTES_SHOWN)?;
-                    took_over = Some(Reaped::new(&current, reason, notes));
+                    took_over = Some(Reaped::new(&current, reason, cause, notes));
                 }
                 None => {
                     let mut ev = ctx.event("deny", &current);

@@ -19,7 +19,7 @@ use crate::clock::Time;
 use crate::config::Config;
 use crate::error::Result;
 use crate::identity::{self, Agent};
-use crate::liveness::{self, Judgement};
+use crate::liveness::{self, Cause, Judgement};
 use crate::report::Reaped;
 use crate::store::{AgentEntry, AuditEvent, FileStore, Record, Slot};
 
@@ -152,10 +152,16 @@ impl<'a> Judge<'a> {
 
     /// May someone other than the holder end this checkout now, and why?
     pub fn reap_reason(&mut self, r: &Record) -> Result<Option<ReapReason>> {
+        Ok(self.reap_cause(r)?.map(|(reason, _)| reason))
+    }
+
+    /// As [`Judge::reap_reason`], with the cause of death when the holder is dead.
+    pub fn reap_cause(&mut self, r: &Record) -> Result<Option<(ReapReason, Option<Cause>)>> {
         if r.breakable(&self.ctx.now) {
-            return Ok(Some(ReapReason::Timeout));
+            return Ok(Some((ReapReason::Timeout, None)));
         }
-        Ok(self.holder(r)?.dead().then_some(ReapReason::AgentDeath))
+        let j = self.holder(r)?;
+        Ok(j.dead().then_some((ReapReason::AgentDeath, j.cause)))
     }
 }
 
@@ -178,17 +184,11 @@ pub(crate) fn read_reaping(
     let guard = store.lock()?;
     judge.refresh();
     match store.read(key)? {
-        Slot::Held(again) => match judge.reap_reason(&again)? {
-            Some(reason) => {
+        Slot::Held(again) => match judge.reap_cause(&again)? {
+            Some((reason, cause)) => {
                 auto_release(ctx, store, &guard, &again, by, reason)?;
-                Ok((
-                    Slot::Free,
-                    Some(Reaped::new(
-                        &again,
-                        reason,
-                        store.last_notes(key, NOTES_SHOWN)?,
-                    )),
-                ))
+                let notes = store.last_notes(key, NOTES_SHOWN)?;
+                Ok((Slot::Free, Some(Reaped::new(&again, reason, cause, notes))))
             }
             None => Ok((Slot::Held(again), None)),
         },

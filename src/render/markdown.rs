@@ -122,9 +122,15 @@ fn checkout(r: &CheckoutReport) -> String {
 fn reaped_words(p: &Reaped, now: &Time) -> String {
     let why = match p.reason {
         ReapReason::Timeout => format!("whose lease ran out {}", with_relative(&p.expires_at, now)),
-        ReapReason::AgentDeath => {
-            "whose agent is dead (its process is gone or its heartbeats stopped)".to_string()
-        }
+        ReapReason::AgentDeath => match p.cause {
+            Some(Cause::ProcessGone) => "whose agent is dead (its process is gone)".to_string(),
+            Some(Cause::PidReused) => {
+                "whose agent is dead (its pid now belongs to another process)".to_string()
+            }
+            Some(Cause::Silent) => "whose agent is dead (its heartbeats stopped)".to_string(),
+            Some(Cause::Ended) => "whose agent has ended".to_string(),
+            None => "whose agent is dead".to_string(),
+        },
         ReapReason::SessionEnd => "whose session ended".to_string(),
     };
     format!("{} (token {}), {why}", p.agent.label(), p.token)

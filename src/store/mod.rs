@@ -81,7 +81,12 @@ impl FileStore {
         let gi = root.join(".gitignore");
         match OpenOptions::new().write(true).create_new(true).open(&gi) {
             Ok(mut f) => f.write_all(b"*\n").map_err(|e| Error::io(&gi, e))?,
-            Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
+            // Left empty by a process killed between create and write: repair it.
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => {
+                if std::fs::symlink_metadata(&gi).is_ok_and(|m| m.is_file() && m.len() == 0) {
+                    std::fs::write(&gi, b"*\n").map_err(|e| Error::io(&gi, e))?;
+                }
+            }
             Err(e) => return Err(Error::io(&gi, e)),
         }
         for dir in [&store.keys, &store.tmp] {

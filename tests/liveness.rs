@@ -1,0 +1,381 @@
+//! Death detection, heartbeats, agents and notes through the real binary.
+
+mod common;
+
+use std::process::{Child, Command};
+
+use common::*;
+use serde_json::Value;
+
+/// A stand-in for an agent's long-lived process.
+struct Agent(Child);
+
+impl Agent {
+    fn start() -> Agent {
+        Agent(Command::new("sleep").arg("300").spawn().unwrap())
+    }
+    fn pid(&self) -> String {
+        self.0.id().to_string()
+    }
+    fn kill(&mut self) {
+        self.0.kill().unwrap();
+        self.0.wait().unwrap();
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn holder(e: &Env, key: &str) -> Value {
+    e.run(Some("observer"), &["status", key, "--json"]).json()["checkout"]["agent"]["id"].clone()
+}
+
+fn auto_releases(e: &Env) -> Vec<Value> {
+    audit(&e.dir())
+        .into_iter()
+        .filter(|v| v["event"] == "auto_release")
+        .collect()
+}
+
+macro_rules! snap_pid {
+    ($env:expr, $name:expr, $run:expr, $pid:expr) => {{
+        let mut settings = insta::Settings::clone_current();
+        settings.add_filter(&format!(r"\bpid {}\b", $pid), "pid [PID]");
+        settings.bind(|| snap!($env, $name, $run));
+    }};
+}
+
+#[test]
+fn killed_agent_process_frees_its_checkouts_at_once() {
+    let e = Env::new();
+    let mut a = Agent::start();
+    let r = e.ok(
+        "agent-a",
+        &[
+            "heartbeat",
+            "--pid",
+            &a.pid(),
+            "--status",
+            "refactoring",
+            "--name",
+            "builder",
+        ],
+    );
+    snap_pid!(e, "heartbeat_first", r, a.pid());
+    e.ok("agent-a", &["checkout", "task-1", "--timeout", "2h"]);
+    e.ok("agent-a", &["checkout", "task-2", "--timeout", "2h"]);
+    e.ok("agent-a", &["note", "task-1", "parser done; lexer next"]);
+    assert_eq!(
+        e.run(Some("agent-b"), &["checkout", "task-1"]).code,
+        2,
+        "alive: held"
+    );
+    let j = e.run(None, &["status", "task-1", "--json"]).json();
+    assert_eq!(
+        j["checkout"]["agent"]["pid"].as_u64().unwrap().to_string(),
+        a.pid(),
+        "record carries the agent pid"
+    );
+
+    a.kill();
+    // Same clock: no lease has run out; only the death frees the key.
+    let r = e.run(Some("agent-b"), &["checkout", "task-1"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    snap!(e, "checkout_took_over_dead_agent", r);
+    let j = e
+        .run(Some("agent-b"), &["status", "task-1", "--json"])
+        .json();
+    assert_eq!(j["checkout"]["agent"]["id"], "agent-b");
+    let auto = auto_releases(&e);
+    assert_eq!(auto.len(), 1);
+    assert_eq!(auto[0]["reason"], "agent_death");
+    assert_eq!(auto[0]["agent"], "agent-a");
+    // The other checkout is reaped by whichever command meets it: here `list`.
+    let j = e.run(None, &["list", "--json"]).json();
+    let keys: Vec<&str> = j["checkouts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys, ["task-1"]);
+    assert_eq!(auto_releases(&e).len(), 2);
+}
+
+#[test]
+fn reused_pid_counts_as_dead() {
+    let e = Env::new();
+    let a = Agent::start();
+    e.ok("agent-a", &["heartbeat", "--pid", &a.pid()]);
+    e.ok("agent-a", &["checkout", "task-1"]);
+    // Same pid, still running, but the recorded start time is another process's.
+    for path in [e.dir().join("agents/agent-a"), e.dir().join("keys/task-1")] {
+        let mut v: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let slot = if v.get("agent").is_some() {
+            &mut v["agent"]
+        } else {
+            &mut v
+        };
+        let start = slot["pid_start"].as_u64().expect("start time recorded");
+        slot["pid_start"] = (start + 1).into();
+        std::fs::write(&path, serde_json::to_vec(&v).unwrap()).unwrap();
+    }
+    let j = e.run(None, &["agents", "--json"]).json();
+    let row = j["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == "agent-a")
+        .unwrap()
+        .clone();
+    assert_eq!(row["state"], "dead");
+    assert_eq!(row["cause"], "pid_reused");
+    assert_eq!(e.run(Some("agent-b"), &["checkout", "task-1"]).code, 0);
+    assert_eq!(auto_releases(&e)[0]["reason"], "agent_death");
+}
+
+#[test]
+fn live_process_on_another_boot_is_not_judged_by_pid() {
+    let e = Env::new();
+    let a = Agent::start();
+    e.ok("agent-a", &["heartbeat", "--pid", &a.pid()]);
+    e.ok("agent-a", &["checkout", "task-1"]);
+    drop(a);
+    // Pretend the record came from another boot: the process check must not apply.
+    for path in [e.dir().join("agents/agent-a"), e.dir().join("keys/task-1")] {
+        let text = std::fs::read_to_string(&path).unwrap();
+        let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+        std::fs::write(
+            &path,
+            text.replace(boot.trim(), "00000000-0000-0000-0000-000000000000"),
+        )
+        .unwrap();
+    }
+    assert_eq!(
+        e.run(Some("agent-b"), &["checkout", "task-1"]).code,
+        2,
+        "judged by heartbeats and lease only"
+    );
+}
+
+#[test]
+fn heartbeat_silence_stalls_then_kills() {
+    let mut e = Env::new();
+    e.ok("agent-a", &["heartbeat", "--name", "quiet"]);
+    e.ok("agent-a", &["checkout", "task-1", "--timeout", "2h"]);
+    e.at("2026-01-01T00:04:00Z");
+    let r = e.run(None, &["agents"]);
+    snap!(e, "agents_stalled", r);
+    assert_eq!(
+        e.run(None, &["agents", "--json"]).json()["agents"][0]["state"],
+        "stalled"
+    );
+    assert_eq!(
+        e.run(Some("agent-b"), &["checkout", "task-1"]).code,
+        2,
+        "stalled keeps its checkout"
+    );
+    e.at("2026-01-01T00:10:00Z");
+    let r = e.run(None, &["agents"]);
+    assert_eq!(r.code, 0);
+    snap!(e, "agents_dead_released", r);
+    let j = e.run(None, &["agents", "--json"]).json();
+    assert_eq!(j["agents"][0]["state"], "dead");
+    assert_eq!(j["agents"][0]["cause"], "silent");
+    assert_eq!(j["agents"][0]["checkouts"], serde_json::json!([]));
+    let auto = auto_releases(&e);
+    assert_eq!(auto.len(), 1);
+    assert_eq!(auto[0]["reason"], "agent_death");
+    // The silent agent's renew afterwards fails: the checkout is gone, never revived.
+    assert_eq!(e.run(Some("agent-a"), &["renew", "task-1"]).code, 3);
+    e.ok("agent-b", &["checkout", "task-1"]);
+    assert_eq!(e.run(Some("agent-a"), &["renew", "task-1"]).code, 4);
+}
+
+#[test]
+fn beating_agent_keeps_its_checkout_past_the_original_lease() {
+    let mut e = Env::new();
+    e.ok("agent-a", &["heartbeat"]);
+    e.ok("agent-a", &["checkout", "task-1", "--timeout", "10m"]);
+    for minute in [2, 4, 6, 8, 10, 12, 14, 16, 18, 20] {
+        e.at(&format!("2026-01-01T00:{minute:02}:00Z"));
+        let j = e.ok("agent-a", &["heartbeat", "--json"]).json();
+        assert_eq!(j["lost"], serde_json::json!([]), "minute {minute}");
+        assert_eq!(j["agent"]["checkouts"], serde_json::json!(["task-1"]));
+        assert_eq!(
+            e.run(Some("agent-b"), &["checkout", "task-1"]).code,
+            2,
+            "minute {minute}"
+        );
+    }
+    let j = e.run(None, &["status", "task-1", "--json"]).json();
+    assert_eq!(j["checkout"]["token"], 1, "one checkout throughout");
+    assert!(j["checkout"]["expires_at"].as_str().unwrap() > "2026-01-01T00:20:00Z");
+    // Renewal happens once past half-way, not on every beat.
+    let renews = audit(&e.dir())
+        .iter()
+        .filter(|v| v["event"] == "renew")
+        .count();
+    assert!((3..=6).contains(&renews), "{renews} renews");
+}
+
+#[test]
+fn heartbeat_never_revives_a_lost_lease() {
+    let mut e = Env::new();
+    e.ok("agent-a", &["checkout", "task-1", "--timeout", "10m"]);
+    e.at("2026-01-01T00:11:00Z");
+    let r = e.ok("agent-a", &["heartbeat"]);
+    snap!(e, "heartbeat_lease_lost", r);
+    let j = e.run(None, &["status", "task-1", "--json"]).json();
+    assert_eq!(j["outcome"], "free");
+    assert_eq!(e.run(Some("agent-a"), &["renew", "task-1"]).code, 3);
+}
+
+#[test]
+fn heartbeat_of_anyone_releases_dead_agents_checkouts() {
+    let e = Env::new();
+    let mut a = Agent::start();
+    e.ok("agent-a", &["heartbeat", "--pid", &a.pid()]);
+    e.ok("agent-a", &["checkout", "task-1"]);
+    a.kill();
+    let j = e.ok("agent-b", &["heartbeat", "--json"]).json();
+    assert_eq!(j["ended"][0]["key"], "task-1");
+    assert_eq!(j["ended"][0]["agent"], "agent-a");
+    assert_eq!(j["ended"][0]["reason"], "agent_death");
+    assert_eq!(holder(&e, "task-1"), Value::Null);
+}
+
+#[test]
+fn stalled_agent_state_and_agent_that_never_beat() {
+    let e = Env::new();
+    e.ok("agent-c", &["checkout", "task-9", "--name", "lease-only"]);
+    let j = e.run(None, &["agents", "--json"]).json();
+    let row = &j["agents"][0];
+    assert_eq!(row["id"], "agent-c");
+    assert_eq!(row["registered"], false);
+    assert_eq!(row["state"], "alive");
+    assert_eq!(row["checkouts"], serde_json::json!(["task-9"]));
+    let r = e.run(None, &["agents"]);
+    snap!(e, "agents_unregistered_holder", r);
+    let empty = Env::new();
+    let r = empty.run(None, &["agents"]);
+    assert_eq!(r.code, 0);
+    assert_eq!(r.stdout, "No known agents.\n");
+}
+
+#[test]
+fn notes_are_for_the_holder_and_survive_release() {
+    let mut e = Env::new();
+    e.ok("agent-a", &["checkout", "task-1", "--name", "researcher"]);
+    let r = e.run(
+        Some("agent-a"),
+        &["note", "task-1", "found the bug in parse_header"],
+    );
+    assert_eq!(r.code, 0);
+    snap!(e, "note_added", r);
+    let j = e
+        .ok(
+            "agent-a",
+            &["note", "task-1", "fix drafted, tests pending", "--json"],
+        )
+        .json();
+    assert_eq!(j["outcome"], "noted");
+    assert_eq!(j["note"]["token"], 1);
+    assert_eq!(j["note"]["text"], "fix drafted, tests pending");
+    let r = e.run(Some("agent-b"), &["note", "task-1", "sneaky"]);
+    assert_eq!(r.code, 4);
+    snap!(e, "note_not_holder", r);
+    assert_eq!(e.run(Some("agent-b"), &["note", "free-key", "x"]).code, 3);
+    assert_eq!(e.run(Some("agent-a"), &["note", "task-1", ""]).code, 64);
+    e.at(T5M);
+    e.ok(
+        "agent-a",
+        &["release", "task-1", "--note", "handing off: only docs left"],
+    );
+    let r = e.run(None, &["status", "task-1"]);
+    snap!(e, "status_free_with_notes", r);
+    let j = e.run(None, &["status", "task-1", "--json"]).json();
+    let texts: Vec<&str> = j["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        texts,
+        [
+            "found the bug in parse_header",
+            "fix drafted, tests pending",
+            "handing off: only docs left"
+        ]
+    );
+    e.ok("agent-b", &["checkout", "task-1"]);
+    e.ok("agent-b", &["note", "task-1", "picked up"]);
+    let r = e.run(None, &["status", "task-1"]);
+    snap!(e, "status_held_with_notes", r);
+    let j = e.run(None, &["status", "task-1", "--json"]).json();
+    assert_eq!(j["notes"].as_array().unwrap().len(), 3, "the last three");
+    assert_eq!(j["notes"][2]["agent"], "agent-b");
+    // A note after the lease ran out is refused and the lease is not revived.
+    e.at(T1H);
+    assert_eq!(e.run(Some("agent-b"), &["note", "task-1", "late"]).code, 4);
+}
+
+#[test]
+fn heartbeat_bad_input() {
+    let e = Env::new();
+    assert_eq!(
+        e.run(Some("a"), &["heartbeat", "--pid", "4000000"]).code,
+        64
+    );
+    assert_eq!(e.run(Some("a"), &["heartbeat", "--pid", "nope"]).code, 64);
+    assert_eq!(
+        e.run(Some("a"), &["heartbeat", "--status", "two\nlines"])
+            .code,
+        64
+    );
+    assert_eq!(e.run(None, &["heartbeat"]).code, 64, "needs an identity");
+    assert_eq!(
+        e.run(Some("a"), &["heartbeat", "--interval", "5s"]).code,
+        64,
+        "--interval needs --watch"
+    );
+}
+
+#[test]
+fn ended_agent_that_comes_back_is_alive_again() {
+    let e = Env::new();
+    let mut a = Agent::start();
+    let mut w = Command::new(env!("CARGO_BIN_EXE_tasklock"))
+        .env_remove("TASKLOCK_NOW")
+        .args(["--agent", "agent-a", "--dir"])
+        .arg(e.dir())
+        .args([
+            "heartbeat",
+            "--watch",
+            "--interval",
+            "1s",
+            "--pid",
+            &a.pid(),
+        ])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait for the watcher's first beat to register the agent.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !e.dir().join("agents/agent-a").exists() {
+        assert!(std::time::Instant::now() < deadline);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    a.kill();
+    assert!(w.wait().unwrap().success());
+    let j = e.run(None, &["agents", "--json"]).json();
+    assert_eq!(j["agents"][0]["cause"], "ended");
+    // The same id checks out again: its new checkout must not count as dead.
+    e.ok("agent-a", &["checkout", "task-1"]);
+    assert_eq!(e.run(Some("agent-b"), &["checkout", "task-1"]).code, 2);
+}
