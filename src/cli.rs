@@ -53,13 +53,24 @@ fn duration(s: &str) -> Result<Duration, String> {
 pub enum Command {
     /// Atomically take KEY (re-checkout by the holder renews the lease)
     Checkout {
-        key: String,
+        /// The key; with --any, several keys in order of preference
+        #[arg(required = true, value_name = "KEY")]
+        keys: Vec<String>,
         /// Lease length (default from config.yaml: 30m)
         #[arg(long, value_parser = duration, value_name = "DUR")]
         timeout: Option<Duration>,
         /// Why you are taking it; shown to others
         #[arg(long, value_name = "TEXT")]
         reason: Option<String>,
+        /// If held, join KEY's queue and return at once (exit 2 with your position)
+        #[arg(long, conflicts_with_all = ["wait", "any"])]
+        queue: bool,
+        /// If held, queue and block until granted, or until DUR passes (exit 2 then)
+        #[arg(long, value_parser = duration, value_name = "DUR", num_args = 0..=1, conflicts_with = "any")]
+        wait: Option<Option<Duration>>,
+        /// Take the first free key of the list
+        #[arg(long)]
+        any: bool,
     },
     /// Release checkouts you hold
     Release {
@@ -120,6 +131,12 @@ pub enum Command {
     },
     /// Table of known agents: alive, stalled or dead
     Agents,
+    /// This agent's unread notifications (marked read unless --peek)
+    Inbox {
+        /// Leave the messages unread
+        #[arg(long)]
+        peek: bool,
+    },
     /// Append a checkpoint to KEY's history (holder only)
     Note { key: String, text: String },
     /// Check out KEY, run CMD renewing the lease, release when it ends

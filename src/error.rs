@@ -14,6 +14,8 @@ pub const EXIT_HELD: i32 = 2;
 pub const EXIT_NO_SUCH_CHECKOUT: i32 = 3;
 /// Not the holder, stale token, or lease lost.
 pub const EXIT_NOT_HOLDER: i32 = 4;
+/// Queueing would close a wait-for cycle.
+pub const EXIT_DEADLOCK: i32 = 5;
 /// Usage error: bad flag, bad key, bad duration, no identity.
 pub const EXIT_USAGE: i32 = 64;
 
@@ -96,6 +98,7 @@ pub enum Outcome {
     Free,
     Held,
     Conflict,
+    Deadlock,
     NoSuchCheckout,
     NotHolder,
     StaleToken,
@@ -114,6 +117,7 @@ impl Outcome {
             | Outcome::Free
             | Outcome::Held => EXIT_OK,
             Outcome::Conflict => EXIT_HELD,
+            Outcome::Deadlock => EXIT_DEADLOCK,
             Outcome::NoSuchCheckout => EXIT_NO_SUCH_CHECKOUT,
             Outcome::NotHolder | Outcome::StaleToken | Outcome::LeaseLost => EXIT_NOT_HOLDER,
         }

@@ -70,13 +70,37 @@ fn execute(cli: Cli) -> Result<report::Report, Error> {
         now: clock::now()?,
         agent_flag: cli.global.agent,
         name_flag: cli.global.name,
+        cfg: Default::default(),
     };
     match cli.command {
         Command::Checkout {
-            key,
+            keys,
             timeout,
             reason,
-        } => commands::checkout::run(&ctx, &key, timeout, reason),
+            queue,
+            wait,
+            any,
+        } => {
+            if any {
+                return commands::checkout::any(&ctx, &keys, timeout, reason);
+            }
+            let [key] = keys.as_slice() else {
+                return Err(Error::Usage(
+                    "checkout takes one KEY; to take the first free of several, use --any".into(),
+                ));
+            };
+            match wait {
+                Some(dur) => commands::wait::run(&ctx, key, timeout, reason, dur),
+                None => {
+                    let join = if queue {
+                        commands::checkout::Join::Queue
+                    } else {
+                        commands::checkout::Join::No
+                    };
+                    commands::checkout::run(&ctx, key, timeout, reason, join)
+                }
+            }
+        }
         Command::Release {
             keys,
             all,
@@ -101,6 +125,7 @@ fn execute(cli: Cli) -> Result<report::Report, Error> {
             ..
         } => commands::watch::run(&ctx, status, pid, interval, detach),
         Command::Agents => commands::agents::run(&ctx),
+        Command::Inbox { peek } => commands::inbox::run(&ctx, peek),
         Command::Note { key, text } => commands::note::run(&ctx, &key, text),
         Command::Run {
             key,

@@ -7,7 +7,7 @@ use crate::clock::Time;
 use crate::commands::ReapReason;
 use crate::error::Outcome;
 use crate::liveness::{Cause, Judgement, State};
-use crate::store::{AgentEntry, Note, Record};
+use crate::store::{AgentEntry, Message, Note, Record, Reservation};
 
 /// The public view of a holder.
 #[derive(Debug, Clone, Serialize)]
@@ -90,13 +90,41 @@ pub struct CheckoutReport {
     pub command: &'static str,
     pub now: Time,
     pub key: String,
-    /// `granted`, `renewed` or `conflict`.
+    /// `granted`, `renewed`, `conflict` or `deadlock`.
     pub outcome: Outcome,
-    /// The caller's checkout when granted or renewed; the holder's on conflict.
-    pub checkout: CheckoutView,
-    /// A previous holder whose lease had run out and was released by this checkout.
+    /// The caller's checkout when granted or renewed; the holder's on conflict (none when
+    /// the key is free but reserved for the head of its queue).
+    pub checkout: Option<CheckoutView>,
+    /// A previous holder whose checkout this command ended (lease out, holder dead).
     pub took_over: Option<Reaped>,
+    /// Agents waiting in the key's queue.
     pub queue_length: usize,
+    /// The caller's place in the queue (1 = next), when it is queued.
+    pub position: Option<usize>,
+    /// Set when the key is free but held back for the head of its queue.
+    pub reserved_for: Option<Reservation>,
+    /// On `deadlock`: the wait-for cycle, agent, key, agent, …, back to the caller.
+    pub cycle: Vec<String>,
+}
+
+/// `checkout --any` when no key of the list could be taken.
+#[derive(Debug, Serialize)]
+pub struct AnyReport {
+    pub command: &'static str,
+    pub now: Time,
+    pub outcome: Outcome,
+    pub refused: Vec<CheckoutReport>,
+}
+
+/// `inbox`: unread messages, oldest first.
+#[derive(Debug, Serialize)]
+pub struct InboxReport {
+    pub command: &'static str,
+    pub now: Time,
+    pub agent: String,
+    pub messages: Vec<Message>,
+    /// False with `--peek`: the messages stay unread.
+    pub marked_read: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -129,7 +157,26 @@ pub struct StatusReport {
     pub released: Option<Reaped>,
     /// The key's last notes, oldest first; they survive release.
     pub notes: Vec<Note>,
-    pub queue_length: usize,
+    pub queue: QueueView,
+}
+
+/// A key's queue as outputs show it.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct QueueView {
+    pub length: usize,
+    /// Waiting agents, first in line first.
+    pub waiters: Vec<String>,
+    pub reserved_for: Option<Reservation>,
+}
+
+impl QueueView {
+    pub fn from_queue(q: &crate::store::Queue) -> Self {
+        QueueView {
+            length: q.waiters.len(),
+            waiters: q.waiters.iter().map(|w| w.agent.clone()).collect(),
+            reserved_for: q.reservation.clone(),
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -147,6 +194,8 @@ pub struct ListReport {
     pub mine: Option<String>,
     pub checkouts: Vec<CheckoutView>,
     pub corrupt: Vec<CorruptEntry>,
+    /// Queues of keys, by key (held keys with waiters, and free keys reserved for a waiter).
+    pub queues: std::collections::BTreeMap<String, QueueView>,
 }
 
 #[derive(Debug, Serialize)]
@@ -301,6 +350,8 @@ pub enum Report {
     Note(NoteReport),
     Watch(WatchReport),
     Run(RunReport),
+    Any(AnyReport),
+    Inbox(InboxReport),
 }
 
 impl Report {
@@ -323,6 +374,8 @@ impl Report {
             Report::Note(r) => r.outcome.exit_code(),
             Report::Watch(_) => 0,
             Report::Run(r) => r.exit_code,
+            Report::Any(r) => r.outcome.exit_code(),
+            Report::Inbox(_) => 0,
         }
     }
 
@@ -338,6 +391,8 @@ impl Report {
             Report::Note(r) => serde_json::to_value(r),
             Report::Watch(r) => serde_json::to_value(r),
             Report::Run(r) => serde_json::to_value(r),
+            Report::Any(r) => serde_json::to_value(r),
+            Report::Inbox(r) => serde_json::to_value(r),
         };
         v.unwrap_or_else(
             |e| serde_json::json!({"error": {"kind": "internal", "message": e.to_string()}}),

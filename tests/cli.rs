@@ -183,11 +183,22 @@ fn release_outcomes() {
     assert_eq!(r.code, 0);
     snap!(e, "release_force", r);
     let a = audit(&e.dir());
-    let last = a.last().unwrap();
-    assert_eq!(last["event"], "force_release");
+    let last = a.iter().rfind(|v| v["event"] == "force_release").unwrap();
     assert_eq!(last["agent"], "agent-a");
     assert_eq!(last["by"], "agent-b");
     assert_eq!(last["reason"], "agent-a crashed");
+    // The holder is told through its inbox.
+    let inbox = e.ok("agent-a", &["inbox", "--json"]).json();
+    assert_eq!(inbox["messages"].as_array().unwrap().len(), 1);
+    assert_eq!(inbox["messages"][0]["type"], "force_released");
+    assert_eq!(inbox["messages"][0]["from"], "agent-b");
+    assert_eq!(inbox["messages"][0]["key"], "task-y");
+    assert!(
+        inbox["messages"][0]["body"]
+            .as_str()
+            .unwrap()
+            .contains("agent-a crashed")
+    );
 
     e.ok("agent-a", &["checkout", "task-z", "--timeout", "10m"]);
     e.at(T1H);

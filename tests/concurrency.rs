@@ -544,14 +544,29 @@ fn stale_breakers_exactly_one_wins() {
     }
 
     // Per key, in order: old's acquire, one auto_release of old's token by the winner,
-    // the winner's acquire, then BREAKERS-1 denies naming the winner.
+    // the winner's acquire, then BREAKERS-1 denies naming the winner. (The old holder is
+    // also told through its inbox: exactly one notify per key, checked apart.)
     let mut by_key: HashMap<String, Vec<Value>> = HashMap::new();
+    let mut notified: HashMap<String, usize> = HashMap::new();
     for ev in audit(&dir) {
+        if ev["event"] == "notify" {
+            assert_eq!(ev["agent"], "old");
+            assert_eq!(ev["detail"], "lease_expired");
+            *notified
+                .entry(ev["key"].as_str().unwrap().to_string())
+                .or_default() += 1;
+            continue;
+        }
         if let Some(key) = ev["key"].as_str() {
             by_key.entry(key.to_string()).or_default().push(ev);
         }
     }
     for (key, (old_token, winner, token)) in &trials {
+        assert_eq!(
+            notified.get(key),
+            Some(&1),
+            "{key}: the old holder is told once"
+        );
         let evs = by_key.get(key).map(Vec::as_slice).unwrap_or_default();
         let ctx = || format!("{key}: {evs:#?}");
         assert_eq!(evs.len(), 3 + BREAKERS - 1, "{}", ctx());

@@ -1,62 +1,166 @@
 use std::time::Duration;
 
-use super::{Ctx, Judge, NOTES_SHOWN, ReapReason, auto_release};
+use super::{Ctx, Judge, NOTES_SHOWN, ReapReason, auto_release, queue};
 use crate::duration::to_chrono;
 use crate::error::{Error, Outcome, Result};
-use crate::report::{CheckoutReport, CheckoutView, Reaped, Report};
-use crate::store::{FORMAT_VERSION, FileStore, Record, Slot};
+use crate::identity::Agent;
+use crate::report::{AnyReport, CheckoutReport, CheckoutView, Reaped, Report};
+use crate::store::{FORMAT_VERSION, FileStore, Guard, Queue, Record, Slot};
+
+/// What to do when the key is not ours to take now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Join {
+    /// Refuse (exit 2).
+    No,
+    /// Join the queue and return (exit 2 with the position).
+    Queue,
+    /// Join the queue as the blocked process `pid` (`--wait`).
+    Wait(u32),
+}
+
+/// Everything a checkout needs besides the key.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub agent: Agent,
+    pub lease: Duration,
+    pub reason: Option<String>,
+}
+
+impl Request {
+    /// Resolve identity, lease and reason. `pid` names a process whose death ends the
+    /// checkout at once (`run`); otherwise the agent's registered process, if any.
+    pub fn new(
+        ctx: &Ctx,
+        timeout: Option<Duration>,
+        reason: Option<String>,
+        pid: Option<u32>,
+    ) -> Result<Request> {
+        let mut agent = ctx.agent()?;
+        let lease = match timeout {
+            Some(t) => t,
+            None => ctx.config()?.lease,
+        };
+        if let Some(r) = &reason {
+            check_text("reason", r)?;
+        }
+        if let Some(pid) = pid {
+            agent.pid = Some(pid);
+            agent.pid_start = crate::liveness::start_time(pid);
+        }
+        Ok(Request {
+            agent,
+            lease,
+            reason,
+        })
+    }
+}
 
 pub fn run(
     ctx: &Ctx,
     key: &str,
     timeout: Option<Duration>,
     reason: Option<String>,
+    join: Join,
 ) -> Result<Report> {
-    run_as(ctx, key, timeout, reason, None)
+    crate::key::validate(key)?;
+    let req = Request::new(ctx, timeout, reason, None)?;
+    let store = FileStore::open_or_create(&ctx.dir)?;
+    let mut guard = store.lock()?;
+    let req = with_registered_pid(&store, &guard, req)?;
+    attempt(ctx, &store, &mut guard, &req, key, join).map(Report::Checkout)
 }
 
-/// Check out KEY. `pid` names a process whose death ends this checkout at once (used by
-/// `run`); without it the agent's registered process, if any, is recorded.
+/// `run` checks out on behalf of its own process.
 pub fn run_as(
     ctx: &Ctx,
     key: &str,
     timeout: Option<Duration>,
     reason: Option<String>,
-    pid: Option<u32>,
+    pid: u32,
 ) -> Result<Report> {
     crate::key::validate(key)?;
-    let mut agent = ctx.agent()?;
-    let lease = match timeout {
-        Some(t) => t,
-        None => ctx.config()?.lease,
-    };
-    if let Some(r) = &reason {
-        check_text("reason", r)?;
-    }
+    let req = Request::new(ctx, timeout, reason, Some(pid))?;
     let store = FileStore::open_or_create(&ctx.dir)?;
     let mut guard = store.lock()?;
-    let now = ctx.now;
-    if let Some(mut entry) = store.read_agent(&agent.id)? {
+    attempt(ctx, &store, &mut guard, &req, key, Join::No).map(Report::Checkout)
+}
+
+/// `checkout --any`: the first key of the list that can be taken, all under one guard so
+/// agents racing over the same list get different keys.
+pub fn any(
+    ctx: &Ctx,
+    keys: &[String],
+    timeout: Option<Duration>,
+    reason: Option<String>,
+) -> Result<Report> {
+    for k in keys {
+        crate::key::validate(k)?;
+    }
+    let req = Request::new(ctx, timeout, reason, None)?;
+    let store = FileStore::open_or_create(&ctx.dir)?;
+    let mut guard = store.lock()?;
+    let req = with_registered_pid(&store, &guard, req)?;
+    let mut refused = Vec::new();
+    for k in keys {
+        let r = attempt(ctx, &store, &mut guard, &req, k, Join::No)?;
+        if r.outcome.exit_code() == 0 {
+            return Ok(Report::Checkout(r));
+        }
+        refused.push(r);
+    }
+    Ok(Report::Any(AnyReport {
+        command: "checkout",
+        now: ctx.now,
+        outcome: Outcome::Conflict,
+        refused,
+    }))
+}
+
+/// Record the agent's registered long-lived process in its checkouts; an agent that had
+/// ended and is back (same id) is alive again.
+pub fn with_registered_pid(store: &FileStore, guard: &Guard, mut req: Request) -> Result<Request> {
+    if let Some(mut entry) = store.read_agent(&req.agent.id)? {
         if entry.ended_at.is_some() {
-            // An agent that ended and is back (same id) is alive again; the process it
-            // had is gone, so forget it until it registers a new one.
+            // The process it had is gone: forget it until it registers a new one.
             entry.ended_at = None;
             entry.ended_reason = None;
             entry.pid = None;
             entry.pid_start = None;
-            store.write_agent(&guard, &entry)?;
+            store.write_agent(guard, &entry)?;
         }
-        if entry.host == agent.host && entry.boot_id == agent.boot_id {
-            agent.pid = entry.pid;
-            agent.pid_start = entry.pid_start;
+        if entry.host == req.agent.host && entry.boot_id == req.agent.boot_id {
+            req.agent.pid = entry.pid;
+            req.agent.pid_start = entry.pid_start;
         }
     }
-    if let Some(pid) = pid {
-        agent.pid = Some(pid);
-        agent.pid_start = crate::liveness::start_time(pid);
-    }
-    let expires_at = now + to_chrono(lease);
+    Ok(req)
+}
+
+/// One checkout attempt under the guard.
+pub fn attempt(
+    ctx: &Ctx,
+    store: &FileStore,
+    guard: &mut Guard,
+    req: &Request,
+    key: &str,
+    join: Join,
+) -> Result<CheckoutReport> {
+    let now = ctx.now;
+    let agent = &req.agent;
+    let expires_at = now + to_chrono(req.lease);
     let mut took_over = None;
+    let base = |outcome, checkout| CheckoutReport {
+        command: "checkout",
+        now,
+        key: key.to_string(),
+        outcome,
+        checkout,
+        took_over: None,
+        queue_length: 0,
+        position: None,
+        reserved_for: None,
+        cycle: Vec::new(),
+    };
 
     match store.read(key)? {
         Slot::Corrupt { path, problem } => {
@@ -71,21 +175,13 @@ pub fn run_as(
             let renewed = Record {
                 renewed_at: now,
                 expires_at,
-                reason: reason.or(current.reason.clone()),
-                agent: current.agent.refreshed(&agent),
+                reason: req.reason.clone().or(current.reason.clone()),
+                agent: current.agent.refreshed(agent),
                 ..current
             };
-            store.replace(&guard, &renewed)?;
-            store.audit(&guard, &ctx.event("renew", &renewed))?;
-            return Ok(Report::Checkout(CheckoutReport {
-                command: "checkout",
-                now,
-                key: key.to_string(),
-                outcome: Outcome::Renewed,
-                checkout: CheckoutView::from(&renewed),
-                took_over: None,
-                queue_length: 0,
-            }));
+            store.replace(guard, &renewed)?;
+            store.audit(guard, &ctx.event("renew", &renewed))?;
+            return Ok(base(Outcome::Renewed, Some(CheckoutView::from(&renewed))));
         }
         Slot::Held(current) => {
             // Our own lease ran out (never revived: a new token follows), or another
@@ -93,65 +189,156 @@ pub fn run_as(
             let ended = if current.held_by(&agent.id) {
                 Some((ReapReason::Timeout, None))
             } else {
-                Judge::new(ctx, &store).reap_cause(&current)?
+                Judge::new(ctx, store).reap_cause(&current)?
             };
             match ended {
                 Some((reason, cause)) => {
-                    auto_release(ctx, &store, &guard, &current, Some(&agent.id), reason)?;
+                    auto_release(ctx, store, guard, &current, Some(&agent.id), reason)?;
                     let notes = store.last_notes(key, NOTES_SHOWN)?;
                     took_over = Some(Reaped::new(&current, reason, cause, notes));
                 }
                 None => {
-                    let mut ev = ctx.event("deny", &current);
-                    ev.agent = agent.id.clone();
-                    ev.name = agent.name.clone();
-                    ev.token = None;
-                    ev.holder = Some(current.agent.id.clone());
-                    store.audit(&guard, &ev)?;
-                    return Ok(Report::Checkout(CheckoutReport {
-                        command: "checkout",
-                        now,
-                        key: key.to_string(),
-                        outcome: Outcome::Conflict,
-                        checkout: CheckoutView::from(&current),
-                        took_over: None,
-                        queue_length: 0,
-                    }));
+                    let mut q = store.read_queue(key)?;
+                    if queue::settle(ctx, store, guard, &mut q, false, None)? {
+                        store.write_queue(guard, &q)?;
+                    }
+                    let mut r = refuse(
+                        ctx,
+                        store,
+                        guard,
+                        agent,
+                        key,
+                        &current.agent.id,
+                        &mut q,
+                        join,
+                    )?;
+                    r.checkout = Some(CheckoutView::from(&current));
+                    return Ok(r);
                 }
             }
         }
         Slot::Free => {}
     }
 
-    let token = store.next_token(&mut guard)?;
+    // The key is free: honour the queue.
+    let mut q = store.read_queue(key)?;
+    let changed = queue::settle(ctx, store, guard, &mut q, true, Some(&agent.id))?;
+    match q.reservation.clone() {
+        Some(res) if res.agent == agent.id => {
+            q.waiters.retain(|w| w.agent != agent.id);
+            q.reservation = None;
+            store.write_queue(guard, &q)?;
+        }
+        Some(res) => {
+            if changed {
+                store.write_queue(guard, &q)?;
+            }
+            let mut r = refuse(ctx, store, guard, agent, key, &res.agent, &mut q, join)?;
+            r.took_over = took_over;
+            return Ok(r);
+        }
+        None if changed => store.write_queue(guard, &q)?,
+        None => {}
+    }
+
+    let token = store.next_token(guard)?;
     let record = Record {
         version: FORMAT_VERSION,
         key: key.to_string(),
         token,
-        agent,
+        agent: agent.clone(),
         acquired_at: now,
         renewed_at: now,
         expires_at,
-        reason,
+        reason: req.reason.clone(),
     };
-    store.insert(&guard, &record)?;
+    store.insert(guard, &record)?;
     let mut ev = ctx.event("acquire", &record);
     ev.reason = record.reason.clone();
-    store.audit(&guard, &ev)?;
-    drop(guard);
-    Ok(Report::Checkout(CheckoutReport {
-        command: "checkout",
-        now,
-        key: key.to_string(),
-        outcome: Outcome::Granted,
-        checkout: CheckoutView::from(&record),
-        took_over,
-        queue_length: 0,
-    }))
+    store.audit(guard, &ev)?;
+    let mut r = base(Outcome::Granted, Some(CheckoutView::from(&record)));
+    r.took_over = took_over;
+    r.queue_length = q.waiters.len();
+    Ok(r)
 }
 
-/// Free text stored in records and shown in tables: bounded, no control characters
-/// except that newlines are not allowed either (they would break one-line outputs).
+/// The key is held by `blocker` (or reserved for it): refuse, or queue, or find a cycle.
+#[allow(clippy::too_many_arguments)]
+fn refuse(
+    ctx: &Ctx,
+    store: &FileStore,
+    guard: &Guard,
+    agent: &Agent,
+    key: &str,
+    blocker: &str,
+    q: &mut Queue,
+    join: Join,
+) -> Result<CheckoutReport> {
+    let mut r = CheckoutReport {
+        command: "checkout",
+        now: ctx.now,
+        key: key.to_string(),
+        outcome: Outcome::Conflict,
+        checkout: None,
+        took_over: None,
+        queue_length: q.waiters.len(),
+        position: q.position(&agent.id),
+        reserved_for: q.reservation.clone(),
+        cycle: Vec::new(),
+    };
+    match join {
+        Join::No => {
+            let mut ev = crate::store::AuditEvent {
+                ts: ctx.now,
+                event: "deny".into(),
+                key: key.to_string(),
+                agent: agent.id.clone(),
+                name: agent.name.clone(),
+                token: None,
+                reason: None,
+                by: None,
+                holder: Some(blocker.to_string()),
+                detail: None,
+            };
+            if q.reservation.is_some() {
+                ev.detail = Some("reserved for the head of the queue".into());
+            }
+            store.audit(guard, &ev)?;
+        }
+        Join::Queue | Join::Wait(_) => {
+            if r.position.is_none()
+                && let Some(cycle) = queue::find_cycle(store, &agent.id, key, blocker)?
+            {
+                let ev = crate::store::AuditEvent {
+                    ts: ctx.now,
+                    event: "deadlock".into(),
+                    key: key.to_string(),
+                    agent: agent.id.clone(),
+                    name: agent.name.clone(),
+                    token: None,
+                    reason: None,
+                    by: None,
+                    holder: Some(blocker.to_string()),
+                    detail: Some(cycle.join(" → ")),
+                };
+                store.audit(guard, &ev)?;
+                r.outcome = Outcome::Deadlock;
+                r.cycle = cycle;
+                return Ok(r);
+            }
+            let pid = match join {
+                Join::Wait(p) => Some(p),
+                _ => None,
+            };
+            queue::join(ctx, store, guard, q, agent, pid)?;
+            r.queue_length = q.waiters.len();
+            r.position = q.position(&agent.id);
+        }
+    }
+    Ok(r)
+}
+
+/// Free text stored in records and shown in tables: bounded and on one line.
 pub fn check_text(what: &str, s: &str) -> Result<()> {
     if s.len() > 4096 {
         return Err(Error::Usage(format!("{what} is longer than 4096 bytes")));

@@ -1,6 +1,6 @@
 use super::{Ctx, Judge, auto_release};
 use crate::error::Result;
-use crate::report::{CheckoutView, CorruptEntry, ListReport, Report};
+use crate::report::{CheckoutView, CorruptEntry, ListReport, QueueView, Report};
 use crate::store::{FileStore, Slot};
 
 pub fn run(ctx: &Ctx, mine: bool) -> Result<Report> {
@@ -12,7 +12,13 @@ pub fn run(ctx: &Ctx, mine: bool) -> Result<Report> {
     let wanted = |id: &str| !mine || me.as_deref() == Some(id);
     let mut checkouts = Vec::new();
     let mut corrupt = Vec::new();
+    let mut queues = std::collections::BTreeMap::new();
     if let Some(store) = FileStore::open_existing(&ctx.dir)? {
+        for q in store.scan_queues()? {
+            if !q.waiters.is_empty() || q.reservation.is_some() {
+                queues.insert(q.key.clone(), QueueView::from_queue(&q));
+            }
+        }
         let mut judge = Judge::new(ctx, &store);
         let mut ended = Vec::new();
         for (file, slot) in store.scan()? {
@@ -52,5 +58,6 @@ pub fn run(ctx: &Ctx, mine: bool) -> Result<Report> {
         mine: if mine { me } else { None },
         checkouts,
         corrupt,
+        queues,
     }))
 }

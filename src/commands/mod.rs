@@ -3,13 +3,16 @@
 pub mod agents;
 pub mod checkout;
 pub mod heartbeat;
+pub mod inbox;
 pub mod list;
 pub mod note;
+pub mod queue;
 pub mod release;
 pub mod renew;
 pub mod run;
 pub mod status;
 pub mod verify;
+pub mod wait;
 pub mod watch;
 
 use std::collections::HashMap;
@@ -30,6 +33,7 @@ pub struct Ctx {
     pub now: Time,
     pub agent_flag: Option<String>,
     pub name_flag: Option<String>,
+    pub cfg: std::cell::OnceCell<Config>,
 }
 
 impl Ctx {
@@ -50,8 +54,14 @@ impl Ctx {
         identity::resolve_id(self.agent_flag.as_deref()).map(|(id, _)| id)
     }
 
+    /// `config.yaml`, read at most once per command.
     pub fn config(&self) -> Result<Config> {
-        Config::load(&self.dir)
+        if let Some(c) = self.cfg.get() {
+            return Ok(c.clone());
+        }
+        let c = Config::load(&self.dir)?;
+        let _ = self.cfg.set(c.clone());
+        Ok(c)
     }
 
     pub fn event(&self, event: &str, record: &Record) -> AuditEvent {
@@ -102,7 +112,34 @@ pub(crate) fn auto_release(
     let mut ev = ctx.event("auto_release", record);
     ev.reason = Some(reason.as_str().into());
     ev.by = by.filter(|b| *b != record.agent.id).map(str::to_string);
-    store.audit(guard, &ev)
+    store.audit(guard, &ev)?;
+    if let Some(by) = ev.by.as_deref() {
+        let (kind, body) = match reason {
+            ReapReason::Timeout => (
+                "lease_expired",
+                "your lease ran out and the checkout was released; check it out again before more work on it",
+            ),
+            ReapReason::AgentDeath => (
+                "agent_death",
+                "you were judged dead (process gone or heartbeats stopped) and the checkout was released",
+            ),
+            ReapReason::SessionEnd => (
+                "session_end",
+                "your session ended and the checkout was released",
+            ),
+        };
+        queue::notify(
+            ctx,
+            store,
+            guard,
+            &record.agent.id,
+            Some(by),
+            kind,
+            &record.key,
+            body,
+        )?;
+    }
+    queue::after_release(ctx, store, guard, &record.key, by)
 }
 
 /// Judges holders: lease end, then death, with registry entries and config read once.

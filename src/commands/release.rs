@@ -1,4 +1,4 @@
-use super::{Ctx, Judge, ReapReason, auto_release, checkout::check_text, held_keys};
+use super::{Ctx, Judge, ReapReason, auto_release, checkout::check_text, held_keys, queue};
 use crate::error::{Error, Outcome, Result};
 use crate::report::{CheckoutView, KeyResult, KeysReport, Report};
 use crate::store::{FileStore, Slot};
@@ -83,6 +83,7 @@ pub fn run(
                         };
                         store.append_note(&guard, &key, &n)?;
                     }
+                    queue::after_release(ctx, &store, &guard, &key, Some(&me))?;
                     (Outcome::Released, Some(CheckoutView::from(&r)))
                 }
             }
@@ -92,6 +93,21 @@ pub fn run(
                 ev.by = Some(me.clone());
                 ev.reason = note.clone();
                 store.audit(&guard, &ev)?;
+                let body = match &note {
+                    Some(n) => format!("{me} force-released your checkout: {n}"),
+                    None => format!("{me} force-released your checkout"),
+                };
+                queue::notify(
+                    ctx,
+                    &store,
+                    &guard,
+                    &r.agent.id,
+                    Some(&me),
+                    "force_released",
+                    &key,
+                    &body,
+                )?;
+                queue::after_release(ctx, &store, &guard, &key, Some(&me))?;
                 (Outcome::ForceReleased, Some(CheckoutView::from(&r)))
             }
             Slot::Held(r) if let Some(reason) = judge.reap_reason(&r)? => {

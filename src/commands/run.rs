@@ -8,7 +8,7 @@ use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
 use super::{Ctx, checkout, release, renew};
-use crate::error::{Error, Outcome, Result};
+use crate::error::{Error, Result};
 use crate::report::{Report, RunReport};
 
 pub fn run(
@@ -23,15 +23,15 @@ pub fn run(
     };
     let agent = ctx.agent_id()?;
     // Our own pid is recorded: if this process is killed, the checkout ends at once.
-    let granted = checkout::run_as(ctx, key, timeout, reason, Some(std::process::id()))?;
+    let granted = checkout::run_as(ctx, key, timeout, reason, std::process::id())?;
     let Report::Checkout(c) = &granted else {
         unreachable!("checkout returns a checkout report")
     };
-    if c.outcome == Outcome::Conflict {
+    let Some(held) = c.checkout.as_ref().filter(|_| c.outcome.exit_code() == 0) else {
         return Ok(granted);
-    }
-    let token = c.checkout.token;
-    let lease = (c.checkout.expires_at - c.checkout.renewed_at)
+    };
+    let token = held.token;
+    let lease = (held.expires_at - held.renewed_at)
         .to_std()
         .unwrap_or(Duration::from_secs(60));
 

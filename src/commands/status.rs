@@ -1,6 +1,6 @@
 use super::{Ctx, NOTES_SHOWN, read_reaping};
 use crate::error::{Error, Outcome, Result};
-use crate::report::{CheckoutView, Report, StatusReport};
+use crate::report::{CheckoutView, QueueView, Report, StatusReport};
 use crate::store::{FileStore, Slot};
 
 pub fn run(ctx: &Ctx, key: &str) -> Result<Report> {
@@ -22,9 +22,12 @@ pub fn run(ctx: &Ctx, key: &str) -> Result<Report> {
         Slot::Held(r) => Some(CheckoutView::from(&r)),
         Slot::Free => None,
     };
-    let notes = match &store {
-        Some(s) => s.last_notes(key, NOTES_SHOWN)?,
-        None => Vec::new(),
+    let (notes, queue) = match &store {
+        Some(s) => (
+            s.last_notes(key, NOTES_SHOWN)?,
+            QueueView::from_queue(&s.read_queue(key)?),
+        ),
+        None => (Vec::new(), QueueView::default()),
     };
     Ok(Report::Status(StatusReport {
         command: "status",
@@ -38,6 +41,6 @@ pub fn run(ctx: &Ctx, key: &str) -> Result<Report> {
         checkout,
         released,
         notes,
-        queue_length: 0,
+        queue,
     }))
 }

@@ -21,6 +21,8 @@ pub fn report(r: &Report) -> String {
         Report::Note(r) => note(r),
         Report::Watch(r) => watch(r),
         Report::Run(r) => run(r),
+        Report::Any(r) => any(r),
+        Report::Inbox(r) => inbox(r),
     }
 }
 
@@ -64,27 +66,68 @@ fn checkout_lines(out: &mut String, c: &CheckoutView, now: &Time) {
 
 fn checkout(r: &CheckoutReport) -> String {
     let mut out = String::new();
-    let c = &r.checkout;
     let k = code(&r.key);
-    match r.outcome {
-        Outcome::Conflict => {
+    match (r.outcome, &r.checkout) {
+        (Outcome::Deadlock, _) => {
             let _ = writeln!(
                 out,
-                "Conflict: {k} is held by {}; its lease ends {}.",
-                c.agent.label(),
-                with_relative(&c.expires_at, &r.now)
+                "Deadlock: waiting for {k} would close a wait-for cycle; you were not queued."
             );
-            out.push('\n');
-            checkout_lines(&mut out, c, &r.now);
-            let _ = writeln!(out, "- Queue: {} waiting", r.queue_length);
+            let _ = writeln!(out, "\n- Cycle: {}", cycle_words(&r.cycle));
             let _ = writeln!(
                 out,
-                "\nNext: work on something else and try {} again later; do not retry in a loop. {} shows the holder.",
-                cmd("checkout", &r.key),
-                cmd("status", &r.key)
+                "\nNext: release one of the keys you hold that others wait for (`tasklock release KEY`), or work on something else; never wait in a cycle."
             );
         }
-        _ => {
+        (Outcome::Conflict, holder) => {
+            match (&r.reserved_for, holder) {
+                (Some(res), None) => {
+                    let _ = writeln!(
+                        out,
+                        "Reserved: {k} is free but reserved for {}, the head of its queue, until {}.",
+                        res.agent,
+                        with_relative(&res.until, &r.now)
+                    );
+                    out.push('\n');
+                }
+                (_, Some(c)) => {
+                    let _ = writeln!(
+                        out,
+                        "Conflict: {k} is held by {}; its lease ends {}.",
+                        c.agent.label(),
+                        with_relative(&c.expires_at, &r.now)
+                    );
+                    out.push('\n');
+                    checkout_lines(&mut out, c, &r.now);
+                }
+                (None, None) => {
+                    let _ = writeln!(out, "Conflict: {k} cannot be taken now.");
+                    out.push('\n');
+                }
+            }
+            let _ = writeln!(out, "- Queue: {} waiting", r.queue_length);
+            if let Some(p) = r.position {
+                let _ = writeln!(out, "- Your place in the queue: {p}");
+            }
+            if let Some(prev) = &r.took_over {
+                let _ = writeln!(out, "- Ended: {}", reaped_words(prev, &r.now));
+            }
+            let next = match r.position {
+                Some(_) => format!(
+                    "Next: work on something else; when {k} is handed to you, your inbox says so (`tasklock inbox`) and it is held for you for the handoff grace. Or block until then with {}.",
+                    code(&format!("tasklock checkout {} --wait", shell_quote(&r.key)))
+                ),
+                None => format!(
+                    "Next: work on something else, or {} to be told when it frees up; do not retry in a loop.",
+                    code(&format!(
+                        "tasklock checkout {} --queue",
+                        shell_quote(&r.key)
+                    ))
+                ),
+            };
+            let _ = writeln!(out, "\n{next}");
+        }
+        (_, Some(c)) => {
             let verb = if r.outcome == Outcome::Renewed {
                 "Renewed"
             } else {
@@ -102,6 +145,9 @@ fn checkout(r: &CheckoutReport) -> String {
                 let _ = writeln!(out, "- Took over from: {}", reaped_words(prev, &r.now));
                 notes_lines(&mut out, &prev.notes, &r.now);
             }
+            if r.queue_length > 0 {
+                let _ = writeln!(out, "- Queue: {} waiting after you", r.queue_length);
+            }
             let _ = writeln!(
                 out,
                 "\nNext: do the work, then {}. If it takes longer, {}. Before an irreversible step (push, deploy), {}.",
@@ -114,7 +160,91 @@ fn checkout(r: &CheckoutReport) -> String {
                 ))
             );
         }
+        (_, None) => {
+            let _ = writeln!(out, "{k}: {}", outcome_words(r.outcome));
+        }
     }
+    out
+}
+
+fn queue_words(q: &QueueView) -> String {
+    match q.waiters.first() {
+        Some(next) => format!("{} waiting (next: {next})", q.length),
+        None => "0 waiting".into(),
+    }
+}
+
+fn cycle_words(cycle: &[String]) -> String {
+    cycle
+        .iter()
+        .enumerate()
+        .map(|(i, s)| if i % 2 == 1 { code(s) } else { s.clone() })
+        .collect::<Vec<_>>()
+        .join(" → ")
+}
+
+fn any(r: &AnyReport) -> String {
+    let mut out = String::new();
+    let n = r.refused.len();
+    let _ = writeln!(out, "Conflict: none of the {n} keys can be taken now.");
+    out.push_str("\n| Key | Held by | Lease ends | Queue |\n|---|---|---|---|\n");
+    for c in &r.refused {
+        let (who, ends) = match (&c.checkout, &c.reserved_for) {
+            (Some(h), _) => (h.agent.label(), with_relative(&h.expires_at, &r.now)),
+            (None, Some(res)) => (
+                format!("reserved for {}", res.agent),
+                with_relative(&res.until, &r.now),
+            ),
+            (None, None) => ("-".into(), "-".into()),
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} |",
+            cell(&code(&c.key)),
+            cell(&who),
+            ends,
+            c.queue_length
+        );
+    }
+    out.push_str("\nNext: work on something else, or queue for one key with `tasklock checkout KEY --queue`.\n");
+    out
+}
+
+fn inbox(r: &InboxReport) -> String {
+    let mut out = String::new();
+    if r.messages.is_empty() {
+        out.push_str("No unread messages.\n");
+        return out;
+    }
+    let n = r.messages.len();
+    let _ = writeln!(
+        out,
+        "{n} unread message{}{}.",
+        if n == 1 { "" } else { "s" },
+        if r.marked_read {
+            "; now marked read"
+        } else {
+            " (left unread)"
+        }
+    );
+    out.push_str("\n| Time | Type | Key | From | Message |\n|---|---|---|---|---|\n");
+    for m in &r.messages {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} |",
+            with_relative(&m.ts, &r.now),
+            m.kind,
+            cell(&code(&m.key)),
+            cell(m.from.as_deref().unwrap_or("tasklock")),
+            cell(&m.body)
+        );
+    }
+    let next = if r.messages.iter().any(|m| m.kind == "reserved") {
+        "Next: a key reserved for you is yours only for the handoff grace: check it out now."
+    } else {
+        "Next: act on what concerns your current work; lost checkouts must be checked out again."
+    };
+    let _ = writeln!(out, "\n{next}");
     out
 }
 
@@ -264,6 +394,7 @@ fn outcome_words(o: Outcome) -> &'static str {
         Outcome::Free => "free",
         Outcome::Held => "held",
         Outcome::Conflict => "held by another agent",
+        Outcome::Deadlock => "deadlock",
         Outcome::NoSuchCheckout => "no such checkout",
         Outcome::NotHolder => "not the holder",
         Outcome::StaleToken => "stale token",
@@ -284,7 +415,7 @@ fn status(r: &StatusReport) -> String {
             );
             out.push('\n');
             checkout_lines(&mut out, c, &r.now);
-            let _ = writeln!(out, "- Queue: {} waiting", r.queue_length);
+            let _ = writeln!(out, "- Queue: {}", queue_words(&r.queue));
             notes_lines(&mut out, &r.notes, &r.now);
             let _ = writeln!(
                 out,
@@ -293,7 +424,20 @@ fn status(r: &StatusReport) -> String {
             );
         }
         None => {
-            let _ = writeln!(out, "{k} is free.");
+            match &r.queue.reserved_for {
+                Some(res) => {
+                    let _ = writeln!(
+                        out,
+                        "{k} is free but reserved for {}, the head of its queue, until {}.",
+                        res.agent,
+                        with_relative(&res.until, &r.now)
+                    );
+                    let _ = writeln!(out, "\n- Queue: {}", queue_words(&r.queue));
+                }
+                None => {
+                    let _ = writeln!(out, "{k} is free.");
+                }
+            }
             if let Some(e) = &r.released {
                 let _ = writeln!(
                     out,
@@ -314,7 +458,7 @@ fn status(r: &StatusReport) -> String {
 
 fn list(r: &ListReport) -> String {
     let mut out = String::new();
-    if r.checkouts.is_empty() && r.corrupt.is_empty() {
+    if r.checkouts.is_empty() && r.corrupt.is_empty() && (r.mine.is_some() || r.queues.is_empty()) {
         match &r.mine {
             Some(id) => {
                 let _ = writeln!(out, "No active checkouts held by {id}.");
@@ -344,18 +488,42 @@ fn list(r: &ListReport) -> String {
     );
     if n > 0 {
         out.push_str(
-            "\n| Key | Holder | Token | Since | Lease ends | Reason |\n|---|---|---|---|---|---|\n",
+            "\n| Key | Holder | Token | Since | Lease ends | Queue | Reason |\n|---|---|---|---|---|---|---|\n",
         );
         for c in &r.checkouts {
+            let queue = r
+                .queues
+                .get(&c.key)
+                .map(queue_words)
+                .unwrap_or_else(|| "0 waiting".into());
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} |",
                 cell(&code(&c.key)),
                 cell(&c.agent.label()),
                 c.token,
                 with_relative(&c.acquired_at, &r.now),
                 with_relative(&c.expires_at, &r.now),
+                cell(&queue),
                 cell(c.reason.as_deref().unwrap_or(""))
+            );
+        }
+    }
+    let reserved: Vec<_> = r
+        .queues
+        .iter()
+        .filter_map(|(k, q)| q.reserved_for.as_ref().map(|res| (k, q, res)))
+        .collect();
+    if !reserved.is_empty() {
+        out.push_str("\n| Free key reserved | For | Until | Queue |\n|---|---|---|---|\n");
+        for (k, q, res) in reserved {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} |",
+                cell(&code(k)),
+                cell(&res.agent),
+                with_relative(&res.until, &r.now),
+                cell(&queue_words(q))
             );
         }
     }

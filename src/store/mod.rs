@@ -13,6 +13,7 @@
 //! Every mutation holds the guard, re-reads what it judged, and publishes whole files by
 //! temp file + rename, so readers never see a partial record.
 
+pub mod queue;
 pub mod record;
 pub mod registry;
 
@@ -27,6 +28,7 @@ use serde::{Deserialize, Serialize};
 use crate::clock::Time;
 use crate::error::{Error, Result};
 use crate::key;
+pub use queue::{Message, Queue, Reservation, Waiter};
 pub use record::{FORMAT_VERSION, Record};
 pub use registry::{AgentEntry, Note};
 

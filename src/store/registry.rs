@@ -164,7 +164,7 @@ impl FileStore {
 }
 
 /// Read a small file without following symlinks; `None` when absent or not a file.
-fn read_small(path: &std::path::Path) -> Result<Option<Vec<u8>>> {
+pub(crate) fn read_small(path: &std::path::Path) -> Result<Option<Vec<u8>>> {
     let file = OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)

@@ -1,0 +1,305 @@
+//! Queues, handoff reservations, inbox notifications and wait-for cycles. Everything
+//! here runs under the guard, inside the command that meets the situation.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use super::Ctx;
+use crate::duration::to_chrono;
+use crate::error::Result;
+use crate::identity::Agent;
+use crate::liveness::{self, Proc};
+use crate::store::{AuditEvent, FileStore, Guard, Message, Queue, Reservation, Slot, Waiter};
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+fn audit(
+    ctx: &Ctx,
+    store: &FileStore,
+    g: &Guard,
+    event: &str,
+    key: &str,
+    agent: &str,
+) -> AuditEvent {
+    let _ = (store, g);
+    AuditEvent {
+        ts: ctx.now,
+        event: event.to_string(),
+        key: key.to_string(),
+        agent: agent.to_string(),
+        name: None,
+        token: None,
+        reason: None,
+        by: None,
+        holder: None,
+        detail: None,
+    }
+}
+
+/// Put a message in `to`'s inbox and audit it.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn notify(
+    ctx: &Ctx,
+    store: &FileStore,
+    g: &Guard,
+    to: &str,
+    from: Option<&str>,
+    kind: &str,
+    key: &str,
+    body: &str,
+) -> Result<()> {
+    let seq = SEQ.fetch_add(1, Ordering::Relaxed);
+    let msg = Message {
+        version: 1,
+        id: format!(
+            "{:013}-{}-{seq}",
+            ctx.now.timestamp_millis().max(0),
+            std::process::id()
+        ),
+        from: from.map(str::to_string),
+        to: to.to_string(),
+        kind: kind.to_string(),
+        key: key.to_string(),
+        ts: ctx.now,
+        body: body.to_string(),
+    };
+    store.send(g, &msg)?;
+    let mut ev = audit(ctx, store, g, "notify", key, to);
+    ev.by = msg.from.clone();
+    ev.detail = Some(kind.to_string());
+    store.audit(g, &ev)
+}
+
+/// Is a waiter gone: its waiting process died, or its agent is dead?
+fn waiter_gone(ctx: &Ctx, store: &FileStore, w: &Waiter) -> Result<bool> {
+    if let Some(pid) = w.pid {
+        match liveness::check_process(
+            &w.host,
+            w.boot_id.as_deref(),
+            w.pid_ns.as_deref(),
+            pid,
+            w.pid_start,
+        ) {
+            Proc::Gone | Proc::Reused => return Ok(true),
+            Proc::Running => return Ok(false),
+            Proc::Unknown => {}
+        }
+    }
+    match store.read_agent(&w.agent)? {
+        Some(e) => Ok(liveness::judge_entry(&e, &ctx.now, &ctx.config()?).dead()),
+        None => Ok(false),
+    }
+}
+
+/// Bring a queue up to date: drop gone waiters, lapse an expired reservation (passing it
+/// on), and when the key is free reserve it for the head. `taker` is an agent about to
+/// take the key itself, which needs no message. Returns whether the queue changed.
+pub(crate) fn settle(
+    ctx: &Ctx,
+    store: &FileStore,
+    g: &Guard,
+    q: &mut Queue,
+    key_free: bool,
+    taker: Option<&str>,
+) -> Result<bool> {
+    let before = q.clone();
+    let mut kept = Vec::with_capacity(q.waiters.len());
+    for w in std::mem::take(&mut q.waiters) {
+        if waiter_gone(ctx, store, &w)? {
+            let mut ev = audit(ctx, store, g, "dequeue", &q.key, &w.agent);
+            ev.reason = Some("gone".into());
+            store.audit(g, &ev)?;
+        } else {
+            kept.push(w);
+        }
+    }
+    q.waiters = kept;
+    if let Some(res) = q.reservation.clone() {
+        let head_is_holder = q.waiters.first().is_some_and(|w| w.agent == res.agent);
+        if !key_free || !head_is_holder {
+            q.reservation = None;
+        } else if ctx.now >= res.until {
+            q.reservation = None;
+            q.waiters.remove(0);
+            let mut ev = audit(ctx, store, g, "lapse", &q.key, &res.agent);
+            ev.detail = Some("the reservation's grace ran out; passed to the next waiter".into());
+            store.audit(g, &ev)?;
+            notify(
+                ctx,
+                store,
+                g,
+                &res.agent,
+                None,
+                "reservation_lapsed",
+                &q.key,
+                "the key was reserved for you but you did not take it in time; you left its queue",
+            )?;
+        }
+    }
+    if key_free
+        && q.reservation.is_none()
+        && let Some(head) = q.waiters.first().map(|w| w.agent.clone())
+    {
+        {
+            let grace = ctx.config()?.handoff_grace;
+            let until = ctx.now + to_chrono(grace);
+            q.reservation = Some(Reservation {
+                agent: head.clone(),
+                since: ctx.now,
+                until,
+            });
+            let mut ev = audit(ctx, store, g, "handoff", &q.key, &head);
+            ev.detail = Some(format!("reserved until {}", crate::clock::rfc3339(&until)));
+            store.audit(g, &ev)?;
+            if taker != Some(head.as_str()) {
+                let body = format!(
+                    "the key is free and reserved for you until {}; run `tasklock checkout {}` now",
+                    crate::clock::rfc3339(&until),
+                    crate::error::shell_quote(&q.key)
+                );
+                notify(ctx, store, g, &head, None, "reserved", &q.key, &body)?;
+            }
+        }
+    }
+    Ok(*q != before)
+}
+
+/// After a key's record is removed: hand it to the head of its queue, if any.
+pub(crate) fn after_release(
+    ctx: &Ctx,
+    store: &FileStore,
+    g: &Guard,
+    key: &str,
+    _by: Option<&str>,
+) -> Result<()> {
+    let mut q = store.read_queue(key)?;
+    if q.waiters.is_empty() && q.reservation.is_none() {
+        return Ok(());
+    }
+    if settle(ctx, store, g, &mut q, true, None)? {
+        store.write_queue(g, &q)?;
+    }
+    Ok(())
+}
+
+/// Join (or keep one's place in) a key's queue. `pid` is the blocked `--wait` process.
+pub(crate) fn join(
+    ctx: &Ctx,
+    store: &FileStore,
+    g: &Guard,
+    q: &mut Queue,
+    agent: &Agent,
+    pid: Option<u32>,
+) -> Result<()> {
+    if let Some(w) = q.waiters.iter_mut().find(|w| w.agent == agent.id) {
+        if pid.is_some() && w.pid != pid {
+            w.pid = pid;
+            w.pid_start = pid.and_then(liveness::start_time);
+            store.write_queue(g, q)?;
+        }
+        return Ok(());
+    }
+    q.waiters.push(Waiter {
+        agent: agent.id.clone(),
+        name: agent.name.clone(),
+        since: ctx.now,
+        pid,
+        pid_start: pid.and_then(liveness::start_time),
+        host: agent.host.clone(),
+        boot_id: agent.boot_id.clone(),
+        pid_ns: agent.pid_ns.clone(),
+    });
+    store.write_queue(g, q)?;
+    let mut ev = audit(ctx, store, g, "queue", &q.key, &agent.id);
+    ev.name = agent.name.clone();
+    ev.detail = Some(format!("position {}", q.waiters.len()));
+    store.audit(g, &ev)
+}
+
+/// Leave a key's queue (a `--wait` that ran out); a reservation held passes on.
+pub(crate) fn leave(ctx: &Ctx, store: &FileStore, g: &Guard, key: &str, agent: &str) -> Result<()> {
+    let mut q = store.read_queue(key)?;
+    let Some(i) = q.waiters.iter().position(|w| w.agent == agent) else {
+        return Ok(());
+    };
+    q.waiters.remove(i);
+    if q.reservation.as_ref().is_some_and(|r| r.agent == agent) {
+        q.reservation = None;
+    }
+    let free = matches!(store.read(key)?, Slot::Free);
+    settle(ctx, store, g, &mut q, free, None)?;
+    store.write_queue(g, &q)?;
+    let mut ev = audit(ctx, store, g, "dequeue", key, agent);
+    ev.reason = Some("wait ended".into());
+    store.audit(g, &ev)
+}
+
+/// Would `me` waiting for `key` (held or reserved by `holder`) close a wait-for cycle?
+/// Returns the cycle as agent, key, agent, …, agent.
+pub(crate) fn find_cycle(
+    store: &FileStore,
+    me: &str,
+    key: &str,
+    holder: &str,
+) -> Result<Option<Vec<String>>> {
+    let queues = store.scan_queues()?;
+    let mut waits: HashMap<String, Vec<String>> = HashMap::new();
+    for q in &queues {
+        for w in &q.waiters {
+            waits
+                .entry(w.agent.clone())
+                .or_default()
+                .push(q.key.clone());
+        }
+    }
+    let reserved: HashMap<&str, &str> = queues
+        .iter()
+        .filter_map(|q| {
+            q.reservation
+                .as_ref()
+                .map(|r| (q.key.as_str(), r.agent.as_str()))
+        })
+        .collect();
+    let holder_of = |k: &str| -> Result<Option<String>> {
+        Ok(match store.read(k)? {
+            Slot::Held(r) => Some(r.agent.id),
+            _ => reserved.get(k).map(|a| a.to_string()),
+        })
+    };
+    let mut path = vec![me.to_string(), key.to_string(), holder.to_string()];
+    let mut seen = HashSet::new();
+    fn dfs(
+        agent: &str,
+        me: &str,
+        waits: &HashMap<String, Vec<String>>,
+        holder_of: &dyn Fn(&str) -> Result<Option<String>>,
+        path: &mut Vec<String>,
+        seen: &mut HashSet<String>,
+    ) -> Result<bool> {
+        if agent == me {
+            return Ok(true);
+        }
+        if !seen.insert(agent.to_string()) {
+            return Ok(false);
+        }
+        for k in waits.get(agent).into_iter().flatten() {
+            let Some(h) = holder_of(k)? else { continue };
+            if h == agent {
+                continue;
+            }
+            path.push(k.clone());
+            path.push(h.clone());
+            if dfs(&h, me, waits, holder_of, path, seen)? {
+                return Ok(true);
+            }
+            path.pop();
+            path.pop();
+        }
+        Ok(false)
+    }
+    if dfs(holder, me, &waits, &holder_of, &mut path, &mut seen)? {
+        Ok(Some(path))
+    } else {
+        Ok(None)
+    }
+}

@@ -1,0 +1,105 @@
+//! `checkout KEY --wait [DUR]`: queue, then block until granted or DUR passes.
+//!
+//! The waiter sleeps on inotify events for its key's record and queue files, with a slow
+//! poll as a fallback (and to notice reservations that lapse with no file change). Only
+//! the head of the queue may take a freed key, so a release wakes waiters without a
+//! stampede: the others find the key reserved and go back to sleep.
+
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+use inotify::{Inotify, WatchMask};
+
+use super::checkout::{self, Join, Request};
+use super::{Ctx, queue};
+use crate::error::{Outcome, Result};
+use crate::report::Report;
+use crate::store::FileStore;
+
+/// The longest a waiter sleeps without an event before looking again.
+const FALLBACK_POLL: Duration = Duration::from_millis(500);
+
+pub fn run(
+    ctx: &Ctx,
+    key: &str,
+    timeout: Option<Duration>,
+    reason: Option<String>,
+    wait: Option<Duration>,
+) -> Result<Report> {
+    crate::key::validate(key)?;
+    let req = Request::new(ctx, timeout, reason, None)?;
+    let me = req.agent.id.clone();
+    let store = FileStore::open_or_create(&ctx.dir)?;
+    store.ensure_dir(&store.queues_dir())?;
+    let deadline = wait.map(|d| Instant::now() + d);
+    let watcher = Watcher::new(&store);
+    crate::signals::install();
+    let pid = std::process::id();
+    loop {
+        let now_ctx = ctx.at_now(&me)?;
+        let report = {
+            let mut guard = store.lock()?;
+            let req = checkout::with_registered_pid(&store, &guard, req.clone())?;
+            checkout::attempt(&now_ctx, &store, &mut guard, &req, key, Join::Wait(pid))?
+        };
+        if report.outcome != Outcome::Conflict {
+            return Ok(Report::Checkout(report));
+        }
+        let out_of_time = deadline.is_some_and(|d| Instant::now() >= d);
+        if out_of_time || crate::signals::received().is_some() {
+            let guard = store.lock()?;
+            queue::leave(&ctx.at_now(&me)?, &store, &guard, key, &me)?;
+            drop(guard);
+            let mut report = report;
+            report.position = None;
+            report.queue_length = report.queue_length.saturating_sub(1);
+            return Ok(Report::Checkout(report));
+        }
+        let mut sleep = FALLBACK_POLL;
+        if let Some(d) = deadline {
+            sleep = sleep.min(d.saturating_duration_since(Instant::now()));
+        }
+        watcher.wait(sleep);
+    }
+}
+
+/// inotify on the key and queue directories; without it, plain sleeping.
+struct Watcher(Option<Inotify>);
+
+impl Watcher {
+    fn new(store: &FileStore) -> Watcher {
+        let Ok(ino) = Inotify::init() else {
+            return Watcher(None);
+        };
+        let mask = WatchMask::DELETE
+            | WatchMask::MOVED_TO
+            | WatchMask::MOVED_FROM
+            | WatchMask::CLOSE_WRITE;
+        let ok = ino.watches().add(store.keys_dir(), mask).is_ok()
+            && ino.watches().add(store.queues_dir(), mask).is_ok();
+        Watcher(ok.then_some(ino))
+    }
+
+    fn wait(&self, timeout: Duration) {
+        let Some(ino) = &self.0 else {
+            std::thread::sleep(timeout);
+            return;
+        };
+        let mut fds = libc::pollfd {
+            fd: ino.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: one valid pollfd for the duration of the call.
+        let n = unsafe { libc::poll(&mut fds, 1, ms) };
+        if n > 0 {
+            // Drain the events; which one woke us does not matter, the next attempt looks.
+            let mut buf = [0u8; 4096];
+            // SAFETY: reading into a buffer we own; the fd is non-blocking after poll.
+            unsafe {
+                libc::read(ino.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len());
+            }
+        }
+    }
+}
