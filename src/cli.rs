@@ -137,6 +137,17 @@ pub enum Command {
         #[arg(long)]
         peek: bool,
     },
+    /// Set up a project: lock directory, Claude Code hooks, agent instructions
+    Init {
+        /// Show what would change without changing anything
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Entry point for Claude Code hooks; reads the hook's JSON on stdin
+    Hook {
+        /// session-start, user-prompt-submit, post-tool-use or session-end
+        event: String,
+    },
     /// Append a checkpoint to KEY's history (holder only)
     Note { key: String, text: String },
     /// Check out KEY, run CMD renewing the lease, release when it ends

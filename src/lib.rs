@@ -42,6 +42,20 @@ where
     } else {
         Format::Markdown
     };
+    if let Command::Hook { event } = &cli.command {
+        // Hooks never break the agent: failures go to stderr and the exit code is 0.
+        match commands::hook::run(
+            cli.global.dir.clone(),
+            cli.global.agent.clone(),
+            cli.global.name.clone(),
+            event,
+        ) {
+            Ok(Some(out)) => emit_stdout(&out),
+            Ok(None) => {}
+            Err(e) => emit_stderr(&format!("tasklock hook {event}: {e}\n")),
+        }
+        return EXIT_OK;
+    }
     match execute(cli) {
         Ok(report) => {
             let text = render::report(&report, format);
@@ -126,6 +140,8 @@ fn execute(cli: Cli) -> Result<report::Report, Error> {
         } => commands::watch::run(&ctx, status, pid, interval, detach),
         Command::Agents => commands::agents::run(&ctx),
         Command::Inbox { peek } => commands::inbox::run(&ctx, peek),
+        Command::Init { dry_run } => commands::init::run(&ctx, dry_run),
+        Command::Hook { .. } => unreachable!("handled before"),
         Command::Note { key, text } => commands::note::run(&ctx, &key, text),
         Command::Run {
             key,

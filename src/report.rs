@@ -337,6 +337,24 @@ pub struct RunReport {
     pub exit_code: i32,
 }
 
+/// One file `init` looked at.
+#[derive(Debug, Serialize)]
+pub struct Change {
+    pub path: String,
+    /// `created`, `updated` or `unchanged` (with `--dry-run`: what would happen).
+    pub action: String,
+    pub what: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct InitReport {
+    pub command: &'static str,
+    pub now: Time,
+    pub dry_run: bool,
+    pub project: String,
+    pub changes: Vec<Change>,
+}
+
 /// Everything a command can return on success (including refusals with exit codes 2–4).
 #[derive(Debug)]
 pub enum Report {
@@ -352,6 +370,7 @@ pub enum Report {
     Run(RunReport),
     Any(AnyReport),
     Inbox(InboxReport),
+    Init(InitReport),
 }
 
 impl Report {
@@ -375,7 +394,7 @@ impl Report {
             Report::Watch(_) => 0,
             Report::Run(r) => r.exit_code,
             Report::Any(r) => r.outcome.exit_code(),
-            Report::Inbox(_) => 0,
+            Report::Inbox(_) | Report::Init(_) => 0,
         }
     }
 
@@ -393,6 +412,7 @@ impl Report {
             Report::Run(r) => serde_json::to_value(r),
             Report::Any(r) => serde_json::to_value(r),
             Report::Inbox(r) => serde_json::to_value(r),
+            Report::Init(r) => serde_json::to_value(r),
         };
         v.unwrap_or_else(
             |e| serde_json::json!({"error": {"kind": "internal", "message": e.to_string()}}),

@@ -3,7 +3,9 @@
 pub mod agents;
 pub mod checkout;
 pub mod heartbeat;
+pub mod hook;
 pub mod inbox;
+pub mod init;
 pub mod list;
 pub mod note;
 pub mod queue;

@@ -23,6 +23,7 @@ pub fn report(r: &Report) -> String {
         Report::Run(r) => run(r),
         Report::Any(r) => any(r),
         Report::Inbox(r) => inbox(r),
+        Report::Init(r) => init(r),
     }
 }
 
@@ -784,5 +785,46 @@ fn run(r: &RunReport) -> String {
     if r.lease_lost {
         out.push_str("tasklock run: WARNING: the lease was lost while the command ran; treat its effects as unguarded.\n");
     }
+    out
+}
+
+fn init(r: &InitReport) -> String {
+    let changed = r.changes.iter().filter(|c| c.action != "unchanged").count();
+    let mut out = if r.dry_run {
+        format!(
+            "Dry run: `tasklock init` would change {changed} file{} in {}.\n",
+            if changed == 1 { "" } else { "s" },
+            r.project
+        )
+    } else if changed == 0 {
+        format!("Nothing to do: {} is already set up.\n", r.project)
+    } else {
+        format!(
+            "Set up {}: {changed} file{} changed.\n",
+            r.project,
+            if changed == 1 { "" } else { "s" }
+        )
+    };
+    out.push_str("\n| File | Action | What |\n|---|---|---|\n");
+    for c in &r.changes {
+        let action = if r.dry_run && c.action != "unchanged" {
+            format!("would be {}", c.action)
+        } else {
+            c.action.clone()
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} |",
+            cell(&c.path),
+            action,
+            cell(&c.what)
+        );
+    }
+    let next = if r.dry_run {
+        "Next: run `tasklock init` without --dry-run to apply."
+    } else {
+        "Next: commit `.claude/settings.json` and the instructions so every agent session coordinates; make sure `tasklock` is on PATH for the hooks."
+    };
+    let _ = writeln!(out, "\n{next}");
     out
 }
