@@ -14,6 +14,10 @@ pub struct Config {
     pub stalled_after: Duration,
     pub dead_after: Duration,
     pub handoff_grace: Duration,
+    /// `audit.jsonl` is rotated when it would grow past this many bytes.
+    pub audit_max_size: u64,
+    /// How many rotated audit files (`audit.jsonl.1` …) are kept.
+    pub audit_keep: usize,
 }
 
 impl Default for Config {
@@ -24,6 +28,8 @@ impl Default for Config {
             stalled_after: Duration::from_secs(3 * 60),
             dead_after: Duration::from_secs(10 * 60),
             handoff_grace: Duration::from_secs(2 * 60),
+            audit_max_size: 10 << 20,
+            audit_keep: 3,
         }
     }
 }
@@ -36,6 +42,8 @@ struct RawConfig {
     stalled_after: Option<String>,
     dead_after: Option<String>,
     handoff_grace: Option<String>,
+    audit_max_size: Option<String>,
+    audit_keep: Option<usize>,
 }
 
 impl Config {
@@ -79,11 +87,44 @@ impl Config {
         set(&mut c.stalled_after, "stalled_after", raw.stalled_after)?;
         set(&mut c.dead_after, "dead_after", raw.dead_after)?;
         set(&mut c.handoff_grace, "handoff_grace", raw.handoff_grace)?;
+        if let Some(size) = raw.audit_max_size {
+            c.audit_max_size = parse_size(&size).map_err(|e| format!("audit_max_size: {e}"))?;
+        }
+        if let Some(keep) = raw.audit_keep {
+            if keep > 100 {
+                return Err("audit_keep: at most 100 rotated files".into());
+            }
+            c.audit_keep = keep;
+        }
         if c.stalled_after > c.dead_after {
             return Err("stalled_after must not be longer than dead_after".into());
         }
         Ok(c)
     }
+}
+
+/// Sizes like `10MiB`, `512KiB`, `1GiB` or a plain number of bytes.
+pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size; write it like 10MiB or 512KiB"))?;
+    let mult = match unit.trim() {
+        "" | "B" => 1,
+        "KiB" | "K" | "KB" => 1 << 10,
+        "MiB" | "M" | "MB" => 1 << 20,
+        "GiB" | "G" | "GB" => 1 << 30,
+        other => return Err(format!("unknown size unit {other:?}; use KiB, MiB or GiB")),
+    };
+    let v = n
+        .checked_mul(mult)
+        .ok_or_else(|| format!("{s:?} is too large"))?;
+    if v < 1024 {
+        return Err(format!("{s:?} is too small; at least 1KiB"));
+    }
+    Ok(v)
 }
 
 #[cfg(test)]
@@ -100,6 +141,17 @@ mod tests {
         let c = Config::parse("lease: 1h\nhandoff_grace: 30s\n").unwrap();
         assert_eq!(c.lease, Duration::from_secs(3600));
         assert_eq!(c.handoff_grace, Duration::from_secs(30));
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("10MiB").unwrap(), 10 << 20);
+        assert_eq!(parse_size("2KiB").unwrap(), 2048);
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert!(parse_size("12").is_err());
+        assert!(parse_size("5 parsecs").is_err());
+        let c = Config::parse("audit_max_size: 1MiB\naudit_keep: 5\n").unwrap();
+        assert_eq!((c.audit_max_size, c.audit_keep), (1 << 20, 5));
     }
 
     #[test]

@@ -98,6 +98,7 @@ pub enum Outcome {
     Free,
     Held,
     Conflict,
+    Frozen,
     Deadlock,
     NoSuchCheckout,
     NotHolder,
@@ -116,7 +117,7 @@ impl Outcome {
             | Outcome::Noted
             | Outcome::Free
             | Outcome::Held => EXIT_OK,
-            Outcome::Conflict => EXIT_HELD,
+            Outcome::Conflict | Outcome::Frozen => EXIT_HELD,
             Outcome::Deadlock => EXIT_DEADLOCK,
             Outcome::NoSuchCheckout => EXIT_NO_SUCH_CHECKOUT,
             Outcome::NotHolder | Outcome::StaleToken | Outcome::LeaseLost => EXIT_NOT_HOLDER,

@@ -93,7 +93,18 @@ pub fn check_process(
             return Proc::Gone;
         }
     }
-    match (start, start_time(pid)) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok();
+    let fields: Vec<&str> = stat
+        .as_deref()
+        .and_then(|s| s.rfind(')').map(|i| &s[i + 1..]))
+        .map(|rest| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    // A zombie has exited; only its parent has not collected it yet.
+    if matches!(fields.first(), Some(&"Z") | Some(&"X")) {
+        return Proc::Gone;
+    }
+    let now_start = fields.get(19).and_then(|f| f.parse::<u64>().ok());
+    match (start, now_start) {
         (Some(recorded), Some(now)) if recorded != now => Proc::Reused,
         (Some(_), None) if rc == 0 => Proc::Gone,
         _ => Proc::Running,

@@ -7,7 +7,7 @@ use crate::clock::Time;
 use crate::commands::ReapReason;
 use crate::error::Outcome;
 use crate::liveness::{Cause, Judgement, State};
-use crate::store::{AgentEntry, Message, Note, Record, Reservation};
+use crate::store::{AgentEntry, Freeze, Message, Note, Record, Reservation};
 
 /// The public view of a holder.
 #[derive(Debug, Clone, Serialize)]
@@ -105,6 +105,8 @@ pub struct CheckoutReport {
     pub reserved_for: Option<Reservation>,
     /// On `deadlock`: the wait-for cycle, agent, key, agent, …, back to the caller.
     pub cycle: Vec<String>,
+    /// On `frozen`: the freeze that refused the checkout.
+    pub frozen: Option<Freeze>,
 }
 
 /// `checkout --any` when no key of the list could be taken.
@@ -133,6 +135,9 @@ pub struct KeyResult {
     pub outcome: Outcome,
     /// The checkout as it now stands (renew), as it was (release), or the other holder's.
     pub checkout: Option<CheckoutView>,
+    /// On `frozen` (renew during a freeze): the freeze.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub frozen: Option<Freeze>,
 }
 
 /// `release` and `renew`: one result per key.

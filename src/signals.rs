@@ -6,13 +6,15 @@ use std::sync::atomic::{AtomicI32, Ordering};
 static RECEIVED: AtomicI32 = AtomicI32::new(0);
 static FORWARD_TO: AtomicI32 = AtomicI32::new(0);
 
+static SKIP_SIGINT: AtomicI32 = AtomicI32::new(0);
+
 extern "C" fn on_signal(sig: libc::c_int) {
     RECEIVED.store(sig, Ordering::SeqCst);
-    let child = FORWARD_TO.load(Ordering::SeqCst);
-    if child > 0 {
+    let target = FORWARD_TO.load(Ordering::SeqCst);
+    if target != 0 && !(sig == libc::SIGINT && SKIP_SIGINT.load(Ordering::SeqCst) != 0) {
         // SAFETY: kill is async-signal-safe.
         unsafe {
-            libc::kill(child, sig);
+            libc::kill(target, sig);
         }
     }
 }
@@ -27,9 +29,12 @@ pub fn install() {
     }
 }
 
-/// Forward caught signals to this process from now on.
-pub fn forward_to(pid: u32) {
-    FORWARD_TO.store(pid as i32, Ordering::SeqCst);
+/// Forward caught signals from now on to `target` (a pid, or `-pgid` for a process
+/// group). With `skip_sigint`, SIGINT is not forwarded: the terminal already sent it to
+/// the child, which shares our foreground process group.
+pub fn forward_to(target: i32, skip_sigint: bool) {
+    SKIP_SIGINT.store(i32::from(skip_sigint), Ordering::SeqCst);
+    FORWARD_TO.store(target, Ordering::SeqCst);
 }
 
 /// The last signal caught, if any.

@@ -1,6 +1,6 @@
 use std::time::Duration;
 
-use super::{Ctx, Judge, NOTES_SHOWN, ReapReason, auto_release, queue};
+use super::{Ctx, Judge, NOTES_SHOWN, ReapReason, auto_release_for, queue};
 use crate::duration::to_chrono;
 use crate::error::{Error, Outcome, Result};
 use crate::identity::Agent;
@@ -160,8 +160,36 @@ pub fn attempt(
         position: None,
         reserved_for: None,
         cycle: Vec::new(),
+        frozen: None,
     };
 
+    if let Some(f) = store.frozen(key, &now)? {
+        let holder = match store.read(key)? {
+            Slot::Held(r) => Some(CheckoutView::from(&r)),
+            _ => None,
+        };
+        let mut ev = crate::store::AuditEvent {
+            ts: now,
+            event: "deny".into(),
+            key: key.to_string(),
+            agent: agent.id.clone(),
+            name: agent.name.clone(),
+            token: None,
+            reason: Some("frozen".into()),
+            by: None,
+            holder: holder.as_ref().map(|h| h.agent.id.clone()),
+            detail: None,
+        };
+        ev.detail = Some(format!(
+            "frozen by {} until {}",
+            f.by,
+            crate::clock::rfc3339(&f.until)
+        ));
+        store.audit(guard, &ev)?;
+        let mut r = base(Outcome::Frozen, holder);
+        r.frozen = Some(f);
+        return Ok(r);
+    }
     match store.read(key)? {
         Slot::Corrupt { path, problem } => {
             return Err(Error::Corrupt {
@@ -193,7 +221,15 @@ pub fn attempt(
             };
             match ended {
                 Some((reason, cause)) => {
-                    auto_release(ctx, store, guard, &current, Some(&agent.id), reason)?;
+                    auto_release_for(
+                        ctx,
+                        store,
+                        guard,
+                        &current,
+                        Some(&agent.id),
+                        reason,
+                        Some(&agent.id),
+                    )?;
                     let notes = store.last_notes(key, NOTES_SHOWN)?;
                     took_over = Some(Reaped::new(&current, reason, cause, notes));
                 }
@@ -285,6 +321,7 @@ fn refuse(
         position: q.position(&agent.id),
         reserved_for: q.reservation.clone(),
         cycle: Vec::new(),
+        frozen: None,
     };
     match join {
         Join::No => {

@@ -75,7 +75,7 @@ pub fn run(ctx: &Ctx, status: Option<String>, pid: Option<u32>) -> Result<Report
             }
             let lease = r.expires_at - r.renewed_at;
             let left = r.expires_at - ctx.now;
-            if left * 2 < lease {
+            if left * 2 < lease && store.frozen(&key, &ctx.now)?.is_none() {
                 let fresh = Record {
                     renewed_at: ctx.now,
                     expires_at: ctx.now + lease,

@@ -14,11 +14,6 @@ pub fn run(ctx: &Ctx, mine: bool) -> Result<Report> {
     let mut corrupt = Vec::new();
     let mut queues = std::collections::BTreeMap::new();
     if let Some(store) = FileStore::open_existing(&ctx.dir)? {
-        for q in store.scan_queues()? {
-            if !q.waiters.is_empty() || q.reservation.is_some() {
-                queues.insert(q.key.clone(), QueueView::from_queue(&q));
-            }
-        }
         let mut judge = Judge::new(ctx, &store);
         let mut ended = Vec::new();
         for (file, slot) in store.scan()? {
@@ -48,6 +43,18 @@ pub fn run(ctx: &Ctx, mine: bool) -> Result<Report> {
                     None if wanted(&again.agent.id) => checkouts.push(CheckoutView::from(&again)),
                     None => {}
                 }
+            }
+        }
+    }
+    if let Some(store) = FileStore::open_existing(&ctx.dir)? {
+        // After ending checkouts, so keys just freed show their new reservation.
+        for q in store.scan_queues()? {
+            if q.waiters.is_empty() && q.reservation.is_none() {
+                continue;
+            }
+            let q = super::status::settled_queue(ctx, &store, &q.key, true)?;
+            if !q.waiters.is_empty() || q.reservation.is_some() {
+                queues.insert(q.key.clone(), QueueView::from_queue(&q));
             }
         }
     }

@@ -110,6 +110,20 @@ pub(crate) fn auto_release(
     by: Option<&str>,
     reason: ReapReason,
 ) -> Result<()> {
+    auto_release_for(ctx, store, guard, record, by, reason, None)
+}
+
+/// As [`auto_release`]; `taker` is an agent about to take the key itself, which needs
+/// no handoff message if it is the head of the queue.
+pub(crate) fn auto_release_for(
+    ctx: &Ctx,
+    store: &FileStore,
+    guard: &crate::store::Guard,
+    record: &Record,
+    by: Option<&str>,
+    reason: ReapReason,
+    taker: Option<&str>,
+) -> Result<()> {
     store.remove(guard, &record.key)?;
     let mut ev = ctx.event("auto_release", record);
     ev.reason = Some(reason.as_str().into());
@@ -141,7 +155,7 @@ pub(crate) fn auto_release(
             body,
         )?;
     }
-    queue::after_release(ctx, store, guard, &record.key, by)
+    queue::after_release(ctx, store, guard, &record.key, taker)
 }
 
 /// Judges holders: lease end, then death, with registry entries and config read once.

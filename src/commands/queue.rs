@@ -118,7 +118,10 @@ pub(crate) fn settle(
         let head_is_holder = q.waiters.first().is_some_and(|w| w.agent == res.agent);
         if !key_free || !head_is_holder {
             q.reservation = None;
-        } else if ctx.now >= res.until {
+        } else if ctx.now >= res.until
+            && !(taker == Some(res.agent.as_str()) && q.waiters.len() == 1)
+        {
+            // Late, but nobody else waits: the head that shows up may still take it.
             q.reservation = None;
             q.waiters.remove(0);
             let mut ev = audit(ctx, store, g, "lapse", &q.key, &res.agent);
@@ -170,13 +173,13 @@ pub(crate) fn after_release(
     store: &FileStore,
     g: &Guard,
     key: &str,
-    _by: Option<&str>,
+    taker: Option<&str>,
 ) -> Result<()> {
     let mut q = store.read_queue(key)?;
     if q.waiters.is_empty() && q.reservation.is_none() {
         return Ok(());
     }
-    if settle(ctx, store, g, &mut q, true, None)? {
+    if settle(ctx, store, g, &mut q, true, taker)? {
         store.write_queue(g, &q)?;
     }
     Ok(())

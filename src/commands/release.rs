@@ -33,6 +33,7 @@ pub fn run(
                 key,
                 outcome: Outcome::NoSuchCheckout,
                 checkout: None,
+                frozen: None,
             });
         }
         return report(results);
@@ -41,6 +42,7 @@ pub fn run(
     let mut judge = Judge::new(ctx, &store);
     let keys = if all { held_keys(&store, &me)? } else { keys };
     for key in keys {
+        let frozen = None;
         let (outcome, checkout) = match store.read(&key)? {
             Slot::Free => (Outcome::NoSuchCheckout, None),
             Slot::Corrupt { path, problem } => {
@@ -83,7 +85,7 @@ pub fn run(
                         };
                         store.append_note(&guard, &key, &n)?;
                     }
-                    queue::after_release(ctx, &store, &guard, &key, Some(&me))?;
+                    queue::after_release(ctx, &store, &guard, &key, None)?;
                     (Outcome::Released, Some(CheckoutView::from(&r)))
                 }
             }
@@ -107,7 +109,7 @@ pub fn run(
                     &key,
                     &body,
                 )?;
-                queue::after_release(ctx, &store, &guard, &key, Some(&me))?;
+                queue::after_release(ctx, &store, &guard, &key, None)?;
                 (Outcome::ForceReleased, Some(CheckoutView::from(&r)))
             }
             Slot::Held(r) if let Some(reason) = judge.reap_reason(&r)? => {
@@ -120,6 +122,7 @@ pub fn run(
             key,
             outcome,
             checkout,
+            frozen,
         });
     }
     drop(guard);

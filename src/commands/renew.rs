@@ -31,6 +31,7 @@ pub fn run(ctx: &Ctx, keys: Vec<String>, all: bool, timeout: Option<Duration>) -
                 key,
                 outcome: Outcome::NoSuchCheckout,
                 checkout: None,
+                frozen: None,
             });
         }
         return report(results);
@@ -39,6 +40,7 @@ pub fn run(ctx: &Ctx, keys: Vec<String>, all: bool, timeout: Option<Duration>) -
     let mut judge = Judge::new(ctx, &store);
     let keys = if all { held_keys(&store, &me)? } else { keys };
     for key in keys {
+        let mut frozen = None;
         let (outcome, checkout) = match store.read(&key)? {
             Slot::Free => (Outcome::NoSuchCheckout, None),
             Slot::Corrupt { path, problem } => return Err(Error::Corrupt { key, path, problem }),
@@ -47,6 +49,11 @@ pub fn run(ctx: &Ctx, keys: Vec<String>, all: bool, timeout: Option<Duration>) -
                     // A lost lease is never revived: someone may already have acted on it.
                     auto_release(ctx, &store, &guard, &r, Some(&me), ReapReason::Timeout)?;
                     (Outcome::LeaseLost, Some(CheckoutView::from(&r)))
+                } else if let Some(f) = store.frozen(&key, &ctx.now)? {
+                    // A freeze drains a key: the holder keeps it until its lease ends,
+                    // but cannot extend it while the freeze lasts.
+                    frozen = Some(f);
+                    (Outcome::Frozen, Some(CheckoutView::from(&r)))
                 } else {
                     let renewed = Record {
                         renewed_at: ctx.now,
@@ -68,6 +75,7 @@ pub fn run(ctx: &Ctx, keys: Vec<String>, all: bool, timeout: Option<Duration>) -
             key,
             outcome,
             checkout,
+            frozen,
         });
     }
     drop(guard);

@@ -1,6 +1,7 @@
 //! `run KEY -- CMD…`: check out, run CMD renewing the lease, release when it ends.
 
 use std::ffi::OsString;
+use std::io::IsTerminal;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -28,7 +29,11 @@ pub fn run(
         unreachable!("checkout returns a checkout report")
     };
     let Some(held) = c.checkout.as_ref().filter(|_| c.outcome.exit_code() == 0) else {
-        return Ok(granted);
+        let Report::Checkout(mut denied) = granted else {
+            unreachable!()
+        };
+        denied.command = "run";
+        return Ok(Report::Checkout(denied));
     };
     let token = held.token;
     let lease = (held.expires_at - held.renewed_at)
@@ -36,8 +41,20 @@ pub fn run(
         .unwrap_or(Duration::from_secs(60));
 
     crate::signals::install();
+    if let Some(sig) = crate::signals::received() {
+        // Asked to stop before CMD started: do not start it.
+        let _ = release_quietly(ctx, &agent, key);
+        return Ok(finish(ctx, key, token, None, false, true, 128 + sig));
+    }
     let mut command = Command::new(program);
     command.args(args);
+    // Without a terminal, CMD gets its own process group so a forwarded signal reaches
+    // everything it started. At a terminal it stays in ours, so it can read the terminal
+    // and gets Ctrl-C from it directly.
+    let interactive = std::io::stdin().is_terminal();
+    if !interactive {
+        command.process_group(0);
+    }
     let parent = std::process::id() as libc::pid_t;
     // SAFETY: prctl and getppid are async-signal-safe; no allocation happens here.
     unsafe {
@@ -66,7 +83,19 @@ pub fn run(
             return Ok(finish(ctx, key, token, None, false, true, code));
         }
     };
-    crate::signals::forward_to(child.id());
+    let target = if interactive {
+        child.id() as i32
+    } else {
+        -(child.id() as i32)
+    };
+    crate::signals::forward_to(target, interactive);
+    if let Some(sig) = crate::signals::received() {
+        // A signal that came between installing the handler and knowing the child.
+        // SAFETY: plain kill of the process (group) we just started.
+        unsafe {
+            libc::kill(target, sig);
+        }
+    }
 
     // Renew well before the lease runs out: every third of it.
     let lost = Arc::new(AtomicBool::new(false));

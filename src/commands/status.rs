@@ -1,4 +1,4 @@
-use super::{Ctx, NOTES_SHOWN, read_reaping};
+use super::{Ctx, NOTES_SHOWN, queue, read_reaping};
 use crate::error::{Error, Outcome, Result};
 use crate::report::{CheckoutView, QueueView, Report, StatusReport};
 use crate::store::{FileStore, Slot};
@@ -25,7 +25,7 @@ pub fn run(ctx: &Ctx, key: &str) -> Result<Report> {
     let (notes, queue) = match &store {
         Some(s) => (
             s.last_notes(key, NOTES_SHOWN)?,
-            QueueView::from_queue(&s.read_queue(key)?),
+            QueueView::from_queue(&settled_queue(ctx, s, key, checkout.is_none())?),
         ),
         None => (Vec::new(), QueueView::default()),
     };
@@ -43,4 +43,24 @@ pub fn run(ctx: &Ctx, key: &str) -> Result<Report> {
         notes,
         queue,
     }))
+}
+
+/// A key's queue brought up to date (lapsed reservations passed on, gone waiters dropped).
+pub(crate) fn settled_queue(
+    ctx: &Ctx,
+    store: &FileStore,
+    key: &str,
+    free: bool,
+) -> Result<crate::store::Queue> {
+    let q = store.read_queue(key)?;
+    if q.waiters.is_empty() && q.reservation.is_none() {
+        return Ok(q);
+    }
+    let guard = store.lock()?;
+    let mut q = store.read_queue(key)?;
+    let free = free && matches!(store.read(key)?, Slot::Free);
+    if queue::settle(ctx, store, &guard, &mut q, free, None)? {
+        store.write_queue(&guard, &q)?;
+    }
+    Ok(q)
 }

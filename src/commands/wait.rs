@@ -42,7 +42,7 @@ pub fn run(
             let req = checkout::with_registered_pid(&store, &guard, req.clone())?;
             checkout::attempt(&now_ctx, &store, &mut guard, &req, key, Join::Wait(pid))?
         };
-        if report.outcome != Outcome::Conflict {
+        if !matches!(report.outcome, Outcome::Conflict | Outcome::Frozen) {
             return Ok(Report::Checkout(report));
         }
         let out_of_time = deadline.is_some_and(|d| Instant::now() >= d);

@@ -29,6 +29,9 @@ pub fn run(
         None => ctx.config()?.heartbeat_interval,
     };
     if detach {
+        // Beat once here, so the pid is on record even if it dies before the watcher
+        // starts: then any command that meets its checkouts sees the death.
+        heartbeat::run(ctx, status.clone(), Some(pid))?;
         return spawn_detached(ctx, &agent.id, agent.name.as_deref(), status, pid, interval);
     }
     crate::signals::install();

@@ -7,7 +7,7 @@ use crate::commands::ReapReason;
 use crate::error::{Outcome, shell_quote};
 use crate::liveness::{Cause, State};
 use crate::report::*;
-use crate::store::Note;
+use crate::store::{Freeze, Note};
 
 pub fn report(r: &Report) -> String {
     match r {
@@ -80,6 +80,31 @@ fn checkout(r: &CheckoutReport) -> String {
                 "\nNext: release one of the keys you hold that others wait for (`tasklock release KEY`), or work on something else; never wait in a cycle."
             );
         }
+        (Outcome::Frozen, holder) => {
+            if let Some(f) = &r.frozen {
+                let _ = writeln!(out, "Frozen: {k} {}.", freeze_words(f, &r.now));
+            } else {
+                let _ = writeln!(out, "Frozen: {k} cannot be checked out now.");
+            }
+            if let Some(c) = holder {
+                out.push('\n');
+                checkout_lines(&mut out, c, &r.now);
+                let _ = writeln!(
+                    out,
+                    "- The holder keeps it until its lease ends, but cannot renew while frozen."
+                );
+            }
+            let pattern = r
+                .frozen
+                .as_ref()
+                .map(|f| f.pattern.as_str())
+                .unwrap_or(&r.key);
+            let _ = writeln!(
+                out,
+                "\nNext: work on something else; the freeze ends by itself. Only if it must end early: {} (audited).",
+                cmd("unfreeze", pattern)
+            );
+        }
         (Outcome::Conflict, holder) => {
             match (&r.reserved_for, holder) {
                 (Some(res), None) => {
@@ -117,6 +142,13 @@ fn checkout(r: &CheckoutReport) -> String {
                 Some(_) => format!(
                     "Next: work on something else; when {k} is handed to you, your inbox says so (`tasklock inbox`) and it is held for you for the handoff grace. Or block until then with {}.",
                     code(&format!("tasklock checkout {} --wait", shell_quote(&r.key)))
+                ),
+                None if holder.is_none() && r.reserved_for.is_some() => format!(
+                    "Next: work on something else, or {} to take your turn after the agents already waiting; do not retry in a loop.",
+                    code(&format!(
+                        "tasklock checkout {} --queue",
+                        shell_quote(&r.key)
+                    ))
                 ),
                 None => format!(
                     "Next: work on something else, or {} to be told when it frees up; do not retry in a loop.",
@@ -166,6 +198,25 @@ fn checkout(r: &CheckoutReport) -> String {
         }
     }
     out
+}
+
+/// "frozen by ops (release freeze) until 2026-… (in 2h)".
+fn freeze_words(f: &Freeze, now: &Time) -> String {
+    let scope = if f.pattern.ends_with('*') {
+        format!(" (by the freeze on {})", code(&f.pattern))
+    } else {
+        String::new()
+    };
+    let why = f
+        .reason
+        .as_deref()
+        .map(|r| format!(": {r}"))
+        .unwrap_or_default();
+    format!(
+        "is frozen by {}{scope} until {}{why}",
+        label(&f.by, f.name.as_deref()),
+        with_relative(&f.until, now)
+    )
 }
 
 fn queue_words(q: &QueueView) -> String {
@@ -376,6 +427,13 @@ fn single_verdict(k: &KeyResult, r: &KeysReport) -> String {
             }
         ),
         Outcome::NoSuchCheckout => format!("No such checkout: nobody holds {key}."),
+        Outcome::Frozen => match &k.frozen {
+            Some(f) => format!(
+                "Frozen: {key} {}; your lease was not extended (you keep the key until it ends).",
+                freeze_words(f, &r.now)
+            ),
+            None => format!("Frozen: {key} cannot be renewed now."),
+        },
         Outcome::NotHolder => match &k.checkout {
             Some(c) => format!("Not the holder: {key} is held by {}.", c.agent.label()),
             None => format!("Not the holder of {key}."),
@@ -395,6 +453,7 @@ fn outcome_words(o: Outcome) -> &'static str {
         Outcome::Free => "free",
         Outcome::Held => "held",
         Outcome::Conflict => "held by another agent",
+        Outcome::Frozen => "frozen",
         Outcome::Deadlock => "deadlock",
         Outcome::NoSuchCheckout => "no such checkout",
         Outcome::NotHolder => "not the holder",
@@ -451,7 +510,22 @@ fn status(r: &StatusReport) -> String {
                 out.push('\n');
                 notes_lines(&mut out, &r.notes, &r.now);
             }
-            let _ = writeln!(out, "\nNext: {} to take it.", cmd("checkout", &r.key));
+            match &r.queue.reserved_for {
+                Some(res) => {
+                    let _ = writeln!(
+                        out,
+                        "\nNext: only {} may take it now; anyone else: {}.",
+                        res.agent,
+                        code(&format!(
+                            "tasklock checkout {} --queue",
+                            shell_quote(&r.key)
+                        ))
+                    );
+                }
+                None => {
+                    let _ = writeln!(out, "\nNext: {} to take it.", cmd("checkout", &r.key));
+                }
+            }
         }
     }
     out
@@ -761,8 +835,11 @@ fn watch(r: &WatchReport) -> String {
             key_list(&r.released)
         ),
         _ => format!(
-            "Stopped watching pid {} for {} after {} beats; checkouts kept.\n",
-            r.pid, r.agent, r.beats
+            "Stopped watching pid {} for {} after {} beat{}; checkouts kept.\n",
+            r.pid,
+            r.agent,
+            r.beats,
+            if r.beats == 1 { "" } else { "s" }
         ),
     }
 }

@@ -13,6 +13,7 @@
 //! Every mutation holds the guard, re-reads what it judged, and publishes whole files by
 //! temp file + rename, so readers never see a partial record.
 
+pub mod freeze;
 pub mod queue;
 pub mod record;
 pub mod registry;
@@ -28,6 +29,7 @@ use serde::{Deserialize, Serialize};
 use crate::clock::Time;
 use crate::error::{Error, Result};
 use crate::key;
+pub use freeze::Freeze;
 pub use queue::{Message, Queue, Reservation, Waiter};
 pub use record::{FORMAT_VERSION, Record};
 pub use registry::{AgentEntry, Note};
@@ -52,6 +54,7 @@ pub struct FileStore {
     root: PathBuf,
     keys: PathBuf,
     tmp: PathBuf,
+    cfg: std::cell::OnceCell<crate::config::Config>,
 }
 
 /// Proof that the caller holds the exclusive guard; mutations require it.
@@ -102,6 +105,7 @@ impl FileStore {
             root: root.to_path_buf(),
             keys: root.join(KEYS),
             tmp: root.join(TMP),
+            cfg: Default::default(),
         }
     }
 
@@ -373,20 +377,85 @@ impl FileStore {
         Ok(path)
     }
 
-    /// Append one event to the audit log (one `write` on an `O_APPEND` file).
+    /// Append one event to the audit log (one `write` on an `O_APPEND` file), rotating
+    /// the log first when it would grow past `audit_max_size`.
     pub fn audit(&self, _g: &Guard, event: &AuditEvent) -> Result<()> {
         let path = self.root.join(AUDIT);
         let mut line = serde_json::to_vec(event)
             .map_err(|e| Error::Store(format!("cannot encode audit event: {e}")))?;
         line.push(b'\n');
-        let mut f = OpenOptions::new()
-            .append(true)
-            .create(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .mode(0o644)
-            .open(&path)
-            .map_err(|e| Error::io(&path, symlink_hint(e)))?;
+        let open = || {
+            OpenOptions::new()
+                .append(true)
+                .create(true)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .mode(0o644)
+                .open(&path)
+                .map_err(|e| Error::io(&path, symlink_hint(e)))
+        };
+        let mut f = open()?;
+        let size = f.metadata().map_err(|e| Error::io(&path, e))?.len();
+        if size > 0 {
+            // A broken config.yaml must not block a release: rotate by the defaults then
+            // (the commands that need the settings report the error).
+            let cfg = self.config().unwrap_or_default();
+            if size + line.len() as u64 > cfg.audit_max_size {
+                drop(f);
+                self.rotate_audit(cfg.audit_keep)?;
+                f = open()?;
+            }
+        }
         f.write_all(&line).map_err(|e| Error::io(&path, e))
+    }
+
+    /// `audit.jsonl` becomes `audit.jsonl.1`, `.1` becomes `.2`, …; the oldest beyond
+    /// `keep` is deleted. Runs under the guard, like every append.
+    fn rotate_audit(&self, keep: usize) -> Result<()> {
+        let name = |i: usize| self.root.join(format!("{AUDIT}.{i}"));
+        if keep == 0 {
+            return match std::fs::remove_file(self.root.join(AUDIT)) {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(Error::io(self.root.join(AUDIT), e)),
+            };
+        }
+        let _ = std::fs::remove_file(name(keep));
+        for i in (1..keep).rev() {
+            match std::fs::rename(name(i), name(i + 1)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io(name(i), e)),
+            }
+        }
+        std::fs::rename(self.root.join(AUDIT), name(1)).map_err(|e| Error::io(name(1), e))
+    }
+
+    /// The audit files, oldest first (rotated ones, then the current one).
+    pub fn audit_files(&self) -> Vec<PathBuf> {
+        let mut files: Vec<(usize, PathBuf)> = std::fs::read_dir(&self.root)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| {
+                let n = e.file_name().to_string_lossy().into_owned();
+                let i = n.strip_prefix(&format!("{AUDIT}."))?.parse().ok()?;
+                Some((i, e.path()))
+            })
+            .collect();
+        files.sort_by_key(|f| std::cmp::Reverse(f.0));
+        let mut out: Vec<PathBuf> = files.into_iter().map(|(_, p)| p).collect();
+        out.push(self.root.join(AUDIT));
+        out
+    }
+
+    /// The lock directory's settings, read once per store.
+    pub fn config(&self) -> Result<crate::config::Config> {
+        if let Some(c) = self.cfg.get() {
+            return Ok(c.clone());
+        }
+        let c = crate::config::Config::load(&self.root)?;
+        let _ = self.cfg.set(c.clone());
+        Ok(c)
     }
 }
 

@@ -1,0 +1,106 @@
+//! Freezes (`freezes/<encoded pattern>.json`): no checkout of a key, or of every key with a
+//! prefix (`deploy://*`), until a time.
+
+use std::io::ErrorKind;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::{FileStore, Guard};
+use crate::clock::Time;
+use crate::error::{Error, Result};
+use crate::key;
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Freeze {
+    pub version: u32,
+    /// A key, or a prefix followed by `*`.
+    pub pattern: String,
+    pub by: String,
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub reason: Option<String>,
+    pub since: Time,
+    pub until: Time,
+}
+
+impl Freeze {
+    pub fn covers(&self, key_name: &str) -> bool {
+        match self.pattern.strip_suffix('*') {
+            Some(prefix) => key_name.starts_with(prefix),
+            None => self.pattern == key_name,
+        }
+    }
+
+    pub fn active(&self, now: &Time) -> bool {
+        *now < self.until
+    }
+}
+
+const FREEZES: &str = "freezes";
+
+impl FileStore {
+    fn freezes_dir(&self) -> PathBuf {
+        self.root().join(FREEZES)
+    }
+
+    fn freeze_path(&self, pattern: &str) -> PathBuf {
+        self.freezes_dir()
+            .join(format!("{}.json", key::encode(pattern)))
+    }
+
+    pub fn write_freeze(&self, g: &Guard, f: &Freeze) -> Result<()> {
+        self.ensure_dir(&self.freezes_dir())?;
+        let mut bytes = serde_json::to_vec_pretty(f)
+            .map_err(|e| Error::Store(format!("cannot encode freeze: {e}")))?;
+        bytes.push(b'\n');
+        self.publish_replace(g, &bytes, &self.freeze_path(&f.pattern))
+    }
+
+    /// Remove a freeze; returns it if there was one.
+    pub fn remove_freeze(&self, _g: &Guard, pattern: &str) -> Result<Option<Freeze>> {
+        let path = self.freeze_path(pattern);
+        let existing = super::registry::read_small(&path)?
+            .and_then(|b| serde_json::from_slice::<Freeze>(&b).ok());
+        match std::fs::remove_file(&path) {
+            Ok(()) => Ok(existing),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::io(&path, e)),
+        }
+    }
+
+    /// Every freeze on record (active or not).
+    pub fn freezes(&self) -> Result<Vec<Freeze>> {
+        let dir = self.freezes_dir();
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(Error::io(&dir, e)),
+        };
+        let mut out = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| Error::io(&dir, e))?;
+            if let Some(b) = super::registry::read_small(&entry.path())?
+                && let Ok(f) = serde_json::from_slice::<Freeze>(&b)
+            {
+                out.push(f);
+            }
+        }
+        out.sort_by(|a, b| a.pattern.cmp(&b.pattern));
+        Ok(out)
+    }
+
+    /// The active freeze covering a key, if any (the one lasting longest).
+    pub fn frozen(&self, key_name: &str, now: &Time) -> Result<Option<Freeze>> {
+        // No freezes directory is the common case: one failed stat.
+        if !self.freezes_dir().is_dir() {
+            return Ok(None);
+        }
+        Ok(self
+            .freezes()?
+            .into_iter()
+            .filter(|f| f.active(now) && f.covers(key_name))
+            .max_by_key(|f| f.until))
+    }
+}
