@@ -104,6 +104,7 @@ pub enum Outcome {
     NotHolder,
     StaleToken,
     LeaseLost,
+    Corrupt,
 }
 
 impl Outcome {
@@ -121,6 +122,7 @@ impl Outcome {
             Outcome::Deadlock => EXIT_DEADLOCK,
             Outcome::NoSuchCheckout => EXIT_NO_SUCH_CHECKOUT,
             Outcome::NotHolder | Outcome::StaleToken | Outcome::LeaseLost => EXIT_NOT_HOLDER,
+            Outcome::Corrupt => EXIT_ERROR,
         }
     }
 }

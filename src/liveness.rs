@@ -198,3 +198,21 @@ pub fn judge_holder(
         None => Judgement::ALIVE,
     }
 }
+
+/// As [`judge_holder`], counting the record's last renewal as a sign of life too: an
+/// agent that renews but never beats again is not silent.
+pub fn judge_record(
+    record: &crate::store::Record,
+    entry: Option<&AgentEntry>,
+    now: &Time,
+    cfg: &Config,
+) -> Judgement {
+    let entry = entry.map(|e| {
+        let mut e = e.clone();
+        if e.last_heartbeat.is_some_and(|t| t < record.renewed_at) {
+            e.last_heartbeat = Some(record.renewed_at);
+        }
+        e
+    });
+    judge_holder(&record.agent, entry.as_ref(), now, cfg)
+}

@@ -138,6 +138,9 @@ pub struct KeyResult {
     /// On `frozen` (renew during a freeze): the freeze.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub frozen: Option<Freeze>,
+    /// On `corrupt` (only with several keys; one key gives an error instead): what is wrong.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
 }
 
 /// `release` and `renew`: one result per key.

@@ -929,3 +929,75 @@ fn empty_gitignore_left_by_a_crash_is_repaired() {
         "a user's own file is kept"
     );
 }
+
+#[test]
+fn symlinked_store_directories_are_refused_not_followed() {
+    for sub in ["tmp", "keys"] {
+        let e = Env::new();
+        e.ok("agent-a", &["checkout", "warmup"]);
+        let victim = e.tmp.path().join("victim");
+        std::fs::create_dir(&victim).unwrap();
+        std::fs::write(victim.join("precious.txt"), "keep me").unwrap();
+        let real = e.dir().join(sub);
+        std::fs::rename(&real, e.tmp.path().join("moved")).unwrap();
+        std::os::unix::fs::symlink(&victim, &real).unwrap();
+        for args in [
+            &["release", "warmup"][..],
+            &["renew", "warmup"],
+            &["checkout", "k2"],
+            &["release", "--all"],
+        ] {
+            let r = e.run(Some("agent-a"), args);
+            assert_eq!(r.code, 1, "{sub} {args:?}: {}", r.text());
+            assert!(r.stderr.contains("not a directory"), "{}", r.stderr);
+        }
+        assert_eq!(
+            std::fs::read_to_string(victim.join("precious.txt")).unwrap(),
+            "keep me",
+            "{sub}"
+        );
+    }
+}
+
+#[test]
+fn several_keys_with_one_corrupt_report_every_key() {
+    let e = Env::new();
+    e.ok("agent-a", &["checkout", "k1"]);
+    e.ok("agent-a", &["checkout", "k3"]);
+    plant(&e, "k2", b"garbage");
+    let r = e.run(Some("agent-a"), &["release", "k1", "k2", "k3", "--json"]);
+    assert_eq!(r.code, 1);
+    let j = r.json();
+    let outcomes: Vec<&str> = j["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes, ["released", "corrupt", "released"]);
+    assert!(
+        j["results"][1]["problem"]
+            .as_str()
+            .unwrap()
+            .contains("not a valid record")
+    );
+    assert_eq!(
+        e.run(None, &["list", "--json"]).json()["checkouts"],
+        serde_json::json!([])
+    );
+    let r = e.run(Some("agent-a"), &["renew", "k1", "k2"]);
+    assert_eq!(r.code, 3, "first failing key: k1 is no longer held");
+    assert!(
+        r.stdout.contains("tasklock release --force k2"),
+        "{}",
+        r.stdout
+    );
+}
+
+#[test]
+fn repeated_keys_count_once() {
+    let e = Env::new();
+    e.ok("agent-a", &["checkout", "k1"]);
+    let j = e.ok("agent-a", &["release", "k1", "k1", "--json"]).json();
+    assert_eq!(j["results"].as_array().unwrap().len(), 1);
+}

@@ -379,3 +379,18 @@ fn ended_agent_that_comes_back_is_alive_again() {
     e.ok("agent-a", &["checkout", "task-1"]);
     assert_eq!(e.run(Some("agent-b"), &["checkout", "task-1"]).code, 2);
 }
+
+#[test]
+fn renewing_counts_as_a_sign_of_life() {
+    let mut e = Env::new();
+    e.ok("agent-a", &["heartbeat"]);
+    e.ok("agent-a", &["checkout", "task-1", "--timeout", "1h"]);
+    // No heartbeat for 15m, but a renew at 8m: not silent for the dead threshold.
+    e.at("2026-01-01T00:08:00Z");
+    e.ok("agent-a", &["renew", "task-1", "--timeout", "1h"]);
+    e.at("2026-01-01T00:15:00Z");
+    assert_eq!(e.run(Some("agent-b"), &["checkout", "task-1"]).code, 2);
+    // Silent past dead_after since that renew: dead.
+    e.at("2026-01-01T00:19:00Z");
+    assert_eq!(e.run(Some("agent-b"), &["checkout", "task-1"]).code, 0);
+}

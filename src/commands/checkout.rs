@@ -128,6 +128,9 @@ pub fn with_registered_pid(store: &FileStore, guard: &Guard, mut req: Request) -
             entry.pid_start = None;
             store.write_agent(guard, &entry)?;
         }
+        if req.agent.name.is_none() {
+            req.agent.name = entry.name.clone();
+        }
         if entry.host == req.agent.host && entry.boot_id == req.agent.boot_id {
             req.agent.pid = entry.pid;
             req.agent.pid_start = entry.pid_start;

@@ -200,7 +200,7 @@ impl<'a> Judge<'a> {
         let entry = self.entry(&r.agent.id)?;
         let now = self.ctx.now;
         let cfg = self.config()?.clone();
-        Ok(liveness::judge_holder(&r.agent, entry.as_ref(), &now, &cfg))
+        Ok(liveness::judge_record(r, entry.as_ref(), &now, &cfg))
     }
 
     /// May someone other than the holder end this checkout now, and why?

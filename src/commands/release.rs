@@ -13,6 +13,11 @@ pub fn run(
     for k in &keys {
         crate::key::validate(k)?;
     }
+    let mut seen = std::collections::HashSet::new();
+    let keys: Vec<String> = keys
+        .into_iter()
+        .filter(|k| seen.insert(k.clone()))
+        .collect();
     if let Some(n) = &note {
         check_text("note", n)?;
     }
@@ -34,6 +39,7 @@ pub fn run(
                 outcome: Outcome::NoSuchCheckout,
                 checkout: None,
                 frozen: None,
+                problem: None,
             });
         }
         return report(results);
@@ -41,13 +47,29 @@ pub fn run(
     let guard = store.lock()?;
     let mut judge = Judge::new(ctx, &store);
     let keys = if all { held_keys(&store, &me)? } else { keys };
+    let single = keys.len() == 1;
     for key in keys {
         let frozen = None;
         let (outcome, checkout) = match store.read(&key)? {
             Slot::Free => (Outcome::NoSuchCheckout, None),
             Slot::Corrupt { path, problem } => {
                 if !force {
-                    return Err(Error::Corrupt { key, path, problem });
+                    let e = Error::Corrupt { key, path, problem };
+                    if single {
+                        return Err(e);
+                    }
+                    // Several keys: report it in its row and go on with the others.
+                    let Error::Corrupt { key, .. } = &e else {
+                        unreachable!()
+                    };
+                    results.push(KeyResult {
+                        key: key.clone(),
+                        outcome: Outcome::Corrupt,
+                        checkout: None,
+                        frozen: None,
+                        problem: Some(e.to_string()),
+                    });
+                    continue;
                 }
                 store.remove(&guard, &key)?;
                 let ev = crate::store::AuditEvent {
@@ -123,6 +145,7 @@ pub fn run(
             outcome,
             checkout,
             frozen,
+            problem: None,
         });
     }
     drop(guard);

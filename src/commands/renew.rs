@@ -10,6 +10,11 @@ pub fn run(ctx: &Ctx, keys: Vec<String>, all: bool, timeout: Option<Duration>) -
     for k in &keys {
         crate::key::validate(k)?;
     }
+    let mut seen = std::collections::HashSet::new();
+    let keys: Vec<String> = keys
+        .into_iter()
+        .filter(|k| seen.insert(k.clone()))
+        .collect();
     let me = ctx.agent_id()?;
     let lease = match timeout {
         Some(t) => t,
@@ -32,6 +37,7 @@ pub fn run(ctx: &Ctx, keys: Vec<String>, all: bool, timeout: Option<Duration>) -
                 outcome: Outcome::NoSuchCheckout,
                 checkout: None,
                 frozen: None,
+                problem: None,
             });
         }
         return report(results);
@@ -39,11 +45,30 @@ pub fn run(ctx: &Ctx, keys: Vec<String>, all: bool, timeout: Option<Duration>) -
     let guard = store.lock()?;
     let mut judge = Judge::new(ctx, &store);
     let keys = if all { held_keys(&store, &me)? } else { keys };
+    let single = keys.len() == 1;
     for key in keys {
         let mut frozen = None;
         let (outcome, checkout) = match store.read(&key)? {
             Slot::Free => (Outcome::NoSuchCheckout, None),
-            Slot::Corrupt { path, problem } => return Err(Error::Corrupt { key, path, problem }),
+            Slot::Corrupt { path, problem } => {
+                let e = Error::Corrupt {
+                    key: key.clone(),
+                    path,
+                    problem,
+                };
+                if single {
+                    return Err(e);
+                }
+                // Several keys: report it in its row and go on with the others.
+                results.push(KeyResult {
+                    key,
+                    outcome: Outcome::Corrupt,
+                    checkout: None,
+                    frozen: None,
+                    problem: Some(e.to_string()),
+                });
+                continue;
+            }
             Slot::Held(r) if r.held_by(&me) => {
                 if r.expired_for_holder(&ctx.now) {
                     // A lost lease is never revived: someone may already have acted on it.
@@ -76,6 +101,7 @@ pub fn run(ctx: &Ctx, keys: Vec<String>, all: bool, timeout: Option<Duration>) -
             outcome,
             checkout,
             frozen,
+            problem: None,
         });
     }
     drop(guard);

@@ -42,6 +42,7 @@ pub fn run(
         match heartbeat::run(&beat_ctx, status.take(), Some(pid)) {
             Ok(_) => beats += 1,
             // Keep watching through a transient failure; say so where someone may look.
+            Err(_) if liveness::start_time(pid) != Some(start) => {}
             Err(e) => eprintln!("tasklock heartbeat --watch: {e}"),
         }
         let next = Instant::now() + interval;

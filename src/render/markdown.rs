@@ -376,6 +376,14 @@ fn keys(r: &KeysReport) -> String {
     if let Some(n) = &r.note {
         let _ = writeln!(out, "- Note: {n}");
     }
+    for k in r.results.iter().filter(|k| k.outcome == Outcome::Corrupt) {
+        let _ = writeln!(
+            out,
+            "\n{}\nFix: if nobody works on it, {} (audited).",
+            k.problem.as_deref().unwrap_or_default(),
+            cmd("release --force", &k.key)
+        );
+    }
     let next: &str = if r.results.iter().any(|k| k.outcome == Outcome::LeaseLost) {
         "Next: a lost lease means another agent may have taken the key; check out again before doing more work on it, and re-check anything written after the lease ended."
     } else if let Some(k) = r.results.iter().find(|k| k.outcome == Outcome::NotHolder) {
@@ -459,6 +467,7 @@ fn outcome_words(o: Outcome) -> &'static str {
         Outcome::NotHolder => "not the holder",
         Outcome::StaleToken => "stale token",
         Outcome::LeaseLost => "lease lost",
+        Outcome::Corrupt => "corrupt record (see below)",
     }
 }
 

@@ -130,6 +130,20 @@ impl FileStore {
             .open(&path)
             .map_err(|e| Error::io(&path, symlink_hint(e)))?;
         file.lock().map_err(|e| Error::io(&path, e))?;
+        // Never sweep or write through a directory swapped for a symlink.
+        for dir in [&self.keys, &self.tmp] {
+            match std::fs::symlink_metadata(dir) {
+                Ok(m) if m.is_dir() => {}
+                Ok(_) => {
+                    return Err(Error::Store(format!(
+                        "{} is not a directory (a symlink or file was put there); remove it",
+                        dir.display()
+                    )));
+                }
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io(dir, e)),
+            }
+        }
         let guard = Guard {
             file,
             counter: None,
@@ -148,6 +162,10 @@ impl FileStore {
         };
         for entry in entries.flatten() {
             let p = entry.path();
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                // Not ours (we only write files here); leave it rather than fail.
+                continue;
+            }
             match std::fs::remove_file(&p) {
                 Ok(()) => {}
                 Err(e) if e.kind() == ErrorKind::NotFound => {}
@@ -357,6 +375,12 @@ impl FileStore {
         match std::fs::remove_file(&path) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+            // A directory planted where a record goes: remove it if it is empty.
+            Err(_) if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir()) => {
+                std::fs::remove_dir(&path).map_err(|e| {
+                    Error::io(&path, std::io::Error::other(format!("a directory is where a record belongs and it is not empty ({e}); inspect and remove it by hand")))
+                })
+            }
             Err(e) => Err(Error::io(&path, e)),
         }
     }
