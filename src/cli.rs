@@ -148,6 +148,38 @@ pub enum Command {
         /// session-start, user-prompt-submit, post-tool-use or session-end
         event: String,
     },
+    /// Block every checkout of KEY (or of a prefix: `deploy://*`) for a while
+    Freeze {
+        /// A key, or a prefix ending in `*`
+        key: String,
+        /// How long the freeze lasts; it ends by itself
+        #[arg(long = "for", value_parser = duration, value_name = "DUR", required = true)]
+        for_: Duration,
+        /// Why; shown to everyone refused
+        #[arg(long, value_name = "TEXT")]
+        reason: Option<String>,
+    },
+    /// End a freeze early
+    Unfreeze { key: String },
+    /// Explain in plain words why KEY can or cannot be checked out now
+    Why { key: String },
+    /// The append-only event log (newest last); --agent filters by agent here
+    Audit {
+        /// Only events from the last DUR
+        #[arg(long, value_parser = duration, value_name = "DUR")]
+        since: Option<Duration>,
+        /// Only events of this key
+        #[arg(long, value_name = "KEY")]
+        key: Option<String>,
+        /// Show at most N events, the most recent (0: all)
+        #[arg(long, value_name = "N", default_value_t = 100)]
+        limit: usize,
+        /// Keep printing new events until interrupted
+        #[arg(long)]
+        follow: bool,
+    },
+    /// Check the setup: directory, file system, clock, identity, records, skills, hooks
+    Doctor,
     /// Append a checkpoint to KEY's history (holder only)
     Note { key: String, text: String },
     /// Check out KEY, run CMD renewing the lease, release when it ends

@@ -56,6 +56,37 @@ where
         }
         return EXIT_OK;
     }
+    if let Command::Audit {
+        since,
+        key,
+        limit,
+        follow: true,
+    } = &cli.command
+    {
+        let filter = commands::audit::Filter {
+            since: *since,
+            key: key.clone(),
+            agent: cli.global.agent.clone(),
+            limit: *limit,
+        };
+        let result = discover::lock_dir(cli.global.dir.as_deref()).and_then(|dir| {
+            let ctx = Ctx {
+                dir,
+                now: clock::now()?,
+                agent_flag: None,
+                name_flag: None,
+                cfg: Default::default(),
+            };
+            commands::audit::follow(&ctx, &filter, format, &mut std::io::stdout())
+        });
+        return match result {
+            Ok(()) => EXIT_OK,
+            Err(e) => {
+                emit_stderr(&render::error(&e, Format::Markdown));
+                e.exit_code()
+            }
+        };
+    }
     match execute(cli) {
         Ok(report) => {
             let text = render::report(&report, format);
@@ -79,6 +110,8 @@ where
 }
 
 fn execute(cli: Cli) -> Result<report::Report, Error> {
+    // For `audit`, --agent filters the log instead of naming the caller.
+    let audit_agent = cli.global.agent.clone();
     let ctx = Ctx {
         dir: discover::lock_dir(cli.global.dir.as_deref())?,
         now: clock::now()?,
@@ -142,6 +175,21 @@ fn execute(cli: Cli) -> Result<report::Report, Error> {
         Command::Inbox { peek } => commands::inbox::run(&ctx, peek),
         Command::Init { dry_run } => commands::init::run(&ctx, dry_run),
         Command::Hook { .. } => unreachable!("handled before"),
+        Command::Freeze { key, for_, reason } => commands::freeze::freeze(&ctx, &key, for_, reason),
+        Command::Unfreeze { key } => commands::freeze::unfreeze(&ctx, &key),
+        Command::Why { key } => commands::why::run(&ctx, &key),
+        Command::Doctor => commands::doctor::run(&ctx),
+        Command::Audit {
+            since, key, limit, ..
+        } => commands::audit::run(
+            &ctx,
+            &commands::audit::Filter {
+                since,
+                key,
+                agent: audit_agent,
+                limit,
+            },
+        ),
         Command::Note { key, text } => commands::note::run(&ctx, &key, text),
         Command::Run {
             key,

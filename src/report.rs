@@ -7,7 +7,7 @@ use crate::clock::Time;
 use crate::commands::ReapReason;
 use crate::error::Outcome;
 use crate::liveness::{Cause, Judgement, State};
-use crate::store::{AgentEntry, Freeze, Message, Note, Record, Reservation};
+use crate::store::{AgentEntry, AuditEvent, Freeze, Message, Note, Record, Reservation};
 
 /// The public view of a holder.
 #[derive(Debug, Clone, Serialize)]
@@ -363,6 +363,65 @@ pub struct InitReport {
     pub changes: Vec<Change>,
 }
 
+#[derive(Debug, Serialize)]
+pub struct FreezeReport {
+    /// `freeze` or `unfreeze`.
+    pub command: &'static str,
+    pub now: Time,
+    pub pattern: String,
+    /// True after `freeze`; false after `unfreeze`.
+    pub frozen: bool,
+    /// The freeze set, or the one removed (none: there was nothing to unfreeze).
+    pub freeze: Option<Freeze>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct WhyReport {
+    pub command: &'static str,
+    pub now: Time,
+    pub key: String,
+    /// The agent asking, when known: the answer is for it.
+    pub agent: Option<String>,
+    pub can_checkout: bool,
+    /// `free`, `yours`, `held`, `reserved`, `frozen` or `corrupt`.
+    pub state: String,
+    /// Plain-word explanations, most important first.
+    pub reasons: Vec<String>,
+    pub next: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct AuditReport {
+    pub command: &'static str,
+    pub now: Time,
+    /// Events matching the filters (before `--limit`).
+    pub matched: usize,
+    /// Lines of the log that could not be read as events.
+    pub unreadable_lines: usize,
+    /// The events shown, oldest first.
+    pub events: Vec<AuditEvent>,
+}
+
+/// One line of `doctor`'s checklist.
+#[derive(Debug, Serialize)]
+pub struct Check {
+    pub name: String,
+    /// `ok`, `warn` or `fail`.
+    pub status: String,
+    pub detail: String,
+    pub fix: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct DoctorReport {
+    pub command: &'static str,
+    pub now: Time,
+    pub lock_dir: String,
+    /// False when any check failed (exit 1); warnings alone keep it true.
+    pub healthy: bool,
+    pub checks: Vec<Check>,
+}
+
 /// Everything a command can return on success (including refusals with exit codes 2–4).
 #[derive(Debug)]
 pub enum Report {
@@ -379,6 +438,10 @@ pub enum Report {
     Any(AnyReport),
     Inbox(InboxReport),
     Init(InitReport),
+    Freeze(FreezeReport),
+    Why(WhyReport),
+    Audit(AuditReport),
+    Doctor(DoctorReport),
 }
 
 impl Report {
@@ -402,7 +465,12 @@ impl Report {
             Report::Watch(_) => 0,
             Report::Run(r) => r.exit_code,
             Report::Any(r) => r.outcome.exit_code(),
-            Report::Inbox(_) | Report::Init(_) => 0,
+            Report::Inbox(_) | Report::Init(_) | Report::Why(_) => 0,
+            Report::Freeze(r) if r.command == "unfreeze" && r.freeze.is_none() => {
+                crate::error::EXIT_NO_SUCH_CHECKOUT
+            }
+            Report::Freeze(_) | Report::Audit(_) => 0,
+            Report::Doctor(r) => i32::from(!r.healthy),
         }
     }
 
@@ -421,6 +489,10 @@ impl Report {
             Report::Any(r) => serde_json::to_value(r),
             Report::Inbox(r) => serde_json::to_value(r),
             Report::Init(r) => serde_json::to_value(r),
+            Report::Freeze(r) => serde_json::to_value(r),
+            Report::Why(r) => serde_json::to_value(r),
+            Report::Audit(r) => serde_json::to_value(r),
+            Report::Doctor(r) => serde_json::to_value(r),
         };
         v.unwrap_or_else(
             |e| serde_json::json!({"error": {"kind": "internal", "message": e.to_string()}}),

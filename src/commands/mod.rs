@@ -1,7 +1,10 @@
 //! One module per command family. Commands compute a [`Report`]; they never print.
 
 pub mod agents;
+pub mod audit;
 pub mod checkout;
+pub mod doctor;
+pub mod freeze;
 pub mod heartbeat;
 pub mod hook;
 pub mod inbox;
@@ -16,6 +19,7 @@ pub mod status;
 pub mod verify;
 pub mod wait;
 pub mod watch;
+pub mod why;
 
 use std::collections::HashMap;
 use std::path::PathBuf;

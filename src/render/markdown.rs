@@ -7,7 +7,7 @@ use crate::commands::ReapReason;
 use crate::error::{Outcome, shell_quote};
 use crate::liveness::{Cause, State};
 use crate::report::*;
-use crate::store::{Freeze, Note};
+use crate::store::{AuditEvent, Freeze, Note};
 
 pub fn report(r: &Report) -> String {
     match r {
@@ -24,6 +24,10 @@ pub fn report(r: &Report) -> String {
         Report::Any(r) => any(r),
         Report::Inbox(r) => inbox(r),
         Report::Init(r) => init(r),
+        Report::Freeze(r) => freeze(r),
+        Report::Why(r) => why(r),
+        Report::Audit(r) => audit(r),
+        Report::Doctor(r) => doctor(r),
     }
 }
 
@@ -82,7 +86,7 @@ fn checkout(r: &CheckoutReport) -> String {
         }
         (Outcome::Frozen, holder) => {
             if let Some(f) = &r.frozen {
-                let _ = writeln!(out, "Frozen: {k} {}.", freeze_words(f, &r.now));
+                let _ = writeln!(out, "Frozen: {k} {}.", freeze_words(f, &r.key, &r.now));
             } else {
                 let _ = writeln!(out, "Frozen: {k} cannot be checked out now.");
             }
@@ -201,8 +205,8 @@ fn checkout(r: &CheckoutReport) -> String {
 }
 
 /// "frozen by ops (release freeze) until 2026-… (in 2h)".
-fn freeze_words(f: &Freeze, now: &Time) -> String {
-    let scope = if f.pattern.ends_with('*') {
+fn freeze_words(f: &Freeze, key: &str, now: &Time) -> String {
+    let scope = if f.pattern != key {
         format!(" (by the freeze on {})", code(&f.pattern))
     } else {
         String::new()
@@ -438,7 +442,7 @@ fn single_verdict(k: &KeyResult, r: &KeysReport) -> String {
         Outcome::Frozen => match &k.frozen {
             Some(f) => format!(
                 "Frozen: {key} {}; your lease was not extended (you keep the key until it ends).",
-                freeze_words(f, &r.now)
+                freeze_words(f, &k.key, &r.now)
             ),
             None => format!("Frozen: {key} cannot be renewed now."),
         },
@@ -912,5 +916,140 @@ fn init(r: &InitReport) -> String {
         "Next: commit `.claude/settings.json` and the instructions so every agent session coordinates; make sure `tasklock` is on PATH for the hooks."
     };
     let _ = writeln!(out, "\n{next}");
+    out
+}
+
+fn freeze(r: &FreezeReport) -> String {
+    let p = code(&r.pattern);
+    match (&r.freeze, r.frozen) {
+        (Some(f), true) => format!(
+            "Frozen: {p} {}.\n\nNo checkout of {} succeeds until then; holders keep their checkouts until their leases end but cannot renew.\n\nNext: {} ends it early.\n",
+            freeze_words(f, &r.pattern, &r.now),
+            if f.pattern.ends_with('*') {
+                "any matching key"
+            } else {
+                "it"
+            },
+            cmd("unfreeze", &f.pattern)
+        ),
+        (Some(f), false) => format!(
+            "Unfrozen: {p} (it was frozen by {} until {}).\n\nNext: checkouts of it work again.\n",
+            f.by,
+            with_relative(&f.until, &r.now)
+        ),
+        (None, _) => format!("Not frozen: there is no freeze on {p}.\n"),
+    }
+}
+
+fn why(r: &WhyReport) -> String {
+    let k = code(&r.key);
+    let verdict = match (r.can_checkout, r.state.as_str()) {
+        (_, "yours") => format!("{k} is yours."),
+        (true, _) => format!("You can check out {k} now."),
+        (false, _) => format!("You cannot check out {k} now."),
+    };
+    let mut out = format!("{verdict}\n\n");
+    for reason in &r.reasons {
+        let _ = writeln!(out, "- {reason}");
+    }
+    let _ = writeln!(out, "\nNext: {}", r.next);
+    out
+}
+
+pub const AUDIT_HEADER: &str =
+    "| Time | Event | Key | Agent | Token | Detail |\n|---|---|---|---|---|---|\n";
+
+/// One audit event as a table row.
+pub fn audit_row(e: &AuditEvent, now: &Time) -> String {
+    let mut detail = Vec::new();
+    if let Some(r) = &e.reason {
+        detail.push(format!("reason: {r}"));
+    }
+    if let Some(b) = &e.by {
+        detail.push(format!("by: {b}"));
+    }
+    if let Some(h) = &e.holder {
+        detail.push(format!("holder: {h}"));
+    }
+    if let Some(d) = &e.detail {
+        detail.push(d.clone());
+    }
+    format!(
+        "| {} | {} | {} | {} | {} | {} |",
+        with_relative(&e.ts, now),
+        e.event,
+        cell(&code(&e.key)),
+        cell(&label(&e.agent, e.name.as_deref())),
+        e.token.map(|t| t.to_string()).unwrap_or_default(),
+        cell(&detail.join("; "))
+    )
+}
+
+fn audit(r: &AuditReport) -> String {
+    let mut out = String::new();
+    if r.events.is_empty() {
+        out.push_str("No matching audit events.\n");
+        return out;
+    }
+    let n = r.events.len();
+    if n < r.matched {
+        let _ = writeln!(out, "The last {n} of {} matching audit events.", r.matched);
+    } else {
+        let _ = writeln!(
+            out,
+            "{n} matching audit event{}.",
+            if n == 1 { "" } else { "s" }
+        );
+    }
+    out.push('\n');
+    out.push_str(AUDIT_HEADER);
+    for e in &r.events {
+        let _ = writeln!(out, "{}", audit_row(e, &r.now));
+    }
+    if r.unreadable_lines > 0 {
+        let _ = writeln!(
+            out,
+            "\n{} unreadable line(s) in the log were skipped.",
+            r.unreadable_lines
+        );
+    }
+    if n < r.matched {
+        out.push_str(
+            "\nNext: `--limit 0` shows all; `--since`, `--key` and `--agent` narrow it.\n",
+        );
+    }
+    out
+}
+
+fn doctor(r: &DoctorReport) -> String {
+    let fails = r.checks.iter().filter(|c| c.status == "fail").count();
+    let warns = r.checks.iter().filter(|c| c.status == "warn").count();
+    let mut out = if fails > 0 {
+        format!(
+            "Unhealthy: {fails} problem{} to fix, {warns} warning{}.\n",
+            if fails == 1 { "" } else { "s" },
+            if warns == 1 { "" } else { "s" }
+        )
+    } else if warns > 0 {
+        format!(
+            "Healthy, with {warns} warning{}.\n",
+            if warns == 1 { "" } else { "s" }
+        )
+    } else {
+        "Healthy.\n".to_string()
+    };
+    out.push('\n');
+    for c in &r.checks {
+        let mark = match c.status.as_str() {
+            "ok" => "[x]",
+            "warn" => "[!]",
+            _ => "[ ]",
+        };
+        let _ = writeln!(out, "- {mark} {}: {}", c.name, c.detail);
+        if let Some(f) = &c.fix {
+            let _ = writeln!(out, "  - Fix: {f}");
+        }
+    }
+    let _ = writeln!(out, "\nLock directory: {}", r.lock_dir);
     out
 }

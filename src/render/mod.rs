@@ -14,7 +14,15 @@ pub enum Format {
 pub fn report(r: &Report, format: Format) -> String {
     match format {
         Format::Markdown => markdown::report(r),
-        Format::Json => json_line(&r.to_json()),
+        // The audit log is JSON lines: one event per line, like the file itself.
+        Format::Json => match r {
+            Report::Audit(a) => a
+                .events
+                .iter()
+                .map(|e| json_line(&serde_json::to_value(e).unwrap_or_default()))
+                .collect(),
+            _ => json_line(&r.to_json()),
+        },
     }
 }
 

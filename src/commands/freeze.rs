@@ -1,0 +1,88 @@
+use std::time::Duration;
+
+use super::{Ctx, checkout::check_text};
+use crate::duration::to_chrono;
+use crate::error::{Error, Result};
+use crate::report::{FreezeReport, Report};
+use crate::store::{AuditEvent, FileStore, Freeze};
+
+/// The key part of a pattern: a key, or a prefix followed by `*`.
+fn validate_pattern(pattern: &str) -> Result<()> {
+    match pattern.strip_suffix('*') {
+        Some("") => Err(Error::Usage(
+            "a freeze pattern needs a prefix before `*` (freezing every key is not supported)"
+                .into(),
+        )),
+        Some(prefix) => crate::key::validate(prefix),
+        None => crate::key::validate(pattern),
+    }
+}
+
+pub fn freeze(ctx: &Ctx, pattern: &str, for_: Duration, reason: Option<String>) -> Result<Report> {
+    validate_pattern(pattern)?;
+    if let Some(r) = &reason {
+        check_text("reason", r)?;
+    }
+    let agent = ctx.agent()?;
+    let store = FileStore::open_or_create(&ctx.dir)?;
+    let guard = store.lock()?;
+    let f = Freeze {
+        version: 1,
+        pattern: pattern.to_string(),
+        by: agent.id.clone(),
+        name: agent.name.clone(),
+        reason,
+        since: ctx.now,
+        until: ctx.now + to_chrono(for_),
+    };
+    store.write_freeze(&guard, &f)?;
+    store.audit(&guard, &event(ctx, "freeze", &f))?;
+    Ok(Report::Freeze(FreezeReport {
+        command: "freeze",
+        now: ctx.now,
+        pattern: pattern.to_string(),
+        frozen: true,
+        freeze: Some(f),
+    }))
+}
+
+pub fn unfreeze(ctx: &Ctx, pattern: &str) -> Result<Report> {
+    validate_pattern(pattern)?;
+    let agent = ctx.agent()?;
+    let removed = match FileStore::open_existing(&ctx.dir)? {
+        Some(store) => {
+            let guard = store.lock()?;
+            let removed = store.remove_freeze(&guard, pattern)?;
+            if let Some(f) = &removed {
+                let mut ev = event(ctx, "unfreeze", f);
+                ev.agent = agent.id.clone();
+                ev.by = Some(f.by.clone()).filter(|b| *b != agent.id);
+                store.audit(&guard, &ev)?;
+            }
+            removed
+        }
+        None => None,
+    };
+    Ok(Report::Freeze(FreezeReport {
+        command: "unfreeze",
+        now: ctx.now,
+        pattern: pattern.to_string(),
+        frozen: false,
+        freeze: removed,
+    }))
+}
+
+fn event(ctx: &Ctx, name: &str, f: &Freeze) -> AuditEvent {
+    AuditEvent {
+        ts: ctx.now,
+        event: name.into(),
+        key: f.pattern.clone(),
+        agent: f.by.clone(),
+        name: f.name.clone(),
+        token: None,
+        reason: f.reason.clone(),
+        by: None,
+        holder: None,
+        detail: Some(format!("until {}", crate::clock::rfc3339(&f.until))),
+    }
+}

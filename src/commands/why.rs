@@ -1,0 +1,162 @@
+//! `why KEY`: plain words on whether this agent can check KEY out now, and why not.
+
+use super::{Ctx, Judge};
+use crate::clock::with_relative;
+use crate::error::{Result, shell_quote};
+use crate::liveness::{Cause, State};
+use crate::report::{Report, WhyReport};
+use crate::store::{FileStore, Slot};
+
+pub fn run(ctx: &Ctx, key: &str) -> Result<Report> {
+    crate::key::validate(key)?;
+    let me = ctx.agent_id().ok();
+    let mut reasons = Vec::new();
+    let mut can = true;
+    let mut state = "free";
+    let q = |s: &str| shell_quote(s);
+    if let Some(store) = FileStore::open_existing(&ctx.dir)? {
+        let now = ctx.now;
+        if let Some(f) = store.frozen(key, &now)? {
+            can = false;
+            state = "frozen";
+            reasons.push(format!(
+                "It is frozen by {} until {}{}{}. Nobody can check it out until then.",
+                f.by,
+                with_relative(&f.until, &now),
+                f.reason
+                    .as_deref()
+                    .map(|r| format!(" ({r})"))
+                    .unwrap_or_default(),
+                if f.pattern != key {
+                    format!(", by the freeze on `{}`", f.pattern)
+                } else {
+                    String::new()
+                }
+            ));
+        }
+        let mut judge = Judge::new(ctx, &store);
+        match store.read(key)? {
+            Slot::Corrupt { path, problem } => {
+                can = false;
+                state = "corrupt";
+                reasons.push(format!(
+                    "Its record at {} is damaged ({problem}), so nobody can check it out. If nobody works on it, `tasklock release {} --force` removes it (audited).",
+                    path.display(),
+                    q(key)
+                ));
+            }
+            Slot::Held(r) if me.as_deref() == Some(r.agent.id.as_str()) => {
+                if r.expired_for_holder(&now) {
+                    reasons.push(format!(
+                        "You held it, but your lease ran out {}; the checkout is lost. Checking it out again gives a new token.",
+                        with_relative(&r.expires_at, &now)
+                    ));
+                } else {
+                    state = "yours";
+                    reasons.push(format!(
+                        "You hold it (token {}); your lease ends {}. Checking it out again renews it.",
+                        r.token,
+                        with_relative(&r.expires_at, &now)
+                    ));
+                }
+            }
+            Slot::Held(r) => {
+                let judgement = judge.holder(&r)?;
+                let who = match &r.agent.name {
+                    Some(n) => format!("{} ({n})", r.agent.id),
+                    None => r.agent.id.clone(),
+                };
+                if r.breakable(&now) {
+                    reasons.push(format!(
+                        "{who} held it, but the lease ran out {}; the next checkout takes it over.",
+                        with_relative(&r.expires_at, &now)
+                    ));
+                } else if judgement.dead() {
+                    let cause = match judgement.cause {
+                        Some(Cause::ProcessGone) => "its process is gone",
+                        Some(Cause::PidReused) => "its pid now belongs to another process",
+                        Some(Cause::Silent) => "it stopped sending heartbeats",
+                        Some(Cause::Ended) => "its session ended",
+                        None => "it is dead",
+                    };
+                    reasons.push(format!(
+                        "{who} holds it, but {cause}; the next checkout takes it over."
+                    ));
+                } else {
+                    can = false;
+                    state = "held";
+                    let liveness = match judgement.state {
+                        State::Stalled => "stalled (no recent heartbeat, but not dead yet)",
+                        _ => "alive",
+                    };
+                    reasons.push(format!(
+                        "{who} holds it (token {}) since {}; it is {liveness}, and its lease ends {}.",
+                        r.token,
+                        with_relative(&r.acquired_at, &now),
+                        with_relative(&r.expires_at, &now)
+                    ));
+                    if let Some(reason) = &r.reason {
+                        reasons.push(format!("Their reason: {reason}."));
+                    }
+                }
+            }
+            Slot::Free => {}
+        }
+        let queue = store.read_queue(key)?;
+        if let Some(res) = &queue.reservation
+            && res.until > now
+            && state != "held"
+        {
+            if me.as_deref() == Some(res.agent.as_str()) {
+                reasons.push(format!(
+                    "It is reserved for you, the head of its queue, until {}: check it out now.",
+                    with_relative(&res.until, &now)
+                ));
+            } else {
+                can = false;
+                if state == "free" {
+                    state = "reserved";
+                }
+                reasons.push(format!(
+                    "It is reserved for {}, the head of its queue, until {}.",
+                    res.agent,
+                    with_relative(&res.until, &now)
+                ));
+            }
+        }
+        if !queue.waiters.is_empty() {
+            let names: Vec<&str> = queue.waiters.iter().map(|w| w.agent.as_str()).collect();
+            reasons.push(format!(
+                "{} waiting in its queue: {}.",
+                names.len(),
+                names.join(", ")
+            ));
+        }
+    }
+    if reasons.is_empty() {
+        reasons.push("Nobody holds it, nobody waits for it, and it is not frozen.".into());
+    }
+    let next = match state {
+        "yours" => "keep working; release it when done.".to_string(),
+        _ if can => format!("`tasklock checkout {}`.", q(key)),
+        "frozen" => "work on something else until the freeze ends.".into(),
+        "corrupt" => format!(
+            "inspect the file; `tasklock release {} --force` if nobody works on it.",
+            q(key)
+        ),
+        _ => format!(
+            "work on something else, or `tasklock checkout {} --queue`.",
+            q(key)
+        ),
+    };
+    Ok(Report::Why(WhyReport {
+        command: "why",
+        now: ctx.now,
+        key: key.to_string(),
+        agent: me,
+        can_checkout: can,
+        state: state.to_string(),
+        reasons,
+        next,
+    }))
+}
