@@ -1,0 +1,931 @@
+//! End-to-end support: the real Claude Code CLI (installed from npm into `target/e2e/node`),
+//! the `skills-ref` validator (installed from PyPI into `target/e2e/venv`), a loopback stub
+//! of the Anthropic Messages API, and a runner for one headless Claude Code session.
+//!
+//! Nothing here is skipped: a missing `npm`, `python3` or `git` fails the test that needs it,
+//! with a message saying what to install. See docs/e2e.md.
+#![allow(dead_code)]
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+/// The Claude Code release these tests were written and checked against.
+pub const CLAUDE_CODE_VERSION: &str = "2.1.330";
+/// The Agent Skills reference validator (`agentskills` command) from PyPI.
+pub const SKILLS_REF_VERSION: &str = "0.1.1";
+
+/// Generous limits: the first run downloads about 175 MB from npm.
+pub const INSTALL_TIMEOUT: Duration = Duration::from_secs(600);
+pub const SESSION_TIMEOUT: Duration = Duration::from_secs(180);
+pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long processes left in the group of a finished command may still run (the hooks'
+/// own timeout is 10 s).
+const STRAGGLER_GRACE: Duration = Duration::from_secs(15);
+
+/// The Bash tool call the stub model makes, and its final answer.
+pub const TOOL_USE_ID: &str = "toolu_e2e_checkout";
+pub const FINAL_TEXT: &str = "E2E-DONE: e2e-task is checked out.";
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `target/e2e` (next to `target/tmp`, so it follows `CARGO_TARGET_DIR`).
+pub fn e2e_dir() -> PathBuf {
+    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let dir = tmp.parent().expect("target/tmp has a parent").join("e2e");
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
+    dir
+}
+
+pub fn tasklock_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_tasklock"))
+}
+
+/// `PATH` with the tasklock under test first: the hooks call `tasklock` by name.
+pub fn path_with_tasklock() -> String {
+    let bin_dir = tasklock_bin()
+        .parent()
+        .expect("binary has a directory")
+        .to_path_buf();
+    let rest = std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into());
+    format!("{}:{rest}", bin_dir.display())
+}
+
+// ---------------------------------------------------------------------------------------
+// Running commands with a time limit
+// ---------------------------------------------------------------------------------------
+
+pub struct Output {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+    pub elapsed: Duration,
+}
+
+impl Output {
+    pub fn text(&self) -> String {
+        format!(
+            "status: {}\n--- stdout\n{}\n--- stderr\n{}",
+            self.status, self.stdout, self.stderr
+        )
+    }
+}
+
+/// A child in its own process group; the whole group is killed when this is dropped
+/// (test failure, timeout), so no Claude Code or hook process outlives the test.
+pub struct Running {
+    child: Child,
+    pgid: i32,
+    out: Option<std::thread::JoinHandle<Vec<u8>>>,
+    err: Option<std::thread::JoinHandle<Vec<u8>>>,
+    started: Instant,
+    what: String,
+}
+
+impl Running {
+    pub fn spawn(mut cmd: Command, what: &str) -> Running {
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {what} ({cmd:?}): {e}"));
+        let pgid = child.id() as i32;
+        let mut so = child.stdout.take().expect("piped");
+        let mut se = child.stderr.take().expect("piped");
+        let out = std::thread::spawn(move || {
+            let mut v = Vec::new();
+            let _ = so.read_to_end(&mut v);
+            v
+        });
+        let err = std::thread::spawn(move || {
+            let mut v = Vec::new();
+            let _ = se.read_to_end(&mut v);
+            v
+        });
+        Running {
+            child,
+            pgid,
+            out: Some(out),
+            err: Some(err),
+            started: Instant::now(),
+            what: what.to_string(),
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Wait for the exit; after `timeout` kill the process group and panic.
+    pub fn wait(mut self, timeout: Duration) -> Output {
+        let status = loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => break status,
+                Ok(None) if self.started.elapsed() > timeout => {
+                    self.kill_group();
+                    let _ = self.child.wait();
+                    let (stdout, stderr) = self.collect();
+                    panic!(
+                        "{} did not finish within {timeout:?}; killed its process group.\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+                        self.what
+                    );
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(50)),
+                Err(e) => panic!("waiting for {}: {e}", self.what),
+            }
+        };
+        let elapsed = self.started.elapsed();
+        // Give what it left behind (a hook still finishing) time to end, then kill the
+        // rest: it would hold the pipes open.
+        let grace = Instant::now();
+        // SAFETY: signal 0 only checks whether a process of the group exists.
+        while unsafe { libc::kill(-self.pgid, 0) } == 0 && grace.elapsed() < STRAGGLER_GRACE {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        self.kill_group();
+        let (stdout, stderr) = self.collect();
+        Output {
+            status,
+            stdout,
+            stderr,
+            elapsed,
+        }
+    }
+
+    fn kill_group(&self) {
+        // SAFETY: kill has no memory-safety preconditions; ESRCH (group gone) is fine.
+        unsafe {
+            libc::kill(-self.pgid, libc::SIGKILL);
+        }
+    }
+
+    fn collect(&mut self) -> (String, String) {
+        let join = |h: Option<std::thread::JoinHandle<Vec<u8>>>| {
+            h.map(|h| String::from_utf8_lossy(&h.join().unwrap_or_default()).into_owned())
+                .unwrap_or_default()
+        };
+        (join(self.out.take()), join(self.err.take()))
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            self.kill_group();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+pub fn run(cmd: Command, what: &str, timeout: Duration) -> Output {
+    Running::spawn(cmd, what).wait(timeout)
+}
+
+/// Run and panic (with all output) unless it exits 0.
+pub fn run_ok(cmd: Command, what: &str, timeout: Duration) -> Output {
+    let out = run(cmd, what, timeout);
+    assert!(out.status.success(), "{what} failed\n{}", out.text());
+    out
+}
+
+/// The program must be on PATH; otherwise fail with what to install.
+fn require_tool(program: &str, why: &str) {
+    let found = Command::new(program)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    match found {
+        Ok(s) if s.success() => {}
+        Ok(s) => panic!("`{program} --version` failed ({s}); {why}"),
+        Err(e) => panic!("`{program}` is not available ({e}); {why}"),
+    }
+}
+
+/// An exclusive lock on a file under target/e2e, so that concurrent test threads and
+/// cargo processes install only once. Released when the file is dropped.
+fn install_lock(name: &str) -> File {
+    let path = e2e_dir().join(name);
+    let f = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
+    // SAFETY: a valid open descriptor; flock has no other preconditions.
+    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
+    assert_eq!(rc, 0, "flock {}", path.display());
+    f
+}
+
+// ---------------------------------------------------------------------------------------
+// Installing the tools
+// ---------------------------------------------------------------------------------------
+
+/// The Claude Code CLI at `CLAUDE_CODE_VERSION`, installed from npm on first use.
+pub fn claude() -> PathBuf {
+    static CLAUDE: OnceLock<PathBuf> = OnceLock::new();
+    CLAUDE.get_or_init(install_claude).clone()
+}
+
+fn install_claude() -> PathBuf {
+    let _lock = install_lock("node.lock");
+    let prefix = e2e_dir().join("node");
+    if let Some(bin) = find_claude(&prefix) {
+        return bin;
+    }
+    require_tool(
+        "npm",
+        "the end-to-end tests install the Claude Code CLI with npm; install Node.js and npm (see docs/e2e.md)",
+    );
+    let started = Instant::now();
+    eprintln!(
+        "e2e: installing @anthropic-ai/claude-code@{CLAUDE_CODE_VERSION} into {} (first run only)",
+        prefix.display()
+    );
+    std::fs::create_dir_all(&prefix).unwrap();
+    let mut cmd = Command::new("npm");
+    cmd.args(["install", "--no-audit", "--no-fund", "--prefix"])
+        .arg(&prefix)
+        .arg(format!("@anthropic-ai/claude-code@{CLAUDE_CODE_VERSION}"));
+    run_ok(
+        cmd,
+        "npm install @anthropic-ai/claude-code",
+        INSTALL_TIMEOUT,
+    );
+    eprintln!("e2e: npm install took {:?}", started.elapsed());
+    find_claude(&prefix).unwrap_or_else(|| {
+        panic!(
+            "npm installed @anthropic-ai/claude-code@{CLAUDE_CODE_VERSION} into {}, but no working \
+             `claude` binary reporting that version was found (tried node_modules/.bin/claude and \
+             the platform package node_modules/@anthropic-ai/claude-code-*/claude). Remove the \
+             directory and run again; see docs/e2e.md",
+            prefix.display()
+        )
+    })
+}
+
+/// The installed binary, if it is there and reports the pinned version. The npm package's
+/// postinstall links the native binary over `bin/claude.exe`; when install scripts did not
+/// run, the platform package's binary is used directly.
+fn find_claude(prefix: &Path) -> Option<PathBuf> {
+    let modules = prefix.join("node_modules");
+    let manifest =
+        std::fs::read_to_string(modules.join("@anthropic-ai/claude-code/package.json")).ok()?;
+    let manifest: Value = serde_json::from_str(&manifest).ok()?;
+    if manifest["version"] != CLAUDE_CODE_VERSION {
+        return None;
+    }
+    let mut candidates = vec![modules.join(".bin/claude")];
+    if let Ok(entries) = std::fs::read_dir(modules.join("@anthropic-ai")) {
+        let mut platform: Vec<PathBuf> = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("claude-code-"))
+            })
+            .map(|p| p.join("claude"))
+            .collect();
+        platform.sort();
+        candidates.extend(platform);
+    }
+    let home = tempfile::tempdir().ok()?;
+    candidates.into_iter().find(|bin| {
+        let mut cmd = Command::new(bin);
+        cmd.arg("--version")
+            .env("HOME", home.path())
+            .env("DISABLE_AUTOUPDATER", "1")
+            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1");
+        if !bin.is_file() {
+            return false;
+        }
+        let r = Running::spawn(cmd, "claude --version");
+        let out = r.wait(COMMAND_TIMEOUT);
+        out.status.success() && out.stdout.trim_start().starts_with(CLAUDE_CODE_VERSION)
+    })
+}
+
+/// `agentskills` from the PyPI package `skills-ref`, in a venv under target/e2e.
+pub fn agentskills() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(install_agentskills).clone()
+}
+
+fn install_agentskills() -> PathBuf {
+    let _lock = install_lock("venv.lock");
+    let venv = e2e_dir().join("venv");
+    let bin = venv.join("bin/agentskills");
+    let version_ok = |bin: &Path| {
+        let mut cmd = Command::new(bin);
+        cmd.arg("--version");
+        let out = run(cmd, "agentskills --version", COMMAND_TIMEOUT);
+        out.status.success() && out.stdout.contains(SKILLS_REF_VERSION)
+    };
+    if bin.is_file() && version_ok(&bin) {
+        return bin;
+    }
+    let started = Instant::now();
+    if !venv.join("bin/python").exists() {
+        require_tool(
+            "python3",
+            "the skill validation test installs the PyPI package skills-ref into a venv; install Python 3 with the venv module (see docs/e2e.md)",
+        );
+        let mut cmd = Command::new("python3");
+        cmd.args(["-m", "venv"]).arg(&venv);
+        run_ok(cmd, "python3 -m venv target/e2e/venv", INSTALL_TIMEOUT);
+    }
+    eprintln!(
+        "e2e: installing skills-ref=={SKILLS_REF_VERSION} into {}",
+        venv.display()
+    );
+    let mut cmd = Command::new(venv.join("bin/python"));
+    cmd.args([
+        "-m",
+        "pip",
+        "install",
+        "--disable-pip-version-check",
+        "--no-input",
+    ])
+    .arg(format!("skills-ref=={SKILLS_REF_VERSION}"));
+    let out = run(cmd, "pip install skills-ref", INSTALL_TIMEOUT);
+    assert!(
+        out.status.success(),
+        "pip install skills-ref=={SKILLS_REF_VERSION} failed (a broken venv? remove {} and run again)\n{}",
+        venv.display(),
+        out.text()
+    );
+    eprintln!("e2e: pip install took {:?}", started.elapsed());
+    assert!(
+        bin.is_file() && version_ok(&bin),
+        "skills-ref installed, but {} is missing or does not report version {SKILLS_REF_VERSION}",
+        bin.display()
+    );
+    bin
+}
+
+// ---------------------------------------------------------------------------------------
+// Stub of the Anthropic Messages API
+// ---------------------------------------------------------------------------------------
+
+/// What the stub saw.
+#[derive(Default)]
+pub struct StubState {
+    /// One line per request: method, path and what was answered.
+    pub log: Vec<String>,
+    /// Bodies of the POST /v1/messages requests, as received.
+    pub bodies: Vec<String>,
+    /// The `tool_result` blocks sent back for the stub's tool call.
+    pub tool_results: Vec<Value>,
+}
+
+/// A loopback HTTP/1.1 server answering like the Messages API. The model it plays calls
+/// the Bash tool once (`tool_command`) when offered tools, then gives `FINAL_TEXT` once it
+/// has the result. Every other request gets a short text answer.
+pub struct Stub {
+    addr: SocketAddr,
+    pub state: Arc<Mutex<StubState>>,
+}
+
+impl Stub {
+    pub fn start(tool_command: &str) -> Stub {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+        let addr = listener.local_addr().unwrap();
+        let state = Arc::new(Mutex::new(StubState::default()));
+        let shared = Arc::clone(&state);
+        let command = tool_command.to_string();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
+                let state = Arc::clone(&shared);
+                let command = command.clone();
+                std::thread::spawn(move || serve_connection(stream, &state, &command));
+            }
+        });
+        Stub { addr, state }
+    }
+
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn log(&self) -> String {
+        self.state.lock().unwrap().log.join("\n")
+    }
+}
+
+struct Request {
+    method: String,
+    path: String,
+    body: Vec<u8>,
+}
+
+fn read_request(r: &mut BufReader<TcpStream>) -> Option<Request> {
+    let mut line = String::new();
+    if r.read_line(&mut line).ok()? == 0 {
+        return None;
+    }
+    let mut parts = line.split_whitespace();
+    let method = parts.next()?.to_string();
+    let path = parts.next()?.to_string();
+    let mut length = 0usize;
+    let mut chunked = false;
+    loop {
+        let mut h = String::new();
+        if r.read_line(&mut h).ok()? == 0 {
+            return None;
+        }
+        let h = h.trim_end();
+        if h.is_empty() {
+            break;
+        }
+        if let Some((name, value)) = h.split_once(':') {
+            let value = value.trim();
+            match name.trim().to_ascii_lowercase().as_str() {
+                "content-length" => length = value.parse().ok()?,
+                "transfer-encoding" => chunked = value.eq_ignore_ascii_case("chunked"),
+                _ => {}
+            }
+        }
+    }
+    let mut body = Vec::new();
+    if chunked {
+        loop {
+            let mut size = String::new();
+            r.read_line(&mut size).ok()?;
+            let size = usize::from_str_radix(size.trim().split(';').next()?, 16).ok()?;
+            let mut chunk = vec![0; size + 2];
+            r.read_exact(&mut chunk).ok()?;
+            if size == 0 {
+                break;
+            }
+            body.extend_from_slice(&chunk[..size]);
+        }
+    } else {
+        body.resize(length, 0);
+        r.read_exact(&mut body).ok()?;
+    }
+    Some(Request { method, path, body })
+}
+
+fn serve_connection(stream: TcpStream, state: &Mutex<StubState>, command: &str) {
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(300)));
+    let mut writer = match stream.try_clone() {
+        Ok(w) => w,
+        Err(_) => return,
+    };
+    let mut reader = BufReader::new(stream);
+    while let Some(req) = read_request(&mut reader) {
+        let route = req.path.split('?').next().unwrap_or_default().to_string();
+        let (status, content_type, body, note) = match (req.method.as_str(), route.as_str()) {
+            ("POST", "/v1/messages") => messages(&req.body, state, command),
+            ("POST", "/v1/messages/count_tokens") => (
+                200,
+                "application/json",
+                br#"{"input_tokens":100}"#.to_vec(),
+                "token count".to_string(),
+            ),
+            ("HEAD", _) => (200, "text/plain", Vec::new(), "empty 200".to_string()),
+            _ => (
+                404,
+                "application/json",
+                br#"{"type":"error","error":{"type":"not_found_error","message":"not in the e2e stub"}}"#
+                    .to_vec(),
+                "404".to_string(),
+            ),
+        };
+        state.lock().unwrap().log.push(format!(
+            "{} {} ({} bytes) -> {status} {note}",
+            req.method,
+            req.path,
+            req.body.len()
+        ));
+        let head = format!(
+            "HTTP/1.1 {status} {}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nrequest-id: req_e2e\r\nconnection: keep-alive\r\n\r\n",
+            if status == 200 { "OK" } else { "Not Found" },
+            body.len()
+        );
+        let mut reply = head.into_bytes();
+        if req.method != "HEAD" {
+            reply.extend_from_slice(&body);
+        }
+        if writer
+            .write_all(&reply)
+            .and_then(|()| writer.flush())
+            .is_err()
+        {
+            return;
+        }
+    }
+}
+
+/// Answer POST /v1/messages; returns (status, content type, body, log note).
+fn messages(
+    body: &[u8],
+    state: &Mutex<StubState>,
+    command: &str,
+) -> (u16, &'static str, Vec<u8>, String) {
+    let req: Value = match serde_json::from_slice(body) {
+        Ok(v) => v,
+        Err(e) => {
+            return (
+                400,
+                "application/json",
+                json!({"type":"error","error":{"type":"invalid_request_error","message":format!("e2e stub: body is not JSON: {e}")}})
+                    .to_string()
+                    .into_bytes(),
+                "bad JSON".into(),
+            );
+        }
+    };
+    let offers_bash = req["tools"]
+        .as_array()
+        .is_some_and(|ts| ts.iter().any(|t| t["name"] == "Bash"));
+    let result = req["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["content"].as_array())
+        .flatten()
+        .find(|b| b["type"] == "tool_result" && b["tool_use_id"] == TOOL_USE_ID)
+        .cloned();
+    let stream = req["stream"].as_bool().unwrap_or(false);
+    let (content, stop, note) = if let Some(result) = result {
+        let mut s = state.lock().unwrap();
+        s.tool_results.push(result);
+        (
+            vec![json!({"type": "text", "text": FINAL_TEXT})],
+            "end_turn",
+            "final text after the tool result",
+        )
+    } else if offers_bash {
+        (
+            vec![json!({
+                "type": "tool_use",
+                "id": TOOL_USE_ID,
+                "name": "Bash",
+                "input": {"command": command, "description": "Check out the e2e task"}
+            })],
+            "tool_use",
+            "Bash tool_use",
+        )
+    } else {
+        (
+            vec![json!({"type": "text", "text": "ok"})],
+            "end_turn",
+            "plain text (no Bash tool offered)",
+        )
+    };
+    state
+        .lock()
+        .unwrap()
+        .bodies
+        .push(String::from_utf8_lossy(body).into_owned());
+    let note = format!(
+        "{note} (stream={stream}, tools={}, messages={})",
+        req["tools"].as_array().map_or(0, Vec::len),
+        req["messages"].as_array().map_or(0, Vec::len)
+    );
+    let model = req["model"].as_str().unwrap_or("claude-e2e-stub");
+    let message = json!({
+        "id": "msg_e2e",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": stop,
+        "stop_sequence": null,
+        "usage": {"input_tokens": 100, "output_tokens": 20}
+    });
+    if !stream {
+        return (
+            200,
+            "application/json",
+            message.to_string().into_bytes(),
+            note,
+        );
+    }
+    (200, "text/event-stream", sse(&message).into_bytes(), note)
+}
+
+/// The Messages API streaming events for a complete message.
+fn sse(message: &Value) -> String {
+    let mut start = message.clone();
+    start["content"] = json!([]);
+    start["stop_reason"] = Value::Null;
+    start["usage"]["output_tokens"] = json!(1);
+    let mut events = vec![json!({"type": "message_start", "message": start})];
+    for (index, block) in message["content"].as_array().unwrap().iter().enumerate() {
+        let (empty, delta) = if block["type"] == "tool_use" {
+            (
+                json!({"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}),
+                json!({"type": "input_json_delta", "partial_json": block["input"].to_string()}),
+            )
+        } else {
+            (
+                json!({"type": "text", "text": ""}),
+                json!({"type": "text_delta", "text": block["text"]}),
+            )
+        };
+        events.push(json!({"type": "content_block_start", "index": index, "content_block": empty}));
+        events.push(json!({"type": "content_block_delta", "index": index, "delta": delta}));
+        events.push(json!({"type": "content_block_stop", "index": index}));
+    }
+    events.push(json!({
+        "type": "message_delta",
+        "delta": {"stop_reason": message["stop_reason"], "stop_sequence": null},
+        "usage": {"output_tokens": message["usage"]["output_tokens"]}
+    }));
+    events.push(json!({"type": "message_stop"}));
+    events
+        .iter()
+        .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap()))
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------
+// Projects and sessions
+// ---------------------------------------------------------------------------------------
+
+/// A new random UUID (the kernel's generator), for `--session-id`.
+pub fn uuid() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/uuid")
+        .expect("read /proc/sys/kernel/random/uuid")
+        .trim()
+        .to_string()
+}
+
+/// Start time of a process in clock ticks since boot (field 22 of /proc/PID/stat), the
+/// same value tasklock records as `pid_start`.
+pub fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// A throwaway git repository in `parent/project`.
+pub fn git_project(parent: &Path) -> PathBuf {
+    require_tool(
+        "git",
+        "the end-to-end tests create a throwaway git repository",
+    );
+    let project = parent.join("project");
+    std::fs::create_dir_all(&project).unwrap();
+    let mut cmd = Command::new("git");
+    cmd.args(["init", "-q"])
+        .current_dir(&project)
+        .env_remove("GIT_DIR")
+        .env_remove("GIT_WORK_TREE");
+    run_ok(cmd, "git init", COMMAND_TIMEOUT);
+    project
+}
+
+/// `tasklock init` in the project, with no identity from the environment.
+pub fn tasklock_init(project: &Path) -> Output {
+    let mut cmd = Command::new(tasklock_bin());
+    cmd.arg("init")
+        .current_dir(project)
+        .env_remove("TASKLOCK_AGENT")
+        .env_remove("TASKLOCK_AGENT_NAME")
+        .env_remove("TASKLOCK_DIR")
+        .env_remove("CLAUDE_CODE_SESSION_ID");
+    run_ok(cmd, "tasklock init", COMMAND_TIMEOUT)
+}
+
+/// A `claude` command isolated from the machine: an empty environment apart from PATH
+/// (tasklock under test first), a temporary HOME and TMPDIR, the stub as the API, and
+/// no auto-update, telemetry or other non-essential traffic.
+pub fn claude_cmd(home: &Path, api: Option<&Stub>) -> Command {
+    let tmp = home.join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let mut cmd = Command::new(claude());
+    cmd.env_clear()
+        .env("PATH", path_with_tasklock())
+        .env("HOME", home)
+        .env("TMPDIR", &tmp)
+        .env("CLAUDE_CODE_TMPDIR", &tmp)
+        .env("LANG", "C.UTF-8")
+        .env("DISABLE_AUTOUPDATER", "1")
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .env("DISABLE_TELEMETRY", "1")
+        .env("DISABLE_ERROR_REPORTING", "1")
+        .env("CLAUDE_CODE_DISABLE_OFFICIAL_MARKETPLACE_AUTOINSTALL", "1");
+    if let Some(stub) = api {
+        cmd.env("ANTHROPIC_BASE_URL", stub.base_url())
+            .env("ANTHROPIC_API_KEY", "sk-ant-e2e-dummy-key");
+    }
+    cmd
+}
+
+pub struct Session {
+    pub id: String,
+    /// The pid of the `claude` process this test spawned.
+    pub pid: u32,
+    /// Its start time, read from /proc right after the spawn.
+    pub pid_start: Option<u64>,
+    pub out: Output,
+    /// The `--output-format json` result.
+    pub result: Value,
+}
+
+/// Run one headless session in `project` that is allowed to run `tasklock` commands.
+pub fn run_session(home: &Path, project: &Path, stub: &Stub, prompt: &str) -> Session {
+    let id = uuid();
+    let mut cmd = claude_cmd(home, Some(stub));
+    cmd.current_dir(project).args([
+        "-p",
+        prompt,
+        "--session-id",
+        &id,
+        "--allowedTools",
+        "Bash(tasklock *)",
+        "--output-format",
+        "json",
+    ]);
+    let running = Running::spawn(cmd, "claude -p (e2e session)");
+    let pid = running.pid();
+    // The child is not reaped before `wait`, so this works even if it already exited.
+    let pid_start = start_time(pid);
+    let out = running.wait(SESSION_TIMEOUT);
+    let context = || {
+        format!(
+            "{}\n--- API requests seen by the stub\n{}",
+            out.text(),
+            stub.log()
+        )
+    };
+    assert!(out.status.success(), "claude -p failed\n{}", context());
+    let result: Value = serde_json::from_str(out.stdout.trim()).unwrap_or_else(|e| {
+        panic!(
+            "claude --output-format json printed no JSON result ({e})\n{}",
+            context()
+        )
+    });
+    Session {
+        id,
+        pid,
+        pid_start,
+        out,
+        result,
+    }
+}
+
+pub fn audit(locks: &Path) -> Vec<Value> {
+    std::fs::read_to_string(locks.join("audit.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("audit line is JSON"))
+        .collect()
+}
+
+/// Everything one session must leave behind when tasklock's hooks ran in it: registered
+/// with the session id and the Claude Code pid, the checkout made under that identity,
+/// heartbeats after the tool call, and the checkout released by SessionEnd.
+pub fn assert_session_lifecycle(session: &Session, project: &Path, stub: &Stub) {
+    let locks = project.join(".locks");
+    let sid = &session.id;
+    let audit = audit(&locks);
+    let agent_path = locks.join("agents").join(sid);
+    let agent_text = std::fs::read_to_string(&agent_path).unwrap_or_default();
+    let context = format!(
+        "{}\n--- API requests seen by the stub\n{}\n--- audit.jsonl\n{}\n--- {}\n{agent_text}",
+        session.out.text(),
+        stub.log(),
+        audit
+            .iter()
+            .map(Value::to_string)
+            .collect::<Vec<_>>()
+            .join("\n"),
+        agent_path.display()
+    );
+
+    // The session ran to the end: tool call, tool result, final answer.
+    assert_eq!(
+        session.result["session_id"], *sid,
+        "the result is for another session\n{context}"
+    );
+    assert_eq!(
+        session.result["result"], FINAL_TEXT,
+        "the session did not end with the stub's final answer\n{context}"
+    );
+    assert_eq!(
+        session.result["permission_denials"],
+        json!([]),
+        "Claude Code denied a tool call\n{context}"
+    );
+    let results = stub.state.lock().unwrap().tool_results.clone();
+    let result = results.first().unwrap_or_else(|| {
+        panic!("the stub never got the tool_result of its Bash call\n{context}")
+    });
+    // Claude Code marks a non-zero exit as an error: exit 0 means the checkout was granted.
+    let result_text = result["content"].to_string();
+    assert!(
+        result["is_error"] != json!(true) && result_text.contains("e2e-task"),
+        "`tasklock checkout e2e-task` did not succeed in the session: {result}\n{context}"
+    );
+
+    // SessionStart's additionalContext reached the model.
+    let marker = format!("this session is agent `{sid}`");
+    assert!(
+        stub.state
+            .lock()
+            .unwrap()
+            .bodies
+            .iter()
+            .any(|b| b.contains(&marker)),
+        "no request to the model carried the SessionStart context {marker:?}\n{context}"
+    );
+
+    // SessionStart registered the agent: id = session id, pid = the claude process.
+    let agent: Value = serde_json::from_str(&agent_text).unwrap_or_else(|e| {
+        panic!(
+            "SessionStart did not register the agent: {} is missing or not JSON ({e})\n{context}",
+            agent_path.display()
+        )
+    });
+    assert_eq!(agent["id"], *sid, "{context}");
+    assert_eq!(agent["status"], "session started", "{context}");
+    assert_eq!(
+        agent["pid"],
+        json!(session.pid),
+        "the registered pid is not the claude process the test spawned ({})\n{context}",
+        session.pid
+    );
+    assert_eq!(
+        agent["pid_start"],
+        json!(
+            session
+                .pid_start
+                .expect("read the start time of the claude process")
+        ),
+        "the registered pid_start is not the start time of the claude process\n{context}"
+    );
+
+    // The checkout was made under the session's identity.
+    let acquire = audit
+        .iter()
+        .find(|e| e["event"] == "acquire" && e["key"] == "e2e-task")
+        .unwrap_or_else(|| panic!("no acquire of e2e-task in audit.jsonl\n{context}"));
+    assert_eq!(
+        acquire["agent"], *sid,
+        "e2e-task was checked out by another identity\n{context}"
+    );
+
+    // PostToolUse beat after the tool ran. SessionStart and UserPromptSubmit beat before
+    // the model is asked, so a heartbeat at or after the acquire is PostToolUse's.
+    let beats = agent["heartbeats"].as_u64().unwrap_or(0);
+    assert!(
+        beats >= 2,
+        "expected at least 2 heartbeats (SessionStart, PostToolUse), found {beats}\n{context}"
+    );
+    let last = agent["last_heartbeat"].as_str().unwrap_or_default();
+    let acquired = acquire["ts"].as_str().unwrap_or_default();
+    assert!(
+        time(last) >= time(acquired),
+        "the last heartbeat ({last}) is before the checkout ({acquired}): PostToolUse did not beat\n{context}"
+    );
+
+    // SessionEnd released the checkout and ended the agent.
+    let release = audit
+        .iter()
+        .find(|e| e["event"] == "auto_release" && e["key"] == "e2e-task")
+        .unwrap_or_else(|| panic!("no auto_release of e2e-task in audit.jsonl\n{context}"));
+    assert_eq!(release["agent"], *sid, "{context}");
+    assert_eq!(release["reason"], "session_end", "{context}");
+    assert_eq!(agent["ended_reason"], "session_end", "{context}");
+    assert!(
+        !locks.join("keys/e2e-task").exists(),
+        "the record of e2e-task is still there\n{context}"
+    );
+    let mut cmd = Command::new(tasklock_bin());
+    cmd.args(["status", "e2e-task", "--json", "--dir"])
+        .arg(&locks)
+        .env_remove("TASKLOCK_AGENT")
+        .env_remove("CLAUDE_CODE_SESSION_ID");
+    let status = run_ok(cmd, "tasklock status e2e-task", COMMAND_TIMEOUT);
+    let status: Value = serde_json::from_str(&status.stdout).expect("status --json");
+    assert_eq!(
+        status["outcome"], "free",
+        "e2e-task is not free after the session\n{context}"
+    );
+}
+
+/// RFC 3339 UTC timestamps as written by tasklock, comparable as instants.
+fn time(ts: &str) -> chrono::DateTime<chrono::Utc> {
+    ts.parse()
+        .unwrap_or_else(|e| panic!("not an RFC 3339 time {ts:?}: {e}"))
+}
