@@ -186,6 +186,14 @@ fn session_end(ctx: &Ctx, agent: &str) -> Result<()> {
 
 /// The Claude Code process: the hook's parent, looking through a shell that ran us.
 fn claude_pid() -> Option<u32> {
+    // Recent Claude Code versions name their own pid for hooks.
+    if let Some(pid) = std::env::var("CLAUDE_PID")
+        .ok()
+        .and_then(|p| p.trim().parse::<u32>().ok())
+        .filter(|&p| p > 1 && crate::liveness::start_time(p).is_some())
+    {
+        return Some(pid);
+    }
     // SAFETY: getppid has no preconditions.
     let mut pid = unsafe { libc::getppid() } as u32;
     for _ in 0..3 {
