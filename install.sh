@@ -1,49 +1,540 @@
 #!/bin/sh
-# Build tasklock from this checkout and install the binary.
-#   ./install.sh [--prefix DIR] [--dry-run]
-# The binary goes to ${XDG_BIN_HOME:-$HOME/.local/bin} unless --prefix is given.
+# install.sh: build tasklock from this checkout and install it with its agent skills.
+#
+#   ./install.sh [--prefix DIR] [--skills-dir DIR] [--agents-dir DIR] [--no-agents]
+#                [--project] [--force] [--dry-run]
+#   ./install.sh --uninstall [--dry-run]
+#
+# What goes where (every directory may be overridden; nothing outside them is touched):
+#   binary   ${XDG_BIN_HOME:-$HOME/.local/bin}/tasklock                 --prefix DIR
+#   skills   ~/.claude/skills/NAME, one per skills/NAME/SKILL.md here   --skills-dir DIR
+#   links    ~/.agents/skills/NAME -> the skill above, for Codex & co.  --agents-dir DIR,
+#                                                                       --no-agents
+#   receipt  ${XDG_DATA_HOME:-$HOME/.local/share}/tasklock/install-receipt
+# --project puts the skills in .claude/skills and the links in .agents/skills of the
+# project: the git worktree containing the current directory, else the current
+# directory (links relative, so the project can commit them). It then runs the
+# freshly installed `tasklock init` there (lock directory, .claude/settings.json hooks,
+# CLAUDE.md). The binary still goes to the bin directory.
+#
+# The binary is replaced atomically (copied to a temporary name beside it, then renamed).
+# Running again is safe: files already up to date are left alone and reported unchanged.
+#
+# Receipt and uninstall: the receipt lists, one a line, every path this script installed
+# ("KIND<TAB>CHECKSUM<TAB>PATH"; KIND is bin, file, link or dir; CHECKSUM is the POSIX
+# cksum of the file, of a link's target, or "-" for a directory this script created).
+# Installs add to it; --uninstall removes what it lists and then the receipt:
+#   - a file or binary only if it is unchanged since install; a changed one is kept and
+#     reported ("kept ... changed since install"), and is yours from then on;
+#   - a link only if it still points where install.sh pointed it;
+#   - a directory only if install.sh created it and it is now empty.
+# Nothing that is not in the receipt is ever removed, such as your own skills beside ours.
+# Files written by `tasklock init` (--project) are project settings and are left in place.
+# On install, an existing skill file that install.sh did not put there (or that was edited
+# since) is kept and reported, unless --force; one identical to ours is adopted into the
+# receipt. A skill directory that is a link (say, to your own copy) is never written
+# through, and a real directory is never replaced.
+#
+# Environment:
+#   TASKLOCK_INSTALL_BINARY=PATH  install this prebuilt binary instead of running
+#                                 `cargo build --release --locked` (for tests and packagers)
+#   XDG_BIN_HOME, XDG_DATA_HOME   as above; CARGO_TARGET_DIR is honoured for the build
+#
+# Exit status: 0 done (or nothing to do), 1 error (no cargo, build or I/O failure),
+# 64 usage error.
 set -eu
 
-here=$(cd "$(dirname "$0")" && pwd)
-bindir=${XDG_BIN_HOME:-$HOME/.local/bin}
-dry_run=0
+tab=$(printf '\t')
+nl='
+'
 
-usage() {
-    sed -n '2,4p' "$0" | sed 's/^# \{0,1\}//'
+say() { printf '%s\n' "$*"; }
+warn() { printf 'install.sh: %s\n' "$*" >&2; }
+die() { warn "$*"; exit 1; }
+usage_error() {
+    warn "$*"
+    printf '%s\n' "Run ./install.sh --help for the options." >&2
+    exit 64
 }
 
+usage() {
+    cat <<'EOF'
+Usage: ./install.sh [OPTIONS]
+       ./install.sh --uninstall [--dry-run]
+
+Build tasklock from this checkout (cargo build --release --locked) and install:
+  the binary     into ${XDG_BIN_HOME:-$HOME/.local/bin}
+  the skills     into ~/.claude/skills/NAME (Claude Code)
+  skill links    into ~/.agents/skills/NAME (Codex and other agents)
+and record every installed path in ${XDG_DATA_HOME:-$HOME/.local/share}/tasklock/install-receipt.
+
+Options:
+  --prefix DIR       install the binary into DIR
+  --skills-dir DIR   install the skills into DIR
+  --agents-dir DIR   link the skills into DIR
+  --no-agents        do not link the skills for other agents
+  --project          install the skills into ./.claude/skills (links into ./.agents/skills)
+                     of the current directory and run `tasklock init` there
+  --force            replace skill files and links that install.sh did not put there
+  --dry-run          print what would be done; change nothing
+  --uninstall        remove what the receipt lists (files changed since install are kept)
+  -h, --help         show this help
+
+Environment: TASKLOCK_INSTALL_BINARY=PATH installs that binary instead of building.
+Exit status: 0 done, 1 error, 64 usage error.
+EOF
+}
+
+# Make a path absolute (relative to the current directory) without trailing slashes;
+# refuse newlines, which the receipt cannot hold.
+absolute() {
+    _p=$1
+    case $_p in
+        *"$nl"*) usage_error "paths with a newline are not supported: $_p" ;;
+        /*) ;;
+        *) _p=$PWD/$_p ;;
+    esac
+    while [ "$_p" != / ] && [ "${_p%/}" != "$_p" ]; do _p=${_p%/}; done
+    printf '%s\n' "$_p"
+}
+
+# need_value FLAG VALUE...: the flag's value must be there and not empty.
+need_value() {
+    if [ $# -lt 2 ] || [ -z "$2" ]; then usage_error "${1%%=*} needs a directory"; fi
+    case $2 in -*) usage_error "${1%%=*} needs a directory, not $2 (write ./$2 for a directory named so)" ;; esac
+}
+
+bindir='' skills_dir='' agents_dir='' no_agents=0 project=0 force=0 dry_run=0 uninstall=0
 while [ $# -gt 0 ]; do
     case $1 in
-        --prefix) [ $# -ge 2 ] || { echo "install.sh: --prefix needs a directory" >&2; exit 64; }
-                  bindir=$2; shift 2 ;;
-        --prefix=*) bindir=${1#--prefix=}; shift ;;
+        --prefix) need_value "$@"; bindir=$2; shift 2 ;;
+        --prefix=*) need_value "$1" "${1#*=}"; bindir=${1#*=}; shift ;;
+        --skills-dir) need_value "$@"; skills_dir=$2; shift 2 ;;
+        --skills-dir=*) need_value "$1" "${1#*=}"; skills_dir=${1#*=}; shift ;;
+        --agents-dir) need_value "$@"; agents_dir=$2; shift 2 ;;
+        --agents-dir=*) need_value "$1" "${1#*=}"; agents_dir=${1#*=}; shift ;;
+        --no-agents) no_agents=1; shift ;;
+        --project) project=1; shift ;;
+        --force) force=1; shift ;;
         --dry-run) dry_run=1; shift ;;
+        --uninstall) uninstall=1; shift ;;
         -h|--help) usage; exit 0 ;;
-        *) echo "install.sh: unknown option: $1" >&2; usage >&2; exit 64 ;;
+        --) shift; [ $# -eq 0 ] || usage_error "unexpected argument: $1" ;;
+        -*) usage_error "unknown option: $1" ;;
+        *) usage_error "unexpected argument: $1" ;;
     esac
 done
 
-if [ "$dry_run" = 1 ]; then
-    echo "would build: cargo build --release --locked (in $here)"
-    echo "would install: $bindir/tasklock"
+[ -n "${HOME:-}" ] || die "HOME is not set"
+case $HOME in /*) ;; *) die "HOME is not an absolute path: $HOME" ;; esac
+home=$(absolute "$HOME")
+
+data_home=${XDG_DATA_HOME:-}
+case $data_home in /*) ;; *) data_home=$home/.local/share ;; esac
+receipt_dir=$(absolute "$data_home/tasklock")
+receipt=$receipt_dir/install-receipt
+
+# ---------------------------------------------------------------- checksums and receipt
+
+file_sum() { cksum <"$1" | awk '{ print $1 "." $2 }'; }
+text_sum() { printf '%s' "$1" | cksum | awk '{ print $1 "." $2 }'; }
+
+# The checksum the receipt holds for path $1 (empty if it is not there).
+receipt_sum() {
+    [ -f "$receipt" ] || return 0
+    P=$1 awk -F "$tab" '
+        function path(l, i) { i = index(l, "\t"); l = substr(l, i + 1); i = index(l, "\t"); return substr(l, i + 1) }
+        !/^#/ && path($0) == ENVIRON["P"] { s = $2 }
+        END { if (s != "") print s }' "$receipt"
+}
+
+entries=''   # this run's receipt lines
+record() { entries=$entries$1$tab$2$tab$3$nl; }
+
+# The old receipt with this run's lines replacing old ones for the same path in place, then
+# this run's new paths; so a run that changes nothing writes the same receipt (it is then
+# left untouched).
+write_receipt() {
+    [ -n "$entries" ] || return 0
+    _old=$receipt
+    [ -f "$_old" ] || _old=/dev/null
+    _tmp=$receipt_dir/.install-receipt.$$
+    {
+        say "# tasklock install receipt: every path install.sh installed (KIND<TAB>CKSUM<TAB>PATH)."
+        say "# Read by ./install.sh --uninstall; do not edit."
+        printf '%s' "$entries" | awk -F "$tab" '
+            function path(l, i) { i = index(l, "\t"); l = substr(l, i + 1); i = index(l, "\t"); return substr(l, i + 1) }
+            FILENAME == "-" { p = path($0); if (!(p in line)) order[++n] = p; line[p] = $0; next }
+            /^#/ || $0 == "" { next }
+            { p = path($0); if (p in done) next; done[p] = 1; print ((p in line) ? line[p] : $0) }
+            END { for (k = 1; k <= n; k++) if (!(order[k] in done)) print line[order[k]] }' - "$_old"
+    } >"$_tmp"
+    if [ -f "$receipt" ] && cmp -s "$_tmp" "$receipt"; then
+        rm -f "$_tmp"
+    else
+        mv -f "$_tmp" "$receipt"
+    fi
+}
+
+# ---------------------------------------------------------------- uninstall
+
+if [ "$uninstall" = 1 ]; then
+    if [ -n "$bindir$skills_dir$agents_dir" ] || [ "$no_agents$project$force" != 000 ]; then
+        usage_error "--uninstall takes only --dry-run: it removes what the receipt lists"
+    fi
+    if [ ! -f "$receipt" ]; then
+        say "Nothing to uninstall: there is no receipt at $receipt."
+        exit 0
+    fi
+    if [ "$dry_run" = 1 ]; then would='would remove'; else would='removed'; fi
+    line() { printf '  %-15s %s\n' "$1" "$2"; }
+    removed=0 kept=0 dirs=''
+    while IFS="$tab" read -r kind sum path; do
+        case $kind in ''|'#'*) continue ;; esac
+        case $path in
+            /*) ;;
+            *) warn "ignoring a receipt line without an absolute path: $kind $path"; continue ;;
+        esac
+        case $kind in
+            bin|file)
+                if [ -L "$path" ] || { [ -e "$path" ] && [ ! -f "$path" ]; }; then
+                    line kept "$path (no longer the file install.sh installed)"; kept=$((kept + 1))
+                elif [ ! -e "$path" ]; then
+                    line "already gone" "$path"
+                elif [ "$(file_sum "$path")" != "$sum" ]; then
+                    line kept "$path (changed since install)"; kept=$((kept + 1))
+                else
+                    [ "$dry_run" = 1 ] || rm -f "$path"
+                    line "$would" "$path"; removed=$((removed + 1))
+                fi ;;
+            link)
+                if [ -L "$path" ]; then
+                    if [ "$(text_sum "$(readlink "$path")")" = "$sum" ]; then
+                        [ "$dry_run" = 1 ] || rm -f "$path"
+                        line "$would" "$path"; removed=$((removed + 1))
+                    else
+                        line kept "$path (now points elsewhere)"; kept=$((kept + 1))
+                    fi
+                elif [ -e "$path" ]; then
+                    line kept "$path (no longer a link)"; kept=$((kept + 1))
+                else
+                    line "already gone" "$path"
+                fi ;;
+            dir) dirs=$dirs$path$nl ;;
+            *) warn "ignoring an unknown receipt line: $kind $path" ;;
+        esac
+    done <"$receipt"
+    [ "$dry_run" = 1 ] || rm -f "$receipt"
+    line "$would" "$receipt"
+    # Directories install.sh created, deepest first, only when empty. In a dry run a
+    # directory emptied by the removals above is reported as removable.
+    if [ -n "$dirs" ]; then
+        sorted=$(printf '%s' "$dirs" | awk '{ print length($0) "\t" $0 }' | sort -rn | cut -f2-)
+        while IFS= read -r d; do
+            [ -n "$d" ] || continue
+            if [ ! -d "$d" ] || [ -L "$d" ]; then
+                continue
+            elif [ "$dry_run" = 1 ]; then
+                line "$would" "$d/ (if empty)"
+            elif rmdir "$d" 2>/dev/null; then
+                line "$would" "$d/"
+            else
+                line kept "$d/ (not empty)"
+            fi
+        done <<EOF
+$sorted
+EOF
+    fi
+    if [ "$dry_run" = 1 ]; then summary="Dry run: $removed would be removed"; else summary="Uninstalled: $removed removed"; fi
+    if [ "$kept" -gt 0 ]; then
+        say "$summary; $kept kept (listed above: changed since install, so now yours)."
+    else
+        say "$summary."
+    fi
+    [ "$dry_run" = 0 ] || say "Nothing was changed."
+    say "Files written by \`tasklock init\` in projects (.locks/, .claude/settings.json hooks, CLAUDE.md) are left as they are."
     exit 0
 fi
 
-command -v cargo >/dev/null 2>&1 || {
-    echo "install.sh: cargo not found; install Rust from https://rustup.rs and run again" >&2
-    exit 1
+# ---------------------------------------------------------------- plan
+
+here=$(CDPATH='' cd -- "$(dirname -- "$0")" && pwd -P)
+if [ ! -f "$here/Cargo.toml" ] || [ ! -d "$here/skills" ]; then
+    die "run install.sh from a tasklock checkout (no Cargo.toml and skills/ beside it in $here)"
+fi
+
+if [ -z "$bindir" ]; then
+    bindir=${XDG_BIN_HOME:-}
+    case $bindir in /*) ;; *) bindir=$home/.local/bin ;; esac
+fi
+relative_links=0
+project_root=$PWD
+if [ "$project" = 1 ]; then
+    # The project is the git worktree containing the current directory (as for
+    # `tasklock init`), else the current directory.
+    root=$PWD
+    while [ "$root" != / ] && [ ! -e "$root/.git" ]; do root=$(dirname "$root"); done
+    [ -e "$root/.git" ] && project_root=$root
+    [ -n "$skills_dir$agents_dir" ] || relative_links=1
+    : "${skills_dir:=$project_root/.claude/skills}" "${agents_dir:=$project_root/.agents/skills}"
+else
+    : "${skills_dir:=$home/.claude/skills}" "${agents_dir:=$home/.agents/skills}"
+fi
+bindir=$(absolute "$bindir")
+skills_dir=$(absolute "$skills_dir")
+agents_dir=$(absolute "$agents_dir")
+
+source_bin=${TASKLOCK_INSTALL_BINARY:-}
+if [ -n "$source_bin" ]; then
+    source_bin=$(absolute "$source_bin")
+    if [ ! -f "$source_bin" ] || [ ! -x "$source_bin" ]; then
+        die "TASKLOCK_INSTALL_BINARY is not an executable file: $source_bin"
+    fi
+elif ! command -v cargo >/dev/null 2>&1; then
+    die "cargo not found on PATH. Install Rust from https://rustup.rs (curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh), open a new shell and run ./install.sh again."
+fi
+
+changed=0 unchanged=0 kept=0
+tmpfile=''
+cleanup() { [ -z "$tmpfile" ] || rm -f "$tmpfile"; }
+finish() {
+    _status=$?
+    cleanup
+    if [ "$dry_run" = 0 ] && [ -n "$entries" ]; then
+        if ! { ensure_dir "$receipt_dir" && write_receipt; }; then _status=1; fi
+    fi
+    exit "$_status"
+}
+trap finish EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# Report one item: "ACTION  PATH [NOTE]", counting changes.
+item() {
+    case $1 in
+        unchanged) unchanged=$((unchanged + 1)) ;;
+        kept) kept=$((kept + 1)) ;;
+        *) changed=$((changed + 1)) ;;
+    esac
+    if [ "$dry_run" = 1 ]; then
+        case $1 in
+            unchanged | kept) _verb=$1 ;;
+            updated | replaced) _verb="would ${1%d}" ;;
+            *) _verb="would ${1%ed}" ;;
+        esac
+        printf '  %-15s %s\n' "$_verb" "$2${3:+ $3}"
+    else
+        printf '  %-15s %s\n' "$1" "$2${3:+ $3}"
+    fi
 }
 
-(cd "$here" && cargo build --release --locked)
-mkdir -p "$bindir"
-# Copy beside the target, then rename: a running tasklock never sees a half-written file.
-tmp="$bindir/.tasklock.$$"
-cp "$here/target/release/tasklock" "$tmp"
-chmod 755 "$tmp"
-mv -f "$tmp" "$bindir/tasklock"
-echo "installed $bindir/tasklock ($("$bindir/tasklock" --version))"
+# Create directory $1 and any missing parents, recording each one created.
+ensure_dir() {
+    _d=$1 _missing=''
+    while [ ! -d "$_d" ]; do
+        if [ -e "$_d" ] || [ -L "$_d" ]; then die "not a directory: $_d"; fi
+        _missing=$_d$nl$_missing
+        _d=$(dirname "$_d")
+    done
+    [ -n "$_missing" ] || return 0
+    [ "$dry_run" = 0 ] || return 0
+    while IFS= read -r _m; do
+        [ -n "$_m" ] || continue
+        mkdir "$_m" 2>/dev/null || [ -d "$_m" ] || die "cannot create directory $_m"
+        record dir - "$_m"
+    done <<EOF
+$_missing
+EOF
+}
+
+# Copy $1 over $2 atomically: to a temporary name in the same directory, then rename.
+copy_atomic() {
+    tmpfile=$(dirname "$2")/.$(basename "$2").tasklock-install.$$
+    rm -f "$tmpfile"
+    cp "$1" "$tmpfile"
+    [ -z "${3:-}" ] || chmod "$3" "$tmpfile"
+    mv -f "$tmpfile" "$2"
+    tmpfile=''
+}
+
+# Install skill file $1 as $2 (see the header for when an existing file is kept).
+install_file() {
+    if [ -L "$2" ] || { [ -e "$2" ] && [ ! -f "$2" ]; }; then
+        if [ -d "$2" ] && [ ! -L "$2" ]; then
+            item kept "$2" "(a directory is in the way; move it and run again)"; return 0
+        elif [ "$force" = 0 ]; then
+            item kept "$2" "(not a regular file; --force replaces it)"; return 0
+        fi
+        [ "$dry_run" = 1 ] || { rm -f "$2"; copy_atomic "$1" "$2"; record file "$(file_sum "$2")" "$2"; }
+        item replaced "$2"; return 0
+    fi
+    if [ ! -e "$2" ]; then
+        [ "$dry_run" = 1 ] || { copy_atomic "$1" "$2"; record file "$(file_sum "$2")" "$2"; }
+        item installed "$2"; return 0
+    fi
+    _was=$(receipt_sum "$2")
+    _now=$(file_sum "$2")
+    if cmp -s "$1" "$2"; then
+        record file "$_now" "$2"
+        if [ -n "$_was" ]; then item unchanged "$2"; else item adopted "$2" "(identical; now in the receipt)"; fi
+    elif [ "$_was" = "$_now" ]; then
+        [ "$dry_run" = 1 ] || { copy_atomic "$1" "$2"; record file "$(file_sum "$2")" "$2"; }
+        item updated "$2"
+    elif [ "$force" = 1 ]; then
+        [ "$dry_run" = 1 ] || { copy_atomic "$1" "$2"; record file "$(file_sum "$2")" "$2"; }
+        item replaced "$2" "(--force)"
+    elif [ -n "$_was" ]; then
+        item kept "$2" "(edited since install; --force replaces it)"
+    else
+        item kept "$2" "(not installed by install.sh; --force replaces it)"
+    fi
+}
+
+# Link $1 (the target text) at $2.
+install_link() {
+    if [ -L "$2" ]; then
+        _cur=$(readlink "$2")
+        if [ "$_cur" = "$1" ]; then
+            _was=$(receipt_sum "$2")
+            record link "$(text_sum "$1")" "$2"
+            if [ -n "$_was" ]; then item unchanged "$2"; else item adopted "$2" "-> $1"; fi
+            return 0
+        elif [ "$force" = 0 ] && [ "$(receipt_sum "$2")" != "$(text_sum "$_cur")" ]; then
+            item kept "$2" "(points to $_cur; --force replaces the link)"; return 0
+        fi
+        # Ours from an earlier install (or --force): relink. rm first: mv onto a link to a
+        # directory would move into that directory.
+        [ "$dry_run" = 1 ] || { rm -f "$2"; ln -s "$1" "$2"; record link "$(text_sum "$1")" "$2"; }
+        item relinked "$2" "-> $1"
+    elif [ -e "$2" ]; then
+        item kept "$2" "(exists and is not a link; move it and run again)"
+    else
+        [ "$dry_run" = 1 ] || { ln -s "$1" "$2"; record link "$(text_sum "$1")" "$2"; }
+        item linked "$2" "-> $1"
+    fi
+}
+
+# ---------------------------------------------------------------- install
+
+if [ "$dry_run" = 1 ]; then
+    say "Dry run: this is what ./install.sh would do; nothing is changed."
+fi
+
+# The binary. built=1: to be built in this dry run, so not comparable yet.
+built=0
+if [ -z "$source_bin" ]; then
+    if [ "$dry_run" = 1 ]; then
+        say "  would build     cargo build --release --locked (in $here)"
+        built=1
+    else
+        say "Building: cargo build --release --locked (in $here)"
+        (cd "$here" && cargo build --release --locked) || die "cargo build failed (output above)"
+    fi
+    target_dir=${CARGO_TARGET_DIR:-target}
+    case $target_dir in /*) ;; *) target_dir=$here/$target_dir ;; esac
+    source_bin=$target_dir/release/tasklock
+    [ "$dry_run" = 1 ] || [ -x "$source_bin" ] || die "the build did not produce $source_bin"
+fi
+
+say "Binary:"
+bin=$bindir/tasklock
+ensure_dir "$bindir"
+if [ "$built" = 0 ] && [ -f "$bin" ] && [ ! -L "$bin" ] && cmp -s "$source_bin" "$bin"; then
+    _was=$(receipt_sum "$bin")
+    record bin "$(file_sum "$bin")" "$bin"
+    if [ -n "$_was" ]; then item unchanged "$bin"; else item adopted "$bin" "(identical; now in the receipt)"; fi
+elif [ -d "$bin" ] && [ ! -L "$bin" ]; then
+    die "$bin is a directory; move it and run again"
+else
+    if [ -e "$bin" ] || [ -L "$bin" ]; then action=updated; else action=installed; fi
+    if [ "$dry_run" = 0 ]; then
+        copy_atomic "$source_bin" "$bin" 755
+        record bin "$(file_sum "$bin")" "$bin"
+    fi
+    item "$action" "$bin"
+fi
+if [ "$dry_run" = 0 ]; then
+    version=$("$bin" --version 2>&1) || die "the installed binary does not run: $version"
+    say "  runs:           $version"
+fi
+
+# The skills, and links to them for other agents.
+say "Skills:"
+skills=''
+for src in "$here"/skills/*/; do
+    [ -f "${src}SKILL.md" ] || continue
+    src=${src%/}
+    skills=$skills${src##*/}$nl
+done
+[ -n "$skills" ] || die "no skills found under $here/skills"
+while IFS= read -r name; do
+    [ -n "$name" ] || continue
+    src=$here/skills/$name
+    dest=$skills_dir/$name
+    if [ -L "$dest" ]; then
+        # Perhaps linked to a checkout by hand: writing through it would change that.
+        item kept "$dest" "(a link to $(readlink "$dest"); left as it is)"
+        continue
+    fi
+    ensure_dir "$dest"
+    while IFS= read -r f; do
+        [ -n "$f" ] || continue
+        rel=${f#"$src"/}
+        ensure_dir "$(dirname "$dest/$rel")"
+        install_file "$f" "$dest/$rel"
+    done <<EOF
+$(find "$src" -type f | sort)
+EOF
+done <<EOF
+$skills
+EOF
+
+if [ "$no_agents" = 0 ]; then
+    say "Links for Codex and other agents:"
+    ensure_dir "$agents_dir"
+    while IFS= read -r name; do
+        [ -n "$name" ] || continue
+        if [ "$relative_links" = 1 ]; then
+            install_link "../../.claude/skills/$name" "$agents_dir/$name"
+        else
+            install_link "$skills_dir/$name" "$agents_dir/$name"
+        fi
+    done <<EOF
+$skills
+EOF
+fi
+
+# Project setup with the binary just installed.
+if [ "$project" = 1 ]; then
+    say "Project:"
+    if [ "$dry_run" = 1 ]; then
+        say "  would run       $bin init (in $project_root)"
+    else
+        say "  running         $bin init (in $project_root)"
+        (cd "$project_root" && "$bin" init) || die "\`tasklock init\` failed (output above)"
+    fi
+fi
+
+# ---------------------------------------------------------------- summary
+
+if [ "$dry_run" = 1 ]; then
+    say "Dry run: $changed to change, $unchanged unchanged, $kept kept. Nothing was changed."
+elif [ "$changed" = 0 ]; then
+    say "Already installed: nothing changed ($unchanged up to date, $kept kept)."
+else
+    say "Installed: $changed changed, $unchanged unchanged, $kept kept. Receipt: $receipt"
+fi
+if [ "$kept" -gt 0 ]; then
+    warn "$kept path(s) kept as they are (listed above as kept); --force replaces files and links"
+fi
 
 case ":$PATH:" in
-    *":$bindir:"*) ;;
-    *) echo "note: $bindir is not on your PATH; add it, e.g.: export PATH=\"$bindir:\$PATH\"" ;;
+    *":$bindir:"* | *":$bindir/:"*)
+        found=$(command -v tasklock 2>/dev/null || true)
+        if [ -n "$found" ] && [ "$found" != "$bin" ]; then
+            say "note: another tasklock comes first on your PATH: $found"
+        fi ;;
+    *)
+        say "note: $bindir is not on your PATH; add it (the Claude Code hooks run \`tasklock\` from PATH), e.g.:"
+        say "  export PATH=\"$bindir:\$PATH\"" ;;
 esac

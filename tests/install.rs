@@ -1,0 +1,689 @@
+//! `install.sh` run for real in a throwaway HOME (with a space in its path): what it
+//! installs, that a second run changes nothing, `--dry-run`, the directory flags,
+//! `--project`, `--uninstall` and its receipt, and its errors. The build is skipped with
+//! `TASKLOCK_INSTALL_BINARY`, pointed at the binary cargo built for these tests.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsString;
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+
+const REPO: &str = env!("CARGO_MANIFEST_DIR");
+const BIN: &str = env!("CARGO_BIN_EXE_tasklock");
+
+// ---------------------------------------------------------------- helpers
+
+struct Out {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Out {
+    fn text(&self) -> String {
+        format!(
+            "exit: {}\n--- stdout\n{}--- stderr\n{}",
+            self.code, self.stdout, self.stderr
+        )
+    }
+}
+
+/// A temporary HOME, "tasklock home XXXX" so its path has a space.
+struct Home {
+    tmp: tempfile::TempDir,
+}
+
+impl Home {
+    fn new() -> Home {
+        let tmp = tempfile::Builder::new()
+            .prefix("tasklock home ")
+            .tempdir()
+            .unwrap();
+        Home { tmp }
+    }
+
+    fn path(&self) -> &Path {
+        self.tmp.path()
+    }
+
+    fn join(&self, rel: &str) -> PathBuf {
+        self.path().join(rel)
+    }
+
+    /// `sh install.sh ARGS` from the repository root with this HOME and no XDG_* set.
+    fn cmd(&self, args: &[&str]) -> Command {
+        self.cmd_with(Path::new("sh"), &[], args)
+    }
+
+    /// `SHELL SHELL_ARGS install.sh ARGS`, otherwise as `cmd`.
+    fn cmd_with(&self, shell: &Path, shell_args: &[&str], args: &[&str]) -> Command {
+        let mut cmd = Command::new(shell);
+        cmd.args(shell_args)
+            .arg(Path::new(REPO).join("install.sh"))
+            .args(args)
+            .current_dir(REPO)
+            .env("HOME", self.path())
+            .env("TASKLOCK_INSTALL_BINARY", BIN)
+            .stdin(Stdio::null());
+        for var in [
+            "XDG_BIN_HOME",
+            "XDG_DATA_HOME",
+            "XDG_CONFIG_HOME",
+            "XDG_STATE_HOME",
+            "XDG_CACHE_HOME",
+            "TASKLOCK_DIR",
+            "TASKLOCK_AGENT",
+            "TASKLOCK_AGENT_NAME",
+            "CLAUDE_CODE_SESSION_ID",
+            "CARGO_TARGET_DIR",
+        ] {
+            cmd.env_remove(var);
+        }
+        cmd
+    }
+
+    fn run(&self, args: &[&str]) -> Out {
+        exec(self.cmd(args))
+    }
+
+    fn ok(&self, args: &[&str]) -> Out {
+        let out = self.run(args);
+        assert_eq!(out.code, 0, "install.sh {args:?} failed:\n{}", out.text());
+        out
+    }
+
+    fn tree(&self) -> Tree {
+        tree(self.path())
+    }
+}
+
+fn exec(mut cmd: Command) -> Out {
+    let out = cmd.output().expect("run sh install.sh");
+    Out {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Everything under a directory: relative path -> what it is. Links are not followed.
+/// Files are compared by length and hash so that a failed assertion stays readable.
+#[derive(Debug, PartialEq, Eq, Clone)]
+enum Node {
+    Dir,
+    File { len: usize, hash: u64 },
+    Link(PathBuf),
+}
+
+fn file_node(bytes: &[u8]) -> Node {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    bytes.hash(&mut h);
+    Node::File {
+        len: bytes.len(),
+        hash: h.finish(),
+    }
+}
+
+type Tree = BTreeMap<String, Node>;
+
+fn tree(root: &Path) -> Tree {
+    fn walk(root: &Path, dir: &Path, out: &mut Tree) {
+        for entry in fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let rel = path.strip_prefix(root).unwrap().display().to_string();
+            let meta = fs::symlink_metadata(&path).unwrap();
+            if meta.file_type().is_symlink() {
+                out.insert(rel, Node::Link(fs::read_link(&path).unwrap()));
+            } else if meta.is_dir() {
+                out.insert(rel, Node::Dir);
+                walk(root, &path, out);
+            } else {
+                out.insert(rel, file_node(&fs::read(&path).unwrap()));
+            }
+        }
+    }
+    let mut out = Tree::new();
+    walk(root, root, &mut out);
+    out
+}
+
+fn paths(tree: &Tree) -> BTreeSet<String> {
+    tree.keys().cloned().collect()
+}
+
+/// The skills this checkout ships: directories under skills/ with a SKILL.md.
+fn repo_skills() -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(Path::new(REPO).join("skills"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("SKILL.md").is_file())
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    for expected in ["checkout", "checkouts", "heartbeat"] {
+        assert!(names.iter().any(|n| n == expected), "skills/: {names:?}");
+    }
+    names
+}
+
+fn repo_skill(name: &str) -> Vec<u8> {
+    fs::read(Path::new(REPO).join("skills").join(name).join("SKILL.md")).unwrap()
+}
+
+/// Every path a default install creates in an empty HOME, and nothing else.
+fn default_layout() -> BTreeSet<String> {
+    let mut want: BTreeSet<String> = [
+        ".local",
+        ".local/bin",
+        ".local/bin/tasklock",
+        ".local/share",
+        ".local/share/tasklock",
+        ".local/share/tasklock/install-receipt",
+        ".claude",
+        ".claude/skills",
+        ".agents",
+        ".agents/skills",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    for name in repo_skills() {
+        want.insert(format!(".claude/skills/{name}"));
+        want.insert(format!(".claude/skills/{name}/SKILL.md"));
+        want.insert(format!(".agents/skills/{name}"));
+    }
+    want
+}
+
+/// The receipt's paths of installed files and links (directories left out).
+fn receipt_paths(home: &Home) -> BTreeSet<PathBuf> {
+    let text = fs::read_to_string(home.join(".local/share/tasklock/install-receipt")).unwrap();
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(|l| {
+            let mut f = l.splitn(3, '\t');
+            let kind = f.next().unwrap();
+            let _sum = f.next().expect("a checksum field");
+            let path = f.next().expect("a path field");
+            (kind != "dir").then(|| PathBuf::from(path))
+        })
+        .collect()
+}
+
+fn version_of(bin: &Path) -> String {
+    let out = Command::new(bin).arg("--version").output().unwrap();
+    assert!(out.status.success(), "{} --version failed", bin.display());
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+fn find_on(path: &OsString, name: &str) -> Option<PathBuf> {
+    std::env::split_paths(path)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+// ---------------------------------------------------------------- install
+
+#[test]
+fn fresh_install_puts_binary_skills_and_links_in_place() {
+    let home = Home::new();
+    assert!(home.path().display().to_string().contains(' '));
+    let out = home.ok(&[]);
+
+    let bin = home.join(".local/bin/tasklock");
+    let mode = fs::metadata(&bin).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o755, "binary mode {mode:o}");
+    assert_eq!(fs::read(&bin).unwrap(), fs::read(BIN).unwrap());
+    assert_eq!(
+        version_of(&bin),
+        format!("tasklock {}", env!("CARGO_PKG_VERSION"))
+    );
+
+    let skills = repo_skills();
+    for name in &skills {
+        let skill = home.join(".claude/skills").join(name);
+        assert_eq!(
+            fs::read(skill.join("SKILL.md")).unwrap(),
+            repo_skill(name),
+            "{name}"
+        );
+        let link = home.join(".agents/skills").join(name);
+        assert_eq!(fs::read_link(&link).unwrap(), skill, "{name} link target");
+        assert_eq!(
+            fs::read(link.join("SKILL.md")).unwrap(),
+            repo_skill(name),
+            "{name} through the link"
+        );
+    }
+
+    // Nothing else anywhere in HOME.
+    assert_eq!(paths(&home.tree()), default_layout());
+
+    // The receipt lists every installed file and link.
+    let mut want: BTreeSet<PathBuf> = BTreeSet::from([bin.clone()]);
+    for name in &skills {
+        want.insert(home.join(".claude/skills").join(name).join("SKILL.md"));
+        want.insert(home.join(".agents/skills").join(name));
+    }
+    assert_eq!(receipt_paths(&home), want);
+
+    assert!(out.stdout.contains("installed"), "{}", out.text());
+    assert!(
+        out.stdout.contains("not on your PATH"),
+        "PATH hint: {}",
+        out.text()
+    );
+}
+
+#[test]
+fn second_run_is_idempotent_and_says_so() {
+    let home = Home::new();
+    home.ok(&[]);
+    let before = home.tree();
+    let bin = home.join(".local/bin/tasklock");
+    let inode = fs::metadata(&bin).unwrap().ino();
+
+    let out = home.ok(&[]);
+    assert!(
+        out.stdout.contains("nothing changed"),
+        "says so: {}",
+        out.text()
+    );
+    assert!(!out.stdout.contains("installed "), "{}", out.text());
+    assert_eq!(home.tree(), before, "same files, links and receipt");
+    assert_eq!(
+        fs::metadata(&bin).unwrap().ino(),
+        inode,
+        "an unchanged binary is not rewritten"
+    );
+}
+
+#[test]
+fn upgrade_replaces_the_binary_atomically() {
+    let home = Home::new();
+    home.ok(&[]);
+    let bin = home.join(".local/bin/tasklock");
+    let old = fs::read(&bin).unwrap();
+    let inode = fs::metadata(&bin).unwrap().ino();
+    // A process still running the old binary keeps seeing the old file.
+    let held = fs::File::open(&bin).unwrap();
+
+    let newer = home.join("newer tasklock");
+    let mut bytes = old.clone();
+    bytes.extend_from_slice(b"\n# a newer build\n");
+    fs::write(&newer, &bytes).unwrap();
+    fs::set_permissions(&newer, fs::Permissions::from_mode(0o755)).unwrap();
+
+    let mut cmd = home.cmd(&[]);
+    cmd.env("TASKLOCK_INSTALL_BINARY", &newer);
+    let out = exec(cmd);
+    assert_eq!(out.code, 0, "{}", out.text());
+    assert!(out.stdout.contains("updated"), "{}", out.text());
+    assert_eq!(fs::read(&bin).unwrap(), bytes);
+    assert_ne!(
+        fs::metadata(&bin).unwrap().ino(),
+        inode,
+        "renamed into place"
+    );
+    let mut seen = Vec::new();
+    std::io::Read::read_to_end(&mut &held, &mut seen).unwrap();
+    assert_eq!(seen, old, "the old file was not written in place");
+    let left: Vec<_> = fs::read_dir(home.join(".local/bin"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(left, ["tasklock"], "no temporary file left behind");
+
+    // The receipt follows the upgrade: uninstall removes the newer binary.
+    home.ok(&["--uninstall"]);
+    assert!(!bin.exists());
+}
+
+#[test]
+fn dry_run_changes_nothing() {
+    let home = Home::new();
+    let out = home.ok(&["--dry-run"]);
+    assert!(home.tree().is_empty(), "{:?}", home.tree());
+    assert!(out.stdout.contains("would install"), "{}", out.text());
+    assert!(
+        out.stdout
+            .contains(&home.join(".local/bin/tasklock").display().to_string()),
+        "names the binary: {}",
+        out.text()
+    );
+
+    // Installed, then one skill deleted: a dry run reports it and still changes nothing.
+    home.ok(&[]);
+    fs::remove_file(home.join(".claude/skills/heartbeat/SKILL.md")).unwrap();
+    let before = home.tree();
+    let out = home.ok(&["--dry-run"]);
+    assert!(
+        out.stdout.contains("heartbeat/SKILL.md"),
+        "plans the missing skill: {}",
+        out.text()
+    );
+    assert_eq!(home.tree(), before);
+
+    let out = home.ok(&["--uninstall", "--dry-run"]);
+    assert!(out.stdout.contains("would remove"), "{}", out.text());
+    assert_eq!(home.tree(), before, "uninstall --dry-run changes nothing");
+}
+
+#[test]
+fn prefix_and_skills_dir_are_honoured() {
+    let home = Home::new();
+    let bindir = home.join("my bin");
+    let skills_dir = home.join("my skills");
+    home.ok(&[
+        "--prefix",
+        bindir.to_str().unwrap(),
+        "--skills-dir",
+        skills_dir.to_str().unwrap(),
+    ]);
+    assert!(version_of(&bindir.join("tasklock")).starts_with("tasklock "));
+    for name in repo_skills() {
+        let skill = skills_dir.join(&name);
+        assert_eq!(fs::read(skill.join("SKILL.md")).unwrap(), repo_skill(&name));
+        assert_eq!(
+            fs::read_link(home.join(".agents/skills").join(&name)).unwrap(),
+            skill
+        );
+    }
+    assert!(
+        !home.join(".local/bin").exists(),
+        "default bin dir untouched"
+    );
+    assert!(
+        !home.join(".claude").exists(),
+        "default skills dir untouched"
+    );
+
+    // XDG_BIN_HOME is the default bin dir when set; --agents-dir moves the links.
+    let home = Home::new();
+    let xdg = home.join("xdg bin");
+    let agents = home.join("agent skills");
+    let mut cmd = home.cmd(&["--agents-dir", agents.to_str().unwrap()]);
+    cmd.env("XDG_BIN_HOME", &xdg);
+    let out = exec(cmd);
+    assert_eq!(out.code, 0, "{}", out.text());
+    assert!(xdg.join("tasklock").is_file());
+    assert!(!home.join(".local/bin").exists());
+    assert_eq!(
+        fs::read_link(agents.join("checkout")).unwrap(),
+        home.join(".claude/skills/checkout")
+    );
+    assert!(!home.join(".agents").exists());
+}
+
+#[test]
+fn a_skill_linked_by_hand_is_left_alone() {
+    let home = Home::new();
+    // Someone linked the skill to their own copy: installing must not write through it.
+    let own = home.join("my copy/checkout");
+    fs::create_dir_all(&own).unwrap();
+    fs::write(own.join("SKILL.md"), "my version\n").unwrap();
+    fs::create_dir_all(home.join(".claude/skills")).unwrap();
+    let link = home.join(".claude/skills/checkout");
+    std::os::unix::fs::symlink(&own, &link).unwrap();
+    let before = home.tree();
+
+    let out = home.ok(&[]);
+    assert!(out.stdout.contains("left as it is"), "{}", out.text());
+    assert_eq!(
+        fs::read_to_string(own.join("SKILL.md")).unwrap(),
+        "my version\n"
+    );
+    assert_eq!(fs::read_link(&link).unwrap(), own);
+    assert!(!receipt_paths(&home).iter().any(|p| p.starts_with(&link)));
+    home.ok(&["--uninstall"]);
+    assert_eq!(home.tree(), before);
+}
+
+#[test]
+fn path_hint_only_when_the_bin_dir_is_not_on_path() {
+    let home = Home::new();
+    let bindir = home.join(".local/bin");
+    let mut path = OsString::from(&bindir);
+    path.push(":");
+    path.push(std::env::var_os("PATH").unwrap_or_default());
+    let mut cmd = home.cmd(&[]);
+    cmd.env("PATH", path);
+    let out = exec(cmd);
+    assert_eq!(out.code, 0, "{}", out.text());
+    assert!(!out.stdout.contains("not on your PATH"), "{}", out.text());
+}
+
+#[test]
+fn no_agents_skips_the_links() {
+    let home = Home::new();
+    home.ok(&["--no-agents"]);
+    assert!(!home.join(".agents").exists(), "{:?}", home.tree());
+    for name in repo_skills() {
+        assert!(
+            home.join(".claude/skills")
+                .join(name)
+                .join("SKILL.md")
+                .is_file()
+        );
+    }
+    assert!(home.join(".local/bin/tasklock").is_file());
+}
+
+#[test]
+fn project_installs_skills_here_and_wires_settings() {
+    let home = Home::new();
+    let project = home.join("my project");
+    fs::create_dir(&project).unwrap();
+    let git = Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(&project)
+        .env("HOME", home.path())
+        .status()
+        .expect("git");
+    assert!(git.success());
+
+    let mut cmd = home.cmd(&["--project"]);
+    cmd.current_dir(&project);
+    let out = exec(cmd);
+    assert_eq!(out.code, 0, "{}", out.text());
+
+    let bin = home.join(".local/bin/tasklock");
+    assert!(bin.is_file());
+    assert!(
+        out.stdout.contains(&format!("{} init", bin.display())),
+        "init run with the installed binary: {}",
+        out.text()
+    );
+    for name in repo_skills() {
+        let skill = project.join(".claude/skills").join(&name);
+        assert_eq!(fs::read(skill.join("SKILL.md")).unwrap(), repo_skill(&name));
+        let link = project.join(".agents/skills").join(&name);
+        assert!(fs::read_link(&link).unwrap().is_relative());
+        assert_eq!(fs::read(link.join("SKILL.md")).unwrap(), repo_skill(&name));
+    }
+    assert!(!home.join(".claude").exists(), "global skills untouched");
+    assert!(!home.join(".agents").exists(), "global links untouched");
+
+    let settings: Value =
+        serde_json::from_str(&fs::read_to_string(project.join(".claude/settings.json")).unwrap())
+            .unwrap();
+    let commands: Vec<&str> = settings["hooks"]["SessionStart"]
+        .as_array()
+        .expect("SessionStart hooks")
+        .iter()
+        .flat_map(|g| g["hooks"].as_array().into_iter().flatten())
+        .filter_map(|h| h["command"].as_str())
+        .collect();
+    assert!(
+        commands.contains(&"tasklock hook session-start"),
+        "{settings:#}"
+    );
+    assert!(project.join("CLAUDE.md").is_file());
+
+    // Uninstall takes the skills back out and leaves what `tasklock init` wrote.
+    home.ok(&["--uninstall"]);
+    assert!(!project.join(".claude/skills").exists());
+    assert!(!project.join(".agents").exists());
+    assert!(project.join(".claude/settings.json").is_file());
+    assert!(project.join("CLAUDE.md").is_file());
+    assert!(!bin.exists());
+}
+
+// ---------------------------------------------------------------- uninstall
+
+#[test]
+fn uninstall_removes_exactly_what_was_installed() {
+    let home = Home::new();
+    // The user's own things beside where tasklock goes.
+    let mine = home.join(".claude/skills/mine");
+    fs::create_dir_all(&mine).unwrap();
+    fs::write(mine.join("SKILL.md"), "my own skill\n").unwrap();
+    fs::create_dir_all(home.join(".local/bin")).unwrap();
+    fs::write(home.join(".local/bin/other-tool"), "#!/bin/sh\n").unwrap();
+    let before = home.tree();
+
+    home.ok(&[]);
+    assert!(home.join(".local/bin/tasklock").is_file());
+    let out = home.ok(&["--uninstall"]);
+    assert_eq!(home.tree(), before, "back as it was:\n{}", out.text());
+    assert!(!home.join(".local/share/tasklock").exists(), "receipt gone");
+
+    let out = home.ok(&["--uninstall"]);
+    assert!(
+        out.stdout.contains("Nothing to uninstall"),
+        "{}",
+        out.text()
+    );
+    assert_eq!(home.tree(), before);
+}
+
+#[test]
+fn uninstall_keeps_a_skill_edited_since_install() {
+    let home = Home::new();
+    home.ok(&[]);
+    let edited = home.join(".claude/skills/checkout/SKILL.md");
+    let mut text = fs::read_to_string(&edited).unwrap();
+    text.push_str("\nMy own notes.\n");
+    fs::write(&edited, &text).unwrap();
+
+    let out = home.ok(&["--uninstall"]);
+    assert_eq!(fs::read_to_string(&edited).unwrap(), text, "kept as edited");
+    assert!(
+        out.stdout.contains("kept") && out.stdout.contains(&edited.display().to_string()),
+        "says it is kept: {}",
+        out.text()
+    );
+    let mut want: BTreeSet<String> = [
+        ".claude",
+        ".claude/skills",
+        ".claude/skills/checkout",
+        ".claude/skills/checkout/SKILL.md",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    assert_eq!(paths(&home.tree()), want, "everything else removed");
+
+    // A reinstall does not overwrite the edit either, unless forced.
+    let out = home.ok(&["--no-agents"]);
+    assert!(out.stdout.contains("kept"), "{}", out.text());
+    assert_eq!(fs::read_to_string(&edited).unwrap(), text);
+    home.ok(&["--no-agents", "--force"]);
+    assert_eq!(fs::read(&edited).unwrap(), repo_skill("checkout"));
+    home.ok(&["--uninstall"]);
+    // The directories were there before this second install, so they stay.
+    want.remove(".claude/skills/checkout/SKILL.md");
+    assert_eq!(paths(&home.tree()), want);
+}
+
+// ---------------------------------------------------------------- errors
+
+#[test]
+fn bad_flags_are_usage_errors_and_help_is_not() {
+    let home = Home::new();
+    let out = home.run(&["--bogus"]);
+    assert_eq!(out.code, 64, "{}", out.text());
+    assert!(out.stderr.contains("--bogus"), "{}", out.text());
+    let out = home.run(&["--prefix"]);
+    assert_eq!(out.code, 64, "{}", out.text());
+    let out = home.run(&["--uninstall", "--no-agents"]);
+    assert_eq!(out.code, 64, "{}", out.text());
+    assert!(home.tree().is_empty(), "{:?}", home.tree());
+
+    let out = home.run(&["--help"]);
+    assert_eq!(out.code, 0, "{}", out.text());
+    assert!(out.stdout.contains("--uninstall"), "{}", out.text());
+    assert!(home.tree().is_empty());
+}
+
+#[test]
+fn missing_cargo_is_a_clear_error() {
+    let home = Home::new();
+    // PATH without cargo: directories holding it are replaced by a directory of links
+    // to everything else in them.
+    let shims = home.join("shims");
+    fs::create_dir(&shims).unwrap();
+    let mut dirs = Vec::new();
+    for dir in std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()) {
+        if dir.join("cargo").exists() {
+            for entry in fs::read_dir(&dir).into_iter().flatten().flatten() {
+                let name = entry.file_name();
+                let link = shims.join(&name);
+                if name != "cargo" && !link.exists() {
+                    std::os::unix::fs::symlink(entry.path(), link).unwrap();
+                }
+            }
+        } else {
+            dirs.push(dir);
+        }
+    }
+    dirs.push(shims.clone());
+    let path = std::env::join_paths(dirs).unwrap();
+    assert_eq!(find_on(&path, "cargo"), None, "cargo still on {path:?}");
+    let sh = find_on(&path, "sh").expect("sh on PATH");
+    let before = home.tree();
+
+    let mut cmd = home.cmd_with(&sh, &[], &[]);
+    cmd.env_remove("TASKLOCK_INSTALL_BINARY").env("PATH", &path);
+    let out = exec(cmd);
+    assert_eq!(out.code, 1, "{}", out.text());
+    assert!(
+        out.stderr.contains("rustup.rs") && out.stderr.contains("cargo"),
+        "{}",
+        out.text()
+    );
+    assert_eq!(home.tree(), before, "nothing installed");
+}
+
+// ---------------------------------------------------------------- other shells
+
+/// The whole cycle under every POSIX shell at hand, not only the system `sh`.
+#[test]
+fn install_and_uninstall_under_dash_and_bash() {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let mut ran = 0;
+    for (shell, shell_args) in [("dash", &[][..]), ("bash", &["--posix"])] {
+        let Some(shell) = find_on(&path, shell) else {
+            eprintln!("{shell} not found; skipped");
+            continue;
+        };
+        let home = Home::new();
+        for args in [&[][..], &[], &["--uninstall"]] {
+            let out = exec(home.cmd_with(&shell, shell_args, args));
+            assert_eq!(out.code, 0, "{} {args:?}: {}", shell.display(), out.text());
+        }
+        assert!(
+            home.tree().is_empty(),
+            "{}: {:?}",
+            shell.display(),
+            home.tree()
+        );
+        ran += 1;
+    }
+    assert!(ran > 0, "neither dash nor bash found");
+}
