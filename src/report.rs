@@ -303,6 +303,8 @@ pub struct HeartbeatReport {
     pub lost: Vec<String>,
     /// Other agents' checkouts this beat ended because their holder is dead.
     pub ended: Vec<EndedCheckout>,
+    /// Keys of this agent a freeze kept from being renewed.
+    pub frozen: Vec<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -373,6 +375,8 @@ pub struct FreezeReport {
     pub frozen: bool,
     /// The freeze set, or the one removed (none: there was nothing to unfreeze).
     pub freeze: Option<Freeze>,
+    /// On an `unfreeze` that found nothing: an active prefix freeze covering the key.
+    pub covered_by: Option<Freeze>,
 }
 
 #[derive(Debug, Serialize)]
@@ -383,7 +387,9 @@ pub struct WhyReport {
     /// The agent asking, when known: the answer is for it.
     pub agent: Option<String>,
     pub can_checkout: bool,
-    /// `free`, `yours`, `held`, `reserved`, `frozen` or `corrupt`.
+    /// `free`, `yours`, `held`, `ended` (its holder is dead or its lease ran out: the next
+    /// checkout takes it over), `reserved` (for another agent), `reserved_for_you`,
+    /// `frozen` or `corrupt`.
     pub state: String,
     /// Plain-word explanations, most important first.
     pub reasons: Vec<String>,

@@ -1,5 +1,6 @@
 //! `audit`: the event log, across rotated files, filtered; `--follow` streams it.
 
+use std::collections::HashSet;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::MetadataExt;
@@ -89,13 +90,44 @@ fn read_events(path: &Path, each: &mut dyn FnMut(&str)) -> Result<()> {
     Ok(())
 }
 
-/// Print the matching events so far, then new ones as they are appended (following the
-/// log through rotation) until SIGINT or SIGTERM.
+/// Print the matching events so far, then new ones as they are appended, following the
+/// log through rotation, until SIGINT or SIGTERM.
+///
+/// Files are told apart by inode: the current file is held open, so lines written to it
+/// just before it is rotated away are still read; files rotated in and out between two
+/// polls are read whole, unless more rotations than `audit_keep` happened in between.
 pub fn follow(ctx: &Ctx, filter: &Filter, format: Format, out: &mut dyn Write) -> Result<()> {
     crate::signals::install();
-    let Report::Audit(first) = run(ctx, filter)? else {
-        unreachable!("audit returns an audit report")
-    };
+    let dir = &ctx.dir;
+    let path = dir.join(crate::store::AUDIT);
+    let store = FileStore::open_existing(dir)?;
+    // Open the current file first, so nothing appended after the first read is missed.
+    let mut cur = open_current(&path);
+    let mut seen: HashSet<u64> = HashSet::new();
+    let mut first = Vec::new();
+    if let Some(store) = &store {
+        for p in store.audit_files() {
+            if p == path {
+                continue;
+            }
+            let Ok(f) = File::open(&p) else { continue };
+            let ino = f.metadata().map(|m| m.ino()).unwrap_or(0);
+            if cur.as_ref().is_some_and(|c| c.ino == ino) || !seen.insert(ino) {
+                continue;
+            }
+            read_lines(f, &mut |e| first.push(e));
+        }
+    }
+    if let Some(c) = cur.as_mut() {
+        c.drain(&mut |e| first.push(e));
+    }
+    let mut first: Vec<AuditEvent> = first
+        .into_iter()
+        .filter(|e| filter.matches(ctx, e))
+        .collect();
+    if filter.limit > 0 && first.len() > filter.limit {
+        first.drain(..first.len() - filter.limit);
+    }
     let print =
         |out: &mut dyn Write, e: &AuditEvent, now: &crate::clock::Time| -> std::io::Result<()> {
             match format {
@@ -106,75 +138,104 @@ pub fn follow(ctx: &Ctx, filter: &Filter, format: Format, out: &mut dyn Write) -
     if format == Format::Markdown {
         let _ = write!(out, "{}", crate::render::markdown::AUDIT_HEADER);
     }
-    for e in &first.events {
+    for e in &first {
         let _ = print(out, e, &ctx.now);
     }
     let _ = out.flush();
-    let path = ctx.dir.join(crate::store::AUDIT);
-    let mut current: Option<(File, u64)> = None;
-    let mut offset = 0u64;
-    if let Ok(f) = File::open(&path) {
-        offset = f.metadata().map(|m| m.len()).unwrap_or(0);
-        let ino = f.metadata().map(|m| m.ino()).unwrap_or(0);
-        current = Some((f, ino));
-    }
-    let mut pending = String::new();
+    // New events: everything after the first read passes (only --key/--agent filter).
+    let live = Filter {
+        since: None,
+        key: filter.key.clone(),
+        agent: filter.agent.clone(),
+        limit: 0,
+    };
     while crate::signals::received().is_none() {
         std::thread::sleep(Duration::from_millis(200));
-        // Drain what was appended to the file we have open (even if it was rotated away).
-        if let Some((f, _)) = current.as_mut() {
-            let mut buf = String::new();
-            if f.seek(SeekFrom::Start(offset)).is_ok() && f.read_to_string(&mut buf).is_ok() {
-                offset += buf.len() as u64;
-                pending.push_str(&buf);
+        let mut fresh = Vec::new();
+        if let Some(c) = cur.as_mut() {
+            c.drain(&mut |e| fresh.push(e));
+        }
+        let on_disk = std::fs::metadata(&path).map(|m| m.ino()).ok();
+        if on_disk.is_some() && on_disk != cur.as_ref().map(|c| c.ino) {
+            // Rotated (once or more), or created: finish the old file, read any file
+            // rotated in and out since, then follow the new current file.
+            if let Some(c) = cur.as_mut() {
+                c.drain(&mut |e| fresh.push(e));
+                seen.insert(c.ino);
+            }
+            let next = open_current(&path);
+            if let Some(store) = &store {
+                for p in store.audit_files() {
+                    if p == path {
+                        continue;
+                    }
+                    let Ok(f) = File::open(&p) else { continue };
+                    let ino = f.metadata().map(|m| m.ino()).unwrap_or(0);
+                    if next.as_ref().is_some_and(|n| n.ino == ino) || !seen.insert(ino) {
+                        continue;
+                    }
+                    read_lines(f, &mut |e| fresh.push(e));
+                }
+            }
+            cur = next;
+            if let Some(c) = cur.as_mut() {
+                c.drain(&mut |e| fresh.push(e));
             }
         }
-        while let Some(nl) = pending.find('\n') {
-            let line: String = pending.drain(..=nl).collect();
-            if let Ok(e) = serde_json::from_str::<AuditEvent>(line.trim())
-                && filter.matches(
-                    &Ctx {
-                        now: e.ts,
-                        ..ctx.clone()
-                    },
-                    &e,
-                )
-            {
-                let now = crate::clock::now().unwrap_or(e.ts);
-                if print(out, &e, &now).is_err() {
-                    return Ok(()); // the reader went away
-                }
+        let now = crate::clock::now().unwrap_or(ctx.now);
+        for e in fresh.iter().filter(|e| live.matches(ctx, e)) {
+            if print(out, e, &now).is_err() {
+                return Ok(()); // the reader went away
             }
         }
         let _ = out.flush();
-        // Rotated (or created): switch to the new file from its start.
-        let on_disk = std::fs::metadata(&path).map(|m| m.ino()).ok();
-        if on_disk.is_some() && on_disk != current.as_ref().map(|c| c.1) {
-            // Lines written to the old file just before it was rotated away.
-            if let Some((f, _)) = current.as_mut() {
-                let mut buf = String::new();
-                if f.seek(SeekFrom::Start(offset)).is_ok() && f.read_to_string(&mut buf).is_ok() {
-                    for line in buf.lines() {
-                        if let Ok(e) = serde_json::from_str::<AuditEvent>(line.trim())
-                            && filter.matches(
-                                &Ctx {
-                                    now: e.ts,
-                                    ..ctx.clone()
-                                },
-                                &e,
-                            )
-                        {
-                            let _ = print(out, &e, &e.ts);
-                        }
-                    }
-                }
-            }
-            if let Ok(f) = File::open(&path) {
-                let ino = f.metadata().map(|m| m.ino()).unwrap_or(0);
-                current = Some((f, ino));
-                offset = 0;
+    }
+    Ok(())
+}
+
+/// The file being followed: an open handle, its inode, how far it was read, and a
+/// partial last line.
+struct Followed {
+    file: File,
+    ino: u64,
+    offset: u64,
+    partial: String,
+}
+
+impl Followed {
+    fn drain(&mut self, each: &mut dyn FnMut(AuditEvent)) {
+        let mut buf = String::new();
+        if self.file.seek(SeekFrom::Start(self.offset)).is_err()
+            || self.file.read_to_string(&mut buf).is_err()
+        {
+            return;
+        }
+        self.offset += buf.len() as u64;
+        self.partial.push_str(&buf);
+        while let Some(nl) = self.partial.find('\n') {
+            let line: String = self.partial.drain(..=nl).collect();
+            if let Ok(e) = serde_json::from_str::<AuditEvent>(line.trim()) {
+                each(e);
             }
         }
     }
-    Ok(())
+}
+
+fn open_current(path: &Path) -> Option<Followed> {
+    let file = File::open(path).ok()?;
+    let ino = file.metadata().ok()?.ino();
+    Some(Followed {
+        file,
+        ino,
+        offset: 0,
+        partial: String::new(),
+    })
+}
+
+fn read_lines(file: File, each: &mut dyn FnMut(AuditEvent)) {
+    for line in BufReader::new(file).lines().map_while(|l| l.ok()) {
+        if let Ok(e) = serde_json::from_str::<AuditEvent>(line.trim()) {
+            each(e);
+        }
+    }
 }

@@ -188,7 +188,10 @@ pub fn attempt(
             f.by,
             crate::clock::rfc3339(&f.until)
         ));
-        store.audit(guard, &ev)?;
+        // A blocked --wait polls: only a plain refusal is worth an event.
+        if !matches!(join, Join::Wait(_)) {
+            store.audit(guard, &ev)?;
+        }
         let mut r = base(Outcome::Frozen, holder);
         r.frozen = Some(f);
         return Ok(r);

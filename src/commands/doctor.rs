@@ -168,7 +168,11 @@ pub fn run(ctx: &Ctx) -> Result<Report> {
             _ => ok("clock", "no record is from the future".into()),
         });
         let debris = std::fs::read_dir(dir.join("tmp"))
-            .map(|d| d.count())
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| e.file_type().is_ok_and(|t| !t.is_dir()))
+                    .count()
+            })
             .unwrap_or(0);
         checks.push(if debris == 0 {
             ok("temp files", "none left over".into())

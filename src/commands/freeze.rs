@@ -43,12 +43,14 @@ pub fn freeze(ctx: &Ctx, pattern: &str, for_: Duration, reason: Option<String>) 
         pattern: pattern.to_string(),
         frozen: true,
         freeze: Some(f),
+        covered_by: None,
     }))
 }
 
 pub fn unfreeze(ctx: &Ctx, pattern: &str) -> Result<Report> {
     validate_pattern(pattern)?;
     let agent = ctx.agent()?;
+    let mut covered_by = None;
     let removed = match FileStore::open_existing(&ctx.dir)? {
         Some(store) => {
             let guard = store.lock()?;
@@ -58,6 +60,9 @@ pub fn unfreeze(ctx: &Ctx, pattern: &str) -> Result<Report> {
                 ev.agent = agent.id.clone();
                 ev.by = Some(f.by.clone()).filter(|b| *b != agent.id);
                 store.audit(&guard, &ev)?;
+            }
+            if removed.is_none() {
+                covered_by = store.frozen(pattern, &ctx.now)?;
             }
             removed
         }
@@ -69,6 +74,7 @@ pub fn unfreeze(ctx: &Ctx, pattern: &str) -> Result<Report> {
         pattern: pattern.to_string(),
         frozen: false,
         freeze: removed,
+        covered_by,
     }))
 }
 

@@ -56,6 +56,7 @@ pub fn run(ctx: &Ctx, status: Option<String>, pid: Option<u32>) -> Result<Report
     let mut renewed = Vec::new();
     let mut lost = Vec::new();
     let mut ended = Vec::new();
+    let mut frozen = Vec::new();
     for (_, slot) in store.scan()? {
         let Slot::Held(r) = slot else { continue };
         if r.held_by(&agent.id) {
@@ -75,7 +76,11 @@ pub fn run(ctx: &Ctx, status: Option<String>, pid: Option<u32>) -> Result<Report
             }
             let lease = r.expires_at - r.renewed_at;
             let left = r.expires_at - ctx.now;
-            if left * 2 < lease && store.frozen(&key, &ctx.now)?.is_none() {
+            let frozen_now = left * 2 < lease && store.frozen(&key, &ctx.now)?.is_some();
+            if frozen_now {
+                frozen.push(key.clone());
+            }
+            if left * 2 < lease && !frozen_now {
                 let fresh = Record {
                     renewed_at: ctx.now,
                     expires_at: ctx.now + lease,
@@ -106,5 +111,6 @@ pub fn run(ctx: &Ctx, status: Option<String>, pid: Option<u32>) -> Result<Report
         renewed,
         lost,
         ended,
+        frozen,
     }))
 }

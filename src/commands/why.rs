@@ -23,15 +23,15 @@ pub fn run(ctx: &Ctx, key: &str) -> Result<Report> {
                 "It is frozen by {} until {}{}{}. Nobody can check it out until then.",
                 f.by,
                 with_relative(&f.until, &now),
-                f.reason
-                    .as_deref()
-                    .map(|r| format!(" ({r})"))
-                    .unwrap_or_default(),
                 if f.pattern != key {
                     format!(", by the freeze on `{}`", f.pattern)
                 } else {
                     String::new()
-                }
+                },
+                f.reason
+                    .as_deref()
+                    .map(|r| format!("; the reason given: {r}"))
+                    .unwrap_or_default()
             ));
         }
         let mut judge = Judge::new(ctx, &store);
@@ -67,6 +67,7 @@ pub fn run(ctx: &Ctx, key: &str) -> Result<Report> {
                     None => r.agent.id.clone(),
                 };
                 if r.breakable(&now) {
+                    state = "ended";
                     reasons.push(format!(
                         "{who} held it, but the lease ran out {}; the next checkout takes it over.",
                         with_relative(&r.expires_at, &now)
@@ -79,6 +80,7 @@ pub fn run(ctx: &Ctx, key: &str) -> Result<Report> {
                         Some(Cause::Ended) => "its session ended",
                         None => "it is dead",
                     };
+                    state = "ended";
                     reasons.push(format!(
                         "{who} holds it, but {cause}; the next checkout takes it over."
                     ));
@@ -108,13 +110,14 @@ pub fn run(ctx: &Ctx, key: &str) -> Result<Report> {
             && state != "held"
         {
             if me.as_deref() == Some(res.agent.as_str()) {
+                state = "reserved_for_you";
                 reasons.push(format!(
                     "It is reserved for you, the head of its queue, until {}: check it out now.",
                     with_relative(&res.until, &now)
                 ));
             } else {
                 can = false;
-                if state == "free" {
+                if state == "free" || state == "ended" {
                     state = "reserved";
                 }
                 reasons.push(format!(

@@ -204,10 +204,10 @@ fn checkout(r: &CheckoutReport) -> String {
     out
 }
 
-/// "frozen by ops (release freeze) until 2026-… (in 2h)".
+/// "is frozen by ops until 2026-… (in 2h), by the freeze on `deploy://*`: release 1.2".
 fn freeze_words(f: &Freeze, key: &str, now: &Time) -> String {
     let scope = if f.pattern != key {
-        format!(" (by the freeze on {})", code(&f.pattern))
+        format!(", by the freeze on {}", code(&f.pattern))
     } else {
         String::new()
     };
@@ -217,7 +217,7 @@ fn freeze_words(f: &Freeze, key: &str, now: &Time) -> String {
         .map(|r| format!(": {r}"))
         .unwrap_or_default();
     format!(
-        "is frozen by {}{scope} until {}{why}",
+        "is frozen by {} until {}{scope}{why}",
         label(&f.by, f.name.as_deref()),
         with_relative(&f.until, now)
     )
@@ -388,7 +388,9 @@ fn keys(r: &KeysReport) -> String {
             cmd("release --force", &k.key)
         );
     }
-    let next: &str = if r.results.iter().any(|k| k.outcome == Outcome::LeaseLost) {
+    let next: &str = if r.results.iter().any(|k| k.outcome == Outcome::Frozen) {
+        "Next: renewals are refused until the freeze ends; finish before your lease ends, or release and check out again after the freeze."
+    } else if r.results.iter().any(|k| k.outcome == Outcome::LeaseLost) {
         "Next: a lost lease means another agent may have taken the key; check out again before doing more work on it, and re-check anything written after the lease ended."
     } else if let Some(k) = r.results.iter().find(|k| k.outcome == Outcome::NotHolder) {
         &format!(
@@ -727,6 +729,13 @@ fn heartbeat(r: &HeartbeatReport) -> String {
             key_list(&r.lost)
         );
     }
+    if !r.frozen.is_empty() {
+        let _ = writeln!(
+            out,
+            "- Not renewed while frozen: {} (you keep them until their leases end)",
+            key_list(&r.frozen)
+        );
+    }
     ended_lines(&mut out, &r.ended);
     let next = if r.lost.is_empty() {
         "Next: keep working and keep beating; the hooks from `tasklock init` beat for you."
@@ -933,11 +942,18 @@ fn freeze(r: &FreezeReport) -> String {
             cmd("unfreeze", &f.pattern)
         ),
         (Some(f), false) => format!(
-            "Unfrozen: {p} (it was frozen by {} until {}).\n\nNext: checkouts of it work again.\n",
+            "Unfrozen: {p}; it had been frozen by {} until {}.\n\nNext: checkouts of it work again.\n",
             f.by,
-            with_relative(&f.until, &r.now)
+            crate::clock::rfc3339(&f.until)
         ),
-        (None, _) => format!("Not frozen: there is no freeze on {p}.\n"),
+        (None, _) => match &r.covered_by {
+            Some(f) => format!(
+                "Not frozen by its own freeze: {p} {}.\n\nNext: {} ends that freeze, for every key it covers.\n",
+                freeze_words(f, &r.pattern, &r.now),
+                cmd("unfreeze", &f.pattern)
+            ),
+            None => format!("Not frozen: there is no freeze on {p}.\n"),
+        },
     }
 }
 
