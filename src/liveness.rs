@@ -45,6 +45,13 @@ impl Judgement {
     pub fn dead(&self) -> bool {
         self.state == State::Dead
     }
+
+    fn dead_of(cause: Cause) -> Judgement {
+        Judgement {
+            state: State::Dead,
+            cause: Some(cause),
+        }
+    }
 }
 
 /// What the process table says about a recorded pid.
@@ -114,33 +121,16 @@ pub fn check_process(
 /// Judge an agent from its registry entry (if any).
 pub fn judge_entry(entry: &AgentEntry, now: &Time, cfg: &Config) -> Judgement {
     if entry.ended_at.is_some() {
-        return Judgement {
-            state: State::Dead,
-            cause: Some(Cause::Ended),
-        };
+        return Judgement::dead_of(Cause::Ended);
     }
-    if let Some(pid) = entry.pid {
-        match check_process(
-            &entry.host,
-            entry.boot_id.as_deref(),
-            entry.pid_ns.as_deref(),
-            pid,
-            entry.pid_start,
-        ) {
-            Proc::Gone => {
-                return Judgement {
-                    state: State::Dead,
-                    cause: Some(Cause::ProcessGone),
-                };
-            }
-            Proc::Reused => {
-                return Judgement {
-                    state: State::Dead,
-                    cause: Some(Cause::PidReused),
-                };
-            }
-            Proc::Running | Proc::Unknown => {}
-        }
+    if let Some(dead) = process_death(
+        &entry.host,
+        entry.boot_id.as_deref(),
+        entry.pid_ns.as_deref(),
+        entry.pid,
+        entry.pid_start,
+    ) {
+        return dead;
     }
     let Some(last) = entry.last_heartbeat else {
         // Never beat: judged by its leases alone.
@@ -148,10 +138,7 @@ pub fn judge_entry(entry: &AgentEntry, now: &Time, cfg: &Config) -> Judgement {
     };
     let silent = *now - last;
     if silent >= to_chrono(cfg.dead_after) {
-        Judgement {
-            state: State::Dead,
-            cause: Some(Cause::Silent),
-        }
+        Judgement::dead_of(Cause::Silent)
     } else if silent >= to_chrono(cfg.stalled_after) {
         Judgement {
             state: State::Stalled,
@@ -159,6 +146,22 @@ pub fn judge_entry(entry: &AgentEntry, now: &Time, cfg: &Config) -> Judgement {
         }
     } else {
         Judgement::ALIVE
+    }
+}
+
+/// Dead when a recorded process is gone or its pid was reused; `None` when alive or
+/// not checkable from here.
+fn process_death(
+    host: &str,
+    boot: Option<&str>,
+    ns: Option<&str>,
+    pid: Option<u32>,
+    start: Option<u64>,
+) -> Option<Judgement> {
+    match check_process(host, boot, ns, pid?, start) {
+        Proc::Gone => Some(Judgement::dead_of(Cause::ProcessGone)),
+        Proc::Reused => Some(Judgement::dead_of(Cause::PidReused)),
+        Proc::Running | Proc::Unknown => None,
     }
 }
 
@@ -170,28 +173,14 @@ pub fn judge_holder(
     now: &Time,
     cfg: &Config,
 ) -> Judgement {
-    if let Some(pid) = agent.pid {
-        match check_process(
-            &agent.host,
-            agent.boot_id.as_deref(),
-            agent.pid_ns.as_deref(),
-            pid,
-            agent.pid_start,
-        ) {
-            Proc::Gone => {
-                return Judgement {
-                    state: State::Dead,
-                    cause: Some(Cause::ProcessGone),
-                };
-            }
-            Proc::Reused => {
-                return Judgement {
-                    state: State::Dead,
-                    cause: Some(Cause::PidReused),
-                };
-            }
-            Proc::Running | Proc::Unknown => {}
-        }
+    if let Some(dead) = process_death(
+        &agent.host,
+        agent.boot_id.as_deref(),
+        agent.pid_ns.as_deref(),
+        agent.pid,
+        agent.pid_start,
+    ) {
+        return dead;
     }
     match entry {
         Some(e) => judge_entry(e, now, cfg),

@@ -106,17 +106,8 @@ pub fn follow(ctx: &Ctx, filter: &Filter, format: Format, out: &mut dyn Write) -
     let mut seen: HashSet<u64> = HashSet::new();
     let mut first = Vec::new();
     if let Some(store) = &store {
-        for p in store.audit_files() {
-            if p == path {
-                continue;
-            }
-            let Ok(f) = File::open(&p) else { continue };
-            let ino = f.metadata().map(|m| m.ino()).unwrap_or(0);
-            if cur.as_ref().is_some_and(|c| c.ino == ino) || !seen.insert(ino) {
-                continue;
-            }
-            read_lines(f, &mut |e| first.push(e));
-        }
+        let skip = cur.as_ref().map(|c| c.ino);
+        read_rotated(store, &path, skip, &mut seen, &mut |e| first.push(e));
     }
     if let Some(c) = cur.as_mut() {
         c.drain(&mut |e| first.push(e));
@@ -165,17 +156,8 @@ pub fn follow(ctx: &Ctx, filter: &Filter, format: Format, out: &mut dyn Write) -
             }
             let next = open_current(&path);
             if let Some(store) = &store {
-                for p in store.audit_files() {
-                    if p == path {
-                        continue;
-                    }
-                    let Ok(f) = File::open(&p) else { continue };
-                    let ino = f.metadata().map(|m| m.ino()).unwrap_or(0);
-                    if next.as_ref().is_some_and(|n| n.ino == ino) || !seen.insert(ino) {
-                        continue;
-                    }
-                    read_lines(f, &mut |e| fresh.push(e));
-                }
+                let skip = next.as_ref().map(|n| n.ino);
+                read_rotated(store, &path, skip, &mut seen, &mut |e| fresh.push(e));
             }
             cur = next;
             if let Some(c) = cur.as_mut() {
@@ -230,6 +212,28 @@ fn open_current(path: &Path) -> Option<Followed> {
         offset: 0,
         partial: String::new(),
     })
+}
+
+/// Read the rotated audit files not read yet (by inode), oldest first; `skip` is the
+/// inode of the file being followed.
+fn read_rotated(
+    store: &FileStore,
+    current: &Path,
+    skip: Option<u64>,
+    seen: &mut HashSet<u64>,
+    each: &mut dyn FnMut(AuditEvent),
+) {
+    for p in store.audit_files() {
+        if p == current {
+            continue;
+        }
+        let Ok(f) = File::open(&p) else { continue };
+        let ino = f.metadata().map(|m| m.ino()).unwrap_or(0);
+        if skip == Some(ino) || !seen.insert(ino) {
+            continue;
+        }
+        read_lines(f, each);
+    }
 }
 
 fn read_lines(file: File, each: &mut dyn FnMut(AuditEvent)) {

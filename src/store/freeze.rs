@@ -72,21 +72,10 @@ impl FileStore {
 
     /// Every freeze on record (active or not).
     pub fn freezes(&self) -> Result<Vec<Freeze>> {
-        let dir = self.freezes_dir();
-        let entries = match std::fs::read_dir(&dir) {
-            Ok(e) => e,
-            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(Error::io(&dir, e)),
-        };
-        let mut out = Vec::new();
-        for entry in entries {
-            let entry = entry.map_err(|e| Error::io(&dir, e))?;
-            if let Some(b) = super::registry::read_small(&entry.path())?
-                && let Ok(f) = serde_json::from_slice::<Freeze>(&b)
-            {
-                out.push(f);
-            }
-        }
+        let mut out: Vec<Freeze> = super::registry::read_json_dir(&self.freezes_dir())?
+            .into_iter()
+            .map(|(_, f)| f)
+            .collect();
         out.sort_by(|a, b| a.pattern.cmp(&b.pattern));
         Ok(out)
     }

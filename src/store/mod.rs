@@ -408,28 +408,19 @@ impl FileStore {
         let mut line = serde_json::to_vec(event)
             .map_err(|e| Error::Store(format!("cannot encode audit event: {e}")))?;
         line.push(b'\n');
-        let open = || {
-            OpenOptions::new()
-                .append(true)
-                .create(true)
-                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-                .mode(0o644)
-                .open(&path)
-                .map_err(|e| Error::io(&path, symlink_hint(e)))
+        let size = match std::fs::symlink_metadata(&path) {
+            Ok(m) => m.len(),
+            Err(_) => 0,
         };
-        let mut f = open()?;
-        let size = f.metadata().map_err(|e| Error::io(&path, e))?.len();
         if size > 0 {
             // A broken config.yaml must not block a release: rotate by the defaults then
             // (the commands that need the settings report the error).
             let cfg = self.config().unwrap_or_default();
             if size + line.len() as u64 > cfg.audit_max_size {
-                drop(f);
                 self.rotate_audit(cfg.audit_keep)?;
-                f = open()?;
             }
         }
-        f.write_all(&line).map_err(|e| Error::io(&path, e))
+        registry::append_line(&path, &line)
     }
 
     /// `audit.jsonl` becomes `audit.jsonl.1`, `.1` becomes `.2`, …; the oldest beyond

@@ -120,21 +120,10 @@ impl FileStore {
 
     /// Every readable queue.
     pub fn scan_queues(&self) -> Result<Vec<Queue>> {
-        let dir = self.root().join(QUEUES);
-        let entries = match std::fs::read_dir(&dir) {
-            Ok(e) => e,
-            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(Error::io(&dir, e)),
-        };
-        let mut out = Vec::new();
-        for entry in entries {
-            let entry = entry.map_err(|e| Error::io(&dir, e))?;
-            if let Some(b) = super::registry::read_small(&entry.path())?
-                && let Ok(q) = serde_json::from_slice::<Queue>(&b)
-            {
-                out.push(q);
-            }
-        }
+        let mut out: Vec<Queue> = super::registry::read_json_dir(&self.root().join(QUEUES))?
+            .into_iter()
+            .map(|(_, q)| q)
+            .collect();
         out.sort_by(|a, b| a.key.cmp(&b.key));
         Ok(out)
     }
@@ -164,25 +153,8 @@ impl FileStore {
 
     /// Unread messages, oldest first, with their file paths.
     pub fn unread(&self, agent: &str) -> Result<Vec<(PathBuf, Message)>> {
-        let dir = self.inbox_dir(agent);
-        let entries = match std::fs::read_dir(&dir) {
-            Ok(e) => e,
-            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(Error::io(&dir, e)),
-        };
-        let mut out = Vec::new();
-        for entry in entries {
-            let entry = entry.map_err(|e| Error::io(&dir, e))?;
-            let path = entry.path();
-            if path.extension().is_none_or(|e| e != "json") {
-                continue;
-            }
-            if let Some(b) = super::registry::read_small(&path)?
-                && let Ok(m) = serde_json::from_slice::<Message>(&b)
-            {
-                out.push((path, m));
-            }
-        }
+        let mut out: Vec<(PathBuf, Message)> =
+            super::registry::read_json_dir(&self.inbox_dir(agent))?;
         out.sort_by(|a, b| (a.1.ts, &a.1.id).cmp(&(b.1.ts, &b.1.id)));
         Ok(out)
     }

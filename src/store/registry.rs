@@ -88,21 +88,10 @@ impl FileStore {
 
     /// Every readable registry entry.
     pub fn scan_agents(&self) -> Result<Vec<AgentEntry>> {
-        let dir = self.root().join(AGENTS);
-        let entries = match std::fs::read_dir(&dir) {
-            Ok(e) => e,
-            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(Error::io(&dir, e)),
-        };
-        let mut out = Vec::new();
-        for entry in entries {
-            let entry = entry.map_err(|e| Error::io(&dir, e))?;
-            if let Some(bytes) = read_small(&entry.path())?
-                && let Ok(a) = serde_json::from_slice::<AgentEntry>(&bytes)
-            {
-                out.push(a);
-            }
-        }
+        let mut out: Vec<AgentEntry> = read_json_dir(&self.root().join(AGENTS))?
+            .into_iter()
+            .map(|(_, a)| a)
+            .collect();
         out.sort_by(|a, b| a.id.cmp(&b.id));
         Ok(out)
     }
@@ -115,14 +104,7 @@ impl FileStore {
         let mut line = serde_json::to_vec(note)
             .map_err(|e| Error::Store(format!("cannot encode note: {e}")))?;
         line.push(b'\n');
-        let mut f = OpenOptions::new()
-            .append(true)
-            .create(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .mode(0o644)
-            .open(&path)
-            .map_err(|e| Error::io(&path, e))?;
-        f.write_all(&line).map_err(|e| Error::io(&path, e))
+        append_line(&path, &line)
     }
 
     /// The last `n` notes of a key, oldest first. Unreadable lines are skipped.
@@ -183,4 +165,38 @@ pub(crate) fn read_small(path: &std::path::Path) -> Result<Option<Vec<u8>>> {
     file.read_to_end(&mut bytes)
         .map_err(|e| Error::io(path, e))?;
     Ok(Some(bytes))
+}
+
+/// Every readable `T` in the JSON files of `dir`, with their paths; damaged files and
+/// other files are skipped (all of these are soft state rebuilt by the next write).
+pub(crate) fn read_json_dir<T: serde::de::DeserializeOwned>(
+    dir: &std::path::Path,
+) -> Result<Vec<(std::path::PathBuf, T)>> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io(dir, e)),
+    };
+    let mut out = Vec::new();
+    for entry in entries {
+        let path = entry.map_err(|e| Error::io(dir, e))?.path();
+        if let Some(bytes) = read_small(&path)?
+            && let Ok(v) = serde_json::from_slice::<T>(&bytes)
+        {
+            out.push((path, v));
+        }
+    }
+    Ok(out)
+}
+
+/// Append one line with a single `write` on an `O_APPEND` file (never through a symlink).
+pub(crate) fn append_line(path: &std::path::Path, line: &[u8]) -> Result<()> {
+    let mut f = OpenOptions::new()
+        .append(true)
+        .create(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .mode(0o644)
+        .open(path)
+        .map_err(|e| Error::io(path, super::symlink_hint(e)))?;
+    f.write_all(line).map_err(|e| Error::io(path, e))
 }
