@@ -10,8 +10,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
     name = "tasklock",
     version,
     about = "Atomic task checkouts for coding agents working side by side",
-    after_help = "Exit codes: 0 ok, 1 error, 2 held by another agent, 3 no such checkout, \
-                  4 not the holder / lease lost, 64 usage error."
+    after_help = "Exit codes: 0 ok, 1 error, 2 held by another agent (or reserved, or frozen), \
+                  3 no such checkout, 4 not the holder / lease lost, 5 deadlock, 64 usage error."
 )]
 pub struct Cli {
     #[command(flatten)]

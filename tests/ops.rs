@@ -1429,3 +1429,37 @@ fn heartbeat_says_which_keys_a_freeze_kept_from_renewing() {
     assert_eq!(j["frozen"], serde_json::json!(["k"]));
     assert_eq!(j["renewed"], serde_json::json!([]));
 }
+
+#[test]
+fn lowering_audit_keep_removes_the_extra_rotated_files() {
+    let e = Env::new();
+    write_config(&e, "audit_max_size: 1KiB\naudit_keep: 4\n");
+    let reason = "r".repeat(150);
+    for i in 0..40 {
+        e.ok("a", &["checkout", &format!("k{i}"), "--reason", &reason]);
+    }
+    assert!(e.dir().join("audit.jsonl.4").is_file());
+    write_config(&e, "audit_max_size: 1KiB\naudit_keep: 1\n");
+    for i in 40..50 {
+        e.ok("a", &["checkout", &format!("k{i}"), "--reason", &reason]);
+    }
+    assert!(e.dir().join("audit.jsonl.1").is_file());
+    for i in 2..=4 {
+        assert!(
+            !e.dir().join(format!("audit.jsonl.{i}")).exists(),
+            ".{i} kept"
+        );
+    }
+}
+
+#[test]
+fn why_a_frozen_key_says_frozen_whatever_else_holds() {
+    let e = Env::new();
+    e.ok("a", &["checkout", "k"]);
+    e.ok("ops", &["freeze", "k", "--for", "1h"]);
+    let (_, j) = why(&e, "b", "k");
+    assert_eq!(j["state"], "frozen");
+    assert_eq!(j["can_checkout"], false);
+    let (_, j) = why(&e, "a", "k");
+    assert_eq!(j["state"], "frozen", "even for the holder");
+}

@@ -82,6 +82,10 @@ pub fn run_as(
     let req = Request::new(ctx, timeout, reason, Some(pid))?;
     let store = FileStore::open_or_create(&ctx.dir)?;
     let mut guard = store.lock()?;
+    // The registered name applies; the process to watch stays this one.
+    let mut req = with_registered_pid(&store, &guard, req)?;
+    req.agent.pid = Some(pid);
+    req.agent.pid_start = crate::liveness::start_time(pid);
     attempt(ctx, &store, &mut guard, &req, key, Join::No).map(Report::Checkout)
 }
 
@@ -108,10 +112,15 @@ pub fn any(
         }
         refused.push(r);
     }
+    let all_frozen = refused.iter().all(|r| r.outcome == Outcome::Frozen);
     Ok(Report::Any(AnyReport {
         command: "checkout",
         now: ctx.now,
-        outcome: Outcome::Conflict,
+        outcome: if all_frozen {
+            Outcome::Frozen
+        } else {
+            Outcome::Conflict
+        },
         refused,
     }))
 }

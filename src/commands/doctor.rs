@@ -120,7 +120,7 @@ pub fn run(ctx: &Ctx) -> Result<Report> {
     });
 
     // Records, clock and debris.
-    if let Some(store) = FileStore::open_existing(dir)? {
+    if let Some(store) = FileStore::open_existing(dir).ok().flatten() {
         let scan = store.scan()?;
         let mut newest = None;
         let mut corrupt = Vec::new();

@@ -58,6 +58,7 @@ pub fn unfreeze(ctx: &Ctx, pattern: &str) -> Result<Report> {
             if let Some(f) = &removed {
                 let mut ev = event(ctx, "unfreeze", f);
                 ev.agent = agent.id.clone();
+                ev.name = agent.name.clone();
                 ev.by = Some(f.by.clone()).filter(|b| *b != agent.id);
                 store.audit(&guard, &ev)?;
             }

@@ -105,11 +105,26 @@ pub fn run(
         let (agent, key, lost) = (agent.clone(), key.to_string(), lost.clone());
         let every = (lease / 3).max(Duration::from_millis(200));
         std::thread::spawn(move || {
+            let mut warned_frozen = false;
             while let Err(mpsc::RecvTimeoutError::Timeout) = stop_rx.recv_timeout(every) {
                 let Ok(now_ctx) = ctx.at_now(&agent) else {
                     continue;
                 };
                 let still_ours = match renew::run(&now_ctx, vec![key.clone()], false, Some(lease)) {
+                    Ok(Report::Keys(r))
+                        if r.results
+                            .first()
+                            .is_some_and(|k| k.outcome == crate::error::Outcome::Frozen) =>
+                    {
+                        // Still ours until the lease ends; a freeze only stops renewals.
+                        if !warned_frozen {
+                            warned_frozen = true;
+                            eprintln!(
+                                "tasklock run: {key} was frozen while the command runs; the lease can no longer be renewed and ends at its current end."
+                            );
+                        }
+                        true
+                    }
                     Ok(r) => r.exit_code() == 0,
                     Err(e) => {
                         eprintln!("tasklock run: renewing {key} failed: {e}");

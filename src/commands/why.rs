@@ -136,6 +136,11 @@ pub fn run(ctx: &Ctx, key: &str) -> Result<Report> {
             ));
         }
     }
+    // A freeze outranks every other state: nothing else matters until it ends.
+    if reasons.iter().any(|r| r.starts_with("It is frozen")) && state != "corrupt" {
+        state = "frozen";
+        can = false;
+    }
     if reasons.is_empty() {
         reasons.push("Nobody holds it, nobody waits for it, and it is not frozen.".into());
     }

@@ -427,6 +427,17 @@ impl FileStore {
     /// `keep` is deleted. Runs under the guard, like every append.
     fn rotate_audit(&self, keep: usize) -> Result<()> {
         let name = |i: usize| self.root.join(format!("{AUDIT}.{i}"));
+        // The oldest go first, including any left from a larger audit_keep.
+        for old in self.audit_files() {
+            let index = old
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.strip_prefix(&format!("{AUDIT}.")))
+                .and_then(|i| i.parse::<usize>().ok());
+            if index.is_some_and(|i| i >= keep.max(1)) {
+                let _ = std::fs::remove_file(&old);
+            }
+        }
         if keep == 0 {
             return match std::fs::remove_file(self.root.join(AUDIT)) {
                 Ok(()) => Ok(()),
@@ -434,7 +445,6 @@ impl FileStore {
                 Err(e) => Err(Error::io(self.root.join(AUDIT), e)),
             };
         }
-        let _ = std::fs::remove_file(name(keep));
         for i in (1..keep).rev() {
             match std::fs::rename(name(i), name(i + 1)) {
                 Ok(()) => {}
