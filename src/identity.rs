@@ -134,7 +134,13 @@ fn read_trimmed(path: &str) -> Option<String> {
         .filter(|s| !s.is_empty())
 }
 
+/// This host's name, read once per process.
 pub fn hostname() -> String {
+    static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    HOST.get_or_init(read_hostname).clone()
+}
+
+fn read_hostname() -> String {
     if let Some(h) = read_trimmed("/proc/sys/kernel/hostname") {
         return h;
     }
@@ -152,12 +158,20 @@ pub fn hostname() -> String {
     "localhost".into()
 }
 
+/// This boot's id, read once per process.
 pub fn boot_id() -> Option<String> {
-    read_trimmed("/proc/sys/kernel/random/boot_id")
+    static BOOT: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    BOOT.get_or_init(|| read_trimmed("/proc/sys/kernel/random/boot_id"))
+        .clone()
 }
 
+/// This process's pid namespace, read once per process.
 pub fn pid_namespace() -> Option<String> {
-    std::fs::read_link("/proc/self/ns/pid")
-        .ok()
-        .map(|p| p.to_string_lossy().into_owned())
+    static NS: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    NS.get_or_init(|| {
+        std::fs::read_link("/proc/self/ns/pid")
+            .ok()
+            .map(|p| p.to_string_lossy().into_owned())
+    })
+    .clone()
 }

@@ -73,6 +73,68 @@ pub fn start_time(pid: u32) -> Option<u64> {
     rest.split_whitespace().nth(19)?.parse().ok()
 }
 
+/// Process checks made, by (pid, recorded start time).
+type Seen = std::collections::HashMap<(u32, Option<u64>), Proc>;
+
+thread_local! {
+    /// Process checks already made by the current [`Judging`] scope.
+    static SEEN: std::cell::RefCell<Option<Seen>> = const { std::cell::RefCell::new(None) };
+}
+
+/// While alive, process checks on this thread are remembered, so a command judging many
+/// records of the same agents checks each process once. Long-running commands open a new
+/// scope for each round, so they always see fresh results.
+pub struct Judging(());
+
+impl Judging {
+    pub fn begin() -> Judging {
+        SEEN.with(|s| *s.borrow_mut() = Some(Default::default()));
+        Judging(())
+    }
+
+    /// Forget what was seen (after taking the guard, to judge on fresh data).
+    pub fn forget(&self) {
+        SEEN.with(|s| {
+            if let Some(m) = s.borrow_mut().as_mut() {
+                m.clear();
+            }
+        });
+    }
+}
+
+impl Drop for Judging {
+    fn drop(&mut self) {
+        SEEN.with(|s| *s.borrow_mut() = None);
+    }
+}
+
+/// As [`check_process`], remembered within a [`Judging`] scope.
+fn check_process_cached(
+    host: &str,
+    boot: Option<&str>,
+    ns: Option<&str>,
+    pid: u32,
+    start: Option<u64>,
+) -> Proc {
+    if let Some(p) = SEEN.with(|s| {
+        s.borrow()
+            .as_ref()
+            .and_then(|m| m.get(&(pid, start)).copied())
+    }) {
+        return p;
+    }
+    let p = check_process(host, boot, ns, pid, start);
+    // Only local results are keyed by pid alone; others are cheap and never cached.
+    if p != Proc::Unknown {
+        SEEN.with(|s| {
+            if let Some(m) = s.borrow_mut().as_mut() {
+                m.insert((pid, start), p);
+            }
+        });
+    }
+    p
+}
+
 /// Is `pid` (started at `start`) still running? Only trusted on the same host, boot and
 /// pid namespace; EPERM from `kill(pid, 0)` means it exists.
 pub fn check_process(
@@ -158,7 +220,7 @@ fn process_death(
     pid: Option<u32>,
     start: Option<u64>,
 ) -> Option<Judgement> {
-    match check_process(host, boot, ns, pid?, start) {
+    match check_process_cached(host, boot, ns, pid?, start) {
         Proc::Gone => Some(Judgement::dead_of(Cause::ProcessGone)),
         Proc::Reused => Some(Judgement::dead_of(Cause::PidReused)),
         Proc::Running | Proc::Unknown => None,

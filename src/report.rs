@@ -429,7 +429,8 @@ pub struct DoctorReport {
 }
 
 /// Everything a command can return on success (including refusals with exit codes 2–4).
-#[derive(Debug)]
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
 pub enum Report {
     Checkout(CheckoutReport),
     Keys(KeysReport),
@@ -480,28 +481,11 @@ impl Report {
         }
     }
 
-    pub fn to_json(&self) -> serde_json::Value {
-        let v = match self {
-            Report::Checkout(r) => serde_json::to_value(r),
-            Report::Keys(r) => serde_json::to_value(r),
-            Report::Status(r) => serde_json::to_value(r),
-            Report::List(r) => serde_json::to_value(r),
-            Report::Verify(r) => serde_json::to_value(r),
-            Report::Heartbeat(r) => serde_json::to_value(r),
-            Report::Agents(r) => serde_json::to_value(r),
-            Report::Note(r) => serde_json::to_value(r),
-            Report::Watch(r) => serde_json::to_value(r),
-            Report::Run(r) => serde_json::to_value(r),
-            Report::Any(r) => serde_json::to_value(r),
-            Report::Inbox(r) => serde_json::to_value(r),
-            Report::Init(r) => serde_json::to_value(r),
-            Report::Freeze(r) => serde_json::to_value(r),
-            Report::Why(r) => serde_json::to_value(r),
-            Report::Audit(r) => serde_json::to_value(r),
-            Report::Doctor(r) => serde_json::to_value(r),
-        };
-        v.unwrap_or_else(
-            |e| serde_json::json!({"error": {"kind": "internal", "message": e.to_string()}}),
-        )
+    /// The JSON object, written straight from the report (no intermediate tree).
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|e| {
+            serde_json::json!({"error": {"kind": "internal", "message": e.to_string(), "hint": null, "exit_code": 1}})
+                .to_string()
+        })
     }
 }

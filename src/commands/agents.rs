@@ -4,14 +4,14 @@ use super::{Ctx, Judge, auto_release};
 use crate::error::Result;
 use crate::liveness;
 use crate::report::{AgentRow, AgentsReport, EndedCheckout, Report};
-use crate::store::{FileStore, Slot};
+use crate::store::Slot;
 
 /// Every agent the registry knows, plus holders that never sent a heartbeat. Dead
 /// agents' checkouts are ended on the way, like every command that meets them.
 pub fn run(ctx: &Ctx) -> Result<Report> {
     let mut rows = Vec::new();
     let mut ended = Vec::new();
-    if let Some(store) = FileStore::open_existing(&ctx.dir)? {
+    if let Some(store) = ctx.existing_store()? {
         let by = ctx.agent_id().ok();
         let mut judge = Judge::new(ctx, &store);
         let mut held: BTreeMap<String, Vec<String>> = BTreeMap::new();

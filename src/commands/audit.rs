@@ -50,7 +50,7 @@ pub fn run(ctx: &Ctx, filter: &Filter) -> Result<Report> {
     }
     let mut events = Vec::new();
     let mut unreadable = 0;
-    if let Some(store) = FileStore::open_existing(&ctx.dir)? {
+    if let Some(store) = ctx.existing_store()? {
         for path in store.audit_files() {
             read_events(
                 &path,

@@ -64,7 +64,7 @@ pub fn run(
 ) -> Result<Report> {
     crate::key::validate(key)?;
     let req = Request::new(ctx, timeout, reason, None)?;
-    let store = FileStore::open_or_create(&ctx.dir)?;
+    let store = ctx.open_store()?;
     let mut guard = store.lock()?;
     let req = with_registered_pid(&store, &guard, req)?;
     attempt(ctx, &store, &mut guard, &req, key, join).map(Report::Checkout)
@@ -80,7 +80,7 @@ pub fn run_as(
 ) -> Result<Report> {
     crate::key::validate(key)?;
     let req = Request::new(ctx, timeout, reason, Some(pid))?;
-    let store = FileStore::open_or_create(&ctx.dir)?;
+    let store = ctx.open_store()?;
     let mut guard = store.lock()?;
     // The registered name applies; the process to watch stays this one.
     let mut req = with_registered_pid(&store, &guard, req)?;
@@ -101,7 +101,7 @@ pub fn any(
         crate::key::validate(k)?;
     }
     let req = Request::new(ctx, timeout, reason, None)?;
-    let store = FileStore::open_or_create(&ctx.dir)?;
+    let store = ctx.open_store()?;
     let mut guard = store.lock()?;
     let req = with_registered_pid(&store, &guard, req)?;
     let mut refused = Vec::new();

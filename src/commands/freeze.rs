@@ -4,7 +4,7 @@ use super::{Ctx, checkout::check_text};
 use crate::duration::to_chrono;
 use crate::error::{Error, Result};
 use crate::report::{FreezeReport, Report};
-use crate::store::{AuditEvent, FileStore, Freeze};
+use crate::store::{AuditEvent, Freeze};
 
 /// The key part of a pattern: a key, or a prefix followed by `*`.
 fn validate_pattern(pattern: &str) -> Result<()> {
@@ -24,7 +24,7 @@ pub fn freeze(ctx: &Ctx, pattern: &str, for_: Duration, reason: Option<String>) 
         check_text("reason", r)?;
     }
     let agent = ctx.agent()?;
-    let store = FileStore::open_or_create(&ctx.dir)?;
+    let store = ctx.open_store()?;
     let guard = store.lock()?;
     let f = Freeze {
         version: 1,
@@ -51,7 +51,7 @@ pub fn unfreeze(ctx: &Ctx, pattern: &str) -> Result<Report> {
     validate_pattern(pattern)?;
     let agent = ctx.agent()?;
     let mut covered_by = None;
-    let removed = match FileStore::open_existing(&ctx.dir)? {
+    let removed = match ctx.existing_store()? {
         Some(store) => {
             let guard = store.lock()?;
             let removed = store.remove_freeze(&guard, pattern)?;

@@ -2,7 +2,7 @@ use super::{Ctx, Judge, ReapReason, auto_release, checkout::check_text};
 use crate::error::{Error, Result};
 use crate::liveness;
 use crate::report::{AgentRow, EndedCheckout, HeartbeatReport, Report};
-use crate::store::{AgentEntry, FileStore, Record, Slot};
+use crate::store::{AgentEntry, Record, Slot};
 
 /// One beat: update the registry, renew this agent's leases that are past half-way,
 /// and end checkouts of dead agents met on the way.
@@ -19,7 +19,7 @@ pub fn run(ctx: &Ctx, status: Option<String>, pid: Option<u32>) -> Result<Report
         None => None,
     };
     let agent = ctx.agent()?;
-    let store = FileStore::open_or_create(&ctx.dir)?;
+    let store = ctx.open_store()?;
     let guard = store.lock()?;
     let entry = store.read_agent(&agent.id)?;
     let same_boot = entry

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use super::{Ctx, ReapReason, auto_release, heartbeat, inbox};
 use crate::error::{Error, Result};
 use crate::report::Report;
-use crate::store::{FileStore, Message, Slot};
+use crate::store::{Message, Slot};
 
 pub const EVENTS: [&str; 4] = [
     "session-start",
@@ -165,7 +165,7 @@ fn message_line(m: &Message) -> String {
 
 /// End of session: release everything the session holds and mark the agent ended.
 fn session_end(ctx: &Ctx, agent: &str) -> Result<()> {
-    let Some(store) = FileStore::open_existing(&ctx.dir)? else {
+    let Some(store) = ctx.existing_store()? else {
         return Ok(());
     };
     let guard = store.lock()?;

@@ -1,13 +1,12 @@
 use super::Ctx;
 use crate::error::Result;
 use crate::report::{InboxReport, Report};
-use crate::store::FileStore;
 
 /// This agent's unread messages, oldest first; marked read unless `peek`.
 pub fn run(ctx: &Ctx, peek: bool) -> Result<Report> {
     let me = ctx.agent_id()?;
     let mut messages = Vec::new();
-    if let Some(store) = FileStore::open_existing(&ctx.dir)? {
+    if let Some(store) = ctx.existing_store()? {
         for (path, msg) in store.unread(&me)? {
             // With two readers at once, each message goes to exactly one of them.
             if peek || store.mark_read(&me, &path)? {

@@ -1,7 +1,7 @@
 use super::{Ctx, Judge, auto_release};
 use crate::error::Result;
 use crate::report::{CheckoutView, CorruptEntry, ListReport, QueueView, Report};
-use crate::store::{FileStore, Slot};
+use crate::store::Slot;
 
 pub fn run(ctx: &Ctx, mine: bool) -> Result<Report> {
     let me = if mine {
@@ -13,7 +13,7 @@ pub fn run(ctx: &Ctx, mine: bool) -> Result<Report> {
     let mut checkouts = Vec::new();
     let mut corrupt = Vec::new();
     let mut queues = std::collections::BTreeMap::new();
-    if let Some(store) = FileStore::open_existing(&ctx.dir)? {
+    if let Some(store) = ctx.existing_store()? {
         let mut judge = Judge::new(ctx, &store);
         let mut ended = Vec::new();
         for (file, slot) in store.scan()? {
@@ -46,7 +46,7 @@ pub fn run(ctx: &Ctx, mine: bool) -> Result<Report> {
             }
         }
     }
-    if let Some(store) = FileStore::open_existing(&ctx.dir)? {
+    if let Some(store) = ctx.existing_store()? {
         // After ending checkouts, so keys just freed show their new reservation.
         for q in store.scan_queues()? {
             if q.waiters.is_empty() && q.reservation.is_none() {

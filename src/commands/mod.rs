@@ -60,6 +60,22 @@ impl Ctx {
         identity::resolve_id(self.agent_flag.as_deref()).map(|(id, _)| id)
     }
 
+    /// The store, created if needed, sharing the settings already read.
+    pub fn open_store(&self) -> Result<FileStore> {
+        let store = FileStore::open_or_create(&self.dir)?;
+        store.share_config(self.cfg.get());
+        Ok(store)
+    }
+
+    /// The store if the lock directory exists, sharing the settings already read.
+    pub fn existing_store(&self) -> Result<Option<FileStore>> {
+        let store = FileStore::open_existing(&self.dir)?;
+        if let Some(s) = &store {
+            s.share_config(self.cfg.get());
+        }
+        Ok(store)
+    }
+
     /// `config.yaml`, read at most once per command.
     pub fn config(&self) -> Result<Config> {
         if let Some(c) = self.cfg.get() {
@@ -168,6 +184,7 @@ pub(crate) struct Judge<'a> {
     store: &'a FileStore,
     cfg: Option<Config>,
     entries: HashMap<String, Option<AgentEntry>>,
+    _scope: liveness::Judging,
 }
 
 impl<'a> Judge<'a> {
@@ -177,6 +194,7 @@ impl<'a> Judge<'a> {
             store,
             cfg: None,
             entries: HashMap::new(),
+            _scope: liveness::Judging::begin(),
         }
     }
 
@@ -198,6 +216,7 @@ impl<'a> Judge<'a> {
     /// Forget cached entries (after the guard is taken, to judge on fresh data).
     pub fn refresh(&mut self) {
         self.entries.clear();
+        self._scope.forget();
     }
 
     pub fn holder(&mut self, r: &Record) -> Result<Judgement> {

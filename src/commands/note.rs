@@ -1,7 +1,7 @@
 use super::{Ctx, Judge, ReapReason, auto_release, checkout::check_text};
 use crate::error::{Error, Outcome, Result};
 use crate::report::{CheckoutView, NoteReport, Report};
-use crate::store::{FileStore, Note, Slot};
+use crate::store::{Note, Slot};
 
 /// Append a checkpoint to KEY's history; only its current holder may.
 pub fn run(ctx: &Ctx, key: &str, text: String) -> Result<Report> {
@@ -21,7 +21,7 @@ pub fn run(ctx: &Ctx, key: &str, text: String) -> Result<Report> {
             note,
         }))
     };
-    let Some(store) = FileStore::open_existing(&ctx.dir)? else {
+    let Some(store) = ctx.existing_store()? else {
         return report(Outcome::NoSuchCheckout, None, None);
     };
     let guard = store.lock()?;

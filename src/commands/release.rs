@@ -1,7 +1,7 @@
 use super::{Ctx, Judge, ReapReason, auto_release, checkout::check_text, held_keys, queue};
 use crate::error::{Error, Outcome, Result};
 use crate::report::{CheckoutView, KeyResult, KeysReport, Report};
-use crate::store::{FileStore, Slot};
+use crate::store::Slot;
 
 pub fn run(
     ctx: &Ctx,
@@ -32,7 +32,7 @@ pub fn run(
             note: note.clone(),
         }))
     };
-    let Some(store) = FileStore::open_existing(&ctx.dir)? else {
+    let Some(store) = ctx.existing_store()? else {
         for key in keys {
             results.push(KeyResult {
                 key,

@@ -4,7 +4,7 @@ use super::{Ctx, Judge, ReapReason, auto_release, held_keys};
 use crate::duration::to_chrono;
 use crate::error::{Error, Outcome, Result};
 use crate::report::{CheckoutView, KeyResult, KeysReport, Report};
-use crate::store::{FileStore, Record, Slot};
+use crate::store::{Record, Slot};
 
 pub fn run(ctx: &Ctx, keys: Vec<String>, all: bool, timeout: Option<Duration>) -> Result<Report> {
     for k in &keys {
@@ -30,7 +30,7 @@ pub fn run(ctx: &Ctx, keys: Vec<String>, all: bool, timeout: Option<Duration>) -
             note: None,
         }))
     };
-    let Some(store) = FileStore::open_existing(&ctx.dir)? else {
+    let Some(store) = ctx.existing_store()? else {
         for key in keys {
             results.push(KeyResult {
                 key,

@@ -6,7 +6,7 @@ use crate::store::{FileStore, Slot};
 pub fn run(ctx: &Ctx, key: &str) -> Result<Report> {
     crate::key::validate(key)?;
     let by = ctx.agent_id().ok();
-    let store = FileStore::open_existing(&ctx.dir)?;
+    let store = ctx.existing_store()?;
     let (slot, released) = match &store {
         Some(store) => read_reaping(ctx, store, key, by.as_deref())?,
         None => (Slot::Free, None),

@@ -1,7 +1,7 @@
 use super::{Ctx, Judge, ReapReason, auto_release};
 use crate::error::{Error, Outcome, Result};
 use crate::report::{CheckoutView, Report, VerifyReport};
-use crate::store::{FileStore, Record, Slot};
+use crate::store::{Record, Slot};
 
 pub fn run(ctx: &Ctx, key: &str, token: u64) -> Result<Report> {
     crate::key::validate(key)?;
@@ -17,7 +17,7 @@ pub fn run(ctx: &Ctx, key: &str, token: u64) -> Result<Report> {
             checkout,
         }))
     };
-    let Some(store) = FileStore::open_existing(&ctx.dir)? else {
+    let Some(store) = ctx.existing_store()? else {
         return report(Outcome::NoSuchCheckout, None);
     };
     // The holder loses its lease at its end; others' checkouts end after the skew margin

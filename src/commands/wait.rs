@@ -29,7 +29,7 @@ pub fn run(
     crate::key::validate(key)?;
     let req = Request::new(ctx, timeout, reason, None)?;
     let me = req.agent.id.clone();
-    let store = FileStore::open_or_create(&ctx.dir)?;
+    let store = ctx.open_store()?;
     store.ensure_dir(&store.queues_dir())?;
     let deadline = wait.map(|d| Instant::now() + d);
     let watcher = Watcher::new(&store);

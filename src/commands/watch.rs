@@ -8,7 +8,7 @@ use super::{Ctx, ReapReason, auto_release, heartbeat};
 use crate::error::{Error, Result};
 use crate::liveness::{self, Proc};
 use crate::report::{Report, WatchReport};
-use crate::store::{FileStore, Slot};
+use crate::store::Slot;
 
 /// How often the watched process is checked between beats.
 const POLL: Duration = Duration::from_millis(200);
@@ -98,7 +98,7 @@ fn report(
 
 /// The watched process died: end every checkout of the agent and mark it ended.
 fn release_all(ctx: &Ctx, agent_id: &str) -> Result<Vec<String>> {
-    let store = FileStore::open_or_create(&ctx.dir)?;
+    let store = ctx.open_store()?;
     let guard = store.lock()?;
     let mut released = Vec::new();
     for (_, slot) in store.scan()? {

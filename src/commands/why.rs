@@ -5,7 +5,7 @@ use crate::clock::with_relative;
 use crate::error::{Result, shell_quote};
 use crate::liveness::{Cause, State};
 use crate::report::{Report, WhyReport};
-use crate::store::{FileStore, Slot};
+use crate::store::Slot;
 
 pub fn run(ctx: &Ctx, key: &str) -> Result<Report> {
     crate::key::validate(key)?;
@@ -14,7 +14,7 @@ pub fn run(ctx: &Ctx, key: &str) -> Result<Report> {
     let mut can = true;
     let mut state = "free";
     let q = |s: &str| shell_quote(s);
-    if let Some(store) = FileStore::open_existing(&ctx.dir)? {
+    if let Some(store) = ctx.existing_store()? {
         let now = ctx.now;
         if let Some(f) = store.frozen(key, &now)? {
             can = false;

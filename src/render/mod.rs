@@ -21,7 +21,11 @@ pub fn report(r: &Report, format: Format) -> String {
                 .iter()
                 .map(|e| json_line(&serde_json::to_value(e).unwrap_or_default()))
                 .collect(),
-            _ => json_line(&r.to_json()),
+            _ => {
+                let mut s = r.to_json();
+                s.push('\n');
+                s
+            }
         },
     }
 }

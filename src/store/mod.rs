@@ -80,10 +80,15 @@ impl FileStore {
     /// Open the store, creating the directory layout when needed.
     pub fn open_or_create(root: &Path) -> Result<FileStore> {
         let store = Self::at(root);
+        // Set up already (the common case): one stat. keys/ and tmp/ are checked, and
+        // made if missing, under the guard.
+        let gi = root.join(".gitignore");
+        if std::fs::symlink_metadata(&gi).is_ok_and(|m| m.is_file() && m.len() > 0) {
+            return Ok(store);
+        }
         if !root.is_dir() {
             std::fs::create_dir_all(root).map_err(|e| Error::io(root, e))?;
         }
-        let gi = root.join(".gitignore");
         match OpenOptions::new().write(true).create_new(true).open(&gi) {
             Ok(mut f) => f.write_all(b"*\n").map_err(|e| Error::io(&gi, e))?,
             // Left empty by a process killed between create and write: repair it.
@@ -130,19 +135,10 @@ impl FileStore {
             .open(&path)
             .map_err(|e| Error::io(&path, symlink_hint(e)))?;
         file.lock().map_err(|e| Error::io(&path, e))?;
-        // Never sweep or write through a directory swapped for a symlink.
+        // Never sweep or write through a directory swapped for a symlink; make a
+        // missing one.
         for dir in [&self.keys, &self.tmp] {
-            match std::fs::symlink_metadata(dir) {
-                Ok(m) if m.is_dir() => {}
-                Ok(_) => {
-                    return Err(Error::Store(format!(
-                        "{} is not a directory (a symlink or file was put there); remove it",
-                        dir.display()
-                    )));
-                }
-                Err(e) if e.kind() == ErrorKind::NotFound => {}
-                Err(e) => return Err(Error::io(dir, e)),
-            }
+            self.ensure_dir(dir)?;
         }
         let guard = Guard {
             file,
@@ -220,26 +216,30 @@ impl FileStore {
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return corrupt("the file is empty".into());
         }
-        #[derive(Deserialize)]
-        struct Probe {
-            version: Option<serde_json::Value>,
-        }
-        let probe: Probe = match serde_json::from_slice(&bytes) {
-            Ok(p) => p,
-            Err(e) => return corrupt(format!("not a valid record ({e})")),
-        };
-        match probe.version.as_ref().and_then(serde_json::Value::as_u64) {
-            Some(v) if v == u64::from(FORMAT_VERSION) => {}
-            Some(v) if v > u64::from(FORMAT_VERSION) => {
-                return corrupt(format!(
-                    "it has format version {v}, newer than this tasklock understands ({FORMAT_VERSION}); upgrade tasklock"
-                ));
+        // One parse in the common case; on failure a second, lenient one finds the
+        // version so a newer format is named as such.
+        let record: Record = match serde_json::from_slice::<Record>(&bytes) {
+            Ok(r) if r.version == FORMAT_VERSION => r,
+            Ok(r) if r.version > FORMAT_VERSION => return corrupt(newer(r.version.into())),
+            Ok(_) => return corrupt("it has no valid format version".into()),
+            Err(e) => {
+                #[derive(Deserialize)]
+                struct Probe {
+                    version: Option<serde_json::Value>,
+                }
+                let version = serde_json::from_slice::<Probe>(&bytes)
+                    .ok()
+                    .and_then(|p| p.version)
+                    .and_then(|v| v.as_u64());
+                return corrupt(match version {
+                    Some(v) if v > u64::from(FORMAT_VERSION) => newer(v),
+                    Some(_) => format!("not a valid record ({e})"),
+                    None if serde_json::from_slice::<serde_json::Value>(&bytes).is_ok() => {
+                        "it has no valid format version".into()
+                    }
+                    None => format!("not a valid record ({e})"),
+                });
             }
-            _ => return corrupt("it has no valid format version".into()),
-        }
-        let record: Record = match serde_json::from_slice(&bytes) {
-            Ok(r) => r,
-            Err(e) => return corrupt(format!("not a valid record ({e})")),
         };
         if let Some(k) = expect_key {
             if record.key != k {
@@ -473,6 +473,13 @@ impl FileStore {
         out
     }
 
+    /// Use settings already read (by the command) instead of reading them again.
+    pub fn share_config(&self, cfg: Option<&crate::config::Config>) {
+        if let Some(c) = cfg {
+            let _ = self.cfg.set(c.clone());
+        }
+    }
+
     /// The lock directory's settings, read once per store.
     pub fn config(&self) -> Result<crate::config::Config> {
         if let Some(c) = self.cfg.get() {
@@ -534,6 +541,12 @@ fn link_then_unlink(from: &Path, to: &Path) -> std::io::Result<()> {
     std::fs::hard_link(from, to)?;
     let _ = std::fs::remove_file(from);
     Ok(())
+}
+
+fn newer(v: u64) -> String {
+    format!(
+        "it has format version {v}, newer than this tasklock understands ({FORMAT_VERSION}); upgrade tasklock"
+    )
 }
 
 /// One line of `audit.jsonl`. `agent` is the agent the event is about: the one that
