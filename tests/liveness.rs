@@ -394,3 +394,19 @@ fn renewing_counts_as_a_sign_of_life() {
     e.at("2026-01-01T00:19:00Z");
     assert_eq!(e.run(Some("agent-b"), &["checkout", "task-1"]).code, 0);
 }
+
+#[test]
+fn agents_agrees_with_reaping_about_an_agent_that_renews() {
+    let mut e = Env::new();
+    e.ok("agent-a", &["heartbeat"]);
+    e.ok("agent-a", &["checkout", "task-1", "--timeout", "1h"]);
+    e.at("2026-01-01T00:08:00Z");
+    e.ok("agent-a", &["renew", "task-1", "--timeout", "1h"]);
+    e.at("2026-01-01T00:15:00Z");
+    let j = e.run(None, &["agents", "--json"]).json();
+    assert_eq!(
+        j["agents"][0]["state"], "stalled",
+        "renewed 7m ago: stalled, not dead"
+    );
+    assert_eq!(j["agents"][0]["checkouts"], serde_json::json!(["task-1"]));
+}

@@ -17,6 +17,8 @@ pub fn run(ctx: &Ctx) -> Result<Report> {
         let mut held: BTreeMap<String, Vec<String>> = BTreeMap::new();
         let mut unregistered: BTreeMap<String, crate::store::Record> = BTreeMap::new();
         let mut to_end = Vec::new();
+        // A renewal is a sign of life too, as when checkouts are judged.
+        let mut renewed: BTreeMap<String, crate::clock::Time> = BTreeMap::new();
         for (_, slot) in store.scan()? {
             let Slot::Held(r) = slot else { continue };
             if judge.reap_reason(&r)?.is_some() {
@@ -26,6 +28,8 @@ pub fn run(ctx: &Ctx) -> Result<Report> {
             held.entry(r.agent.id.clone())
                 .or_default()
                 .push(r.key.clone());
+            let last = renewed.entry(r.agent.id.clone()).or_insert(r.renewed_at);
+            *last = (*last).max(r.renewed_at);
             if judge.entry(&r.agent.id)?.is_none() {
                 unregistered.entry(r.agent.id.clone()).or_insert(r);
             }
@@ -56,7 +60,13 @@ pub fn run(ctx: &Ctx) -> Result<Report> {
         }
         let cfg = judge.config()?.clone();
         for entry in store.scan_agents()? {
-            let j = liveness::judge_entry(&entry, &ctx.now, &cfg);
+            let mut judged = entry.clone();
+            if let (Some(beat), Some(r)) = (judged.last_heartbeat, renewed.get(&entry.id))
+                && *r > beat
+            {
+                judged.last_heartbeat = Some(*r);
+            }
+            let j = liveness::judge_entry(&judged, &ctx.now, &cfg);
             let keys = held.remove(&entry.id).unwrap_or_default();
             rows.push(AgentRow::new(&entry, j, keys));
         }
