@@ -191,6 +191,9 @@ pub enum Command {
         /// Why you are taking it; shown to others
         #[arg(long, value_name = "TEXT")]
         reason: Option<String>,
+        /// If held, queue and block until granted (or DUR passes: exit 2 without running CMD)
+        #[arg(long, value_parser = duration, value_name = "DUR", num_args = 0..=1)]
+        wait: Option<Option<Duration>>,
         /// The command and its arguments, after `--`
         #[arg(last = true, required = true, value_name = "CMD")]
         cmd: Vec<std::ffi::OsString>,

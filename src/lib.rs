@@ -195,8 +195,9 @@ fn execute(cli: Cli) -> Result<report::Report, Error> {
             key,
             timeout,
             reason,
+            wait,
             cmd,
-        } => commands::run::run(&ctx, &key, timeout, reason, cmd),
+        } => commands::run::run(&ctx, &key, timeout, reason, wait, cmd),
     }
 }
 

@@ -991,3 +991,48 @@ fn watch_usage_errors() {
     }
     assert!(!registered(&e.dir()), "a failed watch registered the agent");
 }
+
+#[test]
+fn run_wait_queues_then_runs_once_the_key_is_handed_over() {
+    let e = Env::new();
+    live_ok(&e, "holder", &["checkout", "deploy"]);
+    let marker = e.tmp.path().join("ran");
+    let mut cmd = live(&e, "runner");
+    cmd.args(["run", "deploy", "--wait", "30s", "--", "sh", "-c"])
+        .arg(format!("echo ran > '{}'", marker.display()));
+    let waiting = Spawned::start(cmd);
+    eventually("the runner queued", || {
+        let j = live_run(&e, "observer", &["status", "deploy", "--json"]).json();
+        j["queue"]["waiters"] == serde_json::json!(["runner"])
+    });
+    assert!(
+        !marker.exists(),
+        "CMD must not run before the key is granted"
+    );
+    live_ok(&e, "holder", &["release", "deploy"]);
+    let (status, out) = waiting.finish();
+    assert_eq!(status.code(), Some(0), "{}", out.text());
+    assert!(marker.exists(), "CMD ran once the key was handed over");
+    assert!(held_keys(&e.dir()).is_empty(), "released after CMD");
+
+    // A wait that runs out exits 2 without running CMD.
+    live_ok(&e, "holder", &["checkout", "deploy"]);
+    std::fs::remove_file(&marker).unwrap();
+    let r = live_run(
+        &e,
+        "runner",
+        &[
+            "run",
+            "deploy",
+            "--wait",
+            "1s",
+            "--json",
+            "--",
+            "touch",
+            marker.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(r.code, 2, "{}", r.text());
+    assert_eq!(r.json()["command"], "run");
+    assert!(!marker.exists());
+}

@@ -17,6 +17,7 @@ pub fn run(
     key: &str,
     timeout: Option<Duration>,
     reason: Option<String>,
+    wait: Option<Option<Duration>>,
     cmd: Vec<OsString>,
 ) -> Result<Report> {
     let Some((program, args)) = cmd.split_first() else {
@@ -24,7 +25,10 @@ pub fn run(
     };
     let agent = ctx.agent_id()?;
     // Our own pid is recorded: if this process is killed, the checkout ends at once.
-    let granted = checkout::run_as(ctx, key, timeout, reason, std::process::id())?;
+    let granted = match wait {
+        Some(dur) => super::wait::run_for(ctx, key, timeout, reason, dur, true)?,
+        None => checkout::run_as(ctx, key, timeout, reason, std::process::id())?,
+    };
     let Report::Checkout(c) = &granted else {
         unreachable!("checkout returns a checkout report")
     };

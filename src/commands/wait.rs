@@ -26,6 +26,19 @@ pub fn run(
     reason: Option<String>,
     wait: Option<Duration>,
 ) -> Result<Report> {
+    run_for(ctx, key, timeout, reason, wait, false)
+}
+
+/// As [`run`]; with `own_process`, the checkout records this process as the one whose
+/// death ends it (`run --wait`).
+pub fn run_for(
+    ctx: &Ctx,
+    key: &str,
+    timeout: Option<Duration>,
+    reason: Option<String>,
+    wait: Option<Duration>,
+    own_process: bool,
+) -> Result<Report> {
     crate::key::validate(key)?;
     let req = Request::new(ctx, timeout, reason, None)?;
     let me = req.agent.id.clone();
@@ -39,7 +52,11 @@ pub fn run(
         let now_ctx = ctx.at_now(&me)?;
         let report = {
             let mut guard = store.lock()?;
-            let req = checkout::with_registered_pid(&store, &guard, req.clone())?;
+            let mut req = checkout::with_registered_pid(&store, &guard, req.clone())?;
+            if own_process {
+                req.agent.pid = Some(pid);
+                req.agent.pid_start = crate::liveness::start_time(pid);
+            }
             checkout::attempt(&now_ctx, &store, &mut guard, &req, key, Join::Wait(pid))?
         };
         if !matches!(report.outcome, Outcome::Conflict | Outcome::Frozen) {
