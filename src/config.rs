@@ -55,6 +55,8 @@ impl Config {
         let text = match std::fs::read_to_string(&path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Config::default()),
+            // The lock directory is not a directory: the store says so more clearly.
+            Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => return Ok(Config::default()),
             Err(e) => return Err(Error::io(&path, e)),
         };
         Self::parse(&text).map_err(|message| Error::Config { path, message })

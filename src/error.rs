@@ -77,8 +77,11 @@ impl Error {
                 "inspect the file; if nobody is working on `{key}`, remove it with `tasklock release {} --force` (audited).",
                 shell_quote(key)
             )),
-            Error::Config { .. } => {
+            Error::Config { path, .. } if path.ends_with("config.yaml") => {
                 Some("fix the file, or delete it to use the defaults.".to_string())
+            }
+            Error::Config { .. } => {
+                Some("fix the file; tasklock does not change a file it cannot read.".to_string())
             }
             _ => None,
         }

@@ -19,6 +19,27 @@ pub fn run(ctx: &Ctx, dry_run: bool) -> Result<Report> {
     let project = project_root(&cwd);
     let mut changes = Vec::new();
 
+    // Read settings.json first: if it cannot be read, nothing is changed at all.
+    let settings = project.join(".claude").join("settings.json");
+    let (existing, mut doc) = match std::fs::read_to_string(&settings) {
+        Ok(text) => {
+            let doc: Value = serde_json::from_str(&text).map_err(|e| Error::Config {
+                path: settings.clone(),
+                message: format!("not valid JSON ({e}); fix it and run `tasklock init` again"),
+            })?;
+            if !doc.is_object() {
+                return Err(Error::Config {
+                    path: settings.clone(),
+                    message: "the top level is not a JSON object".into(),
+                });
+            }
+            (Some(text), doc)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            (None, Value::Object(Default::default()))
+        }
+        Err(e) => return Err(Error::io(&settings, e)),
+    };
     // The lock directory, its .gitignore and a commented config.
     let lock_dir = ctx.dir.clone();
     let had_dir = lock_dir.join(".gitignore").is_file();
@@ -41,26 +62,6 @@ pub fn run(ctx: &Ctx, dry_run: bool) -> Result<Report> {
     }
 
     // Claude Code hooks and the permission to run tasklock, merged into settings.json.
-    let settings = project.join(".claude").join("settings.json");
-    let (existing, mut doc) = match std::fs::read_to_string(&settings) {
-        Ok(text) => {
-            let doc: Value = serde_json::from_str(&text).map_err(|e| Error::Config {
-                path: settings.clone(),
-                message: format!("not valid JSON ({e}); fix it and run `tasklock init` again"),
-            })?;
-            if !doc.is_object() {
-                return Err(Error::Config {
-                    path: settings.clone(),
-                    message: "the top level is not a JSON object".into(),
-                });
-            }
-            (Some(text), doc)
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            (None, Value::Object(Default::default()))
-        }
-        Err(e) => return Err(Error::io(&settings, e)),
-    };
     let added = merge_settings(&mut doc);
     if added.is_empty() {
         changes.push(change(&settings, "unchanged", "hooks already wired"));

@@ -86,7 +86,13 @@ fn waiter_gone(ctx: &Ctx, store: &FileStore, w: &Waiter) -> Result<bool> {
         }
     }
     match store.read_agent(&w.agent)? {
-        Some(e) => Ok(liveness::judge_entry(&e, &ctx.now, &ctx.config()?).dead()),
+        Some(mut e) => {
+            // Joining (or keeping a place in) a queue is a sign of life too.
+            if e.last_heartbeat.is_some_and(|t| t < w.since) {
+                e.last_heartbeat = Some(w.since);
+            }
+            Ok(liveness::judge_entry(&e, &ctx.now, &ctx.config()?).dead())
+        }
         None => Ok(false),
     }
 }

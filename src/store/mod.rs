@@ -86,6 +86,12 @@ impl FileStore {
         if std::fs::symlink_metadata(&gi).is_ok_and(|m| m.is_file() && m.len() > 0) {
             return Ok(store);
         }
+        if root.exists() && !root.is_dir() {
+            return Err(Error::Store(format!(
+                "{} exists but is not a directory; the lock directory must be one",
+                root.display()
+            )));
+        }
         if !root.is_dir() {
             std::fs::create_dir_all(root).map_err(|e| Error::io(root, e))?;
         }
