@@ -50,55 +50,68 @@ pub fn run(ctx: &Ctx, status: Option<String>, pid: Option<u32>) -> Result<Report
         ended_reason: None,
     };
     store.write_agent(&guard, &entry)?;
-
     let mut judge = Judge::new(ctx, &store);
+    // The scan runs outside the guard, so a beat over many checkouts never holds up the
+    // others; only the records that need a change are re-read and changed under it.
+    drop(guard);
     let mut held = Vec::new();
+    let mut todo = Vec::new();
+    for (_, slot) in store.scan()? {
+        let Slot::Held(r) = slot else { continue };
+        if r.held_by(&agent.id) {
+            held.push(r.key.clone());
+            if r.expired_for_holder(&ctx.now) || needs_renewal(&r, &ctx.now) {
+                todo.push(r);
+            }
+        } else if judge.reap_reason(&r)?.is_some() {
+            todo.push(r);
+        }
+    }
     let mut renewed = Vec::new();
     let mut lost = Vec::new();
     let mut ended = Vec::new();
     let mut frozen = Vec::new();
-    for (_, slot) in store.scan()? {
-        let Slot::Held(r) = slot else { continue };
-        if r.held_by(&agent.id) {
-            let key = r.key.clone();
-            if r.expired_for_holder(&ctx.now) {
-                // Never revived: someone may already have acted on the lost lease.
-                auto_release(
-                    ctx,
-                    &store,
-                    &guard,
-                    &r,
-                    Some(&agent.id),
-                    ReapReason::Timeout,
-                )?;
-                lost.push(r.key);
+    let guard = if todo.is_empty() {
+        None
+    } else {
+        Some(store.lock()?)
+    };
+    if let Some(guard) = &guard {
+        judge.refresh();
+        for seen in todo {
+            // Re-read: act only on the record as it is now.
+            let Slot::Held(r) = store.read(&seen.key)? else {
                 continue;
+            };
+            if r.held_by(&agent.id) {
+                if r.expired_for_holder(&ctx.now) {
+                    // Never revived: someone may already have acted on the lost lease.
+                    auto_release(ctx, &store, guard, &r, Some(&agent.id), ReapReason::Timeout)?;
+                    held.retain(|k| *k != r.key);
+                    lost.push(r.key);
+                } else if needs_renewal(&r, &ctx.now) {
+                    if store.frozen(&r.key, &ctx.now)?.is_some() {
+                        frozen.push(r.key);
+                        continue;
+                    }
+                    let fresh = Record {
+                        renewed_at: ctx.now,
+                        expires_at: ctx.now + (r.expires_at - r.renewed_at),
+                        ..r
+                    };
+                    store.replace(guard, &fresh)?;
+                    store.audit(guard, &ctx.event("renew", &fresh))?;
+                    renewed.push(fresh.key);
+                }
+            } else if let Some(reason) = judge.reap_reason(&r)? {
+                auto_release(ctx, &store, guard, &r, Some(&agent.id), reason)?;
+                ended.push(EndedCheckout {
+                    key: r.key.clone(),
+                    agent: r.agent.id.clone(),
+                    token: r.token,
+                    reason,
+                });
             }
-            let lease = r.expires_at - r.renewed_at;
-            let left = r.expires_at - ctx.now;
-            let frozen_now = left * 2 < lease && store.frozen(&key, &ctx.now)?.is_some();
-            if frozen_now {
-                frozen.push(key.clone());
-            }
-            if left * 2 < lease && !frozen_now {
-                let fresh = Record {
-                    renewed_at: ctx.now,
-                    expires_at: ctx.now + lease,
-                    ..r
-                };
-                store.replace(&guard, &fresh)?;
-                store.audit(&guard, &ctx.event("renew", &fresh))?;
-                renewed.push(fresh.key.clone());
-            }
-            held.push(key);
-        } else if let Some(reason) = judge.reap_reason(&r)? {
-            auto_release(ctx, &store, &guard, &r, Some(&agent.id), reason)?;
-            ended.push(EndedCheckout {
-                key: r.key.clone(),
-                agent: r.agent.id.clone(),
-                token: r.token,
-                reason,
-            });
         }
     }
     drop(guard);
@@ -113,4 +126,9 @@ pub fn run(ctx: &Ctx, status: Option<String>, pid: Option<u32>) -> Result<Report
         ended,
         frozen,
     }))
+}
+
+/// A lease is renewed by a beat once less than half of it is left.
+fn needs_renewal(r: &Record, now: &crate::clock::Time) -> bool {
+    (r.expires_at - *now) * 2 < r.expires_at - r.renewed_at
 }
