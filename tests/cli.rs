@@ -861,6 +861,13 @@ fn run_in(cwd: &Path, args: &[&str]) -> Run {
 fn discovery_order_dir_env_nearest_main_worktree_cwd() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
+    // A stray .locks above the temp dir would rightly win discovery; say so plainly.
+    if let Some(stray) = root.ancestors().skip(1).find(|d| d.join(".locks").is_dir()) {
+        panic!(
+            "remove {}/.locks: it is above the test's temp dir and wins discovery",
+            stray.display()
+        );
+    }
     // Main worktree with a nested project dir, and a linked worktree elsewhere.
     let main = root.join("repo");
     std::fs::create_dir_all(main.join(".git/worktrees/wt1")).unwrap();

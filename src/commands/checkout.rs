@@ -180,18 +180,9 @@ pub fn attempt(
             Slot::Held(r) => Some(CheckoutView::from(&r)),
             _ => None,
         };
-        let mut ev = crate::store::AuditEvent {
-            ts: now,
-            event: "deny".into(),
-            key: key.to_string(),
-            agent: agent.id.clone(),
-            name: agent.name.clone(),
-            token: None,
-            reason: Some("frozen".into()),
-            by: None,
-            holder: holder.as_ref().map(|h| h.agent.id.clone()),
-            detail: None,
-        };
+        let mut ev = ctx.agent_event("deny", key, agent);
+        ev.reason = Some("frozen".into());
+        ev.holder = holder.as_ref().map(|h| h.agent.id.clone());
         ev.detail = Some(format!(
             "frozen by {} until {}",
             f.by,
@@ -340,18 +331,8 @@ fn refuse(
     };
     match join {
         Join::No => {
-            let mut ev = crate::store::AuditEvent {
-                ts: ctx.now,
-                event: "deny".into(),
-                key: key.to_string(),
-                agent: agent.id.clone(),
-                name: agent.name.clone(),
-                token: None,
-                reason: None,
-                by: None,
-                holder: Some(blocker.to_string()),
-                detail: None,
-            };
+            let mut ev = ctx.agent_event("deny", key, agent);
+            ev.holder = Some(blocker.to_string());
             if q.reservation.is_some() {
                 ev.detail = Some("reserved for the head of the queue".into());
             }
@@ -361,18 +342,9 @@ fn refuse(
             if r.position.is_none()
                 && let Some(cycle) = queue::find_cycle(store, &agent.id, key, blocker)?
             {
-                let ev = crate::store::AuditEvent {
-                    ts: ctx.now,
-                    event: "deadlock".into(),
-                    key: key.to_string(),
-                    agent: agent.id.clone(),
-                    name: agent.name.clone(),
-                    token: None,
-                    reason: None,
-                    by: None,
-                    holder: Some(blocker.to_string()),
-                    detail: Some(cycle.join(" → ")),
-                };
+                let mut ev = ctx.agent_event("deadlock", key, agent);
+                ev.holder = Some(blocker.to_string());
+                ev.detail = Some(cycle.join(" → "));
                 store.audit(guard, &ev)?;
                 r.outcome = Outcome::Deadlock;
                 r.cycle = cycle;

@@ -80,16 +80,9 @@ pub fn unfreeze(ctx: &Ctx, pattern: &str) -> Result<Report> {
 }
 
 fn event(ctx: &Ctx, name: &str, f: &Freeze) -> AuditEvent {
-    AuditEvent {
-        ts: ctx.now,
-        event: name.into(),
-        key: f.pattern.clone(),
-        agent: f.by.clone(),
-        name: f.name.clone(),
-        token: None,
-        reason: f.reason.clone(),
-        by: None,
-        holder: None,
-        detail: Some(format!("until {}", crate::clock::rfc3339(&f.until))),
-    }
+    let mut ev = AuditEvent::new(ctx.now, name, &f.pattern, &f.by);
+    ev.name = f.name.clone();
+    ev.reason = f.reason.clone();
+    ev.detail = Some(format!("until {}", crate::clock::rfc3339(&f.until)));
+    ev
 }

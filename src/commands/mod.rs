@@ -86,19 +86,18 @@ impl Ctx {
         Ok(c)
     }
 
+    /// An event about a checkout record: its key, holder and token.
     pub fn event(&self, event: &str, record: &Record) -> AuditEvent {
-        AuditEvent {
-            ts: self.now,
-            event: event.to_string(),
-            key: record.key.clone(),
-            agent: record.agent.id.clone(),
-            name: record.agent.name.clone(),
-            token: Some(record.token),
-            reason: None,
-            by: None,
-            holder: None,
-            detail: None,
-        }
+        let mut ev = self.agent_event(event, &record.key, &record.agent);
+        ev.token = Some(record.token);
+        ev
+    }
+
+    /// An event about `agent` and `key`.
+    pub fn agent_event(&self, event: &str, key: &str, agent: &Agent) -> AuditEvent {
+        let mut ev = AuditEvent::new(self.now, event, key, &agent.id);
+        ev.name = agent.name.clone();
+        ev
     }
 }
 

@@ -13,27 +13,8 @@ use crate::store::{AuditEvent, FileStore, Guard, Message, Queue, Reservation, Sl
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
-fn audit(
-    ctx: &Ctx,
-    store: &FileStore,
-    g: &Guard,
-    event: &str,
-    key: &str,
-    agent: &str,
-) -> AuditEvent {
-    let _ = (store, g);
-    AuditEvent {
-        ts: ctx.now,
-        event: event.to_string(),
-        key: key.to_string(),
-        agent: agent.to_string(),
-        name: None,
-        token: None,
-        reason: None,
-        by: None,
-        holder: None,
-        detail: None,
-    }
+fn audit(ctx: &Ctx, event: &str, key: &str, agent: &str) -> AuditEvent {
+    AuditEvent::new(ctx.now, event, key, agent)
 }
 
 /// Put a message in `to`'s inbox and audit it.
@@ -64,7 +45,7 @@ pub(crate) fn notify(
         body: body.to_string(),
     };
     store.send(g, &msg)?;
-    let mut ev = audit(ctx, store, g, "notify", key, to);
+    let mut ev = audit(ctx, "notify", key, to);
     ev.by = msg.from.clone();
     ev.detail = Some(kind.to_string());
     store.audit(g, &ev)
@@ -112,7 +93,7 @@ pub(crate) fn settle(
     let mut kept = Vec::with_capacity(q.waiters.len());
     for w in std::mem::take(&mut q.waiters) {
         if waiter_gone(ctx, store, &w)? {
-            let mut ev = audit(ctx, store, g, "dequeue", &q.key, &w.agent);
+            let mut ev = audit(ctx, "dequeue", &q.key, &w.agent);
             ev.reason = Some("gone".into());
             store.audit(g, &ev)?;
         } else {
@@ -130,7 +111,7 @@ pub(crate) fn settle(
             // Late, but nobody else waits: the head that shows up may still take it.
             q.reservation = None;
             q.waiters.remove(0);
-            let mut ev = audit(ctx, store, g, "lapse", &q.key, &res.agent);
+            let mut ev = audit(ctx, "lapse", &q.key, &res.agent);
             ev.detail = Some("the reservation's grace ran out; passed to the next waiter".into());
             store.audit(g, &ev)?;
             notify(
@@ -157,7 +138,7 @@ pub(crate) fn settle(
                 since: ctx.now,
                 until,
             });
-            let mut ev = audit(ctx, store, g, "handoff", &q.key, &head);
+            let mut ev = audit(ctx, "handoff", &q.key, &head);
             ev.detail = Some(format!("reserved until {}", crate::clock::rfc3339(&until)));
             store.audit(g, &ev)?;
             if taker != Some(head.as_str()) {
@@ -219,7 +200,7 @@ pub(crate) fn join(
         pid_ns: agent.pid_ns.clone(),
     });
     store.write_queue(g, q)?;
-    let mut ev = audit(ctx, store, g, "queue", &q.key, &agent.id);
+    let mut ev = audit(ctx, "queue", &q.key, &agent.id);
     ev.name = agent.name.clone();
     ev.detail = Some(format!("position {}", q.waiters.len()));
     store.audit(g, &ev)
@@ -238,7 +219,7 @@ pub(crate) fn leave(ctx: &Ctx, store: &FileStore, g: &Guard, key: &str, agent: &
     let free = matches!(store.read(key)?, Slot::Free);
     settle(ctx, store, g, &mut q, free, None)?;
     store.write_queue(g, &q)?;
-    let mut ev = audit(ctx, store, g, "dequeue", key, agent);
+    let mut ev = audit(ctx, "dequeue", key, agent);
     ev.reason = Some("wait ended".into());
     store.audit(g, &ev)
 }

@@ -72,18 +72,9 @@ pub fn run(
                     continue;
                 }
                 store.remove(&guard, &key)?;
-                let ev = crate::store::AuditEvent {
-                    ts: ctx.now,
-                    event: "force_release".into(),
-                    key: key.clone(),
-                    agent: me.clone(),
-                    name: None,
-                    token: None,
-                    reason: note.clone(),
-                    by: None,
-                    holder: None,
-                    detail: Some(format!("removed corrupt record: {problem}")),
-                };
+                let mut ev = crate::store::AuditEvent::new(ctx.now, "force_release", &key, &me);
+                ev.reason = note.clone();
+                ev.detail = Some(format!("removed corrupt record: {problem}"));
                 store.audit(&guard, &ev)?;
                 (Outcome::ForceReleased, None)
             }

@@ -555,6 +555,24 @@ fn newer(v: u64) -> String {
     )
 }
 
+impl AuditEvent {
+    /// An event with only the required fields; set the others as they apply.
+    pub fn new(ts: Time, event: &str, key: &str, agent: &str) -> AuditEvent {
+        AuditEvent {
+            ts,
+            event: event.to_string(),
+            key: key.to_string(),
+            agent: agent.to_string(),
+            name: None,
+            token: None,
+            reason: None,
+            by: None,
+            holder: None,
+            detail: None,
+        }
+    }
+}
+
 /// One line of `audit.jsonl`. `agent` is the agent the event is about: the one that
 /// acquired, was denied, released, or whose checkout was force- or auto-released.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
