@@ -44,9 +44,10 @@ pub fn run(
         }
         return report(results);
     };
+    // Found before taking the guard (a scan); each key is re-read under it.
+    let keys = if all { held_keys(&store, &me)? } else { keys };
     let guard = store.lock()?;
     let mut judge = Judge::new(ctx, &store);
-    let keys = if all { held_keys(&store, &me)? } else { keys };
     let single = keys.len() == 1;
     for key in keys {
         let frozen = None;
