@@ -242,6 +242,17 @@ fn heartbeat_of_anyone_releases_dead_agents_checkouts() {
     e.ok("agent-a", &["heartbeat", "--pid", &a.pid()]);
     e.ok("agent-a", &["checkout", "task-1"]);
     a.kill();
+    let r = e.ok("agent-b", &["heartbeat"]);
+    snap!(e, "heartbeat_ended_a_dead_agents_checkout", r);
+    assert_eq!(holder(&e, "task-1"), Value::Null);
+    e.ok(
+        "agent-a",
+        &["heartbeat", "--pid", &std::process::id().to_string()],
+    );
+    e.ok("agent-a", &["checkout", "task-1"]);
+    let mut a = Agent::start();
+    e.ok("agent-a", &["heartbeat", "--pid", &a.pid()]);
+    a.kill();
     let j = e.ok("agent-b", &["heartbeat", "--json"]).json();
     assert_eq!(j["ended"][0]["key"], "task-1");
     assert_eq!(j["ended"][0]["agent"], "agent-a");

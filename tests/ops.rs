@@ -1425,6 +1425,8 @@ fn heartbeat_says_which_keys_a_freeze_kept_from_renewing() {
     e.ok("a", &["checkout", "k", "--timeout", "10m"]);
     e.ok("ops", &["freeze", "k", "--for", "1h"]);
     e.at("2026-01-01T00:06:00Z");
+    let r = e.ok("a", &["heartbeat"]);
+    snap!(e, "heartbeat_frozen_keys", r);
     let j = e.ok("a", &["heartbeat", "--json"]).json();
     assert_eq!(j["frozen"], serde_json::json!(["k"]));
     assert_eq!(j["renewed"], serde_json::json!([]));

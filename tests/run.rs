@@ -1036,3 +1036,37 @@ fn run_wait_queues_then_runs_once_the_key_is_handed_over() {
     assert_eq!(r.json()["command"], "run");
     assert!(!marker.exists());
 }
+
+#[test]
+fn watch_and_run_summaries_in_markdown() {
+    let e = Env::new();
+    e.ok("agent-a", &["checkout", "k1"]);
+    e.ok("agent-a", &["checkout", "k2"]);
+    let p = sleeper();
+    let p_pid = p.pid();
+    let watcher = Spawned::start({
+        let mut c = pinned(&e, "agent-a");
+        c.args(["heartbeat", "--watch", "--pid"])
+            .arg(p_pid.to_string())
+            .args(["--interval", "1s"]);
+        c
+    });
+    eventually("the watcher's first beat", || registered(&e.dir()));
+    signal(p_pid, "KILL");
+    p.finish();
+    let (status, r) = watcher.finish();
+    assert_eq!(status.code(), Some(0), "{}", r.text());
+    let mut settings = insta::Settings::clone_current();
+    settings.add_filter(&format!(r"\b{p_pid}\b"), "[PID]");
+    settings.bind(|| snap!(e, "watch_process_exited", r));
+
+    // run's own summary goes to stderr, leaving stdout to CMD.
+    let r = pinned_run(
+        &e,
+        "agent-a",
+        &["run", "k3", "--", "sh", "-c", "echo out; exit 3"],
+    );
+    assert_eq!(r.code, 3);
+    assert_eq!(r.stdout, "out\n");
+    snap!(e, "run_summary", r);
+}
