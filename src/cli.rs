@@ -119,8 +119,10 @@ pub enum Command {
         /// The agent's long-lived process; when it dies, its checkouts are released
         #[arg(long, value_name = "PID")]
         pid: Option<u32>,
-        /// Keep beating until PID dies (then release its checkouts) or SIGTERM
-        #[arg(long, requires = "pid")]
+        /// Keep beating until PID dies (then release its checkouts) or SIGTERM; without
+        /// --pid, PID is the Claude Code process (CLAUDE_PID) or the one that started
+        /// the calling shell
+        #[arg(long)]
         watch: bool,
         /// Time between beats with --watch (default from config.yaml: 60s)
         #[arg(long, value_parser = duration, value_name = "DUR", requires = "watch")]
@@ -128,6 +130,9 @@ pub enum Command {
         /// With --watch: start the watcher in the background and return at once
         #[arg(long, requires = "watch")]
         detach: bool,
+        /// Internal: the watcher was started by --detach, which beat already
+        #[arg(long, hide = true, requires = "watch")]
+        after_beat: bool,
     },
     /// Table of known agents: alive, stalled or dead
     Agents,

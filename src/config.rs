@@ -14,6 +14,8 @@ pub struct Config {
     pub stalled_after: Duration,
     pub dead_after: Duration,
     pub handoff_grace: Duration,
+    /// Automatic renewals (heartbeats, the session watcher) stop this long after a grant.
+    pub max_hold: Duration,
     /// `audit.jsonl` is rotated when it would grow past this many bytes.
     pub audit_max_size: u64,
     /// How many rotated audit files (`audit.jsonl.1` …) are kept.
@@ -28,6 +30,7 @@ impl Default for Config {
             stalled_after: Duration::from_secs(3 * 60),
             dead_after: Duration::from_secs(10 * 60),
             handoff_grace: Duration::from_secs(2 * 60),
+            max_hold: Duration::from_secs(8 * 3600),
             audit_max_size: 10 << 20,
             audit_keep: 3,
         }
@@ -42,6 +45,7 @@ struct RawConfig {
     stalled_after: Option<String>,
     dead_after: Option<String>,
     handoff_grace: Option<String>,
+    max_hold: Option<String>,
     audit_max_size: Option<String>,
     audit_keep: Option<usize>,
 }
@@ -89,6 +93,7 @@ impl Config {
         set(&mut c.stalled_after, "stalled_after", raw.stalled_after)?;
         set(&mut c.dead_after, "dead_after", raw.dead_after)?;
         set(&mut c.handoff_grace, "handoff_grace", raw.handoff_grace)?;
+        set(&mut c.max_hold, "max_hold", raw.max_hold)?;
         if let Some(size) = raw.audit_max_size {
             c.audit_max_size = parse_size(&size).map_err(|e| format!("audit_max_size: {e}"))?;
         }

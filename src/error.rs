@@ -93,6 +93,8 @@ impl Error {
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
     Granted,
+    /// A checkout by the agent that already held the key: the same checkout, extended.
+    AlreadyHeld,
     Renewed,
     Released,
     ForceReleased,
@@ -114,6 +116,7 @@ impl Outcome {
     pub fn exit_code(self) -> i32 {
         match self {
             Outcome::Granted
+            | Outcome::AlreadyHeld
             | Outcome::Renewed
             | Outcome::Released
             | Outcome::ForceReleased

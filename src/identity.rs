@@ -24,6 +24,9 @@ pub struct Agent {
     /// That process's start time in clock ticks since boot (`/proc/PID/stat` field 22).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pid_start: Option<u64>,
+    /// For a subagent: the agent (session) that started it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
 }
 
 impl Agent {
@@ -33,6 +36,7 @@ impl Agent {
             name: newer.name.clone().or_else(|| self.name.clone()),
             pid: newer.pid.or(self.pid),
             pid_start: newer.pid_start.or(self.pid_start),
+            parent: newer.parent.clone().or_else(|| self.parent.clone()),
             ..newer.clone()
         }
     }
@@ -124,6 +128,7 @@ pub fn current(flag_agent: Option<&str>, flag_name: Option<&str>) -> Result<Agen
         pid_ns: pid_namespace(),
         pid: None,
         pid_start: None,
+        parent: None,
     })
 }
 

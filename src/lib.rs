@@ -8,6 +8,7 @@ pub mod discover;
 pub mod duration;
 pub mod error;
 pub mod identity;
+pub mod inject;
 pub mod key;
 pub mod liveness;
 pub mod render;
@@ -169,8 +170,9 @@ fn execute(cli: Cli) -> Result<report::Report, Error> {
             pid,
             interval,
             detach,
+            after_beat,
             ..
-        } => commands::watch::run(&ctx, status, pid, interval, detach),
+        } => commands::watch::run(&ctx, status, pid, interval, detach, after_beat),
         Command::Agents => commands::agents::run(&ctx),
         Command::Inbox { peek } => commands::inbox::run(&ctx, peek),
         Command::Init { dry_run } => commands::init::run(&ctx, dry_run),

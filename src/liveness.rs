@@ -182,24 +182,34 @@ pub fn check_process(
 
 /// Judge an agent from its registry entry (if any).
 pub fn judge_entry(entry: &AgentEntry, now: &Time, cfg: &Config) -> Judgement {
+    judge_entry_with(entry, now, cfg, false)
+}
+
+/// As [`judge_entry`]; `running` says a process of the agent was already seen running
+/// here, which rules out death by silence as well.
+fn judge_entry_with(entry: &AgentEntry, now: &Time, cfg: &Config, running: bool) -> Judgement {
     if entry.ended_at.is_some() {
         return Judgement::dead_of(Cause::Ended);
     }
-    if let Some(dead) = process_death(
+    let running = match process(
         &entry.host,
         entry.boot_id.as_deref(),
         entry.pid_ns.as_deref(),
         entry.pid,
         entry.pid_start,
     ) {
-        return dead;
-    }
+        Err(dead) => return dead,
+        Ok(seen) => running || seen,
+    };
     let Some(last) = entry.last_heartbeat else {
         // Never beat: judged by its leases alone.
         return Judgement::ALIVE;
     };
     let silent = *now - last;
-    if silent >= to_chrono(cfg.dead_after) {
+    // Silence kills only where the process cannot be checked: an agent whose process is
+    // seen running is waiting (for its user, a long command, a long model turn), at most
+    // stalled.
+    if silent >= to_chrono(cfg.dead_after) && !running {
         Judgement::dead_of(Cause::Silent)
     } else if silent >= to_chrono(cfg.stalled_after) {
         Judgement {
@@ -211,19 +221,21 @@ pub fn judge_entry(entry: &AgentEntry, now: &Time, cfg: &Config) -> Judgement {
     }
 }
 
-/// Dead when a recorded process is gone or its pid was reused; `None` when alive or
-/// not checkable from here.
-fn process_death(
+/// A recorded process: `Err` (dead) when it is gone or its pid was reused, `Ok(true)`
+/// when it is seen running here, `Ok(false)` when there is none or it cannot be checked.
+fn process(
     host: &str,
     boot: Option<&str>,
     ns: Option<&str>,
     pid: Option<u32>,
     start: Option<u64>,
-) -> Option<Judgement> {
-    match check_process_cached(host, boot, ns, pid?, start) {
-        Proc::Gone => Some(Judgement::dead_of(Cause::ProcessGone)),
-        Proc::Reused => Some(Judgement::dead_of(Cause::PidReused)),
-        Proc::Running | Proc::Unknown => None,
+) -> Result<bool, Judgement> {
+    let Some(pid) = pid else { return Ok(false) };
+    match check_process_cached(host, boot, ns, pid, start) {
+        Proc::Gone => Err(Judgement::dead_of(Cause::ProcessGone)),
+        Proc::Reused => Err(Judgement::dead_of(Cause::PidReused)),
+        Proc::Running => Ok(true),
+        Proc::Unknown => Ok(false),
     }
 }
 
@@ -235,17 +247,18 @@ pub fn judge_holder(
     now: &Time,
     cfg: &Config,
 ) -> Judgement {
-    if let Some(dead) = process_death(
+    let running = match process(
         &agent.host,
         agent.boot_id.as_deref(),
         agent.pid_ns.as_deref(),
         agent.pid,
         agent.pid_start,
     ) {
-        return dead;
-    }
+        Err(dead) => return dead,
+        Ok(seen) => seen,
+    };
     match entry {
-        Some(e) => judge_entry(e, now, cfg),
+        Some(e) => judge_entry_with(e, now, cfg, running),
         None => Judgement::ALIVE,
     }
 }

@@ -16,6 +16,9 @@ pub struct AgentView {
     pub name: Option<String>,
     pub host: String,
     pub pid: Option<u32>,
+    /// For a subagent: the session (agent) it belongs to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
 }
 
 /// The public view of a checkout.
@@ -40,6 +43,7 @@ impl From<&Record> for CheckoutView {
                 name: r.agent.name.clone(),
                 host: r.agent.host.clone(),
                 pid: r.agent.pid,
+                parent: r.agent.parent.clone(),
             },
             acquired_at: r.acquired_at,
             renewed_at: r.renewed_at,

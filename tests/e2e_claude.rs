@@ -6,9 +6,15 @@
 
 mod e2e;
 
-use std::time::Instant;
+use std::path::Path;
+use std::time::{Duration, Instant};
 
-use e2e::{Stub, assert_session_lifecycle, git_project, run_session, tasklock_init};
+use serde_json::json;
+
+use e2e::{
+    Script, Stub, assert_session_lifecycle, git_project, run_session, run_trusted_session,
+    tasklock_init,
+};
 
 #[test]
 fn claude_session_registers_checks_out_beats_and_releases() {
@@ -46,4 +52,225 @@ fn claude_session_registers_checks_out_beats_and_releases() {
     );
     assert_session_lifecycle(&session, &project, &stub);
     eprintln!("e2e: total {:?}", started.elapsed());
+}
+
+/// The project's lock directory and its audit log as text, for failure messages.
+fn audit_text(project: &Path) -> String {
+    e2e::audit(&project.join(".locks"))
+        .iter()
+        .map(|v| v.to_string())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn result_of(stub: &Stub, id: &str) -> (bool, String) {
+    let r = stub
+        .result(id)
+        .unwrap_or_else(|| panic!("no tool result for {id}; saw:\n{}", stub.results_text()));
+    (r["is_error"] == json!(true), e2e::result_text(&r))
+}
+
+#[test]
+fn parallel_subagents_are_agents_of_their_own() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let project = git_project(tmp.path());
+    tasklock_init(&project);
+
+    // The session takes a task of its own, then starts two subagents in one message;
+    // both race for the same task and then list the checkouts.
+    let race = vec![
+        "tasklock checkout shared-task".to_string(),
+        "tasklock list".to_string(),
+    ];
+    let stub = Stub::script(Script {
+        main: vec!["tasklock checkout parent-task".into()],
+        subagents: vec![race.clone(), race],
+        pause_after: None,
+    });
+    let session = run_trusted_session(&home, &project, &stub, "Start two subagents.");
+    let sid = &session.id;
+    let audit = e2e::audit(&project.join(".locks"));
+    let context = format!(
+        "--- tool results\n{}\n--- audit\n{}\n--- requests\n{}\n--- claude\n{}",
+        stub.results_text(),
+        audit_text(&project),
+        stub.log(),
+        session.out.text()
+    );
+    assert_eq!(
+        session.result["permission_denials"],
+        json!([]),
+        "Claude Code refused a tasklock command\n{context}"
+    );
+    let (err, text) = result_of(&stub, "main-0");
+    assert!(!err && text.contains("Checked out"), "{text}\n{context}");
+
+    // Exactly one subagent won; the other was refused with exit 2, naming its sibling.
+    let runs = [result_of(&stub, "sub0-0"), result_of(&stub, "sub1-0")];
+    let winners: Vec<_> = runs.iter().filter(|(err, _)| !err).collect();
+    assert_eq!(winners.len(), 1, "exactly one subagent wins\n{context}");
+    assert!(
+        winners[0].1.contains("Checked out `shared-task`"),
+        "{context}"
+    );
+    let acquire = audit
+        .iter()
+        .find(|e| e["event"] == "acquire" && e["key"] == "shared-task")
+        .unwrap_or_else(|| panic!("no acquire of shared-task\n{context}"));
+    let winner = acquire["agent"].as_str().unwrap().to_string();
+    assert!(
+        winner.starts_with(&format!("{sid}/")) && winner.len() > sid.len() + 1,
+        "the winner is a subagent of the session, not the session itself: {winner}\n{context}"
+    );
+    let deny = audit
+        .iter()
+        .find(|e| e["event"] == "deny" && e["key"] == "shared-task")
+        .unwrap_or_else(|| panic!("no deny of shared-task\n{context}"));
+    let loser = deny["agent"].as_str().unwrap();
+    assert!(loser.starts_with(&format!("{sid}/")), "{context}");
+    assert_ne!(loser, winner, "two subagents, two identities\n{context}");
+    assert_eq!(deny["holder"], winner.as_str(), "{context}");
+    let (_, lost) = runs.iter().find(|(err, _)| *err).unwrap();
+    assert!(
+        lost.contains("Exit code 2") && lost.contains(&winner),
+        "the loser is told its sibling holds the task: {lost}\n{context}"
+    );
+
+    // `list` run by a subagent shows which session the holder belongs to.
+    let listed = [result_of(&stub, "sub0-1").1, result_of(&stub, "sub1-1").1];
+    assert!(
+        listed
+            .iter()
+            .any(|l| l.contains(&format!("subagent of session `{sid}`"))),
+        "list names the session of a subagent holder\n{context}"
+    );
+
+    // The winner's checkout ended when it stopped; the session's own one only at its end.
+    let sub_end = audit
+        .iter()
+        .position(|e| {
+            e["event"] == "auto_release"
+                && e["key"] == "shared-task"
+                && e["agent"] == winner.as_str()
+        })
+        .unwrap_or_else(|| panic!("the winner's checkout was never released\n{context}"));
+    assert_eq!(audit[sub_end]["reason"], "subagent_end", "{context}");
+    let parent_end = audit
+        .iter()
+        .position(|e| e["event"] == "auto_release" && e["key"] == "parent-task")
+        .unwrap_or_else(|| panic!("parent-task was never released\n{context}"));
+    assert_eq!(audit[parent_end]["agent"], sid.as_str(), "{context}");
+    assert_eq!(
+        audit[parent_end]["reason"], "session_end",
+        "the session's own checkout is untouched by its subagents stopping\n{context}"
+    );
+    assert!(sub_end < parent_end, "{context}");
+
+    // Both subagents were registered under the session and ended as subagents.
+    for id in [winner.as_str(), loser] {
+        let entry =
+            std::fs::read_to_string(project.join(".locks/agents").join(id.replace('/', "%2F")))
+                .unwrap_or_else(|e| panic!("no registry entry for {id} ({e})\n{context}"));
+        let entry: serde_json::Value = serde_json::from_str(&entry).unwrap();
+        assert_eq!(entry["parent"], sid.as_str(), "{entry}");
+        assert_eq!(entry["ended_reason"], "subagent_end", "{entry}");
+        assert!(
+            entry["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("general-purpose subagent of claude in project #")),
+            "{entry}"
+        );
+    }
+}
+
+#[test]
+fn an_idle_session_keeps_its_task_past_its_lease() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let project = git_project(tmp.path());
+    tasklock_init(&project);
+    // A 4 s lease, and death by silence after 2 s: without the session's watcher the
+    // task would be anyone's long before the model answers again.
+    std::fs::write(
+        project.join(".locks/config.yaml"),
+        "lease: 4s\nheartbeat_interval: 1s\nstalled_after: 1s\ndead_after: 2s\n",
+    )
+    .unwrap();
+    let pause = Duration::from_secs(12);
+    let stub = Stub::script(Script {
+        main: vec![
+            "tasklock checkout idle-task".into(),
+            "tasklock verify idle-task --token 1".into(),
+        ],
+        subagents: Vec::new(),
+        // The model thinks for 12 s after the checkout, with no tool call.
+        pause_after: Some((0, pause)),
+    });
+    let locks = project.join(".locks");
+    let intruder = {
+        let locks = locks.clone();
+        std::thread::spawn(move || {
+            let started = Instant::now();
+            while !e2e::audit(&locks)
+                .iter()
+                .any(|e| e["event"] == "acquire" && e["key"] == "idle-task")
+            {
+                assert!(started.elapsed() < Duration::from_secs(120), "no checkout");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            // Past the lease, its break grace and dead_after, while the model is silent.
+            std::thread::sleep(Duration::from_secs(8));
+            let out = std::process::Command::new(e2e::tasklock_bin())
+                .args(["checkout", "idle-task", "--agent", "intruder", "--dir"])
+                .arg(&locks)
+                .output()
+                .unwrap();
+            (
+                out.status.code(),
+                String::from_utf8_lossy(&out.stdout).into_owned()
+                    + &String::from_utf8_lossy(&out.stderr),
+            )
+        })
+    };
+    let session = run_trusted_session(&home, &project, &stub, "Check out idle-task.");
+    let (code, text) = intruder.join().unwrap();
+    let sid = &session.id;
+    let audit = e2e::audit(&locks);
+    let context = format!(
+        "--- intruder\n{text}\n--- tool results\n{}\n--- audit\n{}\n--- requests\n{}",
+        stub.results_text(),
+        audit_text(&project),
+        stub.log()
+    );
+    assert!(stub.log().contains("paused"), "the stub paused\n{context}");
+    assert_eq!(
+        code,
+        Some(2),
+        "another agent could take the idle session's task\n{context}"
+    );
+    assert!(text.contains(sid.as_str()), "{context}");
+    let (err, verified) = result_of(&stub, "main-1");
+    assert!(
+        !err && verified.contains("Valid"),
+        "the session still holds its task under token 1 after the pause: {verified}\n{context}"
+    );
+    assert!(
+        audit
+            .iter()
+            .filter(|e| e["event"] == "renew"
+                && e["key"] == "idle-task"
+                && e["agent"] == sid.as_str())
+            .count()
+            >= 3,
+        "the watcher renewed the lease while the model was silent\n{context}"
+    );
+    let ends: Vec<_> = audit
+        .iter()
+        .filter(|e| e["event"] == "auto_release" && e["key"] == "idle-task")
+        .collect();
+    assert_eq!(ends.len(), 1, "{context}");
+    assert_eq!(ends[0]["reason"], "session_end", "{context}");
 }

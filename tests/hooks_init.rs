@@ -378,7 +378,18 @@ fn session_start_registers_the_session_with_its_claude_process() {
     assert_eq!(reg["heartbeats"], 1);
     assert_eq!(reg["last_heartbeat"], "2026-01-01T00:00:00Z");
     assert_eq!(reg["status"], "session started");
-    assert_eq!(reg["name"], "claude", "hooks name their agent `claude`");
+    let project = e
+        .tmp
+        .path()
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    assert_eq!(
+        reg["name"],
+        format!("claude in {project} #s1"),
+        "a session is named after its project and the start of its id"
+    );
 
     let row = agent_row(&e, "s1");
     assert_eq!(row["state"], "alive", "{row}");
@@ -615,10 +626,10 @@ fn hooks_never_break_the_agent() {
 
     // An event this version does not know (a newer Claude Code, a typo in settings).
     let r = feed(
-        hook_cmd(&e.now, Some(&e.dir()), "pre-tool-use"),
+        hook_cmd(&e.now, Some(&e.dir()), "stop"),
         input("s1", e.tmp.path(), "PreToolUse").as_bytes(),
     );
-    failed_quietly(&r, "pre-tool-use", "unknown hook event \"pre-tool-use\"");
+    failed_quietly(&r, "stop", "unknown hook event \"stop\"");
     assert!(r.stderr.contains("session-start"), "{}", r.text());
 
     // CLAUDE_ENV_FILE that cannot be written: below a regular file.
@@ -799,10 +810,11 @@ fn init_merges_into_an_existing_project() {
     assert_eq!(after["env"], before["env"]);
     assert_eq!(after["permissions"]["deny"], before["permissions"]["deny"]);
     assert_eq!(keys(&after["permissions"]), ["deny", "allow"]);
-    assert_eq!(
-        after["permissions"]["allow"],
-        json!(["Read", "Bash(tasklock *)"])
-    );
+    let template: Value =
+        serde_json::from_str(include_str!("../templates/claude-settings.json")).unwrap();
+    let mut allow = vec![json!("Read")];
+    allow.extend(template["permissions"]["allow"].as_array().unwrap().clone());
+    assert_eq!(after["permissions"]["allow"], Value::Array(allow));
     let post = after["hooks"]["PostToolUse"].as_array().unwrap();
     assert_eq!(
         post[0], before["hooks"]["PostToolUse"][0],

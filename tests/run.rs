@@ -956,15 +956,70 @@ fn watch_detached_markdown_snapshot() {
 }
 
 #[test]
+fn watch_without_pid_watches_the_claude_code_process() {
+    // In Claude Code, `$PPID` cannot be pre-approved ("a variable in this command can't
+    // be checked"), so `--watch` finds the process itself: CLAUDE_PID, which Claude Code
+    // sets in every Bash call and hook.
+    let e = Env::new();
+    live_ok(&e, "agent-a", &["checkout", "k1"]);
+    let p = sleeper();
+    let p_pid = p.pid();
+    let mut cmd = live(&e, "agent-a");
+    cmd.env("CLAUDE_PID", p_pid.to_string()).args([
+        "--json",
+        "heartbeat",
+        "--watch",
+        "--detach",
+        "--interval",
+        "1s",
+    ]);
+    let r = exec(cmd);
+    assert_eq!(r.code, 0, "{}", r.text());
+    let j = r.json();
+    assert_eq!(j["pid"], p_pid, "watches CLAUDE_PID: {j}");
+    let w = j["watcher_pid"].as_u64().expect("a watcher pid") as u32;
+    let _w_guard = KillOnDrop(w);
+    eventually("the watcher holds its lock", || {
+        use std::os::fd::AsRawFd;
+        let Ok(f) = std::fs::File::open(e.dir().join("watchers/agent-a")) else {
+            return false;
+        };
+        // SAFETY: a valid descriptor; a non-blocking flock has no other preconditions.
+        let free = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } == 0;
+        !free
+    });
+    // A second watcher for the same agent leaves the job to the first.
+    let mut cmd = live(&e, "agent-a");
+    cmd.env("CLAUDE_PID", p_pid.to_string()).args([
+        "--json",
+        "heartbeat",
+        "--watch",
+        "--interval",
+        "1s",
+    ]);
+    let second = exec(cmd);
+    assert_eq!(second.code, 0, "{}", second.text());
+    assert_eq!(
+        second.json()["outcome"],
+        "already_watched",
+        "{}",
+        second.text()
+    );
+    let mut cmd = live(&e, "agent-a");
+    cmd.env("CLAUDE_PID", p_pid.to_string())
+        .args(["heartbeat", "--watch", "--interval", "1s"]);
+    snap!(e, "watch_already_watched", exec(cmd));
+    signal(p_pid, "KILL");
+    p.finish();
+    eventually("the checkout is released", || {
+        held_keys(&e.dir()).is_empty()
+    });
+    eventually("the detached watcher exited", || !alive(w));
+}
+
+#[test]
 fn watch_usage_errors() {
     let e = Env::new();
-    let r = live_run(&e, "agent-a", &["heartbeat", "--watch"]);
-    assert_eq!(r.code, 64, "--watch without --pid: {}", r.text());
-    let r = live_run(&e, "agent-a", &["--json", "heartbeat", "--watch"]);
-    assert_eq!(r.code, 64, "{}", r.text());
-    let j = r.json();
-    assert_eq!(j["error"]["kind"], "usage");
-    assert_eq!(j["error"]["exit_code"], 64);
     let r = live_run(&e, "agent-a", &["heartbeat", "--interval", "1s"]);
     assert_eq!(r.code, 64, "--interval without --watch: {}", r.text());
     let r = live_run(&e, "agent-a", &["heartbeat", "--detach", "--pid", "1"]);

@@ -23,6 +23,8 @@ pub enum Join {
 pub struct Request {
     pub agent: Agent,
     pub lease: Duration,
+    /// The lease was given with `--timeout` (else it is the configured default).
+    pub lease_given: bool,
     pub reason: Option<String>,
 }
 
@@ -50,6 +52,7 @@ impl Request {
         Ok(Request {
             agent,
             lease,
+            lease_given: timeout.is_some(),
             reason,
         })
     }
@@ -140,6 +143,7 @@ pub fn with_registered_pid(store: &FileStore, guard: &Guard, mut req: Request) -
         if req.agent.name.is_none() {
             req.agent.name = entry.name.clone();
         }
+        req.agent.parent = entry.parent.clone();
         if entry.host == req.agent.host && entry.boot_id == req.agent.boot_id {
             req.agent.pid = entry.pid;
             req.agent.pid_start = entry.pid_start;
@@ -205,7 +209,14 @@ pub fn attempt(
             });
         }
         Slot::Held(current) if current.held_by(&agent.id) && !current.expired_for_holder(&now) => {
-            // The holder checking out again renews the same checkout (same token).
+            // The holder checking out again keeps the same checkout (same token), extended
+            // by its own lease length unless --timeout says otherwise: never shortened by
+            // a default that is shorter than the lease it has.
+            let expires_at = if req.lease_given {
+                expires_at
+            } else {
+                (now + (current.expires_at - current.renewed_at)).max(current.expires_at)
+            };
             let renewed = Record {
                 renewed_at: now,
                 expires_at,
@@ -215,7 +226,10 @@ pub fn attempt(
             };
             store.replace(guard, &renewed)?;
             store.audit(guard, &ctx.event("renew", &renewed))?;
-            return Ok(base(Outcome::Renewed, Some(CheckoutView::from(&renewed))));
+            return Ok(base(
+                Outcome::AlreadyHeld,
+                Some(CheckoutView::from(&renewed)),
+            ));
         }
         Slot::Held(current) => {
             // Our own lease ran out (never revived: a new token follows), or another

@@ -1,4 +1,5 @@
-use super::{Ctx, Judge, ReapReason, auto_release, checkout::check_text};
+use super::{Ctx, Judge, ReapReason, auto_release, checkout::check_text, queue};
+use crate::duration::to_chrono;
 use crate::error::{Error, Result};
 use crate::liveness;
 use crate::report::{AgentRow, EndedCheckout, HeartbeatReport, Report};
@@ -7,6 +8,18 @@ use crate::store::{AgentEntry, Record, Slot};
 /// One beat: update the registry, renew this agent's leases that are past half-way,
 /// and end checkouts of dead agents met on the way.
 pub fn run(ctx: &Ctx, status: Option<String>, pid: Option<u32>) -> Result<Report> {
+    beat(ctx, status, pid, None)
+}
+
+/// As [`run`]; `parent` registers the agent as a subagent of that agent. A beat also
+/// renews the leases of the agent's subagents (`<id>/<subagent>`): they run inside its
+/// process.
+pub fn beat(
+    ctx: &Ctx,
+    status: Option<String>,
+    pid: Option<u32>,
+    parent: Option<String>,
+) -> Result<Report> {
     if let Some(s) = &status {
         check_text("status", s)?;
     }
@@ -48,6 +61,7 @@ pub fn run(ctx: &Ctx, status: Option<String>, pid: Option<u32>) -> Result<Report
         status: status.or_else(|| entry.as_ref().and_then(|e| e.status.clone())),
         ended_at: None,
         ended_reason: None,
+        parent: parent.or_else(|| entry.as_ref().and_then(|e| e.parent.clone())),
     };
     store.write_agent(&guard, &entry)?;
     let mut judge = Judge::new(ctx, &store);
@@ -58,8 +72,10 @@ pub fn run(ctx: &Ctx, status: Option<String>, pid: Option<u32>) -> Result<Report
     let mut todo = Vec::new();
     for (_, slot) in store.scan()? {
         let Slot::Held(r) = slot else { continue };
-        if r.held_by(&agent.id) {
-            held.push(r.key.clone());
+        if r.held_by(&agent.id) || is_subagent_of(&r.agent.id, &agent.id) {
+            if r.held_by(&agent.id) {
+                held.push(r.key.clone());
+            }
             if r.expired_for_holder(&ctx.now) || needs_renewal(&r, &ctx.now) {
                 todo.push(r);
             }
@@ -71,6 +87,7 @@ pub fn run(ctx: &Ctx, status: Option<String>, pid: Option<u32>) -> Result<Report
     let mut lost = Vec::new();
     let mut ended = Vec::new();
     let mut frozen = Vec::new();
+    let max_hold = to_chrono(judge.config()?.max_hold);
     let guard = if todo.is_empty() {
         None
     } else {
@@ -83,7 +100,7 @@ pub fn run(ctx: &Ctx, status: Option<String>, pid: Option<u32>) -> Result<Report
             let Slot::Held(r) = store.read(&seen.key)? else {
                 continue;
             };
-            if r.held_by(&agent.id) {
+            if r.held_by(&agent.id) || is_subagent_of(&r.agent.id, &agent.id) {
                 if r.expired_for_holder(&ctx.now) {
                     // Never revived: someone may already have acted on the lost lease.
                     auto_release(ctx, &store, guard, &r, Some(&agent.id), ReapReason::Timeout)?;
@@ -94,13 +111,39 @@ pub fn run(ctx: &Ctx, status: Option<String>, pid: Option<u32>) -> Result<Report
                         frozen.push(r.key);
                         continue;
                     }
+                    // Automatic renewals stop at max_hold after the grant; the holder
+                    // is told once, when the last one is made.
+                    let cap = r.acquired_at + max_hold;
+                    if r.expires_at >= cap {
+                        continue;
+                    }
+                    let expires_at = (ctx.now + (r.expires_at - r.renewed_at)).min(cap);
                     let fresh = Record {
                         renewed_at: ctx.now,
-                        expires_at: ctx.now + (r.expires_at - r.renewed_at),
+                        expires_at,
                         ..r
                     };
                     store.replace(guard, &fresh)?;
                     store.audit(guard, &ctx.event("renew", &fresh))?;
+                    if expires_at == cap {
+                        let body = format!(
+                            "held for max_hold ({}) since {}: automatic renewals stop and the lease ends {}; run `tasklock renew {}` if you are still working on it, else release it",
+                            crate::duration::format(judge.config()?.max_hold),
+                            crate::clock::rfc3339(&fresh.acquired_at),
+                            crate::clock::rfc3339(&cap),
+                            crate::error::shell_quote(&fresh.key),
+                        );
+                        queue::notify(
+                            ctx,
+                            &store,
+                            guard,
+                            &fresh.agent.id,
+                            None,
+                            "max_hold",
+                            &fresh.key,
+                            &body,
+                        )?;
+                    }
                     renewed.push(fresh.key);
                 }
             } else if let Some(reason) = judge.reap_reason(&r)? {
@@ -126,6 +169,11 @@ pub fn run(ctx: &Ctx, status: Option<String>, pid: Option<u32>) -> Result<Report
         ended,
         frozen,
     }))
+}
+
+/// `id` is a subagent of `parent` (`<parent>/<subagent>`).
+pub fn is_subagent_of(id: &str, parent: &str) -> bool {
+    id.len() > parent.len() + 1 && id.starts_with(parent) && id.as_bytes()[parent.len()] == b'/'
 }
 
 /// A lease is renewed by a beat once less than half of it is left.

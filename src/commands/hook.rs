@@ -8,15 +8,18 @@ use std::path::PathBuf;
 
 use serde_json::{Value, json};
 
-use super::{Ctx, ReapReason, auto_release, heartbeat, inbox};
+use super::{Ctx, ReapReason, end_agent, heartbeat, inbox, watch};
 use crate::error::{Error, Result};
 use crate::report::Report;
-use crate::store::{Message, Slot};
+use crate::store::Message;
 
-pub const EVENTS: [&str; 4] = [
+pub const EVENTS: [&str; 7] = [
     "session-start",
     "user-prompt-submit",
+    "pre-tool-use",
     "post-tool-use",
+    "subagent-start",
+    "subagent-stop",
     "session-end",
 ];
 
@@ -27,6 +30,12 @@ pub fn run(
     name_flag: Option<String>,
     event: &str,
 ) -> Result<Option<String>> {
+    if !EVENTS.contains(&event) {
+        return Err(Error::Usage(format!(
+            "unknown hook event {event:?}; expected one of: {}",
+            EVENTS.join(", ")
+        )));
+    }
     let mut input = Vec::new();
     std::io::stdin()
         .take(1 << 20)
@@ -38,9 +47,11 @@ pub fn run(
         serde_json::from_slice(&input)
             .map_err(|e| Error::Usage(format!("hook input is not JSON: {e}")))?
     };
-    let session = payload["session_id"].as_str().map(str::to_string);
-    let agent = agent_flag
-        .or(session)
+    let text = |v: &Value| v.as_str().filter(|s| !s.is_empty()).map(str::to_string);
+    // The session is the agent; a subagent (Claude Code names it in `agent_id`) is an
+    // agent of its own, `<session>/<agent_id>`.
+    let session = agent_flag
+        .or_else(|| text(&payload["session_id"]))
         .or_else(|| {
             std::env::var("CLAUDE_CODE_SESSION_ID")
                 .ok()
@@ -49,45 +60,100 @@ pub fn run(
         .ok_or_else(|| {
             Error::Usage("hook input has no session_id and no agent identity is set".into())
         })?;
-    let name = name_flag
+    let subagent = text(&payload["agent_id"]).map(|id| Subagent {
+        id: format!("{session}/{id}"),
+        kind: text(&payload["agent_type"]).unwrap_or_else(|| "subagent".into()),
+    });
+    let agent = subagent.as_ref().map_or(&session, |s| &s.id).clone();
+    if event == "pre-tool-use" {
+        // Needs no lock directory: it only rewrites the command.
+        return Ok(pre_tool_use(&payload, subagent.as_ref()));
+    }
+    let project = payload["cwd"]
+        .as_str()
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("CLAUDE_PROJECT_DIR").map(PathBuf::from))
+        .map_or_else(std::env::current_dir, Ok)
+        .map_err(|e| Error::io(".", e))?;
+    let session_name = name_flag
         .or_else(|| {
             std::env::var("TASKLOCK_AGENT_NAME")
                 .ok()
                 .filter(|s| !s.is_empty())
         })
-        .or_else(|| Some("claude".into()));
+        .unwrap_or_else(|| session_label(&project, &session));
+    let name = match &subagent {
+        Some(s) => format!("{} subagent of {session_name}", s.kind),
+        None => session_name,
+    };
     let dir = match global_dir {
         Some(d) => d,
         None => match std::env::var_os("TASKLOCK_DIR").filter(|d| !d.is_empty()) {
             Some(d) => PathBuf::from(d),
-            None => {
-                let start = payload["cwd"]
-                    .as_str()
-                    .map(PathBuf::from)
-                    .or_else(|| std::env::var_os("CLAUDE_PROJECT_DIR").map(PathBuf::from))
-                    .map_or_else(std::env::current_dir, Ok)
-                    .map_err(|e| Error::io(".", e))?;
-                crate::discover::find_from(&start)
-            }
+            None => crate::discover::find_from(&project),
         },
     };
     let ctx = Ctx {
         dir,
         now: crate::clock::now()?,
         agent_flag: Some(agent.clone()),
-        name_flag: name,
+        name_flag: Some(name),
         cfg: Default::default(),
     };
+    let parent = subagent.as_ref().map(|_| session.clone());
     match event {
         "session-start" => session_start(&ctx, &agent),
-        "post-tool-use" => beat_and_deliver(&ctx, "PostToolUse"),
-        "user-prompt-submit" => beat_and_deliver(&ctx, "UserPromptSubmit"),
-        "session-end" => session_end(&ctx, &agent).map(|()| None),
-        other => Err(Error::Usage(format!(
-            "unknown hook event {other:?}; expected one of: {}",
-            EVENTS.join(", ")
-        ))),
+        "post-tool-use" => beat_and_deliver(&ctx, "PostToolUse", parent),
+        "user-prompt-submit" => beat_and_deliver(&ctx, "UserPromptSubmit", parent),
+        "subagent-start" => subagent_start(&ctx, &agent, &session, parent),
+        "subagent-stop" => {
+            end_agent(&ctx, &agent, false, ReapReason::SubagentEnd)?;
+            Ok(None)
+        }
+        "session-end" => {
+            end_agent(&ctx, &agent, true, ReapReason::SessionEnd)?;
+            Ok(None)
+        }
+        _ => unreachable!("checked above"),
     }
+}
+
+/// A subagent of the session, as named in the hook input.
+struct Subagent {
+    /// `<session>/<agent_id>`.
+    id: String,
+    /// `agent_type`: `general-purpose`, `Explore`, …
+    kind: String,
+}
+
+/// "claude in myproject #1a2b3c4d": the project directory and the start of the session id.
+fn session_label(project: &std::path::Path, session: &str) -> String {
+    let dir = project
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "/".into());
+    let short: String = session.chars().take(8).collect();
+    format!("claude in {dir} #{short}")
+}
+
+/// A subagent's Bash call: give its `tasklock` commands the subagent's identity. The
+/// session's own calls are left as they are.
+fn pre_tool_use(payload: &Value, subagent: Option<&Subagent>) -> Option<String> {
+    let subagent = subagent?;
+    if payload["tool_name"] != "Bash" {
+        return None;
+    }
+    let command = payload["tool_input"]["command"].as_str()?;
+    let rewritten = crate::inject::inject_agent(command, &subagent.id)?;
+    let mut tool_input = payload["tool_input"].clone();
+    tool_input["command"] = Value::String(rewritten);
+    let v = json!({
+        "hookSpecificOutput": {
+            "hookEventName": "PreToolUse",
+            "updatedInput": tool_input,
+        }
+    });
+    Some(format!("{v}\n"))
 }
 
 fn output(event: &str, context: String) -> Option<String> {
@@ -115,8 +181,15 @@ fn session_start(ctx: &Ctx, agent: &str) -> Result<Option<String>> {
             .and_then(|mut f| f.write_all(line.as_bytes()))
             .map_err(|e| Error::io(PathBuf::from(&env_file), e))?;
     }
+    // While the Claude Code process lives, a watcher beats for the session: its leases
+    // stay renewed through long turns, long commands and a user away from the keyboard,
+    // and its checkouts end the moment the process is gone.
+    if let Some(pid) = pid {
+        let interval = ctx.config()?.heartbeat_interval;
+        watch::spawn_detached(ctx, agent, ctx.name_flag.as_deref(), None, pid, interval)?;
+    }
     let mut context = format!(
-        "tasklock: this session is agent `{agent}`. Before working on a task, review or deploy, check it out with `tasklock checkout KEY` (exit 2 = another agent holds it: pick other work). "
+        "tasklock: this session is agent `{agent}`. Before working on a task, review or deploy, check it out with `tasklock checkout KEY` (exit 2 = another agent holds it: pick other work). Subagents you start are agents of their own: each checks out its own tasks. "
     );
     if beat.agent.checkouts.is_empty() {
         context.push_str("You hold no checkouts.");
@@ -138,8 +211,25 @@ fn session_start(ctx: &Ctx, agent: &str) -> Result<Option<String>> {
     Ok(output("SessionStart", context))
 }
 
-fn beat_and_deliver(ctx: &Ctx, event: &str) -> Result<Option<String>> {
-    heartbeat::run(ctx, None, None)?;
+/// A subagent starts: register it under its own id, watched through the Claude Code
+/// process it runs in, and tell it who it is.
+fn subagent_start(
+    ctx: &Ctx,
+    agent: &str,
+    session: &str,
+    parent: Option<String>,
+) -> Result<Option<String>> {
+    heartbeat::beat(ctx, Some("subagent started".into()), claude_pid(), parent)?;
+    Ok(output(
+        "SubagentStart",
+        format!(
+            "tasklock: you are agent `{agent}`, a subagent of session `{session}` with checkouts of your own: what your session or other subagents hold is not yours. `tasklock` commands you run are given `--agent {agent}` automatically. Check a task out before working on it (`tasklock checkout KEY`); exit 2 means another agent (perhaps a sibling subagent) holds it: do not work on it. Your checkouts are released when you stop."
+        ),
+    ))
+}
+
+fn beat_and_deliver(ctx: &Ctx, event: &str, parent: Option<String>) -> Result<Option<String>> {
+    heartbeat::beat(ctx, None, None, parent)?;
     Ok(deliver(ctx)?.and_then(|text| output(event, text)))
 }
 
@@ -163,29 +253,8 @@ fn message_line(m: &Message) -> String {
     format!("- [{}] `{}`: {}", m.kind, m.key, m.body)
 }
 
-/// End of session: release everything the session holds and mark the agent ended.
-fn session_end(ctx: &Ctx, agent: &str) -> Result<()> {
-    let Some(store) = ctx.existing_store()? else {
-        return Ok(());
-    };
-    let guard = store.lock()?;
-    for (_, slot) in store.scan()? {
-        if let Slot::Held(r) = slot
-            && r.held_by(agent)
-        {
-            auto_release(ctx, &store, &guard, &r, None, ReapReason::SessionEnd)?;
-        }
-    }
-    if let Some(mut entry) = store.read_agent(agent)? {
-        entry.ended_at = Some(ctx.now);
-        entry.ended_reason = Some("session_end".into());
-        store.write_agent(&guard, &entry)?;
-    }
-    Ok(())
-}
-
 /// The Claude Code process: the hook's parent, looking through a shell that ran us.
-fn claude_pid() -> Option<u32> {
+pub(crate) fn claude_pid() -> Option<u32> {
     // Recent Claude Code versions name their own pid for hooks.
     if let Some(pid) = std::env::var("CLAUDE_PID")
         .ok()

@@ -184,7 +184,6 @@ fn merge_settings(doc: &mut Value) -> Vec<String> {
             added.push(format!("{event} hook"));
         }
     }
-    let rule = template["permissions"]["allow"][0].clone();
     let perms = root
         .entry("permissions")
         .or_insert_with(|| Value::Object(Default::default()));
@@ -192,11 +191,13 @@ fn merge_settings(doc: &mut Value) -> Vec<String> {
         let allow = perms
             .entry("allow")
             .or_insert_with(|| Value::Array(Vec::new()));
-        if let Some(allow) = allow.as_array_mut()
-            && !allow.contains(&rule)
-        {
-            allow.push(rule.clone());
-            added.push(format!("permission {}", rule.as_str().unwrap_or_default()));
+        if let Some(allow) = allow.as_array_mut() {
+            for rule in template["permissions"]["allow"].as_array().expect("rules") {
+                if !allow.contains(rule) {
+                    allow.push(rule.clone());
+                    added.push(format!("permission {}", rule.as_str().unwrap_or_default()));
+                }
+            }
         }
     }
     added

@@ -108,6 +108,7 @@ pub enum ReapReason {
     Timeout,
     AgentDeath,
     SessionEnd,
+    SubagentEnd,
 }
 
 impl ReapReason {
@@ -116,6 +117,7 @@ impl ReapReason {
             ReapReason::Timeout => "timeout",
             ReapReason::AgentDeath => "agent_death",
             ReapReason::SessionEnd => "session_end",
+            ReapReason::SubagentEnd => "subagent_end",
         }
     }
 }
@@ -161,6 +163,10 @@ pub(crate) fn auto_release_for(
             ReapReason::SessionEnd => (
                 "session_end",
                 "your session ended and the checkout was released",
+            ),
+            ReapReason::SubagentEnd => (
+                "subagent_end",
+                "your subagent stopped and the checkout was released",
             ),
         };
         queue::notify(
@@ -269,6 +275,65 @@ pub(crate) fn read_reaping(
         },
         other => Ok((other, None)),
     }
+}
+
+/// An agent ended (its session or subagent stopped, its process died): end its checkouts
+/// and, with `with_subagents`, those of its subagents, and mark them all ended. An entry
+/// that already ended keeps the first reason. Returns the keys released.
+pub(crate) fn end_agent(
+    ctx: &Ctx,
+    agent_id: &str,
+    with_subagents: bool,
+    reason: ReapReason,
+) -> Result<Vec<String>> {
+    let Some(store) = ctx.existing_store()? else {
+        return Ok(Vec::new());
+    };
+    let ends =
+        |id: &str| id == agent_id || (with_subagents && heartbeat::is_subagent_of(id, agent_id));
+    // Find the keys outside the guard; each is re-read under it before it is changed.
+    let mine: Vec<String> = store
+        .scan()?
+        .into_iter()
+        .filter_map(|(_, slot)| match slot {
+            Slot::Held(r) if ends(&r.agent.id) => Some(r.key),
+            _ => None,
+        })
+        .collect();
+    let mut agents = vec![agent_id.to_string()];
+    if with_subagents {
+        agents.extend(
+            store
+                .scan_agents()?
+                .into_iter()
+                .filter(|e| e.ended_at.is_none() && heartbeat::is_subagent_of(&e.id, agent_id))
+                .map(|e| e.id),
+        );
+    }
+    let guard = store.lock()?;
+    let mut released = Vec::new();
+    for key in mine {
+        if let Slot::Held(r) = store.read(&key)?
+            && ends(&r.agent.id)
+        {
+            auto_release(ctx, &store, &guard, &r, None, reason)?;
+            released.push(r.key);
+        }
+    }
+    let reason_text = match reason {
+        ReapReason::AgentDeath => "process_gone",
+        other => other.as_str(),
+    };
+    for id in agents {
+        if let Some(mut entry) = store.read_agent(&id)?
+            && entry.ended_at.is_none()
+        {
+            entry.ended_at = Some(ctx.now);
+            entry.ended_reason = Some(reason_text.into());
+            store.write_agent(&guard, &entry)?;
+        }
+    }
+    Ok(released)
 }
 
 /// How many of a key's notes `status` and a takeover show.

@@ -4,11 +4,10 @@ use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{Ctx, ReapReason, auto_release, heartbeat};
+use super::{Ctx, ReapReason, heartbeat};
 use crate::error::{Error, Result};
 use crate::liveness::{self, Proc};
 use crate::report::{Report, WatchReport};
-use crate::store::Slot;
 
 /// How often the watched process is checked between beats.
 const POLL: Duration = Duration::from_millis(200);
@@ -19,8 +18,11 @@ pub fn run(
     pid: Option<u32>,
     interval: Option<Duration>,
     detach: bool,
+    after_beat: bool,
 ) -> Result<Report> {
-    let pid = pid.ok_or_else(|| Error::Usage("--watch needs --pid PID".into()))?;
+    let pid = pid.or_else(super::hook::claude_pid).ok_or_else(|| {
+        Error::Usage("--watch needs --pid PID: no Claude Code process or parent shell found".into())
+    })?;
     let start = liveness::start_time(pid)
         .ok_or_else(|| Error::Usage(format!("--pid {pid}: no such process on this host")))?;
     let agent = ctx.agent()?;
@@ -34,13 +36,35 @@ pub fn run(
         heartbeat::run(ctx, status.clone(), Some(pid))?;
         return spawn_detached(ctx, &agent.id, agent.name.as_deref(), status, pid, interval);
     }
+    // One watcher per agent: a second one (a session resumed, a skill run by hand) leaves
+    // the watching to the first.
+    let Some(_watching) = watcher_lock(ctx, &agent.id)? else {
+        return Ok(report(
+            ctx,
+            &agent.id,
+            pid,
+            "already_watched",
+            0,
+            Vec::new(),
+        ));
+    };
     crate::signals::install();
     let mut beats = 0u64;
     let mut status = status;
+    let mut skip_beat = after_beat;
     loop {
         let beat_ctx = ctx.at_now(&agent.id)?;
-        match heartbeat::run(&beat_ctx, status.take(), Some(pid)) {
-            Ok(_) => beats += 1,
+        let beat = if std::mem::take(&mut skip_beat) {
+            Ok(())
+        } else {
+            heartbeat::run(&beat_ctx, status.take(), Some(pid)).map(|_| beats += 1)
+        };
+        match beat {
+            Ok(()) => {}
+            // The lock directory was removed: nothing is left to keep alive.
+            Err(_) if !ctx.dir.is_dir() => {
+                return Ok(report(ctx, &agent.id, pid, "stopped", beats, Vec::new()));
+            }
             // Keep watching through a transient failure; say so where someone may look.
             Err(_) if liveness::start_time(pid) != Some(start) => {}
             Err(e) => eprintln!("tasklock heartbeat --watch: {e}"),
@@ -76,6 +100,30 @@ pub fn run(
     }
 }
 
+/// An exclusive lock on `watchers/<agent>` for as long as this watcher runs; `None` when
+/// another process holds it.
+fn watcher_lock(ctx: &Ctx, agent_id: &str) -> Result<Option<std::fs::File>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let store = ctx.open_store()?;
+    let dir = store.root().join("watchers");
+    store.ensure_dir(&dir)?;
+    let path = dir.join(crate::key::encode(agent_id));
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .mode(0o644)
+        .open(&path)
+        .map_err(|e| Error::io(&path, e))?;
+    match file.try_lock() {
+        Ok(()) => Ok(Some(file)),
+        Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+        Err(std::fs::TryLockError::Error(e)) => Err(Error::io(&path, e)),
+    }
+}
+
 fn report(
     ctx: &Ctx,
     agent: &str,
@@ -96,30 +144,14 @@ fn report(
     })
 }
 
-/// The watched process died: end every checkout of the agent and mark it ended.
+/// The watched process died: end every checkout of the agent and its subagents.
 fn release_all(ctx: &Ctx, agent_id: &str) -> Result<Vec<String>> {
-    let store = ctx.open_store()?;
-    let guard = store.lock()?;
-    let mut released = Vec::new();
-    for (_, slot) in store.scan()? {
-        if let Slot::Held(r) = slot
-            && r.held_by(agent_id)
-        {
-            auto_release(ctx, &store, &guard, &r, None, ReapReason::AgentDeath)?;
-            released.push(r.key);
-        }
-    }
-    if let Some(mut entry) = store.read_agent(agent_id)? {
-        entry.ended_at = Some(ctx.now);
-        entry.ended_reason = Some("process_gone".into());
-        store.write_agent(&guard, &entry)?;
-    }
-    Ok(released)
+    super::end_agent(ctx, agent_id, true, ReapReason::AgentDeath)
 }
 
 /// Start the watcher in its own session with no inherited stdio, so a hook that starts
 /// it returns at once and nothing holds the hook's output open.
-fn spawn_detached(
+pub(crate) fn spawn_detached(
     ctx: &Ctx,
     agent: &str,
     name: Option<&str>,
@@ -134,7 +166,8 @@ fn spawn_detached(
         .args(["--agent", agent, "heartbeat", "--watch", "--pid"])
         .arg(pid.to_string())
         .arg("--interval")
-        .arg(format!("{}ms", interval.as_millis()));
+        .arg(format!("{}ms", interval.as_millis()))
+        .arg("--after-beat");
     if let Some(n) = name {
         cmd.args(["--name", n]);
     }

@@ -55,6 +55,9 @@ fn cmd(args: &str, key: &str) -> String {
 
 fn checkout_lines(out: &mut String, c: &CheckoutView, now: &Time) {
     let _ = writeln!(out, "- Holder: {}", c.agent.label());
+    if let Some(p) = &c.agent.parent {
+        let _ = writeln!(out, "- Subagent of session: {}", code(p));
+    }
     let _ = writeln!(out, "- Host: {}", c.agent.host);
     let _ = writeln!(out, "- Fencing token: {}", c.token);
     let _ = writeln!(out, "- Since: {}", with_relative(&c.acquired_at, now));
@@ -165,17 +168,22 @@ fn checkout(r: &CheckoutReport) -> String {
             let _ = writeln!(out, "\n{next}");
         }
         (_, Some(c)) => {
-            let verb = if r.outcome == Outcome::Renewed {
-                "Renewed"
+            if r.outcome == Outcome::AlreadyHeld {
+                let _ = writeln!(
+                    out,
+                    "Already yours: you have held {k} since {} under token {}; this was not a new checkout. Lease extended to {}.",
+                    with_relative(&c.acquired_at, &r.now),
+                    c.token,
+                    with_relative(&c.expires_at, &r.now)
+                );
             } else {
-                "Checked out"
-            };
-            let _ = writeln!(
-                out,
-                "{verb} {k} (token {}); lease ends {}.",
-                c.token,
-                with_relative(&c.expires_at, &r.now)
-            );
+                let _ = writeln!(
+                    out,
+                    "Checked out {k} (token {}); lease ends {}.",
+                    c.token,
+                    with_relative(&c.expires_at, &r.now)
+                );
+            }
             out.push('\n');
             checkout_lines(&mut out, c, &r.now);
             if let Some(prev) = &r.took_over {
@@ -318,6 +326,7 @@ fn reaped_words(p: &Reaped, now: &Time) -> String {
             None => "whose agent is dead".to_string(),
         },
         ReapReason::SessionEnd => "whose session ended".to_string(),
+        ReapReason::SubagentEnd => "whose subagent stopped".to_string(),
     };
     format!("{} (token {}), {why}", p.agent.label(), p.token)
 }
@@ -459,6 +468,7 @@ fn single_verdict(k: &KeyResult, r: &KeysReport) -> String {
 fn outcome_words(o: Outcome) -> &'static str {
     match o {
         Outcome::Granted => "granted",
+        Outcome::AlreadyHeld => "already held by you",
         Outcome::Renewed => "renewed",
         Outcome::Released => "released",
         Outcome::ForceReleased => "force-released",
@@ -590,7 +600,10 @@ fn list(r: &ListReport) -> String {
                 out,
                 "| {} | {} | {} | {} | {} | {} | {} |",
                 cell(&code(&c.key)),
-                cell(&c.agent.label()),
+                cell(&match &c.agent.parent {
+                    Some(p) => format!("{}, subagent of session {}", c.agent.label(), code(p)),
+                    None => c.agent.label(),
+                }),
                 c.token,
                 with_relative(&c.acquired_at, &r.now),
                 with_relative(&c.expires_at, &r.now),
@@ -847,6 +860,10 @@ fn watch(r: &WatchReport) -> String {
             r.agent,
             r.watcher_pid.unwrap_or_default(),
             r.pid
+        ),
+        "already_watched" => format!(
+            "Another watcher already beats for {}; this one stopped at once (checkouts kept).\n",
+            r.agent
         ),
         "process_exited" => format!(
             "Process {} of {} exited; released {} checkout{}: {}.\n",

@@ -41,6 +41,9 @@ pub struct AgentEntry {
     pub ended_at: Option<Time>,
     #[serde(default)]
     pub ended_reason: Option<String>,
+    /// For a subagent: the agent (session) that started it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
 }
 
 /// One checkpoint in a key's history.

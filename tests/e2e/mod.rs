@@ -31,8 +31,7 @@ pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(120);
 /// own timeout is 10 s).
 const STRAGGLER_GRACE: Duration = Duration::from_secs(15);
 
-/// The Bash tool call the stub model makes, and its final answer.
-pub const TOOL_USE_ID: &str = "toolu_e2e_checkout";
+/// The stub model's final answer.
 pub const FINAL_TEXT: &str = "E2E-DONE: e2e-task is checked out.";
 
 pub fn repo_root() -> PathBuf {
@@ -389,31 +388,57 @@ pub struct StubState {
     pub log: Vec<String>,
     /// Bodies of the POST /v1/messages requests, as received.
     pub bodies: Vec<String>,
-    /// The `tool_result` blocks sent back for the stub's tool call.
-    pub tool_results: Vec<Value>,
+    /// The first `tool_result` block sent back for each of the stub's tool calls, by id.
+    pub results: std::collections::BTreeMap<String, Value>,
 }
 
-/// A loopback HTTP/1.1 server answering like the Messages API. The model it plays calls
-/// the Bash tool once (`tool_command`) when offered tools, then gives `FINAL_TEXT` once it
-/// has the result. Every other request gets a short text answer.
+/// What the stub model does in a session.
+#[derive(Clone, Default)]
+pub struct Script {
+    /// Bash commands the session runs, one per turn, in this order (tool ids `main-0`, …).
+    pub main: Vec<String>,
+    /// Subagents started after `main`, all in one message (one `Agent` tool call each, ids
+    /// `agent-0`, …); each runs its Bash commands in order (ids `sub0-0`, `sub0-1`, …).
+    pub subagents: Vec<Vec<String>>,
+    /// Sleep this long before answering the request that carries the result of `main[i]`.
+    pub pause_after: Option<(usize, Duration)>,
+}
+
+impl Script {
+    pub fn bash(commands: &[&str]) -> Script {
+        Script {
+            main: commands.iter().map(|c| c.to_string()).collect(),
+            ..Script::default()
+        }
+    }
+}
+
+/// A loopback HTTP/1.1 server answering like the Messages API. The model it plays runs
+/// its [`Script`] when offered tools, then gives `FINAL_TEXT`. Every other request gets a
+/// short text answer.
 pub struct Stub {
     addr: SocketAddr,
     pub state: Arc<Mutex<StubState>>,
 }
 
 impl Stub {
+    /// A model that runs one Bash command.
     pub fn start(tool_command: &str) -> Stub {
+        Stub::script(Script::bash(&[tool_command]))
+    }
+
+    pub fn script(script: Script) -> Stub {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
         let addr = listener.local_addr().unwrap();
         let state = Arc::new(Mutex::new(StubState::default()));
         let shared = Arc::clone(&state);
-        let command = tool_command.to_string();
+        let script = Arc::new(script);
         std::thread::spawn(move || {
             for stream in listener.incoming() {
                 let Ok(stream) = stream else { continue };
                 let state = Arc::clone(&shared);
-                let command = command.clone();
-                std::thread::spawn(move || serve_connection(stream, &state, &command));
+                let script = Arc::clone(&script);
+                std::thread::spawn(move || serve_connection(stream, &state, &script));
             }
         });
         Stub { addr, state }
@@ -425,6 +450,36 @@ impl Stub {
 
     pub fn log(&self) -> String {
         self.state.lock().unwrap().log.join("\n")
+    }
+
+    /// The tool result for the stub's call `id`, if it came back.
+    pub fn result(&self, id: &str) -> Option<Value> {
+        self.state.lock().unwrap().results.get(id).cloned()
+    }
+
+    /// Every tool result, for failure messages.
+    pub fn results_text(&self) -> String {
+        self.state
+            .lock()
+            .unwrap()
+            .results
+            .iter()
+            .map(|(id, v)| format!("{id}: {v}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+/// The text of a tool result, whether Claude Code sent a string or text blocks.
+pub fn result_text(result: &Value) -> String {
+    match &result["content"] {
+        Value::String(s) => s.clone(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter_map(|b| b["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        other => other.to_string(),
     }
 }
 
@@ -482,7 +537,7 @@ fn read_request(r: &mut BufReader<TcpStream>) -> Option<Request> {
     Some(Request { method, path, body })
 }
 
-fn serve_connection(stream: TcpStream, state: &Mutex<StubState>, command: &str) {
+fn serve_connection(stream: TcpStream, state: &Mutex<StubState>, script: &Script) {
     let _ = stream.set_read_timeout(Some(Duration::from_secs(300)));
     let mut writer = match stream.try_clone() {
         Ok(w) => w,
@@ -492,7 +547,7 @@ fn serve_connection(stream: TcpStream, state: &Mutex<StubState>, command: &str) 
     while let Some(req) = read_request(&mut reader) {
         let route = req.path.split('?').next().unwrap_or_default().to_string();
         let (status, content_type, body, note) = match (req.method.as_str(), route.as_str()) {
-            ("POST", "/v1/messages") => messages(&req.body, state, command),
+            ("POST", "/v1/messages") => messages(&req.body, state, script),
             ("POST", "/v1/messages/count_tokens") => (
                 200,
                 "application/json",
@@ -533,11 +588,16 @@ fn serve_connection(stream: TcpStream, state: &Mutex<StubState>, command: &str) 
     }
 }
 
+/// Marks the prompt of subagent `i`, so the stub knows whose request it answers.
+fn subagent_marker(i: usize) -> String {
+    format!("E2E-SUBAGENT-{i}:")
+}
+
 /// Answer POST /v1/messages; returns (status, content type, body, log note).
 fn messages(
     body: &[u8],
     state: &Mutex<StubState>,
-    command: &str,
+    script: &Script,
 ) -> (u16, &'static str, Vec<u8>, String) {
     let req: Value = match serde_json::from_slice(body) {
         Ok(v) => v,
@@ -552,44 +612,118 @@ fn messages(
             );
         }
     };
-    let offers_bash = req["tools"]
-        .as_array()
-        .is_some_and(|ts| ts.iter().any(|t| t["name"] == "Bash"));
-    let result = req["messages"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|m| m["content"].as_array())
-        .flatten()
-        .find(|b| b["type"] == "tool_result" && b["tool_use_id"] == TOOL_USE_ID)
-        .cloned();
-    let stream = req["stream"].as_bool().unwrap_or(false);
-    let (content, stop, note) = if let Some(result) = result {
+    let offers = |name: &str| {
+        req["tools"]
+            .as_array()
+            .is_some_and(|ts| ts.iter().any(|t| t["name"] == name))
+    };
+    let messages = req["messages"].as_array().cloned().unwrap_or_default();
+    // Results of the stub's own calls in this conversation, by id.
+    let mut seen = std::collections::BTreeSet::new();
+    {
         let mut s = state.lock().unwrap();
-        s.tool_results.push(result);
-        (
-            vec![json!({"type": "text", "text": FINAL_TEXT})],
-            "end_turn",
-            "final text after the tool result",
-        )
-    } else if offers_bash {
-        (
-            vec![json!({
-                "type": "tool_use",
-                "id": TOOL_USE_ID,
-                "name": "Bash",
-                "input": {"command": command, "description": "Check out the e2e task"}
-            })],
-            "tool_use",
-            "Bash tool_use",
-        )
-    } else {
-        (
+        for block in messages
+            .iter()
+            .filter_map(|m| m["content"].as_array())
+            .flatten()
+            .filter(|b| b["type"] == "tool_result")
+        {
+            let id = block["tool_use_id"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            seen.insert(id.clone());
+            s.results.entry(id).or_insert_with(|| block.clone());
+        }
+    }
+    // Whose conversation: a subagent's starts with its marker.
+    let first = messages
+        .first()
+        .map(|m| m["content"].to_string())
+        .unwrap_or_default();
+    let who = (0..script.subagents.len()).find(|&i| first.contains(&subagent_marker(i)));
+    let bash = |id: String, command: &str| {
+        json!({
+            "type": "tool_use",
+            "id": id,
+            "name": "Bash",
+            "input": {"command": command, "description": "tasklock (e2e)"}
+        })
+    };
+    let (content, stop, note): (Vec<Value>, &str, String) = match who {
+        Some(i) => {
+            match (0..script.subagents[i].len()).find(|&j| !seen.contains(&format!("sub{i}-{j}"))) {
+                Some(j) if offers("Bash") => (
+                    vec![bash(format!("sub{i}-{j}"), &script.subagents[i][j])],
+                    "tool_use",
+                    format!("subagent {i}: Bash {j}"),
+                ),
+                _ => (
+                    vec![json!({"type": "text", "text": format!("subagent {i} done")})],
+                    "end_turn",
+                    format!("subagent {i}: final text"),
+                ),
+            }
+        }
+        None if !offers("Bash") => (
             vec![json!({"type": "text", "text": "ok"})],
             "end_turn",
-            "plain text (no Bash tool offered)",
-        )
+            "plain text (no Bash tool offered)".into(),
+        ),
+        None => {
+            let next = (0..script.main.len()).find(|&j| !seen.contains(&format!("main-{j}")));
+            if let Some((after, pause)) = script.pause_after
+                && next.map_or(script.main.len(), |j| j) == after + 1
+                && seen.contains(&format!("main-{after}"))
+                && !state
+                    .lock()
+                    .unwrap()
+                    .log
+                    .iter()
+                    .any(|l| l.contains("paused"))
+            {
+                state
+                    .lock()
+                    .unwrap()
+                    .log
+                    .push(format!("paused {pause:?} after main-{after}"));
+                std::thread::sleep(pause);
+            }
+            match next {
+                Some(j) => (
+                    vec![bash(format!("main-{j}"), &script.main[j])],
+                    "tool_use",
+                    format!("Bash main-{j}"),
+                ),
+                None if !script.subagents.is_empty()
+                    && offers("Agent")
+                    && !seen.contains("agent-0") =>
+                {
+                    let calls = (0..script.subagents.len())
+                        .map(|i| {
+                            json!({
+                                "type": "tool_use",
+                                "id": format!("agent-{i}"),
+                                "name": "Agent",
+                                "input": {
+                                    "description": format!("e2e subagent {i}"),
+                                    "prompt": format!("{} run your tasklock commands", subagent_marker(i)),
+                                    "subagent_type": "general-purpose"
+                                }
+                            })
+                        })
+                        .collect();
+                    (calls, "tool_use", "Agent tool calls".into())
+                }
+                None => (
+                    vec![json!({"type": "text", "text": FINAL_TEXT})],
+                    "end_turn",
+                    "final text".into(),
+                ),
+            }
+        }
     };
+    let stream = req["stream"].as_bool().unwrap_or(false);
     state
         .lock()
         .unwrap()
@@ -744,30 +878,66 @@ pub struct Session {
 
 /// Run one headless session in `project` that is allowed to run `tasklock` commands.
 pub fn run_session(home: &Path, project: &Path, stub: &Stub, prompt: &str) -> Session {
-    let id = uuid();
     let mut cmd = claude_cmd(home, Some(stub));
-    cmd.current_dir(project).args([
-        "-p",
-        prompt,
-        "--session-id",
-        &id,
-        "--allowedTools",
-        "Bash(tasklock *)",
-        "--output-format",
-        "json",
-    ]);
+    // An untrusted directory: Claude Code ignores the project's permissions, so pass the
+    // rules `tasklock init` writes, as the README tells headless users to.
+    cmd.arg("--allowedTools").args(allowed_rules());
+    session(cmd, project, prompt)
+}
+
+/// A session in a project its user trusted (as after answering Claude Code's trust
+/// dialog): the permissions are exactly what `.claude/settings.json` says.
+pub fn run_trusted_session(home: &Path, project: &Path, stub: &Stub, prompt: &str) -> Session {
+    trust(home, project);
+    session(claude_cmd(home, Some(stub)), project, prompt)
+}
+
+/// Mark `project` trusted in `home/.claude.json`, as the trust dialog does.
+pub fn trust(home: &Path, project: &Path) {
+    let path = home.join(".claude.json");
+    let mut doc: Value = std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_else(|| json!({}));
+    let project = project.canonicalize().expect("the project exists");
+    doc["projects"][project.to_string_lossy().as_ref()]["hasTrustDialogAccepted"] = json!(true);
+    std::fs::write(&path, doc.to_string()).expect("write .claude.json");
+}
+
+/// The permission rules `tasklock init` writes.
+pub fn allowed_rules() -> Vec<String> {
+    let template: Value =
+        serde_json::from_str(include_str!("../../templates/claude-settings.json")).unwrap();
+    template["permissions"]["allow"]
+        .as_array()
+        .expect("the template allows rules")
+        .iter()
+        .map(|r| r.as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Did Claude Code refuse to run a command (rather than run it)?
+pub fn refused(result_text: &str) -> bool {
+    [
+        "requires approval",
+        "needs approval",
+        "can't be checked",
+        "has been denied",
+    ]
+    .iter()
+    .any(|n| result_text.contains(n))
+}
+
+fn session(mut cmd: Command, project: &Path, prompt: &str) -> Session {
+    let id = uuid();
+    cmd.current_dir(project)
+        .args(["-p", prompt, "--session-id", &id, "--output-format", "json"]);
     let running = Running::spawn(cmd, "claude -p (e2e session)");
     let pid = running.pid();
     // The child is not reaped before `wait`, so this works even if it already exited.
     let pid_start = start_time(pid);
     let out = running.wait(SESSION_TIMEOUT);
-    let context = || {
-        format!(
-            "{}\n--- API requests seen by the stub\n{}",
-            out.text(),
-            stub.log()
-        )
-    };
+    let context = || out.text();
     assert!(out.status.success(), "claude -p failed\n{}", context());
     let result: Value = serde_json::from_str(out.stdout.trim()).unwrap_or_else(|e| {
         panic!(
@@ -827,8 +997,7 @@ pub fn assert_session_lifecycle(session: &Session, project: &Path, stub: &Stub) 
         json!([]),
         "Claude Code denied a tool call\n{context}"
     );
-    let results = stub.state.lock().unwrap().tool_results.clone();
-    let result = results.first().unwrap_or_else(|| {
+    let result = stub.result("main-0").unwrap_or_else(|| {
         panic!("the stub never got the tool_result of its Bash call\n{context}")
     });
     // Claude Code marks a non-zero exit as an error: exit 0 means the checkout was granted.
