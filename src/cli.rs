@@ -143,7 +143,11 @@ pub enum Command {
         detach: bool,
     },
     /// Table of known agents: alive, stalled or dead
-    Agents,
+    Agents {
+        /// Every agent in the registry, not only live and recently ended ones
+        #[arg(long)]
+        all: bool,
+    },
     /// This agent's unread notifications (marked read unless --peek)
     Inbox {
         /// Leave the messages unread
