@@ -151,3 +151,26 @@ fn agents_dead_past_the_retention_are_forgotten_unless_they_wait_or_hold() {
         "forgetting an agent is not an audited event: {audit_events:?}"
     );
 }
+
+/// Forgetting agents is opportunistic: a listing never waits for a busy guard.
+#[test]
+fn a_busy_guard_delays_forgetting_but_not_the_listing() {
+    let mut e = Env::new();
+    beat(&mut e, "gone", 0);
+    e.at(&at(60 * 25));
+    let guard = std::fs::File::open(e.dir().join(".guard")).unwrap();
+    guard.lock().unwrap();
+    let start = std::time::Instant::now();
+    let r = e.run(None, &["agents", "--all", "--json"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    assert!(start.elapsed() < std::time::Duration::from_secs(2));
+    assert_eq!(r.stderr, "", "no waiting notice");
+    let j = r.json();
+    assert_eq!(j["pruned"], 0);
+    assert_eq!(ids(&j), ["gone"]);
+    assert_eq!(registry(&e), ["gone"]);
+    drop(guard);
+    let j = e.run(None, &["agents", "--all", "--json"]).json();
+    assert_eq!(j["pruned"], 1);
+    assert!(registry(&e).is_empty());
+}

@@ -147,9 +147,12 @@ fn expired(e: &AgentEntry, now: &Time, cfg: &crate::config::Config) -> bool {
 
 /// Remove the registry entries of `ids` that, judged again under the guard, are still
 /// dead past the retention, hold no checkout and wait in no queue (a waiter without an
-/// entry would count as alive). Returns the ids removed.
+/// entry would count as alive). Returns the ids removed. When another process holds the
+/// guard, nothing is removed: a later `agents` does it, and a listing never waits for it.
 fn prune(ctx: &Ctx, store: &FileStore, ids: &[String]) -> Result<BTreeSet<String>> {
-    let guard = store.lock()?;
+    let Some(guard) = store.try_lock()? else {
+        return Ok(BTreeSet::new());
+    };
     let cfg = ctx.config()?;
     let mut busy = BTreeSet::new();
     for (_, slot) in store.scan()? {

@@ -132,6 +132,16 @@ impl FileStore {
 
     /// Take the exclusive guard and sweep debris left by killed processes.
     pub fn lock(&self) -> Result<Guard> {
+        self.take_guard(true).map(|g| g.expect("waited for it"))
+    }
+
+    /// As [`FileStore::lock`], but `None` at once when another process holds the guard:
+    /// for work that can wait for another time (forgetting long-dead agents).
+    pub fn try_lock(&self) -> Result<Option<Guard>> {
+        self.take_guard(false)
+    }
+
+    fn take_guard(&self, wait: bool) -> Result<Option<Guard>> {
         let path = self.root.join(GUARD);
         let file = OpenOptions::new()
             .read(true)
@@ -142,7 +152,15 @@ impl FileStore {
             .mode(0o644)
             .open(&path)
             .map_err(|e| Error::io(&path, symlink_hint(e)))?;
-        let file = self.wait_for_guard(file, &path)?;
+        let file = if wait {
+            self.wait_for_guard(file, &path)?
+        } else {
+            match file.try_lock() {
+                Ok(()) => file,
+                Err(std::fs::TryLockError::WouldBlock) => return Ok(None),
+                Err(std::fs::TryLockError::Error(e)) => return Err(Error::io(&path, e)),
+            }
+        };
         // Never sweep or write through a directory swapped for a symlink; make a
         // missing one.
         for dir in [&self.keys, &self.tmp] {
@@ -153,7 +171,7 @@ impl FileStore {
             counter: None,
         };
         self.sweep_tmp(&guard)?;
-        Ok(guard)
+        Ok(Some(guard))
     }
 
     /// Lock `.guard`: at once when it is free (the common case); otherwise wait for it,
