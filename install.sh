@@ -18,6 +18,11 @@
 # CLAUDE.md). The binary still goes to the bin directory.
 #
 # The binary is replaced atomically (copied to a temporary name beside it, then renamed).
+# --dry-run builds too (writing only cargo's target directory), so that it can say whether
+# the installed binary is unchanged or would be replaced.
+# Claude Code loads every copy of a skill it finds, and runs a plugin's hooks beside the
+# project's: install.sh warns when the skills are also in ~/.claude/skills (--project) or
+# in the current project's .claude/skills (global), and when a tasklock plugin is enabled.
 # Running again is safe: files already up to date are left alone and reported unchanged.
 #
 # Receipt and uninstall: the receipt lists, one a line, every path this script installed
@@ -76,7 +81,8 @@ Options:
   --project          install the skills into ./.claude/skills (links into ./.agents/skills)
                      of the current directory and run `tasklock init` there
   --force            replace skill files and links that install.sh did not put there
-  --dry-run          print what would be done; change nothing
+  --dry-run          print what would be done; change nothing installed (it still
+                     builds, in cargo's target directory, to compare the binary)
   --uninstall        remove what the receipt lists (files changed since install are kept)
   -h, --help         show this help
 
@@ -420,8 +426,7 @@ if [ "$dry_run" = 1 ]; then
     say "Dry run: this is what ./install.sh would do; nothing is changed."
 fi
 
-# The binary. built=1: to be built in this dry run, so not comparable yet.
-built=0
+# The binary.
 if [ -z "$source_bin" ]; then
     # On glibc Linux the binary is linked statically: dynamic loading is a fifth of the
     # cost of a short command (docs/performance.md). --target keeps the flag off
@@ -435,31 +440,32 @@ if [ -z "$source_bin" ]; then
             export "$flags_var=-C target-feature=+crt-static"
             ;;
     esac
+    # A dry run builds too: only the cargo target directory is written, and without
+    # the fresh binary it could not honestly say whether the installed one would change.
     if [ "$dry_run" = 1 ]; then
-        say "  would build     cargo build --release --locked $target_args (in $here)"
-        built=1
+        say "Building (the dry run writes only cargo's target directory): cargo build --release --locked $target_args (in $here)"
     else
         say "Building: cargo build --release --locked $target_args (in $here)"
-        # shellcheck disable=SC2086 # target_args is empty or two words
-        (cd "$here" && cargo build --release --locked $target_args) || die "cargo build failed (output above)"
     fi
+    # shellcheck disable=SC2086 # target_args is empty or two words
+    (cd "$here" && cargo build --release --locked $target_args) || die "cargo build failed (output above)"
     target_dir=${CARGO_TARGET_DIR:-target}
     case $target_dir in /*) ;; *) target_dir=$here/$target_dir ;; esac
     source_bin=$target_dir/$release_dir/tasklock
-    [ "$dry_run" = 1 ] || [ -x "$source_bin" ] || die "the build did not produce $source_bin"
+    [ -x "$source_bin" ] || die "the build did not produce $source_bin"
 fi
 
 say "Binary:"
 bin=$bindir/tasklock
 ensure_dir "$bindir"
-if [ "$built" = 0 ] && [ -f "$bin" ] && [ ! -L "$bin" ] && cmp -s "$source_bin" "$bin"; then
+if [ -f "$bin" ] && [ ! -L "$bin" ] && cmp -s "$source_bin" "$bin"; then
     _was=$(receipt_sum "$bin")
     record bin "$(file_sum "$bin")" "$bin"
     if [ -n "$_was" ]; then item unchanged "$bin"; else item adopted "$bin" "(identical; now in the receipt)"; fi
 elif [ -d "$bin" ] && [ ! -L "$bin" ]; then
     die "$bin is a directory; move it and run again"
 else
-    if [ -e "$bin" ] || [ -L "$bin" ]; then action=updated; else action=installed; fi
+    if [ -e "$bin" ] || [ -L "$bin" ]; then action=replaced; else action=installed; fi
     if [ "$dry_run" = 0 ]; then
         copy_atomic "$source_bin" "$bin" 755
         record bin "$(file_sum "$bin")" "$bin"
@@ -525,6 +531,58 @@ if [ "$project" = 1 ]; then
     else
         say "  running         $bin init (in $project_root)"
         (cd "$project_root" && "$bin" init) || die "\`tasklock init\` failed (output above)"
+    fi
+fi
+
+# ---------------------------------------------------------------- loaded twice
+
+# Claude Code lists every skill it finds, in ~/.claude/skills, in the project's
+# .claude/skills and in enabled plugins; and runs the hooks of the project's settings
+# and of plugins alike. Say when this install makes something load twice.
+user_skills=$home/.claude/skills
+if [ "$project" = 1 ]; then
+    other_skills=$user_skills
+else
+    # The project around the current directory, if any (as for --project).
+    other_skills=''
+    root=$PWD
+    while [ "$root" != / ] && [ ! -e "$root/.git" ]; do root=$(dirname "$root"); done
+    [ -e "$root/.git" ] && other_skills=$root/.claude/skills
+fi
+if [ -n "$other_skills" ] && [ "$other_skills" != "$skills_dir" ]; then
+    twice=''
+    while IFS= read -r name; do
+        [ -n "$name" ] || continue
+        [ -f "$other_skills/$name/SKILL.md" ] && twice="$twice${twice:+, }$name"
+    done <<EOF
+$skills
+EOF
+    if [ -n "$twice" ]; then
+        if [ "$project" = 1 ]; then
+            warn "the skills $twice are also installed for your user in $other_skills: Claude Code lists each twice in the model's context. Keep one: ./install.sh --uninstall removes the global install (then run ./install.sh --project again)"
+        else
+            warn "the skills $twice are also in this project's $other_skills: Claude Code lists each twice in the model's context there. Keep one: delete the project's copies, or use only ./install.sh --project"
+        fi
+    fi
+fi
+
+# Is a tasklock plugin enabled for this user? enabledPlugins "tasklock@...": true in
+# ~/.claude/settings.json, or installed (plugins/installed_plugins.json) and not
+# disabled there.
+plugin=''
+user_settings=$home/.claude/settings.json
+installed_plugins=$home/.claude/plugins/installed_plugins.json
+if [ -f "$user_settings" ] && grep -Eq '"tasklock@[^"]*"[[:space:]]*:[[:space:]]*true' "$user_settings"; then
+    plugin=1
+elif [ -f "$installed_plugins" ] && grep -q '"tasklock@' "$installed_plugins" &&
+    ! { [ -f "$user_settings" ] && grep -Eq '"tasklock@[^"]*"[[:space:]]*:[[:space:]]*false' "$user_settings"; }; then
+    plugin=1
+fi
+if [ -n "$plugin" ]; then
+    if [ "$project" = 1 ]; then
+        warn "the tasklock plugin is enabled for your user and \`tasklock init\` wires the same hooks into this project: Claude Code runs each hook twice, and lists the skills twice. Use the plugin or --project, not both (/plugin disable tasklock@tasklock)"
+    else
+        warn "the tasklock plugin is enabled for your user and brings the same skills: Claude Code lists each twice. Use the plugin or install.sh, not both (/plugin disable tasklock@tasklock, or ./install.sh --uninstall)"
     fi
 fi
 

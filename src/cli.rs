@@ -49,6 +49,19 @@ fn duration(s: &str) -> Result<Duration, String> {
     crate::duration::parse(s)
 }
 
+/// The shortest `heartbeat --watch --interval`: below it the watcher only burns CPU.
+pub const MIN_WATCH_INTERVAL: Duration = Duration::from_secs(1);
+
+fn watch_interval(s: &str) -> Result<Duration, String> {
+    let d = duration(s)?;
+    if d < MIN_WATCH_INTERVAL {
+        return Err(format!(
+            "{s:?} is too short; the interval between beats is at least 1s"
+        ));
+    }
+    Ok(d)
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Atomically take KEY (re-checkout by the holder renews the lease)
@@ -124,8 +137,8 @@ pub enum Command {
         /// the calling shell
         #[arg(long)]
         watch: bool,
-        /// Time between beats with --watch (default from config.yaml: 60s)
-        #[arg(long, value_parser = duration, value_name = "DUR", requires = "watch")]
+        /// Time between beats with --watch, at least 1s (default from config.yaml: 60s)
+        #[arg(long, value_parser = watch_interval, value_name = "DUR", requires = "watch")]
         interval: Option<Duration>,
         /// With --watch: start the watcher in the background and return at once
         #[arg(long, requires = "watch")]
@@ -135,7 +148,11 @@ pub enum Command {
         after_beat: bool,
     },
     /// Table of known agents: alive, stalled or dead
-    Agents,
+    Agents {
+        /// Every agent in the registry, not only live and recently ended ones
+        #[arg(long)]
+        all: bool,
+    },
     /// This agent's unread notifications (marked read unless --peek)
     Inbox {
         /// Leave the messages unread

@@ -20,6 +20,11 @@ pub struct Config {
     pub audit_max_size: u64,
     /// How many rotated audit files (`audit.jsonl.1` …) are kept.
     pub audit_keep: usize,
+    /// A dead agent's registry entry is removed this long after its last sign of life
+    /// (when it holds nothing).
+    pub agent_retention: Duration,
+    /// How long a command waits for the `.guard` lock before giving up.
+    pub guard_timeout: Duration,
 }
 
 impl Default for Config {
@@ -33,6 +38,8 @@ impl Default for Config {
             max_hold: Duration::from_secs(8 * 3600),
             audit_max_size: 10 << 20,
             audit_keep: 3,
+            agent_retention: Duration::from_secs(24 * 3600),
+            guard_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -48,6 +55,8 @@ struct RawConfig {
     max_hold: Option<String>,
     audit_max_size: Option<String>,
     audit_keep: Option<usize>,
+    agent_retention: Option<String>,
+    guard_timeout: Option<String>,
 }
 
 impl Config {
@@ -94,6 +103,15 @@ impl Config {
         set(&mut c.dead_after, "dead_after", raw.dead_after)?;
         set(&mut c.handoff_grace, "handoff_grace", raw.handoff_grace)?;
         set(&mut c.max_hold, "max_hold", raw.max_hold)?;
+        set(
+            &mut c.agent_retention,
+            "agent_retention",
+            raw.agent_retention,
+        )?;
+        set(&mut c.guard_timeout, "guard_timeout", raw.guard_timeout)?;
+        if c.heartbeat_interval < crate::cli::MIN_WATCH_INTERVAL {
+            return Err("heartbeat_interval: at least 1s".into());
+        }
         if let Some(size) = raw.audit_max_size {
             c.audit_max_size = parse_size(&size).map_err(|e| format!("audit_max_size: {e}"))?;
         }
@@ -169,5 +187,18 @@ mod tests {
         assert!(e.contains("line"), "{e}");
         let e = Config::parse("lease: soon\n").unwrap_err();
         assert!(e.contains("lease"), "{e}");
+        let e = Config::parse("heartbeat_interval: 10ms\n").unwrap_err();
+        assert!(e.contains("heartbeat_interval"), "{e}");
+    }
+
+    #[test]
+    fn retention_and_guard_timeout() {
+        let d = Config::default();
+        assert_eq!(d.agent_retention, Duration::from_secs(24 * 3600));
+        assert_eq!(d.guard_timeout, Duration::from_secs(60));
+        let c = Config::parse("agent_retention: 2h\nguard_timeout: 5s\n").unwrap();
+        assert_eq!(c.agent_retention, Duration::from_secs(7200));
+        assert_eq!(c.guard_timeout, Duration::from_secs(5));
+        assert!(Config::parse("guard_timeout: soon\n").is_err());
     }
 }

@@ -173,7 +173,7 @@ fn execute(cli: Cli) -> Result<report::Report, Error> {
             after_beat,
             ..
         } => commands::watch::run(&ctx, status, pid, interval, detach, after_beat),
-        Command::Agents => commands::agents::run(&ctx),
+        Command::Agents { all } => commands::agents::run(&ctx, all),
         Command::Inbox { peek } => commands::inbox::run(&ctx, peek),
         Command::Init { dry_run } => commands::init::run(&ctx, dry_run),
         Command::Hook { .. } => unreachable!("handled before"),

@@ -293,6 +293,10 @@ pub struct AgentsReport {
     pub command: &'static str,
     pub now: Time,
     pub agents: Vec<AgentRow>,
+    /// Known agents left out of `agents` (dead for a while; `--all` shows them).
+    pub hidden: usize,
+    /// Registry entries of long-dead agents this command removed (`agent_retention`).
+    pub pruned: usize,
     pub ended: Vec<EndedCheckout>,
 }
 

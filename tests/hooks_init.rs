@@ -14,6 +14,8 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::{Value, json};
 
+use tasklock::commands::init::ALLOWED_RULES;
+
 const BIN: &str = env!("CARGO_BIN_EXE_tasklock");
 const INSTRUCTIONS: &str = include_str!("../templates/instructions.md");
 const SETTINGS_TEMPLATE: &str = include_str!("../templates/claude-settings.json");
@@ -810,11 +812,9 @@ fn init_merges_into_an_existing_project() {
     assert_eq!(after["env"], before["env"]);
     assert_eq!(after["permissions"]["deny"], before["permissions"]["deny"]);
     assert_eq!(keys(&after["permissions"]), ["deny", "allow"]);
-    let template: Value =
-        serde_json::from_str(include_str!("../templates/claude-settings.json")).unwrap();
-    let mut allow = vec![json!("Read")];
-    allow.extend(template["permissions"]["allow"].as_array().unwrap().clone());
-    assert_eq!(after["permissions"]["allow"], Value::Array(allow));
+    let mut allow = vec!["Read"];
+    allow.extend(ALLOWED_RULES);
+    assert_eq!(after["permissions"]["allow"], json!(allow));
     let post = after["hooks"]["PostToolUse"].as_array().unwrap();
     assert_eq!(
         post[0], before["hooks"]["PostToolUse"][0],
@@ -985,6 +985,148 @@ fn init_refuses_settings_that_are_not_json() {
         assert_eq!(read(&settings), bad, "settings.json untouched");
         assert!(!repo.join("CLAUDE.md").exists());
     }
+}
+
+/// Settings whose parts `init` writes to have the wrong type: refused, nothing written.
+#[test]
+fn init_refuses_wrongly_typed_hooks_and_permissions() {
+    let e = Env::new();
+    let repo = git_repo(&e.tmp.path().join("typed"));
+    let settings = repo.join(".claude/settings.json");
+    std::fs::create_dir_all(settings.parent().unwrap()).unwrap();
+    for (bad, path, kind) in [
+        (r#"{"hooks": []}"#, "`hooks`", "an array, not an object"),
+        (
+            r#"{"hooks": {"SessionStart": "x"}}"#,
+            "`hooks.SessionStart`",
+            "a string, not an array",
+        ),
+        (
+            r#"{"hooks": {"PostToolUse": [{"matcher": "*", "hooks": {}}]}}"#,
+            "`hooks.PostToolUse[0].hooks`",
+            "an object, not an array",
+        ),
+        (
+            r#"{"hooks": {"SessionEnd": [7]}}"#,
+            "`hooks.SessionEnd[0]`",
+            "a number, not an object",
+        ),
+        (
+            r#"{"permissions": ["Bash(ls)"]}"#,
+            "`permissions`",
+            "an array, not an object",
+        ),
+        (
+            r#"{"permissions": {"allow": "Bash(tasklock *)"}}"#,
+            "`permissions.allow`",
+            "a string, not an array",
+        ),
+    ] {
+        std::fs::write(&settings, bad).unwrap();
+        let r = init(&repo, &[]);
+        assert_eq!(r.code, 1, "{bad}: {}", r.text());
+        assert_eq!(r.stdout, "", "{}", r.text());
+        assert!(
+            r.stderr.contains(&p(&settings)) && r.stderr.contains(&format!("{path} is {kind}")),
+            "{bad}: {}",
+            r.text()
+        );
+        let r = init(&repo, &["--json"]);
+        assert_eq!(r.code, 1, "{}", r.text());
+        let j = r.json();
+        assert_eq!(j["error"]["kind"], "config", "{j}");
+        let msg = j["error"]["message"].as_str().unwrap();
+        assert!(msg.contains(path) && msg.contains(&p(&settings)), "{msg}");
+        assert_eq!(read(&settings), bad, "settings.json untouched");
+        assert!(!repo.join(".locks").exists(), "{bad}: no lock directory");
+        assert!(!repo.join("CLAUDE.md").exists(), "{bad}: no CLAUDE.md");
+    }
+    std::fs::write(&settings, r#"{"hooks": {"SessionStart": "x"}}"#).unwrap();
+    let r = init(&repo, &[]);
+    snap!(e, "init_wrong_type", r);
+}
+
+/// Hooks that call tasklock by path count as present; the old catch-all permission is
+/// replaced by one rule per subcommand, and the removal is reported with its reason.
+#[test]
+fn init_recognises_tasklock_by_path_and_replaces_the_catch_all_permission() {
+    let e = Env::new();
+    let repo = git_repo(&e.tmp.path().join("paths"));
+    let settings = repo.join(".claude/settings.json");
+    std::fs::create_dir_all(settings.parent().unwrap()).unwrap();
+    let before = json!({
+        "hooks": {
+            "SessionStart": [
+                {"hooks": [{"type": "command", "command": "/usr/local/bin/tasklock hook session-start"}]}
+            ],
+            "PostToolUse": [
+                {"matcher": "*", "hooks": [{"type": "command", "command": "\"$HOME/.local/bin/tasklock\" hook post-tool-use"}]}
+            ]
+        },
+        "permissions": {"allow": ["Read", "Bash(tasklock *)", "Bash(tasklock status *)"]}
+    });
+    std::fs::write(&settings, serde_json::to_string_pretty(&before).unwrap()).unwrap();
+    let r = init(&repo, &[]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    snap!(e, "init_replaces_catch_all_permission", r);
+    let after: Value = serde_json::from_str(&read(&settings)).unwrap();
+    assert_eq!(
+        after["hooks"]["SessionStart"],
+        before["hooks"]["SessionStart"]
+    );
+    assert_eq!(
+        after["hooks"]["PostToolUse"],
+        before["hooks"]["PostToolUse"]
+    );
+    for (event, command) in [
+        ("UserPromptSubmit", "tasklock hook user-prompt-submit"),
+        ("SessionEnd", "tasklock hook session-end"),
+    ] {
+        assert_eq!(count_hooks(&after, event, command), 1, "{event}");
+    }
+    let allow: Vec<&str> = after["permissions"]["allow"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert!(!allow.contains(&"Bash(tasklock *)"), "{allow:?}");
+    assert!(
+        !allow.iter().any(|r| r.contains("tasklock run")),
+        "{allow:?}"
+    );
+    assert_eq!(allow[..2], ["Read", "Bash(tasklock status *)"]);
+    let mut sorted_rules: Vec<&str> = allow[1..].to_vec();
+    sorted_rules.sort();
+    let mut expected: Vec<&str> = ALLOWED_RULES.to_vec();
+    expected.sort();
+    assert_eq!(sorted_rules, expected, "each rule once");
+
+    // JSON says the same; a second run changes nothing.
+    std::fs::write(&settings, serde_json::to_string_pretty(&before).unwrap()).unwrap();
+    let j = init(&repo, &["--json", "--dry-run"]).json();
+    let what: Vec<&str> = j["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["path"] == p(&settings))
+        .map(|c| c["what"].as_str().unwrap())
+        .collect();
+    assert_eq!(what.len(), 1);
+    assert!(
+        what[0].contains("removed permission Bash(tasklock *)")
+            && what[0].contains("runs any command"),
+        "{}",
+        what[0]
+    );
+    assert!(!what[0].contains("SessionStart"), "{}", what[0]);
+    init(&repo, &[]);
+    let r = init(&repo, &["--json"]);
+    assert!(
+        changes(&r.json()).iter().all(|(_, a)| a == "unchanged"),
+        "{}",
+        r.stdout
+    );
 }
 
 #[test]

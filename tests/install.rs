@@ -323,7 +323,7 @@ fn upgrade_replaces_the_binary_atomically() {
     cmd.env("TASKLOCK_INSTALL_BINARY", &newer);
     let out = exec(cmd);
     assert_eq!(out.code, 0, "{}", out.text());
-    assert!(out.stdout.contains("updated"), "{}", out.text());
+    assert!(out.stdout.contains("replaced"), "{}", out.text());
     assert_eq!(fs::read(&bin).unwrap(), bytes);
     assert_ne!(
         fs::metadata(&bin).unwrap().ino(),
@@ -372,6 +372,187 @@ fn dry_run_changes_nothing() {
     let out = home.ok(&["--uninstall", "--dry-run"]);
     assert!(out.stdout.contains("would remove"), "{}", out.text());
     assert_eq!(home.tree(), before, "uninstall --dry-run changes nothing");
+}
+
+/// A `cargo` that "builds" by copying `FAKE_BUILD_OUTPUT` to where cargo would put the
+/// binary (honouring `--target` and `CARGO_TARGET_DIR`), and logs its arguments.
+fn fake_cargo(dir: &Path) -> OsString {
+    fs::create_dir_all(dir).unwrap();
+    let script = dir.join("cargo");
+    fs::write(
+        &script,
+        r#"#!/bin/sh
+printf '%s\n' "$*" >>"$FAKE_CARGO_LOG"
+out=$CARGO_TARGET_DIR
+while [ $# -gt 0 ]; do
+    case $1 in --target) out=$out/$2; shift ;; esac
+    shift
+done
+mkdir -p "$out/release"
+cp "$FAKE_BUILD_OUTPUT" "$out/release/tasklock"
+"#,
+    )
+    .unwrap();
+    fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+    let mut path = OsString::from(dir);
+    path.push(":");
+    path.push(std::env::var_os("PATH").unwrap_or_default());
+    path
+}
+
+#[test]
+fn dry_run_builds_and_compares_the_binary() {
+    let home = Home::new();
+    home.ok(&[]);
+    let bin = home.join(".local/bin/tasklock");
+    let work = tempfile::tempdir().unwrap();
+    let path = fake_cargo(&work.path().join("shims"));
+    let log = work.path().join("cargo.log");
+    let target = work.path().join("target");
+    let dry = |output: &Path| {
+        let mut cmd = home.cmd(&["--dry-run"]);
+        cmd.env_remove("TASKLOCK_INSTALL_BINARY")
+            .env("PATH", &path)
+            .env("CARGO_TARGET_DIR", &target)
+            .env("FAKE_CARGO_LOG", &log)
+            .env("FAKE_BUILD_OUTPUT", output);
+        exec(cmd)
+    };
+    let before = home.tree();
+
+    // The same build as installed: unchanged, and it says it built.
+    let out = dry(Path::new(BIN));
+    assert_eq!(out.code, 0, "{}", out.text());
+    assert!(
+        out.stdout.contains("cargo build --release --locked"),
+        "{}",
+        out.text()
+    );
+    let line = out
+        .stdout
+        .lines()
+        .find(|l| l.ends_with(&bin.display().to_string()))
+        .unwrap_or_else(|| panic!("no line for the binary: {}", out.text()));
+    assert!(line.trim_start().starts_with("unchanged"), "{line}");
+    assert!(!out.stdout.contains("would replace"), "{}", out.text());
+    assert!(
+        fs::read_to_string(&log)
+            .unwrap()
+            .contains("build --release --locked"),
+        "cargo was run"
+    );
+
+    // Another build: would replace it; nothing installed changes.
+    let newer = work.path().join("newer");
+    let mut bytes = fs::read(BIN).unwrap();
+    bytes.extend_from_slice(b"\n# a newer build\n");
+    fs::write(&newer, &bytes).unwrap();
+    fs::set_permissions(&newer, fs::Permissions::from_mode(0o755)).unwrap();
+    let out = dry(&newer);
+    assert_eq!(out.code, 0, "{}", out.text());
+    let line = out
+        .stdout
+        .lines()
+        .find(|l| l.ends_with(&bin.display().to_string()))
+        .unwrap();
+    assert!(line.trim_start().starts_with("would replace"), "{line}");
+    assert!(
+        out.stdout.contains("Dry run: 1 to change"),
+        "{}",
+        out.text()
+    );
+    assert_eq!(home.tree(), before, "a dry run changed the install");
+    assert_eq!(fs::read(&bin).unwrap(), fs::read(BIN).unwrap());
+}
+
+/// A git repository at `path`, with `home` as HOME for git.
+fn git_project(home: &Home, path: &Path) {
+    fs::create_dir_all(path).unwrap();
+    let git = Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(path)
+        .env("HOME", home.path())
+        .status()
+        .expect("git");
+    assert!(git.success());
+}
+
+#[test]
+fn warns_when_skills_or_hooks_would_load_twice() {
+    let home = Home::new();
+    let project = home.join("proj");
+    git_project(&home, &project);
+    let warned = |out: &Out, needle: &str| {
+        assert_eq!(out.code, 0, "{}", out.text());
+        out.stderr.contains(needle)
+    };
+
+    // Global first: no warning. Then --project: the skills are in both places.
+    let out = home.ok(&[]);
+    assert!(!out.stderr.contains("twice"), "{}", out.text());
+    let mut cmd = home.cmd(&["--project"]);
+    cmd.current_dir(&project);
+    let out = exec(cmd);
+    assert!(
+        warned(&out, "also installed for your user")
+            && out.stderr.contains("checkout, checkouts, heartbeat")
+            && out.stderr.contains("lists each twice"),
+        "{}",
+        out.text()
+    );
+
+    // A global install from inside that project warns the other way round.
+    let mut cmd = home.cmd(&[]);
+    cmd.current_dir(project.join(".claude"));
+    let out = exec(cmd);
+    assert!(warned(&out, "also in this project's"), "{}", out.text());
+    // Not from elsewhere.
+    let out = home.ok(&[]);
+    assert!(!out.stderr.contains("twice"), "{}", out.text());
+
+    // The plugin enabled for the user: hooks twice with --project, skills twice globally.
+    fs::write(
+        home.join(".claude/settings.json"),
+        r#"{"enabledPlugins": {"tasklock@tasklock": true}}"#,
+    )
+    .unwrap();
+    let mut cmd = home.cmd(&["--project", "--dry-run"]);
+    cmd.current_dir(&project);
+    let out = exec(cmd);
+    assert!(
+        warned(&out, "tasklock plugin is enabled") && out.stderr.contains("each hook twice"),
+        "{}",
+        out.text()
+    );
+    let out = home.ok(&["--dry-run"]);
+    assert!(
+        out.stderr.contains("tasklock plugin is enabled")
+            && out.stderr.contains("brings the same skills"),
+        "{}",
+        out.text()
+    );
+    // Disabled: no plugin warning, even when installed.
+    fs::write(
+        home.join(".claude/settings.json"),
+        r#"{"enabledPlugins": {"tasklock@tasklock": false}}"#,
+    )
+    .unwrap();
+    fs::create_dir_all(home.join(".claude/plugins")).unwrap();
+    fs::write(
+        home.join(".claude/plugins/installed_plugins.json"),
+        r#"{"version": 2, "plugins": {"tasklock@tasklock": [{"scope": "user"}]}}"#,
+    )
+    .unwrap();
+    let out = home.ok(&["--dry-run"]);
+    assert!(!out.stderr.contains("plugin"), "{}", out.text());
+    // Installed and not disabled: enabled.
+    fs::remove_file(home.join(".claude/settings.json")).unwrap();
+    let out = home.ok(&["--dry-run"]);
+    assert!(
+        out.stderr.contains("tasklock plugin is enabled"),
+        "{}",
+        out.text()
+    );
 }
 
 #[test]

@@ -1192,7 +1192,9 @@ fn doctor_healthy() {
             "clock",
             "temp files",
             "skills",
-            "hooks"
+            "hooks",
+            "permissions",
+            "duplicates"
         ]
     );
     for c in j["checks"].as_array().unwrap() {
@@ -1378,6 +1380,179 @@ fn doctor_hooks() {
     std::fs::create_dir_all(&s.cwd).unwrap();
     let (_, j) = s.doctor(&e, Some("a"), &[]);
     assert_eq!(status_of(&j, "hooks"), "ok", "{j}");
+}
+
+/// Rewrite the project's `.claude/settings.json` with `edit`.
+fn edit_settings(s: &Setup, edit: impl FnOnce(&mut Value)) {
+    let path = s.cwd.join(".claude/settings.json");
+    let mut v: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    edit(&mut v);
+    std::fs::write(&path, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+}
+
+#[test]
+fn doctor_hooks_by_path_and_the_post_tool_use_matcher() {
+    let e = Env::new();
+    let s = Setup::good(&e);
+    // tasklock by absolute path, quoted or not, counts.
+    edit_settings(&s, |v| {
+        v["hooks"]["SessionStart"][0]["hooks"][0]["command"] =
+            "/usr/local/bin/tasklock hook session-start".into();
+        v["hooks"]["PostToolUse"][0]["hooks"][0]["command"] =
+            "\"$HOME/.local/bin/tasklock\" hook post-tool-use".into();
+    });
+    let (_, j) = s.doctor(&e, Some("a"), &[]);
+    assert_eq!(status_of(&j, "hooks"), "ok", "{j}");
+
+    // PostToolUse for Bash only: the session would stop beating during other tools.
+    edit_settings(&s, |v| {
+        v["hooks"]["PostToolUse"][0]["matcher"] = "Bash".into()
+    });
+    let (md, j) = s.doctor(&e, Some("a"), &[]);
+    assert_eq!(md.code, 0, "a warning: {}", md.text());
+    assert_eq!(status_of(&j, "hooks"), "warn", "{j}");
+    let d = detail_of(&j, "hooks");
+    assert!(d.contains("PostToolUse") && d.contains("`Bash`"), "{d}");
+    assert!(
+        check(&j, "hooks")["fix"]
+            .as_str()
+            .unwrap()
+            .contains("\"matcher\" to \"*\""),
+        "{j}"
+    );
+    // An empty matcher or none at all means every tool.
+    for m in [Value::from(""), Value::Null] {
+        edit_settings(&s, |v| {
+            if m.is_null() {
+                v["hooks"]["PostToolUse"][0]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("matcher");
+            } else {
+                v["hooks"]["PostToolUse"][0]["matcher"] = m.clone();
+            }
+        });
+        let (_, j) = s.doctor(&e, Some("a"), &[]);
+        assert_eq!(status_of(&j, "hooks"), "ok", "{m}: {j}");
+    }
+}
+
+#[test]
+fn doctor_warns_about_rules_that_allow_tasklock_run() {
+    let e = Env::new();
+    let s = Setup::good(&e);
+    let (_, j) = s.doctor(&e, Some("a"), &[]);
+    assert_eq!(status_of(&j, "permissions"), "ok", "{j}");
+    edit_settings(&s, |v| {
+        v["permissions"]["allow"]
+            .as_array_mut()
+            .unwrap()
+            .push("Bash(tasklock *)".into())
+    });
+    let (md, j) = s.doctor(&e, Some("a"), &[]);
+    assert_eq!(md.code, 0, "{}", md.text());
+    assert_eq!(status_of(&j, "permissions"), "warn");
+    let d = detail_of(&j, "permissions");
+    assert!(
+        d.contains("Bash(tasklock *)") && d.contains("settings.json"),
+        "{d}"
+    );
+    snap_doctor!(e, "doctor_permissions_warning", md);
+
+    // In settings.local.json too, and for `run` alone.
+    edit_settings(&s, |v| {
+        v["permissions"]["allow"]
+            .as_array_mut()
+            .unwrap()
+            .retain(|r| r != "Bash(tasklock *)")
+    });
+    std::fs::write(
+        s.cwd.join(".claude/settings.local.json"),
+        r#"{"permissions": {"allow": ["Bash(tasklock run *)"]}}"#,
+    )
+    .unwrap();
+    let (_, j) = s.doctor(&e, Some("a"), &[]);
+    assert_eq!(status_of(&j, "permissions"), "warn");
+    let d = detail_of(&j, "permissions");
+    assert!(
+        d.contains("Bash(tasklock run *)") && d.contains("settings.local.json"),
+        "{d}"
+    );
+}
+
+#[test]
+fn doctor_warns_about_skills_and_hooks_loaded_twice() {
+    let e = Env::new();
+    let s = Setup::good(&e);
+    let (_, j) = s.doctor(&e, Some("a"), &[]);
+    assert_eq!(status_of(&j, "duplicates"), "ok", "{j}");
+
+    // The same skills in the project as well as in HOME.
+    for name in ["checkout", "heartbeat"] {
+        let dir = s.cwd.join(".claude/skills").join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::copy(
+            s.home.join(".claude/skills").join(name).join("SKILL.md"),
+            dir.join("SKILL.md"),
+        )
+        .unwrap();
+    }
+    let (md, j) = s.doctor(&e, Some("a"), &[]);
+    assert_eq!(md.code, 0, "{}", md.text());
+    assert_eq!(status_of(&j, "duplicates"), "warn");
+    let d = detail_of(&j, "duplicates");
+    assert!(
+        d.contains("checkout, heartbeat") && d.contains("twice"),
+        "{d}"
+    );
+    assert!(!d.contains("plugin"), "{d}");
+    std::fs::remove_dir_all(s.cwd.join(".claude/skills")).unwrap();
+
+    // The plugin enabled for the user while the project has init's hooks.
+    let user_settings = s.home.join(".claude/settings.json");
+    std::fs::write(
+        &user_settings,
+        r#"{"enabledPlugins": {"tasklock@tasklock": true, "other@x": true}}"#,
+    )
+    .unwrap();
+    let (md, j) = s.doctor(&e, Some("a"), &[]);
+    assert_eq!(status_of(&j, "duplicates"), "warn", "{j}");
+    let d = detail_of(&j, "duplicates");
+    assert!(
+        d.contains("tasklock@tasklock") && d.contains("each hook twice"),
+        "{d}"
+    );
+    snap_doctor!(e, "doctor_plugin_and_init_hooks", md);
+
+    // Disabled: fine. Installed (installed_plugins.json) and not disabled: not fine.
+    std::fs::write(
+        &user_settings,
+        r#"{"enabledPlugins": {"tasklock@tasklock": false}}"#,
+    )
+    .unwrap();
+    let plugins = s.home.join(".claude/plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    std::fs::write(
+        plugins.join("installed_plugins.json"),
+        r#"{"version": 2, "plugins": {"tasklock@mine": [{"scope": "user"}]}}"#,
+    )
+    .unwrap();
+    let (_, j) = s.doctor(&e, Some("a"), &[]);
+    assert_eq!(status_of(&j, "duplicates"), "warn", "{j}");
+    assert!(detail_of(&j, "duplicates").contains("tasklock@mine"));
+    std::fs::write(
+        &user_settings,
+        r#"{"enabledPlugins": {"tasklock@tasklock": false, "tasklock@mine": false}}"#,
+    )
+    .unwrap();
+    let (_, j) = s.doctor(&e, Some("a"), &[]);
+    assert_eq!(status_of(&j, "duplicates"), "ok", "{j}");
+
+    // The plugin alone, in a project without init's hooks: fine too.
+    std::fs::remove_file(&user_settings).unwrap();
+    std::fs::remove_file(s.cwd.join(".claude/settings.json")).unwrap();
+    let (_, j) = s.doctor(&e, Some("a"), &[]);
+    assert_eq!(status_of(&j, "duplicates"), "ok", "{j}");
 }
 
 #[test]

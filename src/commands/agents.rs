@@ -1,16 +1,25 @@
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::{Ctx, Judge, auto_release};
+use crate::clock::Time;
 use crate::error::Result;
-use crate::liveness;
+use crate::liveness::{self, State};
 use crate::report::{AgentRow, AgentsReport, EndedCheckout, Report};
-use crate::store::Slot;
+use crate::store::{AgentEntry, FileStore, Slot};
 
-/// Every agent the registry knows, plus holders that never sent a heartbeat. Dead
-/// agents' checkouts are ended on the way, like every command that meets them.
-pub fn run(ctx: &Ctx) -> Result<Report> {
-    let mut rows = Vec::new();
+/// Without `--all`, dead agents are shown only if their last sign of life is this recent…
+pub const RECENT_DEAD_SECS: i64 = 3600;
+/// …and at most this many of them, the most recent first.
+pub const RECENT_DEAD_MAX: usize = 10;
+
+/// Known agents: the registry, plus holders that never sent a heartbeat. Dead agents'
+/// checkouts are ended on the way, like every command that meets them, and registry
+/// entries of agents dead for longer than `agent_retention` that hold nothing are
+/// removed. Without `all`, only live agents, holders and recently dead ones are listed.
+pub fn run(ctx: &Ctx, all: bool) -> Result<Report> {
+    let mut rows: Vec<(AgentRow, Option<Time>)> = Vec::new();
     let mut ended = Vec::new();
+    let mut pruned = 0;
     if let Some(store) = ctx.existing_store()? {
         let by = ctx.agent_id().ok();
         let mut judge = Judge::new(ctx, &store);
@@ -18,7 +27,7 @@ pub fn run(ctx: &Ctx) -> Result<Report> {
         let mut unregistered: BTreeMap<String, crate::store::Record> = BTreeMap::new();
         let mut to_end = Vec::new();
         // A renewal is a sign of life too, as when checkouts are judged.
-        let mut renewed: BTreeMap<String, crate::clock::Time> = BTreeMap::new();
+        let mut renewed: BTreeMap<String, Time> = BTreeMap::new();
         for (_, slot) in store.scan()? {
             let Slot::Held(r) = slot else { continue };
             if judge.reap_reason(&r)?.is_some() {
@@ -59,6 +68,7 @@ pub fn run(ctx: &Ctx) -> Result<Report> {
             }
         }
         let cfg = judge.config()?.clone();
+        let mut stale = Vec::new();
         for entry in store.scan_agents()? {
             let mut judged = entry.clone();
             if let (Some(beat), Some(r)) = (judged.last_heartbeat, renewed.get(&entry.id))
@@ -68,19 +78,104 @@ pub fn run(ctx: &Ctx) -> Result<Report> {
             }
             let j = liveness::judge_entry(&judged, &ctx.now, &cfg);
             let keys = held.remove(&entry.id).unwrap_or_default();
-            rows.push(AgentRow::new(&entry, j, keys));
+            if j.dead() && keys.is_empty() && expired(&entry, &ctx.now, &cfg) {
+                stale.push(entry.id.clone());
+            }
+            rows.push((AgentRow::new(&entry, j, keys), Some(last_sign(&judged))));
         }
         for (id, keys) in held {
             if let Some(r) = unregistered.get(&id) {
-                rows.push(AgentRow::unregistered(r, keys));
+                rows.push((AgentRow::unregistered(r, keys), None));
             }
         }
-        rows.sort_by(|a, b| a.id.cmp(&b.id));
+        if !stale.is_empty() {
+            let removed = prune(ctx, &store, &stale)?;
+            pruned = removed.len();
+            rows.retain(|(r, _)| !removed.contains(&r.id));
+        }
     }
+    // Alive, stalled, dead; then the most recent heartbeat first (never: last); then id.
+    let rank = |s: State| match s {
+        State::Alive => 0,
+        State::Stalled => 1,
+        State::Dead => 2,
+    };
+    rows.sort_by(|(a, _), (b, _)| {
+        rank(a.state)
+            .cmp(&rank(b.state))
+            .then_with(|| b.last_heartbeat.cmp(&a.last_heartbeat))
+            .then_with(|| a.id.cmp(&b.id))
+    });
+    let total = rows.len();
+    if !all {
+        // Dead agents are sorted among themselves by last heartbeat; the window is
+        // judged by the last sign of life (an end can come long after the last beat).
+        let since = ctx.now - chrono::Duration::seconds(RECENT_DEAD_SECS);
+        let mut dead_shown = 0;
+        rows.retain(|(row, sign)| {
+            if row.state != State::Dead || !row.checkouts.is_empty() {
+                return true;
+            }
+            let recent = sign.is_some_and(|t| t >= since) && dead_shown < RECENT_DEAD_MAX;
+            dead_shown += usize::from(recent);
+            recent
+        });
+    }
+    let agents: Vec<AgentRow> = rows.into_iter().map(|(r, _)| r).collect();
     Ok(Report::Agents(AgentsReport {
         command: "agents",
         now: ctx.now,
-        agents: rows,
+        hidden: total - agents.len(),
+        pruned,
+        agents,
         ended,
     }))
+}
+
+/// The last time an agent was heard of: its last beat, its end, or its first beat.
+fn last_sign(e: &AgentEntry) -> Time {
+    [e.last_heartbeat, e.ended_at]
+        .into_iter()
+        .flatten()
+        .fold(e.first_seen, Time::max)
+}
+
+/// Heard of last longer than `agent_retention` ago.
+fn expired(e: &AgentEntry, now: &Time, cfg: &crate::config::Config) -> bool {
+    *now - last_sign(e) >= crate::duration::to_chrono(cfg.agent_retention)
+}
+
+/// Remove the registry entries of `ids` that, judged again under the guard, are still
+/// dead past the retention, hold no checkout and wait in no queue (a waiter without an
+/// entry would count as alive). Returns the ids removed. When another process holds the
+/// guard, nothing is removed: a later `agents` does it, and a listing never waits for it.
+fn prune(ctx: &Ctx, store: &FileStore, ids: &[String]) -> Result<BTreeSet<String>> {
+    let Some(guard) = store.try_lock()? else {
+        return Ok(BTreeSet::new());
+    };
+    let cfg = ctx.config()?;
+    let mut busy = BTreeSet::new();
+    for (_, slot) in store.scan()? {
+        if let Slot::Held(r) = slot {
+            busy.insert(r.agent.id);
+        }
+    }
+    for q in store.scan_queues()? {
+        busy.extend(q.waiters.into_iter().map(|w| w.agent));
+        busy.extend(q.reservation.map(|r| r.agent));
+    }
+    let mut removed = BTreeSet::new();
+    for id in ids {
+        if busy.contains(id) {
+            continue;
+        }
+        let Some(entry) = store.read_agent(id)? else {
+            continue;
+        };
+        if liveness::judge_entry(&entry, &ctx.now, &cfg).dead() && expired(&entry, &ctx.now, &cfg) {
+            store.remove_agent(&guard, id)?;
+            removed.insert(id.clone());
+        }
+    }
+    Ok(removed)
 }

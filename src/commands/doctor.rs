@@ -185,9 +185,13 @@ pub fn run(ctx: &Ctx) -> Result<Report> {
         });
     }
 
-    // Skills and hooks.
-    checks.push(skills_check());
-    checks.push(hooks_check());
+    // Skills, hooks, permissions, and what is loaded twice.
+    let project = project_root();
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    checks.push(skills_check(&project, home.as_deref()));
+    checks.push(hooks_check(&project));
+    checks.push(permissions_check(&project));
+    checks.push(duplicates_check(&project, home.as_deref()));
 
     let healthy = !checks.iter().any(|c| c.status == "fail");
     Ok(Report::Doctor(DoctorReport {
@@ -247,11 +251,20 @@ fn fs_type(dir: &Path) -> Option<i64> {
 
 const SKILLS: [&str; 3] = ["checkout", "heartbeat", "checkouts"];
 
-fn skills_check() -> Check {
+/// The git worktree containing the working directory (where `.git` is), else it.
+fn project_root() -> PathBuf {
+    let cwd = std::env::current_dir().unwrap_or_default();
+    cwd.ancestors()
+        .find(|d| d.join(".git").exists())
+        .unwrap_or(&cwd)
+        .to_path_buf()
+}
+
+fn skills_check(project: &Path, home: Option<&Path>) -> Check {
     let version = env!("CARGO_PKG_VERSION");
-    let mut roots = vec![PathBuf::from(".claude/skills")];
-    if let Some(home) = std::env::var_os("HOME") {
-        roots.push(PathBuf::from(home).join(".claude/skills"));
+    let mut roots = vec![project.join(".claude/skills")];
+    if let Some(home) = home {
+        roots.push(home.join(".claude/skills"));
     }
     let mut missing = Vec::new();
     let mut stale = Vec::new();
@@ -303,30 +316,199 @@ fn skills_check() -> Check {
     }
 }
 
-fn hooks_check() -> Check {
-    let cwd = std::env::current_dir().unwrap_or_default();
-    let root = cwd
-        .ancestors()
-        .find(|d| d.join(".git").exists())
-        .unwrap_or(&cwd)
-        .to_path_buf();
-    let settings = root.join(".claude/settings.json");
-    let text = std::fs::read_to_string(&settings).unwrap_or_default();
-    let missing: Vec<&str> = super::hook::EVENTS
+/// A JSON settings file; `None` when absent or not JSON.
+fn read_json(path: &Path) -> Option<serde_json::Value> {
+    serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()
+}
+
+/// The project's Claude Code settings files that exist: shared, then local.
+fn project_settings(project: &Path) -> Vec<(PathBuf, serde_json::Value)> {
+    ["settings.json", "settings.local.json"]
         .iter()
-        .filter(|e| !text.contains(&format!("tasklock hook {e}")))
-        .copied()
-        .collect();
-    if missing.is_empty() {
-        ok(
-            "hooks",
-            format!("{} wires all four hooks", settings.display()),
-        )
-    } else {
+        .map(|f| project.join(".claude").join(f))
+        .filter_map(|p| read_json(&p).map(|v| (p, v)))
+        .collect()
+}
+
+/// The matchers of the hook groups of `event` that run `tasklock hook HOOK_EVENT`
+/// (`None`: no matcher).
+fn tasklock_groups(
+    settings: &serde_json::Value,
+    event: &str,
+    hook_event: &str,
+) -> Vec<Option<String>> {
+    settings["hooks"][event]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|g| {
+            g["hooks"].as_array().is_some_and(|hs| {
+                hs.iter().any(|h| {
+                    h["command"]
+                        .as_str()
+                        .is_some_and(|c| super::init::calls_tasklock_hook(c, hook_event))
+                })
+            })
+        })
+        .map(|g| g["matcher"].as_str().map(str::to_string))
+        .collect()
+}
+
+fn hooks_check(project: &Path) -> Check {
+    let settings = project.join(".claude/settings.json");
+    let files = project_settings(project);
+    let mut missing = Vec::new();
+    let mut narrow = Vec::new();
+    for (event, hook_event) in super::init::HOOK_EVENTS {
+        let matchers: Vec<Option<String>> = files
+            .iter()
+            .flat_map(|(_, v)| tasklock_groups(v, event, hook_event))
+            .collect();
+        if matchers.is_empty() {
+            missing.push(hook_event);
+        } else if event == "PostToolUse"
+            && !matchers
+                .iter()
+                .any(|m| matches!(m.as_deref(), None | Some("") | Some("*")))
+        {
+            narrow.extend(matchers.into_iter().flatten());
+        }
+    }
+    if !missing.is_empty() {
         warn(
             "hooks",
             format!("{} lacks: {}", settings.display(), missing.join(", ")),
             Some("run `tasklock init` in the project".into()),
         )
+    } else if !narrow.is_empty() {
+        warn(
+            "hooks",
+            format!(
+                "the PostToolUse hook runs tasklock only after tools matching {}, so the session stops beating while it uses other tools",
+                narrow
+                    .iter()
+                    .map(|m| format!("`{m}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            Some(format!(
+                "set its \"matcher\" to \"*\" in {}",
+                settings.display()
+            )),
+        )
+    } else {
+        ok(
+            "hooks",
+            format!("{} wires all four hooks", settings.display()),
+        )
+    }
+}
+
+/// Warn about rules that pre-approve `tasklock run`, which runs any command.
+fn permissions_check(project: &Path) -> Check {
+    let mut found = Vec::new();
+    for (path, v) in project_settings(project) {
+        for rule in v["permissions"]["allow"].as_array().into_iter().flatten() {
+            if let Some(r) = rule.as_str()
+                && super::init::RUN_RULES.contains(&r)
+            {
+                found.push(format!("{r} in {}", path.display()));
+            }
+        }
+    }
+    if found.is_empty() {
+        ok(
+            "permissions",
+            "no rule pre-approves `tasklock run` (which runs any command)".into(),
+        )
+    } else {
+        warn(
+            "permissions",
+            format!(
+                "{} pre-approves `tasklock run KEY -- CMD`, so any command at all",
+                found.join("; ")
+            ),
+            Some(
+                "remove the rule; `tasklock init` allows each subcommand but run, init and hook instead"
+                    .into(),
+            ),
+        )
+    }
+}
+
+/// The tasklock plugins Claude Code loads for this user: enabled in `enabledPlugins`, or
+/// installed (`plugins/installed_plugins.json`) and not disabled there.
+fn tasklock_plugins(home: &Path) -> Vec<String> {
+    let settings = read_json(&home.join(".claude/settings.json"));
+    let enabled = settings
+        .as_ref()
+        .and_then(|s| s["enabledPlugins"].as_object().cloned())
+        .unwrap_or_default();
+    let installed = read_json(&home.join(".claude/plugins/installed_plugins.json"));
+    let installed = installed
+        .as_ref()
+        .and_then(|i| i["plugins"].as_object().cloned())
+        .unwrap_or_default();
+    let mut out: Vec<String> = enabled
+        .iter()
+        .filter(|(k, v)| k.starts_with("tasklock@") && v.as_bool() == Some(true))
+        .map(|(k, _)| k.clone())
+        .collect();
+    for k in installed.keys() {
+        if k.starts_with("tasklock@")
+            && enabled.get(k).and_then(|v| v.as_bool()) != Some(false)
+            && !out.contains(k)
+        {
+            out.push(k.clone());
+        }
+    }
+    out
+}
+
+/// Skills installed both for the user and in the project are listed twice in the
+/// model's context; the plugin plus `init`'s hooks run every hook twice.
+fn duplicates_check(project: &Path, home: Option<&Path>) -> Check {
+    let Some(home) = home else {
+        return ok("duplicates", "no HOME, nothing to compare".into());
+    };
+    let mut problems = Vec::new();
+    let mut fixes = Vec::new();
+    let user_skills = home.join(".claude/skills");
+    let project_skills = project.join(".claude/skills");
+    let twice: Vec<&str> = SKILLS
+        .iter()
+        .filter(|n| {
+            user_skills.join(n).join("SKILL.md").is_file()
+                && project_skills.join(n).join("SKILL.md").is_file()
+        })
+        .copied()
+        .collect();
+    if !twice.is_empty() && user_skills != project_skills {
+        problems.push(format!(
+            "skills {} are in both {} and {}: the model sees each twice",
+            twice.join(", "),
+            user_skills.display(),
+            project_skills.display()
+        ));
+        fixes.push("keep one copy: `./install.sh --uninstall` removes the global one, or delete the project's");
+    }
+    let plugins = tasklock_plugins(home);
+    let hooked = project_settings(project).iter().any(|(_, v)| {
+        super::init::HOOK_EVENTS
+            .iter()
+            .any(|(event, hook_event)| !tasklock_groups(v, event, hook_event).is_empty())
+    });
+    if !plugins.is_empty() && hooked {
+        problems.push(format!(
+            "the plugin {} is enabled and {} also wires tasklock's hooks: Claude Code runs each hook twice",
+            plugins.join(", "),
+            project.join(".claude").display()
+        ));
+        fixes.push("use the plugin or `tasklock init`'s hooks, not both: `/plugin disable` it, or remove the tasklock hooks from the project's settings");
+    }
+    if problems.is_empty() {
+        ok("duplicates", "skills and hooks are each loaded once".into())
+    } else {
+        warn("duplicates", problems.join("; "), Some(fixes.join("; ")))
     }
 }

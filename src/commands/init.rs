@@ -14,6 +14,52 @@ const INSTRUCTIONS: &str = include_str!("../../templates/instructions.md");
 const CONFIG_TEMPLATE: &str = include_str!("../../templates/config.yaml");
 const MARKER: &str = "<!-- tasklock:begin -->";
 
+/// The `permissions.allow` rules `init` writes: one per subcommand that cannot run an
+/// arbitrary command. Not `run` (it runs any command), `init` or `hook`. Each form
+/// `Bash(tasklock SUB *)` matches the bare command and the command with arguments.
+/// `templates/claude-settings.json` lists exactly these.
+pub const ALLOWED_RULES: &[&str] = &[
+    "Bash(tasklock checkout *)",
+    "Bash(tasklock release *)",
+    "Bash(tasklock renew *)",
+    "Bash(tasklock status *)",
+    "Bash(tasklock list *)",
+    "Bash(tasklock verify *)",
+    "Bash(tasklock note *)",
+    "Bash(tasklock heartbeat *)",
+    "Bash(tasklock agents *)",
+    "Bash(tasklock inbox *)",
+    "Bash(tasklock why *)",
+    "Bash(tasklock audit *)",
+    "Bash(tasklock doctor *)",
+    "Bash(tasklock freeze *)",
+    "Bash(tasklock unfreeze *)",
+    "Bash(tasklock --version)",
+];
+
+/// The rule older versions of `init` wrote. It pre-approves `tasklock run KEY -- CMD`,
+/// so any command at all; `init` removes it.
+pub const LEGACY_RULE: &str = "Bash(tasklock *)";
+
+/// Rules that pre-approve `tasklock run` (so any command); `doctor` warns about them.
+pub const RUN_RULES: &[&str] = &[
+    "Bash(tasklock *)",
+    "Bash(tasklock:*)",
+    "Bash(tasklock run *)",
+    "Bash(tasklock run:*)",
+];
+
+/// Claude Code's hook events and the `tasklock hook` event wired to each.
+pub const HOOK_EVENTS: [(&str, &str); 7] = [
+    ("SessionStart", "session-start"),
+    ("UserPromptSubmit", "user-prompt-submit"),
+    ("PreToolUse", "pre-tool-use"),
+    ("PostToolUse", "post-tool-use"),
+    ("SubagentStart", "subagent-start"),
+    ("SubagentStop", "subagent-stop"),
+    ("SessionEnd", "session-end"),
+];
+
 pub fn run(ctx: &Ctx, dry_run: bool) -> Result<Report> {
     let cwd = std::env::current_dir().map_err(|e| Error::io(".", e))?;
     let project = project_root(&cwd);
@@ -31,6 +77,14 @@ pub fn run(ctx: &Ctx, dry_run: bool) -> Result<Report> {
                 return Err(Error::Config {
                     path: settings.clone(),
                     message: "the top level is not a JSON object".into(),
+                });
+            }
+            if let Err(problem) = check_types(&doc) {
+                return Err(Error::Config {
+                    path: settings.clone(),
+                    message: format!(
+                        "{problem}; fix it and run `tasklock init` again (nothing was changed)"
+                    ),
                 });
             }
             (Some(text), doc)
@@ -61,10 +115,14 @@ pub fn run(ctx: &Ctx, dry_run: bool) -> Result<Report> {
         changes.push(change(&config, "created", "commented default settings"));
     }
 
-    // Claude Code hooks and the permission to run tasklock, merged into settings.json.
-    let added = merge_settings(&mut doc);
-    if added.is_empty() {
-        changes.push(change(&settings, "unchanged", "hooks already wired"));
+    // Claude Code hooks and the permissions to run tasklock, merged into settings.json.
+    let merged = merge_settings(&mut doc);
+    if merged.is_empty() {
+        changes.push(change(
+            &settings,
+            "unchanged",
+            "hooks and permissions already in place",
+        ));
     } else {
         if !dry_run {
             std::fs::create_dir_all(settings.parent().expect("has a parent"))
@@ -78,11 +136,7 @@ pub fn run(ctx: &Ctx, dry_run: bool) -> Result<Report> {
         } else {
             "created"
         };
-        changes.push(change(
-            &settings,
-            action,
-            &format!("added {}", added.join(", ")),
-        ));
+        changes.push(change(&settings, action, &merged.describe()));
     }
 
     // The coordination protocol for the agents' instructions.
@@ -151,56 +205,189 @@ fn project_root(cwd: &Path) -> PathBuf {
         .to_path_buf()
 }
 
-/// Add our hooks and permission where missing; returns what was added.
-fn merge_settings(doc: &mut Value) -> Vec<String> {
-    let template: Value = serde_json::from_str(SETTINGS_TEMPLATE).expect("the template is JSON");
-    let mut added = Vec::new();
-    let root = doc.as_object_mut().expect("checked to be an object");
-    let hooks = root
-        .entry("hooks")
-        .or_insert_with(|| Value::Object(Default::default()));
-    if !hooks.is_object() {
-        *hooks = Value::Object(Default::default());
+/// What `merge_settings` changed.
+#[derive(Default)]
+struct Merged {
+    hooks: Vec<String>,
+    rules: Vec<String>,
+    removed: Vec<String>,
+}
+
+impl Merged {
+    fn is_empty(&self) -> bool {
+        self.hooks.is_empty() && self.rules.is_empty() && self.removed.is_empty()
     }
-    let hooks = hooks.as_object_mut().expect("an object");
-    for (event, groups) in template["hooks"].as_object().expect("template hooks") {
-        let command = groups[0]["hooks"][0]["command"]
-            .as_str()
-            .expect("a command");
-        let list = hooks
-            .entry(event.clone())
-            .or_insert_with(|| Value::Array(Vec::new()));
-        if !list.is_array() {
-            *list = Value::Array(Vec::new());
+
+    fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if !self.hooks.is_empty() {
+            parts.push(format!("added hooks {}", self.hooks.join(", ")));
         }
-        let list = list.as_array_mut().expect("an array");
-        let present = list.iter().any(|g| {
-            g["hooks"]
-                .as_array()
-                .is_some_and(|hs| hs.iter().any(|h| h["command"].as_str() == Some(command)))
-        });
-        if !present {
-            list.push(groups[0].clone());
-            added.push(format!("{event} hook"));
+        if self.rules.len() > 3 {
+            parts.push(format!(
+                "added {} permissions `Bash(tasklock SUBCOMMAND *)` (every subcommand but run, init and hook)",
+                self.rules.len()
+            ));
+        } else if !self.rules.is_empty() {
+            parts.push(format!("added permissions {}", self.rules.join(", ")));
+        }
+        for rule in &self.removed {
+            parts.push(format!(
+                "removed permission {rule}: it pre-approved `tasklock run`, which runs any command"
+            ));
+        }
+        parts.join("; ")
+    }
+}
+
+/// Does `command` run `tasklock hook EVENT`, by name or by a path ending in
+/// `/tasklock` (quoted or not, like `"$HOME/.local/bin/tasklock" hook post-tool-use`)?
+pub fn calls_tasklock_hook(command: &str, event: &str) -> bool {
+    let words = shell_words(command);
+    let [program, hook, ev] = words.as_slice() else {
+        return false;
+    };
+    (program == "tasklock" || program.ends_with("/tasklock")) && hook == "hook" && ev == event
+}
+
+/// Split a command line into words: whitespace separates, quotes group (and go away).
+fn shell_words(s: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut cur = String::new();
+    let mut in_word = false;
+    let mut quote: Option<char> = None;
+    for c in s.chars() {
+        match quote {
+            Some(q) if c == q => quote = None,
+            Some(_) => cur.push(c),
+            None if c == '\'' || c == '"' => {
+                quote = Some(c);
+                in_word = true;
+            }
+            None if c.is_whitespace() => {
+                if in_word {
+                    words.push(std::mem::take(&mut cur));
+                    in_word = false;
+                }
+            }
+            None => {
+                cur.push(c);
+                in_word = true;
+            }
         }
     }
-    let perms = root
-        .entry("permissions")
-        .or_insert_with(|| Value::Object(Default::default()));
-    if let Some(perms) = perms.as_object_mut() {
-        let allow = perms
-            .entry("allow")
-            .or_insert_with(|| Value::Array(Vec::new()));
-        if let Some(allow) = allow.as_array_mut() {
-            for rule in template["permissions"]["allow"].as_array().expect("rules") {
-                if !allow.contains(rule) {
-                    allow.push(rule.clone());
-                    added.push(format!("permission {}", rule.as_str().unwrap_or_default()));
+    if in_word {
+        words.push(cur);
+    }
+    words
+}
+
+/// "an array", "a string"…: what a JSON value is, for messages.
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Refuse settings whose parts `init` writes to have the wrong type, naming the JSON
+/// path: rather than replace or skip them, `init` changes nothing.
+fn check_types(doc: &Value) -> std::result::Result<(), String> {
+    let wrong =
+        |path: &str, v: &Value, want: &str| Err(format!("`{path}` is {}, not {want}", kind(v)));
+    if let Some(hooks) = doc.get("hooks") {
+        let Some(hooks) = hooks.as_object() else {
+            return wrong("hooks", hooks, "an object");
+        };
+        for (event, _) in HOOK_EVENTS {
+            let Some(groups) = hooks.get(event) else {
+                continue;
+            };
+            let Some(groups) = groups.as_array() else {
+                return wrong(&format!("hooks.{event}"), groups, "an array");
+            };
+            for (i, group) in groups.iter().enumerate() {
+                let Some(group) = group.as_object() else {
+                    return wrong(&format!("hooks.{event}[{i}]"), group, "an object");
+                };
+                if let Some(list) = group.get("hooks")
+                    && !list.is_array()
+                {
+                    return wrong(&format!("hooks.{event}[{i}].hooks"), list, "an array");
                 }
             }
         }
     }
-    added
+    if let Some(perms) = doc.get("permissions") {
+        let Some(perms) = perms.as_object() else {
+            return wrong("permissions", perms, "an object");
+        };
+        if let Some(allow) = perms.get("allow")
+            && !allow.is_array()
+        {
+            return wrong("permissions.allow", allow, "an array");
+        }
+    }
+    Ok(())
+}
+
+/// Add our hooks and permissions where missing and drop the legacy rule; the types were
+/// checked by `check_types`.
+fn merge_settings(doc: &mut Value) -> Merged {
+    let template: Value = serde_json::from_str(SETTINGS_TEMPLATE).expect("the template is JSON");
+    let mut merged = Merged::default();
+    let root = doc.as_object_mut().expect("checked to be an object");
+    let hooks = root
+        .entry("hooks")
+        .or_insert_with(|| Value::Object(Default::default()))
+        .as_object_mut()
+        .expect("checked to be an object");
+    for (event, hook_event) in HOOK_EVENTS {
+        let group = &template["hooks"][event][0];
+        let list = hooks
+            .entry(event)
+            .or_insert_with(|| Value::Array(Vec::new()))
+            .as_array_mut()
+            .expect("checked to be an array");
+        let present = list.iter().any(|g| {
+            g["hooks"].as_array().is_some_and(|hs| {
+                hs.iter().any(|h| {
+                    h["command"]
+                        .as_str()
+                        .is_some_and(|c| calls_tasklock_hook(c, hook_event))
+                })
+            })
+        });
+        if !present {
+            list.push(group.clone());
+            merged.hooks.push(event.to_string());
+        }
+    }
+    let allow = root
+        .entry("permissions")
+        .or_insert_with(|| Value::Object(Default::default()))
+        .as_object_mut()
+        .expect("checked to be an object")
+        .entry("allow")
+        .or_insert_with(|| Value::Array(Vec::new()))
+        .as_array_mut()
+        .expect("checked to be an array");
+    let before = allow.len();
+    allow.retain(|r| r.as_str() != Some(LEGACY_RULE));
+    if allow.len() != before {
+        merged.removed.push(LEGACY_RULE.to_string());
+    }
+    for rule in ALLOWED_RULES {
+        if !allow.iter().any(|r| r.as_str() == Some(rule)) {
+            allow.push(Value::String(rule.to_string()));
+            merged.rules.push(rule.to_string());
+        }
+    }
+    merged
 }
 
 fn write_new(path: &Path, text: &str) -> Result<()> {
@@ -224,4 +411,65 @@ fn write_atomic(path: &Path, text: &str) -> Result<()> {
         let _ = std::fs::remove_file(&tmp);
         Error::io(path, e)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_template_allows_exactly_the_allowed_rules() {
+        let template: Value = serde_json::from_str(SETTINGS_TEMPLATE).unwrap();
+        let allow: Vec<&str> = template["permissions"]["allow"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        assert_eq!(allow, ALLOWED_RULES);
+        for rule in ALLOWED_RULES {
+            assert!(!RUN_RULES.contains(rule), "{rule}");
+            for bad in [" run", " init", " hook"] {
+                assert!(!rule.contains(bad), "{rule}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_template_wires_each_event_to_its_hook() {
+        let template: Value = serde_json::from_str(SETTINGS_TEMPLATE).unwrap();
+        for (event, hook_event) in HOOK_EVENTS {
+            let c = template["hooks"][event][0]["hooks"][0]["command"]
+                .as_str()
+                .unwrap();
+            assert!(calls_tasklock_hook(c, hook_event), "{event}: {c}");
+        }
+        assert_eq!(
+            HOOK_EVENTS.map(|(_, e)| e),
+            crate::commands::hook::EVENTS,
+            "the same events as `tasklock hook` takes"
+        );
+    }
+
+    #[test]
+    fn hook_commands_by_name_or_path() {
+        for yes in [
+            "tasklock hook session-start",
+            "/usr/local/bin/tasklock hook session-start",
+            "\"$HOME/.local/bin/tasklock\" hook session-start",
+            "'/opt/my tools/tasklock'  hook   session-start",
+        ] {
+            assert!(calls_tasklock_hook(yes, "session-start"), "{yes}");
+        }
+        for no in [
+            "tasklock hook session-end",
+            "tasklock hook session-start --verbose",
+            "mytasklock hook session-start",
+            "echo tasklock hook session-start",
+            "/usr/bin/tasklock-old hook session-start",
+            "",
+        ] {
+            assert!(!calls_tasklock_hook(no, "session-start"), "{no}");
+        }
+    }
 }

@@ -769,11 +769,16 @@ fn label(id: &str, name: Option<&str>) -> String {
 fn agents(r: &AgentsReport) -> String {
     let mut out = String::new();
     if r.agents.is_empty() {
-        out.push_str("No known agents.\n");
+        out.push_str(if r.hidden > 0 {
+            "No live or recently ended agents.\n"
+        } else {
+            "No known agents.\n"
+        });
         if !r.ended.is_empty() {
             out.push('\n');
             ended_lines(&mut out, &r.ended);
         }
+        agents_hidden(&mut out, r);
         return out;
     }
     let count = |s: State| r.agents.iter().filter(|a| a.state == s).count();
@@ -805,8 +810,29 @@ fn agents(r: &AgentsReport) -> String {
         out.push('\n');
         ended_lines(&mut out, &r.ended);
     }
+    agents_hidden(&mut out, r);
     out.push_str("\nStalled: no heartbeat for a while, checkouts kept. Dead: process gone or silent too long; its checkouts are released by the next command that meets them.\n");
     out
+}
+
+/// How many agents `agents` left out, and how many long-dead ones it forgot.
+fn agents_hidden(out: &mut String, r: &AgentsReport) {
+    if r.hidden > 0 {
+        let _ = writeln!(
+            out,
+            "\n{} older dead agent{} not shown; `tasklock agents --all` lists every known agent.",
+            r.hidden,
+            if r.hidden == 1 { "" } else { "s" }
+        );
+    }
+    if r.pruned > 0 {
+        let _ = writeln!(
+            out,
+            "\nForgot {} agent{} dead for longer than agent_retention (config.yaml, default 24h): registry entry removed.",
+            r.pruned,
+            if r.pruned == 1 { "" } else { "s" }
+        );
+    }
 }
 
 fn note(r: &NoteReport) -> String {

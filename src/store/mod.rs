@@ -38,6 +38,8 @@ pub use registry::{AgentEntry, Note};
 pub const MAX_RECORD_BYTES: u64 = 1 << 20;
 
 const GUARD: &str = ".guard";
+/// How long a command waits for a busy guard before saying so on stderr.
+pub const GUARD_NOTICE_AFTER: std::time::Duration = std::time::Duration::from_secs(2);
 const KEYS: &str = "keys";
 const TMP: &str = "tmp";
 pub const AUDIT: &str = "audit.jsonl";
@@ -132,6 +134,16 @@ impl FileStore {
 
     /// Take the exclusive guard and sweep debris left by killed processes.
     pub fn lock(&self) -> Result<Guard> {
+        self.take_guard(true).map(|g| g.expect("waited for it"))
+    }
+
+    /// As [`FileStore::lock`], but `None` at once when another process holds the guard:
+    /// for work that can wait for another time (forgetting long-dead agents).
+    pub fn try_lock(&self) -> Result<Option<Guard>> {
+        self.take_guard(false)
+    }
+
+    fn take_guard(&self, wait: bool) -> Result<Option<Guard>> {
         let path = self.root.join(GUARD);
         let file = OpenOptions::new()
             .read(true)
@@ -142,7 +154,15 @@ impl FileStore {
             .mode(0o644)
             .open(&path)
             .map_err(|e| Error::io(&path, symlink_hint(e)))?;
-        file.lock().map_err(|e| Error::io(&path, e))?;
+        let file = if wait {
+            self.wait_for_guard(file, &path)?
+        } else {
+            match file.try_lock() {
+                Ok(()) => file,
+                Err(std::fs::TryLockError::WouldBlock) => return Ok(None),
+                Err(std::fs::TryLockError::Error(e)) => return Err(Error::io(&path, e)),
+            }
+        };
         // Never sweep or write through a directory swapped for a symlink; make a
         // missing one.
         for dir in [&self.keys, &self.tmp] {
@@ -153,7 +173,69 @@ impl FileStore {
             counter: None,
         };
         self.sweep_tmp(&guard)?;
-        Ok(guard)
+        Ok(Some(guard))
+    }
+
+    /// Lock `.guard`: at once when it is free (the common case); otherwise wait for it,
+    /// saying on stderr after [`GUARD_NOTICE_AFTER`] what is waited for, and give up after
+    /// `guard_timeout` (config.yaml, or `TASKLOCK_GUARD_TIMEOUT`).
+    fn wait_for_guard(&self, file: File, path: &Path) -> Result<File> {
+        // A bad override is an error even when it is not needed, so it is found early.
+        let env_timeout = guard_timeout_env()?;
+        match file.try_lock() {
+            Ok(()) => return Ok(file),
+            Err(std::fs::TryLockError::WouldBlock) => {}
+            Err(std::fs::TryLockError::Error(e)) => return Err(Error::io(path, e)),
+        }
+        // A broken config.yaml must not block a release: the default is used then.
+        let timeout =
+            env_timeout.unwrap_or_else(|| self.config().unwrap_or_default().guard_timeout);
+        let started = std::time::Instant::now();
+        // A blocking flock cannot be interrupted, so it runs on a thread that hands the
+        // locked file back. If we gave up meanwhile, the send fails and dropping the file
+        // lets go of the lock at once: a late lock is never kept.
+        let (tx, rx) = std::sync::mpsc::sync_channel::<std::io::Result<File>>(0);
+        std::thread::spawn(move || {
+            let r = file.lock().map(|()| file);
+            let _ = tx.send(r);
+        });
+        let mut noticed = false;
+        loop {
+            let waited = started.elapsed();
+            let next = if noticed || timeout <= GUARD_NOTICE_AFTER {
+                timeout
+            } else {
+                GUARD_NOTICE_AFTER
+            };
+            match rx.recv_timeout(next.saturating_sub(waited)) {
+                Ok(Ok(f)) => return Ok(f),
+                Ok(Err(e)) => return Err(Error::io(path, e)),
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(Error::Store(format!(
+                        "{}: the thread waiting for the lock ended",
+                        path.display()
+                    )));
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            }
+            if started.elapsed() >= timeout {
+                return Err(Error::Store(format!(
+                    "gave up after {} waiting for the lock on {}, {}. Every change to the lock directory waits for it; find that process and let it go on (kill -CONT PID if it was stopped) or end it; `guard_timeout` in config.yaml sets how long commands wait.",
+                    crate::duration::format(timeout),
+                    path.display(),
+                    guard_holder_words(path)
+                )));
+            }
+            if !noticed {
+                noticed = true;
+                eprintln!(
+                    "tasklock: waiting for the lock on {}, {}; giving up after {}",
+                    path.display(),
+                    guard_holder_words(path),
+                    crate::duration::format(timeout)
+                );
+            }
+        }
     }
 
     /// Every temp file is written under the guard, so while we hold it any temp file is
@@ -497,6 +579,84 @@ impl FileStore {
         let _ = self.cfg.set(c.clone());
         Ok(c)
     }
+}
+
+/// `TASKLOCK_GUARD_TIMEOUT`, when set: it overrides `guard_timeout` from config.yaml.
+fn guard_timeout_env() -> Result<Option<std::time::Duration>> {
+    match std::env::var_os("TASKLOCK_GUARD_TIMEOUT") {
+        None => Ok(None),
+        Some(v) => crate::duration::parse(&v.to_string_lossy())
+            .map(Some)
+            .map_err(|e| Error::Usage(format!("TASKLOCK_GUARD_TIMEOUT: {e}"))),
+    }
+}
+
+/// Who holds the flock on `path`, in words: "held by pid 123 (tasklock, stopped)", or
+/// "held by another process" when `/proc/locks` does not say.
+fn guard_holder_words(path: &Path) -> String {
+    match guard_holder(path) {
+        Some((pid, comm, stopped)) => format!(
+            "held by pid {pid}{}",
+            match (comm, stopped) {
+                (Some(c), true) => format!(" ({c}, stopped)"),
+                (Some(c), false) => format!(" ({c})"),
+                (None, true) => " (stopped)".into(),
+                (None, false) => String::new(),
+            }
+        ),
+        None => "held by another process".into(),
+    }
+}
+
+/// The pid holding a flock on `path` (from `/proc/locks`, matched by device and inode),
+/// its command name and whether it is stopped.
+fn guard_holder(path: &Path) -> Option<(u32, Option<String>, bool)> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).ok()?;
+    let dev = meta.dev();
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    let want = format!("{major:02x}:{minor:02x}:{}", meta.ino());
+    let ino = format!(":{}", meta.ino());
+    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    // "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF"; waiters have "->" after the
+    // number. Some file systems (overlayfs) show another device than stat does, so
+    // the inode alone is the fallback.
+    let holders: Vec<(bool, u32)> = locks
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if fields.get(1) != Some(&"FLOCK") {
+                return None;
+            }
+            let file = *fields.get(5)?;
+            let pid = fields.get(4)?.parse::<u32>().ok().filter(|p| *p > 0)?;
+            if file == want {
+                Some((true, pid))
+            } else if file.ends_with(&ino) {
+                Some((false, pid))
+            } else {
+                None
+            }
+        })
+        .collect();
+    let pid = match holders.iter().find(|h| h.0) {
+        Some(h) => h.1,
+        None if holders.len() == 1 => holders[0].1,
+        None => return None,
+    };
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .ok()
+        .map(|c| c.trim().to_string());
+    let stopped = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            let rest = &s[s.rfind(')')? + 1..];
+            rest.split_whitespace()
+                .next()
+                .map(|st| st == "T" || st == "t")
+        })
+        .unwrap_or(false);
+    Some((pid, comm, stopped))
 }
 
 fn encode_record(record: &Record) -> Result<Vec<u8>> {

@@ -89,6 +89,16 @@ impl FileStore {
         self.publish_replace(g, &bytes, &self.agent_path(&entry.id))
     }
 
+    /// Remove an agent's registry entry (absent already is fine).
+    pub fn remove_agent(&self, _g: &Guard, id: &str) -> Result<()> {
+        let path = self.agent_path(id);
+        match std::fs::remove_file(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(Error::io(&path, e)),
+        }
+    }
+
     /// Every readable registry entry.
     pub fn scan_agents(&self) -> Result<Vec<AgentEntry>> {
         let mut out: Vec<AgentEntry> = read_json_dir(&self.root().join(AGENTS))?

@@ -1,0 +1,176 @@
+//! `tasklock agents`: what it lists by default and with `--all`, in which order, and how
+//! it forgets agents dead for longer than `agent_retention`.
+
+mod common;
+use common::*;
+
+use serde_json::Value;
+
+/// `TASKLOCK_NOW` for T0 plus `mins` minutes.
+fn at(mins: i64) -> String {
+    let t0 = chrono::DateTime::parse_from_rfc3339(T0).unwrap();
+    (t0 + chrono::Duration::minutes(mins))
+        .to_utc()
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+fn ids(j: &Value) -> Vec<String> {
+    j["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn beat(e: &mut Env, agent: &str, mins: i64) {
+    e.at(&at(mins));
+    e.ok(agent, &["heartbeat"]);
+}
+
+fn registry(e: &Env) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(e.dir().join("agents"))
+        .unwrap()
+        .map(|d| d.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn default_lists_live_and_recently_dead_agents_sorted_by_state_then_last_beat() {
+    let mut e = Env::new();
+    beat(&mut e, "ancient", 0);
+    // Twelve agents that beat once around 2h and then went silent: dead by 2h30m.
+    for i in 1..=12 {
+        beat(&mut e, &format!("d{i:02}"), 120 + i);
+    }
+    beat(&mut e, "stalled", 145);
+    beat(&mut e, "alive-a", 148);
+    beat(&mut e, "alive-b", 149);
+    // A holder that never beat: judged by its lease, alive, never beat.
+    e.at(&at(149));
+    e.ok("holder", &["checkout", "task-1", "--timeout", "1h"]);
+
+    e.at(&at(150));
+    let md = e.run(None, &["agents"]);
+    assert_eq!(md.code, 0, "{}", md.text());
+    snap!(e, "agents_default_view", md);
+    let j = e.run(None, &["agents", "--json"]);
+    assert_eq!(j.code, 0, "{}", j.text());
+    let j = j.json();
+    let mut expected = vec!["alive-b", "alive-a", "holder", "stalled"];
+    let recent: Vec<String> = (3..=12).rev().map(|i| format!("d{i:02}")).collect();
+    expected.extend(recent.iter().map(String::as_str));
+    assert_eq!(ids(&j), expected);
+    assert_eq!(
+        j["hidden"], 3,
+        "d01, d02 (over the 10 shown) and ancient (over 1h)"
+    );
+    assert_eq!(j["pruned"], 0);
+    let states: Vec<&str> = j["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["state"].as_str().unwrap())
+        .collect();
+    assert_eq!(&states[..4], ["alive", "alive", "alive", "stalled"]);
+    assert!(states[4..].iter().all(|s| *s == "dead"), "{states:?}");
+
+    // --all: every agent, in the same order, nothing hidden.
+    let all = e.run(None, &["agents", "--all", "--json"]);
+    assert_eq!(all.code, 0, "{}", all.text());
+    let all = all.json();
+    assert_eq!(all["hidden"], 0);
+    let mut every = expected.clone();
+    every.extend(["d02", "d01", "ancient"]);
+    assert_eq!(ids(&all), every);
+    let md = e.run(None, &["agents", "--all"]);
+    assert!(!md.stdout.contains("not shown"), "{}", md.text());
+    assert!(md.stdout.contains("| ancient |"), "{}", md.text());
+}
+
+#[test]
+fn only_old_dead_agents_says_so_instead_of_no_known_agents() {
+    let mut e = Env::new();
+    beat(&mut e, "old", 0);
+    e.at(&at(120));
+    let r = e.run(None, &["agents"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    snap!(e, "agents_only_hidden", r);
+    let j = e.run(None, &["agents", "--json"]).json();
+    assert_eq!(j["agents"], serde_json::json!([]));
+    assert_eq!(j["hidden"], 1);
+}
+
+#[test]
+fn agents_dead_past_the_retention_are_forgotten_unless_they_wait_or_hold() {
+    let mut e = Env::new();
+    beat(&mut e, "gone", 0);
+    beat(&mut e, "waiter", 0);
+    beat(&mut e, "recent", 60 * 20);
+    // 25h later: "alive" holds task-1 and "waiter", silent since T0, is in its queue.
+    beat(&mut e, "alive", 60 * 25);
+    e.ok("alive", &["checkout", "task-1"]);
+    let q = e.run(Some("waiter"), &["checkout", "task-1", "--queue"]);
+    assert_eq!(q.code, 2, "{}", q.text());
+    assert_eq!(registry(&e), ["alive", "gone", "recent", "waiter"]);
+
+    // A retention longer than the silence: nothing is forgotten.
+    std::fs::write(e.dir().join("config.yaml"), "agent_retention: 2d\n").unwrap();
+    let j = e.run(None, &["agents", "--all", "--json"]).json();
+    assert_eq!(j["pruned"], 0);
+    assert_eq!(registry(&e), ["alive", "gone", "recent", "waiter"]);
+
+    // The default 24h: "gone" is forgotten; the waiter is kept (a waiter without an
+    // entry would count as alive), and so is "recent" (5h of silence).
+    std::fs::remove_file(e.dir().join("config.yaml")).unwrap();
+    let r = e.run(None, &["agents", "--all"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    snap!(e, "agents_pruned", r);
+    assert_eq!(registry(&e), ["alive", "recent", "waiter"]);
+    let j = e.run(None, &["agents", "--all", "--json"]).json();
+    assert_eq!(j["pruned"], 0, "already forgotten");
+    assert_eq!(ids(&j), ["alive", "recent", "waiter"]);
+
+    // Once the waiter has had its turn and left the queue, it goes too.
+    e.ok("alive", &["release", "task-1"]);
+    e.ok("waiter", &["checkout", "task-1"]);
+    e.ok("waiter", &["release", "task-1"]);
+    e.at(&at(60 * 25 + 10));
+    let j = e.run(None, &["agents", "--all", "--json"]).json();
+    assert_eq!(ids(&j), ["alive", "recent"], "{j}");
+    assert_eq!(j["pruned"], 1, "{j}");
+    assert_eq!(registry(&e), ["alive", "recent"]);
+    let audit_events: Vec<String> = audit(&e.dir())
+        .iter()
+        .map(|v| v["event"].as_str().unwrap().to_string())
+        .collect();
+    assert!(
+        !audit_events.iter().any(|ev| ev.contains("prune")),
+        "forgetting an agent is not an audited event: {audit_events:?}"
+    );
+}
+
+/// Forgetting agents is opportunistic: a listing never waits for a busy guard.
+#[test]
+fn a_busy_guard_delays_forgetting_but_not_the_listing() {
+    let mut e = Env::new();
+    beat(&mut e, "gone", 0);
+    e.at(&at(60 * 25));
+    let guard = std::fs::File::open(e.dir().join(".guard")).unwrap();
+    guard.lock().unwrap();
+    let start = std::time::Instant::now();
+    let r = e.run(None, &["agents", "--all", "--json"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    assert!(start.elapsed() < std::time::Duration::from_secs(2));
+    assert_eq!(r.stderr, "", "no waiting notice");
+    let j = r.json();
+    assert_eq!(j["pruned"], 0);
+    assert_eq!(ids(&j), ["gone"]);
+    assert_eq!(registry(&e), ["gone"]);
+    drop(guard);
+    let j = e.run(None, &["agents", "--all", "--json"]).json();
+    assert_eq!(j["pruned"], 1);
+    assert!(registry(&e).is_empty());
+}
