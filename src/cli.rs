@@ -93,7 +93,7 @@ pub enum Command {
         /// Renew everything this agent holds
         #[arg(long)]
         all: bool,
-        /// New lease length from now (default from config.yaml: 30m)
+        /// New lease length from now (default: the lease keeps its own length)
         #[arg(long, value_parser = duration, value_name = "DUR")]
         timeout: Option<Duration>,
     },

@@ -264,8 +264,8 @@ fn renew_outcomes() {
     let j = e.run(Some("agent-a"), &["renew", "k1", "--json"]).json();
     assert_eq!(j["results"][0]["outcome"], "renewed");
     assert_eq!(
-        j["results"][0]["checkout"]["expires_at"], "2026-01-01T00:35:00Z",
-        "default lease 30m from now"
+        j["results"][0]["checkout"]["expires_at"], "2026-01-01T01:05:00Z",
+        "without --timeout, the lease keeps its own length (1h from the last renewal), not the 30m default"
     );
     assert_eq!(j["results"][0]["checkout"]["token"], 1);
 
@@ -280,6 +280,48 @@ fn renew_outcomes() {
         e.run(Some("agent-a"), &["renew", "k2"]).code,
         3,
         "and it stays lost"
+    );
+}
+
+#[test]
+fn renew_never_shortens_a_lease_unless_told_to() {
+    let mut e = Env::new();
+    e.ok("agent-a", &["checkout", "long", "--timeout", "2h"]);
+    e.ok("agent-a", &["checkout", "short", "--timeout", "10m"]);
+    e.at(T5M);
+    let j = e
+        .run(Some("agent-a"), &["renew", "long", "short", "--json"])
+        .json();
+    assert_eq!(
+        j["results"][0]["checkout"]["expires_at"], "2026-01-01T02:05:00Z",
+        "a 2h lease renewed without --timeout gets another 2h, not the 30m default"
+    );
+    assert_eq!(
+        j["results"][1]["checkout"]["expires_at"], "2026-01-01T00:15:00Z",
+        "a 10m lease gets another 10m"
+    );
+    let j = e.run(Some("agent-a"), &["renew", "--all", "--json"]).json();
+    assert_eq!(
+        j["results"][0]["checkout"]["expires_at"],
+        "2026-01-01T02:05:00Z"
+    );
+    // --timeout sets the end exactly, even earlier than before.
+    let j = e
+        .run(
+            Some("agent-a"),
+            &["renew", "long", "--timeout", "10m", "--json"],
+        )
+        .json();
+    assert_eq!(
+        j["results"][0]["checkout"]["expires_at"],
+        "2026-01-01T00:15:00Z"
+    );
+    // ...and from then on the lease is 10m long.
+    e.at("2026-01-01T00:10:00Z");
+    let j = e.run(Some("agent-a"), &["renew", "long", "--json"]).json();
+    assert_eq!(
+        j["results"][0]["checkout"]["expires_at"],
+        "2026-01-01T00:20:00Z"
     );
 }
 
