@@ -1050,3 +1050,136 @@ fn repeated_keys_count_once() {
     let j = e.ok("agent-a", &["release", "k1", "k1", "--json"]).json();
     assert_eq!(j["results"].as_array().unwrap().len(), 1);
 }
+
+#[test]
+fn text_values_may_start_with_a_hyphen() {
+    let e = Env::new();
+    let j = e
+        .ok("agent-a", &["checkout", "k", "--reason", "-fix", "--json"])
+        .json();
+    assert_eq!(j["checkout"]["reason"], "-fix");
+    let j = e
+        .ok("agent-a", &["note", "k", "- [x] done", "--json"])
+        .json();
+    assert_eq!(j["note"]["text"], "- [x] done");
+    let j = e
+        .ok("agent-a", &["heartbeat", "--status", "-x", "--json"])
+        .json();
+    assert_eq!(j["agent"]["status"], "-x");
+    let j = e
+        .ok("agent-a", &["release", "k", "--note", "-x", "--json"])
+        .json();
+    assert_eq!(j["note"], "-x");
+    let j = e
+        .ok(
+            "agent-a",
+            &["freeze", "k", "--for", "1m", "--reason", "--hold", "--json"],
+        )
+        .json();
+    assert_eq!(j["freeze"]["reason"], "--hold");
+    let j = e.ok("agent-a", &["status", "k", "--json"]).json();
+    let texts: Vec<&str> = j["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(texts, ["- [x] done", "-x"]);
+}
+
+#[test]
+fn wait_may_stand_before_the_key() {
+    let e = Env::new();
+    // The key is free: --wait returns at once, and `task-1` is the key, not a duration.
+    let j = e
+        .ok("agent-a", &["checkout", "--wait", "task-1", "--json"])
+        .json();
+    assert_eq!(j["key"], "task-1");
+    assert_eq!(j["outcome"], "granted");
+    // A duration after --wait is still a duration.
+    let j = e
+        .ok("agent-a", &["checkout", "--wait", "5m", "task-2", "--json"])
+        .json();
+    assert_eq!(j["key"], "task-2");
+    // Held by someone else: a 1s wait that runs out (exit 2) proves DUR was taken as one.
+    let r = e.run(
+        Some("agent-b"),
+        &["checkout", "--wait", "1s", "task-2", "--json"],
+    );
+    assert_eq!(r.code, 2, "{}", r.text());
+    assert_eq!(r.json()["key"], "task-2");
+    // A number with a bad unit is a bad duration, not a key.
+    let r = e.run(
+        Some("agent-a"),
+        &["checkout", "--wait", "5x", "task-3", "--json"],
+    );
+    assert_eq!(r.code, 64);
+    assert!(
+        r.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("invalid duration \"5x\""),
+        "{}",
+        r.stdout
+    );
+    // A duration and no key: the key is missing.
+    let r = e.run(Some("agent-a"), &["checkout", "--wait", "5m", "--json"]);
+    assert_eq!(r.code, 64);
+    assert!(
+        r.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("<KEY>")
+    );
+    // run too: `run --wait KEY -- CMD`.
+    let r = e.run(
+        None,
+        &[
+            "--agent", "agent-a", "run", "--wait", "task-4", "--", "true",
+        ],
+    );
+    assert_eq!(r.code, 0, "{}", r.text());
+    assert!(r.stderr.contains("`task-4`"), "{}", r.stderr);
+}
+
+#[test]
+fn json_usage_errors_name_the_missing_argument() {
+    let e = Env::new();
+    let cases: &[(&[&str], &str)] = &[
+        (&["checkout", "--json"], "<KEY>"),
+        (&["release", "--json"], "<KEY>"),
+        (&["renew", "--json"], "<KEY>"),
+        (&["note", "k", "--json"], "<TEXT>"),
+        (&["status", "--json"], "<KEY>"),
+        (&["verify", "k", "--json"], "--token"),
+    ];
+    for (args, name) in cases {
+        let r = e.run(Some("agent-a"), args);
+        assert_eq!(r.code, 64, "{args:?}");
+        let j = r.json();
+        assert_eq!(j["error"]["kind"], "usage");
+        let msg = j["error"]["message"].as_str().unwrap();
+        assert!(
+            msg.starts_with("the following required arguments were not provided: ")
+                && msg.contains(name),
+            "{args:?}: {msg}"
+        );
+        assert!(!msg.contains('\n'), "one line: {msg:?}");
+    }
+}
+
+#[test]
+fn hook_without_an_event_exits_0_with_a_note() {
+    let e = Env::new();
+    let r = e.run(Some("agent-a"), &["hook"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    assert!(r.stdout.is_empty());
+    assert!(r.stderr.contains("no event given"), "{}", r.stderr);
+    let r = e.run(Some("agent-a"), &["hook", "--bogus"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    assert!(r.stderr.starts_with("tasklock hook: "), "{}", r.stderr);
+    // Help is still help.
+    let r = e.run(None, &["hook", "--help"]);
+    assert_eq!(r.code, 0);
+    assert!(r.stdout.contains("EVENT"), "{}", r.stdout);
+}
