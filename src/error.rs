@@ -73,6 +73,7 @@ impl Error {
     /// What the user should do about it, when there is something to say.
     pub fn hint(&self) -> Option<String> {
         match self {
+            Error::Corrupt { problem, .. } if newer_format(problem) => Some(UPGRADE.into()),
             Error::Corrupt { key, .. } => Some(format!(
                 "inspect the file; if nobody is working on `{key}`, remove it with `tasklock release {} --force` (audited).",
                 shell_quote(key)
@@ -128,6 +129,14 @@ impl Outcome {
             Outcome::Corrupt => EXIT_ERROR,
         }
     }
+}
+
+/// The advice for a record written by a newer tasklock: it is not damage.
+pub const UPGRADE: &str = "upgrade tasklock: this record was written by a newer version, which other agents may be using right now; do not remove it.";
+
+/// Is this corrupt-record problem a format version newer than this tasklock reads?
+pub fn newer_format(problem: &str) -> bool {
+    problem.contains("newer than this tasklock understands")
 }
 
 /// Quote a string for a POSIX shell command line when it needs quoting.

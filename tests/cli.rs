@@ -706,10 +706,19 @@ fn bad_records_are_never_free_and_can_be_force_released() {
             "{what}: says {problem:?}: {}",
             r.stderr
         );
-        assert!(
-            r.stderr.contains("tasklock release task-x --force"),
-            "{what}: says how to fix"
-        );
+        if what == "newer version" {
+            // Not damage: the fix is a newer tasklock, never removing the record.
+            assert!(
+                r.stderr.contains("Next: upgrade tasklock") && !r.stderr.contains("--force"),
+                "{what}: says to upgrade: {}",
+                r.stderr
+            );
+        } else {
+            assert!(
+                r.stderr.contains("tasklock release task-x --force"),
+                "{what}: says how to fix"
+            );
+        }
         assert_eq!(
             std::fs::read(&path).unwrap(),
             bytes,
@@ -1182,4 +1191,66 @@ fn hook_without_an_event_exits_0_with_a_note() {
     let r = e.run(None, &["hook", "--help"]);
     assert_eq!(r.code, 0);
     assert!(r.stdout.contains("EVENT"), "{}", r.stdout);
+}
+
+#[test]
+fn keys_in_table_code_spans_keep_their_backslashes() {
+    let e = Env::new();
+    e.ok("agent-a", &["checkout", r"a\b"]);
+    e.ok("agent-a", &["checkout", "p|q"]);
+    e.ok("agent-a", &["checkout", "t`ick"]);
+    let r = e.run(None, &["list"]);
+    assert_eq!(r.code, 0);
+    // Backslashes are literal in a code span: shown once, not doubled.
+    assert!(r.stdout.contains(r"| `a\b` |"), "{}", r.stdout);
+    assert!(!r.stdout.contains(r"a\\b"), "{}", r.stdout);
+    // The cell separator is escaped; a backtick gets a longer fence.
+    assert!(r.stdout.contains(r"| `p\|q` |"), "{}", r.stdout);
+    assert!(r.stdout.contains("| `` t`ick `` |"), "{}", r.stdout);
+    snap!(e, "list_keys_with_backslash_pipe_backtick", r);
+}
+
+#[test]
+fn a_record_of_a_newer_format_says_upgrade_not_force() {
+    let e = Env::new();
+    e.ok("agent-a", &["checkout", "ok"]);
+    plant(
+        &e,
+        "task-new",
+        br#"{"version": 2, "key": "task-new", "token": 9, "holder": {"id": "future"}}"#,
+    );
+    let r = e.run(Some("agent-b"), &["checkout", "task-new"]);
+    assert_eq!(r.code, 1);
+    assert!(r.stderr.contains("Next: upgrade tasklock"), "{}", r.stderr);
+    assert!(!r.stderr.contains("--force"), "{}", r.stderr);
+    let j = e
+        .run(Some("agent-b"), &["checkout", "task-new", "--json"])
+        .json();
+    assert!(
+        j["error"]["hint"]
+            .as_str()
+            .unwrap()
+            .starts_with("upgrade tasklock")
+    );
+    let r = e.run(None, &["list"]);
+    assert!(
+        r.stdout.contains("newer format: upgrade tasklock"),
+        "{}",
+        r.stdout
+    );
+    assert!(!r.stdout.contains("--force"), "{}", r.stdout);
+    snap!(e, "list_with_newer_format_record", r);
+    let r = e.run(Some("agent-a"), &["release", "ok", "task-new"]);
+    assert_eq!(r.code, 1);
+    assert!(r.stdout.contains("Fix: upgrade tasklock"), "{}", r.stdout);
+    assert!(!r.stdout.contains("--force"), "{}", r.stdout);
+    let j = e
+        .run(Some("agent-b"), &["why", "task-new", "--json"])
+        .json();
+    assert_eq!(j["state"], "corrupt");
+    assert!(j["next"].as_str().unwrap().starts_with("upgrade tasklock"));
+    // A damaged record still gets the --force advice.
+    plant(&e, "task-bad", b"garbage");
+    let r = e.run(Some("agent-b"), &["checkout", "task-bad"]);
+    assert!(r.stderr.contains("--force"), "{}", r.stderr);
 }

@@ -36,6 +36,14 @@ pub fn run(ctx: &Ctx, key: &str) -> Result<Report> {
         }
         let mut judge = Judge::new(ctx, &store);
         match store.read(key)? {
+            Slot::Corrupt { path, problem } if crate::error::newer_format(&problem) => {
+                can = false;
+                state = "corrupt";
+                reasons.push(format!(
+                    "Its record at {} was written by a newer tasklock ({problem}).",
+                    path.display()
+                ));
+            }
             Slot::Corrupt { path, problem } => {
                 can = false;
                 state = "corrupt";
@@ -148,6 +156,13 @@ pub fn run(ctx: &Ctx, key: &str) -> Result<Report> {
         "yours" => "keep working; release it when done.".to_string(),
         _ if can => format!("`tasklock checkout {}`.", q(key)),
         "frozen" => "work on something else until the freeze ends.".into(),
+        "corrupt"
+            if reasons
+                .iter()
+                .any(|r| r.contains("written by a newer tasklock")) =>
+        {
+            crate::error::UPGRADE.to_string()
+        }
         "corrupt" => format!(
             "inspect the file; `tasklock release {} --force` if nobody works on it.",
             q(key)

@@ -4,7 +4,7 @@ use std::fmt::Write;
 
 use crate::clock::{Time, with_relative};
 use crate::commands::ReapReason;
-use crate::error::{Outcome, shell_quote};
+use crate::error::{Outcome, UPGRADE, newer_format, shell_quote};
 use crate::liveness::{Cause, State};
 use crate::report::*;
 use crate::store::{AuditEvent, Freeze, Note};
@@ -40,6 +40,12 @@ pub fn code(s: &str) -> String {
     } else {
         format!("{fence}{s}{fence}")
     }
+}
+
+/// A code span inside a table cell. Backslashes are literal in a code span, so only the
+/// cell separator `|` is escaped (GFM reads `\|` as `|` even inside code).
+pub fn code_cell(s: &str) -> String {
+    code(s).replace('|', "\\|")
 }
 
 /// Text safe inside a table cell.
@@ -256,7 +262,7 @@ fn any(r: &AnyReport) -> String {
         let _ = writeln!(
             out,
             "| {} | {} | {} | {} |",
-            cell(&code(&c.key)),
+            code_cell(&c.key),
             cell(&who),
             ends,
             c.queue_length
@@ -290,7 +296,7 @@ fn inbox(r: &InboxReport) -> String {
             "| {} | {} | {} | {} | {} |",
             with_relative(&m.ts, &r.now),
             m.kind,
-            cell(&code(&m.key)),
+            code_cell(&m.key),
             cell(m.from.as_deref().unwrap_or("tasklock")),
             cell(&m.body)
         );
@@ -370,7 +376,7 @@ fn keys(r: &KeysReport) -> String {
             let _ = writeln!(
                 out,
                 "| {} | {} | {token} | {ends} |",
-                cell(&code(&k.key)),
+                code_cell(&k.key),
                 outcome_words(k.outcome)
             );
         }
@@ -381,12 +387,16 @@ fn keys(r: &KeysReport) -> String {
         let _ = writeln!(out, "- Note: {n}");
     }
     for k in r.results.iter().filter(|k| k.outcome == Outcome::Corrupt) {
-        let _ = writeln!(
-            out,
-            "\n{}\nFix: if nobody works on it, {} (audited).",
-            k.problem.as_deref().unwrap_or_default(),
-            cmd("release --force", &k.key)
-        );
+        let problem = k.problem.as_deref().unwrap_or_default();
+        let fix = if newer_format(problem) {
+            UPGRADE.to_string()
+        } else {
+            format!(
+                "if nobody works on it, {} (audited).",
+                cmd("release --force", &k.key)
+            )
+        };
+        let _ = writeln!(out, "\n{problem}\nFix: {fix}");
     }
     let next: &str = if r.results.iter().any(|k| k.outcome == Outcome::Frozen) {
         "Next: renewals are refused until the freeze ends; finish before your lease ends, or release and check out again after the freeze."
@@ -589,7 +599,7 @@ fn list(r: &ListReport) -> String {
             let _ = writeln!(
                 out,
                 "| {} | {} | {} | {} | {} | {} | {} |",
-                cell(&code(&c.key)),
+                code_cell(&c.key),
                 cell(&c.agent.label()),
                 c.token,
                 with_relative(&c.acquired_at, &r.now),
@@ -610,7 +620,7 @@ fn list(r: &ListReport) -> String {
             let _ = writeln!(
                 out,
                 "| {} | {} | {} | {} |",
-                cell(&code(k)),
+                code_cell(k),
                 cell(&res.agent),
                 with_relative(&res.until, &r.now),
                 cell(&queue_words(q))
@@ -622,9 +632,21 @@ fn list(r: &ListReport) -> String {
         for c in &r.corrupt {
             let _ = writeln!(out, "| {} | {} |", cell(&c.path), cell(&c.problem));
         }
-        out.push_str(
-            "\nNext: inspect each corrupt file; `tasklock release KEY --force` removes one (audited). Its key is in the file, or in the file name with %XX escapes.\n",
-        );
+        let (newer, damaged): (Vec<_>, Vec<_>) =
+            r.corrupt.iter().partition(|c| newer_format(&c.problem));
+        if !damaged.is_empty() {
+            out.push_str(
+                "\nNext: inspect each corrupt file; `tasklock release KEY --force` removes one (audited). Its key is in the file, or in the file name with %XX escapes.\n",
+            );
+        }
+        if !newer.is_empty() {
+            let _ = writeln!(
+                out,
+                "\nNext: {} record{} of a newer format: {UPGRADE}",
+                newer.len(),
+                if newer.len() == 1 { " is" } else { "s are" }
+            );
+        }
     }
     out
 }
@@ -784,7 +806,7 @@ fn agents(r: &AgentsReport) -> String {
             a.last_heartbeat
                 .map(|t| with_relative(&t, &r.now))
                 .unwrap_or_else(|| "never".into()),
-            cell(&key_list(&a.checkouts)),
+            key_list(&a.checkouts).replace('|', "\\|"),
             cell(a.status.as_deref().unwrap_or(""))
         );
     }
@@ -994,7 +1016,7 @@ pub fn audit_row(e: &AuditEvent, now: &Time) -> String {
         "| {} | {} | {} | {} | {} | {} |",
         with_relative(&e.ts, now),
         e.event,
-        cell(&code(&e.key)),
+        code_cell(&e.key),
         cell(&label(&e.agent, e.name.as_deref())),
         e.token.map(|t| t.to_string()).unwrap_or_default(),
         cell(&detail.join("; "))
