@@ -72,11 +72,16 @@ impl Error {
 
     /// What the user should do about it, when there is something to say.
     pub fn hint(&self) -> Option<String> {
+        self.hint_for(&crate::render::Invocation::default())
+    }
+
+    /// As [`Error::hint`], with suggested commands carrying the caller's `--dir`/`--agent`.
+    pub fn hint_for(&self, inv: &crate::render::Invocation) -> Option<String> {
         match self {
             Error::Corrupt { problem, .. } if newer_format(problem) => Some(UPGRADE.into()),
             Error::Corrupt { key, .. } => Some(format!(
-                "inspect the file; if nobody is working on `{key}`, remove it with `tasklock release {} --force` (audited).",
-                shell_quote(key)
+                "inspect the file; if nobody is working on `{key}`, remove it with {} (audited).",
+                inv.code(&format!("release {} --force", shell_quote(key)))
             )),
             Error::Config { path, .. } if path.ends_with("config.yaml") => {
                 Some("fix the file, or delete it to use the defaults.".to_string())

@@ -49,6 +49,14 @@ where
         }
         Err(e) => return usage_error(e, sniff_json(&args)),
     };
+    let inv = render::Invocation {
+        dir: cli.global.dir.clone(),
+        agent: cli.global.agent.clone(),
+        cmd: match &cli.command {
+            Command::Run { cmd, .. } => cmd.clone(),
+            _ => Vec::new(),
+        },
+    };
     let format = if cli.global.json || cli.global.format == Some(FormatArg::Json) {
         Format::Json
     } else {
@@ -98,14 +106,14 @@ where
         return match result {
             Ok(()) => EXIT_OK,
             Err(e) => {
-                emit_stderr(&render::error(&e, Format::Markdown));
+                emit_stderr(&render::error(&e, Format::Markdown, &inv));
                 e.exit_code()
             }
         };
     }
     match execute(cli) {
         Ok(report) => {
-            let text = render::report(&report, format);
+            let text = render::report(&report, format, &inv);
             // `run` leaves stdout to the command it ran.
             if matches!(report, report::Report::Run(_)) {
                 emit_stderr(&text);
@@ -115,7 +123,7 @@ where
             report.exit_code()
         }
         Err(e) => {
-            let text = render::error(&e, format);
+            let text = render::error(&e, format, &inv);
             match format {
                 Format::Json => emit_stdout(&text),
                 Format::Markdown => emit_stderr(&text),

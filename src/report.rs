@@ -394,6 +394,35 @@ pub struct WhyReport {
     /// Plain-word explanations, most important first.
     pub reasons: Vec<String>,
     pub next: String,
+    /// What `next` advises, for the markdown renderer to spell out with the caller's flags.
+    #[serde(skip)]
+    pub advice: WhyNext,
+}
+
+/// The advice of `why`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum WhyNext {
+    /// You hold it.
+    KeepWorking,
+    /// Free for you: check it out.
+    Checkout,
+    /// Free and reserved for you, the head of its queue: check it out now.
+    CheckoutReserved,
+    Frozen,
+    Corrupt,
+    /// A record of a newer format: upgrade tasklock.
+    Upgrade,
+    /// Held by `holder`; you are first in line and will get it when it is released.
+    FirstInLine {
+        holder: String,
+    },
+    /// You wait at `position` (2 or more) in its queue.
+    InLine {
+        position: usize,
+    },
+    /// Held or reserved for another: work on something else, or queue.
+    #[default]
+    Queue,
 }
 
 #[derive(Debug, Serialize)]

@@ -1254,3 +1254,224 @@ fn a_record_of_a_newer_format_says_upgrade_not_force() {
     let r = e.run(Some("agent-b"), &["checkout", "task-bad"]);
     assert!(r.stderr.contains("--force"), "{}", r.stderr);
 }
+
+/// The first inline code span in `text` that starts with `tasklock ` after `marker`.
+fn suggested(text: &str, marker: &str) -> String {
+    let after = &text[text
+        .find(marker)
+        .unwrap_or_else(|| panic!("{marker:?} in {text}"))..];
+    let start = after.find("`tasklock ").expect("a suggested command") + 1;
+    let len = after[start..].find('`').unwrap();
+    after[start..start + len].to_string()
+}
+
+/// Run a suggested command line through a shell, with this build as `tasklock`.
+fn run_suggested(line: &str, env: &[(&str, &str)]) -> Run {
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_tasklock"));
+    let mut cmd = std::process::Command::new("sh");
+    cmd.args(["-c", line])
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                bin.parent().unwrap().display(),
+                std::env::var("PATH").unwrap()
+            ),
+        )
+        .env("TASKLOCK_NOW", T0)
+        .env_remove("TASKLOCK_AGENT")
+        .env_remove("TASKLOCK_DIR")
+        .env_remove("CLAUDE_CODE_SESSION_ID")
+        .stdin(std::process::Stdio::null());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    exec(cmd)
+}
+
+#[test]
+fn next_hints_carry_the_callers_dir_and_agent_and_run_verbatim() {
+    let e = Env::new();
+    let dir = e.tmp.path().join("my locks");
+    let dir_s = dir.to_str().unwrap();
+    let mut cmd = base_cmd(T0);
+    cmd.args(["checkout", "demo task", "--agent", "demo", "--dir", dir_s]);
+    let r = exec(cmd);
+    assert_eq!(r.code, 0, "{}", r.text());
+    let release = suggested(&r.stdout, "do the work, then");
+    assert_eq!(
+        release,
+        format!("tasklock release 'demo task' --dir '{dir_s}' --agent demo")
+    );
+    let verify = suggested(&r.stdout, "irreversible step");
+    assert!(verify.contains("--token 1 --dir"), "{verify}");
+    // Without a terminal and without TASKLOCK_AGENT, the hints still work as printed.
+    let v = run_suggested(&verify, &[]);
+    assert_eq!(v.code, 0, "{}", v.text());
+    let rel = run_suggested(&release, &[]);
+    assert_eq!(rel.code, 0, "{}", rel.text());
+    assert!(
+        rel.stdout.starts_with("Released `demo task`."),
+        "{}",
+        rel.stdout
+    );
+
+    // An identity from the environment is not repeated: the same environment works.
+    let mut cmd = base_cmd(T0);
+    cmd.env("TASKLOCK_AGENT", "env-agent")
+        .env("TASKLOCK_DIR", dir_s)
+        .args(["checkout", "k"]);
+    let r = exec(cmd);
+    assert_eq!(r.code, 0, "{}", r.text());
+    assert_eq!(
+        suggested(&r.stdout, "do the work, then"),
+        "tasklock release k"
+    );
+
+    // A conflict's queue hint carries them too.
+    let r = e.run(Some("b"), &["checkout", "x"]);
+    assert_eq!(r.code, 0);
+    let r = e.run(Some("c"), &["checkout", "x"]);
+    assert_eq!(r.code, 2);
+    let q = suggested(&r.stdout, "Next:");
+    assert!(q.ends_with("--agent c"), "{q}");
+    let j = run_suggested(&q, &[]);
+    assert_eq!(j.code, 2, "queued: {}", j.text());
+    assert!(
+        j.stdout.contains("Your place in the queue: 1"),
+        "{}",
+        j.stdout
+    );
+}
+
+#[test]
+fn error_hints_carry_the_flags_too() {
+    let e = Env::new();
+    e.ok("agent-a", &["checkout", "warmup"]);
+    plant(&e, "task-x", b"garbage");
+    let r = e.run(Some("agent-b"), &["checkout", "task-x"]);
+    assert_eq!(r.code, 1);
+    let fix = suggested(&r.stderr, "Next:");
+    assert!(
+        fix.ends_with(
+            "--force --dir [TMP]/.locks --agent agent-b"
+                .replace("[TMP]", &e.tmp.path().display().to_string())
+                .as_str()
+        ),
+        "{fix}"
+    );
+    let j = e
+        .run(Some("agent-b"), &["checkout", "task-x", "--json"])
+        .json();
+    assert!(
+        j["error"]["hint"]
+            .as_str()
+            .unwrap()
+            .contains("--agent agent-b")
+    );
+    let f = run_suggested(&fix, &[]);
+    assert_eq!(f.code, 0, "{}", f.text());
+    assert!(!record_path(&e.dir(), "task-x").exists());
+}
+
+#[test]
+fn run_conflict_points_to_run_wait_with_the_same_command() {
+    let e = Env::new();
+    e.ok("agent-b", &["checkout", "deploy"]);
+    let r = e.run(
+        None,
+        &[
+            "--agent",
+            "agent-a",
+            "run",
+            "deploy",
+            "--",
+            "echo",
+            "-n",
+            "it's done",
+        ],
+    );
+    assert_eq!(r.code, 2, "{}", r.text());
+    let hint = suggested(&r.stdout, "Next:");
+    let dir = e.dir().display().to_string();
+    assert_eq!(
+        hint,
+        format!(
+            "tasklock run deploy --wait --dir {dir} --agent agent-a -- echo -n 'it'\\''s done'"
+        )
+    );
+    assert!(!r.stdout.contains("--queue"), "{}", r.stdout);
+    // It runs as printed: blocked until agent-b releases, then runs the command.
+    e.ok("agent-b", &["release", "deploy"]);
+    let out = run_suggested(&hint, &[]);
+    assert_eq!(out.code, 0, "{}", out.text());
+    assert_eq!(out.stdout, "it's done");
+}
+
+#[test]
+fn why_tells_a_waiter_where_it_stands_instead_of_queueing_again() {
+    let e = Env::new();
+    e.ok("a", &["checkout", "k"]);
+    assert_eq!(e.run(Some("b"), &["checkout", "k", "--queue"]).code, 2);
+    assert_eq!(e.run(Some("c"), &["checkout", "k", "--queue"]).code, 2);
+
+    let r = e.run(Some("b"), &["why", "k"]);
+    assert_eq!(r.code, 0);
+    assert!(!r.stdout.contains("--queue"), "{}", r.stdout);
+    assert!(
+        r.stdout.contains("You are first in its queue"),
+        "{}",
+        r.stdout
+    );
+    snap!(e, "why_first_in_line", r);
+    let j = e.run(Some("b"), &["why", "k", "--json"]).json();
+    assert_eq!(j["state"], "held");
+    assert_eq!(j["can_checkout"], false);
+    assert!(
+        j["next"]
+            .as_str()
+            .unwrap()
+            .starts_with("you are first in line: when a releases it")
+    );
+
+    let j = e.run(Some("c"), &["why", "k", "--json"]).json();
+    assert!(
+        j["next"]
+            .as_str()
+            .unwrap()
+            .starts_with("you are number 2 in its queue"),
+        "{j}"
+    );
+    assert!(!j["next"].as_str().unwrap().contains("--queue"));
+    // Someone not in the queue is still told how to join it.
+    let j = e.run(Some("d"), &["why", "k", "--json"]).json();
+    assert!(
+        j["next"]
+            .as_str()
+            .unwrap()
+            .contains("tasklock checkout k --queue")
+    );
+
+    // Released: reserved for b, who is told to take it now.
+    e.ok("a", &["release", "k"]);
+    let r = e.run(Some("b"), &["why", "k"]);
+    assert!(
+        r.stdout.contains(
+            "Next: it is reserved for you: check it out now with `tasklock checkout k --dir"
+        ),
+        "{}",
+        r.stdout
+    );
+    let j = e.run(Some("b"), &["why", "k", "--json"]).json();
+    assert_eq!(j["state"], "reserved_for_you");
+    assert_eq!(j["can_checkout"], true);
+    let j = e.run(Some("c"), &["why", "k", "--json"]).json();
+    assert_eq!(j["state"], "reserved");
+    assert!(
+        j["next"]
+            .as_str()
+            .unwrap()
+            .starts_with("you are number 2 in its queue"),
+        "{j}"
+    );
+}

@@ -2,6 +2,7 @@
 
 use std::fmt::Write;
 
+use super::Invocation;
 use crate::clock::{Time, with_relative};
 use crate::commands::ReapReason;
 use crate::error::{Outcome, UPGRADE, newer_format, shell_quote};
@@ -9,23 +10,23 @@ use crate::liveness::{Cause, State};
 use crate::report::*;
 use crate::store::{AuditEvent, Freeze, Note};
 
-pub fn report(r: &Report) -> String {
+pub fn report(r: &Report, inv: &Invocation) -> String {
     match r {
-        Report::Checkout(r) => checkout(r),
-        Report::Keys(r) => keys(r),
-        Report::Status(r) => status(r),
-        Report::List(r) => list(r),
+        Report::Checkout(r) => checkout(r, inv),
+        Report::Keys(r) => keys(r, inv),
+        Report::Status(r) => status(r, inv),
+        Report::List(r) => list(r, inv),
         Report::Verify(r) => verify(r),
         Report::Heartbeat(r) => heartbeat(r),
         Report::Agents(r) => agents(r),
-        Report::Note(r) => note(r),
+        Report::Note(r) => note(r, inv),
         Report::Watch(r) => watch(r),
         Report::Run(r) => run(r),
-        Report::Any(r) => any(r),
+        Report::Any(r) => any(r, inv),
         Report::Inbox(r) => inbox(r),
-        Report::Init(r) => init(r),
-        Report::Freeze(r) => freeze(r),
-        Report::Why(r) => why(r),
+        Report::Init(r) => init(r, inv),
+        Report::Freeze(r) => freeze(r, inv),
+        Report::Why(r) => why(r, inv),
         Report::Audit(r) => audit(r),
         Report::Doctor(r) => doctor(r),
     }
@@ -55,10 +56,6 @@ pub fn cell(s: &str) -> String {
         .replace(['\n', '\r'], " ")
 }
 
-fn cmd(args: &str, key: &str) -> String {
-    code(&format!("tasklock {args} {}", shell_quote(key)))
-}
-
 fn checkout_lines(out: &mut String, c: &CheckoutView, now: &Time) {
     let _ = writeln!(out, "- Holder: {}", c.agent.label());
     let _ = writeln!(out, "- Host: {}", c.agent.host);
@@ -75,7 +72,7 @@ fn checkout_lines(out: &mut String, c: &CheckoutView, now: &Time) {
     );
 }
 
-fn checkout(r: &CheckoutReport) -> String {
+fn checkout(r: &CheckoutReport, inv: &Invocation) -> String {
     let mut out = String::new();
     let k = code(&r.key);
     match (r.outcome, &r.checkout) {
@@ -87,7 +84,8 @@ fn checkout(r: &CheckoutReport) -> String {
             let _ = writeln!(out, "\n- Cycle: {}", cycle_words(&r.cycle));
             let _ = writeln!(
                 out,
-                "\nNext: release one of the keys you hold that others wait for (`tasklock release KEY`), or work on something else; never wait in a cycle."
+                "\nNext: release one of the keys you hold that others wait for ({}), or work on something else; never wait in a cycle.",
+                inv.code("release KEY")
             );
         }
         (Outcome::Frozen, holder) => {
@@ -112,7 +110,7 @@ fn checkout(r: &CheckoutReport) -> String {
             let _ = writeln!(
                 out,
                 "\nNext: work on something else; the freeze ends by itself. Only if it must end early: {} (audited).",
-                cmd("unfreeze", pattern)
+                inv.cmd("unfreeze", pattern)
             );
         }
         (Outcome::Conflict, holder) => {
@@ -150,22 +148,21 @@ fn checkout(r: &CheckoutReport) -> String {
             }
             let next = match r.position {
                 Some(_) => format!(
-                    "Next: work on something else; when {k} is handed to you, your inbox says so (`tasklock inbox`) and it is held for you for the handoff grace. Or block until then with {}.",
-                    code(&format!("tasklock checkout {} --wait", shell_quote(&r.key)))
+                    "Next: work on something else; when {k} is handed to you, your inbox says so ({}) and it is held for you for the handoff grace. Or block until then with {}.",
+                    inv.code("inbox"),
+                    inv.code(&format!("checkout {} --wait", shell_quote(&r.key)))
+                ),
+                None if r.command == "run" => format!(
+                    "Next: work on something else, or {} to wait in line and run the command once the key is yours; do not retry in a loop.",
+                    inv.run_wait(&r.key)
                 ),
                 None if holder.is_none() && r.reserved_for.is_some() => format!(
                     "Next: work on something else, or {} to take your turn after the agents already waiting; do not retry in a loop.",
-                    code(&format!(
-                        "tasklock checkout {} --queue",
-                        shell_quote(&r.key)
-                    ))
+                    inv.code(&format!("checkout {} --queue", shell_quote(&r.key)))
                 ),
                 None => format!(
                     "Next: work on something else, or {} to be told when it frees up; do not retry in a loop.",
-                    code(&format!(
-                        "tasklock checkout {} --queue",
-                        shell_quote(&r.key)
-                    ))
+                    inv.code(&format!("checkout {} --queue", shell_quote(&r.key)))
                 ),
             };
             let _ = writeln!(out, "\n{next}");
@@ -194,10 +191,10 @@ fn checkout(r: &CheckoutReport) -> String {
             let _ = writeln!(
                 out,
                 "\nNext: do the work, then {}. If it takes longer, {}. Before an irreversible step (push, deploy), {}.",
-                cmd("release", &r.key),
-                cmd("renew", &r.key),
-                code(&format!(
-                    "tasklock verify {} --token {}",
+                inv.cmd("release", &r.key),
+                inv.cmd("renew", &r.key),
+                inv.code(&format!(
+                    "verify {} --token {}",
                     shell_quote(&r.key),
                     c.token
                 ))
@@ -245,7 +242,7 @@ fn cycle_words(cycle: &[String]) -> String {
         .join(" → ")
 }
 
-fn any(r: &AnyReport) -> String {
+fn any(r: &AnyReport, inv: &Invocation) -> String {
     let mut out = String::new();
     let n = r.refused.len();
     let _ = writeln!(out, "Conflict: none of the {n} keys can be taken now.");
@@ -268,7 +265,11 @@ fn any(r: &AnyReport) -> String {
             c.queue_length
         );
     }
-    out.push_str("\nNext: work on something else, or queue for one key with `tasklock checkout KEY --queue`.\n");
+    let _ = writeln!(
+        out,
+        "\nNext: work on something else, or queue for one key with {}.",
+        inv.code("checkout KEY --queue")
+    );
     out
 }
 
@@ -344,7 +345,7 @@ fn notes_lines(out: &mut String, notes: &[Note], now: &Time) {
     }
 }
 
-fn keys(r: &KeysReport) -> String {
+fn keys(r: &KeysReport, inv: &Invocation) -> String {
     let mut out = String::new();
     let releasing = r.command == "release";
     if r.results.is_empty() {
@@ -393,7 +394,7 @@ fn keys(r: &KeysReport) -> String {
         } else {
             format!(
                 "if nobody works on it, {} (audited).",
-                cmd("release --force", &k.key)
+                inv.cmd("release --force", &k.key)
             )
         };
         let _ = writeln!(out, "\n{problem}\nFix: {fix}");
@@ -405,16 +406,22 @@ fn keys(r: &KeysReport) -> String {
     } else if let Some(k) = r.results.iter().find(|k| k.outcome == Outcome::NotHolder) {
         &format!(
             "Next: only the holder can do this. If the holder is gone for good, {} removes its checkout (audited).",
-            cmd("release --force", &k.key)
+            inv.cmd("release --force", &k.key)
         )
     } else if r
         .results
         .iter()
         .any(|k| k.outcome == Outcome::NoSuchCheckout)
     {
-        "Next: nothing to do for a key nobody holds; `tasklock list` shows what is held."
+        &format!(
+            "Next: nothing to do for a key nobody holds; {} shows what is held.",
+            inv.code("list")
+        )
     } else if releasing {
-        "Next: pick your next task with `tasklock checkout KEY`."
+        &format!(
+            "Next: pick your next task with {}.",
+            inv.code("checkout KEY")
+        )
     } else {
         "Next: keep working; renew again before the lease ends."
     };
@@ -487,7 +494,7 @@ fn outcome_words(o: Outcome) -> &'static str {
     }
 }
 
-fn status(r: &StatusReport) -> String {
+fn status(r: &StatusReport, inv: &Invocation) -> String {
     let mut out = String::new();
     let k = code(&r.key);
     match &r.checkout {
@@ -505,7 +512,7 @@ fn status(r: &StatusReport) -> String {
             let _ = writeln!(
                 out,
                 "\nNext: if it is yours, {} when done; otherwise pick another task.",
-                cmd("release", &r.key)
+                inv.cmd("release", &r.key)
             );
         }
         None => {
@@ -541,14 +548,11 @@ fn status(r: &StatusReport) -> String {
                         out,
                         "\nNext: only {} may take it now; anyone else: {}.",
                         res.agent,
-                        code(&format!(
-                            "tasklock checkout {} --queue",
-                            shell_quote(&r.key)
-                        ))
+                        inv.code(&format!("checkout {} --queue", shell_quote(&r.key)))
                     );
                 }
                 None => {
-                    let _ = writeln!(out, "\nNext: {} to take it.", cmd("checkout", &r.key));
+                    let _ = writeln!(out, "\nNext: {} to take it.", inv.cmd("checkout", &r.key));
                 }
             }
         }
@@ -556,7 +560,7 @@ fn status(r: &StatusReport) -> String {
     out
 }
 
-fn list(r: &ListReport) -> String {
+fn list(r: &ListReport, inv: &Invocation) -> String {
     let mut out = String::new();
     if r.checkouts.is_empty() && r.corrupt.is_empty() && (r.mine.is_some() || r.queues.is_empty()) {
         match &r.mine {
@@ -635,8 +639,10 @@ fn list(r: &ListReport) -> String {
         let (newer, damaged): (Vec<_>, Vec<_>) =
             r.corrupt.iter().partition(|c| newer_format(&c.problem));
         if !damaged.is_empty() {
-            out.push_str(
-                "\nNext: inspect each corrupt file; `tasklock release KEY --force` removes one (audited). Its key is in the file, or in the file name with %XX escapes.\n",
+            let _ = writeln!(
+                out,
+                "\nNext: inspect each corrupt file; {} removes one (audited). Its key is in the file, or in the file name with %XX escapes.",
+                inv.code("release KEY --force")
             );
         }
         if !newer.is_empty() {
@@ -818,7 +824,7 @@ fn agents(r: &AgentsReport) -> String {
     out
 }
 
-fn note(r: &NoteReport) -> String {
+fn note(r: &NoteReport, inv: &Invocation) -> String {
     let mut out = String::new();
     let k = code(&r.key);
     match (r.outcome, &r.note) {
@@ -832,7 +838,7 @@ fn note(r: &NoteReport) -> String {
             let _ = writeln!(
                 out,
                 "\nNext: notes stay after release; the next holder sees them in {}.",
-                cmd("status", &r.key)
+                inv.without_agent().cmd("status", &r.key)
             );
         }
         (Outcome::NotHolder, _) => {
@@ -909,7 +915,7 @@ fn run(r: &RunReport) -> String {
     out
 }
 
-fn init(r: &InitReport) -> String {
+fn init(r: &InitReport, inv: &Invocation) -> String {
     let changed = r.changes.iter().filter(|c| c.action != "unchanged").count();
     let mut out = if r.dry_run {
         format!(
@@ -942,7 +948,7 @@ fn init(r: &InitReport) -> String {
         );
     }
     let next = if r.dry_run {
-        "Next: run `tasklock init` without --dry-run to apply."
+        &format!("Next: run {} without --dry-run to apply.", inv.code("init"))
     } else {
         "Next: commit `.claude/settings.json` and the instructions so every agent session coordinates; make sure `tasklock` is on PATH for the hooks."
     };
@@ -950,7 +956,7 @@ fn init(r: &InitReport) -> String {
     out
 }
 
-fn freeze(r: &FreezeReport) -> String {
+fn freeze(r: &FreezeReport, inv: &Invocation) -> String {
     let p = code(&r.pattern);
     match (&r.freeze, r.frozen) {
         (Some(f), true) => format!(
@@ -961,7 +967,7 @@ fn freeze(r: &FreezeReport) -> String {
             } else {
                 "it"
             },
-            cmd("unfreeze", &f.pattern)
+            inv.cmd("unfreeze", &f.pattern)
         ),
         (Some(f), false) => format!(
             "Unfrozen: {p}; it had been frozen by {} until {}.\n\nNext: checkouts of it work again.\n",
@@ -972,14 +978,14 @@ fn freeze(r: &FreezeReport) -> String {
             Some(f) => format!(
                 "Not frozen by its own freeze: {p} {}.\n\nNext: {} ends that freeze, for every key it covers.\n",
                 freeze_words(f, &r.pattern, &r.now),
-                cmd("unfreeze", &f.pattern)
+                inv.cmd("unfreeze", &f.pattern)
             ),
             None => format!("Not frozen: there is no freeze on {p}.\n"),
         },
     }
 }
 
-fn why(r: &WhyReport) -> String {
+fn why(r: &WhyReport, inv: &Invocation) -> String {
     let k = code(&r.key);
     let verdict = match (r.can_checkout, r.state.as_str()) {
         (_, "yours") => format!("{k} is yours."),
@@ -990,8 +996,42 @@ fn why(r: &WhyReport) -> String {
     for reason in &r.reasons {
         let _ = writeln!(out, "- {reason}");
     }
-    let _ = writeln!(out, "\nNext: {}", r.next);
+    let _ = writeln!(out, "\nNext: {}", why_next(&r.advice, &r.key, inv));
     out
+}
+
+/// The advice of `why`, in words, with suggested commands carrying the caller's flags.
+pub fn why_next(advice: &WhyNext, key: &str, inv: &Invocation) -> String {
+    match advice {
+        WhyNext::KeepWorking => format!(
+            "keep working; release it when done ({}).",
+            inv.cmd("release", key)
+        ),
+        WhyNext::Checkout => format!("{}.", inv.cmd("checkout", key)),
+        WhyNext::CheckoutReserved => format!(
+            "it is reserved for you: check it out now with {}, before the reservation lapses.",
+            inv.cmd("checkout", key)
+        ),
+        WhyNext::Frozen => "work on something else until the freeze ends.".into(),
+        WhyNext::Corrupt => format!(
+            "inspect the file; {} if nobody works on it.",
+            inv.code(&format!("release {} --force", shell_quote(key)))
+        ),
+        WhyNext::Upgrade => crate::error::UPGRADE.into(),
+        WhyNext::FirstInLine { holder } => format!(
+            "you are first in line: when {holder} releases it, it is reserved for you and your inbox says so ({}). Work on something else meanwhile, or block until then with {}; no need to queue again.",
+            inv.code("inbox"),
+            inv.code(&format!("checkout {} --wait", shell_quote(key)))
+        ),
+        WhyNext::InLine { position } => format!(
+            "you are number {position} in its queue; your inbox tells you when it is yours. Work on something else meanwhile, or block until then with {}; no need to queue again.",
+            inv.code(&format!("checkout {} --wait", shell_quote(key)))
+        ),
+        WhyNext::Queue => format!(
+            "work on something else, or {}.",
+            inv.code(&format!("checkout {} --queue", shell_quote(key)))
+        ),
+    }
 }
 
 pub const AUDIT_HEADER: &str =
