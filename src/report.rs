@@ -85,6 +85,26 @@ impl Reaped {
     }
 }
 
+/// What the next holder of a key should know: who held it last, how that ended, and the
+/// key's recent notes.
+#[derive(Debug, Clone, Serialize)]
+pub struct Previous {
+    /// The last holder; `null` when unknown (only notes are known).
+    pub agent: Option<AgentView>,
+    pub token: Option<u64>,
+    pub ended_at: Option<Time>,
+    /// `released`, `force_released`, `timeout`, `agent_death` or `session_end`.
+    pub ended: Option<String>,
+    /// With `agent_death`: `process_gone`, `pid_reused`, `silent` or `ended`.
+    pub cause: Option<String>,
+    /// Who ended it, when not the holder itself.
+    pub by: Option<String>,
+    /// The `--note` of that release.
+    pub note: Option<String>,
+    /// The key's last notes, oldest first.
+    pub notes: Vec<Note>,
+}
+
 #[derive(Debug, Serialize)]
 pub struct CheckoutReport {
     pub command: &'static str,
@@ -107,6 +127,9 @@ pub struct CheckoutReport {
     pub cycle: Vec<String>,
     /// On `frozen`: the freeze that refused the checkout.
     pub frozen: Option<Freeze>,
+    /// On `granted`: the key's last holder, how its checkout ended and its recent notes,
+    /// when any of that is known.
+    pub previous: Option<Box<Previous>>,
 }
 
 /// `checkout --any` when no key of the list could be taken.

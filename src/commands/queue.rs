@@ -172,6 +172,25 @@ pub(crate) fn after_release(
     Ok(())
 }
 
+/// The head of the queue takes the key reserved for it: it leaves the queue, and its
+/// unread `reserved` message for the key is marked read (it has done what it said).
+pub(crate) fn take_reservation(
+    store: &FileStore,
+    g: &Guard,
+    q: &mut Queue,
+    agent: &str,
+) -> Result<()> {
+    q.waiters.retain(|w| w.agent != agent);
+    q.reservation = None;
+    store.write_queue(g, q)?;
+    for (path, msg) in store.unread(agent)? {
+        if msg.kind == "reserved" && msg.key == q.key {
+            store.mark_read(agent, &path)?;
+        }
+    }
+    Ok(())
+}
+
 /// Join (or keep one's place in) a key's queue. `pid` is the blocked `--wait` process.
 pub(crate) fn join(
     ctx: &Ctx,

@@ -183,7 +183,15 @@ fn checkout(r: &CheckoutReport, inv: &Invocation) -> String {
             checkout_lines(&mut out, c, &r.now);
             if let Some(prev) = &r.took_over {
                 let _ = writeln!(out, "- Took over from: {}", reaped_words(prev, &r.now));
-                notes_lines(&mut out, &prev.notes, &r.now);
+            } else if let Some(p) = &r.previous
+                && let Some(words) = previous_words(p, &r.now)
+            {
+                let _ = writeln!(out, "- Previous holder: {words}");
+            }
+            match (&r.previous, &r.took_over) {
+                (Some(p), _) => notes_lines(&mut out, &p.notes, &r.now),
+                (None, Some(prev)) => notes_lines(&mut out, &prev.notes, &r.now),
+                (None, None) => {}
             }
             if r.queue_length > 0 {
                 let _ = writeln!(out, "- Queue: {} waiting after you", r.queue_length);
@@ -327,6 +335,43 @@ fn reaped_words(p: &Reaped, now: &Time) -> String {
         ReapReason::SessionEnd => "whose session ended".to_string(),
     };
     format!("{} (token {}), {why}", p.agent.label(), p.token)
+}
+
+/// "agent-a (token 3) released it 2026-… (5m ago)", or how else its checkout ended.
+fn previous_words(p: &Previous, now: &Time) -> Option<String> {
+    let agent = p.agent.as_ref()?;
+    let when = p
+        .ended_at
+        .map(|t| with_relative(&t, now))
+        .unwrap_or_default();
+    let by = p.by.as_deref();
+    let how = match p.ended.as_deref() {
+        Some("released") => format!("released it {when}"),
+        Some("force_released") => {
+            format!("{} force-released it {when}", by.unwrap_or("another agent"))
+        }
+        Some("timeout") => match by {
+            Some(b) => format!("its lease ran out; {b} ended it {when}"),
+            None => format!("its lease ran out; it ended {when}"),
+        },
+        Some("agent_death") => {
+            let why = match p.cause.as_deref() {
+                Some("process_gone") => "its process was gone",
+                Some("pid_reused") => "its pid belonged to another process",
+                Some("silent") => "its heartbeats had stopped",
+                Some("ended") => "it had ended",
+                _ => "it was judged dead",
+            };
+            match by {
+                Some(b) => format!("{why}; {b} ended its checkout {when}"),
+                None => format!("{why}; its checkout ended {when}"),
+            }
+        }
+        Some("session_end") => format!("its session ended {when}"),
+        _ => format!("its checkout ended {when}"),
+    };
+    let token = p.token.map(|t| format!(" (token {t})")).unwrap_or_default();
+    Some(format!("{}{token}, {how}", agent.label()))
 }
 
 fn notes_lines(out: &mut String, notes: &[Note], now: &Time) {
