@@ -109,6 +109,9 @@ pub enum Outcome {
     Conflict,
     Frozen,
     Deadlock,
+    /// `checkout --wait`: the waiting agent's registered process is gone; it stopped
+    /// waiting and left the queue.
+    AgentGone,
     NoSuchCheckout,
     NotHolder,
     StaleToken,
@@ -127,7 +130,7 @@ impl Outcome {
             | Outcome::Noted
             | Outcome::Free
             | Outcome::Held => EXIT_OK,
-            Outcome::Conflict | Outcome::Frozen => EXIT_HELD,
+            Outcome::Conflict | Outcome::Frozen | Outcome::AgentGone => EXIT_HELD,
             Outcome::Deadlock => EXIT_DEADLOCK,
             Outcome::NoSuchCheckout => EXIT_NO_SUCH_CHECKOUT,
             Outcome::NotHolder | Outcome::StaleToken | Outcome::LeaseLost => EXIT_NOT_HOLDER,

@@ -62,7 +62,26 @@ fn waiter_gone(ctx: &Ctx, store: &FileStore, w: &Waiter) -> Result<bool> {
             w.pid_start,
         ) {
             Proc::Gone | Proc::Reused => return Ok(true),
-            Proc::Running => return Ok(false),
+            Proc::Running => {
+                // A blocked --wait cannot beat, so silence proves nothing; but an agent
+                // whose own process is gone, or that ended, must never be handed the key
+                // through an orphaned wait.
+                return Ok(store.read_agent(&w.agent)?.is_some_and(|e| {
+                    e.ended_at.is_some()
+                        || e.pid.is_some_and(|p| {
+                            matches!(
+                                liveness::check_process(
+                                    &e.host,
+                                    e.boot_id.as_deref(),
+                                    e.pid_ns.as_deref(),
+                                    p,
+                                    e.pid_start,
+                                ),
+                                Proc::Gone | Proc::Reused
+                            )
+                        })
+                }));
+            }
             Proc::Unknown => {}
         }
     }

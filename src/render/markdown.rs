@@ -88,6 +88,21 @@ fn checkout(r: &CheckoutReport, inv: &Invocation) -> String {
                 inv.code("release KEY")
             );
         }
+        (Outcome::AgentGone, holder) => {
+            let _ = writeln!(
+                out,
+                "Stopped waiting: your agent's process is gone, so {k} will not be handed to you; you are out of its queue."
+            );
+            if let Some(c) = holder {
+                out.push('\n');
+                checkout_lines(&mut out, c, &r.now);
+            }
+            let _ = writeln!(
+                out,
+                "\nNext: nothing, if the agent has ended. If it is still at work, register its live process ({}) and wait again.",
+                inv.code("heartbeat --pid PID")
+            );
+        }
         (Outcome::Frozen, holder) => {
             if let Some(f) = &r.frozen {
                 let _ = writeln!(out, "Frozen: {k} {}.", freeze_words(f, &r.key, &r.now));
@@ -531,6 +546,7 @@ fn outcome_words(o: Outcome) -> &'static str {
         Outcome::Conflict => "held by another agent",
         Outcome::Frozen => "frozen",
         Outcome::Deadlock => "deadlock",
+        Outcome::AgentGone => "stopped waiting: your agent's process is gone",
         Outcome::NoSuchCheckout => "no such checkout",
         Outcome::NotHolder => "not the holder",
         Outcome::StaleToken => "stale token",
