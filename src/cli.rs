@@ -67,27 +67,31 @@ pub enum Command {
     /// Atomically take KEY (re-checkout by the holder renews the lease)
     Checkout {
         /// The key; with --any, several keys in order of preference
-        #[arg(required = true, value_name = "KEY")]
+        #[arg(required_unless_present = "wait", value_name = "KEY")]
         keys: Vec<String>,
         /// Lease length (default from config.yaml: 30m)
         #[arg(long, value_parser = duration, value_name = "DUR")]
         timeout: Option<Duration>,
         /// Why you are taking it; shown to others
-        #[arg(long, value_name = "TEXT")]
+        #[arg(long, value_name = "TEXT", allow_hyphen_values = true)]
         reason: Option<String>,
         /// If held, join KEY's queue and return at once (exit 2 with your position)
         #[arg(long, conflicts_with_all = ["wait", "any"])]
         queue: bool,
         /// If held, queue and block until granted, or until DUR passes (exit 2 then)
-        #[arg(long, value_parser = duration, value_name = "DUR", num_args = 0..=1, conflicts_with = "any")]
-        wait: Option<Option<Duration>>,
+        #[arg(long, value_name = "DUR", num_args = 0..=1, conflicts_with = "any")]
+        wait: Option<Option<String>>,
         /// Take the first free key of the list
         #[arg(long)]
         any: bool,
     },
     /// Release checkouts you hold
     Release {
-        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        #[arg(
+            required_unless_present = "all",
+            conflicts_with = "all",
+            value_name = "KEY"
+        )]
         keys: Vec<String>,
         /// Release everything this agent holds
         #[arg(long)]
@@ -96,17 +100,21 @@ pub enum Command {
         #[arg(long)]
         force: bool,
         /// A note for the audit log and whoever comes next
-        #[arg(long, value_name = "TEXT")]
+        #[arg(long, value_name = "TEXT", allow_hyphen_values = true)]
         note: Option<String>,
     },
     /// Extend the lease of checkouts you hold
     Renew {
-        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        #[arg(
+            required_unless_present = "all",
+            conflicts_with = "all",
+            value_name = "KEY"
+        )]
         keys: Vec<String>,
         /// Renew everything this agent holds
         #[arg(long)]
         all: bool,
-        /// New lease length from now (default from config.yaml: 30m)
+        /// New lease length from now (default: the lease keeps its own length)
         #[arg(long, value_parser = duration, value_name = "DUR")]
         timeout: Option<Duration>,
     },
@@ -127,7 +135,7 @@ pub enum Command {
     /// Record that this agent is alive; renews the leases it holds
     Heartbeat {
         /// A short free text shown in `tasklock agents`
-        #[arg(long, value_name = "TEXT")]
+        #[arg(long, value_name = "TEXT", allow_hyphen_values = true)]
         status: Option<String>,
         /// The agent's long-lived process; when it dies, its checkouts are released
         #[arg(long, value_name = "PID")]
@@ -168,7 +176,7 @@ pub enum Command {
     /// Entry point for Claude Code hooks; reads the hook's JSON on stdin
     Hook {
         /// session-start, user-prompt-submit, post-tool-use or session-end
-        event: String,
+        event: Option<String>,
     },
     /// Block every checkout of KEY (or of a prefix: `deploy://*`) for a while
     Freeze {
@@ -178,7 +186,7 @@ pub enum Command {
         #[arg(long = "for", value_parser = duration, value_name = "DUR", required = true)]
         for_: Duration,
         /// Why; shown to everyone refused
-        #[arg(long, value_name = "TEXT")]
+        #[arg(long, value_name = "TEXT", allow_hyphen_values = true)]
         reason: Option<String>,
     },
     /// End a freeze early
@@ -203,19 +211,26 @@ pub enum Command {
     /// Check the setup: directory, file system, clock, identity, records, skills, hooks
     Doctor,
     /// Append a checkpoint to KEY's history (holder only)
-    Note { key: String, text: String },
+    Note {
+        key: String,
+        /// The note, one line (it may start with `-`)
+        #[arg(allow_hyphen_values = true)]
+        text: String,
+    },
     /// Check out KEY, run CMD renewing the lease, release when it ends
     Run {
-        key: String,
+        /// The key (may also follow --wait: `run --wait KEY -- CMD`)
+        #[arg(required_unless_present = "wait", value_name = "KEY")]
+        key: Option<String>,
         /// Lease length (default from config.yaml: 30m); renewed in the background
         #[arg(long, value_parser = duration, value_name = "DUR")]
         timeout: Option<Duration>,
         /// Why you are taking it; shown to others
-        #[arg(long, value_name = "TEXT")]
+        #[arg(long, value_name = "TEXT", allow_hyphen_values = true)]
         reason: Option<String>,
         /// If held, queue and block until granted (or DUR passes: exit 2 without running CMD)
-        #[arg(long, value_parser = duration, value_name = "DUR", num_args = 0..=1)]
-        wait: Option<Option<Duration>>,
+        #[arg(long, value_name = "DUR", num_args = 0..=1)]
+        wait: Option<Option<String>>,
         /// The command and its arguments, after `--`
         #[arg(last = true, required = true, value_name = "CMD")]
         cmd: Vec<std::ffi::OsString>,

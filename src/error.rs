@@ -72,10 +72,16 @@ impl Error {
 
     /// What the user should do about it, when there is something to say.
     pub fn hint(&self) -> Option<String> {
+        self.hint_for(&crate::render::Invocation::default())
+    }
+
+    /// As [`Error::hint`], with suggested commands carrying the caller's `--dir`/`--agent`.
+    pub fn hint_for(&self, inv: &crate::render::Invocation) -> Option<String> {
         match self {
+            Error::Corrupt { problem, .. } if newer_format(problem) => Some(UPGRADE.into()),
             Error::Corrupt { key, .. } => Some(format!(
-                "inspect the file; if nobody is working on `{key}`, remove it with `tasklock release {} --force` (audited).",
-                shell_quote(key)
+                "inspect the file; if nobody is working on `{key}`, remove it with {} (audited).",
+                inv.code(&format!("release {} --force", shell_quote(key)))
             )),
             Error::Config { path, .. } if path.ends_with("config.yaml") => {
                 Some("fix the file, or delete it to use the defaults.".to_string())
@@ -105,6 +111,9 @@ pub enum Outcome {
     Conflict,
     Frozen,
     Deadlock,
+    /// `checkout --wait`: the waiting agent's registered process is gone; it stopped
+    /// waiting and left the queue.
+    AgentGone,
     NoSuchCheckout,
     NotHolder,
     StaleToken,
@@ -124,13 +133,21 @@ impl Outcome {
             | Outcome::Noted
             | Outcome::Free
             | Outcome::Held => EXIT_OK,
-            Outcome::Conflict | Outcome::Frozen => EXIT_HELD,
+            Outcome::Conflict | Outcome::Frozen | Outcome::AgentGone => EXIT_HELD,
             Outcome::Deadlock => EXIT_DEADLOCK,
             Outcome::NoSuchCheckout => EXIT_NO_SUCH_CHECKOUT,
             Outcome::NotHolder | Outcome::StaleToken | Outcome::LeaseLost => EXIT_NOT_HOLDER,
             Outcome::Corrupt => EXIT_ERROR,
         }
     }
+}
+
+/// The advice for a record written by a newer tasklock: it is not damage.
+pub const UPGRADE: &str = "upgrade tasklock: this record was written by a newer version, which other agents may be using right now; do not remove it.";
+
+/// Is this corrupt-record problem a format version newer than this tasklock reads?
+pub fn newer_format(problem: &str) -> bool {
+    problem.contains("newer than this tasklock understands")
 }
 
 /// Quote a string for a POSIX shell command line when it needs quoting.

@@ -36,7 +36,27 @@ where
     let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
     let cli = match Cli::try_parse_from(&args) {
         Ok(cli) => cli,
+        Err(e)
+            if subcommand(&args) == Some("hook")
+                && !matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) =>
+        {
+            // Hooks never break the agent, not even when called wrongly.
+            let first = e.render().to_string();
+            emit_stderr(&format!(
+                "tasklock hook: {}\n",
+                first_paragraph(&first).unwrap_or("bad arguments")
+            ));
+            return EXIT_OK;
+        }
         Err(e) => return usage_error(e, sniff_json(&args)),
+    };
+    let inv = render::Invocation {
+        dir: cli.global.dir.clone(),
+        agent: cli.global.agent.clone(),
+        cmd: match &cli.command {
+            Command::Run { cmd, .. } => cmd.clone(),
+            _ => Vec::new(),
+        },
     };
     let format = if cli.global.json || cli.global.format == Some(FormatArg::Json) {
         Format::Json
@@ -45,6 +65,10 @@ where
     };
     if let Command::Hook { event } = &cli.command {
         // Hooks never break the agent: failures go to stderr and the exit code is 0.
+        let Some(event) = event else {
+            emit_stderr(HOOK_NO_EVENT);
+            return EXIT_OK;
+        };
         match commands::hook::run(
             cli.global.dir.clone(),
             cli.global.agent.clone(),
@@ -83,14 +107,14 @@ where
         return match result {
             Ok(()) => EXIT_OK,
             Err(e) => {
-                emit_stderr(&render::error(&e, Format::Markdown));
+                emit_stderr(&render::error(&e, Format::Markdown, &inv));
                 e.exit_code()
             }
         };
     }
     match execute(cli) {
         Ok(report) => {
-            let text = render::report(&report, format);
+            let text = render::report(&report, format, &inv);
             // `run` leaves stdout to the command it ran.
             if matches!(report, report::Report::Run(_)) {
                 emit_stderr(&text);
@@ -100,7 +124,7 @@ where
             report.exit_code()
         }
         Err(e) => {
-            let text = render::error(&e, format);
+            let text = render::error(&e, format, &inv);
             match format {
                 Format::Json => emit_stdout(&text),
                 Format::Markdown => emit_stderr(&text),
@@ -122,13 +146,17 @@ fn execute(cli: Cli) -> Result<report::Report, Error> {
     };
     match cli.command {
         Command::Checkout {
-            keys,
+            mut keys,
             timeout,
             reason,
             queue,
             wait,
             any,
         } => {
+            let wait = wait_or_key(&mut keys, wait)?;
+            if keys.is_empty() {
+                return Err(missing_key());
+            }
             if any {
                 return commands::checkout::any(&ctx, &keys, timeout, reason);
             }
@@ -199,8 +227,74 @@ fn execute(cli: Cli) -> Result<report::Report, Error> {
             reason,
             wait,
             cmd,
-        } => commands::run::run(&ctx, &key, timeout, reason, wait, cmd),
+        } => {
+            let mut keys: Vec<String> = key.into_iter().collect();
+            let wait = wait_or_key(&mut keys, wait)?;
+            let [key] = keys.as_slice() else {
+                return Err(match keys.len() {
+                    0 => missing_key(),
+                    _ => Error::Usage("run takes one KEY; the command goes after `--`".into()),
+                });
+            };
+            commands::run::run(&ctx, key, timeout, reason, wait, cmd)
+        }
     }
+}
+
+const HOOK_NO_EVENT: &str = "tasklock hook: no event given (expected session-start, user-prompt-submit, post-tool-use or session-end); nothing done\n";
+
+/// `--wait` takes an optional duration, so in `checkout --wait task-1` the parser gives
+/// it `task-1`. A value that is not a duration is the key: it goes back in front of the
+/// keys, and the wait has no limit. A value that looks like a number with a bad unit
+/// (`--wait 5x KEY`) is a bad duration.
+fn wait_or_key(
+    keys: &mut Vec<String>,
+    wait: Option<Option<String>>,
+) -> Result<Option<Option<std::time::Duration>>, Error> {
+    let Some(value) = wait else {
+        return Ok(None);
+    };
+    let Some(v) = value else {
+        return Ok(Some(None));
+    };
+    match duration::parse(&v) {
+        Ok(d) => Ok(Some(Some(d))),
+        Err(e) if !keys.is_empty() && v.starts_with(|c: char| c.is_ascii_digit()) => {
+            Err(Error::Usage(format!("--wait: {e}")))
+        }
+        Err(_) => {
+            keys.insert(0, v);
+            Ok(Some(None))
+        }
+    }
+}
+
+fn missing_key() -> Error {
+    Error::Usage("the following required arguments were not provided: <KEY>".into())
+}
+
+/// The subcommand named on the command line, skipping global options and their values.
+fn subcommand(args: &[OsString]) -> Option<&str> {
+    let mut it = args.iter().skip(1);
+    while let Some(a) = it.next() {
+        let a = a.to_str()?;
+        if matches!(a, "--dir" | "--agent" | "--name" | "--format") {
+            it.next();
+        } else if !a.starts_with('-') {
+            return Some(a);
+        }
+    }
+    None
+}
+
+/// The first paragraph of a clap error, on one line, without the `error: ` prefix:
+/// "the following required arguments were not provided: <KEY>...".
+fn first_paragraph(rendered: &str) -> Option<&str> {
+    rendered
+        .split("\n\n")
+        .next()
+        .map(|p| p.trim().trim_start_matches("error: "))
+        .filter(|p| !p.is_empty())
 }
 
 /// clap errors: help and version succeed; everything else is a usage error (64, never 2).
@@ -217,12 +311,11 @@ fn usage_error(e: clap::Error, json: bool) -> i32 {
         _ => {
             if json {
                 let msg = e.render().to_string();
-                let first = msg
-                    .lines()
-                    .next()
-                    .unwrap_or("usage error")
-                    .trim_start_matches("error: ");
-                let v = render::error_json("usage", first, Some(msg.clone()), EXIT_USAGE);
+                // The whole first paragraph, so a missing argument is named.
+                let first = first_paragraph(&msg)
+                    .map(|p| p.split_whitespace().collect::<Vec<_>>().join(" "))
+                    .unwrap_or_else(|| "usage error".into());
+                let v = render::error_json("usage", &first, Some(msg.clone()), EXIT_USAGE);
                 emit_stdout(&render::json_line(&v));
             } else {
                 emit_stderr(&e.render().to_string());

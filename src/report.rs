@@ -89,6 +89,26 @@ impl Reaped {
     }
 }
 
+/// What the next holder of a key should know: who held it last, how that ended, and the
+/// key's recent notes.
+#[derive(Debug, Clone, Serialize)]
+pub struct Previous {
+    /// The last holder; `null` when unknown (only notes are known).
+    pub agent: Option<AgentView>,
+    pub token: Option<u64>,
+    pub ended_at: Option<Time>,
+    /// `released`, `force_released`, `timeout`, `agent_death` or `session_end`.
+    pub ended: Option<String>,
+    /// With `agent_death`: `process_gone`, `pid_reused`, `silent` or `ended`.
+    pub cause: Option<String>,
+    /// Who ended it, when not the holder itself.
+    pub by: Option<String>,
+    /// The `--note` of that release.
+    pub note: Option<String>,
+    /// The key's last notes, oldest first.
+    pub notes: Vec<Note>,
+}
+
 #[derive(Debug, Serialize)]
 pub struct CheckoutReport {
     pub command: &'static str,
@@ -111,6 +131,9 @@ pub struct CheckoutReport {
     pub cycle: Vec<String>,
     /// On `frozen`: the freeze that refused the checkout.
     pub frozen: Option<Freeze>,
+    /// On `granted`: the key's last holder, how its checkout ended and its recent notes,
+    /// when any of that is known.
+    pub previous: Option<Box<Previous>>,
 }
 
 /// `checkout --any` when no key of the list could be taken.
@@ -402,6 +425,35 @@ pub struct WhyReport {
     /// Plain-word explanations, most important first.
     pub reasons: Vec<String>,
     pub next: String,
+    /// What `next` advises, for the markdown renderer to spell out with the caller's flags.
+    #[serde(skip)]
+    pub advice: WhyNext,
+}
+
+/// The advice of `why`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum WhyNext {
+    /// You hold it.
+    KeepWorking,
+    /// Free for you: check it out.
+    Checkout,
+    /// Free and reserved for you, the head of its queue: check it out now.
+    CheckoutReserved,
+    Frozen,
+    Corrupt,
+    /// A record of a newer format: upgrade tasklock.
+    Upgrade,
+    /// Held by `holder`; you are first in line and will get it when it is released.
+    FirstInLine {
+        holder: String,
+    },
+    /// You wait at `position` (2 or more) in its queue.
+    InLine {
+        position: usize,
+    },
+    /// Held or reserved for another: work on something else, or queue.
+    #[default]
+    Queue,
 }
 
 #[derive(Debug, Serialize)]

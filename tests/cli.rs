@@ -264,8 +264,8 @@ fn renew_outcomes() {
     let j = e.run(Some("agent-a"), &["renew", "k1", "--json"]).json();
     assert_eq!(j["results"][0]["outcome"], "renewed");
     assert_eq!(
-        j["results"][0]["checkout"]["expires_at"], "2026-01-01T00:35:00Z",
-        "default lease 30m from now"
+        j["results"][0]["checkout"]["expires_at"], "2026-01-01T01:05:00Z",
+        "without --timeout, the lease keeps its own length (1h from the last renewal), not the 30m default"
     );
     assert_eq!(j["results"][0]["checkout"]["token"], 1);
 
@@ -280,6 +280,48 @@ fn renew_outcomes() {
         e.run(Some("agent-a"), &["renew", "k2"]).code,
         3,
         "and it stays lost"
+    );
+}
+
+#[test]
+fn renew_never_shortens_a_lease_unless_told_to() {
+    let mut e = Env::new();
+    e.ok("agent-a", &["checkout", "long", "--timeout", "2h"]);
+    e.ok("agent-a", &["checkout", "short", "--timeout", "10m"]);
+    e.at(T5M);
+    let j = e
+        .run(Some("agent-a"), &["renew", "long", "short", "--json"])
+        .json();
+    assert_eq!(
+        j["results"][0]["checkout"]["expires_at"], "2026-01-01T02:05:00Z",
+        "a 2h lease renewed without --timeout gets another 2h, not the 30m default"
+    );
+    assert_eq!(
+        j["results"][1]["checkout"]["expires_at"], "2026-01-01T00:15:00Z",
+        "a 10m lease gets another 10m"
+    );
+    let j = e.run(Some("agent-a"), &["renew", "--all", "--json"]).json();
+    assert_eq!(
+        j["results"][0]["checkout"]["expires_at"],
+        "2026-01-01T02:05:00Z"
+    );
+    // --timeout sets the end exactly, even earlier than before.
+    let j = e
+        .run(
+            Some("agent-a"),
+            &["renew", "long", "--timeout", "10m", "--json"],
+        )
+        .json();
+    assert_eq!(
+        j["results"][0]["checkout"]["expires_at"],
+        "2026-01-01T00:15:00Z"
+    );
+    // ...and from then on the lease is 10m long.
+    e.at("2026-01-01T00:10:00Z");
+    let j = e.run(Some("agent-a"), &["renew", "long", "--json"]).json();
+    assert_eq!(
+        j["results"][0]["checkout"]["expires_at"],
+        "2026-01-01T00:20:00Z"
     );
 }
 
@@ -664,10 +706,19 @@ fn bad_records_are_never_free_and_can_be_force_released() {
             "{what}: says {problem:?}: {}",
             r.stderr
         );
-        assert!(
-            r.stderr.contains("tasklock release task-x --force"),
-            "{what}: says how to fix"
-        );
+        if what == "newer version" {
+            // Not damage: the fix is a newer tasklock, never removing the record.
+            assert!(
+                r.stderr.contains("Next: upgrade tasklock") && !r.stderr.contains("--force"),
+                "{what}: says to upgrade: {}",
+                r.stderr
+            );
+        } else {
+            assert!(
+                r.stderr.contains("tasklock release task-x --force"),
+                "{what}: says how to fix"
+            );
+        }
         assert_eq!(
             std::fs::read(&path).unwrap(),
             bytes,
@@ -1007,4 +1058,420 @@ fn repeated_keys_count_once() {
     e.ok("agent-a", &["checkout", "k1"]);
     let j = e.ok("agent-a", &["release", "k1", "k1", "--json"]).json();
     assert_eq!(j["results"].as_array().unwrap().len(), 1);
+}
+
+#[test]
+fn text_values_may_start_with_a_hyphen() {
+    let e = Env::new();
+    let j = e
+        .ok("agent-a", &["checkout", "k", "--reason", "-fix", "--json"])
+        .json();
+    assert_eq!(j["checkout"]["reason"], "-fix");
+    let j = e
+        .ok("agent-a", &["note", "k", "- [x] done", "--json"])
+        .json();
+    assert_eq!(j["note"]["text"], "- [x] done");
+    let j = e
+        .ok("agent-a", &["heartbeat", "--status", "-x", "--json"])
+        .json();
+    assert_eq!(j["agent"]["status"], "-x");
+    let j = e
+        .ok("agent-a", &["release", "k", "--note", "-x", "--json"])
+        .json();
+    assert_eq!(j["note"], "-x");
+    let j = e
+        .ok(
+            "agent-a",
+            &["freeze", "k", "--for", "1m", "--reason", "--hold", "--json"],
+        )
+        .json();
+    assert_eq!(j["freeze"]["reason"], "--hold");
+    let j = e.ok("agent-a", &["status", "k", "--json"]).json();
+    let texts: Vec<&str> = j["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(texts, ["- [x] done", "-x"]);
+}
+
+#[test]
+fn wait_may_stand_before_the_key() {
+    let e = Env::new();
+    // The key is free: --wait returns at once, and `task-1` is the key, not a duration.
+    let j = e
+        .ok("agent-a", &["checkout", "--wait", "task-1", "--json"])
+        .json();
+    assert_eq!(j["key"], "task-1");
+    assert_eq!(j["outcome"], "granted");
+    // A duration after --wait is still a duration.
+    let j = e
+        .ok("agent-a", &["checkout", "--wait", "5m", "task-2", "--json"])
+        .json();
+    assert_eq!(j["key"], "task-2");
+    // Held by someone else: a 1s wait that runs out (exit 2) proves DUR was taken as one.
+    let r = e.run(
+        Some("agent-b"),
+        &["checkout", "--wait", "1s", "task-2", "--json"],
+    );
+    assert_eq!(r.code, 2, "{}", r.text());
+    assert_eq!(r.json()["key"], "task-2");
+    // A number with a bad unit is a bad duration, not a key.
+    let r = e.run(
+        Some("agent-a"),
+        &["checkout", "--wait", "5x", "task-3", "--json"],
+    );
+    assert_eq!(r.code, 64);
+    assert!(
+        r.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("invalid duration \"5x\""),
+        "{}",
+        r.stdout
+    );
+    // A duration and no key: the key is missing.
+    let r = e.run(Some("agent-a"), &["checkout", "--wait", "5m", "--json"]);
+    assert_eq!(r.code, 64);
+    assert!(
+        r.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("<KEY>")
+    );
+    // run too: `run --wait KEY -- CMD`.
+    let r = e.run(
+        None,
+        &[
+            "--agent", "agent-a", "run", "--wait", "task-4", "--", "true",
+        ],
+    );
+    assert_eq!(r.code, 0, "{}", r.text());
+    assert!(r.stderr.contains("`task-4`"), "{}", r.stderr);
+}
+
+#[test]
+fn json_usage_errors_name_the_missing_argument() {
+    let e = Env::new();
+    let cases: &[(&[&str], &str)] = &[
+        (&["checkout", "--json"], "<KEY>"),
+        (&["release", "--json"], "<KEY>"),
+        (&["renew", "--json"], "<KEY>"),
+        (&["note", "k", "--json"], "<TEXT>"),
+        (&["status", "--json"], "<KEY>"),
+        (&["verify", "k", "--json"], "--token"),
+    ];
+    for (args, name) in cases {
+        let r = e.run(Some("agent-a"), args);
+        assert_eq!(r.code, 64, "{args:?}");
+        let j = r.json();
+        assert_eq!(j["error"]["kind"], "usage");
+        let msg = j["error"]["message"].as_str().unwrap();
+        assert!(
+            msg.starts_with("the following required arguments were not provided: ")
+                && msg.contains(name),
+            "{args:?}: {msg}"
+        );
+        assert!(!msg.contains('\n'), "one line: {msg:?}");
+    }
+}
+
+#[test]
+fn hook_without_an_event_exits_0_with_a_note() {
+    let e = Env::new();
+    let r = e.run(Some("agent-a"), &["hook"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    assert!(r.stdout.is_empty());
+    assert!(r.stderr.contains("no event given"), "{}", r.stderr);
+    let r = e.run(Some("agent-a"), &["hook", "--bogus"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    assert!(r.stderr.starts_with("tasklock hook: "), "{}", r.stderr);
+    // Help is still help.
+    let r = e.run(None, &["hook", "--help"]);
+    assert_eq!(r.code, 0);
+    assert!(r.stdout.contains("EVENT"), "{}", r.stdout);
+}
+
+#[test]
+fn keys_in_table_code_spans_keep_their_backslashes() {
+    let e = Env::new();
+    e.ok("agent-a", &["checkout", r"a\b"]);
+    e.ok("agent-a", &["checkout", "p|q"]);
+    e.ok("agent-a", &["checkout", "t`ick"]);
+    let r = e.run(None, &["list"]);
+    assert_eq!(r.code, 0);
+    // Backslashes are literal in a code span: shown once, not doubled.
+    assert!(r.stdout.contains(r"| `a\b` |"), "{}", r.stdout);
+    assert!(!r.stdout.contains(r"a\\b"), "{}", r.stdout);
+    // The cell separator is escaped; a backtick gets a longer fence.
+    assert!(r.stdout.contains(r"| `p\|q` |"), "{}", r.stdout);
+    assert!(r.stdout.contains("| `` t`ick `` |"), "{}", r.stdout);
+    snap!(e, "list_keys_with_backslash_pipe_backtick", r);
+}
+
+#[test]
+fn a_record_of_a_newer_format_says_upgrade_not_force() {
+    let e = Env::new();
+    e.ok("agent-a", &["checkout", "ok"]);
+    plant(
+        &e,
+        "task-new",
+        br#"{"version": 2, "key": "task-new", "token": 9, "holder": {"id": "future"}}"#,
+    );
+    let r = e.run(Some("agent-b"), &["checkout", "task-new"]);
+    assert_eq!(r.code, 1);
+    assert!(r.stderr.contains("Next: upgrade tasklock"), "{}", r.stderr);
+    assert!(!r.stderr.contains("--force"), "{}", r.stderr);
+    let j = e
+        .run(Some("agent-b"), &["checkout", "task-new", "--json"])
+        .json();
+    assert!(
+        j["error"]["hint"]
+            .as_str()
+            .unwrap()
+            .starts_with("upgrade tasklock")
+    );
+    let r = e.run(None, &["list"]);
+    assert!(
+        r.stdout.contains("newer format: upgrade tasklock"),
+        "{}",
+        r.stdout
+    );
+    assert!(!r.stdout.contains("--force"), "{}", r.stdout);
+    snap!(e, "list_with_newer_format_record", r);
+    let r = e.run(Some("agent-a"), &["release", "ok", "task-new"]);
+    assert_eq!(r.code, 1);
+    assert!(r.stdout.contains("Fix: upgrade tasklock"), "{}", r.stdout);
+    assert!(!r.stdout.contains("--force"), "{}", r.stdout);
+    let j = e
+        .run(Some("agent-b"), &["why", "task-new", "--json"])
+        .json();
+    assert_eq!(j["state"], "corrupt");
+    assert!(j["next"].as_str().unwrap().starts_with("upgrade tasklock"));
+    // A damaged record still gets the --force advice.
+    plant(&e, "task-bad", b"garbage");
+    let r = e.run(Some("agent-b"), &["checkout", "task-bad"]);
+    assert!(r.stderr.contains("--force"), "{}", r.stderr);
+}
+
+/// The first inline code span in `text` that starts with `tasklock ` after `marker`.
+fn suggested(text: &str, marker: &str) -> String {
+    let after = &text[text
+        .find(marker)
+        .unwrap_or_else(|| panic!("{marker:?} in {text}"))..];
+    let start = after.find("`tasklock ").expect("a suggested command") + 1;
+    let len = after[start..].find('`').unwrap();
+    after[start..start + len].to_string()
+}
+
+/// Run a suggested command line through a shell, with this build as `tasklock`.
+fn run_suggested(line: &str, env: &[(&str, &str)]) -> Run {
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_tasklock"));
+    let mut cmd = std::process::Command::new("sh");
+    cmd.args(["-c", line])
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                bin.parent().unwrap().display(),
+                std::env::var("PATH").unwrap()
+            ),
+        )
+        .env("TASKLOCK_NOW", T0)
+        .env_remove("TASKLOCK_AGENT")
+        .env_remove("TASKLOCK_DIR")
+        .env_remove("CLAUDE_CODE_SESSION_ID")
+        .stdin(std::process::Stdio::null());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    exec(cmd)
+}
+
+#[test]
+fn next_hints_carry_the_callers_dir_and_agent_and_run_verbatim() {
+    let e = Env::new();
+    let dir = e.tmp.path().join("my locks");
+    let dir_s = dir.to_str().unwrap();
+    let mut cmd = base_cmd(T0);
+    cmd.args(["checkout", "demo task", "--agent", "demo", "--dir", dir_s]);
+    let r = exec(cmd);
+    assert_eq!(r.code, 0, "{}", r.text());
+    let release = suggested(&r.stdout, "do the work, then");
+    assert_eq!(
+        release,
+        format!("tasklock release 'demo task' --dir '{dir_s}' --agent demo")
+    );
+    let verify = suggested(&r.stdout, "irreversible step");
+    assert!(verify.contains("--token 1 --dir"), "{verify}");
+    // Without a terminal and without TASKLOCK_AGENT, the hints still work as printed.
+    let v = run_suggested(&verify, &[]);
+    assert_eq!(v.code, 0, "{}", v.text());
+    let rel = run_suggested(&release, &[]);
+    assert_eq!(rel.code, 0, "{}", rel.text());
+    assert!(
+        rel.stdout.starts_with("Released `demo task`."),
+        "{}",
+        rel.stdout
+    );
+
+    // An identity from the environment is not repeated: the same environment works.
+    let mut cmd = base_cmd(T0);
+    cmd.env("TASKLOCK_AGENT", "env-agent")
+        .env("TASKLOCK_DIR", dir_s)
+        .args(["checkout", "k"]);
+    let r = exec(cmd);
+    assert_eq!(r.code, 0, "{}", r.text());
+    assert_eq!(
+        suggested(&r.stdout, "do the work, then"),
+        "tasklock release k"
+    );
+
+    // A conflict's queue hint carries them too.
+    let r = e.run(Some("b"), &["checkout", "x"]);
+    assert_eq!(r.code, 0);
+    let r = e.run(Some("c"), &["checkout", "x"]);
+    assert_eq!(r.code, 2);
+    let q = suggested(&r.stdout, "Next:");
+    assert!(q.ends_with("--agent c"), "{q}");
+    let j = run_suggested(&q, &[]);
+    assert_eq!(j.code, 2, "queued: {}", j.text());
+    assert!(
+        j.stdout.contains("Your place in the queue: 1"),
+        "{}",
+        j.stdout
+    );
+}
+
+#[test]
+fn error_hints_carry_the_flags_too() {
+    let e = Env::new();
+    e.ok("agent-a", &["checkout", "warmup"]);
+    plant(&e, "task-x", b"garbage");
+    let r = e.run(Some("agent-b"), &["checkout", "task-x"]);
+    assert_eq!(r.code, 1);
+    let fix = suggested(&r.stderr, "Next:");
+    assert!(
+        fix.ends_with(
+            "--force --dir [TMP]/.locks --agent agent-b"
+                .replace("[TMP]", &e.tmp.path().display().to_string())
+                .as_str()
+        ),
+        "{fix}"
+    );
+    let j = e
+        .run(Some("agent-b"), &["checkout", "task-x", "--json"])
+        .json();
+    assert!(
+        j["error"]["hint"]
+            .as_str()
+            .unwrap()
+            .contains("--agent agent-b")
+    );
+    let f = run_suggested(&fix, &[]);
+    assert_eq!(f.code, 0, "{}", f.text());
+    assert!(!record_path(&e.dir(), "task-x").exists());
+}
+
+#[test]
+fn run_conflict_points_to_run_wait_with_the_same_command() {
+    let e = Env::new();
+    e.ok("agent-b", &["checkout", "deploy"]);
+    let r = e.run(
+        None,
+        &[
+            "--agent",
+            "agent-a",
+            "run",
+            "deploy",
+            "--",
+            "echo",
+            "-n",
+            "it's done",
+        ],
+    );
+    assert_eq!(r.code, 2, "{}", r.text());
+    let hint = suggested(&r.stdout, "Next:");
+    let dir = e.dir().display().to_string();
+    assert_eq!(
+        hint,
+        format!(
+            "tasklock run deploy --wait --dir {dir} --agent agent-a -- echo -n 'it'\\''s done'"
+        )
+    );
+    assert!(!r.stdout.contains("--queue"), "{}", r.stdout);
+    // It runs as printed: blocked until agent-b releases, then runs the command.
+    e.ok("agent-b", &["release", "deploy"]);
+    let out = run_suggested(&hint, &[]);
+    assert_eq!(out.code, 0, "{}", out.text());
+    assert_eq!(out.stdout, "it's done");
+}
+
+#[test]
+fn why_tells_a_waiter_where_it_stands_instead_of_queueing_again() {
+    let e = Env::new();
+    e.ok("a", &["checkout", "k"]);
+    assert_eq!(e.run(Some("b"), &["checkout", "k", "--queue"]).code, 2);
+    assert_eq!(e.run(Some("c"), &["checkout", "k", "--queue"]).code, 2);
+
+    let r = e.run(Some("b"), &["why", "k"]);
+    assert_eq!(r.code, 0);
+    assert!(!r.stdout.contains("--queue"), "{}", r.stdout);
+    assert!(
+        r.stdout.contains("You are first in its queue"),
+        "{}",
+        r.stdout
+    );
+    snap!(e, "why_first_in_line", r);
+    let j = e.run(Some("b"), &["why", "k", "--json"]).json();
+    assert_eq!(j["state"], "held");
+    assert_eq!(j["can_checkout"], false);
+    assert!(
+        j["next"]
+            .as_str()
+            .unwrap()
+            .starts_with("you are first in line: when a releases it")
+    );
+
+    let j = e.run(Some("c"), &["why", "k", "--json"]).json();
+    assert!(
+        j["next"]
+            .as_str()
+            .unwrap()
+            .starts_with("you are number 2 in its queue"),
+        "{j}"
+    );
+    assert!(!j["next"].as_str().unwrap().contains("--queue"));
+    // Someone not in the queue is still told how to join it.
+    let j = e.run(Some("d"), &["why", "k", "--json"]).json();
+    assert!(
+        j["next"]
+            .as_str()
+            .unwrap()
+            .contains("tasklock checkout k --queue")
+    );
+
+    // Released: reserved for b, who is told to take it now.
+    e.ok("a", &["release", "k"]);
+    let r = e.run(Some("b"), &["why", "k"]);
+    assert!(
+        r.stdout.contains(
+            "Next: it is reserved for you: check it out now with `tasklock checkout k --dir"
+        ),
+        "{}",
+        r.stdout
+    );
+    let j = e.run(Some("b"), &["why", "k", "--json"]).json();
+    assert_eq!(j["state"], "reserved_for_you");
+    assert_eq!(j["can_checkout"], true);
+    let j = e.run(Some("c"), &["why", "k", "--json"]).json();
+    assert_eq!(j["state"], "reserved");
+    assert!(
+        j["next"]
+            .as_str()
+            .unwrap()
+            .starts_with("you are number 2 in its queue"),
+        "{j}"
+    );
 }

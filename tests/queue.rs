@@ -374,13 +374,16 @@ fn wait_is_granted_when_the_holder_releases() {
     assert_eq!(s["checkout"]["agent"]["id"], "waiter", "{s}");
     assert!(waiters(&s).is_empty(), "{s}");
     assert!(s["queue"]["reserved_for"].is_null(), "{s}");
-    // The release reserved the key for it and said so, once.
+    // The release reserved the key for it and said so, once; the waiter took the key,
+    // so the message is done: read, not waiting in the inbox.
     let msgs = live_ok(&e, "waiter", &["inbox", "--json"]);
-    assert_eq!(
-        kinds(msgs["messages"].as_array().unwrap()),
-        pairs(&[("reserved", "task-1")]),
-        "{msgs}"
-    );
+    assert_eq!(msgs["messages"], serde_json::json!([]), "{msgs}");
+    let read: Vec<String> = std::fs::read_dir(e.dir().join("inbox/waiter/read"))
+        .unwrap()
+        .map(|f| std::fs::read_to_string(f.unwrap().path()).unwrap())
+        .collect();
+    assert_eq!(read.len(), 1, "{read:?}");
+    assert!(read[0].contains("\"type\": \"reserved\""), "{read:?}");
 }
 
 #[test]
@@ -975,4 +978,95 @@ fn snapshots_of_queue_markdown() {
     );
     assert_eq!(r.code, HELD);
     snap!(e, "any_all_held", r);
+}
+
+/// Send a signal (a name such as STOP) to a process.
+fn signal(pid: u32, sig: &str) {
+    let st = Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success(), "kill -{sig} {pid}");
+}
+
+/// The agent `ghost` registered a `sleep` as its process, then blocked in
+/// `checkout task-1 --wait`; `next` queued behind it.
+fn ghost_waiting(e: &Env) -> (Child, Child) {
+    let sleep = Command::new("sleep")
+        .arg("60")
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    live_ok(
+        e,
+        "ghost",
+        &["heartbeat", "--pid", &sleep.id().to_string(), "--json"],
+    );
+    live_ok(e, "holder", &["checkout", "task-1", "--json"]);
+    let waiter = spawn_waiter(e, "ghost", "task-1", "30s");
+    poll_until("ghost to join the queue", || {
+        live_waiters(e, "task-1") == ["ghost"]
+    });
+    let r = live(e, "next", &["checkout", "task-1", "--queue", "--json"]);
+    assert_eq!(r.code, HELD, "{}", r.text());
+    (sleep, waiter)
+}
+
+fn assert_ghost_never_got_it(e: &Env, r: &Run) {
+    assert_eq!(r.code, HELD, "{}", r.text());
+    let j = r.json();
+    assert_eq!(j["outcome"], "agent_gone", "{j}");
+    assert_eq!(j["position"], Value::Null, "{j}");
+    let s = live(e, "observer", &["status", "task-1", "--json"]).json();
+    assert!(s["checkout"].is_null(), "{s}");
+    assert_eq!(s["queue"]["reserved_for"]["agent"], "next", "{s}");
+    assert_eq!(waiters(&s), ["next"], "{s}");
+    let log = audit(&e.dir());
+    assert!(
+        !log.iter()
+            .any(|v| v["agent"] == "ghost" && (v["event"] == "acquire" || v["event"] == "handoff")),
+        "ghost was never handed the key: {log:?}"
+    );
+    // `next` takes it.
+    let j = live_ok(e, "next", &["checkout", "task-1", "--json"]);
+    assert_eq!(j["outcome"], "granted");
+}
+
+#[test]
+fn an_orphaned_wait_stops_when_its_agents_process_dies() {
+    let e = Env::new();
+    let (mut sleep, waiter) = ghost_waiting(&e);
+    sleep.kill().unwrap();
+    sleep.wait().unwrap();
+    live_ok(&e, "holder", &["release", "task-1", "--json"]);
+    let r = finish(waiter, "the orphaned wait");
+    assert_ghost_never_got_it(&e, &r);
+}
+
+#[test]
+fn the_handoff_skips_a_waiter_whose_agent_is_dead_even_while_its_wait_runs() {
+    let e = Env::new();
+    let (mut sleep, waiter) = ghost_waiting(&e);
+    // The wait process lives on (stopped, so it cannot notice anything itself)...
+    signal(waiter.id(), "STOP");
+    sleep.kill().unwrap();
+    sleep.wait().unwrap();
+    // ...yet the release passes ghost over and reserves the key for `next`.
+    live_ok(&e, "holder", &["release", "task-1", "--json"]);
+    let s = live(&e, "observer", &["status", "task-1", "--json"]).json();
+    assert_eq!(s["queue"]["reserved_for"]["agent"], "next", "{s}");
+    signal(waiter.id(), "CONT");
+    let r = finish(waiter, "the orphaned wait");
+    assert_ghost_never_got_it(&e, &r);
+    // Its process is still gone: a new wait stops at once, with a clear word, even for a
+    // free key (it would be reaped as dead at once).
+    let md = live(&e, "ghost", &["checkout", "task-2", "--wait", "1s"]);
+    assert_eq!(md.code, HELD, "{}", md.text());
+    assert!(
+        md.stdout
+            .starts_with("Stopped waiting: your agent's process is gone, so `task-2` will not be handed to you; you are out of its queue."),
+        "{}",
+        md.stdout
+    );
+    snap!(e, "wait_stopped_agent_gone", md);
 }

@@ -177,6 +177,7 @@ pub fn attempt(
         reserved_for: None,
         cycle: Vec::new(),
         frozen: None,
+        previous: None,
     };
 
     if let Some(f) = store.frozen(key, &now)? {
@@ -281,9 +282,7 @@ pub fn attempt(
     let changed = queue::settle(ctx, store, guard, &mut q, true, Some(&agent.id))?;
     match q.reservation.clone() {
         Some(res) if res.agent == agent.id => {
-            q.waiters.retain(|w| w.agent != agent.id);
-            q.reservation = None;
-            store.write_queue(guard, &q)?;
+            queue::take_reservation(store, guard, &mut q, &agent.id)?;
         }
         Some(res) => {
             if changed {
@@ -298,6 +297,7 @@ pub fn attempt(
     }
 
     let token = store.next_token(guard)?;
+    let previous = super::previous(store, key, token)?;
     let record = Record {
         version: FORMAT_VERSION,
         key: key.to_string(),
@@ -314,6 +314,7 @@ pub fn attempt(
     store.audit(guard, &ev)?;
     let mut r = base(Outcome::Granted, Some(CheckoutView::from(&record)));
     r.took_over = took_over;
+    r.previous = previous;
     r.queue_length = q.waiters.len();
     Ok(r)
 }
@@ -342,6 +343,7 @@ fn refuse(
         reserved_for: q.reservation.clone(),
         cycle: Vec::new(),
         frozen: None,
+        previous: None,
     };
     match join {
         Join::No => {

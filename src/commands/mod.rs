@@ -29,8 +29,8 @@ use crate::config::Config;
 use crate::error::Result;
 use crate::identity::{self, Agent};
 use crate::liveness::{self, Cause, Judgement};
-use crate::report::Reaped;
-use crate::store::{AgentEntry, AuditEvent, FileStore, Record, Slot};
+use crate::report::{AgentView, Previous, Reaped};
+use crate::store::{AgentEntry, AuditEvent, Ended, FileStore, Record, Slot};
 
 /// What every command gets: resolved global options and "now".
 #[derive(Clone)]
@@ -150,6 +150,20 @@ pub(crate) fn auto_release_for(
     ev.reason = Some(reason.as_str().into());
     ev.by = by.filter(|b| *b != record.agent.id).map(str::to_string);
     store.audit(guard, &ev)?;
+    let cause = match reason {
+        ReapReason::AgentDeath => death_cause(ctx, store, record)?,
+        _ => None,
+    };
+    record_end(
+        ctx,
+        store,
+        guard,
+        record,
+        reason.as_str(),
+        cause,
+        ev.by.clone(),
+        None,
+    )?;
     if let Some(by) = ev.by.as_deref() {
         let (kind, body) = match reason {
             ReapReason::Timeout => (
@@ -181,6 +195,85 @@ pub(crate) fn auto_release_for(
         )?;
     }
     queue::after_release(ctx, store, guard, &record.key, taker)
+}
+
+/// Why a holder ended as `agent_death` was judged dead, judged again for the record.
+fn death_cause(ctx: &Ctx, store: &FileStore, record: &Record) -> Result<Option<Cause>> {
+    let entry = store.read_agent(&record.agent.id)?;
+    let cfg = store.config().unwrap_or_default();
+    Ok(liveness::judge_record(record, entry.as_ref(), &ctx.now, &cfg).cause)
+}
+
+/// Remember how a key's checkout ended, for its next holder.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn record_end(
+    ctx: &Ctx,
+    store: &FileStore,
+    guard: &crate::store::Guard,
+    record: &Record,
+    how: &str,
+    cause: Option<Cause>,
+    by: Option<String>,
+    note: Option<String>,
+) -> Result<()> {
+    let cause = cause.and_then(|c| {
+        serde_json::to_value(c)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+    });
+    store.write_ended(
+        guard,
+        &Ended {
+            version: 1,
+            key: record.key.clone(),
+            agent: record.agent.clone(),
+            token: record.token,
+            acquired_at: record.acquired_at,
+            ended_at: ctx.now,
+            how: how.to_string(),
+            cause,
+            by,
+            note,
+        },
+    )
+}
+
+/// What the next holder of `key` (about to get `token`) should know; `None` when nothing
+/// is known. Two small reads: the key's ended fact and the tail of its notes.
+pub(crate) fn previous(store: &FileStore, key: &str, token: u64) -> Result<Option<Box<Previous>>> {
+    let ended = store.read_ended(key)?.filter(|e| e.token < token);
+    let notes = store.last_notes(key, NOTES_SHOWN)?;
+    if ended.is_none() && notes.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(Box::new(match ended {
+        Some(e) => Previous {
+            agent: Some(AgentView {
+                id: e.agent.id,
+                name: e.agent.name,
+                host: e.agent.host,
+                pid: e.agent.pid,
+                parent: e.agent.parent,
+            }),
+            token: Some(e.token),
+            ended_at: Some(e.ended_at),
+            ended: Some(e.how),
+            cause: e.cause,
+            by: e.by,
+            note: e.note,
+            notes,
+        },
+        None => Previous {
+            agent: None,
+            token: None,
+            ended_at: None,
+            ended: None,
+            cause: None,
+            by: None,
+            note: None,
+            notes,
+        },
+    })))
 }
 
 /// Judges holders: lease end, then death, with registry entries and config read once.

@@ -62,7 +62,26 @@ fn waiter_gone(ctx: &Ctx, store: &FileStore, w: &Waiter) -> Result<bool> {
             w.pid_start,
         ) {
             Proc::Gone | Proc::Reused => return Ok(true),
-            Proc::Running => return Ok(false),
+            Proc::Running => {
+                // A blocked --wait cannot beat, so silence proves nothing; but an agent
+                // whose own process is gone, or that ended, must never be handed the key
+                // through an orphaned wait.
+                return Ok(store.read_agent(&w.agent)?.is_some_and(|e| {
+                    e.ended_at.is_some()
+                        || e.pid.is_some_and(|p| {
+                            matches!(
+                                liveness::check_process(
+                                    &e.host,
+                                    e.boot_id.as_deref(),
+                                    e.pid_ns.as_deref(),
+                                    p,
+                                    e.pid_start,
+                                ),
+                                Proc::Gone | Proc::Reused
+                            )
+                        })
+                }));
+            }
             Proc::Unknown => {}
         }
     }
@@ -168,6 +187,25 @@ pub(crate) fn after_release(
     }
     if settle(ctx, store, g, &mut q, true, taker)? {
         store.write_queue(g, &q)?;
+    }
+    Ok(())
+}
+
+/// The head of the queue takes the key reserved for it: it leaves the queue, and its
+/// unread `reserved` message for the key is marked read (it has done what it said).
+pub(crate) fn take_reservation(
+    store: &FileStore,
+    g: &Guard,
+    q: &mut Queue,
+    agent: &str,
+) -> Result<()> {
+    q.waiters.retain(|w| w.agent != agent);
+    q.reservation = None;
+    store.write_queue(g, q)?;
+    for (path, msg) in store.unread(agent)? {
+        if msg.kind == "reserved" && msg.key == q.key {
+            store.mark_read(agent, &path)?;
+        }
     }
     Ok(())
 }

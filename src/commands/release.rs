@@ -1,4 +1,6 @@
-use super::{Ctx, Judge, ReapReason, auto_release, checkout::check_text, held_keys, queue};
+use super::{
+    Ctx, Judge, ReapReason, auto_release, checkout::check_text, held_keys, queue, record_end,
+};
 use crate::error::{Error, Outcome, Result};
 use crate::report::{CheckoutView, KeyResult, KeysReport, Report};
 use crate::store::Slot;
@@ -88,6 +90,16 @@ pub fn run(
                     let mut ev = ctx.event("release", &r);
                     ev.reason = note.clone();
                     store.audit(&guard, &ev)?;
+                    record_end(
+                        ctx,
+                        &store,
+                        &guard,
+                        &r,
+                        "released",
+                        None,
+                        None,
+                        note.clone(),
+                    )?;
                     if let Some(text) = &note {
                         // A release note is the last checkpoint: the next holder reads it.
                         let n = crate::store::Note {
@@ -109,6 +121,27 @@ pub fn run(
                 ev.by = Some(me.clone());
                 ev.reason = note.clone();
                 store.audit(&guard, &ev)?;
+                record_end(
+                    ctx,
+                    &store,
+                    &guard,
+                    &r,
+                    "force_released",
+                    None,
+                    Some(me.clone()),
+                    note.clone(),
+                )?;
+                if let Some(text) = &note {
+                    // Whoever takes the key next reads why it was taken away.
+                    let n = crate::store::Note {
+                        ts: ctx.now,
+                        agent: me.clone(),
+                        name: ctx.agent().ok().and_then(|a| a.name),
+                        token: Some(r.token),
+                        text: text.clone(),
+                    };
+                    store.append_note(&guard, &key, &n)?;
+                }
                 let body = match &note {
                     Some(n) => format!("{me} force-released your checkout: {n}"),
                     None => format!("{me} force-released your checkout"),

@@ -16,10 +16,6 @@ pub fn run(ctx: &Ctx, keys: Vec<String>, all: bool, timeout: Option<Duration>) -
         .filter(|k| seen.insert(k.clone()))
         .collect();
     let me = ctx.agent_id()?;
-    let lease = match timeout {
-        Some(t) => t,
-        None => ctx.config()?.lease,
-    };
     let mut results = Vec::new();
     let report = |results| {
         Ok(Report::Keys(KeysReport {
@@ -81,9 +77,15 @@ pub fn run(ctx: &Ctx, keys: Vec<String>, all: bool, timeout: Option<Duration>) -
                     frozen = Some(f);
                     (Outcome::Frozen, Some(CheckoutView::from(&r)))
                 } else {
+                    // Without --timeout the lease keeps its own length, as a heartbeat
+                    // renews it: a renewal never shortens a lease by surprise.
+                    let expires_at = match timeout {
+                        Some(t) => ctx.now + to_chrono(t),
+                        None => ctx.now + (r.expires_at - r.renewed_at),
+                    };
                     let renewed = Record {
                         renewed_at: ctx.now,
-                        expires_at: ctx.now + to_chrono(lease),
+                        expires_at,
                         ..r
                     };
                     store.replace(&guard, &renewed)?;

@@ -12,9 +12,11 @@ use inotify::{Inotify, WatchMask};
 
 use super::checkout::{self, Join, Request};
 use super::{Ctx, queue};
+use crate::clock::Time;
 use crate::error::{Outcome, Result};
-use crate::report::Report;
-use crate::store::FileStore;
+use crate::liveness::{self, Proc};
+use crate::report::{CheckoutReport, CheckoutView, Report};
+use crate::store::{FileStore, Slot};
 
 /// The longest a waiter sleeps without an event before looking again.
 const FALLBACK_POLL: Duration = Duration::from_millis(500);
@@ -48,8 +50,43 @@ pub fn run_for(
     let watcher = Watcher::new(&store);
     crate::signals::install();
     let pid = std::process::id();
+    let started = ctx.now;
+    let mut last: Option<CheckoutReport> = None;
     loop {
         let now_ctx = ctx.at_now(&me)?;
+        // An orphaned wait must never hand the key to a dead agent: stop as soon as the
+        // agent's registered process is gone (or the agent was marked ended meanwhile).
+        if agent_gone(&store, &me, &started)? {
+            let guard = store.lock()?;
+            queue::leave(&now_ctx, &store, &guard, key, &me)?;
+            let q = store.read_queue(key)?;
+            let holder = match store.read(key)? {
+                Slot::Held(r) => Some(CheckoutView::from(&r)),
+                _ => None,
+            };
+            drop(guard);
+            let mut r = last.unwrap_or_else(|| CheckoutReport {
+                command: "checkout",
+                now: now_ctx.now,
+                key: key.to_string(),
+                outcome: Outcome::Conflict,
+                checkout: None,
+                took_over: None,
+                queue_length: 0,
+                position: None,
+                reserved_for: None,
+                cycle: Vec::new(),
+                frozen: None,
+                previous: None,
+            });
+            r.now = now_ctx.now;
+            r.outcome = Outcome::AgentGone;
+            r.checkout = holder;
+            r.queue_length = q.waiters.len();
+            r.position = None;
+            r.reserved_for = q.reservation.clone();
+            return Ok(Report::Checkout(r));
+        }
         let report = {
             let mut guard = store.lock()?;
             let mut req = checkout::with_registered_pid(&store, &guard, req.clone())?;
@@ -72,12 +109,37 @@ pub fn run_for(
             report.queue_length = report.queue_length.saturating_sub(1);
             return Ok(Report::Checkout(report));
         }
+        last = Some(report);
         let mut sleep = FALLBACK_POLL;
         if let Some(d) = deadline {
             sleep = sleep.min(d.saturating_duration_since(Instant::now()));
         }
         watcher.wait(sleep);
     }
+}
+
+/// Is the waiting agent gone: its registered process (`heartbeat --pid`) no longer runs
+/// (or its pid was reused), or it was marked ended after the wait began?
+fn agent_gone(store: &FileStore, me: &str, started: &Time) -> Result<bool> {
+    let Some(e) = store.read_agent(me)? else {
+        return Ok(false);
+    };
+    if e.ended_at.is_some_and(|t| t >= *started) {
+        return Ok(true);
+    }
+    let Some(pid) = e.pid else {
+        return Ok(false);
+    };
+    Ok(matches!(
+        liveness::check_process(
+            &e.host,
+            e.boot_id.as_deref(),
+            e.pid_ns.as_deref(),
+            pid,
+            e.pid_start
+        ),
+        Proc::Gone | Proc::Reused
+    ))
 }
 
 /// inotify on the key and queue directories; without it, plain sleeping.

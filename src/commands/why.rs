@@ -4,7 +4,7 @@ use super::{Ctx, Judge};
 use crate::clock::with_relative;
 use crate::error::{Result, shell_quote};
 use crate::liveness::{Cause, State};
-use crate::report::{Report, WhyReport};
+use crate::report::{Report, WhyNext, WhyReport};
 use crate::store::Slot;
 
 pub fn run(ctx: &Ctx, key: &str) -> Result<Report> {
@@ -13,6 +13,9 @@ pub fn run(ctx: &Ctx, key: &str) -> Result<Report> {
     let mut reasons = Vec::new();
     let mut can = true;
     let mut state = "free";
+    // Your place in the key's queue, and who holds the key (alive), when known.
+    let mut position = None;
+    let mut holder: Option<String> = None;
     let q = |s: &str| shell_quote(s);
     if let Some(store) = ctx.existing_store()? {
         let now = ctx.now;
@@ -36,6 +39,14 @@ pub fn run(ctx: &Ctx, key: &str) -> Result<Report> {
         }
         let mut judge = Judge::new(ctx, &store);
         match store.read(key)? {
+            Slot::Corrupt { path, problem } if crate::error::newer_format(&problem) => {
+                can = false;
+                state = "corrupt";
+                reasons.push(format!(
+                    "Its record at {} was written by a newer tasklock ({problem}).",
+                    path.display()
+                ));
+            }
             Slot::Corrupt { path, problem } => {
                 can = false;
                 state = "corrupt";
@@ -87,6 +98,7 @@ pub fn run(ctx: &Ctx, key: &str) -> Result<Report> {
                 } else {
                     can = false;
                     state = "held";
+                    holder = Some(who.clone());
                     let liveness = match judgement.state {
                         State::Stalled => "stalled (no recent heartbeat, but not dead yet)",
                         _ => "alive",
@@ -105,6 +117,7 @@ pub fn run(ctx: &Ctx, key: &str) -> Result<Report> {
             Slot::Free => {}
         }
         let queue = store.read_queue(key)?;
+        position = me.as_deref().and_then(|m| queue.position(m));
         if let Some(res) = &queue.reservation
             && res.until > now
             && state != "held"
@@ -135,6 +148,15 @@ pub fn run(ctx: &Ctx, key: &str) -> Result<Report> {
                 names.join(", ")
             ));
         }
+        match position {
+            Some(1) if state == "held" => reasons.push(
+                "You are first in its queue: when it is released, it is reserved for you.".into(),
+            ),
+            Some(p) if state != "reserved_for_you" => {
+                reasons.push(format!("You are number {p} in its queue."))
+            }
+            _ => {}
+        }
     }
     // A freeze outranks every other state: nothing else matters until it ends.
     if reasons.iter().any(|r| r.starts_with("It is frozen")) && state != "corrupt" {
@@ -144,19 +166,27 @@ pub fn run(ctx: &Ctx, key: &str) -> Result<Report> {
     if reasons.is_empty() {
         reasons.push("Nobody holds it, nobody waits for it, and it is not frozen.".into());
     }
-    let next = match state {
-        "yours" => "keep working; release it when done.".to_string(),
-        _ if can => format!("`tasklock checkout {}`.", q(key)),
-        "frozen" => "work on something else until the freeze ends.".into(),
-        "corrupt" => format!(
-            "inspect the file; `tasklock release {} --force` if nobody works on it.",
-            q(key)
-        ),
-        _ => format!(
-            "work on something else, or `tasklock checkout {} --queue`.",
-            q(key)
-        ),
+    let advice = match state {
+        "yours" => WhyNext::KeepWorking,
+        "reserved_for_you" if can => WhyNext::CheckoutReserved,
+        _ if can => WhyNext::Checkout,
+        "frozen" => WhyNext::Frozen,
+        "corrupt"
+            if reasons
+                .iter()
+                .any(|r| r.contains("written by a newer tasklock")) =>
+        {
+            WhyNext::Upgrade
+        }
+        "corrupt" => WhyNext::Corrupt,
+        // Already waiting: say where, never "queue" again.
+        _ => match (position, holder) {
+            (Some(1), Some(h)) => WhyNext::FirstInLine { holder: h },
+            (Some(p), _) => WhyNext::InLine { position: p },
+            _ => WhyNext::Queue,
+        },
     };
+    let next = crate::render::markdown::why_next(&advice, key, &Default::default());
     Ok(Report::Why(WhyReport {
         command: "why",
         now: ctx.now,
@@ -166,5 +196,6 @@ pub fn run(ctx: &Ctx, key: &str) -> Result<Report> {
         state: state.to_string(),
         reasons,
         next,
+        advice,
     }))
 }

@@ -2,30 +2,31 @@
 
 use std::fmt::Write;
 
+use super::Invocation;
 use crate::clock::{Time, with_relative};
 use crate::commands::ReapReason;
-use crate::error::{Outcome, shell_quote};
+use crate::error::{Outcome, UPGRADE, newer_format, shell_quote};
 use crate::liveness::{Cause, State};
 use crate::report::*;
 use crate::store::{AuditEvent, Freeze, Note};
 
-pub fn report(r: &Report) -> String {
+pub fn report(r: &Report, inv: &Invocation) -> String {
     match r {
-        Report::Checkout(r) => checkout(r),
-        Report::Keys(r) => keys(r),
-        Report::Status(r) => status(r),
-        Report::List(r) => list(r),
+        Report::Checkout(r) => checkout(r, inv),
+        Report::Keys(r) => keys(r, inv),
+        Report::Status(r) => status(r, inv),
+        Report::List(r) => list(r, inv),
         Report::Verify(r) => verify(r),
         Report::Heartbeat(r) => heartbeat(r),
         Report::Agents(r) => agents(r),
-        Report::Note(r) => note(r),
+        Report::Note(r) => note(r, inv),
         Report::Watch(r) => watch(r),
         Report::Run(r) => run(r),
-        Report::Any(r) => any(r),
+        Report::Any(r) => any(r, inv),
         Report::Inbox(r) => inbox(r),
-        Report::Init(r) => init(r),
-        Report::Freeze(r) => freeze(r),
-        Report::Why(r) => why(r),
+        Report::Init(r) => init(r, inv),
+        Report::Freeze(r) => freeze(r, inv),
+        Report::Why(r) => why(r, inv),
         Report::Audit(r) => audit(r),
         Report::Doctor(r) => doctor(r),
     }
@@ -42,15 +43,17 @@ pub fn code(s: &str) -> String {
     }
 }
 
+/// A code span inside a table cell. Backslashes are literal in a code span, so only the
+/// cell separator `|` is escaped (GFM reads `\|` as `|` even inside code).
+pub fn code_cell(s: &str) -> String {
+    code(s).replace('|', "\\|")
+}
+
 /// Text safe inside a table cell.
 pub fn cell(s: &str) -> String {
     s.replace('\\', "\\\\")
         .replace('|', "\\|")
         .replace(['\n', '\r'], " ")
-}
-
-fn cmd(args: &str, key: &str) -> String {
-    code(&format!("tasklock {args} {}", shell_quote(key)))
 }
 
 fn checkout_lines(out: &mut String, c: &CheckoutView, now: &Time) {
@@ -72,7 +75,7 @@ fn checkout_lines(out: &mut String, c: &CheckoutView, now: &Time) {
     );
 }
 
-fn checkout(r: &CheckoutReport) -> String {
+fn checkout(r: &CheckoutReport, inv: &Invocation) -> String {
     let mut out = String::new();
     let k = code(&r.key);
     match (r.outcome, &r.checkout) {
@@ -84,7 +87,23 @@ fn checkout(r: &CheckoutReport) -> String {
             let _ = writeln!(out, "\n- Cycle: {}", cycle_words(&r.cycle));
             let _ = writeln!(
                 out,
-                "\nNext: release one of the keys you hold that others wait for (`tasklock release KEY`), or work on something else; never wait in a cycle."
+                "\nNext: release one of the keys you hold that others wait for ({}), or work on something else; never wait in a cycle.",
+                inv.code("release KEY")
+            );
+        }
+        (Outcome::AgentGone, holder) => {
+            let _ = writeln!(
+                out,
+                "Stopped waiting: your agent's process is gone, so {k} will not be handed to you; you are out of its queue."
+            );
+            if let Some(c) = holder {
+                out.push('\n');
+                checkout_lines(&mut out, c, &r.now);
+            }
+            let _ = writeln!(
+                out,
+                "\nNext: nothing, if the agent has ended. If it is still at work, register its live process ({}) and wait again.",
+                inv.code("heartbeat --pid PID")
             );
         }
         (Outcome::Frozen, holder) => {
@@ -109,7 +128,7 @@ fn checkout(r: &CheckoutReport) -> String {
             let _ = writeln!(
                 out,
                 "\nNext: work on something else; the freeze ends by itself. Only if it must end early: {} (audited).",
-                cmd("unfreeze", pattern)
+                inv.cmd("unfreeze", pattern)
             );
         }
         (Outcome::Conflict, holder) => {
@@ -147,22 +166,21 @@ fn checkout(r: &CheckoutReport) -> String {
             }
             let next = match r.position {
                 Some(_) => format!(
-                    "Next: work on something else; when {k} is handed to you, your inbox says so (`tasklock inbox`) and it is held for you for the handoff grace. Or block until then with {}.",
-                    code(&format!("tasklock checkout {} --wait", shell_quote(&r.key)))
+                    "Next: work on something else; when {k} is handed to you, your inbox says so ({}) and it is held for you for the handoff grace. Or block until then with {}.",
+                    inv.code("inbox"),
+                    inv.code(&format!("checkout {} --wait", shell_quote(&r.key)))
+                ),
+                None if r.command == "run" => format!(
+                    "Next: work on something else, or {} to wait in line and run the command once the key is yours; do not retry in a loop.",
+                    inv.run_wait(&r.key)
                 ),
                 None if holder.is_none() && r.reserved_for.is_some() => format!(
                     "Next: work on something else, or {} to take your turn after the agents already waiting; do not retry in a loop.",
-                    code(&format!(
-                        "tasklock checkout {} --queue",
-                        shell_quote(&r.key)
-                    ))
+                    inv.code(&format!("checkout {} --queue", shell_quote(&r.key)))
                 ),
                 None => format!(
                     "Next: work on something else, or {} to be told when it frees up; do not retry in a loop.",
-                    code(&format!(
-                        "tasklock checkout {} --queue",
-                        shell_quote(&r.key)
-                    ))
+                    inv.code(&format!("checkout {} --queue", shell_quote(&r.key)))
                 ),
             };
             let _ = writeln!(out, "\n{next}");
@@ -188,7 +206,15 @@ fn checkout(r: &CheckoutReport) -> String {
             checkout_lines(&mut out, c, &r.now);
             if let Some(prev) = &r.took_over {
                 let _ = writeln!(out, "- Took over from: {}", reaped_words(prev, &r.now));
-                notes_lines(&mut out, &prev.notes, &r.now);
+            } else if let Some(p) = &r.previous
+                && let Some(words) = previous_words(p, &r.now)
+            {
+                let _ = writeln!(out, "- Previous holder: {words}");
+            }
+            match (&r.previous, &r.took_over) {
+                (Some(p), _) => notes_lines(&mut out, &p.notes, &r.now),
+                (None, Some(prev)) => notes_lines(&mut out, &prev.notes, &r.now),
+                (None, None) => {}
             }
             if r.queue_length > 0 {
                 let _ = writeln!(out, "- Queue: {} waiting after you", r.queue_length);
@@ -196,10 +222,10 @@ fn checkout(r: &CheckoutReport) -> String {
             let _ = writeln!(
                 out,
                 "\nNext: do the work, then {}. If it takes longer, {}. Before an irreversible step (push, deploy), {}.",
-                cmd("release", &r.key),
-                cmd("renew", &r.key),
-                code(&format!(
-                    "tasklock verify {} --token {}",
+                inv.cmd("release", &r.key),
+                inv.cmd("renew", &r.key),
+                inv.code(&format!(
+                    "verify {} --token {}",
                     shell_quote(&r.key),
                     c.token
                 ))
@@ -247,7 +273,7 @@ fn cycle_words(cycle: &[String]) -> String {
         .join(" → ")
 }
 
-fn any(r: &AnyReport) -> String {
+fn any(r: &AnyReport, inv: &Invocation) -> String {
     let mut out = String::new();
     let n = r.refused.len();
     let _ = writeln!(out, "Conflict: none of the {n} keys can be taken now.");
@@ -264,13 +290,17 @@ fn any(r: &AnyReport) -> String {
         let _ = writeln!(
             out,
             "| {} | {} | {} | {} |",
-            cell(&code(&c.key)),
+            code_cell(&c.key),
             cell(&who),
             ends,
             c.queue_length
         );
     }
-    out.push_str("\nNext: work on something else, or queue for one key with `tasklock checkout KEY --queue`.\n");
+    let _ = writeln!(
+        out,
+        "\nNext: work on something else, or queue for one key with {}.",
+        inv.code("checkout KEY --queue")
+    );
     out
 }
 
@@ -298,7 +328,7 @@ fn inbox(r: &InboxReport) -> String {
             "| {} | {} | {} | {} | {} |",
             with_relative(&m.ts, &r.now),
             m.kind,
-            cell(&code(&m.key)),
+            code_cell(&m.key),
             cell(m.from.as_deref().unwrap_or("tasklock")),
             cell(&m.body)
         );
@@ -331,6 +361,43 @@ fn reaped_words(p: &Reaped, now: &Time) -> String {
     format!("{} (token {}), {why}", p.agent.label(), p.token)
 }
 
+/// "agent-a (token 3) released it 2026-… (5m ago)", or how else its checkout ended.
+fn previous_words(p: &Previous, now: &Time) -> Option<String> {
+    let agent = p.agent.as_ref()?;
+    let when = p
+        .ended_at
+        .map(|t| with_relative(&t, now))
+        .unwrap_or_default();
+    let by = p.by.as_deref();
+    let how = match p.ended.as_deref() {
+        Some("released") => format!("released it {when}"),
+        Some("force_released") => {
+            format!("{} force-released it {when}", by.unwrap_or("another agent"))
+        }
+        Some("timeout") => match by {
+            Some(b) => format!("its lease ran out; {b} ended it {when}"),
+            None => format!("its lease ran out; it ended {when}"),
+        },
+        Some("agent_death") => {
+            let why = match p.cause.as_deref() {
+                Some("process_gone") => "its process was gone",
+                Some("pid_reused") => "its pid belonged to another process",
+                Some("silent") => "its heartbeats had stopped",
+                Some("ended") => "it had ended",
+                _ => "it was judged dead",
+            };
+            match by {
+                Some(b) => format!("{why}; {b} ended its checkout {when}"),
+                None => format!("{why}; its checkout ended {when}"),
+            }
+        }
+        Some("session_end") => format!("its session ended {when}"),
+        _ => format!("its checkout ended {when}"),
+    };
+    let token = p.token.map(|t| format!(" (token {t})")).unwrap_or_default();
+    Some(format!("{}{token}, {how}", agent.label()))
+}
+
 fn notes_lines(out: &mut String, notes: &[Note], now: &Time) {
     if notes.is_empty() {
         return;
@@ -347,7 +414,7 @@ fn notes_lines(out: &mut String, notes: &[Note], now: &Time) {
     }
 }
 
-fn keys(r: &KeysReport) -> String {
+fn keys(r: &KeysReport, inv: &Invocation) -> String {
     let mut out = String::new();
     let releasing = r.command == "release";
     if r.results.is_empty() {
@@ -379,7 +446,7 @@ fn keys(r: &KeysReport) -> String {
             let _ = writeln!(
                 out,
                 "| {} | {} | {token} | {ends} |",
-                cell(&code(&k.key)),
+                code_cell(&k.key),
                 outcome_words(k.outcome)
             );
         }
@@ -390,12 +457,16 @@ fn keys(r: &KeysReport) -> String {
         let _ = writeln!(out, "- Note: {n}");
     }
     for k in r.results.iter().filter(|k| k.outcome == Outcome::Corrupt) {
-        let _ = writeln!(
-            out,
-            "\n{}\nFix: if nobody works on it, {} (audited).",
-            k.problem.as_deref().unwrap_or_default(),
-            cmd("release --force", &k.key)
-        );
+        let problem = k.problem.as_deref().unwrap_or_default();
+        let fix = if newer_format(problem) {
+            UPGRADE.to_string()
+        } else {
+            format!(
+                "if nobody works on it, {} (audited).",
+                inv.cmd("release --force", &k.key)
+            )
+        };
+        let _ = writeln!(out, "\n{problem}\nFix: {fix}");
     }
     let next: &str = if r.results.iter().any(|k| k.outcome == Outcome::Frozen) {
         "Next: renewals are refused until the freeze ends; finish before your lease ends, or release and check out again after the freeze."
@@ -404,16 +475,22 @@ fn keys(r: &KeysReport) -> String {
     } else if let Some(k) = r.results.iter().find(|k| k.outcome == Outcome::NotHolder) {
         &format!(
             "Next: only the holder can do this. If the holder is gone for good, {} removes its checkout (audited).",
-            cmd("release --force", &k.key)
+            inv.cmd("release --force", &k.key)
         )
     } else if r
         .results
         .iter()
         .any(|k| k.outcome == Outcome::NoSuchCheckout)
     {
-        "Next: nothing to do for a key nobody holds; `tasklock list` shows what is held."
+        &format!(
+            "Next: nothing to do for a key nobody holds; {} shows what is held.",
+            inv.code("list")
+        )
     } else if releasing {
-        "Next: pick your next task with `tasklock checkout KEY`."
+        &format!(
+            "Next: pick your next task with {}.",
+            inv.code("checkout KEY")
+        )
     } else {
         "Next: keep working; renew again before the lease ends."
     };
@@ -479,6 +556,7 @@ fn outcome_words(o: Outcome) -> &'static str {
         Outcome::Conflict => "held by another agent",
         Outcome::Frozen => "frozen",
         Outcome::Deadlock => "deadlock",
+        Outcome::AgentGone => "stopped waiting: your agent's process is gone",
         Outcome::NoSuchCheckout => "no such checkout",
         Outcome::NotHolder => "not the holder",
         Outcome::StaleToken => "stale token",
@@ -487,7 +565,7 @@ fn outcome_words(o: Outcome) -> &'static str {
     }
 }
 
-fn status(r: &StatusReport) -> String {
+fn status(r: &StatusReport, inv: &Invocation) -> String {
     let mut out = String::new();
     let k = code(&r.key);
     match &r.checkout {
@@ -505,7 +583,7 @@ fn status(r: &StatusReport) -> String {
             let _ = writeln!(
                 out,
                 "\nNext: if it is yours, {} when done; otherwise pick another task.",
-                cmd("release", &r.key)
+                inv.cmd("release", &r.key)
             );
         }
         None => {
@@ -541,14 +619,11 @@ fn status(r: &StatusReport) -> String {
                         out,
                         "\nNext: only {} may take it now; anyone else: {}.",
                         res.agent,
-                        code(&format!(
-                            "tasklock checkout {} --queue",
-                            shell_quote(&r.key)
-                        ))
+                        inv.code(&format!("checkout {} --queue", shell_quote(&r.key)))
                     );
                 }
                 None => {
-                    let _ = writeln!(out, "\nNext: {} to take it.", cmd("checkout", &r.key));
+                    let _ = writeln!(out, "\nNext: {} to take it.", inv.cmd("checkout", &r.key));
                 }
             }
         }
@@ -556,7 +631,7 @@ fn status(r: &StatusReport) -> String {
     out
 }
 
-fn list(r: &ListReport) -> String {
+fn list(r: &ListReport, inv: &Invocation) -> String {
     let mut out = String::new();
     if r.checkouts.is_empty() && r.corrupt.is_empty() && (r.mine.is_some() || r.queues.is_empty()) {
         match &r.mine {
@@ -599,7 +674,7 @@ fn list(r: &ListReport) -> String {
             let _ = writeln!(
                 out,
                 "| {} | {} | {} | {} | {} | {} | {} |",
-                cell(&code(&c.key)),
+                code_cell(&c.key),
                 cell(&match &c.agent.parent {
                     Some(p) => format!("{}, subagent of session {}", c.agent.label(), code(p)),
                     None => c.agent.label(),
@@ -623,7 +698,7 @@ fn list(r: &ListReport) -> String {
             let _ = writeln!(
                 out,
                 "| {} | {} | {} | {} |",
-                cell(&code(k)),
+                code_cell(k),
                 cell(&res.agent),
                 with_relative(&res.until, &r.now),
                 cell(&queue_words(q))
@@ -635,9 +710,23 @@ fn list(r: &ListReport) -> String {
         for c in &r.corrupt {
             let _ = writeln!(out, "| {} | {} |", cell(&c.path), cell(&c.problem));
         }
-        out.push_str(
-            "\nNext: inspect each corrupt file; `tasklock release KEY --force` removes one (audited). Its key is in the file, or in the file name with %XX escapes.\n",
-        );
+        let (newer, damaged): (Vec<_>, Vec<_>) =
+            r.corrupt.iter().partition(|c| newer_format(&c.problem));
+        if !damaged.is_empty() {
+            let _ = writeln!(
+                out,
+                "\nNext: inspect each corrupt file; {} removes one (audited). Its key is in the file, or in the file name with %XX escapes.",
+                inv.code("release KEY --force")
+            );
+        }
+        if !newer.is_empty() {
+            let _ = writeln!(
+                out,
+                "\nNext: {} record{} of a newer format: {UPGRADE}",
+                newer.len(),
+                if newer.len() == 1 { " is" } else { "s are" }
+            );
+        }
     }
     out
 }
@@ -802,7 +891,7 @@ fn agents(r: &AgentsReport) -> String {
             a.last_heartbeat
                 .map(|t| with_relative(&t, &r.now))
                 .unwrap_or_else(|| "never".into()),
-            cell(&key_list(&a.checkouts)),
+            key_list(&a.checkouts).replace('|', "\\|"),
             cell(a.status.as_deref().unwrap_or(""))
         );
     }
@@ -835,7 +924,7 @@ fn agents_hidden(out: &mut String, r: &AgentsReport) {
     }
 }
 
-fn note(r: &NoteReport) -> String {
+fn note(r: &NoteReport, inv: &Invocation) -> String {
     let mut out = String::new();
     let k = code(&r.key);
     match (r.outcome, &r.note) {
@@ -849,7 +938,7 @@ fn note(r: &NoteReport) -> String {
             let _ = writeln!(
                 out,
                 "\nNext: notes stay after release; the next holder sees them in {}.",
-                cmd("status", &r.key)
+                inv.without_agent().cmd("status", &r.key)
             );
         }
         (Outcome::NotHolder, _) => {
@@ -930,7 +1019,7 @@ fn run(r: &RunReport) -> String {
     out
 }
 
-fn init(r: &InitReport) -> String {
+fn init(r: &InitReport, inv: &Invocation) -> String {
     let changed = r.changes.iter().filter(|c| c.action != "unchanged").count();
     let mut out = if r.dry_run {
         format!(
@@ -963,7 +1052,7 @@ fn init(r: &InitReport) -> String {
         );
     }
     let next = if r.dry_run {
-        "Next: run `tasklock init` without --dry-run to apply."
+        &format!("Next: run {} without --dry-run to apply.", inv.code("init"))
     } else {
         "Next: commit `.claude/settings.json` and the instructions so every agent session coordinates; make sure `tasklock` is on PATH for the hooks."
     };
@@ -971,7 +1060,7 @@ fn init(r: &InitReport) -> String {
     out
 }
 
-fn freeze(r: &FreezeReport) -> String {
+fn freeze(r: &FreezeReport, inv: &Invocation) -> String {
     let p = code(&r.pattern);
     match (&r.freeze, r.frozen) {
         (Some(f), true) => format!(
@@ -982,7 +1071,7 @@ fn freeze(r: &FreezeReport) -> String {
             } else {
                 "it"
             },
-            cmd("unfreeze", &f.pattern)
+            inv.cmd("unfreeze", &f.pattern)
         ),
         (Some(f), false) => format!(
             "Unfrozen: {p}; it had been frozen by {} until {}.\n\nNext: checkouts of it work again.\n",
@@ -993,14 +1082,14 @@ fn freeze(r: &FreezeReport) -> String {
             Some(f) => format!(
                 "Not frozen by its own freeze: {p} {}.\n\nNext: {} ends that freeze, for every key it covers.\n",
                 freeze_words(f, &r.pattern, &r.now),
-                cmd("unfreeze", &f.pattern)
+                inv.cmd("unfreeze", &f.pattern)
             ),
             None => format!("Not frozen: there is no freeze on {p}.\n"),
         },
     }
 }
 
-fn why(r: &WhyReport) -> String {
+fn why(r: &WhyReport, inv: &Invocation) -> String {
     let k = code(&r.key);
     let verdict = match (r.can_checkout, r.state.as_str()) {
         (_, "yours") => format!("{k} is yours."),
@@ -1011,8 +1100,42 @@ fn why(r: &WhyReport) -> String {
     for reason in &r.reasons {
         let _ = writeln!(out, "- {reason}");
     }
-    let _ = writeln!(out, "\nNext: {}", r.next);
+    let _ = writeln!(out, "\nNext: {}", why_next(&r.advice, &r.key, inv));
     out
+}
+
+/// The advice of `why`, in words, with suggested commands carrying the caller's flags.
+pub fn why_next(advice: &WhyNext, key: &str, inv: &Invocation) -> String {
+    match advice {
+        WhyNext::KeepWorking => format!(
+            "keep working; release it when done ({}).",
+            inv.cmd("release", key)
+        ),
+        WhyNext::Checkout => format!("{}.", inv.cmd("checkout", key)),
+        WhyNext::CheckoutReserved => format!(
+            "it is reserved for you: check it out now with {}, before the reservation lapses.",
+            inv.cmd("checkout", key)
+        ),
+        WhyNext::Frozen => "work on something else until the freeze ends.".into(),
+        WhyNext::Corrupt => format!(
+            "inspect the file; {} if nobody works on it.",
+            inv.code(&format!("release {} --force", shell_quote(key)))
+        ),
+        WhyNext::Upgrade => crate::error::UPGRADE.into(),
+        WhyNext::FirstInLine { holder } => format!(
+            "you are first in line: when {holder} releases it, it is reserved for you and your inbox says so ({}). Work on something else meanwhile, or block until then with {}; no need to queue again.",
+            inv.code("inbox"),
+            inv.code(&format!("checkout {} --wait", shell_quote(key)))
+        ),
+        WhyNext::InLine { position } => format!(
+            "you are number {position} in its queue; your inbox tells you when it is yours. Work on something else meanwhile, or block until then with {}; no need to queue again.",
+            inv.code(&format!("checkout {} --wait", shell_quote(key)))
+        ),
+        WhyNext::Queue => format!(
+            "work on something else, or {}.",
+            inv.code(&format!("checkout {} --queue", shell_quote(key)))
+        ),
+    }
 }
 
 pub const AUDIT_HEADER: &str =
@@ -1037,7 +1160,7 @@ pub fn audit_row(e: &AuditEvent, now: &Time) -> String {
         "| {} | {} | {} | {} | {} | {} |",
         with_relative(&e.ts, now),
         e.event,
-        cell(&code(&e.key)),
+        code_cell(&e.key),
         cell(&label(&e.agent, e.name.as_deref())),
         e.token.map(|t| t.to_string()).unwrap_or_default(),
         cell(&detail.join("; "))

@@ -32,7 +32,7 @@ use crate::key;
 pub use freeze::Freeze;
 pub use queue::{Message, Queue, Reservation, Waiter};
 pub use record::{FORMAT_VERSION, Record};
-pub use registry::{AgentEntry, Note};
+pub use registry::{AgentEntry, Ended, Note};
 
 /// A record bigger than this is damage, not a lock.
 pub const MAX_RECORD_BYTES: u64 = 1 << 20;

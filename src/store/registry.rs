@@ -1,4 +1,5 @@
-//! The agent registry (`agents/<encoded id>`) and per-key notes (`notes/<encoded key>.jsonl`).
+//! The agent registry (`agents/<encoded id>`), per-key notes (`notes/<encoded key>.jsonl`)
+//! and how each key's last checkout ended (`ended/<encoded key>.json`).
 
 use std::fs::OpenOptions;
 use std::io::{ErrorKind, Read, Write};
@@ -58,6 +59,31 @@ pub struct Note {
     pub text: String,
 }
 
+/// How a key's last checkout ended: one small file per key, replaced on every end, so
+/// the next holder learns it with one read (never a scan of the audit log).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Ended {
+    pub version: u32,
+    pub key: String,
+    /// The holder whose checkout ended.
+    pub agent: crate::identity::Agent,
+    pub token: u64,
+    pub acquired_at: Time,
+    pub ended_at: Time,
+    /// `released`, `force_released`, `timeout`, `agent_death` or `session_end`.
+    pub how: String,
+    /// With `agent_death`, when known: `process_gone`, `pid_reused`, `silent` or `ended`.
+    #[serde(default)]
+    pub cause: Option<String>,
+    /// Who ended it, when not the holder itself.
+    #[serde(default)]
+    pub by: Option<String>,
+    /// The `--note` given to the release.
+    #[serde(default)]
+    pub note: Option<String>,
+}
+
+const ENDED: &str = "ended";
 const AGENTS: &str = "agents";
 const NOTES: &str = "notes";
 /// Notes files are read from the end; this bounds what a read ever loads.
@@ -107,6 +133,28 @@ impl FileStore {
             .collect();
         out.sort_by(|a, b| a.id.cmp(&b.id));
         Ok(out)
+    }
+
+    fn ended_path(&self, key_name: &str) -> std::path::PathBuf {
+        self.root()
+            .join(ENDED)
+            .join(format!("{}.json", key::encode(key_name)))
+    }
+
+    /// Record how a key's checkout ended (replacing the previous fact).
+    pub fn write_ended(&self, g: &Guard, ended: &Ended) -> Result<()> {
+        self.ensure_dir(&self.root().join(ENDED))?;
+        let mut bytes = serde_json::to_vec_pretty(ended)
+            .map_err(|e| Error::Store(format!("cannot encode ended checkout: {e}")))?;
+        bytes.push(b'\n');
+        self.publish_replace(g, &bytes, &self.ended_path(&ended.key))
+    }
+
+    /// How the key's last checkout ended, if known. A damaged file counts as unknown.
+    pub fn read_ended(&self, key_name: &str) -> Result<Option<Ended>> {
+        Ok(read_small(&self.ended_path(key_name))?
+            .and_then(|b| serde_json::from_slice::<Ended>(&b).ok())
+            .filter(|e| e.key == key_name))
     }
 
     /// Append a note to a key's history (one `write` on an `O_APPEND` file).
