@@ -32,32 +32,62 @@ def timed(cmd, stdin, env):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--tasklock")
+    ap.add_argument("--tasklock", action="append",
+                    help="binary to measure; repeat to compare builds in one interleaved run")
     ap.add_argument("--runs", type=int, default=200)
     ap.add_argument("--held", type=int, default=100)
     a = ap.parse_args()
-    binary = a.tasklock or build()
+    binaries = a.tasklock or [build()]
     with tempfile.TemporaryDirectory(prefix="tasklock-hooks-") as d:
-        lock = os.path.join(d, ".locks")
-        for i in range(a.held):
-            subprocess.run([binary, "checkout", f"other-{i}", "--dir", lock, "--agent", f"a{i % 7}"],
-                           env=ENV, stdout=subprocess.DEVNULL, check=True)
-        env = dict(ENV, TASKLOCK_DIR=lock, CLAUDE_ENV_FILE=os.path.join(d, "env"))
-        payload = json.dumps({"session_id": "bench-session", "cwd": d}).encode()
-        samples = {"sh -c true (floor)": [], "session-start": [], "post-tool-use": [],
-                   "user-prompt-submit": [], "session-end": []}
+        envs = {}
+        for n, binary in enumerate(binaries):
+            lock = os.path.join(d, f"locks-{n}", ".locks")
+            for i in range(a.held):
+                subprocess.run([binary, "checkout", f"other-{i}", "--dir", lock, "--agent", f"a{i % 7}"],
+                               env=ENV, stdout=subprocess.DEVNULL, check=True)
+            envs[binary] = dict(ENV, TASKLOCK_DIR=lock, CLAUDE_ENV_FILE=os.path.join(d, f"env-{n}"))
+        session = {"session_id": "bench-session", "cwd": d}
+        subagent = dict(session, agent_id="a1b2c3", agent_type="general-purpose")
+        payloads = {
+            "session-start": session,
+            "post-tool-use": session,
+            "user-prompt-submit": session,
+            # A subagent's Bash call: the command is rewritten to carry its identity.
+            "pre-tool-use": dict(subagent, tool_name="Bash", tool_input={
+                "command": "tasklock checkout task-1 --reason 'x' && git push",
+                "description": "bench"}),
+            "subagent-start": subagent,
+            "post-tool-use (subagent)": subagent,
+            "subagent-stop": subagent,
+            "session-end": session,
+        }
+        rows = [("sh -c true (floor)", None)]
+        for name in payloads:
+            for binary in binaries:
+                event = name.split(" ")[0]
+                probe = subprocess.run([binary, "hook", event], input=json.dumps(payloads[name]).encode(),
+                                       env=envs[binary], capture_output=True)
+                if b"unknown hook event" not in probe.stderr:
+                    rows.append((name, binary))
+        samples = {row: [] for row in rows}
         for _ in range(a.runs):
-            for name in samples:
-                if name.startswith("sh -c"):
-                    samples[name].append(timed(["sh", "-c", "true"], b"", env))
-                else:
-                    samples[name].append(timed(["sh", "-c", f"{binary} hook {name}"], payload, env))
-    print(f"hook latency, {a.runs} runs each, {a.held} checkouts held by others (ms, wall time)\n")
-    print("| command | median | p90 | max |\n|---|---:|---:|---:|")
-    for name, xs in samples.items():
+            for (name, binary) in rows:
+                if binary is None:
+                    samples[(name, binary)].append(timed(["sh", "-c", "true"], b"", ENV))
+                    continue
+                event = name.split(" ")[0]
+                data = json.dumps(payloads[name]).encode()
+                samples[(name, binary)].append(
+                    timed(["sh", "-c", f"{binary} hook {event}"], data, envs[binary]))
+    print(f"hook latency, {a.runs} runs each, interleaved, {a.held} checkouts held by others (ms, wall time)\n")
+    multi = len(binaries) > 1
+    print("| command |" + (" binary |" if multi else "") + " median | p90 | max |")
+    print("|---|" + ("---|" if multi else "") + "---:|---:|---:|")
+    for (name, binary), xs in samples.items():
         xs.sort()
-        print(f"| {name} | {statistics.median(xs):.2f} | {xs[int(len(xs) * 0.9)]:.2f} | {xs[-1]:.2f} |")
-    worst = max(statistics.median(xs) for n, xs in samples.items() if not n.startswith("sh"))
+        col = f" {binary or ''} |" if multi else ""
+        print(f"| {name} |{col} {statistics.median(xs):.2f} | {xs[int(len(xs) * 0.9)]:.2f} | {xs[-1]:.2f} |")
+    worst = max(statistics.median(xs) for (n, b), xs in samples.items() if b is not None)
     print(f"\ngoal: well under 50 ms: slowest hook median {worst:.2f} ms")
 
 

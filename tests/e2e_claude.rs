@@ -274,3 +274,138 @@ fn an_idle_session_keeps_its_task_past_its_lease() {
     assert_eq!(ends.len(), 1, "{context}");
     assert_eq!(ends[0]["reason"], "session_end", "{context}");
 }
+
+/// Every `tasklock` command the skills show, in fenced `sh` blocks and in code spans.
+fn skill_examples() -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut files: Vec<_> = std::fs::read_dir(e2e::repo_root().join("skills"))
+        .unwrap()
+        .map(|e| e.unwrap().path().join("SKILL.md"))
+        .collect();
+    files.sort();
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let body = text.splitn(3, "---").nth(2).expect("front matter");
+        let mut in_sh = false;
+        for line in body.lines() {
+            if line.starts_with("```") {
+                in_sh = line == "```sh";
+                continue;
+            }
+            let mut found = Vec::new();
+            if in_sh {
+                // A trailing comment after two or more spaces explains the command.
+                let cmd = line.split("  #").next().unwrap().trim();
+                if cmd.starts_with("tasklock") {
+                    found.push(cmd.to_string());
+                }
+            } else {
+                for (i, span) in line.split('`').enumerate() {
+                    if i % 2 == 1 && span.starts_with("tasklock ") {
+                        found.push(span.to_string());
+                    }
+                }
+            }
+            for c in found {
+                if !out.contains(&c) {
+                    out.push(c);
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn skill_examples_run_under_the_permissions_init_writes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let project = git_project(tmp.path());
+    tasklock_init(&project);
+    let examples = skill_examples();
+    assert!(examples.len() >= 15, "too few examples found: {examples:?}");
+    // What must ask: `run` runs any command, `init` rewrites the project's settings.
+    let asks = |c: &str| c.starts_with("tasklock run ") || c.starts_with("tasklock init");
+    assert!(examples.iter().any(|c| asks(c)), "{examples:?}");
+    let marker = tmp.path().join("ran-without-approval");
+    let mut commands = examples.clone();
+    commands.push(format!(
+        "tasklock run e2e-run -- touch {}",
+        marker.display()
+    ));
+    let stub = Stub::script(Script {
+        main: commands.clone(),
+        ..Script::default()
+    });
+    let session = run_trusted_session(&home, &project, &stub, "Try every skill example.");
+    let context = format!(
+        "--- tool results\n{}\n--- claude\n{}",
+        stub.results_text(),
+        session.out.text()
+    );
+    for (i, c) in commands.iter().enumerate() {
+        let (_, text) = result_of(&stub, &format!("main-{i}"));
+        if asks(c) {
+            assert!(
+                e2e::refused(&text),
+                "`{c}` ran without approval: {text}\n{context}"
+            );
+        } else {
+            assert!(
+                !e2e::refused(&text),
+                "`{c}` is refused under the permissions init writes: {text}\n{context}"
+            );
+        }
+    }
+    assert!(!marker.exists(), "tasklock run ran a command unasked");
+}
+
+#[test]
+fn the_checkouts_skill_reaches_the_model_even_when_tasklock_fails() {
+    for installed in [true, false] {
+        let tmp = tempfile::tempdir().unwrap();
+        let home = tmp.path().join("home");
+        std::fs::create_dir_all(&home).unwrap();
+        let project = git_project(tmp.path());
+        tasklock_init(&project);
+        let skills = project.join(".claude/skills/checkouts");
+        std::fs::create_dir_all(&skills).unwrap();
+        std::fs::copy(
+            e2e::repo_root().join("skills/checkouts/SKILL.md"),
+            skills.join("SKILL.md"),
+        )
+        .unwrap();
+        let stub = Stub::script(Script::default());
+        let mut cmd = e2e::claude_cmd(&home, Some(&stub));
+        if !installed {
+            // tasklock is not on PATH: `tasklock list` fails in the skill (and the hooks).
+            for dir in ["/usr/bin", "/bin"] {
+                assert!(
+                    !Path::new(dir).join("tasklock").exists(),
+                    "a tasklock in {dir} spoils this test; it needs PATH without tasklock"
+                );
+            }
+            cmd.env("PATH", "/usr/bin:/bin");
+        }
+        e2e::trust(&home, &project);
+        cmd.current_dir(&project)
+            .args(["-p", "/checkouts", "--output-format", "json"]);
+        let out = e2e::run(cmd, "claude -p /checkouts", e2e::SESSION_TIMEOUT);
+        let bodies = stub.state.lock().unwrap().bodies.clone();
+        let context = format!("{}\n--- requests\n{}", out.text(), stub.log());
+        assert!(
+            !bodies.is_empty(),
+            "the skill never reached the model (installed: {installed})\n{context}"
+        );
+        let expected = if installed {
+            "No active checkouts."
+        } else {
+            "tasklock list failed: the lines above say why."
+        };
+        assert!(
+            bodies.iter().any(|b| b.contains(expected)),
+            "the model was not shown {expected:?}\n{context}"
+        );
+    }
+}
