@@ -23,9 +23,21 @@ pub fn run(
     let pid = pid.or_else(super::hook::claude_pid).ok_or_else(|| {
         Error::Usage("--watch needs --pid PID: no Claude Code process or parent shell found".into())
     })?;
-    let start = liveness::start_time(pid)
-        .ok_or_else(|| Error::Usage(format!("--pid {pid}: no such process on this host")))?;
     let agent = ctx.agent()?;
+    let start = match liveness::start_time(pid) {
+        Some(start) => start,
+        // Started by --detach, which checked the process and recorded it: it died
+        // before this watcher got going, so do at once what the watcher is for.
+        None if after_beat => {
+            let released = release_all(&ctx.at_now(&agent.id)?, &agent.id)?;
+            return Ok(report(ctx, &agent.id, pid, "process_exited", 0, released));
+        }
+        None => {
+            return Err(Error::Usage(format!(
+                "--pid {pid}: no such process on this host"
+            )));
+        }
+    };
     let interval = match interval {
         Some(i) => i,
         None => ctx.config()?.heartbeat_interval,
