@@ -136,6 +136,31 @@ pub struct CheckoutReport {
     pub previous: Option<Box<Previous>>,
 }
 
+impl CheckoutReport {
+    /// A report of `outcome` for `key`, with nothing else known yet.
+    pub fn new(
+        now: Time,
+        key: &str,
+        outcome: Outcome,
+        checkout: Option<CheckoutView>,
+    ) -> CheckoutReport {
+        CheckoutReport {
+            command: "checkout",
+            now,
+            key: key.to_string(),
+            outcome,
+            checkout,
+            took_over: None,
+            queue_length: 0,
+            position: None,
+            reserved_for: None,
+            cycle: Vec::new(),
+            frozen: None,
+            previous: None,
+        }
+    }
+}
+
 /// `checkout --any` when no key of the list could be taken.
 #[derive(Debug, Serialize)]
 pub struct AnyReport {

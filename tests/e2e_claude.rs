@@ -6,7 +6,7 @@
 
 mod e2e;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -26,11 +26,7 @@ fn claude_session_registers_checks_out_beats_and_releases() {
         started.elapsed()
     );
 
-    let tmp = tempfile::tempdir().unwrap();
-    let home = tmp.path().join("home");
-    std::fs::create_dir_all(&home).unwrap();
-    let project = git_project(tmp.path());
-    tasklock_init(&project);
+    let (_tmp, home, project) = initialised_project();
     assert!(
         project.join(".claude/settings.json").is_file(),
         "tasklock init wrote no .claude/settings.json"
@@ -54,6 +50,17 @@ fn claude_session_registers_checks_out_beats_and_releases() {
     eprintln!("e2e: total {:?}", started.elapsed());
 }
 
+/// A temporary directory with a home for Claude Code and a git repository set up by
+/// `tasklock init`.
+fn initialised_project() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let project = git_project(tmp.path());
+    tasklock_init(&project);
+    (tmp, home, project)
+}
+
 /// The project's lock directory and its audit log as text, for failure messages.
 fn audit_text(project: &Path) -> String {
     e2e::audit(&project.join(".locks"))
@@ -72,11 +79,7 @@ fn result_of(stub: &Stub, id: &str) -> (bool, String) {
 
 #[test]
 fn parallel_subagents_are_agents_of_their_own() {
-    let tmp = tempfile::tempdir().unwrap();
-    let home = tmp.path().join("home");
-    std::fs::create_dir_all(&home).unwrap();
-    let project = git_project(tmp.path());
-    tasklock_init(&project);
+    let (_tmp, home, project) = initialised_project();
 
     // The session takes a task of its own, then starts two subagents in one message;
     // both race for the same task and then list the checkouts.
@@ -187,11 +190,7 @@ fn parallel_subagents_are_agents_of_their_own() {
 
 #[test]
 fn an_idle_session_keeps_its_task_past_its_lease() {
-    let tmp = tempfile::tempdir().unwrap();
-    let home = tmp.path().join("home");
-    std::fs::create_dir_all(&home).unwrap();
-    let project = git_project(tmp.path());
-    tasklock_init(&project);
+    let (_tmp, home, project) = initialised_project();
     // A 4 s lease, and death by silence after 2 s: without the session's watcher the
     // task would be anyone's long before the model answers again.
     std::fs::write(
@@ -318,11 +317,7 @@ fn skill_examples() -> Vec<String> {
 
 #[test]
 fn skill_examples_run_under_the_permissions_init_writes() {
-    let tmp = tempfile::tempdir().unwrap();
-    let home = tmp.path().join("home");
-    std::fs::create_dir_all(&home).unwrap();
-    let project = git_project(tmp.path());
-    tasklock_init(&project);
+    let (tmp, home, project) = initialised_project();
     let examples = skill_examples();
     assert!(examples.len() >= 15, "too few examples found: {examples:?}");
     // What must ask: `run` runs any command, `init` rewrites the project's settings.

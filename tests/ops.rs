@@ -1640,3 +1640,44 @@ fn why_a_frozen_key_says_frozen_whatever_else_holds() {
     let (_, j) = why(&e, "a", "k");
     assert_eq!(j["state"], "frozen", "even for the holder");
 }
+
+#[test]
+fn a_line_torn_by_a_killed_writer_is_cut_off_by_the_next_append() {
+    // A write killed at a page boundary leaves part of a line; the next append (under the
+    // guard) cuts it off instead of gluing its own line to it.
+    let e = Env::new();
+    e.ok("agent-a", &["checkout", "k1"]);
+    let audit = e.dir().join("audit.jsonl");
+    let mut text = std::fs::read_to_string(&audit).unwrap();
+    let whole = text.clone();
+    text.push_str(r#"{"ts":"2026-01-01T00:00:00Z","event":"ren"#);
+    std::fs::write(&audit, &text).unwrap();
+    let notes = e.dir().join("notes");
+    e.ok("agent-a", &["note", "k1", "first"]);
+    let note_file = std::fs::read_dir(&notes)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let mut n = std::fs::read_to_string(&note_file).unwrap();
+    n.push_str(r#"{"ts":"2026-01-01T00:0"#);
+    std::fs::write(&note_file, &n).unwrap();
+
+    e.ok("agent-a", &["note", "k1", "second"]);
+    e.ok("agent-a", &["checkout", "k2"]);
+    let after = std::fs::read_to_string(&audit).unwrap();
+    assert!(after.starts_with(&whole), "complete lines are kept");
+    for line in after.lines() {
+        serde_json::from_str::<serde_json::Value>(line)
+            .unwrap_or_else(|err| panic!("audit line {line:?} is not JSON ({err})"));
+    }
+    assert!(!after.contains("\"ren\""), "{after}");
+    let notes: Vec<serde_json::Value> = std::fs::read_to_string(&note_file)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("note line is JSON"))
+        .collect();
+    let texts: Vec<_> = notes.iter().map(|v| v["text"].as_str().unwrap()).collect();
+    assert_eq!(texts, ["first", "second"]);
+}

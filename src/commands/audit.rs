@@ -175,13 +175,13 @@ pub fn follow(ctx: &Ctx, filter: &Filter, format: Format, out: &mut dyn Write) -
     Ok(())
 }
 
-/// The file being followed: an open handle, its inode, how far it was read, and a
-/// partial last line.
+/// The file being followed: an open handle, its inode, and where its first line not yet
+/// read starts. An unfinished last line is read again next time: a writer killed
+/// mid-line leaves a fragment that the next append cuts off and writes over.
 struct Followed {
     file: File,
     ino: u64,
     offset: u64,
-    partial: String,
 }
 
 impl Followed {
@@ -192,10 +192,9 @@ impl Followed {
         {
             return;
         }
-        self.offset += buf.len() as u64;
-        self.partial.push_str(&buf);
-        while let Some(nl) = self.partial.find('\n') {
-            let line: String = self.partial.drain(..=nl).collect();
+        let complete = buf.rfind('\n').map_or(0, |nl| nl + 1);
+        self.offset += complete as u64;
+        for line in buf[..complete].lines() {
             if let Ok(e) = serde_json::from_str::<AuditEvent>(line.trim()) {
                 each(e);
             }
@@ -210,7 +209,6 @@ fn open_current(path: &Path) -> Option<Followed> {
         file,
         ino,
         offset: 0,
-        partial: String::new(),
     })
 }
 

@@ -165,20 +165,7 @@ pub fn attempt(
     let agent = &req.agent;
     let expires_at = now + to_chrono(req.lease);
     let mut took_over = None;
-    let base = |outcome, checkout| CheckoutReport {
-        command: "checkout",
-        now,
-        key: key.to_string(),
-        outcome,
-        checkout,
-        took_over: None,
-        queue_length: 0,
-        position: None,
-        reserved_for: None,
-        cycle: Vec::new(),
-        frozen: None,
-        previous: None,
-    };
+    let base = |outcome, checkout| CheckoutReport::new(now, key, outcome, checkout);
 
     if let Some(f) = store.frozen(key, &now)? {
         let holder = match store.read(key)? {
@@ -331,20 +318,10 @@ fn refuse(
     q: &mut Queue,
     join: Join,
 ) -> Result<CheckoutReport> {
-    let mut r = CheckoutReport {
-        command: "checkout",
-        now: ctx.now,
-        key: key.to_string(),
-        outcome: Outcome::Conflict,
-        checkout: None,
-        took_over: None,
-        queue_length: q.waiters.len(),
-        position: q.position(&agent.id),
-        reserved_for: q.reservation.clone(),
-        cycle: Vec::new(),
-        frozen: None,
-        previous: None,
-    };
+    let mut r = CheckoutReport::new(ctx.now, key, Outcome::Conflict, None);
+    r.queue_length = q.waiters.len();
+    r.position = q.position(&agent.id);
+    r.reserved_for = q.reservation.clone();
     match join {
         Join::No => {
             let mut ev = ctx.agent_event("deny", key, agent);

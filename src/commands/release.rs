@@ -100,17 +100,8 @@ pub fn run(
                         None,
                         note.clone(),
                     )?;
-                    if let Some(text) = &note {
-                        // A release note is the last checkpoint: the next holder reads it.
-                        let n = crate::store::Note {
-                            ts: ctx.now,
-                            agent: me.clone(),
-                            name: r.agent.name.clone(),
-                            token: Some(r.token),
-                            text: text.clone(),
-                        };
-                        store.append_note(&guard, &key, &n)?;
-                    }
+                    // A release note is the last checkpoint: the next holder reads it.
+                    keep_note(ctx, &store, &guard, &r, &me, r.agent.name.clone(), &note)?;
                     queue::after_release(ctx, &store, &guard, &key, None)?;
                     (Outcome::Released, Some(CheckoutView::from(&r)))
                 }
@@ -131,17 +122,9 @@ pub fn run(
                     Some(me.clone()),
                     note.clone(),
                 )?;
-                if let Some(text) = &note {
-                    // Whoever takes the key next reads why it was taken away.
-                    let n = crate::store::Note {
-                        ts: ctx.now,
-                        agent: me.clone(),
-                        name: ctx.agent().ok().and_then(|a| a.name),
-                        token: Some(r.token),
-                        text: text.clone(),
-                    };
-                    store.append_note(&guard, &key, &n)?;
-                }
+                // Whoever takes the key next reads why it was taken away.
+                let name = ctx.agent().ok().and_then(|a| a.name);
+                keep_note(ctx, &store, &guard, &r, &me, name, &note)?;
                 let body = match &note {
                     Some(n) => format!("{me} force-released your checkout: {n}"),
                     None => format!("{me} force-released your checkout"),
@@ -175,4 +158,25 @@ pub fn run(
     }
     drop(guard);
     report(results)
+}
+
+/// Add a release's note to the key's history, written by `by`.
+fn keep_note(
+    ctx: &Ctx,
+    store: &crate::store::FileStore,
+    guard: &crate::store::Guard,
+    r: &crate::store::Record,
+    by: &str,
+    name: Option<String>,
+    note: &Option<String>,
+) -> Result<()> {
+    let Some(text) = note else { return Ok(()) };
+    let n = crate::store::Note {
+        ts: ctx.now,
+        agent: by.to_string(),
+        name,
+        token: Some(r.token),
+        text: text.clone(),
+    };
+    store.append_note(guard, &r.key, &n)
 }

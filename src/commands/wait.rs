@@ -65,20 +65,8 @@ pub fn run_for(
                 _ => None,
             };
             drop(guard);
-            let mut r = last.unwrap_or_else(|| CheckoutReport {
-                command: "checkout",
-                now: now_ctx.now,
-                key: key.to_string(),
-                outcome: Outcome::Conflict,
-                checkout: None,
-                took_over: None,
-                queue_length: 0,
-                position: None,
-                reserved_for: None,
-                cycle: Vec::new(),
-                frozen: None,
-                previous: None,
-            });
+            let mut r = last
+                .unwrap_or_else(|| CheckoutReport::new(now_ctx.now, key, Outcome::Conflict, None));
             r.now = now_ctx.now;
             r.outcome = Outcome::AgentGone;
             r.checkout = holder;

@@ -251,13 +251,47 @@ pub(crate) fn read_json_dir<T: serde::de::DeserializeOwned>(
 }
 
 /// Append one line with a single `write` on an `O_APPEND` file (never through a symlink).
+///
+/// A process killed inside `write` can leave part of a line: the kernel copies a write
+/// page by page and stops at a page boundary for a fatal signal. Every append runs under
+/// the guard, so a file that does not end in a newline here ends in such a fragment,
+/// and it is cut off before the new line is written.
 pub(crate) fn append_line(path: &std::path::Path, line: &[u8]) -> Result<()> {
+    use std::os::unix::fs::FileExt;
     let mut f = OpenOptions::new()
+        .read(true)
         .append(true)
         .create(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .mode(0o644)
         .open(path)
         .map_err(|e| Error::io(path, super::symlink_hint(e)))?;
+    let len = f.metadata().map_err(|e| Error::io(path, e))?.len();
+    if len > 0 {
+        let mut last = [0u8; 1];
+        f.read_exact_at(&mut last, len - 1)
+            .map_err(|e| Error::io(path, e))?;
+        if last[0] != b'\n' {
+            let keep = complete_lines_end(&f, len).map_err(|e| Error::io(path, e))?;
+            f.set_len(keep).map_err(|e| Error::io(path, e))?;
+        }
+    }
     f.write_all(line).map_err(|e| Error::io(path, e))
+}
+
+/// Where the last complete line of a file of `len` bytes ends (0 when there is none).
+fn complete_lines_end(f: &std::fs::File, len: u64) -> std::io::Result<u64> {
+    use std::os::unix::fs::FileExt;
+    let mut end = len;
+    let mut buf = vec![0u8; 4096];
+    while end > 0 {
+        let start = end.saturating_sub(buf.len() as u64);
+        let chunk = &mut buf[..(end - start) as usize];
+        f.read_exact_at(chunk, start)?;
+        if let Some(i) = chunk.iter().rposition(|&b| b == b'\n') {
+            return Ok(start + i as u64 + 1);
+        }
+        end = start;
+    }
+    Ok(0)
 }
