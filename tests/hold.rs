@@ -447,3 +447,58 @@ fn a_holder_whose_lease_ran_out_gets_a_new_checkout_not_already_held() {
     assert_eq!(j["checkout"]["token"], 2, "a lost lease is never revived");
     assert_eq!(j["took_over"]["reason"], "timeout");
 }
+
+// ---------------------------------------------------------------- detached watcher
+
+#[test]
+fn a_detached_watcher_whose_process_died_before_it_started_releases_at_once() {
+    // `heartbeat --watch --detach` checks the pid, beats, and starts the watcher as
+    // `heartbeat --watch --after-beat`; the process can die in between.
+    let e = Env::new();
+    let mut a = Proc::start();
+    let pid = a.pid();
+    e.ok("agent-a", &["heartbeat", "--pid", &pid]);
+    e.ok("agent-a", &["checkout", "task-1", "--timeout", "2h"]);
+    e.ok("agent-a", &["checkout", "task-2", "--timeout", "2h"]);
+    e.ok("agent-b", &["checkout", "task-3", "--timeout", "2h"]);
+    a.kill();
+
+    let r = e.run(
+        Some("agent-a"),
+        &[
+            "heartbeat",
+            "--watch",
+            "--pid",
+            &pid,
+            "--interval",
+            "1s",
+            "--after-beat",
+            "--json",
+        ],
+    );
+    assert_eq!(r.code, 0, "{}", r.text());
+    let j = r.json();
+    assert_eq!(j["outcome"], "process_exited");
+    assert_eq!(j["beats"], 0);
+    assert_eq!(strings(&j["released"]), ["task-1", "task-2"]);
+    assert_eq!(status(&e, "task-1")["outcome"], "free");
+    assert_eq!(status(&e, "task-3")["checkout"]["agent"]["id"], "agent-b");
+    let auto = events(&e, "auto_release");
+    assert_eq!(auto.len(), 2, "{auto:?}");
+    assert!(
+        auto.iter().all(|v| v["reason"] == "agent_death"
+            && v["agent"] == "agent-a"
+            && v.get("by").is_none())
+    );
+    let reg: Value =
+        serde_json::from_str(&std::fs::read_to_string(e.dir().join("agents/agent-a")).unwrap())
+            .unwrap();
+    assert_eq!(reg["ended_reason"], "process_gone");
+
+    // Asked for by hand, a pid that is no process is still a usage error.
+    let r = e.run(
+        Some("agent-a"),
+        &["heartbeat", "--watch", "--pid", &pid, "--interval", "1s"],
+    );
+    assert_eq!(r.code, 64, "{}", r.text());
+}

@@ -23,9 +23,22 @@ pub fn run(
     let pid = pid.or_else(super::hook::claude_pid).ok_or_else(|| {
         Error::Usage("--watch needs --pid PID: no Claude Code process or parent shell found".into())
     })?;
-    let start = liveness::start_time(pid)
-        .ok_or_else(|| Error::Usage(format!("--pid {pid}: no such process on this host")))?;
     let agent = ctx.agent()?;
+    let start = match liveness::start_time(pid) {
+        Some(s) => s,
+        // A detached watcher, started for a pid that `--detach` checked and registered
+        // a moment ago: the process died before the watcher got going, so do now what
+        // the watcher would have done on seeing it die.
+        None if after_beat => {
+            let released = release_all(&ctx.at_now(&agent.id)?, &agent.id)?;
+            return Ok(report(ctx, &agent.id, pid, "process_exited", 0, released));
+        }
+        None => {
+            return Err(Error::Usage(format!(
+                "--pid {pid}: no such process on this host"
+            )));
+        }
+    };
     let interval = match interval {
         Some(i) => i,
         None => ctx.config()?.heartbeat_interval,
