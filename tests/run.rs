@@ -1125,31 +1125,3 @@ fn watch_and_run_summaries_in_markdown() {
     assert_eq!(r.stdout, "out\n");
     snap!(e, "run_summary", r);
 }
-
-#[test]
-fn a_detached_watcher_whose_process_died_before_it_started_releases_at_once() {
-    // `--detach` checks the process, beats with it, then starts the watcher with
-    // `--after-beat`; when the process dies in between, the watcher must still act.
-    let e = Env::new();
-    live_ok(&e, "agent-a", &["checkout", "k1"]);
-    let mut gone = Command::new("true").spawn().unwrap();
-    let gone_pid = gone.id().to_string();
-    gone.wait().unwrap();
-    let r = live_run(
-        &e,
-        "agent-a",
-        &[
-            "--json",
-            "heartbeat",
-            "--watch",
-            "--after-beat",
-            "--pid",
-            &gone_pid,
-        ],
-    );
-    assert_eq!(r.code, 0, "{}", r.text());
-    let j = r.json();
-    assert_eq!(j["outcome"], "process_exited", "{j}");
-    assert_eq!(j["released"], serde_json::json!(["k1"]), "{j}");
-    assert!(held_keys(&e.dir()).is_empty());
-}
