@@ -76,7 +76,7 @@ pub fn run(ctx: &Ctx, filter: &Filter) -> Result<Report> {
 }
 
 fn read_events(path: &Path, each: &mut dyn FnMut(&str)) -> Result<()> {
-    let file = match File::open(path) {
+    let file = match crate::store::at::open_regular_path(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(Error::io(path, e)),
@@ -203,7 +203,7 @@ impl Followed {
 }
 
 fn open_current(path: &Path) -> Option<Followed> {
-    let file = File::open(path).ok()?;
+    let file = crate::store::at::open_regular_path(path).ok()?;
     let ino = file.metadata().ok()?.ino();
     Some(Followed {
         file,
@@ -225,7 +225,9 @@ fn read_rotated(
         if p == current {
             continue;
         }
-        let Ok(f) = File::open(&p) else { continue };
+        let Ok(f) = crate::store::at::open_regular_path(&p) else {
+            continue;
+        };
         let ino = f.metadata().map(|m| m.ino()).unwrap_or(0);
         if skip == Some(ino) || !seen.insert(ino) {
             continue;

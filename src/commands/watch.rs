@@ -115,25 +115,7 @@ pub fn run(
 /// An exclusive lock on `watchers/<agent>` for as long as this watcher runs; `None` when
 /// another process holds it.
 fn watcher_lock(ctx: &Ctx, agent_id: &str) -> Result<Option<std::fs::File>> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let store = ctx.open_store()?;
-    let dir = store.root().join("watchers");
-    store.ensure_dir(&dir)?;
-    let path = dir.join(crate::key::encode(agent_id));
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .mode(0o644)
-        .open(&path)
-        .map_err(|e| Error::io(&path, e))?;
-    match file.try_lock() {
-        Ok(()) => Ok(Some(file)),
-        Err(std::fs::TryLockError::WouldBlock) => Ok(None),
-        Err(std::fs::TryLockError::Error(e)) => Err(Error::io(&path, e)),
-    }
+    ctx.open_store()?.lock_watcher(agent_id)
 }
 
 fn report(

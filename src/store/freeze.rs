@@ -1,9 +1,6 @@
 //! Freezes (`freezes/<encoded pattern>.json`): no checkout of a key, or of every key with a
 //! prefix (`deploy://*`), until a time.
 
-use std::io::ErrorKind;
-use std::path::PathBuf;
-
 use serde::{Deserialize, Serialize};
 
 use super::{FileStore, Guard};
@@ -41,38 +38,36 @@ impl Freeze {
 const FREEZES: &str = "freezes";
 
 impl FileStore {
-    fn freezes_dir(&self) -> PathBuf {
-        self.root().join(FREEZES)
-    }
-
-    fn freeze_path(&self, pattern: &str) -> PathBuf {
-        self.freezes_dir()
-            .join(format!("{}.json", key::encode(pattern)))
+    fn freeze_name(pattern: &str) -> String {
+        format!("{}.json", key::encode(pattern))
     }
 
     pub fn write_freeze(&self, g: &Guard, f: &Freeze) -> Result<()> {
-        self.ensure_dir(&self.freezes_dir())?;
+        let dir = self.sub(FREEZES, true)?.expect("created");
         let mut bytes = serde_json::to_vec_pretty(f)
             .map_err(|e| Error::Store(format!("cannot encode freeze: {e}")))?;
         bytes.push(b'\n');
-        self.publish_replace(g, &bytes, &self.freeze_path(&f.pattern))
+        self.publish_replace(g, &bytes, &dir, &Self::freeze_name(&f.pattern))
     }
 
     /// Remove a freeze; returns it if there was one.
     pub fn remove_freeze(&self, _g: &Guard, pattern: &str) -> Result<Option<Freeze>> {
-        let path = self.freeze_path(pattern);
-        let existing = super::registry::read_small(&path)?
+        let Some(dir) = self.sub(FREEZES, false)? else {
+            return Ok(None);
+        };
+        let name = Self::freeze_name(pattern);
+        let existing = super::registry::read_small(&dir, &name)?
             .and_then(|b| serde_json::from_slice::<Freeze>(&b).ok());
-        match std::fs::remove_file(&path) {
+        match dir.unlink(&name) {
             Ok(()) => Ok(existing),
-            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(Error::io(&path, e)),
+            Err(e) => Err(Error::io(dir.join(&name), e)),
         }
     }
 
     /// Every freeze on record (active or not).
     pub fn freezes(&self) -> Result<Vec<Freeze>> {
-        let mut out: Vec<Freeze> = super::registry::read_json_dir(&self.freezes_dir())?
+        let mut out: Vec<Freeze> = self
+            .read_json_dir(&[FREEZES])?
             .into_iter()
             .map(|(_, f)| f)
             .collect();
@@ -83,7 +78,7 @@ impl FileStore {
     /// The active freeze covering a key, if any (the one lasting longest).
     pub fn frozen(&self, key_name: &str, now: &Time) -> Result<Option<Freeze>> {
         // No freezes directory is the common case: one failed stat.
-        if !self.freezes_dir().is_dir() {
+        if self.dir.stat(FREEZES).is_err() {
             return Ok(None);
         }
         Ok(self

@@ -13,15 +13,15 @@
 //! Every mutation holds the guard, re-reads what it judged, and publishes whole files by
 //! temp file + rename, so readers never see a partial record.
 
+pub mod at;
 pub mod freeze;
 pub mod queue;
 pub mod record;
 pub mod registry;
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{ErrorKind, Read, Write};
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -29,6 +29,7 @@ use serde::{Deserialize, Serialize};
 use crate::clock::Time;
 use crate::error::{Error, Result};
 use crate::key;
+pub use at::Dir;
 pub use freeze::Freeze;
 pub use queue::{Message, Queue, Reservation, Waiter};
 pub use record::{FORMAT_VERSION, Record};
@@ -38,11 +39,15 @@ pub use registry::{AgentEntry, Ended, Note};
 pub const MAX_RECORD_BYTES: u64 = 1 << 20;
 
 const GUARD: &str = ".guard";
+/// The second copy of the fencing counter (the first is the content of `.guard`).
+const COUNTER: &str = "counter";
 /// How long a command waits for a busy guard before saying so on stderr.
 pub const GUARD_NOTICE_AFTER: std::time::Duration = std::time::Duration::from_secs(2);
 const KEYS: &str = "keys";
 const TMP: &str = "tmp";
 pub const AUDIT: &str = "audit.jsonl";
+/// How many times `.guard` may be found replaced after locking it before giving up.
+const GUARD_RETRIES: usize = 100;
 
 /// What is stored for one key. Short-lived (one read, one decision), so the size of a
 /// record inline does not matter.
@@ -56,70 +61,83 @@ pub enum Slot {
 
 pub struct FileStore {
     root: PathBuf,
+    /// The lock directory, opened once without following a symlink: every file
+    /// operation is relative to it or to a subdirectory opened from it.
+    dir: Dir,
     keys: PathBuf,
-    tmp: PathBuf,
     cfg: std::cell::OnceCell<crate::config::Config>,
 }
 
 /// Proof that the caller holds the exclusive guard; mutations require it.
 pub struct Guard {
     file: File,
+    /// The lock directory itself, flocked before `.guard`: deleting or replacing
+    /// `.guard` cannot let a second process in while one is inside.
+    _dir_lock: Option<File>,
+    keys: Dir,
+    tmp: Dir,
     counter: Option<u64>,
 }
 
 impl FileStore {
     /// Open an existing store for reading; `None` when the directory does not exist yet.
     pub fn open_existing(root: &Path) -> Result<Option<FileStore>> {
-        match std::fs::metadata(root) {
-            Ok(m) if m.is_dir() => Ok(Some(Self::at(root))),
-            Ok(_) => Err(Error::Store(format!(
-                "{} exists but is not a directory",
-                root.display()
-            ))),
+        match Dir::open(root) {
+            Ok(dir) => Ok(Some(Self::at(root, dir))),
             Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(Error::io(root, e)),
+            Err(e) => Err(root_error(root, e)),
         }
     }
 
     /// Open the store, creating the directory layout when needed.
     pub fn open_or_create(root: &Path) -> Result<FileStore> {
-        let store = Self::at(root);
+        let dir = match Dir::open(root) {
+            Ok(d) => d,
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                std::fs::create_dir_all(root).map_err(|e| Error::io(root, e))?;
+                Dir::open(root).map_err(|e| root_error(root, e))?
+            }
+            Err(e) => return Err(root_error(root, e)),
+        };
+        let store = Self::at(root, dir);
         // Set up already (the common case): one stat. keys/ and tmp/ are checked, and
         // made if missing, under the guard.
-        let gi = root.join(".gitignore");
-        if std::fs::symlink_metadata(&gi).is_ok_and(|m| m.is_file() && m.len() > 0) {
+        const GI: &str = ".gitignore";
+        let gi = root.join(GI);
+        let is_file = |len: fn(u64) -> bool| {
+            store
+                .dir
+                .stat(GI)
+                .is_ok_and(|s| (s.st_mode & libc::S_IFMT) == libc::S_IFREG && len(s.st_size as u64))
+        };
+        if is_file(|n| n > 0) {
             return Ok(store);
         }
-        if root.exists() && !root.is_dir() {
-            return Err(Error::Store(format!(
-                "{} exists but is not a directory; the lock directory must be one",
-                root.display()
-            )));
-        }
-        if !root.is_dir() {
-            std::fs::create_dir_all(root).map_err(|e| Error::io(root, e))?;
-        }
-        match OpenOptions::new().write(true).create_new(true).open(&gi) {
+        match store.dir.create_new(GI, 0o644) {
             Ok(mut f) => f.write_all(b"*\n").map_err(|e| Error::io(&gi, e))?,
             // Left empty by a process killed between create and write: repair it.
             Err(e) if e.kind() == ErrorKind::AlreadyExists => {
-                if std::fs::symlink_metadata(&gi).is_ok_and(|m| m.is_file() && m.len() == 0) {
-                    std::fs::write(&gi, b"*\n").map_err(|e| Error::io(&gi, e))?;
+                if is_file(|n| n == 0) {
+                    let f = store
+                        .dir
+                        .open_rw(GI, false)
+                        .map_err(|e| Error::io(&gi, e))?;
+                    f.write_all_at(b"*\n", 0).map_err(|e| Error::io(&gi, e))?;
                 }
             }
             Err(e) => return Err(Error::io(&gi, e)),
         }
-        for dir in [&store.keys, &store.tmp] {
-            store.ensure_dir(dir)?;
+        for dir in [KEYS, TMP] {
+            store.sub(dir, true)?;
         }
         Ok(store)
     }
 
-    fn at(root: &Path) -> FileStore {
+    fn at(root: &Path, dir: Dir) -> FileStore {
         FileStore {
             root: root.to_path_buf(),
+            dir,
             keys: root.join(KEYS),
-            tmp: root.join(TMP),
             cfg: Default::default(),
         }
     }
@@ -130,6 +148,35 @@ impl FileStore {
 
     pub fn record_path(&self, key: &str) -> PathBuf {
         self.keys.join(key::encode(key))
+    }
+
+    /// The subdirectory `name` of the lock directory (made when missing and `create`).
+    pub(crate) fn sub(&self, name: &str, create: bool) -> Result<Option<Dir>> {
+        self.dir
+            .sub(name, create)
+            .map_err(|e| Error::io(self.root.join(name), e))
+    }
+
+    /// The directory `parts` under the lock directory, one component at a time.
+    pub(crate) fn dir_at(&self, parts: &[&str], create: bool) -> Result<Option<Dir>> {
+        let Some((first, rest)) = parts.split_first() else {
+            return Ok(Some(
+                Dir::open(&self.root).map_err(|e| root_error(&self.root, e))?,
+            ));
+        };
+        let Some(mut dir) = self.sub(first, create)? else {
+            return Ok(None);
+        };
+        for part in rest {
+            match dir
+                .sub(part, create)
+                .map_err(|e| Error::io(dir.join(part), e))?
+            {
+                Some(d) => dir = d,
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(dir))
     }
 
     /// Take the exclusive guard and sweep debris left by killed processes.
@@ -145,37 +192,63 @@ impl FileStore {
 
     fn take_guard(&self, wait: bool) -> Result<Option<Guard>> {
         let path = self.root.join(GUARD);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .mode(0o644)
-            .open(&path)
-            .map_err(|e| Error::io(&path, symlink_hint(e)))?;
-        let file = if wait {
-            self.wait_for_guard(file, &path)?
-        } else {
-            match file.try_lock() {
-                Ok(()) => file,
-                Err(std::fs::TryLockError::WouldBlock) => return Ok(None),
-                Err(std::fs::TryLockError::Error(e)) => return Err(Error::io(&path, e)),
+        for _ in 0..GUARD_RETRIES {
+            // The directory first: it cannot be deleted or swapped while we hold a
+            // descriptor of it, so this lock excludes every other tasklock of this
+            // version whatever happens to `.guard`. A file system that cannot flock a
+            // directory leaves `.guard` alone to do it.
+            let dir_lock = self.dir.reopen().map_err(|e| Error::io(&self.root, e))?;
+            let dir_lock = match dir_lock.try_lock() {
+                Ok(()) => Some(dir_lock),
+                Err(std::fs::TryLockError::WouldBlock) if !wait => return Ok(None),
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    Some(self.wait_for_guard(dir_lock, &path)?)
+                }
+                Err(std::fs::TryLockError::Error(_)) => None,
+            };
+            // `.guard` too, for older versions that lock only it.
+            let file = self
+                .dir
+                .open_rw(GUARD, false)
+                .map_err(|e| Error::io(&path, symlink_hint(e)))?;
+            let file = if wait {
+                self.wait_for_guard(file, &path)?
+            } else {
+                match file.try_lock() {
+                    Ok(()) => file,
+                    Err(std::fs::TryLockError::WouldBlock) => return Ok(None),
+                    Err(std::fs::TryLockError::Error(e)) => return Err(Error::io(&path, e)),
+                }
+            };
+            // The file locked must still be the one at the path: one deleted or
+            // replaced meanwhile is locked by nobody else, so start again.
+            let held = file.metadata().map_err(|e| Error::io(&path, e))?;
+            let same = self
+                .dir
+                .stat(GUARD)
+                .is_ok_and(|s| s.st_dev == held.dev() && s.st_ino == held.ino());
+            if !same {
+                continue;
             }
-        };
-        // Never sweep or write through a directory swapped for a symlink; make a
-        // missing one.
-        for dir in [&self.keys, &self.tmp] {
-            self.ensure_dir(dir)?;
+            // Never sweep or write through a directory swapped for a symlink; make a
+            // missing one. These descriptors are used for every write under the guard.
+            let keys = self.sub(KEYS, true)?.expect("created");
+            let tmp = self.sub(TMP, true)?.expect("created");
+            let guard = Guard {
+                file,
+                _dir_lock: dir_lock,
+                keys,
+                tmp,
+                counter: None,
+            };
+            self.sweep_tmp(&guard)?;
+            return Ok(Some(guard));
         }
-        let guard = Guard {
-            file,
-            counter: None,
-        };
-        self.sweep_tmp(&guard)?;
-        Ok(Some(guard))
+        Err(Error::Store(format!(
+            "{} was replaced {GUARD_RETRIES} times while this command was taking it; is another program deleting it?",
+            path.display()
+        )))
     }
-
     /// Lock `.guard`: at once when it is free (the common case); otherwise wait for it,
     /// saying on stderr after [`GUARD_NOTICE_AFTER`] what is waited for, and give up after
     /// `guard_timeout` (config.yaml, or `TASKLOCK_GUARD_TIMEOUT`).
@@ -240,125 +313,37 @@ impl FileStore {
 
     /// Every temp file is written under the guard, so while we hold it any temp file is
     /// debris of a process that died mid-write.
-    fn sweep_tmp(&self, _g: &Guard) -> Result<()> {
-        let entries = match std::fs::read_dir(&self.tmp) {
-            Ok(e) => e,
-            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(Error::io(&self.tmp, e)),
-        };
-        for entry in entries.flatten() {
-            let p = entry.path();
-            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+    fn sweep_tmp(&self, g: &Guard) -> Result<()> {
+        let entries = g.tmp.entries().map_err(|e| Error::io(g.tmp.path(), e))?;
+        for (name, is_dir) in entries {
+            if is_dir {
                 // Not ours (we only write files here); leave it rather than fail.
                 continue;
             }
-            match std::fs::remove_file(&p) {
-                Ok(()) => {}
-                Err(e) if e.kind() == ErrorKind::NotFound => {}
-                Err(e) => return Err(Error::io(&p, e)),
-            }
+            g.tmp
+                .unlink(&name)
+                .map_err(|e| Error::io(g.tmp.join(&name), e))?;
         }
         Ok(())
     }
 
     /// Read one key's slot. Never follows a symlink; never blocks on a planted FIFO.
     pub fn read(&self, key: &str) -> Result<Slot> {
-        self.read_path(&self.record_path(key), Some(key))
-    }
-
-    fn read_path(&self, path: &Path, expect_key: Option<&str>) -> Result<Slot> {
-        let corrupt = |problem: String| {
-            Ok(Slot::Corrupt {
-                path: path.to_path_buf(),
-                problem,
-            })
+        let Some(keys) = self.sub(KEYS, false)? else {
+            return Ok(Slot::Free);
         };
-        let file = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-            .open(path);
-        let mut file = match file {
-            Ok(f) => f,
-            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Slot::Free),
-            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
-                return corrupt("it is a symbolic link, not a lock record".into());
-            }
-            Err(e) => return Err(Error::io(path, e)),
-        };
-        let meta = file.metadata().map_err(|e| Error::io(path, e))?;
-        if !meta.is_file() {
-            return corrupt("it is not a regular file".into());
-        }
-        if meta.len() > MAX_RECORD_BYTES {
-            return corrupt(format!(
-                "it is {} bytes, over the 1 MiB limit for a record",
-                meta.len()
-            ));
-        }
-        let mut bytes = Vec::with_capacity(meta.len() as usize + 1);
-        (&mut file)
-            .take(MAX_RECORD_BYTES + 1)
-            .read_to_end(&mut bytes)
-            .map_err(|e| Error::io(path, e))?;
-        if bytes.len() as u64 > MAX_RECORD_BYTES {
-            return corrupt("it grew past the 1 MiB limit for a record".into());
-        }
-        if bytes.iter().all(u8::is_ascii_whitespace) {
-            return corrupt("the file is empty".into());
-        }
-        // One parse in the common case; on failure a second, lenient one finds the
-        // version so a newer format is named as such.
-        let record: Record = match serde_json::from_slice::<Record>(&bytes) {
-            Ok(r) if r.version == FORMAT_VERSION => r,
-            Ok(r) if r.version > FORMAT_VERSION => return corrupt(newer(r.version.into())),
-            Ok(_) => return corrupt("it has no valid format version".into()),
-            Err(e) => {
-                #[derive(Deserialize)]
-                struct Probe {
-                    version: Option<serde_json::Value>,
-                }
-                let version = serde_json::from_slice::<Probe>(&bytes)
-                    .ok()
-                    .and_then(|p| p.version)
-                    .and_then(|v| v.as_u64());
-                return corrupt(match version {
-                    Some(v) if v > u64::from(FORMAT_VERSION) => newer(v),
-                    Some(_) => format!("not a valid record ({e})"),
-                    None if serde_json::from_slice::<serde_json::Value>(&bytes).is_ok() => {
-                        "it has no valid format version".into()
-                    }
-                    None => format!("not a valid record ({e})"),
-                });
-            }
-        };
-        if let Some(k) = expect_key {
-            if record.key != k {
-                return corrupt(format!("it names the key {:?}, not {k:?}", record.key));
-            }
-        } else if path.file_name().map(|n| n.as_bytes())
-            != Some(key::encode(&record.key).as_bytes())
-        {
-            return corrupt(format!(
-                "it names the key {:?}, which belongs in another file",
-                record.key
-            ));
-        }
-        Ok(Slot::Held(record))
+        read_slot(&keys, &key::encode(key), Some(key))
     }
 
     /// Every record in the store, with corrupt ones reported rather than failing the scan.
     /// Returns (file name, slot) pairs sorted by file name.
     pub fn scan(&self) -> Result<Vec<(String, Slot)>> {
-        let entries = match std::fs::read_dir(&self.keys) {
-            Ok(e) => e,
-            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(Error::io(&self.keys, e)),
+        let Some(keys) = self.sub(KEYS, false)? else {
+            return Ok(Vec::new());
         };
         let mut out = Vec::new();
-        for entry in entries {
-            let entry = entry.map_err(|e| Error::io(&self.keys, e))?;
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let slot = self.read_path(&entry.path(), None)?;
+        for (name, _) in keys.entries().map_err(|e| Error::io(&self.keys, e))? {
+            let slot = read_slot(&keys, &name, None)?;
             if !matches!(slot, Slot::Free) {
                 out.push((name, slot));
             }
@@ -367,34 +352,51 @@ impl FileStore {
         Ok(out)
     }
 
-    /// The next fencing token. Persisted before the record that uses it is published, so
-    /// a crash can skip a number but never hand one out twice.
+    /// The next fencing token. Persisted (in `.guard` and in `counter`) before the record
+    /// that uses it is published, so a crash can skip a number but never hand one out
+    /// twice.
     pub fn next_token(&self, g: &mut Guard) -> Result<u64> {
         let current = match g.counter {
             Some(c) => c,
-            None => {
-                let mut buf = [0u8; 32];
-                let n = g
-                    .file
-                    .read_at(&mut buf, 0)
-                    .map_err(|e| Error::io(self.root.join(GUARD), e))?;
-                let stored = std::str::from_utf8(&buf[..n])
-                    .ok()
-                    .and_then(|s| s.trim().parse::<u64>().ok());
-                match stored {
-                    Some(c) => c,
-                    // A new or damaged counter: never go below a token already handed out.
-                    None => self.max_token_on_disk()?,
-                }
-            }
+            None => self.stored_counter(g)?,
         };
-        let next = current + 1;
+        let next = current.checked_add(1).ok_or_else(|| {
+            Error::Store(format!(
+                "the fencing counter in {} is at its largest value ({current}); no more tokens can be handed out in this lock directory",
+                self.root.join(GUARD).display()
+            ))
+        })?;
         let text = format!("{next:020}\n");
         g.file
             .write_all_at(text.as_bytes(), 0)
             .map_err(|e| Error::io(self.root.join(GUARD), e))?;
+        self.publish_replace(g, text.as_bytes(), &self.dir, COUNTER)?;
         g.counter = Some(next);
         Ok(next)
+    }
+
+    /// The last token handed out: the larger of the two copies of the counter. When
+    /// either is missing or damaged, also every token still on disk (records, ended
+    /// checkouts, the tail of the audit log), so a lost counter never restarts below a
+    /// token already handed out.
+    fn stored_counter(&self, g: &Guard) -> Result<u64> {
+        let parse = |bytes: &[u8]| {
+            std::str::from_utf8(bytes)
+                .ok()
+                .and_then(|s| s.trim().parse::<u64>().ok())
+        };
+        let mut buf = [0u8; 32];
+        let n = g
+            .file
+            .read_at(&mut buf, 0)
+            .map_err(|e| Error::io(self.root.join(GUARD), e))?;
+        let first = parse(&buf[..n]);
+        let second = registry::read_small(&self.dir, COUNTER)?.and_then(|b| parse(&b));
+        let known = first.unwrap_or(0).max(second.unwrap_or(0));
+        if first.is_some() && second.is_some() {
+            return Ok(known);
+        }
+        Ok(known.max(self.max_token_on_disk()?))
     }
 
     fn max_token_on_disk(&self) -> Result<u64> {
@@ -404,17 +406,48 @@ impl FileStore {
                 max = max.max(r.token);
             }
         }
+        for e in self.all_ended()? {
+            max = max.max(e.token);
+        }
+        // The newest two audit files: the current one may have just been rotated.
+        for name in self.audit_names().iter().rev().take(2) {
+            max = max.max(self.audit_tail_max_token(name));
+        }
         Ok(max)
     }
 
+    /// The largest token in the last 1 MiB of an audit file (0 when unreadable).
+    fn audit_tail_max_token(&self, name: &str) -> u64 {
+        let Ok(Some(mut f)) = self.dir.open_regular(name) else {
+            return 0;
+        };
+        use std::io::{Seek, SeekFrom};
+        let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+        if f.seek(SeekFrom::Start(len.saturating_sub(MAX_RECORD_BYTES)))
+            .is_err()
+        {
+            return 0;
+        }
+        let mut buf = Vec::new();
+        if f.take(MAX_RECORD_BYTES).read_to_end(&mut buf).is_err() {
+            return 0;
+        }
+        buf.split(|b| *b == b'\n')
+            .filter_map(|l| serde_json::from_slice::<serde_json::Value>(l).ok())
+            .filter_map(|v| v.get("token").and_then(|t| t.as_u64()))
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Publish a record for a key that has none. Fails if one appeared meanwhile.
-    pub fn insert(&self, _g: &Guard, record: &Record) -> Result<()> {
-        let tmp = self.write_temp(&encode_record(record)?)?;
-        let dest = self.record_path(&record.key);
-        match rename_noreplace(&tmp, &dest) {
+    pub fn insert(&self, g: &Guard, record: &Record) -> Result<()> {
+        let tmp = self.write_temp(g, &encode_record(record)?)?;
+        let name = key::encode(&record.key);
+        match g.tmp.rename_noreplace(&tmp, &g.keys, &name) {
             Ok(()) => Ok(()),
             Err(e) => {
-                let _ = std::fs::remove_file(&tmp);
+                let _ = g.tmp.unlink(&tmp);
+                let dest = g.keys.join(&name);
                 if e.kind() == ErrorKind::AlreadyExists {
                     Err(Error::Store(format!(
                         "{} appeared while the guard was held; is another tool writing to the lock directory?",
@@ -430,44 +463,59 @@ impl FileStore {
     /// Replace an existing record whole (rename never follows a symlink at the target).
     pub fn replace(&self, g: &Guard, record: &Record) -> Result<()> {
         let bytes = encode_record(record)?;
-        self.publish_replace(g, &bytes, &self.record_path(&record.key))
+        self.publish_replace(g, &bytes, &g.keys, &key::encode(&record.key))
     }
 
-    /// Write `bytes` to `dest` whole: temp file, then rename over whatever is there.
-    pub(crate) fn publish_replace(&self, _g: &Guard, bytes: &[u8], dest: &Path) -> Result<()> {
-        let tmp = self.write_temp(bytes)?;
-        std::fs::rename(&tmp, dest).map_err(|e| {
-            let _ = std::fs::remove_file(&tmp);
-            Error::io(dest, e)
+    /// Write `bytes` to `name` in `dir` whole: temp file, then rename over whatever is
+    /// there.
+    pub(crate) fn publish_replace(
+        &self,
+        g: &Guard,
+        bytes: &[u8],
+        dir: &Dir,
+        name: &str,
+    ) -> Result<()> {
+        let tmp = self.write_temp(g, bytes)?;
+        g.tmp.rename(&tmp, dir, name).map_err(|e| {
+            let _ = g.tmp.unlink(&tmp);
+            Error::io(dir.join(name), e)
         })
     }
 
-    /// Create a subdirectory of the store when missing; refuse a symlink in its place.
+    /// Create a directory under the store when missing; refuse a symlink in its place
+    /// (`dir` is a path under the lock directory).
     pub(crate) fn ensure_dir(&self, dir: &Path) -> Result<()> {
-        match std::fs::symlink_metadata(dir) {
-            Ok(m) if m.is_dir() => Ok(()),
-            Ok(_) => Err(Error::Store(format!(
-                "{} is not a directory (a symlink or file was put there); remove it",
+        let rel = dir.strip_prefix(&self.root).map_err(|_| {
+            Error::Store(format!(
+                "{} is not inside the lock directory",
                 dir.display()
-            ))),
-            Err(e) if e.kind() == ErrorKind::NotFound => match std::fs::create_dir(dir) {
-                Ok(()) => Ok(()),
-                Err(e) if e.kind() == ErrorKind::AlreadyExists => Ok(()),
-                Err(e) => Err(Error::io(dir, e)),
-            },
-            Err(e) => Err(Error::io(dir, e)),
+            ))
+        })?;
+        let parts: Vec<&str> = rel
+            .components()
+            .map(|c| c.as_os_str().to_str().unwrap_or(""))
+            .collect();
+        if parts
+            .iter()
+            .any(|p| p.is_empty() || *p == ".." || *p == ".")
+        {
+            return Err(Error::Store(format!(
+                "{} is not inside the lock directory",
+                dir.display()
+            )));
         }
+        self.dir_at(&parts, true).map(|_| ())
     }
 
     /// Remove a key's record (or the damaged file in its place).
-    pub fn remove(&self, _g: &Guard, key: &str) -> Result<()> {
-        let path = self.record_path(key);
-        match std::fs::remove_file(&path) {
+    pub fn remove(&self, g: &Guard, key: &str) -> Result<()> {
+        let name = key::encode(key);
+        let path = g.keys.join(&name);
+        match g.keys.unlink(&name) {
             Ok(()) => Ok(()),
-            Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
             // A directory planted where a record goes: remove it if it is empty.
-            Err(_) if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir()) => {
-                std::fs::remove_dir(&path).map_err(|e| {
+            Err(_) if g.keys.stat(&name).is_ok_and(|s| (s.st_mode & libc::S_IFMT) == libc::S_IFDIR) => {
+                g.keys.rmdir(&name).map_err(|e| {
                     Error::io(&path, std::io::Error::other(format!("a directory is where a record belongs and it is not empty ({e}); inspect and remove it by hand")))
                 })
             }
@@ -475,31 +523,29 @@ impl FileStore {
         }
     }
 
-    fn write_temp(&self, bytes: &[u8]) -> Result<PathBuf> {
-        let path = self.tmp.join(format!("{}.tmp", std::process::id()));
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .mode(0o644)
-            .open(&path)
+    /// Write a temp file in `tmp/`; returns its name there.
+    fn write_temp(&self, g: &Guard, bytes: &[u8]) -> Result<String> {
+        let name = format!("{}.tmp", std::process::id());
+        let path = g.tmp.join(&name);
+        let mut f = g
+            .tmp
+            .create_new(&name, 0o644)
             .map_err(|e| Error::io(&path, e))?;
         f.write_all(bytes).map_err(|e| {
-            let _ = std::fs::remove_file(&path);
+            let _ = g.tmp.unlink(&name);
             Error::io(&path, e)
         })?;
-        Ok(path)
+        Ok(name)
     }
 
     /// Append one event to the audit log (one `write` on an `O_APPEND` file), rotating
     /// the log first when it would grow past `audit_max_size`.
     pub fn audit(&self, _g: &Guard, event: &AuditEvent) -> Result<()> {
-        let path = self.root.join(AUDIT);
         let mut line = serde_json::to_vec(event)
             .map_err(|e| Error::Store(format!("cannot encode audit event: {e}")))?;
         line.push(b'\n');
-        let size = match std::fs::symlink_metadata(&path) {
-            Ok(m) => m.len(),
+        let size = match self.dir.stat(AUDIT) {
+            Ok(s) => s.st_size as u64,
             Err(_) => 0,
         };
         if size > 0 {
@@ -510,57 +556,65 @@ impl FileStore {
                 self.rotate_audit(cfg.audit_keep)?;
             }
         }
-        registry::append_line(&path, &line)
+        registry::append_line(&self.dir, AUDIT, &line)
     }
 
     /// `audit.jsonl` becomes `audit.jsonl.1`, `.1` becomes `.2`, …; the oldest beyond
     /// `keep` is deleted. Runs under the guard, like every append.
     fn rotate_audit(&self, keep: usize) -> Result<()> {
-        let name = |i: usize| self.root.join(format!("{AUDIT}.{i}"));
+        let name = |i: usize| format!("{AUDIT}.{i}");
         // The oldest go first, including any left from a larger audit_keep.
-        for old in self.audit_files() {
+        for old in self.audit_names() {
             let index = old
-                .file_name()
-                .and_then(|n| n.to_str())
-                .and_then(|n| n.strip_prefix(&format!("{AUDIT}.")))
+                .strip_prefix(&format!("{AUDIT}."))
                 .and_then(|i| i.parse::<usize>().ok());
             if index.is_some_and(|i| i >= keep.max(1)) {
-                let _ = std::fs::remove_file(&old);
+                let _ = self.dir.unlink(&old);
             }
         }
         if keep == 0 {
-            return match std::fs::remove_file(self.root.join(AUDIT)) {
-                Ok(()) => Ok(()),
-                Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
-                Err(e) => Err(Error::io(self.root.join(AUDIT), e)),
-            };
+            return self
+                .dir
+                .unlink(AUDIT)
+                .map_err(|e| Error::io(self.root.join(AUDIT), e));
         }
         for i in (1..keep).rev() {
-            match std::fs::rename(name(i), name(i + 1)) {
+            match self.dir.rename(&name(i), &self.dir, &name(i + 1)) {
                 Ok(()) => {}
                 Err(e) if e.kind() == ErrorKind::NotFound => {}
-                Err(e) => return Err(Error::io(name(i), e)),
+                Err(e) => return Err(Error::io(self.root.join(name(i)), e)),
             }
         }
-        std::fs::rename(self.root.join(AUDIT), name(1)).map_err(|e| Error::io(name(1), e))
+        self.dir
+            .rename(AUDIT, &self.dir, &name(1))
+            .map_err(|e| Error::io(self.root.join(name(1)), e))
     }
 
-    /// The audit files, oldest first (rotated ones, then the current one).
-    pub fn audit_files(&self) -> Vec<PathBuf> {
-        let mut files: Vec<(usize, PathBuf)> = std::fs::read_dir(&self.root)
+    /// The names of the audit files, oldest first (rotated ones, then the current one).
+    fn audit_names(&self) -> Vec<String> {
+        let mut files: Vec<(usize, String)> = self
+            .dir
+            .entries()
             .into_iter()
             .flatten()
-            .flatten()
-            .filter_map(|e| {
-                let n = e.file_name().to_string_lossy().into_owned();
+            .filter_map(|(n, _)| {
                 let i = n.strip_prefix(&format!("{AUDIT}."))?.parse().ok()?;
-                Some((i, e.path()))
+                Some((i, n))
             })
             .collect();
         files.sort_by_key(|f| std::cmp::Reverse(f.0));
-        let mut out: Vec<PathBuf> = files.into_iter().map(|(_, p)| p).collect();
-        out.push(self.root.join(AUDIT));
+        let mut out: Vec<String> = files.into_iter().map(|(_, n)| n).collect();
+        out.push(AUDIT.to_string());
         out
+    }
+
+    /// The audit files, oldest first (rotated ones, then the current one). Open them
+    /// with [`at::open_regular_path`].
+    pub fn audit_files(&self) -> Vec<PathBuf> {
+        self.audit_names()
+            .into_iter()
+            .map(|n| self.root.join(n))
+            .collect()
     }
 
     /// Use settings already read (by the command) instead of reading them again.
@@ -579,6 +633,110 @@ impl FileStore {
         let _ = self.cfg.set(c.clone());
         Ok(c)
     }
+}
+
+/// Why the lock directory itself cannot be opened, in words.
+fn root_error(root: &Path, e: std::io::Error) -> Error {
+    match std::fs::symlink_metadata(root) {
+        Ok(m) if m.file_type().is_symlink() => Error::Store(format!(
+            "{} is a symbolic link; the lock directory must be a real directory (tasklock never follows a symlink there)",
+            root.display()
+        )),
+        Ok(m) if !m.is_dir() => Error::Store(format!(
+            "{} exists but is not a directory; the lock directory must be one",
+            root.display()
+        )),
+        _ => Error::io(root, e),
+    }
+}
+
+/// Read the record `name` in `keys`. Never follows a symlink; never blocks on a planted
+/// FIFO; a file that cannot be opened (another user's, a socket) is a damaged slot, so
+/// a scan goes on.
+fn read_slot(keys: &Dir, name: &str, expect_key: Option<&str>) -> Result<Slot> {
+    let path = keys.join(name);
+    let corrupt = |problem: String| {
+        Ok(Slot::Corrupt {
+            path: path.clone(),
+            problem,
+        })
+    };
+    let mut file = match keys.open_read(name) {
+        Ok(f) => f,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Slot::Free),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            return corrupt("it is a symbolic link, not a lock record".into());
+        }
+        Err(e) => {
+            let regular = keys
+                .stat(name)
+                .is_ok_and(|s| (s.st_mode & libc::S_IFMT) == libc::S_IFREG);
+            return corrupt(if regular {
+                format!("it cannot be opened ({e})")
+            } else {
+                "it is not a regular file".into()
+            });
+        }
+    };
+    let meta = file.metadata().map_err(|e| Error::io(&path, e))?;
+    if !meta.is_file() {
+        return corrupt("it is not a regular file".into());
+    }
+    if meta.len() > MAX_RECORD_BYTES {
+        return corrupt(format!(
+            "it is {} bytes, over the 1 MiB limit for a record",
+            meta.len()
+        ));
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize + 1);
+    if let Err(e) = (&mut file)
+        .take(MAX_RECORD_BYTES + 1)
+        .read_to_end(&mut bytes)
+    {
+        return corrupt(format!("it cannot be read ({e})"));
+    }
+    if bytes.len() as u64 > MAX_RECORD_BYTES {
+        return corrupt("it grew past the 1 MiB limit for a record".into());
+    }
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return corrupt("the file is empty".into());
+    }
+    // One parse in the common case; on failure a second, lenient one finds the
+    // version so a newer format is named as such.
+    let record: Record = match serde_json::from_slice::<Record>(&bytes) {
+        Ok(r) if r.version == FORMAT_VERSION => r,
+        Ok(r) if r.version > FORMAT_VERSION => return corrupt(newer(r.version.into())),
+        Ok(_) => return corrupt("it has no valid format version".into()),
+        Err(e) => {
+            #[derive(Deserialize)]
+            struct Probe {
+                version: Option<serde_json::Value>,
+            }
+            let version = serde_json::from_slice::<Probe>(&bytes)
+                .ok()
+                .and_then(|p| p.version)
+                .and_then(|v| v.as_u64());
+            return corrupt(match version {
+                Some(v) if v > u64::from(FORMAT_VERSION) => newer(v),
+                Some(_) => format!("not a valid record ({e})"),
+                None if serde_json::from_slice::<serde_json::Value>(&bytes).is_ok() => {
+                    "it has no valid format version".into()
+                }
+                None => format!("not a valid record ({e})"),
+            });
+        }
+    };
+    if let Some(k) = expect_key {
+        if record.key != k {
+            return corrupt(format!("it names the key {:?}, not {k:?}", record.key));
+        }
+    } else if name != key::encode(&record.key) {
+        return corrupt(format!(
+            "it names the key {:?}, which belongs in another file",
+            record.key
+        ));
+    }
+    Ok(Slot::Held(record))
 }
 
 /// `TASKLOCK_GUARD_TIMEOUT`, when set: it overrides `guard_timeout` from config.yaml.
@@ -672,43 +830,6 @@ fn symlink_hint(e: std::io::Error) -> std::io::Error {
     } else {
         e
     }
-}
-
-#[cfg(target_os = "linux")]
-fn rename_noreplace(from: &Path, to: &Path) -> std::io::Result<()> {
-    use std::ffi::CString;
-    let f = CString::new(from.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
-    let t = CString::new(to.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
-    // SAFETY: both paths are valid NUL-terminated strings that outlive the call.
-    let rc = unsafe {
-        libc::renameat2(
-            libc::AT_FDCWD,
-            f.as_ptr(),
-            libc::AT_FDCWD,
-            t.as_ptr(),
-            libc::RENAME_NOREPLACE,
-        )
-    };
-    if rc == 0 {
-        return Ok(());
-    }
-    let err = std::io::Error::last_os_error();
-    match err.raw_os_error() {
-        Some(libc::EINVAL) | Some(libc::ENOSYS) => link_then_unlink(from, to),
-        _ => Err(err),
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn rename_noreplace(from: &Path, to: &Path) -> std::io::Result<()> {
-    link_then_unlink(from, to)
-}
-
-/// For file systems without `RENAME_NOREPLACE`: `link` fails if the name is taken.
-fn link_then_unlink(from: &Path, to: &Path) -> std::io::Result<()> {
-    std::fs::hard_link(from, to)?;
-    let _ = std::fs::remove_file(from);
-    Ok(())
 }
 
 fn newer(v: u64) -> String {

@@ -87,40 +87,43 @@ const INBOX: &str = "inbox";
 const READ: &str = "read";
 
 impl FileStore {
-    fn queue_path(&self, key_name: &str) -> PathBuf {
-        self.root()
-            .join(QUEUES)
-            .join(format!("{}.json", key::encode(key_name)))
+    fn queue_name(key_name: &str) -> String {
+        format!("{}.json", key::encode(key_name))
     }
 
     /// The queue of a key; empty when there is none. A damaged queue file reads as
     /// empty (a queue is soft state: waiters re-join) and is replaced on the next write.
     pub fn read_queue(&self, key_name: &str) -> Result<Queue> {
-        Ok(super::registry::read_small(&self.queue_path(key_name))?
-            .and_then(|b| serde_json::from_slice::<Queue>(&b).ok())
-            .filter(|q| q.key == key_name)
-            .unwrap_or_else(|| Queue::empty(key_name)))
+        let Some(dir) = self.sub(QUEUES, false)? else {
+            return Ok(Queue::empty(key_name));
+        };
+        Ok(
+            super::registry::read_small(&dir, &Self::queue_name(key_name))?
+                .and_then(|b| serde_json::from_slice::<Queue>(&b).ok())
+                .filter(|q| q.key == key_name)
+                .unwrap_or_else(|| Queue::empty(key_name)),
+        )
     }
 
     pub fn write_queue(&self, g: &Guard, q: &Queue) -> Result<()> {
-        let path = self.queue_path(&q.key);
+        let name = Self::queue_name(&q.key);
         if q.waiters.is_empty() && q.reservation.is_none() {
-            return match std::fs::remove_file(&path) {
-                Ok(()) => Ok(()),
-                Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
-                Err(e) => Err(Error::io(&path, e)),
+            let Some(dir) = self.sub(QUEUES, false)? else {
+                return Ok(());
             };
+            return dir.unlink(&name).map_err(|e| Error::io(dir.join(&name), e));
         }
-        self.ensure_dir(&self.root().join(QUEUES))?;
+        let dir = self.sub(QUEUES, true)?.expect("created");
         let mut bytes = serde_json::to_vec_pretty(q)
             .map_err(|e| Error::Store(format!("cannot encode queue: {e}")))?;
         bytes.push(b'\n');
-        self.publish_replace(g, &bytes, &path)
+        self.publish_replace(g, &bytes, &dir, &name)
     }
 
     /// Every readable queue.
     pub fn scan_queues(&self) -> Result<Vec<Queue>> {
-        let mut out: Vec<Queue> = super::registry::read_json_dir(&self.root().join(QUEUES))?
+        let mut out: Vec<Queue> = self
+            .read_json_dir(&[QUEUES])?
             .into_iter()
             .map(|(_, q)| q)
             .collect();
@@ -136,37 +139,32 @@ impl FileStore {
         self.root().join("keys")
     }
 
-    fn inbox_dir(&self, agent: &str) -> PathBuf {
-        self.root().join(INBOX).join(key::encode(agent))
-    }
-
     /// Deliver a message (written whole: temp file + rename).
     pub fn send(&self, g: &Guard, msg: &Message) -> Result<()> {
-        let dir = self.inbox_dir(&msg.to);
-        self.ensure_dir(&self.root().join(INBOX))?;
-        self.ensure_dir(&dir)?;
+        let to = key::encode(&msg.to);
+        let dir = self.dir_at(&[INBOX, &to], true)?.expect("created");
         let mut bytes = serde_json::to_vec_pretty(msg)
             .map_err(|e| Error::Store(format!("cannot encode message: {e}")))?;
         bytes.push(b'\n');
-        self.publish_replace(g, &bytes, &dir.join(format!("{}.json", msg.id)))
+        self.publish_replace(g, &bytes, &dir, &format!("{}.json", msg.id))
     }
 
     /// Unread messages, oldest first, with their file paths.
     pub fn unread(&self, agent: &str) -> Result<Vec<(PathBuf, Message)>> {
-        let mut out: Vec<(PathBuf, Message)> =
-            super::registry::read_json_dir(&self.inbox_dir(agent))?;
+        let mut out: Vec<(PathBuf, Message)> = self.read_json_dir(&[INBOX, &key::encode(agent)])?;
         out.sort_by(|a, b| (a.1.ts, &a.1.id).cmp(&(b.1.ts, &b.1.id)));
         Ok(out)
     }
 
     /// Mark a message read by moving it into `read/`; false if another reader got it.
     pub fn mark_read(&self, agent: &str, path: &std::path::Path) -> Result<bool> {
-        let read_dir = self.inbox_dir(agent).join(READ);
-        self.ensure_dir(&read_dir)?;
-        let Some(name) = path.file_name() else {
+        let enc = key::encode(agent);
+        let inbox = self.dir_at(&[INBOX, &enc], true)?.expect("created");
+        let read_dir = self.dir_at(&[INBOX, &enc, READ], true)?.expect("created");
+        let Some(name) = super::at::file_name(path) else {
             return Ok(false);
         };
-        match std::fs::rename(path, read_dir.join(name)) {
+        match inbox.rename(name, &read_dir, name) {
             Ok(()) => Ok(true),
             Err(e) if e.kind() == ErrorKind::NotFound => Ok(false),
             Err(e) => Err(Error::io(path, e)),
