@@ -59,6 +59,18 @@ impl Dir {
         })
     }
 
+    /// Open the lock directory itself. Its path is the caller's choice (`--dir`,
+    /// `TASKLOCK_DIR`, a `.locks` found by discovery), so a symlink there is followed,
+    /// once: everything below is reached through this descriptor and never follows one.
+    pub fn open_root(path: &Path) -> io::Result<Dir> {
+        let flags = DIR_FLAGS.difference(OFlags::NOFOLLOW);
+        let fd = rustix::fs::open(path, flags, Mode::empty()).map_err(dir_error)?;
+        Ok(Dir {
+            fd,
+            path: path.to_path_buf(),
+        })
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }

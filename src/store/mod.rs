@@ -82,7 +82,7 @@ pub struct Guard {
 impl FileStore {
     /// Open an existing store for reading; `None` when the directory does not exist yet.
     pub fn open_existing(root: &Path) -> Result<Option<FileStore>> {
-        match Dir::open(root) {
+        match Dir::open_root(root) {
             Ok(dir) => Ok(Some(Self::at(root, dir))),
             Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
             Err(e) => Err(root_error(root, e)),
@@ -91,11 +91,11 @@ impl FileStore {
 
     /// Open the store, creating the directory layout when needed.
     pub fn open_or_create(root: &Path) -> Result<FileStore> {
-        let dir = match Dir::open(root) {
+        let dir = match Dir::open_root(root) {
             Ok(d) => d,
             Err(e) if e.kind() == ErrorKind::NotFound => {
                 std::fs::create_dir_all(root).map_err(|e| Error::io(root, e))?;
-                Dir::open(root).map_err(|e| root_error(root, e))?
+                Dir::open_root(root).map_err(|e| root_error(root, e))?
             }
             Err(e) => return Err(root_error(root, e)),
         };
@@ -161,7 +161,7 @@ impl FileStore {
     pub(crate) fn dir_at(&self, parts: &[&str], create: bool) -> Result<Option<Dir>> {
         let Some((first, rest)) = parts.split_first() else {
             return Ok(Some(
-                Dir::open(&self.root).map_err(|e| root_error(&self.root, e))?,
+                Dir::open_root(&self.root).map_err(|e| root_error(&self.root, e))?,
             ));
         };
         let Some(mut dir) = self.sub(first, create)? else {
