@@ -86,13 +86,11 @@ pub fn run(
         Some(s) => format!("{} subagent of {session_name}", s.kind),
         None => session_name,
     };
-    let dir = match global_dir {
-        Some(d) => d,
-        None => match std::env::var_os("TASKLOCK_DIR").filter(|d| !d.is_empty()) {
-            Some(d) => PathBuf::from(d),
-            None => crate::discover::find_from(&project),
-        },
-    };
+    // Searched from the session's directory, with the same refusals as the commands: a
+    // lock directory owned by another user, or none at all outside a git repository.
+    let dir = crate::discover::explicit(global_dir.as_deref())
+        .unwrap_or_else(|| crate::discover::discover_from(&project))
+        .for_store()?;
     let ctx = Ctx {
         dir,
         now: crate::clock::now()?,
