@@ -519,3 +519,44 @@ fn feed(cmd: &mut Command, input: &str) -> Run {
         stderr: String::from_utf8(out.stderr).unwrap(),
     }
 }
+
+#[test]
+fn a_hook_behind_a_wrapper_registers_the_process_that_ran_the_wrapper() {
+    let e = Env::new();
+    let me = std::process::id();
+    for (i, wrapper) in [
+        "timeout 10",
+        "nice -n 1",
+        "env FOO=1",
+        "timeout 10 nice timeout 9",
+        "stdbuf -o0 timeout 10",
+        "nohup",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let session = format!("s{i}");
+        let input = serde_json::json!({"session_id": session, "cwd": e.tmp.path()}).to_string();
+        // `; true` keeps the shell from exec-ing the wrapper: sh stays in between.
+        let mut cmd = Command::new("sh");
+        scrub(&mut cmd);
+        cmd.arg("-c")
+            .arg(format!(
+                r#"{wrapper} "$0" --dir "$1" hook session-start; true"#
+            ))
+            .arg(BIN)
+            .arg(e.dir())
+            .env("TASKLOCK_NOW", T0)
+            .current_dir(e.tmp.path());
+        let r = feed(&mut cmd, &input);
+        assert_eq!(r.code, 0, "{wrapper}: {}", r.text());
+        assert!(r.stderr.is_empty(), "{wrapper}: {}", r.text());
+        let path = e.dir().join("agents").join(&session);
+        let entry: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(
+            entry["pid"], me,
+            "{wrapper}: the shell and the wrapper are looked through: {entry}"
+        );
+    }
+}
