@@ -39,6 +39,9 @@ pub enum Error {
     Config { path: PathBuf, message: String },
     #[error("{0}")]
     Store(String),
+    /// No usable lock directory: none found, or one owned by another user (exit 64).
+    #[error("{message}")]
+    LockDir { message: String, hint: String },
 }
 
 impl Error {
@@ -52,7 +55,7 @@ impl Error {
     /// The exit code for this error; the only place error codes are chosen.
     pub fn exit_code(&self) -> i32 {
         match self {
-            Error::Usage(_) => EXIT_USAGE,
+            Error::Usage(_) | Error::LockDir { .. } => EXIT_USAGE,
             Error::Io { .. } | Error::Corrupt { .. } | Error::Config { .. } | Error::Store(_) => {
                 EXIT_ERROR
             }
@@ -67,6 +70,7 @@ impl Error {
             Error::Corrupt { .. } => "corrupt",
             Error::Config { .. } => "config",
             Error::Store(_) => "store",
+            Error::LockDir { .. } => "lock_dir",
         }
     }
 
@@ -89,6 +93,7 @@ impl Error {
             Error::Config { .. } => {
                 Some("fix the file; tasklock does not change a file it cannot read.".to_string())
             }
+            Error::LockDir { hint, .. } => Some(hint.clone()),
             _ => None,
         }
     }

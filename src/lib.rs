@@ -77,7 +77,10 @@ where
         ) {
             Ok(Some(out)) => emit_stdout(&out),
             Ok(None) => {}
-            Err(e) => emit_stderr(&format!("tasklock hook {event}: {e}\n")),
+            Err(e) => {
+                let next = e.hint().map(|h| format!("Next: {h}\n")).unwrap_or_default();
+                emit_stderr(&format!("tasklock hook {event}: {e}\n{next}"));
+            }
         }
         return EXIT_OK;
     }
@@ -94,7 +97,7 @@ where
             agent: cli.global.agent.clone(),
             limit: *limit,
         };
-        let result = discover::lock_dir(cli.global.dir.as_deref()).and_then(|dir| {
+        let result = discover::read_dir(cli.global.dir.as_deref()).and_then(|dir| {
             let ctx = Ctx {
                 dir,
                 now: clock::now()?,
@@ -137,8 +140,19 @@ where
 fn execute(cli: Cli) -> Result<report::Report, Error> {
     // For `audit`, --agent filters the log instead of naming the caller.
     let audit_agent = cli.global.agent.clone();
+    let flag = cli.global.dir.as_deref();
+    let discovery = match &cli.command {
+        Command::Init { .. } => None,
+        _ => Some(discover::discover(flag)?),
+    };
+    let dir = match (&cli.command, discovery.clone()) {
+        (_, None) => discover::init_dir(flag)?,
+        (Command::Doctor, Some(d)) => d.dir(),
+        (cmd, Some(d)) if creates_store(cmd) => d.for_store()?,
+        (_, Some(d)) => d.for_reading()?,
+    };
     let ctx = Ctx {
-        dir: discover::lock_dir(cli.global.dir.as_deref())?,
+        dir,
         now: clock::now()?,
         agent_flag: cli.global.agent,
         name_flag: cli.global.name,
@@ -208,7 +222,7 @@ fn execute(cli: Cli) -> Result<report::Report, Error> {
         Command::Freeze { key, for_, reason } => commands::freeze::freeze(&ctx, &key, for_, reason),
         Command::Unfreeze { key } => commands::freeze::unfreeze(&ctx, &key),
         Command::Why { key } => commands::why::run(&ctx, &key),
-        Command::Doctor => commands::doctor::run(&ctx),
+        Command::Doctor => commands::doctor::run(&ctx, discovery.as_ref()),
         Command::Audit {
             since, key, limit, ..
         } => commands::audit::run(
@@ -239,6 +253,19 @@ fn execute(cli: Cli) -> Result<report::Report, Error> {
             commands::run::run(&ctx, key, timeout, reason, wait, cmd)
         }
     }
+}
+
+/// Commands that create the lock directory when it does not exist. Without a lock
+/// directory to find they refuse (exit 64) instead of creating one where other agents
+/// would not look; the others answer as for an empty lock directory.
+fn creates_store(cmd: &Command) -> bool {
+    matches!(
+        cmd,
+        Command::Checkout { .. }
+            | Command::Heartbeat { .. }
+            | Command::Freeze { .. }
+            | Command::Run { .. }
+    )
 }
 
 const HOOK_NO_EVENT: &str = "tasklock hook: no event given (expected session-start, user-prompt-submit, post-tool-use or session-end); nothing done\n";

@@ -909,7 +909,7 @@ fn run_in(cwd: &Path, args: &[&str]) -> Run {
 }
 
 #[test]
-fn discovery_order_dir_env_nearest_main_worktree_cwd() {
+fn discovery_order_dir_env_nearest_main_worktree_then_none() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
     // A stray .locks above the temp dir would rightly win discovery; say so plainly.
@@ -962,11 +962,13 @@ fn discovery_order_dir_env_nearest_main_worktree_cwd() {
         .arg(root.join("flagdir"));
     assert_eq!(exec(cmd).code, 0);
     assert!(root.join("flagdir/keys/k1").exists());
-    // Outside any repository and without .locks: ./.locks.
+    // Outside any repository and without .locks: no lock directory, exit 64, nothing
+    // created (tests/discovery.rs has the rest).
     let plain = root.join("plain");
     std::fs::create_dir_all(&plain).unwrap();
-    assert_eq!(run_in(&plain, &["checkout", "k1", "--agent", "d"]).code, 0);
-    assert!(plain.join(".locks/keys/k1").exists());
+    let r = run_in(&plain, &["checkout", "k1", "--agent", "d"]);
+    assert_eq!(r.code, 64, "{}", r.text());
+    assert!(!plain.join(".locks").exists());
 }
 
 #[test]

@@ -3,7 +3,8 @@
 use std::path::{Path, PathBuf};
 
 use super::Ctx;
-use crate::error::Result;
+use crate::discover::{self, Discovery};
+use crate::error::{Error, Result};
 use crate::identity::{self, Source};
 use crate::report::{Check, DoctorReport, Report};
 use crate::store::{FileStore, Slot};
@@ -22,40 +23,59 @@ const NETWORK_FS: &[(i64, &str)] = &[
     (0x5346_414F, "AFS"),
 ];
 
-pub fn run(ctx: &Ctx) -> Result<Report> {
+pub fn run(ctx: &Ctx, discovery: Option<&Discovery>) -> Result<Report> {
     let mut checks = Vec::new();
     let dir = &ctx.dir;
     let exists = dir.is_dir();
+    // A foreign lock directory is reported, never written to or read as records.
+    let foreign = matches!(discovery, Some(Discovery::Foreign { .. }));
+    let missing = matches!(discovery, Some(Discovery::Missing { .. })) && !exists;
+    if let Some(Discovery::Missing { cwd }) = discovery.filter(|_| missing) {
+        checks.push(fail(
+            "lock directory",
+            format!(
+                "none: {} is not in a git repository and has no .locks/ above it; checkout, heartbeat, freeze and run exit 64 here",
+                cwd.display()
+            ),
+            Some("run `tasklock init` at the project root, so every agent started below it finds the same .locks/".into()),
+        ));
+    }
 
     // Lock directory.
     let symlink = std::fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink());
-    checks.push(if !exists && dir.exists() {
-        fail(
+    let found = if missing {
+        None
+    } else if !exists && dir.exists() {
+        Some(fail(
             "lock directory",
             format!("{} exists but is not a directory", dir.display()),
             Some("move it away; tasklock needs a directory there".into()),
-        )
+        ))
     } else if !exists {
-        ok(
+        Some(ok(
             "lock directory",
             format!(
                 "{} does not exist yet; the first checkout creates it",
                 dir.display()
             ),
-        )
+        ))
     } else if symlink {
-        warn(
+        Some(warn(
             "lock directory",
             format!("{} is a symlink", dir.display()),
             Some(
                 "fine if intended; make sure every agent resolves it to the same local directory"
                     .into(),
             ),
-        )
+        ))
     } else {
-        ok("lock directory", dir.display().to_string())
-    });
+        Some(ok("lock directory", dir.display().to_string()))
+    };
+    checks.extend(found);
     if exists {
+        checks.extend(owner_check(dir, discovery));
+    }
+    if exists && !foreign {
         let probe = dir.join(format!(".doctor-{}", std::process::id()));
         let writable = std::fs::OpenOptions::new()
             .write(true)
@@ -120,7 +140,11 @@ pub fn run(ctx: &Ctx) -> Result<Report> {
     });
 
     // Records, clock and debris.
-    if let Some(store) = FileStore::open_existing(dir).ok().flatten() {
+    if let Some(store) = FileStore::open_existing(dir)
+        .ok()
+        .flatten()
+        .filter(|_| !foreign)
+    {
         let scan = store.scan()?;
         let mut newest = None;
         let mut corrupt = Vec::new();
@@ -201,6 +225,54 @@ pub fn run(ctx: &Ctx) -> Result<Report> {
         healthy,
         checks,
     }))
+}
+
+/// A lock directory owned by another user (not root): why tasklock uses it, or refuses
+/// it. Nothing when it is the caller's or root's.
+fn owner_check(dir: &Path, discovery: Option<&Discovery>) -> Option<Check> {
+    let uid = discover::foreign_owner(dir)?;
+    let who = discover::user_name(uid);
+    let name = dir.display();
+    Some(match discovery {
+        Some(d @ Discovery::Foreign { .. }) => {
+            let Error::LockDir { hint, .. } = d.refusal() else {
+                unreachable!("a foreign lock directory is refused with a LockDir error")
+            };
+            fail(
+                "owner",
+                format!(
+                    "{name} belongs to {who}, not to you or root: that user could decide who gets which key, so every command refuses it (exit 64)"
+                ),
+                Some(hint),
+            )
+        }
+        Some(Discovery::Found {
+            source: source @ (discover::Source::Flag | discover::Source::Env),
+            ..
+        }) => warn(
+            "owner",
+            format!(
+                "{name} belongs to {who}; used because {} names it, and that user can decide who gets which key",
+                if *source == discover::Source::Flag {
+                    "--dir"
+                } else {
+                    "TASKLOCK_DIR"
+                }
+            ),
+            Some(
+                "fine for a shared setup you trust; otherwise use a lock directory of your own"
+                    .into(),
+            ),
+        ),
+        _ => warn(
+            "owner",
+            format!(
+                "{name} belongs to {who}; used because {} names it",
+                discover::SHARED_ENV
+            ),
+            Some("fine for a shared setup you trust".into()),
+        ),
+    })
 }
 
 fn check(name: &str, status: &str, detail: String, fix: Option<String>) -> Check {

@@ -86,13 +86,11 @@ pub fn run(
         Some(s) => format!("{} subagent of {session_name}", s.kind),
         None => session_name,
     };
-    let dir = match global_dir {
-        Some(d) => d,
-        None => match std::env::var_os("TASKLOCK_DIR").filter(|d| !d.is_empty()) {
-            Some(d) => PathBuf::from(d),
-            None => crate::discover::find_from(&project),
-        },
-    };
+    // Searched from the session's directory, with the same refusals as the commands: a
+    // lock directory owned by another user, or none at all outside a git repository.
+    let dir = crate::discover::explicit(global_dir.as_deref())
+        .unwrap_or_else(|| crate::discover::discover_from(&project))
+        .for_store()?;
     let ctx = Ctx {
         dir,
         now: crate::clock::now()?,
@@ -253,7 +251,16 @@ fn message_line(m: &Message) -> String {
     format!("- [{}] `{}`: {}", m.kind, m.key, m.body)
 }
 
-/// The Claude Code process: the hook's parent, looking through a shell that ran us.
+/// Programs that may stand between Claude Code and the hook: shells, and wrappers that
+/// run the hook as their child (`timeout 10 tasklock hook …`). Wrappers that exec the
+/// hook (`nice`, `env`, `nohup`, `stdbuf`, `ionice`) are gone by then, but they are
+/// listed too in case a shell forked for them.
+const WRAPPERS: &[&str] = &[
+    "sh", "bash", "dash", "zsh", "fish", "ksh", "mksh", "busybox", "timeout", "time", "nice",
+    "env", "nohup", "stdbuf", "ionice", "setsid", "chrt", "taskset", "flock", "setpriv",
+];
+
+/// The Claude Code process: the hook's parent, looking through shells and wrappers.
 pub(crate) fn claude_pid() -> Option<u32> {
     // Recent Claude Code versions name their own pid for hooks.
     if let Some(pid) = std::env::var("CLAUDE_PID")
@@ -265,9 +272,9 @@ pub(crate) fn claude_pid() -> Option<u32> {
     }
     // SAFETY: getppid has no preconditions.
     let mut pid = unsafe { libc::getppid() } as u32;
-    for _ in 0..3 {
+    for _ in 0..8 {
         let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
-        if !matches!(comm.trim(), "sh" | "bash" | "dash" | "zsh" | "fish" | "ksh") {
+        if !WRAPPERS.contains(&comm.trim()) {
             break;
         }
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
