@@ -144,7 +144,7 @@ fn execute(cli: Cli) -> Result<report::Report, Error> {
         name_flag: cli.global.name,
         cfg: Default::default(),
     };
-    match cli.command {
+    match normalize_keys(cli.command) {
         Command::Checkout {
             mut keys,
             timeout,
@@ -239,6 +239,44 @@ fn execute(cli: Cli) -> Result<report::Report, Error> {
             commands::run::run(&ctx, key, timeout, reason, wait, cmd)
         }
     }
+}
+
+/// Every key on the command line in NFC, so each spelling of a key names the same lock
+/// (see [`key::normalize`]). `checkout --wait KEY`'s key may still sit in `wait`.
+fn normalize_keys(mut command: Command) -> Command {
+    let one = |k: &mut String| *k = key::normalize(k);
+    match &mut command {
+        Command::Checkout { keys, wait, .. } => {
+            keys.iter_mut().for_each(one);
+            if let Some(Some(w)) = wait {
+                one(w);
+            }
+        }
+        Command::Release { keys, .. } | Command::Renew { keys, .. } => {
+            keys.iter_mut().for_each(one)
+        }
+        Command::Status { key }
+        | Command::Verify { key, .. }
+        | Command::Note { key, .. }
+        | Command::Freeze { key, .. }
+        | Command::Unfreeze { key }
+        | Command::Why { key } => one(key),
+        Command::Audit { key, .. } => {
+            if let Some(k) = key {
+                one(k);
+            }
+        }
+        Command::Run { key, wait, .. } => {
+            if let Some(k) = key {
+                one(k);
+            }
+            if let Some(Some(w)) = wait {
+                one(w);
+            }
+        }
+        _ => {}
+    }
+    command
 }
 
 const HOOK_NO_EVENT: &str = "tasklock hook: no event given (expected session-start, user-prompt-submit, post-tool-use or session-end); nothing done\n";

@@ -204,9 +204,11 @@ pub fn attempt(
                 expires_at
             } else {
                 (now + (current.expires_at - current.renewed_at)).max(current.expires_at)
-            };
+            }
+            // A clock behind the grant never ends a lease before it began.
+            .max(current.acquired_at);
             let renewed = Record {
-                renewed_at: now,
+                renewed_at: now.max(current.acquired_at),
                 expires_at,
                 reason: req.reason.clone().or(current.reason.clone()),
                 agent: current.agent.refreshed(agent),

@@ -117,9 +117,12 @@ pub fn beat(
                     if r.expires_at >= cap {
                         continue;
                     }
-                    let expires_at = (ctx.now + (r.expires_at - r.renewed_at)).min(cap);
+                    // Never earlier than the current end, even with a clock far behind.
+                    let expires_at = (ctx.now + (r.expires_at - r.renewed_at))
+                        .max(r.expires_at)
+                        .min(cap);
                     let fresh = Record {
-                        renewed_at: ctx.now,
+                        renewed_at: ctx.now.max(r.acquired_at),
                         expires_at,
                         ..r
                     };
