@@ -261,11 +261,7 @@ fn normalize_keys(mut command: Command) -> Command {
         | Command::Freeze { key, .. }
         | Command::Unfreeze { key }
         | Command::Why { key } => one(key),
-        Command::Audit { key, .. } => {
-            if let Some(k) = key {
-                one(k);
-            }
-        }
+        Command::Audit { key: Some(k), .. } => one(k),
         Command::Run { key, wait, .. } => {
             if let Some(k) = key {
                 one(k);

@@ -89,3 +89,155 @@ fn a_renew_with_the_clock_far_behind_never_moves_the_lease_backwards() {
     assert_eq!(r.json()["outcome"], "already_held");
     assert!(r.json()["checkout"]["expires_at"].as_str().unwrap() >= acquired.as_str().unwrap());
 }
+
+/// Run `tasklock ARGS` as agent `a`; fail the test if it takes longer than `limit`.
+fn run_within(e: &Env, limit: std::time::Duration, args: &[&str]) -> Run {
+    use std::io::Read;
+    let mut cmd = base_cmd(&e.now);
+    cmd.arg("--dir")
+        .arg(e.dir())
+        .args(args)
+        .args(["--agent", "a"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{args:?} still running after {limit:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let (mut stdout, mut stderr) = (String::new(), String::new());
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut stdout)
+        .unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    Run {
+        code: status.code().unwrap(),
+        stdout,
+        stderr,
+    }
+}
+
+fn config_error(r: &Run) -> String {
+    assert_eq!(r.code, 1, "{}", r.text());
+    let j = r.json();
+    assert_eq!(j["error"]["kind"], "config", "{}", r.stdout);
+    let m = j["error"]["message"].as_str().unwrap().to_string();
+    assert!(m.contains("config.yaml"), "names the file: {m}");
+    m
+}
+
+#[test]
+fn a_deeply_nested_config_is_refused_before_parsing() {
+    let e = Env::new();
+    std::fs::create_dir_all(e.dir()).unwrap();
+    let limit = std::time::Duration::from_secs(3);
+    let cases = [
+        format!("lease: {}{}\n", "[".repeat(30_000), "]".repeat(30_000)),
+        format!("lease: {}x\n", "{a: ".repeat(12_000)),
+        format!("{}x\n", "- ".repeat(30_000)),
+    ];
+    for text in cases {
+        std::fs::write(e.dir().join("config.yaml"), &text).unwrap();
+        let r = run_within(&e, limit, &["checkout", "task-1", "--json"]);
+        let m = config_error(&r);
+        assert!(m.contains("levels deep"), "{m}");
+    }
+    // Quoted brackets are text, and a flat file still works.
+    std::fs::write(
+        e.dir().join("config.yaml"),
+        "# [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\nlease: \"1h\" # {{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{\n",
+    )
+    .unwrap();
+    let r = e.ok("a", &["checkout", "task-1", "--json"]);
+    assert_eq!(r.json()["checkout"]["expires_at"], "2026-01-01T01:00:00Z");
+}
+
+#[test]
+fn an_oversized_config_is_refused_unread() {
+    let e = Env::new();
+    std::fs::create_dir_all(e.dir()).unwrap();
+    let text = format!("lease: 1h\n{}", "# padding\n".repeat(7000));
+    std::fs::write(e.dir().join("config.yaml"), text).unwrap();
+    let m = config_error(&e.run(Some("a"), &["checkout", "task-1", "--json"]));
+    assert!(m.contains("64 KiB"), "{m}");
+}
+
+#[test]
+fn a_fifo_planted_as_config_fails_at_once_and_blocks_no_release() {
+    let e = Env::new();
+    e.ok("a", &["checkout", "task-1", "--timeout", "10m"]);
+    let fifo = e.dir().join("config.yaml");
+    let ok = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let limit = std::time::Duration::from_secs(5);
+    let m = config_error(&run_within(&e, limit, &["checkout", "task-2", "--json"]));
+    assert!(m.contains("not a regular file"), "{m}");
+    // A command that does not need the settings is not held up by them.
+    let r = run_within(&e, limit, &["release", "task-1", "--json"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    assert_eq!(r.json()["results"][0]["outcome"], "released");
+}
+
+#[test]
+fn config_errors_never_echo_the_file() {
+    let e = Env::new();
+    std::fs::create_dir_all(e.dir()).unwrap();
+    let secret = e.tmp.path().join("secret.txt");
+    std::fs::write(&secret, "password: hunter2-SECRET\n").unwrap();
+    let cfg = e.dir().join("config.yaml");
+    std::os::unix::fs::symlink(&secret, &cfg).unwrap();
+    let r = e.run(Some("a"), &["checkout", "task-1", "--json"]);
+    let m = config_error(&r);
+    assert!(m.contains("symbolic link"), "{m}");
+    assert!(
+        !r.stdout.contains("SECRET") && !r.stderr.contains("SECRET"),
+        "{}",
+        r.text()
+    );
+    let md = e.run(Some("a"), &["checkout", "task-1"]);
+    assert_eq!(md.code, 1);
+    assert!(!md.stderr.contains("SECRET"), "{}", md.text());
+
+    // A copy (or hard link) of a secret: the parser's messages would quote it.
+    std::fs::remove_file(&cfg).unwrap();
+    for text in [
+        "sk-live-SECRET-0123456789\n",
+        "lease: [SECRET, 1]\n",
+        "lease: {SECRET: 1}\n",
+        "\"SECRET\n",
+        "SECRET-KEY: 1\n",
+    ] {
+        std::fs::write(&cfg, text).unwrap();
+        let r = e.run(Some("a"), &["checkout", "task-1", "--json"]);
+        let m = config_error(&r);
+        assert!(m.contains("line"), "says where: {m}");
+        assert!(
+            !r.stdout.contains("SECRET"),
+            "{text:?} echoed: {}",
+            r.stdout
+        );
+    }
+    // An unknown setting that looks like one is named, to help fix a typo.
+    std::fs::write(&cfg, "lease: 1h\nleese: 2h\n").unwrap();
+    let m = config_error(&e.run(Some("a"), &["checkout", "task-1", "--json"]));
+    assert!(m.contains("`leese`") && m.contains("line 2"), "{m}");
+}
