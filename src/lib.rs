@@ -15,6 +15,7 @@ pub mod render;
 pub mod report;
 pub mod signals;
 pub mod store;
+pub mod warnings;
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -114,7 +115,17 @@ where
     }
     match execute(cli) {
         Ok(report) => {
-            let text = render::report(&report, format, &inv);
+            let warnings = warnings::take();
+            let mut text = render::report(&report, format, &inv);
+            if format == Format::Json
+                && !warnings.is_empty()
+                && !matches!(report, report::Report::Audit(_))
+            {
+                text = warnings::into_json(&text, &warnings);
+            }
+            for w in &warnings {
+                emit_stderr(&format!("tasklock: warning: {w}\n"));
+            }
             // `run` leaves stdout to the command it ran.
             if matches!(report, report::Report::Run(_)) {
                 emit_stderr(&text);
@@ -124,6 +135,9 @@ where
             report.exit_code()
         }
         Err(e) => {
+            for w in warnings::take() {
+                emit_stderr(&format!("tasklock: warning: {w}\n"));
+            }
             let text = render::error(&e, format, &inv);
             match format {
                 Format::Json => emit_stdout(&text),

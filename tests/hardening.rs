@@ -241,3 +241,126 @@ fn config_errors_never_echo_the_file() {
     let m = config_error(&e.run(Some("a"), &["checkout", "task-1", "--json"]));
     assert!(m.contains("`leese`") && m.contains("line 2"), "{m}");
 }
+
+/// Make every audit append fail in a way root cannot bypass: a directory in its place.
+fn break_audit(e: &Env) {
+    let audit = e.dir().join("audit.jsonl");
+    let _ = std::fs::remove_file(&audit);
+    std::fs::create_dir(&audit).unwrap();
+}
+
+fn held_by(e: &Env, key: &str) -> Option<String> {
+    let s = e.ok("z", &["status", key, "--json"]);
+    s.json()["checkout"]["agent"]["id"]
+        .as_str()
+        .map(str::to_string)
+}
+
+#[test]
+fn a_checkout_whose_audit_append_fails_is_kept_and_reported_with_a_warning() {
+    let e = Env::new();
+    e.ok("a", &["checkout", "warm-up"]);
+    break_audit(&e);
+    let r = e.run(Some("a"), &["checkout", "task-1", "--json"]);
+    assert_eq!(r.code, 0, "never exit 1 with the record kept: {}", r.text());
+    let j = r.json();
+    assert_eq!(j["outcome"], "granted");
+    let w = j["warnings"][0].as_str().expect("a warnings array");
+    assert!(w.contains("task-1") && w.contains("audit"), "{w}");
+    assert!(r.stderr.starts_with("tasklock: warning: "), "{}", r.text());
+    assert_eq!(held_by(&e, "task-1").as_deref(), Some("a"));
+    // The same in markdown: the report on stdout, the warning on stderr.
+    let r = e.run(Some("a"), &["checkout", "task-2"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    assert!(
+        r.stderr.contains("`task-2` is checked out to you"),
+        "{}",
+        r.text()
+    );
+    // A re-checkout and a renew extend the lease and say the log was not written.
+    let r = e.run(Some("a"), &["checkout", "task-1", "--json"]);
+    assert_eq!(
+        (r.code, r.json()["outcome"].as_str()),
+        (0, Some("already_held"))
+    );
+    assert!(r.json()["warnings"].is_array(), "{}", r.stdout);
+    let r = e.run(Some("a"), &["renew", "task-1", "--json"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    assert!(r.json()["warnings"].is_array(), "{}", r.stdout);
+}
+
+#[test]
+fn a_release_whose_audit_append_fails_still_releases_with_a_warning() {
+    let e = Env::new();
+    e.ok("a", &["checkout", "task-1"]);
+    e.ok("b", &["checkout", "task-2"]);
+    break_audit(&e);
+    let r = e.run(
+        Some("a"),
+        &["release", "task-1", "--note", "done", "--json"],
+    );
+    assert_eq!(
+        r.code,
+        0,
+        "never exit 1 with the record removed: {}",
+        r.text()
+    );
+    assert_eq!(r.json()["results"][0]["outcome"], "released");
+    assert!(
+        r.json()["warnings"][0]
+            .as_str()
+            .unwrap()
+            .contains("`task-1` was released")
+    );
+    assert_eq!(held_by(&e, "task-1"), None);
+    let r = e.run(Some("a"), &["release", "task-2", "--force", "--json"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    assert_eq!(r.json()["results"][0]["outcome"], "force_released");
+    assert!(
+        r.stderr.contains("`task-2` was force-released"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(held_by(&e, "task-2"), None);
+    // No warnings when nothing failed: the field is absent.
+    std::fs::remove_dir(e.dir().join("audit.jsonl")).unwrap();
+    e.ok("a", &["checkout", "task-3"]);
+    let r = e.ok("a", &["release", "task-3", "--json"]);
+    assert!(r.json().get("warnings").is_none(), "{}", r.stdout);
+    assert_eq!(r.stderr, "");
+}
+
+#[test]
+fn a_release_with_an_unreadable_queue_still_releases() {
+    let e = Env::new();
+    e.ok("a", &["checkout", "task-1"]);
+    e.ok("a", &["checkout", "task-2"]);
+    // A file where the queues directory belongs: reading any queue fails.
+    let queues = e.dir().join("queues");
+    let _ = std::fs::remove_dir_all(&queues);
+    std::fs::write(&queues, "not a directory").unwrap();
+    let r = e.run(Some("a"), &["release", "task-1", "--json"]);
+    assert_eq!(
+        r.code,
+        0,
+        "never exit 1 with the record removed: {}",
+        r.text()
+    );
+    assert_eq!(r.json()["results"][0]["outcome"], "released");
+    assert!(
+        r.json()["warnings"][0].as_str().unwrap().contains("queue"),
+        "{}",
+        r.stdout
+    );
+    assert!(!record_path(&e.dir(), "task-1").exists());
+    let r = e.run(Some("b"), &["release", "task-2", "--force", "--json"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    assert!(!record_path(&e.dir(), "task-2").exists());
+    // A directory planted as one key's queue file.
+    std::fs::remove_file(&queues).unwrap();
+    e.ok("a", &["checkout", "task-3"]);
+    std::fs::create_dir_all(queues.join("task-3.json")).unwrap();
+    let r = e.run(Some("a"), &["release", "task-3", "--json"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    assert_eq!(held_by(&e, "task-3"), None);
+}

@@ -215,7 +215,12 @@ pub fn attempt(
                 ..current
             };
             store.replace(guard, &renewed)?;
-            store.audit(guard, &ctx.event("renew", &renewed))?;
+            crate::warnings::after_change(
+                &format!(
+                    "`{key}` is still yours and its lease was extended, but the audit log was not written"
+                ),
+                store.audit(guard, &ctx.event("renew", &renewed)),
+            );
             return Ok(base(
                 Outcome::AlreadyHeld,
                 Some(CheckoutView::from(&renewed)),
@@ -298,9 +303,13 @@ pub fn attempt(
         reason: req.reason.clone(),
     };
     store.insert(guard, &record)?;
+    // From here the key is the caller's: a failure now is a warning, never exit 1.
     let mut ev = ctx.event("acquire", &record);
     ev.reason = record.reason.clone();
-    store.audit(guard, &ev)?;
+    crate::warnings::after_change(
+        &format!("`{key}` is checked out to you, but the audit log was not written"),
+        store.audit(guard, &ev),
+    );
     let mut r = base(Outcome::Granted, Some(CheckoutView::from(&record)));
     r.took_over = took_over;
     r.previous = previous;

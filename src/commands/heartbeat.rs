@@ -127,7 +127,13 @@ pub fn beat(
                         ..r
                     };
                     store.replace(guard, &fresh)?;
-                    store.audit(guard, &ctx.event("renew", &fresh))?;
+                    crate::warnings::after_change(
+                        &format!(
+                            "`{}` was renewed, but the audit log was not written",
+                            fresh.key
+                        ),
+                        store.audit(guard, &ctx.event("renew", &fresh)),
+                    );
                     if expires_at == cap {
                         let body = format!(
                             "held for max_hold ({}) since {}: automatic renewals stop and the lease ends {}; run `tasklock renew {}` if you are still working on it, else release it",
@@ -136,16 +142,22 @@ pub fn beat(
                             crate::clock::rfc3339(&cap),
                             crate::error::shell_quote(&fresh.key),
                         );
-                        queue::notify(
-                            ctx,
-                            &store,
-                            guard,
-                            &fresh.agent.id,
-                            None,
-                            "max_hold",
-                            &fresh.key,
-                            &body,
-                        )?;
+                        crate::warnings::after_change(
+                            &format!(
+                                "`{}` was renewed, but the max_hold message was not delivered",
+                                fresh.key
+                            ),
+                            queue::notify(
+                                ctx,
+                                &store,
+                                guard,
+                                &fresh.agent.id,
+                                None,
+                                "max_hold",
+                                &fresh.key,
+                                &body,
+                            ),
+                        );
                     }
                     renewed.push(fresh.key);
                 }

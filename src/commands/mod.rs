@@ -155,6 +155,27 @@ pub(crate) fn auto_release_for(
     taker: Option<&str>,
 ) -> Result<()> {
     store.remove(guard, &record.key)?;
+    // The checkout has ended: what follows is bookkeeping, and its failure a warning
+    // (the command that ended it goes on, and never exits 1 with the record gone).
+    crate::warnings::after_change(
+        &format!(
+            "the ended checkout of `{}` was removed, but a later step failed",
+            record.key
+        ),
+        after_auto_release(ctx, store, guard, record, by, reason, taker),
+    );
+    Ok(())
+}
+
+fn after_auto_release(
+    ctx: &Ctx,
+    store: &FileStore,
+    guard: &crate::store::Guard,
+    record: &Record,
+    by: Option<&str>,
+    reason: ReapReason,
+    taker: Option<&str>,
+) -> Result<()> {
     let mut ev = ctx.event("auto_release", record);
     ev.reason = Some(reason.as_str().into());
     ev.by = by.filter(|b| *b != record.agent.id).map(str::to_string);

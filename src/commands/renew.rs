@@ -93,7 +93,10 @@ pub fn run(ctx: &Ctx, keys: Vec<String>, all: bool, timeout: Option<Duration>) -
                         ..r
                     };
                     store.replace(&guard, &renewed)?;
-                    store.audit(&guard, &ctx.event("renew", &renewed))?;
+                    crate::warnings::after_change(
+                        &format!("`{key}` was renewed, but the audit log was not written"),
+                        store.audit(&guard, &ctx.event("renew", &renewed)),
+                    );
                     (Outcome::Renewed, Some(CheckoutView::from(&renewed)))
                 }
             }
