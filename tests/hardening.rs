@@ -364,3 +364,85 @@ fn a_release_with_an_unreadable_queue_still_releases() {
     assert_eq!(r.code, 0, "{}", r.text());
     assert_eq!(held_by(&e, "task-3"), None);
 }
+
+#[test]
+fn a_watcher_whose_process_was_superseded_keeps_the_agents_checkouts() {
+    use std::io::Read;
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+    let e = Env::new();
+    let mut old = Command::new("sleep").arg("60").spawn().unwrap();
+    let mut new = Command::new("sleep").arg("60").spawn().unwrap();
+    let (old_pid, new_pid) = (old.id().to_string(), new.id().to_string());
+    e.ok("x", &["checkout", "task-1"]);
+    let mut cmd = base_cmd(&e.now);
+    cmd.arg("--dir")
+        .arg(e.dir())
+        .args(["--agent", "x", "heartbeat", "--watch", "--pid", &old_pid])
+        .args(["--interval", "1s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut watcher = cmd.spawn().unwrap();
+    let entry = e.dir().join("agents").join("x");
+    let registered = |pid: &str| {
+        std::fs::read(&entry)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .is_some_and(|v| v["pid"].as_u64() == pid.parse::<u64>().ok())
+    };
+    let start = Instant::now();
+    while !registered(&old_pid) {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the watcher never beat"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The agent's work moved to another process, which it registers.
+    e.ok("x", &["heartbeat", "--pid", &new_pid]);
+    // Beats of the old watcher do not take the registration back.
+    std::thread::sleep(Duration::from_millis(1300));
+    assert!(
+        registered(&new_pid),
+        "a watcher beat re-registered its own pid"
+    );
+    old.kill().unwrap();
+    old.wait().unwrap();
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = watcher.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the watcher did not stop"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut out = String::new();
+    watcher
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    let mut err = String::new();
+    watcher
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    let run = Run {
+        code: status.code().unwrap(),
+        stdout: out.replace(&old_pid, "[OLD_PID]"),
+        stderr: err,
+    };
+    snap!(e, "watch_superseded", run);
+    assert_eq!(run.code, 0);
+    // The agent lives in its new process: its checkout stays.
+    let s = e.ok("z", &["status", "task-1", "--json"]);
+    assert_eq!(s.json()["checkout"]["agent"]["id"], "x", "{}", s.stdout);
+    let _ = new.kill();
+    let _ = new.wait();
+}
