@@ -61,18 +61,75 @@ struct RawConfig {
 
 impl Config {
     pub const FILE: &'static str = "config.yaml";
+    /// A bigger `config.yaml` is refused unread: the real one is a few lines.
+    pub const MAX_BYTES: u64 = 64 * 1024;
+    /// Deeper nesting is refused before parsing: the settings are a flat mapping.
+    pub const MAX_DEPTH: usize = 32;
 
     /// Load `config.yaml` from the lock directory; defaults when absent.
+    ///
+    /// Anyone who can write to the lock directory can put a file there, so the file is
+    /// read defensively: never through a symbolic link (its target may be a secret that
+    /// an error would echo), never a FIFO or device (opened non-blocking, refused at
+    /// once), at most [`Config::MAX_BYTES`], and rejected before parsing when it nests
+    /// deeper than [`Config::MAX_DEPTH`] (the YAML parser is slow on deep nesting).
+    /// Every failure is an [`Error::Config`] naming the file, never quoting its content.
     pub fn load(lock_dir: &Path) -> Result<Config> {
+        use std::io::Read;
+        use std::os::unix::fs::OpenOptionsExt;
         let path = lock_dir.join(Self::FILE);
-        let text = match std::fs::read_to_string(&path) {
-            Ok(t) => t,
+        let fail = |message: String| Error::Config {
+            path: path.clone(),
+            message,
+        };
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(&path);
+        let file = match file {
+            Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Config::default()),
             // The lock directory is not a directory: the store says so more clearly.
             Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => return Ok(Config::default()),
-            Err(e) => return Err(Error::io(&path, e)),
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                return Err(fail(
+                    "it is a symbolic link; tasklock reads config.yaml only as a regular file in the lock directory, never through a link".into(),
+                ));
+            }
+            Err(e) => return Err(fail(format!("cannot open it: {e}"))),
         };
-        Self::parse(&text).map_err(|message| Error::Config { path, message })
+        let meta = file
+            .metadata()
+            .map_err(|e| fail(format!("cannot read it: {e}")))?;
+        if !meta.is_file() {
+            return Err(fail(
+                "it is not a regular file (a FIFO, device or directory was put there); config.yaml must be a regular file".into(),
+            ));
+        }
+        let too_big = |n: u64| {
+            fail(format!(
+                "it is {n} bytes, over the {} KiB limit for config.yaml",
+                Self::MAX_BYTES >> 10
+            ))
+        };
+        if meta.len() > Self::MAX_BYTES {
+            return Err(too_big(meta.len()));
+        }
+        let mut bytes = Vec::with_capacity(meta.len() as usize);
+        file.take(Self::MAX_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| fail(format!("cannot read it: {e}")))?;
+        if bytes.len() as u64 > Self::MAX_BYTES {
+            return Err(too_big(bytes.len() as u64));
+        }
+        let text = String::from_utf8(bytes).map_err(|e| {
+            fail(format!(
+                "it is not UTF-8 text (invalid byte at offset {})",
+                e.utf8_error().valid_up_to()
+            ))
+        })?;
+        check_nesting(&text).map_err(fail)?;
+        Self::parse(&text).map_err(fail)
     }
 
     pub fn parse(text: &str) -> std::result::Result<Config, String> {
@@ -80,7 +137,7 @@ impl Config {
             RawConfig::default()
         } else {
             serde_norway::from_str::<Option<RawConfig>>(text)
-                .map_err(|e| e.to_string())?
+                .map_err(|e| yaml_error(&e))?
                 .unwrap_or_default()
         };
         let mut c = Config::default();
@@ -126,6 +183,100 @@ impl Config {
         }
         Ok(c)
     }
+}
+
+const SETTINGS: &str = "lease, heartbeat_interval, stalled_after, dead_after, handoff_grace, max_hold, audit_max_size, audit_keep, agent_retention, guard_timeout";
+
+/// A YAML error in words that never quote the file: the parser's own messages can
+/// (`invalid type: string "…"`), and config.yaml may be a link to, or a copy of, a
+/// secret. Only the position, and an unknown setting's name when it looks like one.
+fn yaml_error(e: &serde_norway::Error) -> String {
+    let at = e
+        .location()
+        .map(|l| format!(" at line {} column {}", l.line(), l.column()))
+        .unwrap_or_default();
+    let full = e.to_string();
+    if let Some(rest) = full.strip_prefix("unknown field `") {
+        let name = rest.split('`').next().unwrap_or("");
+        let plausible = !name.is_empty()
+            && name.len() <= 32
+            && name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_');
+        let named = if plausible {
+            format!(" `{name}`")
+        } else {
+            String::new()
+        };
+        return format!("unknown setting{named}{at}; the settings are {SETTINGS}");
+    }
+    let what = if full.starts_with("duplicate field") {
+        "a setting is given twice"
+    } else if full.starts_with("invalid type") || full.starts_with("invalid value") {
+        "a value of the wrong kind; write each setting as `name: value` on its own line"
+    } else if full.contains("recursion limit") {
+        "it nests too deeply; write each setting as `name: value` on its own line"
+    } else {
+        "not valid YAML; write each setting as `name: value` on its own line"
+    };
+    format!("{what}{at}")
+}
+
+/// Refuse text that nests deeper than [`Config::MAX_DEPTH`] before the YAML parser sees
+/// it: flow collections (`[[[…`, `{a: {b: …`), compact block sequences on one line
+/// (`- - - …`) and deep indentation. Quoted text and comments do not count.
+fn check_nesting(text: &str) -> std::result::Result<(), String> {
+    let deep = |n: usize| {
+        format!(
+            "it nests {n} levels deep, over the limit of {}; config.yaml is a flat list of `name: value` settings",
+            Config::MAX_DEPTH
+        )
+    };
+    let mut flow = 0usize;
+    let mut quote: Option<char> = None;
+    for line in text.lines() {
+        // `prev` starts as a blank: a line starts like after whitespace.
+        let indent = line.len() - line.trim_start_matches([' ', '\t']).len();
+        if quote.is_none() && flow == 0 {
+            // Block nesting: indentation and indicators (`- `, `? `) that open a level.
+            let mut levels = indent / 2;
+            let mut rest = &line.as_bytes()[indent..];
+            while let [b'-' | b'?' | b':', tail @ ..] = rest
+                && (tail.is_empty() || tail[0] == b' ' || tail[0] == b'\t')
+            {
+                levels += 1;
+                rest = tail.trim_ascii_start();
+            }
+            if levels > Config::MAX_DEPTH {
+                return Err(deep(levels));
+            }
+        }
+        let mut prev = ' ';
+        for c in line.chars() {
+            match quote {
+                Some(q) if c == q => quote = None,
+                Some(_) => {}
+                None => match c {
+                    '#' if prev == ' ' || prev == '\t' => break,
+                    // A quote opens a quoted scalar only where a scalar starts; in
+                    // `don't` it is text. Quoted scalars may span lines.
+                    '"' | '\''
+                        if matches!(prev, ' ' | '\t' | '[' | '{' | ',' | ':' | '-' | '?') =>
+                    {
+                        quote = Some(c)
+                    }
+                    '[' | '{' => {
+                        flow += 1;
+                        if flow > Config::MAX_DEPTH {
+                            return Err(deep(flow));
+                        }
+                    }
+                    ']' | '}' => flow = flow.saturating_sub(1),
+                    _ => {}
+                },
+            }
+            prev = c;
+        }
+    }
+    Ok(())
 }
 
 /// Sizes like `10MiB`, `512KiB`, `1GiB` or a plain number of bytes.

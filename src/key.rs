@@ -6,14 +6,38 @@
 //! becomes `.`, `..` or a hidden file. Names longer than [`MAX_PLAIN`] keep a readable
 //! prefix and end in `~` plus 32 hex digits of the key's SHA-256; `~` never appears in a
 //! plain encoding, so the two forms cannot collide.
+//!
+//! Keys are Unicode text in NFC: [`normalize`] runs on every key given on the command
+//! line, so `café` typed with a combining accent (NFD, as macOS file names and some
+//! editors write it) and with the precomposed `é` (NFC) is one key, one file, one lock.
 
 use sha2::{Digest, Sha256};
+use unicode_normalization::UnicodeNormalization;
 
 use crate::error::{Error, Result};
 
 pub const MAX_KEY_BYTES: usize = 512;
 const MAX_PLAIN: usize = 200;
 const HASHED_PREFIX: usize = 120;
+
+/// A key as tasklock stores it: the NFC form of what was given. Two spellings of one
+/// text (precomposed or combining accents) must never be two locks.
+pub fn normalize(key: &str) -> String {
+    if unicode_normalization::is_nfc_quick(key.chars()) == unicode_normalization::IsNormalized::Yes
+    {
+        key.to_string()
+    } else {
+        key.nfc().collect()
+    }
+}
+
+/// Characters that make a key display as something it is not: bidi embeddings and
+/// overrides (U+202A–U+202E), bidi isolates (U+2066–U+2069), zero-width space and
+/// joiners (U+200B–U+200D) and the zero-width no-break space (U+FEFF). Two keys that
+/// look the same in every table must be the same key.
+pub fn deceptive(c: char) -> bool {
+    matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{200B}'..='\u{200D}' | '\u{FEFF}')
+}
 
 /// Check that a key is acceptable; the error says what is wrong.
 pub fn validate(key: &str) -> Result<()> {
@@ -29,6 +53,12 @@ pub fn validate(key: &str) -> Result<()> {
     if let Some(c) = key.chars().find(|c| c.is_control()) {
         return Err(Error::Usage(format!(
             "invalid key {key:?}: it contains the control character U+{:04X}; keys are text without control characters",
+            c as u32
+        )));
+    }
+    if let Some(c) = key.chars().find(|c| deceptive(*c)) {
+        return Err(Error::Usage(format!(
+            "invalid key {key:?}: it contains the invisible or direction-changing character U+{:04X}, which would make it look like another key",
             c as u32
         )));
     }
@@ -132,5 +162,25 @@ mod tests {
         assert!(validate("a\0b").is_err());
         assert!(validate("tab\there").is_err());
         assert!(validate(&"k".repeat(512)).is_ok());
+        for bad in [
+            "a\u{202E}b",
+            "a\u{2066}b",
+            "a\u{200B}b",
+            "a\u{200D}b",
+            "\u{FEFF}a",
+        ] {
+            let e = validate(bad).unwrap_err();
+            assert!(e.to_string().contains("U+"), "{e}");
+        }
+        assert!(validate("a\u{2010}b").is_ok());
+    }
+
+    #[test]
+    fn nfc_and_nfd_are_one_key() {
+        let nfd = "cafe\u{301}";
+        let nfc = "caf\u{e9}";
+        assert_eq!(normalize(nfd), nfc);
+        assert_eq!(normalize(nfc), nfc);
+        assert_eq!(encode(&normalize(nfd)), encode(nfc));
     }
 }

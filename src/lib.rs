@@ -15,6 +15,7 @@ pub mod render;
 pub mod report;
 pub mod signals;
 pub mod store;
+pub mod warnings;
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -117,7 +118,17 @@ where
     }
     match execute(cli) {
         Ok(report) => {
-            let text = render::report(&report, format, &inv);
+            let warnings = warnings::take();
+            let mut text = render::report(&report, format, &inv);
+            if format == Format::Json
+                && !warnings.is_empty()
+                && !matches!(report, report::Report::Audit(_))
+            {
+                text = warnings::into_json(&text, &warnings);
+            }
+            for w in &warnings {
+                emit_stderr(&format!("tasklock: warning: {w}\n"));
+            }
             // `run` leaves stdout to the command it ran.
             if matches!(report, report::Report::Run(_)) {
                 emit_stderr(&text);
@@ -127,6 +138,9 @@ where
             report.exit_code()
         }
         Err(e) => {
+            for w in warnings::take() {
+                emit_stderr(&format!("tasklock: warning: {w}\n"));
+            }
             let text = render::error(&e, format, &inv);
             match format {
                 Format::Json => emit_stdout(&text),
@@ -158,7 +172,7 @@ fn execute(cli: Cli) -> Result<report::Report, Error> {
         name_flag: cli.global.name,
         cfg: Default::default(),
     };
-    match cli.command {
+    match normalize_keys(cli.command) {
         Command::Checkout {
             mut keys,
             timeout,
@@ -268,7 +282,41 @@ fn creates_store(cmd: &Command) -> bool {
     )
 }
 
-const HOOK_NO_EVENT: &str = "tasklock hook: no event given (expected session-start, user-prompt-submit, post-tool-use or session-end); nothing done\n";
+/// Every key on the command line in NFC, so each spelling of a key names the same lock
+/// (see [`key::normalize`]). `checkout --wait KEY`'s key may still sit in `wait`.
+fn normalize_keys(mut command: Command) -> Command {
+    let one = |k: &mut String| *k = key::normalize(k);
+    match &mut command {
+        Command::Checkout { keys, wait, .. } => {
+            keys.iter_mut().for_each(one);
+            if let Some(Some(w)) = wait {
+                one(w);
+            }
+        }
+        Command::Release { keys, .. } | Command::Renew { keys, .. } => {
+            keys.iter_mut().for_each(one)
+        }
+        Command::Status { key }
+        | Command::Verify { key, .. }
+        | Command::Note { key, .. }
+        | Command::Freeze { key, .. }
+        | Command::Unfreeze { key }
+        | Command::Why { key } => one(key),
+        Command::Audit { key: Some(k), .. } => one(k),
+        Command::Run { key, wait, .. } => {
+            if let Some(k) = key {
+                one(k);
+            }
+            if let Some(Some(w)) = wait {
+                one(w);
+            }
+        }
+        _ => {}
+    }
+    command
+}
+
+const HOOK_NO_EVENT: &str = "tasklock hook: no event given (expected session-start, user-prompt-submit, pre-tool-use, post-tool-use, subagent-start, subagent-stop or session-end); nothing done\n";
 
 /// `--wait` takes an optional duration, so in `checkout --wait task-1` the parser gives
 /// it `task-1`. A value that is not a duration is the key: it goes back in front of the

@@ -1043,12 +1043,35 @@ fn an_orphaned_wait_stops_when_its_agents_process_dies() {
     assert_ghost_never_got_it(&e, &r);
 }
 
+/// SIGSTOP a process at a moment it does not hold the lock directory's guard (a wait
+/// takes it briefly on each attempt; stopped inside, it would block everyone).
+fn stop_outside_the_guard(e: &Env, pid: u32) {
+    use std::os::fd::AsRawFd;
+    let free = |path: std::path::PathBuf| {
+        let Ok(f) = std::fs::File::open(path) else {
+            return true;
+        };
+        // SAFETY: a valid descriptor; a non-blocking flock has no other preconditions.
+        // Closing the file at the end of the closure lets the lock go.
+        unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
+    };
+    for _ in 0..1000 {
+        signal(pid, "STOP");
+        if free(e.dir().join(".guard")) && free(e.dir()) {
+            return;
+        }
+        signal(pid, "CONT");
+        std::thread::sleep(std::time::Duration::from_millis(3));
+    }
+    panic!("could not stop pid {pid} outside the guard");
+}
+
 #[test]
 fn the_handoff_skips_a_waiter_whose_agent_is_dead_even_while_its_wait_runs() {
     let e = Env::new();
     let (mut sleep, waiter) = ghost_waiting(&e);
     // The wait process lives on (stopped, so it cannot notice anything itself)...
-    signal(waiter.id(), "STOP");
+    stop_outside_the_guard(&e, waiter.id());
     sleep.kill().unwrap();
     sleep.wait().unwrap();
     // ...yet the release passes ghost over and reserves the key for `next`.

@@ -204,16 +204,23 @@ pub fn attempt(
                 expires_at
             } else {
                 (now + (current.expires_at - current.renewed_at)).max(current.expires_at)
-            };
+            }
+            // A clock behind the grant never ends a lease before it began.
+            .max(current.acquired_at);
             let renewed = Record {
-                renewed_at: now,
+                renewed_at: now.max(current.acquired_at),
                 expires_at,
                 reason: req.reason.clone().or(current.reason.clone()),
                 agent: current.agent.refreshed(agent),
                 ..current
             };
             store.replace(guard, &renewed)?;
-            store.audit(guard, &ctx.event("renew", &renewed))?;
+            crate::warnings::after_change(
+                &format!(
+                    "`{key}` is still yours and its lease was extended, but the audit log was not written"
+                ),
+                store.audit(guard, &ctx.event("renew", &renewed)),
+            );
             return Ok(base(
                 Outcome::AlreadyHeld,
                 Some(CheckoutView::from(&renewed)),
@@ -296,9 +303,13 @@ pub fn attempt(
         reason: req.reason.clone(),
     };
     store.insert(guard, &record)?;
+    // From here the key is the caller's: a failure now is a warning, never exit 1.
     let mut ev = ctx.event("acquire", &record);
     ev.reason = record.reason.clone();
-    store.audit(guard, &ev)?;
+    crate::warnings::after_change(
+        &format!("`{key}` is checked out to you, but the audit log was not written"),
+        store.audit(guard, &ev),
+    );
     let mut r = base(Outcome::Granted, Some(CheckoutView::from(&record)));
     r.took_over = took_over;
     r.previous = previous;

@@ -117,14 +117,23 @@ pub fn beat(
                     if r.expires_at >= cap {
                         continue;
                     }
-                    let expires_at = (ctx.now + (r.expires_at - r.renewed_at)).min(cap);
+                    // Never earlier than the current end, even with a clock far behind.
+                    let expires_at = (ctx.now + (r.expires_at - r.renewed_at))
+                        .max(r.expires_at)
+                        .min(cap);
                     let fresh = Record {
-                        renewed_at: ctx.now,
+                        renewed_at: ctx.now.max(r.acquired_at),
                         expires_at,
                         ..r
                     };
                     store.replace(guard, &fresh)?;
-                    store.audit(guard, &ctx.event("renew", &fresh))?;
+                    crate::warnings::after_change(
+                        &format!(
+                            "`{}` was renewed, but the audit log was not written",
+                            fresh.key
+                        ),
+                        store.audit(guard, &ctx.event("renew", &fresh)),
+                    );
                     if expires_at == cap {
                         let body = format!(
                             "held for max_hold ({}) since {}: automatic renewals stop and the lease ends {}; run `tasklock renew {}` if you are still working on it, else release it",
@@ -133,16 +142,22 @@ pub fn beat(
                             crate::clock::rfc3339(&cap),
                             crate::error::shell_quote(&fresh.key),
                         );
-                        queue::notify(
-                            ctx,
-                            &store,
-                            guard,
-                            &fresh.agent.id,
-                            None,
-                            "max_hold",
-                            &fresh.key,
-                            &body,
-                        )?;
+                        crate::warnings::after_change(
+                            &format!(
+                                "`{}` was renewed, but the max_hold message was not delivered",
+                                fresh.key
+                            ),
+                            queue::notify(
+                                ctx,
+                                &store,
+                                guard,
+                                &fresh.agent.id,
+                                None,
+                                "max_hold",
+                                &fresh.key,
+                                &body,
+                            ),
+                        );
                     }
                     renewed.push(fresh.key);
                 }

@@ -39,7 +39,8 @@ pub struct Ctx {
     pub now: Time,
     pub agent_flag: Option<String>,
     pub name_flag: Option<String>,
-    pub cfg: std::cell::OnceCell<Config>,
+    /// `config.yaml` as read (or why it could not be), at most once per command.
+    pub cfg: std::cell::OnceCell<std::result::Result<Config, (PathBuf, String)>>,
 }
 
 impl Ctx {
@@ -60,30 +61,38 @@ impl Ctx {
         identity::resolve_id(self.agent_flag.as_deref()).map(|(id, _)| id)
     }
 
-    /// The store, created if needed, sharing the settings already read.
+    /// The store, created if needed. The settings are read first, so that no command
+    /// ever reads `config.yaml` while holding the guard (a slow or hostile file must not
+    /// hold up every other agent); the store uses the defaults when the file is bad.
     pub fn open_store(&self) -> Result<FileStore> {
+        let cfg = self.config().unwrap_or_default();
         let store = FileStore::open_or_create(&self.dir)?;
-        store.share_config(self.cfg.get());
+        store.share_config(Some(&cfg));
         Ok(store)
     }
 
-    /// The store if the lock directory exists, sharing the settings already read.
+    /// The store if the lock directory exists, with the settings read first (as
+    /// [`Ctx::open_store`]).
     pub fn existing_store(&self) -> Result<Option<FileStore>> {
+        let cfg = self.config().unwrap_or_default();
         let store = FileStore::open_existing(&self.dir)?;
         if let Some(s) = &store {
-            s.share_config(self.cfg.get());
+            s.share_config(Some(&cfg));
         }
         Ok(store)
     }
 
-    /// `config.yaml`, read at most once per command.
+    /// `config.yaml`, read at most once per command; a bad file is remembered too, so
+    /// it is never read again (under the guard) to give the same error.
     pub fn config(&self) -> Result<Config> {
-        if let Some(c) = self.cfg.get() {
-            return Ok(c.clone());
-        }
-        let c = Config::load(&self.dir)?;
-        let _ = self.cfg.set(c.clone());
-        Ok(c)
+        let r = self.cfg.get_or_init(|| {
+            Config::load(&self.dir).map_err(|e| match e {
+                crate::error::Error::Config { path, message } => (path, message),
+                other => (self.dir.join(Config::FILE), other.to_string()),
+            })
+        });
+        r.clone()
+            .map_err(|(path, message)| crate::error::Error::Config { path, message })
     }
 
     /// An event about a checkout record: its key, holder and token.
@@ -146,6 +155,27 @@ pub(crate) fn auto_release_for(
     taker: Option<&str>,
 ) -> Result<()> {
     store.remove(guard, &record.key)?;
+    // The checkout has ended: what follows is bookkeeping, and its failure a warning
+    // (the command that ended it goes on, and never exits 1 with the record gone).
+    crate::warnings::after_change(
+        &format!(
+            "the ended checkout of `{}` was removed, but a later step failed",
+            record.key
+        ),
+        after_auto_release(ctx, store, guard, record, by, reason, taker),
+    );
+    Ok(())
+}
+
+fn after_auto_release(
+    ctx: &Ctx,
+    store: &FileStore,
+    guard: &crate::store::Guard,
+    record: &Record,
+    by: Option<&str>,
+    reason: ReapReason,
+    taker: Option<&str>,
+) -> Result<()> {
     let mut ev = ctx.event("auto_release", record);
     ev.reason = Some(reason.as_str().into());
     ev.by = by.filter(|b| *b != record.agent.id).map(str::to_string);

@@ -4,6 +4,7 @@ use super::{
 use crate::error::{Error, Outcome, Result};
 use crate::report::{CheckoutView, KeyResult, KeysReport, Report};
 use crate::store::Slot;
+use crate::warnings::after_change;
 
 pub fn run(
     ctx: &Ctx,
@@ -78,7 +79,12 @@ pub fn run(
                 let mut ev = crate::store::AuditEvent::new(ctx.now, "force_release", &key, &me);
                 ev.reason = note.clone();
                 ev.detail = Some(format!("removed corrupt record: {problem}"));
-                store.audit(&guard, &ev)?;
+                crate::warnings::after_change(
+                    &format!(
+                        "the corrupt record of `{key}` was removed, but the audit log was not written"
+                    ),
+                    store.audit(&guard, &ev),
+                );
                 (Outcome::ForceReleased, None)
             }
             Slot::Held(r) if r.held_by(&me) => {
@@ -87,59 +93,91 @@ pub fn run(
                     (Outcome::LeaseLost, Some(CheckoutView::from(&r)))
                 } else {
                     store.remove(&guard, &key)?;
+                    // Released: what follows is bookkeeping, and its failure a warning.
+                    let released = format!("`{key}` was released");
                     let mut ev = ctx.event("release", &r);
                     ev.reason = note.clone();
-                    store.audit(&guard, &ev)?;
-                    record_end(
-                        ctx,
-                        &store,
-                        &guard,
-                        &r,
-                        "released",
-                        None,
-                        None,
-                        note.clone(),
-                    )?;
+                    after_change(
+                        &format!("{released}, but the audit log was not written"),
+                        store.audit(&guard, &ev),
+                    );
+                    after_change(
+                        &format!(
+                            "{released}, but how it ended was not recorded for its next holder"
+                        ),
+                        record_end(
+                            ctx,
+                            &store,
+                            &guard,
+                            &r,
+                            "released",
+                            None,
+                            None,
+                            note.clone(),
+                        ),
+                    );
                     // A release note is the last checkpoint: the next holder reads it.
-                    keep_note(ctx, &store, &guard, &r, &me, r.agent.name.clone(), &note)?;
-                    queue::after_release(ctx, &store, &guard, &key, None)?;
+                    after_change(
+                        &format!("{released}, but the note was not kept"),
+                        keep_note(ctx, &store, &guard, &r, &me, r.agent.name.clone(), &note),
+                    );
+                    after_change(
+                        &format!("{released}, but its queue was not updated"),
+                        queue::after_release(ctx, &store, &guard, &key, None),
+                    );
                     (Outcome::Released, Some(CheckoutView::from(&r)))
                 }
             }
             Slot::Held(r) if force => {
                 store.remove(&guard, &key)?;
+                let released = format!("`{key}` was force-released");
                 let mut ev = ctx.event("force_release", &r);
                 ev.by = Some(me.clone());
                 ev.reason = note.clone();
-                store.audit(&guard, &ev)?;
-                record_end(
-                    ctx,
-                    &store,
-                    &guard,
-                    &r,
-                    "force_released",
-                    None,
-                    Some(me.clone()),
-                    note.clone(),
-                )?;
+                after_change(
+                    &format!("{released}, but the audit log was not written"),
+                    store.audit(&guard, &ev),
+                );
+                after_change(
+                    &format!("{released}, but how it ended was not recorded for its next holder"),
+                    record_end(
+                        ctx,
+                        &store,
+                        &guard,
+                        &r,
+                        "force_released",
+                        None,
+                        Some(me.clone()),
+                        note.clone(),
+                    ),
+                );
                 // Whoever takes the key next reads why it was taken away.
                 let name = ctx.agent().ok().and_then(|a| a.name);
-                keep_note(ctx, &store, &guard, &r, &me, name, &note)?;
+                after_change(
+                    &format!("{released}, but the note was not kept"),
+                    keep_note(ctx, &store, &guard, &r, &me, name, &note),
+                );
                 let body = match &note {
                     Some(n) => format!("{me} force-released your checkout: {n}"),
                     None => format!("{me} force-released your checkout"),
                 };
-                queue::notify(
-                    ctx,
-                    &store,
-                    &guard,
-                    &r.agent.id,
-                    Some(&me),
-                    "force_released",
-                    &key,
-                    &body,
-                )?;
-                queue::after_release(ctx, &store, &guard, &key, None)?;
+                after_change(
+                    &format!("{released}, but its holder was not told"),
+                    queue::notify(
+                        ctx,
+                        &store,
+                        &guard,
+                        &r.agent.id,
+                        Some(&me),
+                        "force_released",
+                        &key,
+                        &body,
+                    ),
+                );
+                after_change(
+                    &format!("{released}, but its queue was not updated"),
+                    queue::after_release(ctx, &store, &guard, &key, None),
+                );
                 (Outcome::ForceReleased, Some(CheckoutView::from(&r)))
             }
             Slot::Held(r) if let Some(reason) = judge.reap_reason(&r)? => {

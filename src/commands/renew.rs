@@ -79,17 +79,24 @@ pub fn run(ctx: &Ctx, keys: Vec<String>, all: bool, timeout: Option<Duration>) -
                 } else {
                     // Without --timeout the lease keeps its own length, as a heartbeat
                     // renews it: a renewal never shortens a lease by surprise.
+                    // A clock far behind (a VM resumed, a bad NTP step) never moves the
+                    // lease backwards: never before the grant, and a plain renewal never
+                    // before the current end.
                     let expires_at = match timeout {
                         Some(t) => ctx.now + to_chrono(t),
-                        None => ctx.now + (r.expires_at - r.renewed_at),
-                    };
+                        None => (ctx.now + (r.expires_at - r.renewed_at)).max(r.expires_at),
+                    }
+                    .max(r.acquired_at);
                     let renewed = Record {
-                        renewed_at: ctx.now,
+                        renewed_at: ctx.now.max(r.acquired_at),
                         expires_at,
                         ..r
                     };
                     store.replace(&guard, &renewed)?;
-                    store.audit(&guard, &ctx.event("renew", &renewed))?;
+                    crate::warnings::after_change(
+                        &format!("`{key}` was renewed, but the audit log was not written"),
+                        store.audit(&guard, &ctx.event("renew", &renewed)),
+                    );
                     (Outcome::Renewed, Some(CheckoutView::from(&renewed)))
                 }
             }

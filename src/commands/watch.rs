@@ -28,10 +28,7 @@ pub fn run(
         Some(start) => start,
         // Started by --detach, which checked the process and recorded it: it died
         // before this watcher got going, so do at once what the watcher is for.
-        None if after_beat => {
-            let released = release_all(&ctx.at_now(&agent.id)?, &agent.id)?;
-            return Ok(report(ctx, &agent.id, pid, "process_exited", 0, released));
-        }
+        None if after_beat => return died(ctx, &agent, pid, None, 0),
         None => {
             return Err(Error::Usage(format!(
                 "--pid {pid}: no such process on this host"
@@ -69,7 +66,14 @@ pub fn run(
         let beat = if std::mem::take(&mut skip_beat) {
             Ok(())
         } else {
-            heartbeat::run(&beat_ctx, status.take(), Some(pid)).map(|_| beats += 1)
+            // Register the watched process only while it is (or nothing is) the agent's
+            // process: a beat must not take the registration back from a process the
+            // agent registered since.
+            let register = match registered(ctx, &agent.id) {
+                Ok(Some((p, s))) => p == pid && s.is_none_or(|s| s == start),
+                _ => true,
+            };
+            heartbeat::run(&beat_ctx, status.take(), register.then_some(pid)).map(|_| beats += 1)
         };
         match beat {
             Ok(()) => {}
@@ -97,19 +101,66 @@ pub fn run(
                 Proc::Running | Proc::Unknown => false,
             };
             if gone {
-                let released = release_all(&ctx.at_now(&agent.id)?, &agent.id)?;
-                return Ok(report(
-                    ctx,
-                    &agent.id,
-                    pid,
-                    "process_exited",
-                    beats,
-                    released,
-                ));
+                return died(ctx, &agent, pid, Some(start), beats);
             }
             std::thread::sleep(POLL.min(next.saturating_duration_since(Instant::now())));
         }
     }
+}
+
+/// The watched process is gone. It ends the agent only if it is still the agent's
+/// registered process: when the agent registered another process since (a new Claude
+/// Code process for the session, `heartbeat --pid` from elsewhere) and that one is alive
+/// (or cannot be judged from here), the agent lives on and this watcher just stops
+/// (`superseded`), its checkouts kept.
+fn died(
+    ctx: &Ctx,
+    agent: &crate::identity::Agent,
+    pid: u32,
+    start: Option<u64>,
+    beats: u64,
+) -> Result<Report> {
+    let now = ctx.at_now(&agent.id)?;
+    if let Some(store) = now.existing_store()?
+        && let Some(entry) = store.read_agent(&agent.id)?
+        && entry.ended_at.is_none()
+        && let Some(other) = entry.pid
+    {
+        let ours = other == pid && (start.is_none() || entry.pid_start == start);
+        let alive = !ours
+            && match liveness::check_process(
+                &entry.host,
+                entry.boot_id.as_deref(),
+                entry.pid_ns.as_deref(),
+                other,
+                entry.pid_start,
+            ) {
+                Proc::Running | Proc::Unknown => true,
+                Proc::Gone | Proc::Reused => false,
+            };
+        if alive {
+            return Ok(report(ctx, &agent.id, pid, "superseded", beats, Vec::new()));
+        }
+    }
+    let released = release_all(&now, &agent.id)?;
+    Ok(report(
+        ctx,
+        &agent.id,
+        pid,
+        "process_exited",
+        beats,
+        released,
+    ))
+}
+
+/// The process the agent registered (pid and start time), if any.
+fn registered(ctx: &Ctx, agent_id: &str) -> Result<Option<(u32, Option<u64>)>> {
+    let Some(store) = ctx.existing_store()? else {
+        return Ok(None);
+    };
+    Ok(store
+        .read_agent(agent_id)?
+        .and_then(|e| e.pid.map(|p| (p, e.pid_start))))
 }
 
 /// An exclusive lock on `watchers/<agent>` for as long as this watcher runs; `None` when

@@ -980,6 +980,10 @@ fn watch(r: &WatchReport) -> String {
             "Another watcher already beats for {}; this one stopped at once (checkouts kept).\n",
             r.agent
         ),
+        "superseded" => format!(
+            "Process {} of {} exited, but {} has registered another live process since; checkouts kept, this watcher stopped.\n",
+            r.pid, r.agent, r.agent
+        ),
         "process_exited" => format!(
             "Process {} of {} exited; released {} checkout{}: {}.\n",
             r.pid,
