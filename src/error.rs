@@ -42,6 +42,10 @@ pub enum Error {
     /// No usable lock directory: none found, or one owned by another user (exit 64).
     #[error("{message}")]
     LockDir { message: String, hint: String },
+    /// Stopped waiting for the lock directory's guard: a signal arrived, or the caller's
+    /// own deadline (`checkout --wait DUR`) passed first.
+    #[error("stopped waiting for the lock on {path}: {why}")]
+    GuardWaitStopped { path: PathBuf, why: String },
 }
 
 impl Error {
@@ -56,9 +60,11 @@ impl Error {
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::Usage(_) | Error::LockDir { .. } => EXIT_USAGE,
-            Error::Io { .. } | Error::Corrupt { .. } | Error::Config { .. } | Error::Store(_) => {
-                EXIT_ERROR
-            }
+            Error::Io { .. }
+            | Error::Corrupt { .. }
+            | Error::Config { .. }
+            | Error::Store(_)
+            | Error::GuardWaitStopped { .. } => EXIT_ERROR,
         }
     }
 
@@ -71,6 +77,7 @@ impl Error {
             Error::Config { .. } => "config",
             Error::Store(_) => "store",
             Error::LockDir { .. } => "lock_dir",
+            Error::GuardWaitStopped { .. } => "interrupted",
         }
     }
 

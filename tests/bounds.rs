@@ -203,3 +203,94 @@ fn watch_interval_has_a_lower_bound() {
     assert_eq!(r.code, 1, "{}", r.text());
     assert!(r.stderr.contains("heartbeat_interval"), "{}", r.text());
 }
+
+#[test]
+fn a_wait_for_a_held_guard_honours_the_waits_own_time_and_sigterm() {
+    let e = Env::new();
+    e.ok("a", &["checkout", "task-1"]);
+    let held = guard(&e);
+    held.lock().unwrap();
+
+    // `--wait 2s` gives up after its 2 s, not after guard_timeout's 60 s: exit 2, the
+    // answer of any wait that ran out.
+    let start = Instant::now();
+    let r = exec(cmd(
+        &e,
+        "60s",
+        &["checkout", "task-2", "--wait", "2s", "--json"],
+    ));
+    let took = start.elapsed();
+    assert_eq!(r.code, 2, "{}", r.text());
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(20),
+        "{took:?}"
+    );
+    let j = r.json();
+    assert_eq!(j["outcome"], "conflict", "{j}");
+    assert_eq!(j["key"], "task-2", "{j}");
+
+    // SIGTERM ends a wait that is stuck behind the guard at once.
+    let child = cmd(
+        &e,
+        "60s",
+        &["checkout", "task-3", "--wait", "60s", "--json"],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    let start = Instant::now();
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["outcome"], "conflict", "{j}");
+    drop(held);
+
+    // Nothing was taken meanwhile, and the guard works as before.
+    let r = exec(cmd(&e, "3s", &["checkout", "task-2", "--json"]));
+    assert_eq!(r.code, 0, "{}", r.text());
+}
+
+#[test]
+fn doctor_names_the_process_that_holds_the_guard() {
+    let e = Env::new();
+    e.ok("a", &["checkout", "task-1"]);
+    let j = exec(cmd(&e, "3s", &["doctor", "--json"])).json();
+    let names: Vec<&str> = j["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        !names.contains(&"guard"),
+        "no guard check while it is free: {j}"
+    );
+
+    let held = guard(&e);
+    held.lock().unwrap();
+    let j = exec(cmd(&e, "3s", &["doctor", "--json"])).json();
+    let check = j["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "guard")
+        .unwrap_or_else(|| panic!("no guard check: {j}"))
+        .clone();
+    assert_eq!(check["status"], "warn", "{check}");
+    let detail = check["detail"].as_str().unwrap();
+    assert!(
+        detail.contains(&format!("held by pid {}", std::process::id())),
+        "{detail}"
+    );
+    drop(held);
+}

@@ -207,6 +207,21 @@ pub fn run(ctx: &Ctx, discovery: Option<&Discovery>) -> Result<Report> {
                 Some("harmless: the next checkout or release sweeps them".into()),
             )
         });
+        // Shown only when someone holds the guard: every change waits for it, and a
+        // holder still there a second later is stuck (stopped, hung), not busy.
+        if crate::store::guard_held(dir).is_some() {
+            std::thread::sleep(std::time::Duration::from_secs(1));
+            if let Some(holder) = crate::store::guard_held(dir) {
+                checks.push(warn(
+                    "guard",
+                    format!(
+                        "the lock on {} is {holder}, for over a second: every change waits for it (up to guard_timeout, then exit 1)",
+                        dir.join(".guard").display()
+                    ),
+                    Some("let that process go on (kill -CONT PID if it was stopped) or end it".into()),
+                ));
+            }
+        }
     }
 
     // Skills, hooks, permissions, and what is loaded twice.

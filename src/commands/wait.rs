@@ -47,18 +47,57 @@ pub fn run_for(
     let store = ctx.open_store()?;
     store.ensure_dir(&store.queues_dir())?;
     let deadline = wait.map(|d| Instant::now() + d);
-    let watcher = Watcher::new(&store);
+    // Waiting for the guard (held by a stopped process, say) honours the deadline too.
+    crate::store::set_guard_deadline(deadline);
     crate::signals::install();
+    let mut last: Option<CheckoutReport> = None;
+    let waited = wait_loop(
+        ctx,
+        &store,
+        key,
+        &req,
+        &me,
+        own_process,
+        deadline,
+        &mut last,
+    );
+    match waited {
+        // The guard could not be had before the deadline or a signal: a refusal like any
+        // other that ran out of time. The queue entry names this process, so it is
+        // dropped as soon as anyone meets it after the process is gone.
+        Err(crate::error::Error::GuardWaitStopped { .. }) => {
+            let now = ctx.at_now(&me)?.now;
+            let mut r =
+                last.unwrap_or_else(|| CheckoutReport::new(now, key, Outcome::Conflict, None));
+            r.now = now;
+            r.position = None;
+            Ok(Report::Checkout(r))
+        }
+        other => other,
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn wait_loop(
+    ctx: &Ctx,
+    store: &FileStore,
+    key: &str,
+    req: &Request,
+    me: &str,
+    own_process: bool,
+    deadline: Option<Instant>,
+    last: &mut Option<CheckoutReport>,
+) -> Result<Report> {
+    let watcher = Watcher::new(store);
     let pid = std::process::id();
     let started = ctx.now;
-    let mut last: Option<CheckoutReport> = None;
     loop {
-        let now_ctx = ctx.at_now(&me)?;
+        let now_ctx = ctx.at_now(me)?;
         // An orphaned wait must never hand the key to a dead agent: stop as soon as the
         // agent's registered process is gone (or the agent was marked ended meanwhile).
-        if agent_gone(&store, &me, &started)? {
+        if agent_gone(store, me, &started)? {
             let guard = store.lock()?;
-            queue::leave(&now_ctx, &store, &guard, key, &me)?;
+            queue::leave(&now_ctx, store, &guard, key, me)?;
             let q = store.read_queue(key)?;
             let holder = match store.read(key)? {
                 Slot::Held(r) => Some(CheckoutView::from(&r)),
@@ -66,6 +105,7 @@ pub fn run_for(
             };
             drop(guard);
             let mut r = last
+                .take()
                 .unwrap_or_else(|| CheckoutReport::new(now_ctx.now, key, Outcome::Conflict, None));
             r.now = now_ctx.now;
             r.outcome = Outcome::AgentGone;
@@ -77,27 +117,28 @@ pub fn run_for(
         }
         let report = {
             let mut guard = store.lock()?;
-            let mut req = checkout::with_registered_pid(&store, &guard, req.clone())?;
+            let mut req = checkout::with_registered_pid(store, &guard, req.clone())?;
             if own_process {
                 req.agent.pid = Some(pid);
                 req.agent.pid_start = crate::liveness::start_time(pid);
             }
-            checkout::attempt(&now_ctx, &store, &mut guard, &req, key, Join::Wait(pid))?
+            checkout::attempt(&now_ctx, store, &mut guard, &req, key, Join::Wait(pid))?
         };
         if !matches!(report.outcome, Outcome::Conflict | Outcome::Frozen) {
             return Ok(Report::Checkout(report));
         }
         let out_of_time = deadline.is_some_and(|d| Instant::now() >= d);
         if out_of_time || crate::signals::received().is_some() {
-            let guard = store.lock()?;
-            queue::leave(&ctx.at_now(&me)?, &store, &guard, key, &me)?;
-            drop(guard);
             let mut report = report;
             report.position = None;
             report.queue_length = report.queue_length.saturating_sub(1);
-            return Ok(Report::Checkout(report));
+            *last = Some(report);
+            let guard = store.lock()?;
+            queue::leave(&ctx.at_now(me)?, store, &guard, key, me)?;
+            drop(guard);
+            return Ok(Report::Checkout(last.take().expect("just set")));
         }
-        last = Some(report);
+        *last = Some(report);
         let mut sleep = FALLBACK_POLL;
         if let Some(d) = deadline {
             sleep = sleep.min(d.saturating_duration_since(Instant::now()));

@@ -43,6 +43,18 @@ const GUARD: &str = ".guard";
 const COUNTER: &str = "counter";
 /// How long a command waits for a busy guard before saying so on stderr.
 pub const GUARD_NOTICE_AFTER: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// A deadline of the whole command (`checkout --wait DUR`): waiting for the guard stops
+/// there too, not only at `guard_timeout`.
+static GUARD_DEADLINE: std::sync::Mutex<Option<std::time::Instant>> = std::sync::Mutex::new(None);
+
+/// Stop any wait for the guard at `deadline` (for this process, from now on).
+pub fn set_guard_deadline(deadline: Option<std::time::Instant>) {
+    *GUARD_DEADLINE.lock().unwrap_or_else(|e| e.into_inner()) = deadline;
+}
+
+/// How often a wait for the guard looks at signals and the command's deadline.
+const GUARD_WAIT_TICK: std::time::Duration = std::time::Duration::from_millis(100);
 const KEYS: &str = "keys";
 const TMP: &str = "tmp";
 pub const AUDIT: &str = "audit.jsonl";
@@ -273,6 +285,7 @@ impl FileStore {
             let _ = tx.send(r);
         });
         let mut noticed = false;
+        let deadline = *GUARD_DEADLINE.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             let waited = started.elapsed();
             let next = if noticed || timeout <= GUARD_NOTICE_AFTER {
@@ -280,7 +293,21 @@ impl FileStore {
             } else {
                 GUARD_NOTICE_AFTER
             };
-            match rx.recv_timeout(next.saturating_sub(waited)) {
+            let stop = |why: &str| {
+                Err(Error::GuardWaitStopped {
+                    path: path.to_path_buf(),
+                    why: why.to_string(),
+                })
+            };
+            // A signal (for the commands that catch them) or the command's own deadline
+            // ends the wait; the thread's late lock is then let go at once.
+            if crate::signals::received().is_some() {
+                return stop("a signal arrived");
+            }
+            if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+                return stop("the time to wait ran out");
+            }
+            match rx.recv_timeout(next.saturating_sub(waited).min(GUARD_WAIT_TICK)) {
                 Ok(Ok(f)) => return Ok(f),
                 Ok(Err(e)) => return Err(Error::io(path, e)),
                 Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
@@ -290,6 +317,9 @@ impl FileStore {
                     )));
                 }
                 Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            }
+            if started.elapsed() < next {
+                continue;
             }
             if started.elapsed() >= timeout {
                 return Err(Error::Store(format!(
@@ -751,6 +781,16 @@ fn guard_timeout_env() -> Result<Option<std::time::Duration>> {
 
 /// Who holds the flock on `path`, in words: "held by pid 123 (tasklock, stopped)", or
 /// "held by another process" when `/proc/locks` does not say.
+/// Who holds the guard of the lock directory `root` right now ("held by pid 123 (x,
+/// stopped)"), or `None` when nobody does. Read from `/proc/locks`; takes no lock.
+pub fn guard_held(root: &Path) -> Option<String> {
+    let me = std::process::id();
+    [root.join(GUARD), root.to_path_buf()]
+        .iter()
+        .find(|p| guard_holder(p).is_some_and(|(pid, _, _)| pid != me))
+        .map(|p| guard_holder_words(p))
+}
+
 fn guard_holder_words(path: &Path) -> String {
     match guard_holder(path) {
         Some((pid, comm, stopped)) => format!(
