@@ -27,6 +27,20 @@ fn guard(e: &Env) -> std::fs::File {
         .expect("the store has a .guard")
 }
 
+/// Is the guard free? If so, it is let go again at once. (Unlock explicitly: a child
+/// that another test thread is forking may hold a copy of the descriptor until it execs,
+/// which would keep a lock that is only dropped.)
+fn free_now(e: &Env) -> bool {
+    let f = guard(e);
+    match f.try_lock() {
+        Ok(()) => {
+            f.unlock().unwrap();
+            true
+        }
+        Err(_) => false,
+    }
+}
+
 #[test]
 fn a_held_guard_is_waited_for_then_given_up_with_the_holder_named() {
     let e = Env::new();
@@ -132,7 +146,7 @@ fn a_guard_held_by_a_stopped_process_names_it() {
         .expect("util-linux flock on PATH");
     let pgid = holder.id() as i32;
     let deadline = Instant::now() + Duration::from_secs(10);
-    while guard(&e).try_lock().is_ok() {
+    while free_now(&e) {
         assert!(Instant::now() < deadline, "flock never took the guard");
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -253,7 +267,7 @@ fn a_wait_for_a_held_guard_honours_the_waits_own_time_and_sigterm() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(j["outcome"], "conflict", "{j}");
-    drop(held);
+    held.unlock().unwrap();
 
     // Nothing was taken meanwhile, and the guard works as before.
     let r = exec(cmd(&e, "3s", &["checkout", "task-2", "--json"]));

@@ -1051,9 +1051,15 @@ fn stop_outside_the_guard(e: &Env, pid: u32) {
         let Ok(f) = std::fs::File::open(path) else {
             return true;
         };
-        // SAFETY: a valid descriptor; a non-blocking flock has no other preconditions.
-        // Closing the file at the end of the closure lets the lock go.
-        unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
+        // SAFETY: a valid descriptor; flock has no other preconditions. Unlocked
+        // explicitly: a child another test thread forks may share the descriptor.
+        unsafe {
+            let got = libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0;
+            if got {
+                libc::flock(f.as_raw_fd(), libc::LOCK_UN);
+            }
+            got
+        }
     };
     for _ in 0..1000 {
         signal(pid, "STOP");

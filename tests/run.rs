@@ -986,6 +986,10 @@ fn watch_without_pid_watches_the_claude_code_process() {
         };
         // SAFETY: a valid descriptor; a non-blocking flock has no other preconditions.
         let free = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } == 0;
+        if free {
+            // SAFETY: as above. Unlocked explicitly: a forked child may share `f`.
+            unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_UN) };
+        }
         !free
     });
     // A second watcher for the same agent leaves the job to the first.
