@@ -172,6 +172,10 @@ pub enum Command {
         /// Show what would change without changing anything
         #[arg(long)]
         dry_run: bool,
+        /// Share the lock directory with a Unix group (default: your primary group):
+        /// group GROUP, mode 2770, files 0660. Without it the lock directory is private.
+        #[arg(long, value_name = "GROUP", num_args = 0..=1, default_missing_value = "")]
+        shared: Option<String>,
     },
     /// Entry point for Claude Code hooks; reads the hook's JSON on stdin
     Hook {

@@ -27,6 +27,65 @@ pub struct Agent {
     /// For a subagent: the agent (session) that started it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<String>,
+    /// The Unix user the agent runs as (absent in records of older versions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<UnixUser>,
+}
+
+/// A Unix user, as recorded by whoever wrote a record, queue entry or message. In a
+/// group-shared lock directory every member can write every file, so this says who
+/// tasklock ran as, not a proof.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct UnixUser {
+    pub name: String,
+    pub uid: u32,
+}
+
+impl UnixUser {
+    /// The user this process runs as (effective uid).
+    pub fn current() -> UnixUser {
+        // SAFETY: geteuid has no preconditions.
+        let uid = unsafe { libc::geteuid() };
+        let name = std::fs::read_to_string("/etc/passwd")
+            .ok()
+            .and_then(|text| {
+                text.lines().find_map(|l| {
+                    let mut f = l.split(':');
+                    let name = f.next()?;
+                    (f.nth(1)?.parse() == Ok(uid)).then(|| name.to_string())
+                })
+            })
+            .unwrap_or_else(|| format!("uid {uid}"));
+        UnixUser { name, uid }
+    }
+
+    /// Is this someone other than the user running this process?
+    pub fn is_other(&self) -> bool {
+        // SAFETY: geteuid has no preconditions.
+        self.uid != unsafe { libc::geteuid() }
+    }
+}
+
+/// "agent-a (researcher)" or "agent-a", with "user alice" in the parentheses when the
+/// agent runs as another Unix user than the caller.
+pub fn label(id: &str, name: Option<&str>, user: Option<&UnixUser>) -> String {
+    let user = user
+        .filter(|u| u.is_other())
+        .map(|u| format!("user {}", u.name));
+    match (name, user) {
+        (Some(n), Some(u)) => format!("{id} ({n}; {u})"),
+        (Some(n), None) => format!("{id} ({n})"),
+        (None, Some(u)) => format!("{id} ({u})"),
+        (None, None) => id.to_string(),
+    }
+}
+
+/// " (user alice)" when `user` is another Unix user than the caller's, else "".
+pub fn other_user_suffix(user: Option<&UnixUser>) -> String {
+    match user {
+        Some(u) if u.is_other() => format!(" (user {})", u.name),
+        _ => String::new(),
+    }
 }
 
 impl Agent {
@@ -37,16 +96,15 @@ impl Agent {
             pid: newer.pid.or(self.pid),
             pid_start: newer.pid_start.or(self.pid_start),
             parent: newer.parent.clone().or_else(|| self.parent.clone()),
+            user: newer.user.clone().or_else(|| self.user.clone()),
             ..newer.clone()
         }
     }
 
-    /// "agent-a (researcher)" or "agent-a".
+    /// "agent-a (researcher)" or "agent-a"; "agent-a (researcher; user alice)" or
+    /// "agent-a (user alice)" when the agent runs as another Unix user than the caller.
     pub fn label(&self) -> String {
-        match &self.name {
-            Some(n) => format!("{} ({n})", self.id),
-            None => self.id.clone(),
-        }
+        label(&self.id, self.name.as_deref(), self.user.as_ref())
     }
 }
 
@@ -129,6 +187,7 @@ pub fn current(flag_agent: Option<&str>, flag_name: Option<&str>) -> Result<Agen
         pid: None,
         pid_start: None,
         parent: None,
+        user: Some(UnixUser::current()),
     })
 }
 

@@ -231,7 +231,7 @@ fn execute(cli: Cli) -> Result<report::Report, Error> {
         } => commands::watch::run(&ctx, status, pid, interval, detach, after_beat),
         Command::Agents { all } => commands::agents::run(&ctx, all),
         Command::Inbox { peek } => commands::inbox::run(&ctx, peek),
-        Command::Init { dry_run } => commands::init::run(&ctx, dry_run),
+        Command::Init { dry_run, shared } => commands::init::run(&ctx, dry_run, shared.as_deref()),
         Command::Hook { .. } => unreachable!("handled before"),
         Command::Freeze { key, for_, reason } => commands::freeze::freeze(&ctx, &key, for_, reason),
         Command::Unfreeze { key } => commands::freeze::unfreeze(&ctx, &key),

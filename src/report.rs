@@ -19,6 +19,9 @@ pub struct AgentView {
     /// For a subagent: the session (agent) it belongs to.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub parent: Option<String>,
+    /// The Unix user the holder runs as (absent for records of older versions).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user: Option<crate::identity::UnixUser>,
 }
 
 /// The public view of a checkout.
@@ -44,6 +47,7 @@ impl From<&Record> for CheckoutView {
                 host: r.agent.host.clone(),
                 pid: r.agent.pid,
                 parent: r.agent.parent.clone(),
+                user: r.agent.user.clone(),
             },
             acquired_at: r.acquired_at,
             renewed_at: r.renewed_at,
@@ -54,11 +58,9 @@ impl From<&Record> for CheckoutView {
 }
 
 impl AgentView {
+    /// As [`crate::identity::Agent::label`].
     pub fn label(&self) -> String {
-        match &self.name {
-            Some(n) => format!("{} ({n})", self.id),
-            None => self.id.clone(),
-        }
+        crate::identity::label(&self.id, self.name.as_deref(), self.user.as_ref())
     }
 }
 
@@ -226,6 +228,9 @@ pub struct QueueView {
     pub length: usize,
     /// Waiting agents, first in line first.
     pub waiters: Vec<String>,
+    /// The Unix user each waiter queued as (same order as `waiters`; null for entries
+    /// from older versions).
+    pub waiter_users: Vec<Option<crate::identity::UnixUser>>,
     pub reserved_for: Option<Reservation>,
 }
 
@@ -234,6 +239,7 @@ impl QueueView {
         QueueView {
             length: q.waiters.len(),
             waiters: q.waiters.iter().map(|w| w.agent.clone()).collect(),
+            waiter_users: q.waiters.iter().map(|w| w.user.clone()).collect(),
             reserved_for: q.reservation.clone(),
         }
     }

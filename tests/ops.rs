@@ -1185,6 +1185,7 @@ fn doctor_healthy() {
         [
             "lock directory",
             "writable",
+            "sharing",
             "file system",
             "settings",
             "identity",

@@ -94,6 +94,10 @@ pub fn run(ctx: &Ctx, discovery: Option<&Discovery>) -> Result<Report> {
         });
     }
 
+    if exists && !foreign {
+        checks.push(sharing_check(dir));
+    }
+
     // File system.
     let fs_dir = existing_ancestor(dir);
     checks.push(match fs_type(&fs_dir) {
@@ -240,6 +244,61 @@ pub fn run(ctx: &Ctx, discovery: Option<&Discovery>) -> Result<Report> {
         healthy,
         checks,
     }))
+}
+
+/// Private or shared with a group, and the files whose modes do not fit that.
+fn sharing_check(dir: &Path) -> Check {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::metadata(dir) else {
+        return warn(
+            "sharing",
+            "cannot read the lock directory's mode".into(),
+            None,
+        );
+    };
+    let shared = crate::store::at::is_shared_mode(meta.mode());
+    let group = crate::store::sharing::group_name(meta.gid());
+    let mode = if shared {
+        format!("shared with group {group} (setgid, group-writable): files 0660, directories 2770")
+    } else {
+        "private to its owner: files 0600, directories 0700".to_string()
+    };
+    let world = meta.mode() & 0o007 != 0;
+    let mut bad = crate::store::sharing::mismatched(dir, shared, meta.gid());
+    let open_root = if shared {
+        world
+    } else {
+        meta.mode() & 0o077 != 0
+    };
+    if open_root {
+        bad.insert(
+            0,
+            format!("{} itself ({:04o})", dir.display(), meta.mode() & 0o7777),
+        );
+    }
+    if bad.is_empty() {
+        return ok("sharing", mode);
+    }
+    const SHOWN: usize = 5;
+    let more = bad.len().saturating_sub(SHOWN);
+    let mut list = bad.into_iter().take(SHOWN).collect::<Vec<_>>().join(", ");
+    if more > 0 {
+        list.push_str(&format!(" and {more} more"));
+    }
+    let (problem, fix) = if shared {
+        (
+            "not usable by every member of the group",
+            format!(
+                "run `tasklock init --shared {group}` as their owner or root, or `chgrp {group}` and `chmod g+rw` them"
+            ),
+        )
+    } else {
+        (
+            "readable or writable by other users (from an older tasklock or a wide umask)",
+            "`chmod go-rwx` them (tasklock creates new ones private), or share the directory on purpose with `tasklock init --shared GROUP`".to_string(),
+        )
+    };
+    warn("sharing", format!("{mode}; {problem}: {list}"), Some(fix))
 }
 
 /// A lock directory owned by another user (not root): why tasklock uses it, or refuses

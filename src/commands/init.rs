@@ -7,7 +7,7 @@ use serde_json::Value;
 use super::Ctx;
 use crate::error::{Error, Result};
 use crate::report::{Change, InitReport, Report};
-use crate::store::FileStore;
+use crate::store::{FileStore, sharing};
 
 const SETTINGS_TEMPLATE: &str = include_str!("../../templates/claude-settings.json");
 const INSTRUCTIONS: &str = include_str!("../../templates/instructions.md");
@@ -60,7 +60,7 @@ pub const HOOK_EVENTS: [(&str, &str); 7] = [
     ("SessionEnd", "session-end"),
 ];
 
-pub fn run(ctx: &Ctx, dry_run: bool) -> Result<Report> {
+pub fn run(ctx: &Ctx, dry_run: bool, shared: Option<&str>) -> Result<Report> {
     let cwd = std::env::current_dir().map_err(|e| Error::io(".", e))?;
     let project = project_root(&cwd);
     let mut changes = Vec::new();
@@ -97,20 +97,58 @@ pub fn run(ctx: &Ctx, dry_run: bool) -> Result<Report> {
     // The lock directory, its .gitignore and a commented config.
     let lock_dir = ctx.dir.clone();
     let had_dir = lock_dir.join(".gitignore").is_file();
+    // `--shared`: the group, checked before anything is changed.
+    let gid = match shared {
+        None => None,
+        // SAFETY: getegid has no preconditions.
+        Some("") => Some(unsafe { libc::getegid() }),
+        Some(g) => Some(sharing::group_id(g).ok_or_else(|| {
+            Error::Usage(format!("--shared {g}: no such group (see /etc/group)"))
+        })?),
+    };
+    let mut store = None;
     if !dry_run {
-        FileStore::open_or_create(&lock_dir)?;
+        if gid.is_some() {
+            crate::store::create_root(&lock_dir)?;
+        }
+        store = Some(FileStore::open_or_create(&lock_dir)?);
     }
     changes.push(change(
         &lock_dir,
         if had_dir { "unchanged" } else { "created" },
         "lock directory with a .gitignore of *",
     ));
+    if let Some(gid) = gid {
+        let group = sharing::group_name(gid);
+        let already = std::fs::metadata(&lock_dir).is_ok_and(|m| {
+            use std::os::unix::fs::MetadataExt;
+            crate::store::at::is_shared_mode(m.mode()) && m.gid() == gid
+        });
+        let mut what = format!(
+            "shared with group {group}: mode 2770, files 0660, directories 2770 (every member may take, release and read every key)"
+        );
+        if !dry_run && !already {
+            let left = sharing::make_shared(&lock_dir, gid)?;
+            if !left.is_empty() {
+                what.push_str(&format!(
+                    "; left as they are (another user's; their owner or root can fix them): {}",
+                    left.join(", ")
+                ));
+            }
+            store = Some(FileStore::open_or_create(&lock_dir)?);
+        }
+        changes.push(change(
+            &lock_dir,
+            if already { "unchanged" } else { "updated" },
+            &what,
+        ));
+    }
     let config = lock_dir.join("config.yaml");
     if config.exists() {
         changes.push(change(&config, "unchanged", "settings (kept as they are)"));
     } else {
-        if !dry_run {
-            write_new(&config, CONFIG_TEMPLATE)?;
+        if let Some(store) = &store {
+            store.create_file(crate::config::Config::FILE, CONFIG_TEMPLATE.as_bytes())?;
         }
         changes.push(change(&config, "created", "commented default settings"));
     }

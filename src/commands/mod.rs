@@ -284,6 +284,7 @@ pub(crate) fn previous(store: &FileStore, key: &str, token: u64) -> Result<Optio
                 host: e.agent.host,
                 pid: e.agent.pid,
                 parent: e.agent.parent,
+                user: e.agent.user,
             }),
             token: Some(e.token),
             ended_at: Some(e.ended_at),

@@ -43,6 +43,7 @@ pub(crate) fn notify(
         key: key.to_string(),
         ts: ctx.now,
         body: body.to_string(),
+        user: Some(crate::identity::UnixUser::current()),
     };
     store.send(g, &msg)?;
     let mut ev = audit(ctx, "notify", key, to);
@@ -236,6 +237,7 @@ pub(crate) fn join(
         host: agent.host.clone(),
         boot_id: agent.boot_id.clone(),
         pid_ns: agent.pid_ns.clone(),
+        user: Some(crate::identity::UnixUser::current()),
     });
     store.write_queue(g, q)?;
     let mut ev = audit(ctx, "queue", &q.key, &agent.id);

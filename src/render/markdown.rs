@@ -259,7 +259,11 @@ fn freeze_words(f: &Freeze, key: &str, now: &Time) -> String {
 
 fn queue_words(q: &QueueView) -> String {
     match q.waiters.first() {
-        Some(next) => format!("{} waiting (next: {next})", q.length),
+        Some(next) => format!(
+            "{} waiting (next: {next}{})",
+            q.length,
+            crate::identity::other_user_suffix(q.waiter_users.first().and_then(Option::as_ref))
+        ),
         None => "0 waiting".into(),
     }
 }
@@ -329,7 +333,11 @@ fn inbox(r: &InboxReport) -> String {
             with_relative(&m.ts, &r.now),
             m.kind,
             code_cell(&m.key),
-            cell(m.from.as_deref().unwrap_or("tasklock")),
+            cell(&format!(
+                "{}{}",
+                m.from.as_deref().unwrap_or("tasklock"),
+                crate::identity::other_user_suffix(m.user.as_ref())
+            )),
             cell(&m.body)
         );
     }

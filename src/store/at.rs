@@ -24,6 +24,26 @@ use rustix::io::Errno;
 pub struct Dir {
     fd: OwnedFd,
     path: PathBuf,
+    /// Whether the lock directory is group-shared (see [`is_shared_mode`]): what is
+    /// created below it is then 0660 / 2770, else 0600 / 0700.
+    shared: bool,
+}
+
+/// Mode of every file tasklock creates in a private lock directory.
+pub const PRIVATE_FILE: u32 = 0o600;
+/// Mode of every directory tasklock creates in a private lock directory.
+pub const PRIVATE_DIR: u32 = 0o700;
+/// Mode of every file tasklock creates in a group-shared lock directory.
+pub const SHARED_FILE: u32 = 0o660;
+/// Mode of every directory in a group-shared lock directory (setgid: new entries get
+/// the directory's group).
+pub const SHARED_DIR: u32 = 0o2770;
+
+/// A lock directory is group-shared when it has the setgid bit and group write: only its
+/// owner (or root) can set those, so no other user can switch a directory to shared by
+/// planting a file.
+pub fn is_shared_mode(mode: u32) -> bool {
+    mode & (libc::S_ISGID | libc::S_IWGRP) == (libc::S_ISGID | libc::S_IWGRP)
 }
 
 const DIR_FLAGS: OFlags = OFlags::RDONLY
@@ -53,9 +73,15 @@ impl Dir {
     /// Open the directory at `path`; a symlink in its place is refused.
     pub fn open(path: &Path) -> io::Result<Dir> {
         let fd = rustix::fs::open(path, DIR_FLAGS, Mode::empty()).map_err(dir_error)?;
+        Self::from_fd(fd, path)
+    }
+
+    fn from_fd(fd: OwnedFd, path: &Path) -> io::Result<Dir> {
+        let shared = is_shared_mode(rustix::fs::fstat(&fd)?.st_mode);
         Ok(Dir {
             fd,
             path: path.to_path_buf(),
+            shared,
         })
     }
 
@@ -65,10 +91,40 @@ impl Dir {
     pub fn open_root(path: &Path) -> io::Result<Dir> {
         let flags = DIR_FLAGS.difference(OFlags::NOFOLLOW);
         let fd = rustix::fs::open(path, flags, Mode::empty()).map_err(dir_error)?;
-        Ok(Dir {
-            fd,
-            path: path.to_path_buf(),
-        })
+        Self::from_fd(fd, path)
+    }
+
+    /// Is this directory part of a group-shared lock directory?
+    pub fn shared(&self) -> bool {
+        self.shared
+    }
+
+    /// The mode files created here get.
+    pub fn file_mode(&self) -> u32 {
+        if self.shared {
+            SHARED_FILE
+        } else {
+            PRIVATE_FILE
+        }
+    }
+
+    /// The mode directories created here get.
+    pub fn dir_mode(&self) -> u32 {
+        if self.shared { SHARED_DIR } else { PRIVATE_DIR }
+    }
+
+    /// Give what was just created here its full mode: in a shared directory the umask
+    /// may have taken the group's bits away (a private mode only loses bits to a umask,
+    /// never gains any, so there is nothing to do there).
+    fn fix_mode(&self, fd: BorrowedFd<'_>, want: u32) -> io::Result<()> {
+        if !self.shared {
+            return Ok(());
+        }
+        let st = rustix::fs::fstat(fd)?;
+        if st.st_mode & 0o7777 != want {
+            rustix::fs::fchmod(fd, Mode::from_raw_mode(want))?;
+        }
+        Ok(())
     }
 
     pub fn path(&self) -> &Path {
@@ -87,20 +143,25 @@ impl Dir {
     /// otherwise. A symlink or file in its place is an error, never followed.
     pub fn sub(&self, name: &str, create: bool) -> io::Result<Option<Dir>> {
         let path = self.join(name);
+        let shared = self.shared;
         match rustix::fs::openat(&self.fd, name, DIR_FLAGS, Mode::empty()) {
-            Ok(fd) => return Ok(Some(Dir { fd, path })),
+            Ok(fd) => return Ok(Some(Dir { fd, path, shared })),
             Err(Errno::NOENT) if create => {}
             Err(Errno::NOENT) => return Ok(None),
             Err(e) => return Err(dir_error(e)),
         }
-        match rustix::fs::mkdirat(&self.fd, name, Mode::from_raw_mode(0o777)) {
+        let made = match rustix::fs::mkdirat(&self.fd, name, Mode::from_raw_mode(self.dir_mode())) {
             // Made by us or by another process meanwhile: either way it is opened
             // without following a symlink, so what was made is checked, not assumed.
-            Ok(()) | Err(Errno::EXIST) => {}
+            Ok(()) => true,
+            Err(Errno::EXIST) => false,
             Err(e) => return Err(e.into()),
-        }
+        };
         let fd = rustix::fs::openat(&self.fd, name, DIR_FLAGS, Mode::empty()).map_err(dir_error)?;
-        Ok(Some(Dir { fd, path }))
+        if made {
+            self.fix_mode(fd.as_fd(), self.dir_mode())?;
+        }
+        Ok(Some(Dir { fd, path, shared }))
     }
 
     /// A second descriptor of this directory with its own open file description (for a
@@ -129,23 +190,43 @@ impl Dir {
         regular(file).map(Some)
     }
 
-    /// Create `name`, which must not exist (a symlink there counts as existing).
-    pub fn create_new(&self, name: &str, mode: u32) -> io::Result<File> {
+    /// Create `name`, which must not exist (a symlink there counts as existing), with
+    /// this directory's file mode.
+    pub fn create_new(&self, name: &str) -> io::Result<File> {
         let flags =
             OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let mode = self.file_mode();
         let fd = rustix::fs::openat(&self.fd, name, flags, Mode::from_raw_mode(mode))?;
+        self.fix_mode(fd.as_fd(), mode)?;
         Ok(File::from(fd))
     }
 
     /// Open `name` for reading and writing, creating it when missing; only a regular
     /// file is accepted.
     pub fn open_rw(&self, name: &str, append: bool) -> io::Result<File> {
-        let mut flags =
-            OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+        let mut flags = OFlags::RDWR | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
         if append {
             flags |= OFlags::APPEND;
         }
-        let fd = rustix::fs::openat(&self.fd, name, flags, Mode::from_raw_mode(0o644))?;
+        // Opened as it is when it exists (the common case; an existing file's mode is
+        // left alone), else created with this directory's mode.
+        let mode = self.file_mode();
+        let fd = loop {
+            match rustix::fs::openat(&self.fd, name, flags, Mode::empty()) {
+                Err(Errno::NOENT) => {}
+                r => break r?,
+            }
+            let create = flags | OFlags::CREATE | OFlags::EXCL;
+            match rustix::fs::openat(&self.fd, name, create, Mode::from_raw_mode(mode)) {
+                Ok(fd) => {
+                    self.fix_mode(fd.as_fd(), mode)?;
+                    break fd;
+                }
+                // Made by another process meanwhile: open that one.
+                Err(Errno::EXIST) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        };
         let file = regular(File::from(fd))?;
         // Back to blocking: a regular file never blocks on O_NONBLOCK anyway, and the
         // flag must not leak into what std expects of the file.

@@ -18,6 +18,7 @@ pub mod freeze;
 pub mod queue;
 pub mod record;
 pub mod registry;
+pub mod sharing;
 
 use std::fs::File;
 use std::io::{ErrorKind, Read, Write};
@@ -106,7 +107,7 @@ impl FileStore {
         let dir = match Dir::open_root(root) {
             Ok(d) => d,
             Err(e) if e.kind() == ErrorKind::NotFound => {
-                std::fs::create_dir_all(root).map_err(|e| Error::io(root, e))?;
+                create_root(root)?;
                 Dir::open_root(root).map_err(|e| root_error(root, e))?
             }
             Err(e) => return Err(root_error(root, e)),
@@ -125,7 +126,7 @@ impl FileStore {
         if is_file(|n| n > 0) {
             return Ok(store);
         }
-        match store.dir.create_new(GI, 0o644) {
+        match store.dir.create_new(GI) {
             Ok(mut f) => f.write_all(b"*\n").map_err(|e| Error::io(&gi, e))?,
             // Left empty by a process killed between create and write: repair it.
             Err(e) if e.kind() == ErrorKind::AlreadyExists => {
@@ -156,6 +157,19 @@ impl FileStore {
 
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// Is the lock directory shared with its group (setgid and group-writable)?
+    pub fn shared(&self) -> bool {
+        self.dir.shared()
+    }
+
+    /// Create the file `name` in the lock directory with `bytes` (it must not exist),
+    /// with the directory's file mode.
+    pub fn create_file(&self, name: &str, bytes: &[u8]) -> Result<()> {
+        let path = self.root.join(name);
+        let mut f = self.dir.create_new(name).map_err(|e| Error::io(&path, e))?;
+        f.write_all(bytes).map_err(|e| Error::io(&path, e))
     }
 
     pub fn record_path(&self, key: &str) -> PathBuf {
@@ -557,10 +571,7 @@ impl FileStore {
     fn write_temp(&self, g: &Guard, bytes: &[u8]) -> Result<String> {
         let name = format!("{}.tmp", std::process::id());
         let path = g.tmp.join(&name);
-        let mut f = g
-            .tmp
-            .create_new(&name, 0o644)
-            .map_err(|e| Error::io(&path, e))?;
+        let mut f = g.tmp.create_new(&name).map_err(|e| Error::io(&path, e))?;
         f.write_all(bytes).map_err(|e| {
             let _ = g.tmp.unlink(&name);
             Error::io(&path, e)
@@ -662,6 +673,23 @@ impl FileStore {
         let c = crate::config::Config::load(&self.root)?;
         let _ = self.cfg.set(c.clone());
         Ok(c)
+    }
+}
+
+/// Make the lock directory (and what is missing above it, with the usual modes): a new
+/// lock directory is private, 0700, whatever the umask.
+pub fn create_root(root: &Path) -> Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    if let Some(parent) = root.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
+    }
+    match std::fs::DirBuilder::new()
+        .mode(at::PRIVATE_DIR)
+        .create(root)
+    {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(Error::io(root, e)),
     }
 }
 

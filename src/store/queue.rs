@@ -29,6 +29,9 @@ pub struct Waiter {
     pub boot_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pid_ns: Option<String>,
+    /// The Unix user who queued (absent in queues of older versions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<crate::identity::UnixUser>,
 }
 
 /// A free key held back for the head of its queue until `until`.
@@ -80,6 +83,9 @@ pub struct Message {
     pub key: String,
     pub ts: Time,
     pub body: String,
+    /// The Unix user whose tasklock wrote it (absent in messages of older versions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<crate::identity::UnixUser>,
 }
 
 const QUEUES: &str = "queues";

@@ -107,6 +107,8 @@ macro_rules! snap {
             ),
             "[HOST]",
         );
+        // The Unix user tasklock records (whoever runs the tests).
+        settings.add_filter(r#"\{\s*"name":\s*"[^"]*",\s*"uid":\s*\d+\s*\}"#, "[USER]");
         settings.bind(|| insta::assert_snapshot!($name, $run.text()));
     }};
 }
