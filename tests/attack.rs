@@ -479,37 +479,6 @@ fn a_socket_planted_in_keys_is_a_damaged_row_not_a_failure() {
     assert_eq!(r.code, 1, "{}", r.text());
 }
 
-/// An unprivileged user made for the test (reused when it exists).
-fn test_user() -> (u32, u32) {
-    let name = "tasklock-test";
-    let id = |flag: &str| -> Option<u32> {
-        let out = Command::new("id").args([flag, name]).output().ok()?;
-        String::from_utf8(out.stdout).ok()?.trim().parse().ok()
-    };
-    if id("-u").is_none() {
-        let out = Command::new("useradd")
-            .args([
-                "--system",
-                "--no-create-home",
-                "--shell",
-                "/usr/sbin/nologin",
-                name,
-            ])
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run useradd to make a test user: {e}"));
-        // Another test process may have made it meanwhile.
-        assert!(
-            out.status.success() || id("-u").is_some(),
-            "cannot create the unprivileged test user {name}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    (
-        id("-u").expect("test user uid"),
-        id("-g").expect("test user gid"),
-    )
-}
-
 #[test]
 fn a_record_another_user_cannot_read_does_not_fail_commands_for_everyone() {
     // SAFETY: geteuid has no preconditions.
@@ -518,7 +487,8 @@ fn a_record_another_user_cannot_read_does_not_fail_commands_for_everyone() {
         0,
         "this test creates a user and must run as root (CI does)"
     );
-    let (uid, gid) = test_user();
+    let user = TestUser::create("tl-a", false);
+    let (uid, gid) = (user.uid, user.gid);
     let e = Env::new();
     e.ok("root-agent", &["checkout", "warm"]);
     // A shared lock directory everyone may write to.

@@ -205,87 +205,20 @@ fn inside_git_the_first_use_still_creates_the_root_lock_directory() {
 // ---------------------------------------------------------------------------------------
 // Lock directories owned by another user
 
-/// A real unprivileged user for the test, removed again on drop.
-struct User {
-    name: String,
-    uid: u32,
-    gid: u32,
-}
-
-impl User {
-    fn create() -> User {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos();
-        let name = format!("tasklock-t-{:x}{:x}", std::process::id(), nanos % 0xfffff);
-        let mut last = String::new();
-        // useradd refuses while another process holds /etc/passwd's lock: retry a little.
-        for _ in 0..50 {
-            let out = Command::new("useradd")
-                .args([
-                    "--system",
-                    "--no-create-home",
-                    "--shell",
-                    "/usr/sbin/nologin",
-                ])
-                .arg(&name)
-                .output()
-                .unwrap_or_else(|e| panic!("cannot run useradd to create a test user: {e}"));
-            if out.status.success() {
-                let id = |flag: &str| -> u32 {
-                    let out = Command::new("id").arg(flag).arg(&name).output().unwrap();
-                    String::from_utf8(out.stdout)
-                        .unwrap()
-                        .trim()
-                        .parse()
-                        .unwrap()
-                };
-                let user = User {
-                    uid: id("-u"),
-                    gid: id("-g"),
-                    name,
-                };
-                assert_ne!(user.uid, 0, "the test user must not be root");
-                return user;
-            }
-            last = String::from_utf8_lossy(&out.stderr).into_owned();
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
-        panic!("cannot create the test user {name} (these tests run as root): {last}");
-    }
-
-    /// `tasklock ARGS` in `cwd`, run as this user.
-    fn cmd_in(&self, cwd: &Path, args: &[&str]) -> Command {
-        let mut cmd = Command::new("setpriv");
-        scrub(&mut cmd);
-        cmd.arg(format!("--reuid={}", self.uid))
-            .arg(format!("--regid={}", self.gid))
-            .arg("--clear-groups")
-            .arg(BIN)
-            .args(args)
-            .env("TASKLOCK_NOW", T0)
-            .env("HOME", "/nonexistent")
-            .current_dir(cwd)
-            .stdin(Stdio::null());
-        cmd
-    }
-}
-
-impl Drop for User {
-    fn drop(&mut self) {
-        for _ in 0..50 {
-            let ok = Command::new("userdel")
-                .arg(&self.name)
-                .status()
-                .is_ok_and(|s| s.success());
-            if ok {
-                return;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
-        eprintln!("could not remove the test user {}", self.name);
-    }
+/// `tasklock ARGS` in `cwd`, run as `user`.
+fn cmd_as(user: &TestUser, cwd: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new("setpriv");
+    scrub(&mut cmd);
+    cmd.arg(format!("--reuid={}", user.uid))
+        .arg(format!("--regid={}", user.gid))
+        .arg("--clear-groups")
+        .arg(BIN)
+        .args(args)
+        .env("TASKLOCK_NOW", T0)
+        .env("HOME", "/nonexistent")
+        .current_dir(cwd)
+        .stdin(Stdio::null());
+    cmd
 }
 
 fn chown(path: &Path, uid: u32, gid: u32) {
@@ -299,7 +232,7 @@ fn chmod(path: &Path, mode: u32) {
 
 #[test]
 fn a_lock_directory_planted_by_another_user_is_refused_not_used() {
-    let user = User::create();
+    let user = TestUser::create("tasklock-t", false);
     let tmp = clean_tmp();
     let x = tmp.path().join("x");
     let repo = x.join("repo");
@@ -429,7 +362,7 @@ fn a_lock_directory_planted_by_another_user_is_refused_not_used() {
 
 #[test]
 fn a_foreign_lock_directory_nearer_than_the_project_root_stops_init_too() {
-    let user = User::create();
+    let user = TestUser::create("tasklock-t", false);
     let tmp = clean_tmp();
     let repo = tmp.path().join("repo");
     let sub = repo.join("sub");
@@ -463,7 +396,7 @@ fn a_foreign_lock_directory_nearer_than_the_project_root_stops_init_too() {
 
 #[test]
 fn an_unprivileged_user_accepts_root_and_own_lock_directories_but_not_others() {
-    let user = User::create();
+    let user = TestUser::create("tasklock-t", false);
     let tmp = clean_tmp();
     chmod(tmp.path(), 0o755);
     // Root's shared lock directory, writable by all: accepted.
@@ -471,7 +404,8 @@ fn an_unprivileged_user_accepts_root_and_own_lock_directories_but_not_others() {
     std::fs::create_dir_all(shared.join("proj")).unwrap();
     std::fs::create_dir(shared.join(".locks")).unwrap();
     chmod(&shared.join(".locks"), 0o1777);
-    let r = exec(user.cmd_in(
+    let r = exec(cmd_as(
+        &user,
         &shared.join("proj"),
         &["checkout", "task-1", "--agent", "u"],
     ));
@@ -483,7 +417,11 @@ fn an_unprivileged_user_accepts_root_and_own_lock_directories_but_not_others() {
     std::fs::create_dir_all(mine.join(".locks")).unwrap();
     std::fs::create_dir_all(mine.join("proj")).unwrap();
     chown(&mine.join(".locks"), user.uid, user.gid);
-    let r = exec(user.cmd_in(&mine.join("proj"), &["checkout", "task-1", "--agent", "u"]));
+    let r = exec(cmd_as(
+        &user,
+        &mine.join("proj"),
+        &["checkout", "task-1", "--agent", "u"],
+    ));
     assert_eq!(r.code, 0, "{}", r.text());
 
     // One that another (non-root) user owns: refused, for it as for root.
@@ -492,7 +430,8 @@ fn an_unprivileged_user_accepts_root_and_own_lock_directories_but_not_others() {
     std::fs::create_dir_all(theirs.join("proj")).unwrap();
     chmod(&theirs.join(".locks"), 0o777);
     chown(&theirs.join(".locks"), 1, 1);
-    let r = exec(user.cmd_in(
+    let r = exec(cmd_as(
+        &user,
         &theirs.join("proj"),
         &["checkout", "task-1", "--agent", "u"],
     ));

@@ -23,7 +23,7 @@ fn scrub(cmd: &mut Command) {
 /// `sh -c 'umask U; exec tasklock --dir DIR ARGS'`, optionally through `setpriv` as
 /// another user with the extra group `group`.
 fn tl(
-    user: Option<(&User, Option<u32>)>,
+    user: Option<(&TestUser, Option<u32>)>,
     umask: &str,
     dir: &Path,
     cwd: &Path,
@@ -63,95 +63,6 @@ fn ok(r: Run) -> Run {
     r
 }
 
-/// A real unprivileged user (and, when asked, a group) for the test, removed on drop.
-struct User {
-    name: String,
-    uid: u32,
-    gid: u32,
-    group: Option<(String, u32)>,
-}
-
-fn retry(what: &str, mut f: impl FnMut() -> std::process::Output) {
-    let mut last = String::new();
-    // useradd/groupadd refuse while another process holds /etc/passwd's lock.
-    for _ in 0..50 {
-        let out = f();
-        if out.status.success() {
-            return;
-        }
-        last = String::from_utf8_lossy(&out.stderr).into_owned();
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    panic!("cannot {what} (these tests run as root and need useradd/groupadd): {last}");
-}
-
-fn id(flag: &str, name: &str) -> u32 {
-    let out = Command::new("id").arg(flag).arg(name).output().unwrap();
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap()
-}
-
-impl User {
-    fn create(with_group: bool) -> User {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos();
-        let name = format!("tl-s-{:x}{:x}", std::process::id(), nanos % 0xfffff);
-        retry(&format!("create the test user {name}"), || {
-            Command::new("useradd")
-                .args([
-                    "--system",
-                    "--no-create-home",
-                    "--shell",
-                    "/usr/sbin/nologin",
-                ])
-                .arg(&name)
-                .output()
-                .expect("run useradd")
-        });
-        let group = with_group.then(|| {
-            let g = format!("{name}g");
-            retry(&format!("create the test group {g}"), || {
-                Command::new("groupadd")
-                    .args(["--system"])
-                    .arg(&g)
-                    .output()
-                    .expect("run groupadd")
-            });
-            let gid = std::fs::read_to_string("/etc/group")
-                .unwrap()
-                .lines()
-                .find_map(|l| {
-                    let f: Vec<&str> = l.split(':').collect();
-                    (f[0] == g).then(|| f[2].parse::<u32>().unwrap())
-                })
-                .expect("the new group is in /etc/group");
-            (g, gid)
-        });
-        let user = User {
-            uid: id("-u", &name),
-            gid: id("-g", &name),
-            name,
-            group,
-        };
-        assert_ne!(user.uid, 0, "the test user must not be root");
-        user
-    }
-}
-
-impl Drop for User {
-    fn drop(&mut self) {
-        let _ = Command::new("userdel").arg(&self.name).status();
-        if let Some((g, _)) = &self.group {
-            let _ = Command::new("groupdel").arg(g).status();
-        }
-    }
-}
-
 fn chmod(path: &Path, mode: u32) {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
@@ -176,7 +87,7 @@ fn walk(root: &Path) -> Vec<(PathBuf, bool, u32, u32)> {
 
 #[test]
 fn a_private_lock_directory_is_0600_and_0700_whatever_the_umask_and_others_cannot_read_it() {
-    let user = User::create(false);
+    let user = TestUser::create("tl-s", false);
     let tmp = tempfile::tempdir().unwrap();
     chmod(tmp.path(), 0o755);
     let dir = tmp.path().join(".locks");
@@ -297,7 +208,7 @@ fn a_private_lock_directory_is_0600_and_0700_whatever_the_umask_and_others_canno
 
 #[test]
 fn a_shared_lock_directory_is_usable_by_every_member_and_shows_who_wrote_what() {
-    let user = User::create(true);
+    let user = TestUser::create("tl-s", true);
     let (group, gid) = user.group.clone().unwrap();
     let tmp = tempfile::tempdir().unwrap();
     chmod(tmp.path(), 0o755);

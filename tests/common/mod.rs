@@ -135,3 +135,108 @@ pub fn audit(dir: &Path) -> Vec<Value> {
         .map(|l| serde_json::from_str(l).expect("audit line is JSON"))
         .collect()
 }
+
+/// A real unprivileged Unix user (and, when asked, a group of its own) made for a test
+/// and removed again on drop. Needs root, as CI has; without it the test fails saying so.
+pub struct TestUser {
+    pub name: String,
+    pub uid: u32,
+    pub gid: u32,
+    /// The extra group (name, gid), when asked for.
+    pub group: Option<(String, u32)>,
+}
+
+/// Run `f` until it succeeds: useradd, groupadd and userdel refuse while another process
+/// (another test) holds /etc/passwd's lock.
+fn retry_passwd(what: &str, mut f: impl FnMut() -> std::process::Output) {
+    let mut last = String::new();
+    for _ in 0..50 {
+        let out = f();
+        if out.status.success() {
+            return;
+        }
+        last = String::from_utf8_lossy(&out.stderr).into_owned();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    panic!("cannot {what} (these tests run as root and need useradd/groupadd): {last}");
+}
+
+fn id_of(flag: &str, name: &str) -> u32 {
+    let out = Command::new("id").arg(flag).arg(name).output().unwrap();
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("`id {flag} {name}`: {e}"))
+}
+
+impl TestUser {
+    /// A new user named `PREFIX-<unique>`, with a group of its own when `with_group`.
+    pub fn create(prefix: &str, with_group: bool) -> TestUser {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        let name = format!("{prefix}-{:x}{:x}", std::process::id(), nanos % 0xfffff);
+        retry_passwd(&format!("create the test user {name}"), || {
+            Command::new("useradd")
+                .args([
+                    "--system",
+                    "--no-create-home",
+                    "--shell",
+                    "/usr/sbin/nologin",
+                ])
+                .arg(&name)
+                .output()
+                .unwrap_or_else(|e| panic!("cannot run useradd to create a test user: {e}"))
+        });
+        let group = with_group.then(|| {
+            let g = format!("{name}g");
+            retry_passwd(&format!("create the test group {g}"), || {
+                Command::new("groupadd")
+                    .args(["--system"])
+                    .arg(&g)
+                    .output()
+                    .unwrap_or_else(|e| panic!("cannot run groupadd: {e}"))
+            });
+            let gid = std::fs::read_to_string("/etc/group")
+                .unwrap()
+                .lines()
+                .find_map(|l| {
+                    let f: Vec<&str> = l.split(':').collect();
+                    (f[0] == g).then(|| f[2].parse::<u32>().unwrap())
+                })
+                .expect("the new group is in /etc/group");
+            (g, gid)
+        });
+        let user = TestUser {
+            uid: id_of("-u", &name),
+            gid: id_of("-g", &name),
+            name,
+            group,
+        };
+        assert_ne!(user.uid, 0, "the test user must not be root");
+        user
+    }
+}
+
+impl Drop for TestUser {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        let gone = |o: std::process::Output| o.status.success();
+        for _ in 0..50 {
+            if Command::new("userdel").arg(&name).output().is_ok_and(gone) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        if let Some((g, _)) = &self.group {
+            for _ in 0..50 {
+                if Command::new("groupdel").arg(g).output().is_ok_and(gone) {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+        }
+    }
+}
