@@ -2,7 +2,7 @@
 //! or refused, a clock far behind never moves a lease backwards, a hostile or broken
 //! `config.yaml` fails fast and quietly, a side effect that fails after a change was
 //! made is a warning (never exit 1 with the change kept), and a watcher whose process
-//! was superseded leaves the agent's checkouts alone.
+//! was superseded follows the agent's new process instead of ending the agent.
 
 mod common;
 use common::*;
@@ -366,7 +366,7 @@ fn a_release_with_an_unreadable_queue_still_releases() {
 }
 
 #[test]
-fn a_watcher_whose_process_was_superseded_keeps_the_agents_checkouts() {
+fn a_watcher_follows_the_process_its_agent_registered_since() {
     use std::io::Read;
     use std::process::{Command, Stdio};
     use std::time::{Duration, Instant};
@@ -406,8 +406,20 @@ fn a_watcher_whose_process_was_superseded_keeps_the_agents_checkouts() {
         registered(&new_pid),
         "a watcher beat re-registered its own pid"
     );
+    // The old process dies: the agent lives on in its new one, so nothing is released
+    // and the watcher goes on, watching the new process.
     old.kill().unwrap();
     old.wait().unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        watcher.try_wait().unwrap().is_none(),
+        "the watcher stopped when the superseded process died"
+    );
+    let s = e.ok("z", &["status", "task-1", "--json"]);
+    assert_eq!(s.json()["checkout"]["agent"]["id"], "x", "{}", s.stdout);
+    // The new process dies too: now the agent's checkouts end at once.
+    new.kill().unwrap();
+    new.wait().unwrap();
     let start = Instant::now();
     let status = loop {
         if let Some(s) = watcher.try_wait().unwrap() {
@@ -435,14 +447,74 @@ fn a_watcher_whose_process_was_superseded_keeps_the_agents_checkouts() {
         .unwrap();
     let run = Run {
         code: status.code().unwrap(),
-        stdout: out.replace(&old_pid, "[OLD_PID]"),
+        stdout: out.replace(&new_pid, "[NEW_PID]"),
         stderr: err,
+    };
+    snap!(e, "watch_follows_the_new_process", run);
+    assert_eq!(run.code, 0);
+    let s = e.run(Some("z"), &["status", "task-1", "--json"]);
+    assert_eq!(s.json()["outcome"], "free", "{}", s.stdout);
+}
+
+#[test]
+fn a_watcher_stops_when_its_agent_moved_to_a_process_it_cannot_watch() {
+    use std::io::Read;
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+    let e = Env::new();
+    let mut old = Command::new("sleep").arg("60").spawn().unwrap();
+    let old_pid = old.id().to_string();
+    e.ok("x", &["checkout", "task-1"]);
+    let mut watcher = base_cmd(&e.now)
+        .arg("--dir")
+        .arg(e.dir())
+        .args(["--agent", "x", "heartbeat", "--watch", "--pid", &old_pid])
+        .args(["--interval", "1s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let entry = e.dir().join("agents").join("x");
+    let start = Instant::now();
+    while !std::fs::read_to_string(&entry).is_ok_and(|t| t.contains(&old_pid)) {
+        assert!(start.elapsed() < Duration::from_secs(10), "no first beat");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The agent now runs on another machine: its registered process cannot be checked
+    // from here, so the watcher cannot follow it.
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&entry).unwrap()).unwrap();
+    v["host"] = "another-host".into();
+    v["pid"] = 4242.into();
+    v["pid_start"] = 1.into();
+    std::fs::write(&entry, v.to_string()).unwrap();
+    old.kill().unwrap();
+    old.wait().unwrap();
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = watcher.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the watcher did not stop"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut out = String::new();
+    watcher
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    let run = Run {
+        code: status.code().unwrap(),
+        stdout: out.replace(&old_pid, "[OLD_PID]"),
+        stderr: String::new(),
     };
     snap!(e, "watch_superseded", run);
     assert_eq!(run.code, 0);
-    // The agent lives in its new process: its checkout stays.
     let s = e.ok("z", &["status", "task-1", "--json"]);
     assert_eq!(s.json()["checkout"]["agent"]["id"], "x", "{}", s.stdout);
-    let _ = new.kill();
-    let _ = new.wait();
 }

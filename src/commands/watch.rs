@@ -20,15 +20,21 @@ pub fn run(
     detach: bool,
     after_beat: bool,
 ) -> Result<Report> {
-    let pid = pid.or_else(super::hook::claude_pid).ok_or_else(|| {
+    let mut pid = pid.or_else(super::hook::claude_pid).ok_or_else(|| {
         Error::Usage("--watch needs --pid PID: no Claude Code process or parent shell found".into())
     })?;
     let agent = ctx.agent()?;
-    let start = match liveness::start_time(pid) {
+    let mut start = match liveness::start_time(pid) {
         Some(start) => start,
         // Started by --detach, which checked the process and recorded it: it died
         // before this watcher got going, so do at once what the watcher is for.
-        None if after_beat => return died(ctx, &agent, pid, None, 0),
+        None if after_beat => match died(ctx, &agent, pid, None, 0)? {
+            Died::Follow(next, next_start) => {
+                pid = next;
+                next_start
+            }
+            Died::Ended(report) => return Ok(*report),
+        },
         None => {
             return Err(Error::Usage(format!(
                 "--pid {pid}: no such process on this host"
@@ -101,25 +107,42 @@ pub fn run(
                 Proc::Running | Proc::Unknown => false,
             };
             if gone {
-                return died(ctx, &agent, pid, Some(start), beats);
+                match died(ctx, &agent, pid, Some(start), beats)? {
+                    Died::Follow(next, next_start) => {
+                        // The agent lives on in the process it registered since: watch
+                        // that one now, so its death still ends the agent at once.
+                        pid = next;
+                        start = next_start;
+                    }
+                    Died::Ended(report) => return Ok(*report),
+                }
             }
             std::thread::sleep(POLL.min(next.saturating_duration_since(Instant::now())));
         }
     }
 }
 
+/// What a watcher does when its process is gone.
+enum Died {
+    /// The agent registered another process since, alive on this host: watch it.
+    Follow(u32, u64),
+    /// Done: the agent ended with its process (`process_exited`), or lives on in a
+    /// process that cannot be watched from here (`superseded`).
+    Ended(Box<Report>),
+}
+
 /// The watched process is gone. It ends the agent only if it is still the agent's
 /// registered process: when the agent registered another process since (a new Claude
-/// Code process for the session, `heartbeat --pid` from elsewhere) and that one is alive
-/// (or cannot be judged from here), the agent lives on and this watcher just stops
-/// (`superseded`), its checkouts kept.
+/// Code process for the session, `heartbeat --pid` from elsewhere) and that one is
+/// alive, the agent lives on and this watcher follows that process, or stops
+/// (`superseded`) when it runs where it cannot be checked from here (another host).
 fn died(
     ctx: &Ctx,
     agent: &crate::identity::Agent,
     pid: u32,
     start: Option<u64>,
     beats: u64,
-) -> Result<Report> {
+) -> Result<Died> {
     let now = ctx.at_now(&agent.id)?;
     if let Some(store) = now.existing_store()?
         && let Some(entry) = store.read_agent(&agent.id)?
@@ -127,30 +150,42 @@ fn died(
         && let Some(other) = entry.pid
     {
         let ours = other == pid && (start.is_none() || entry.pid_start == start);
-        let alive = !ours
-            && match liveness::check_process(
+        if !ours {
+            match liveness::check_process(
                 &entry.host,
                 entry.boot_id.as_deref(),
                 entry.pid_ns.as_deref(),
                 other,
                 entry.pid_start,
             ) {
-                Proc::Running | Proc::Unknown => true,
-                Proc::Gone | Proc::Reused => false,
-            };
-        if alive {
-            return Ok(report(ctx, &agent.id, pid, "superseded", beats, Vec::new()));
+                Proc::Running => {
+                    if let Some(s) = entry.pid_start.or_else(|| liveness::start_time(other)) {
+                        return Ok(Died::Follow(other, s));
+                    }
+                }
+                Proc::Unknown => {
+                    return Ok(Died::Ended(Box::new(report(
+                        ctx,
+                        &agent.id,
+                        pid,
+                        "superseded",
+                        beats,
+                        Vec::new(),
+                    ))));
+                }
+                Proc::Gone | Proc::Reused => {}
+            }
         }
     }
     let released = release_all(&now, &agent.id)?;
-    Ok(report(
+    Ok(Died::Ended(Box::new(report(
         ctx,
         &agent.id,
         pid,
         "process_exited",
         beats,
         released,
-    ))
+    ))))
 }
 
 /// The process the agent registered (pid and start time), if any.

@@ -989,7 +989,7 @@ fn watch(r: &WatchReport) -> String {
             r.agent
         ),
         "superseded" => format!(
-            "Process {} of {} exited, but {} has registered another live process since; checkouts kept, this watcher stopped.\n",
+            "Process {} of {} exited, but {} has registered another process since, one this watcher cannot check from here (another host); checkouts kept, this watcher stopped.\n",
             r.pid, r.agent, r.agent
         ),
         "process_exited" => format!(
