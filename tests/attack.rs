@@ -554,3 +554,152 @@ unsafe extern "C" {
     #[link_name = "geteuid"]
     fn libc_geteuid() -> u32;
 }
+
+/// The swapper of the test below, run as the unprivileged user: swaps each subdirectory
+/// of the lock directory for a symlink to the victim and back, for SECONDS seconds, and
+/// prints how many swaps it made.
+const UNPRIVILEGED_SWAPPER: &str = r#"
+import os, sys, time
+locks, victim, seconds, names = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4:]
+end = time.time() + seconds
+swaps = 0
+n = 0
+while time.time() < end:
+    for name in names:
+        real = os.path.join(locks, name)
+        stash = os.path.join(locks, ".stash-%d" % n)
+        n += 1
+        try:
+            os.rename(real, stash)
+        except OSError:
+            continue
+        try:
+            os.symlink(victim, real)
+            swaps += 1
+        except OSError:
+            pass
+        time.sleep(0.0001 * (n % 3))
+        try:
+            os.unlink(real)
+        except OSError:
+            pass
+        try:
+            os.rename(stash, real)
+        except OSError:
+            pass  # tasklock made a fresh one meanwhile: keep that, leave ours aside
+print(swaps)
+"#;
+
+#[test]
+fn an_unprivileged_user_swapping_directories_never_makes_roots_commands_write_outside() {
+    // The reported attack as it happens: another user who may write in the lock
+    // directory (here it is 0777) swaps its subdirectories for links to a directory only
+    // root may change, while root's commands run. Against the store before it worked
+    // through directory descriptors, this swapper made root's commands delete 125 of
+    // 128 canary files in 6 s.
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "this test runs as root (as CI does): it needs a second, unprivileged user"
+    );
+    let e = Env::new();
+    for a in ["r1", "r2"] {
+        e.ok(a, &["checkout", &format!("warm-{a}")]);
+        e.ok(a, &["note", &format!("warm-{a}"), "warm"]);
+        e.ok(a, &["release", &format!("warm-{a}")]);
+    }
+    std::fs::create_dir_all(e.dir().join("watchers")).unwrap();
+    let victim = e.tmp.path().join("victim");
+    std::fs::create_dir(&victim).unwrap();
+    for i in 0..64 {
+        for n in [format!("k{i}"), format!("k{i}.jsonl"), format!("{i}.tmp")] {
+            std::fs::write(victim.join(&n), format!("canary {n}")).unwrap();
+        }
+    }
+    let before = tree(&victim);
+    use std::os::unix::fs::PermissionsExt;
+    let open = |p: &Path, mode| std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode));
+    open(e.tmp.path(), 0o755).unwrap();
+    open(&victim, 0o755).unwrap();
+    open(&e.dir(), 0o777).unwrap();
+
+    let user = TestUser::create("tl-x", false);
+    let seconds = 6;
+    let swapper = Command::new("setpriv")
+        .arg(format!("--reuid={}", user.uid))
+        .arg(format!("--regid={}", user.gid))
+        .arg("--clear-groups")
+        .args(["/usr/bin/python3", "-c", UNPRIVILEGED_SWAPPER])
+        .arg(e.dir())
+        .arg(&victim)
+        .arg(seconds.to_string())
+        // tmp/ and keys/ twice as often: the commands sweep and replace files there.
+        .args(["tmp", "keys"])
+        .args(SUBDIRS)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("setpriv and /usr/bin/python3 run the swapper as the test user");
+
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let workers: Vec<_> = ["r1", "r2", "r3"]
+        .iter()
+        .enumerate()
+        .map(|(n, agent)| {
+            let (e_dir, now, agent) = (e.dir(), e.now.clone(), agent.to_string());
+            std::thread::spawn(move || {
+                let mut ops = 0usize;
+                let mut i = 0;
+                while Instant::now() < deadline {
+                    let key = format!("k{}", n * 8 + i % 8);
+                    let args: Vec<&str> = match i % 5 {
+                        0 => vec!["checkout", &key],
+                        1 => vec!["note", &key, "progress"],
+                        2 => vec!["heartbeat"],
+                        3 => vec!["renew", &key],
+                        _ => vec!["release", &key, "--note", "done"],
+                    };
+                    let status = base_cmd(&now)
+                        .arg("--dir")
+                        .arg(&e_dir)
+                        .args(&args)
+                        .args(["--agent", &agent])
+                        .stdout(Stdio::null())
+                        .stderr(Stdio::null())
+                        .status()
+                        .unwrap();
+                    let code = status
+                        .code()
+                        .unwrap_or_else(|| panic!("{args:?} was killed by a signal"));
+                    assert!([0, 1, 2, 3].contains(&code), "{args:?}: exit {code}");
+                    ops += 1;
+                    i += 1;
+                }
+                ops
+            })
+        })
+        .collect();
+    let ops: usize = workers.into_iter().map(|w| w.join().unwrap()).sum();
+    let out = swapper.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "the swapper failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let swaps: usize = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("the swapper prints its count");
+    eprintln!(
+        "unprivileged attack: {ops} commands by root, {swaps} directory swaps by uid {}",
+        user.uid
+    );
+    assert!(swaps >= 100, "too few swaps to mean anything: {swaps}");
+    assert!(ops >= 100, "too few commands to mean anything: {ops}");
+    assert_eq!(
+        tree(&victim),
+        before,
+        "root's commands changed the directory the other user pointed them to"
+    );
+}
