@@ -289,8 +289,89 @@ fn deleting_the_guard_in_a_loop_never_gives_two_holders_or_one_token_twice() {
             }
         })
     };
+    guard_race(&e, 40, || {
+        stop.store(true, Ordering::Relaxed);
+        attacker.join().unwrap();
+        deletions.load(Ordering::Relaxed)
+    });
+}
 
-    let rounds = 40;
+/// The attacker of the test below, run as the unprivileged user: deletes `.guard` (and
+/// now and then `counter`) until SIGTERM (or SECONDS seconds) and prints how often it
+/// deleted `.guard`.
+const UNPRIVILEGED_GUARD_DELETER: &str = r#"
+import os, signal, sys, time
+locks, seconds = sys.argv[1], float(sys.argv[2])
+stop = []
+signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+end = time.time() + seconds
+deleted = 0
+i = 0
+while time.time() < end and not stop:
+    try:
+        os.unlink(os.path.join(locks, ".guard"))
+        deleted += 1
+    except OSError:
+        pass
+    i += 1
+    if i % 50 == 0:
+        try:
+            os.unlink(os.path.join(locks, "counter"))
+        except OSError:
+            pass
+    time.sleep(0.0002)
+print(deleted)
+"#;
+
+#[test]
+fn an_unprivileged_user_deleting_the_guard_never_gives_two_holders_or_one_token_twice() {
+    // As reported: another user who may write in the lock directory (0777 here) deletes
+    // `.guard` while root's commands race for keys.
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "this test runs as root (as CI does): it needs a second, unprivileged user"
+    );
+    let e = Env::new();
+    e.ok("warm", &["checkout", "warm"]);
+    use std::os::unix::fs::PermissionsExt;
+    let open = |p: &Path, mode| std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode));
+    open(e.tmp.path(), 0o755).unwrap();
+    open(&e.dir(), 0o777).unwrap();
+    let user = TestUser::create("tl-g", false);
+    let attacker = Command::new("setpriv")
+        .arg(format!("--reuid={}", user.uid))
+        .arg(format!("--regid={}", user.gid))
+        .arg("--clear-groups")
+        .args(["/usr/bin/python3", "-c", UNPRIVILEGED_GUARD_DELETER])
+        .arg(e.dir())
+        .arg("600")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("setpriv and /usr/bin/python3 run the attacker as the test user");
+    let pid = attacker.id();
+    guard_race(&e, 24, move || {
+        // SAFETY: kill has no memory-safety preconditions. The attacker stops at SIGTERM
+        // and prints its count.
+        unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+        let out = attacker.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        text.trim().parse().unwrap_or_else(|_| {
+            panic!(
+                "the attacker printed no count: {text:?} {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
+    });
+    drop(user);
+}
+
+/// `rounds` rounds of 8 processes racing to check out a fresh key while an attacker
+/// deletes `.guard`; `stop` stops the attacker and says how often it deleted it. Every
+/// key has one winner and every acquire token is unique.
+fn guard_race(e: &Env, rounds: usize, stop: impl FnOnce() -> usize) {
     let contenders = 8;
     let mut winners_per_key: HashMap<String, usize> = HashMap::new();
     let started = Instant::now();
@@ -298,7 +379,7 @@ fn deleting_the_guard_in_a_loop_never_gives_two_holders_or_one_token_twice() {
         let key = format!("fresh-{round}");
         let children: Vec<_> = (0..contenders)
             .map(|c| {
-                cmd(&e, &format!("agent-{c}"), &["checkout", &key, "--json"])
+                cmd(e, &format!("agent-{c}"), &["checkout", &key, "--json"])
                     .spawn()
                     .unwrap()
             })
@@ -320,9 +401,7 @@ fn deleting_the_guard_in_a_loop_never_gives_two_holders_or_one_token_twice() {
         let _ = e.run(Some(&a), &["checkout", "churn"]);
         let _ = e.run(Some(&a), &["release", "churn"]);
     }
-    stop.store(true, Ordering::Relaxed);
-    attacker.join().unwrap();
-    let deletions = deletions.load(Ordering::Relaxed);
+    let deletions = stop();
     eprintln!(
         "guard attack: {rounds} rounds x {contenders} contenders in {:?}, .guard deleted {deletions} times",
         started.elapsed()
