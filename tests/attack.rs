@@ -782,3 +782,62 @@ fn an_unprivileged_user_swapping_directories_never_makes_roots_commands_write_ou
         "root's commands changed the directory the other user pointed them to"
     );
 }
+
+#[test]
+fn fifos_planted_by_an_unprivileged_user_never_hang_roots_commands() {
+    // As reported: another user who may write in the lock directory (0777 here) replaces
+    // audit.jsonl and config.yaml with FIFOs; root's commands must not block on them.
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "this test runs as root (as CI does): it needs a second, unprivileged user"
+    );
+    let limit = Duration::from_secs(10);
+    let e = Env::new();
+    e.ok("a", &["checkout", "k"]);
+    use std::os::unix::fs::PermissionsExt;
+    let open = |p: &Path, mode| std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode));
+    open(e.tmp.path(), 0o755).unwrap();
+    open(&e.dir(), 0o777).unwrap();
+    let user = TestUser::create("tl-f", false);
+    let plant = Command::new("setpriv")
+        .arg(format!("--reuid={}", user.uid))
+        .arg(format!("--regid={}", user.gid))
+        .arg("--clear-groups")
+        .args([
+            "/usr/bin/python3",
+            "-c",
+            "import os, sys\nfor n in ('audit.jsonl', 'config.yaml'):\n    p = os.path.join(sys.argv[1], n)\n    if os.path.lexists(p): os.unlink(p)\n    os.mkfifo(p)",
+        ])
+        .arg(e.dir())
+        .output()
+        .unwrap();
+    assert!(
+        plant.status.success(),
+        "the test user could not plant the FIFOs: {}",
+        String::from_utf8_lossy(&plant.stderr)
+    );
+    let meta = std::fs::symlink_metadata(e.dir().join("audit.jsonl")).unwrap();
+    assert_eq!(
+        std::os::unix::fs::MetadataExt::uid(&meta),
+        user.uid,
+        "planted by the other user"
+    );
+
+    // Each returns promptly, never a hang: the release stands and says what it could not
+    // write; a checkout, which needs the settings, refuses naming config.yaml; `audit`
+    // refuses naming its file.
+    let (code, _, stderr) = run_bounded(cmd(&e, "a", &["release", "k"]), limit, "release");
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("audit.jsonl"), "{stderr}");
+    let (code, _, stderr) = run_bounded(cmd(&e, "a", &["checkout", "k2"]), limit, "checkout");
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("config.yaml"), "{stderr}");
+    let (code, _, stderr) = run_bounded(cmd(&e, "a", &["audit"]), limit, "audit");
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("audit.jsonl"), "{stderr}");
+    let (code, _, _) = run_bounded(cmd(&e, "a", &["list"]), limit, "list");
+    assert!(code == 0 || code == 1, "list: {code}");
+    assert!(!record_path(&e.dir(), "k").exists(), "the release stands");
+}
