@@ -340,11 +340,9 @@ fn an_unprivileged_user_deleting_the_guard_never_gives_two_holders_or_one_token_
     open(e.tmp.path(), 0o755).unwrap();
     open(&e.dir(), 0o777).unwrap();
     let user = TestUser::create("tl-g", false);
-    let attacker = Command::new("setpriv")
-        .arg(format!("--reuid={}", user.uid))
-        .arg(format!("--regid={}", user.gid))
-        .arg("--clear-groups")
-        .args(["/usr/bin/python3", "-c", UNPRIVILEGED_GUARD_DELETER])
+    let attacker = user
+        .command("/usr/bin/python3")
+        .args(["-c", UNPRIVILEGED_GUARD_DELETER])
         .arg(e.dir())
         .arg("600")
         .stdout(Stdio::piped())
@@ -567,7 +565,7 @@ fn a_record_another_user_cannot_read_does_not_fail_commands_for_everyone() {
         "this test creates a user and must run as root (CI does)"
     );
     let user = TestUser::create("tl-a", false);
-    let (uid, gid) = (user.uid, user.gid);
+    let uid = user.uid;
     let e = Env::new();
     e.ok("root-agent", &["checkout", "warm"]);
     // A shared lock directory everyone may write to.
@@ -590,12 +588,8 @@ fn a_record_another_user_cannot_read_does_not_fail_commands_for_everyone() {
     std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
 
     let as_user = |args: &[&str]| -> Run {
-        let mut c = Command::new("setpriv");
-        c.arg(format!("--reuid={uid}"))
-            .arg(format!("--regid={gid}"))
-            .arg("--clear-groups")
-            .arg(env!("CARGO_BIN_EXE_tasklock"))
-            .env("TASKLOCK_NOW", &e.now)
+        let mut c = user.command(env!("CARGO_BIN_EXE_tasklock"));
+        c.env("TASKLOCK_NOW", &e.now)
             .env_remove("TASKLOCK_AGENT")
             .env_remove("TASKLOCK_DIR")
             .env_remove("CLAUDE_CODE_SESSION_ID")
@@ -705,11 +699,9 @@ fn an_unprivileged_user_swapping_directories_never_makes_roots_commands_write_ou
 
     let user = TestUser::create("tl-x", false);
     let seconds = 6;
-    let swapper = Command::new("setpriv")
-        .arg(format!("--reuid={}", user.uid))
-        .arg(format!("--regid={}", user.gid))
-        .arg("--clear-groups")
-        .args(["/usr/bin/python3", "-c", UNPRIVILEGED_SWAPPER])
+    let swapper = user
+        .command("/usr/bin/python3")
+        .args(["-c", UNPRIVILEGED_SWAPPER])
         .arg(e.dir())
         .arg(&victim)
         .arg(seconds.to_string())
@@ -801,12 +793,9 @@ fn fifos_planted_by_an_unprivileged_user_never_hang_roots_commands() {
     open(e.tmp.path(), 0o755).unwrap();
     open(&e.dir(), 0o777).unwrap();
     let user = TestUser::create("tl-f", false);
-    let plant = Command::new("setpriv")
-        .arg(format!("--reuid={}", user.uid))
-        .arg(format!("--regid={}", user.gid))
-        .arg("--clear-groups")
+    let plant = user
+        .command("/usr/bin/python3")
         .args([
-            "/usr/bin/python3",
             "-c",
             "import os, sys\nfor n in ('audit.jsonl', 'config.yaml'):\n    p = os.path.join(sys.argv[1], n)\n    if os.path.lexists(p): os.unlink(p)\n    os.mkfifo(p)",
         ])

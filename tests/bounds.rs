@@ -27,20 +27,6 @@ fn guard(e: &Env) -> std::fs::File {
         .expect("the store has a .guard")
 }
 
-/// Is the guard free? If so, it is let go again at once. (Unlock explicitly: a child
-/// that another test thread is forking may hold a copy of the descriptor until it execs,
-/// which would keep a lock that is only dropped.)
-fn free_now(e: &Env) -> bool {
-    let f = guard(e);
-    match f.try_lock() {
-        Ok(()) => {
-            f.unlock().unwrap();
-            true
-        }
-        Err(_) => false,
-    }
-}
-
 #[test]
 fn a_held_guard_is_waited_for_then_given_up_with_the_holder_named() {
     let e = Env::new();
@@ -146,7 +132,7 @@ fn a_guard_held_by_a_stopped_process_names_it() {
         .expect("util-linux flock on PATH");
     let pgid = holder.id() as i32;
     let deadline = Instant::now() + Duration::from_secs(10);
-    while free_now(&e) {
+    while !flocked(&e.dir().join(".guard")) {
         assert!(Instant::now() < deadline, "flock never took the guard");
         std::thread::sleep(Duration::from_millis(20));
     }

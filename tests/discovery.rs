@@ -207,13 +207,9 @@ fn inside_git_the_first_use_still_creates_the_root_lock_directory() {
 
 /// `tasklock ARGS` in `cwd`, run as `user`.
 fn cmd_as(user: &TestUser, cwd: &Path, args: &[&str]) -> Command {
-    let mut cmd = Command::new("setpriv");
+    let mut cmd = user.command(BIN);
     scrub(&mut cmd);
-    cmd.arg(format!("--reuid={}", user.uid))
-        .arg(format!("--regid={}", user.gid))
-        .arg("--clear-groups")
-        .arg(BIN)
-        .args(args)
+    cmd.args(args)
         .env("TASKLOCK_NOW", T0)
         .env("HOME", "/nonexistent")
         .current_dir(cwd)

@@ -367,7 +367,6 @@ fn a_release_with_an_unreadable_queue_still_releases() {
 
 #[test]
 fn a_watcher_follows_the_process_its_agent_registered_since() {
-    use std::io::Read;
     use std::process::{Command, Stdio};
     use std::time::{Duration, Instant};
     let e = Env::new();
@@ -420,36 +419,7 @@ fn a_watcher_follows_the_process_its_agent_registered_since() {
     // The new process dies too: now the agent's checkouts end at once.
     new.kill().unwrap();
     new.wait().unwrap();
-    let start = Instant::now();
-    let status = loop {
-        if let Some(s) = watcher.try_wait().unwrap() {
-            break s;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "the watcher did not stop"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let mut out = String::new();
-    watcher
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
-    let mut err = String::new();
-    watcher
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
-    let run = Run {
-        code: status.code().unwrap(),
-        stdout: out.replace(&new_pid, "[NEW_PID]"),
-        stderr: err,
-    };
+    let run = watcher_exit(watcher, &new_pid, "[NEW_PID]");
     snap!(e, "watch_follows_the_new_process", run);
     assert_eq!(run.code, 0);
     let s = e.run(Some("z"), &["status", "task-1", "--json"]);
@@ -458,14 +428,13 @@ fn a_watcher_follows_the_process_its_agent_registered_since() {
 
 #[test]
 fn a_watcher_stops_when_its_agent_moved_to_a_process_it_cannot_watch() {
-    use std::io::Read;
     use std::process::{Command, Stdio};
     use std::time::{Duration, Instant};
     let e = Env::new();
     let mut old = Command::new("sleep").arg("60").spawn().unwrap();
     let old_pid = old.id().to_string();
     e.ok("x", &["checkout", "task-1"]);
-    let mut watcher = base_cmd(&e.now)
+    let watcher = base_cmd(&e.now)
         .arg("--dir")
         .arg(e.dir())
         .args(["--agent", "x", "heartbeat", "--watch", "--pid", &old_pid])
@@ -490,31 +459,29 @@ fn a_watcher_stops_when_its_agent_moved_to_a_process_it_cannot_watch() {
     std::fs::write(&entry, v.to_string()).unwrap();
     old.kill().unwrap();
     old.wait().unwrap();
+    let run = watcher_exit(watcher, &old_pid, "[OLD_PID]");
+    snap!(e, "watch_superseded", run);
+    assert_eq!(run.code, 0);
+    let s = e.ok("z", &["status", "task-1", "--json"]);
+    assert_eq!(s.json()["checkout"]["agent"]["id"], "x", "{}", s.stdout);
+}
+
+/// Wait (at most 10 s) for a `heartbeat --watch` to end; its output, with the watched
+/// pid replaced by `placeholder` for a snapshot.
+fn watcher_exit(mut watcher: std::process::Child, pid: &str, placeholder: &str) -> Run {
+    use std::time::{Duration, Instant};
     let start = Instant::now();
-    let status = loop {
-        if let Some(s) = watcher.try_wait().unwrap() {
-            break s;
-        }
+    while watcher.try_wait().unwrap().is_none() {
         assert!(
             start.elapsed() < Duration::from_secs(10),
             "the watcher did not stop"
         );
         std::thread::sleep(Duration::from_millis(50));
-    };
-    let mut out = String::new();
-    watcher
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
-    let run = Run {
-        code: status.code().unwrap(),
-        stdout: out.replace(&old_pid, "[OLD_PID]"),
-        stderr: String::new(),
-    };
-    snap!(e, "watch_superseded", run);
-    assert_eq!(run.code, 0);
-    let s = e.ok("z", &["status", "task-1", "--json"]);
-    assert_eq!(s.json()["checkout"]["agent"]["id"], "x", "{}", s.stdout);
+    }
+    let out = watcher.wait_with_output().unwrap();
+    Run {
+        code: out.status.code().unwrap(),
+        stdout: String::from_utf8_lossy(&out.stdout).replace(pid, placeholder),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
 }

@@ -1046,24 +1046,9 @@ fn an_orphaned_wait_stops_when_its_agents_process_dies() {
 /// SIGSTOP a process at a moment it does not hold the lock directory's guard (a wait
 /// takes it briefly on each attempt; stopped inside, it would block everyone).
 fn stop_outside_the_guard(e: &Env, pid: u32) {
-    use std::os::fd::AsRawFd;
-    let free = |path: std::path::PathBuf| {
-        let Ok(f) = std::fs::File::open(path) else {
-            return true;
-        };
-        // SAFETY: a valid descriptor; flock has no other preconditions. Unlocked
-        // explicitly: a child another test thread forks may share the descriptor.
-        unsafe {
-            let got = libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0;
-            if got {
-                libc::flock(f.as_raw_fd(), libc::LOCK_UN);
-            }
-            got
-        }
-    };
     for _ in 0..1000 {
         signal(pid, "STOP");
-        if free(e.dir().join(".guard")) && free(e.dir()) {
+        if !flocked(&e.dir().join(".guard")) && !flocked(&e.dir()) {
             return;
         }
         signal(pid, "CONT");

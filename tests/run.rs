@@ -980,17 +980,7 @@ fn watch_without_pid_watches_the_claude_code_process() {
     let w = j["watcher_pid"].as_u64().expect("a watcher pid") as u32;
     let _w_guard = KillOnDrop(w);
     eventually("the watcher holds its lock", || {
-        use std::os::fd::AsRawFd;
-        let Ok(f) = std::fs::File::open(e.dir().join("watchers/agent-a")) else {
-            return false;
-        };
-        // SAFETY: a valid descriptor; a non-blocking flock has no other preconditions.
-        let free = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } == 0;
-        if free {
-            // SAFETY: as above. Unlocked explicitly: a forked child may share `f`.
-            unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_UN) };
-        }
-        !free
+        flocked(&e.dir().join("watchers/agent-a"))
     });
     // A second watcher for the same agent leaves the job to the first.
     let mut cmd = live(&e, "agent-a");

@@ -160,14 +160,7 @@ fn a_private_lock_directory_is_0600_and_0700_whatever_the_umask_and_others_canno
     }
     // Another user can read none of it, even with the directory opened up above it.
     for f in ["audit.jsonl", "notes/k.jsonl"] {
-        let out = Command::new("setpriv")
-            .arg(format!("--reuid={}", user.uid))
-            .arg(format!("--regid={}", user.gid))
-            .arg("--clear-groups")
-            .arg("cat")
-            .arg(dir.join(f))
-            .output()
-            .unwrap();
+        let out = user.command("cat").arg(dir.join(f)).output().unwrap();
         assert!(!out.status.success(), "{f} was readable by another user");
         assert!(
             String::from_utf8_lossy(&out.stderr).contains("Permission denied"),

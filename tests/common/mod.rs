@@ -171,6 +171,17 @@ fn id_of(flag: &str, name: &str) -> u32 {
 }
 
 impl TestUser {
+    /// `PROGRAM`, run as this user (`setpriv`, no supplementary groups); add its
+    /// arguments to the command.
+    pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut cmd = Command::new("setpriv");
+        cmd.arg(format!("--reuid={}", self.uid))
+            .arg(format!("--regid={}", self.gid))
+            .arg("--clear-groups")
+            .arg(program);
+        cmd
+    }
+
     /// A new user named `PREFIX-<unique>`, with a group of its own when `with_group`.
     pub fn create(prefix: &str, with_group: bool) -> TestUser {
         let nanos = std::time::SystemTime::now()
@@ -237,6 +248,26 @@ impl Drop for TestUser {
                 }
                 std::thread::sleep(std::time::Duration::from_millis(100));
             }
+        }
+    }
+}
+
+/// Does some process hold a flock on `path` (a file or directory) right now? Tried with a
+/// non-blocking exclusive lock, let go at once when it was free. The unlock is explicit:
+/// a child another test thread is forking may share the descriptor until it execs, and
+/// would keep a lock that is only dropped. A missing path is free.
+pub fn flocked(path: &Path) -> bool {
+    use std::os::fd::AsRawFd;
+    let Ok(f) = std::fs::File::open(path) else {
+        return false;
+    };
+    // SAFETY: a valid descriptor; flock has no other preconditions.
+    unsafe {
+        if libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 {
+            libc::flock(f.as_raw_fd(), libc::LOCK_UN);
+            false
+        } else {
+            true
         }
     }
 }
