@@ -239,3 +239,8 @@ pub fn pid_namespace() -> Option<String> {
     })
     .clone()
 }
+
+/// `id` is a subagent of `parent` (`<parent>/<subagent>`).
+pub fn is_subagent_of(id: &str, parent: &str) -> bool {
+    id.len() > parent.len() + 1 && id.starts_with(parent) && id.as_bytes()[parent.len()] == b'/'
+}

@@ -6,6 +6,7 @@ pub mod commands;
 pub mod config;
 pub mod discover;
 pub mod duration;
+pub mod engine;
 pub mod error;
 pub mod identity;
 pub mod inject;

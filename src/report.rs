@@ -4,7 +4,7 @@
 use serde::Serialize;
 
 use crate::clock::Time;
-use crate::commands::ReapReason;
+use crate::engine::ReapReason;
 use crate::error::Outcome;
 use crate::liveness::{Cause, Judgement, State};
 use crate::store::{AgentEntry, AuditEvent, Freeze, Message, Note, Record, Reservation};

@@ -1,11 +1,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{Ctx, Judge, auto_release};
 use crate::clock::Time;
+use crate::engine::{Ctx, Judge, scan_reaping};
 use crate::error::Result;
 use crate::liveness::{self, State};
 use crate::report::{AgentRow, AgentsReport, EndedCheckout, Report};
-use crate::store::{AgentEntry, FileStore, Slot};
+use crate::store::{AgentEntry, Slot, Store};
 
 /// Without `--all`, dead agents are shown only if their last sign of life is this recent…
 pub const RECENT_DEAD_SECS: i64 = 3600;
@@ -22,18 +22,23 @@ pub fn run(ctx: &Ctx, all: bool) -> Result<Report> {
     let mut pruned = 0;
     if let Some(store) = ctx.existing_store()? {
         let by = ctx.agent_id().ok();
-        let mut judge = Judge::new(ctx, &store);
+        let mut judge = Judge::new(ctx, &*store);
         let mut held: BTreeMap<String, Vec<String>> = BTreeMap::new();
         let mut unregistered: BTreeMap<String, crate::store::Record> = BTreeMap::new();
-        let mut to_end = Vec::new();
         // A renewal is a sign of life too, as when checkouts are judged.
         let mut renewed: BTreeMap<String, Time> = BTreeMap::new();
-        for (_, slot) in store.scan()? {
+        // Dead agents' checkouts are ended on the way, as every command does.
+        let (slots, reaped) = scan_reaping(ctx, &*store, &mut judge, by.as_deref())?;
+        for (r, reason) in reaped {
+            ended.push(EndedCheckout {
+                key: r.key.clone(),
+                agent: r.agent.id.clone(),
+                token: r.token,
+                reason,
+            });
+        }
+        for slot in slots {
             let Slot::Held(r) = slot else { continue };
-            if judge.reap_reason(&r)?.is_some() {
-                to_end.push(r);
-                continue;
-            }
             held.entry(r.agent.id.clone())
                 .or_default()
                 .push(r.key.clone());
@@ -41,30 +46,6 @@ pub fn run(ctx: &Ctx, all: bool) -> Result<Report> {
             *last = (*last).max(r.renewed_at);
             if judge.entry(&r.agent.id)?.is_none() {
                 unregistered.entry(r.agent.id.clone()).or_insert(r);
-            }
-        }
-        if !to_end.is_empty() {
-            let guard = store.lock()?;
-            judge.refresh();
-            for r in to_end {
-                let Slot::Held(again) = store.read(&r.key)? else {
-                    continue;
-                };
-                match judge.reap_reason(&again)? {
-                    Some(reason) => {
-                        auto_release(ctx, &store, &guard, &again, by.as_deref(), reason)?;
-                        ended.push(EndedCheckout {
-                            key: again.key.clone(),
-                            agent: again.agent.id.clone(),
-                            token: again.token,
-                            reason,
-                        });
-                    }
-                    None => held
-                        .entry(again.agent.id.clone())
-                        .or_default()
-                        .push(again.key),
-                }
             }
         }
         let cfg = judge.config()?.clone();
@@ -89,7 +70,7 @@ pub fn run(ctx: &Ctx, all: bool) -> Result<Report> {
             }
         }
         if !stale.is_empty() {
-            let removed = prune(ctx, &store, &stale)?;
+            let removed = prune(ctx, &*store, &stale)?;
             pruned = removed.len();
             rows.retain(|(r, _)| !removed.contains(&r.id));
         }
@@ -149,13 +130,13 @@ fn expired(e: &AgentEntry, now: &Time, cfg: &crate::config::Config) -> bool {
 /// dead past the retention, hold no checkout and wait in no queue (a waiter without an
 /// entry would count as alive). Returns the ids removed. When another process holds the
 /// guard, nothing is removed: a later `agents` does it, and a listing never waits for it.
-fn prune(ctx: &Ctx, store: &FileStore, ids: &[String]) -> Result<BTreeSet<String>> {
+fn prune(ctx: &Ctx, store: &dyn Store, ids: &[String]) -> Result<BTreeSet<String>> {
     let Some(guard) = store.try_lock()? else {
         return Ok(BTreeSet::new());
     };
     let cfg = ctx.config()?;
     let mut busy = BTreeSet::new();
-    for (_, slot) in store.scan()? {
+    for slot in store.scan()? {
         if let Slot::Held(r) = slot {
             busy.insert(r.agent.id);
         }
@@ -177,5 +158,6 @@ fn prune(ctx: &Ctx, store: &FileStore, ids: &[String]) -> Result<BTreeSet<String
             removed.insert(id.clone());
         }
     }
+    store.commit(guard)?;
     Ok(removed)
 }

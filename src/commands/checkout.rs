@@ -1,11 +1,11 @@
 use std::time::Duration;
 
-use super::{Ctx, Judge, NOTES_SHOWN, ReapReason, auto_release_for, queue};
 use crate::duration::to_chrono;
+use crate::engine::{Ctx, Judge, NOTES_SHOWN, ReapReason, auto_release_for, queue};
 use crate::error::{Error, Outcome, Result};
 use crate::identity::Agent;
 use crate::report::{AnyReport, CheckoutReport, CheckoutView, Reaped, Report};
-use crate::store::{FORMAT_VERSION, FileStore, Guard, Queue, Record, Slot};
+use crate::store::{FORMAT_VERSION, Guard, Queue, Record, Slot, Store};
 
 /// What to do when the key is not ours to take now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,9 +68,10 @@ pub fn run(
     crate::key::validate(key)?;
     let req = Request::new(ctx, timeout, reason, None)?;
     let store = ctx.open_store()?;
-    let mut guard = store.lock()?;
-    let req = with_registered_pid(&store, &guard, req)?;
-    attempt(ctx, &store, &mut guard, &req, key, join).map(Report::Checkout)
+    store.transaction(|guard| {
+        let req = with_registered_pid(&*store, guard, req)?;
+        attempt(ctx, &*store, guard, &req, key, join).map(Report::Checkout)
+    })
 }
 
 /// `run` checks out on behalf of its own process.
@@ -84,12 +85,13 @@ pub fn run_as(
     crate::key::validate(key)?;
     let req = Request::new(ctx, timeout, reason, Some(pid))?;
     let store = ctx.open_store()?;
-    let mut guard = store.lock()?;
-    // The registered name applies; the process to watch stays this one.
-    let mut req = with_registered_pid(&store, &guard, req)?;
-    req.agent.pid = Some(pid);
-    req.agent.pid_start = crate::liveness::start_time(pid);
-    attempt(ctx, &store, &mut guard, &req, key, Join::No).map(Report::Checkout)
+    store.transaction(|guard| {
+        // The registered name applies; the process to watch stays this one.
+        let mut req = with_registered_pid(&*store, guard, req)?;
+        req.agent.pid = Some(pid);
+        req.agent.pid_start = crate::liveness::start_time(pid);
+        attempt(ctx, &*store, guard, &req, key, Join::No).map(Report::Checkout)
+    })
 }
 
 /// `checkout --any`: the first key of the list that can be taken, all under one guard so
@@ -105,15 +107,20 @@ pub fn any(
     }
     let req = Request::new(ctx, timeout, reason, None)?;
     let store = ctx.open_store()?;
-    let mut guard = store.lock()?;
-    let req = with_registered_pid(&store, &guard, req)?;
-    let mut refused = Vec::new();
-    for k in keys {
-        let r = attempt(ctx, &store, &mut guard, &req, k, Join::No)?;
-        if r.outcome.exit_code() == 0 {
-            return Ok(Report::Checkout(r));
+    let (taken, refused) = store.transaction(|guard| {
+        let req = with_registered_pid(&*store, guard, req)?;
+        let mut refused = Vec::new();
+        for k in keys {
+            let r = attempt(ctx, &*store, guard, &req, k, Join::No)?;
+            if r.outcome.exit_code() == 0 {
+                return Ok((Some(r), refused));
+            }
+            refused.push(r);
         }
-        refused.push(r);
+        Ok((None, refused))
+    })?;
+    if let Some(r) = taken {
+        return Ok(Report::Checkout(r));
     }
     let all_frozen = refused.iter().all(|r| r.outcome == Outcome::Frozen);
     Ok(Report::Any(AnyReport {
@@ -130,7 +137,7 @@ pub fn any(
 
 /// Record the agent's registered long-lived process in its checkouts; an agent that had
 /// ended and is back (same id) is alive again.
-pub fn with_registered_pid(store: &FileStore, guard: &Guard, mut req: Request) -> Result<Request> {
+pub fn with_registered_pid(store: &dyn Store, guard: &Guard, mut req: Request) -> Result<Request> {
     if let Some(mut entry) = store.read_agent(&req.agent.id)? {
         if entry.ended_at.is_some() {
             // The process it had is gone: forget it until it registers a new one.
@@ -155,8 +162,8 @@ pub fn with_registered_pid(store: &FileStore, guard: &Guard, mut req: Request) -
 /// One checkout attempt under the guard.
 pub fn attempt(
     ctx: &Ctx,
-    store: &FileStore,
-    guard: &mut Guard,
+    store: &dyn Store,
+    guard: &Guard,
     req: &Request,
     key: &str,
     join: Join,
@@ -291,7 +298,7 @@ pub fn attempt(
     }
 
     let token = store.next_token(guard)?;
-    let previous = super::previous(store, key, token)?;
+    let previous = crate::engine::previous(store, key, token)?;
     let record = Record {
         version: FORMAT_VERSION,
         key: key.to_string(),
@@ -321,7 +328,7 @@ pub fn attempt(
 #[allow(clippy::too_many_arguments)]
 fn refuse(
     ctx: &Ctx,
-    store: &FileStore,
+    store: &dyn Store,
     guard: &Guard,
     agent: &Agent,
     key: &str,

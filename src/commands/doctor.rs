@@ -2,12 +2,12 @@
 
 use std::path::{Path, PathBuf};
 
-use super::Ctx;
 use crate::discover::{self, Discovery};
+use crate::engine::Ctx;
 use crate::error::{Error, Result};
 use crate::identity::{self, Source};
 use crate::report::{Check, DoctorReport, Report};
-use crate::store::{FileStore, Slot};
+use crate::store::Slot;
 
 /// File systems where flock is unreliable or not shared between machines.
 const NETWORK_FS: &[(i64, &str)] = &[
@@ -144,7 +144,7 @@ pub fn run(ctx: &Ctx, discovery: Option<&Discovery>) -> Result<Report> {
     });
 
     // Records, clock and debris.
-    if let Some(store) = FileStore::open_existing(dir)
+    if let Some(store) = crate::store::FileStore::open_existing(dir)
         .ok()
         .flatten()
         .filter(|_| !foreign)

@@ -1,7 +1,8 @@
 use std::time::Duration;
 
-use super::{Ctx, checkout::check_text};
+use super::checkout::check_text;
 use crate::duration::to_chrono;
+use crate::engine::Ctx;
 use crate::error::{Error, Result};
 use crate::report::{FreezeReport, Report};
 use crate::store::{AuditEvent, Freeze};
@@ -37,6 +38,7 @@ pub fn freeze(ctx: &Ctx, pattern: &str, for_: Duration, reason: Option<String>) 
     };
     store.write_freeze(&guard, &f)?;
     store.audit(&guard, &event(ctx, "freeze", &f))?;
+    store.commit(guard)?;
     Ok(Report::Freeze(FreezeReport {
         command: "freeze",
         now: ctx.now,
@@ -65,6 +67,7 @@ pub fn unfreeze(ctx: &Ctx, pattern: &str) -> Result<Report> {
             if removed.is_none() {
                 covered_by = store.frozen(pattern, &ctx.now)?;
             }
+            store.commit(guard)?;
             removed
         }
         None => None,

@@ -1,5 +1,6 @@
-use super::{Ctx, Judge, ReapReason, auto_release, checkout::check_text, queue};
+use super::checkout::check_text;
 use crate::duration::to_chrono;
+use crate::engine::{Ctx, Judge, ReapReason, auto_release, queue};
 use crate::error::{Error, Result};
 use crate::liveness;
 use crate::report::{AgentRow, EndedCheckout, HeartbeatReport, Report};
@@ -33,46 +34,47 @@ pub fn beat(
     };
     let agent = ctx.agent()?;
     let store = ctx.open_store()?;
-    let guard = store.lock()?;
-    let entry = store.read_agent(&agent.id)?;
-    let same_boot = entry
-        .as_ref()
-        .is_some_and(|e| e.host == agent.host && e.boot_id == agent.boot_id);
-    let entry = AgentEntry {
-        version: 1,
-        id: agent.id.clone(),
-        name: agent
-            .name
-            .clone()
-            .or_else(|| entry.as_ref().and_then(|e| e.name.clone())),
-        host: agent.host.clone(),
-        boot_id: agent.boot_id.clone(),
-        pid_ns: agent.pid_ns.clone(),
-        pid: pid.or_else(|| entry.as_ref().filter(|_| same_boot).and_then(|e| e.pid)),
-        pid_start: pid_start.or_else(|| {
-            entry
-                .as_ref()
-                .filter(|_| same_boot)
-                .and_then(|e| e.pid_start)
-        }),
-        first_seen: entry.as_ref().map(|e| e.first_seen).unwrap_or(ctx.now),
-        last_heartbeat: Some(ctx.now),
-        heartbeats: entry.as_ref().map(|e| e.heartbeats).unwrap_or(0) + 1,
-        status: status.or_else(|| entry.as_ref().and_then(|e| e.status.clone())),
-        ended_at: None,
-        ended_reason: None,
-        parent: parent.or_else(|| entry.as_ref().and_then(|e| e.parent.clone())),
-    };
-    store.write_agent(&guard, &entry)?;
-    let mut judge = Judge::new(ctx, &store);
+    let entry = store.transaction(|guard| {
+        let entry = store.read_agent(&agent.id)?;
+        let same_boot = entry
+            .as_ref()
+            .is_some_and(|e| e.host == agent.host && e.boot_id == agent.boot_id);
+        let entry = AgentEntry {
+            version: 1,
+            id: agent.id.clone(),
+            name: agent
+                .name
+                .clone()
+                .or_else(|| entry.as_ref().and_then(|e| e.name.clone())),
+            host: agent.host.clone(),
+            boot_id: agent.boot_id.clone(),
+            pid_ns: agent.pid_ns.clone(),
+            pid: pid.or_else(|| entry.as_ref().filter(|_| same_boot).and_then(|e| e.pid)),
+            pid_start: pid_start.or_else(|| {
+                entry
+                    .as_ref()
+                    .filter(|_| same_boot)
+                    .and_then(|e| e.pid_start)
+            }),
+            first_seen: entry.as_ref().map(|e| e.first_seen).unwrap_or(ctx.now),
+            last_heartbeat: Some(ctx.now),
+            heartbeats: entry.as_ref().map(|e| e.heartbeats).unwrap_or(0) + 1,
+            status: status.or_else(|| entry.as_ref().and_then(|e| e.status.clone())),
+            ended_at: None,
+            ended_reason: None,
+            parent: parent.or_else(|| entry.as_ref().and_then(|e| e.parent.clone())),
+        };
+        store.write_agent(guard, &entry)?;
+        Ok(entry)
+    })?;
+    let mut judge = Judge::new(ctx, &*store);
     // The scan runs outside the guard, so a beat over many checkouts never holds up the
     // others; only the records that need a change are re-read and changed under it.
-    drop(guard);
     let mut held = Vec::new();
     let mut todo = Vec::new();
-    for (_, slot) in store.scan()? {
+    for slot in store.scan()? {
         let Slot::Held(r) = slot else { continue };
-        if r.held_by(&agent.id) || is_subagent_of(&r.agent.id, &agent.id) {
+        if r.held_by(&agent.id) || crate::identity::is_subagent_of(&r.agent.id, &agent.id) {
             if r.held_by(&agent.id) {
                 held.push(r.key.clone());
             }
@@ -88,91 +90,88 @@ pub fn beat(
     let mut ended = Vec::new();
     let mut frozen = Vec::new();
     let max_hold = to_chrono(judge.config()?.max_hold);
-    let guard = if todo.is_empty() {
-        None
-    } else {
-        Some(store.lock()?)
-    };
-    if let Some(guard) = &guard {
-        judge.refresh();
-        for seen in todo {
-            // Re-read: act only on the record as it is now.
-            let Slot::Held(r) = store.read(&seen.key)? else {
-                continue;
-            };
-            if r.held_by(&agent.id) || is_subagent_of(&r.agent.id, &agent.id) {
-                if r.expired_for_holder(&ctx.now) {
-                    // Never revived: someone may already have acted on the lost lease.
-                    auto_release(ctx, &store, guard, &r, Some(&agent.id), ReapReason::Timeout)?;
-                    held.retain(|k| *k != r.key);
-                    lost.push(r.key);
-                } else if needs_renewal(&r, &ctx.now) {
-                    if store.frozen(&r.key, &ctx.now)?.is_some() {
-                        frozen.push(r.key);
-                        continue;
-                    }
-                    // Automatic renewals stop at max_hold after the grant; the holder
-                    // is told once, when the last one is made.
-                    let cap = r.acquired_at + max_hold;
-                    if r.expires_at >= cap {
-                        continue;
-                    }
-                    // Never earlier than the current end, even with a clock far behind.
-                    let expires_at = (ctx.now + (r.expires_at - r.renewed_at))
-                        .max(r.expires_at)
-                        .min(cap);
-                    let fresh = Record {
-                        renewed_at: ctx.now.max(r.acquired_at),
-                        expires_at,
-                        ..r
-                    };
-                    store.replace(guard, &fresh)?;
-                    crate::warnings::after_change(
-                        &format!(
-                            "`{}` was renewed, but the audit log was not written",
-                            fresh.key
-                        ),
-                        store.audit(guard, &ctx.event("renew", &fresh)),
-                    );
-                    if expires_at == cap {
-                        let body = format!(
-                            "held for max_hold ({}) since {}: automatic renewals stop and the lease ends {}; run `tasklock renew {}` if you are still working on it, else release it",
-                            crate::duration::format(judge.config()?.max_hold),
-                            crate::clock::rfc3339(&fresh.acquired_at),
-                            crate::clock::rfc3339(&cap),
-                            crate::error::shell_quote(&fresh.key),
-                        );
+    if !todo.is_empty() {
+        store.transaction(|guard| {
+            judge.refresh();
+            for seen in todo {
+                // Re-read: act only on the record as it is now.
+                let Slot::Held(r) = store.read(&seen.key)? else {
+                    continue;
+                };
+                if r.held_by(&agent.id) || crate::identity::is_subagent_of(&r.agent.id, &agent.id) {
+                    if r.expired_for_holder(&ctx.now) {
+                        // Never revived: someone may already have acted on the lost lease.
+                        auto_release(ctx, &*store, guard, &r, Some(&agent.id), ReapReason::Timeout)?;
+                        held.retain(|k| *k != r.key);
+                        lost.push(r.key);
+                    } else if needs_renewal(&r, &ctx.now) {
+                        if store.frozen(&r.key, &ctx.now)?.is_some() {
+                            frozen.push(r.key);
+                            continue;
+                        }
+                        // Automatic renewals stop at max_hold after the grant; the holder
+                        // is told once, when the last one is made.
+                        let cap = r.acquired_at + max_hold;
+                        if r.expires_at >= cap {
+                            continue;
+                        }
+                        // Never earlier than the current end, even with a clock far behind.
+                        let expires_at = (ctx.now + (r.expires_at - r.renewed_at))
+                            .max(r.expires_at)
+                            .min(cap);
+                        let fresh = Record {
+                            renewed_at: ctx.now.max(r.acquired_at),
+                            expires_at,
+                            ..r
+                        };
+                        store.replace(guard, &fresh)?;
                         crate::warnings::after_change(
                             &format!(
-                                "`{}` was renewed, but the max_hold message was not delivered",
+                                "`{}` was renewed, but the audit log was not written",
                                 fresh.key
                             ),
-                            queue::notify(
-                                ctx,
-                                &store,
-                                guard,
-                                &fresh.agent.id,
-                                None,
-                                "max_hold",
-                                &fresh.key,
-                                &body,
-                            ),
+                            store.audit(guard, &ctx.event("renew", &fresh)),
                         );
+                        if expires_at == cap {
+                            let body = format!(
+                                "held for max_hold ({}) since {}: automatic renewals stop and the lease ends {}; run `tasklock renew {}` if you are still working on it, else release it",
+                                crate::duration::format(judge.config()?.max_hold),
+                                crate::clock::rfc3339(&fresh.acquired_at),
+                                crate::clock::rfc3339(&cap),
+                                crate::error::shell_quote(&fresh.key),
+                            );
+                            crate::warnings::after_change(
+                                &format!(
+                                    "`{}` was renewed, but the max_hold message was not delivered",
+                                    fresh.key
+                                ),
+                                queue::notify(
+                                    ctx,
+                                    &*store,
+                                    guard,
+                                    &fresh.agent.id,
+                                    None,
+                                    "max_hold",
+                                    &fresh.key,
+                                    &body,
+                                ),
+                            );
+                        }
+                        renewed.push(fresh.key);
                     }
-                    renewed.push(fresh.key);
+                } else if let Some(reason) = judge.reap_reason(&r)? {
+                    auto_release(ctx, &*store, guard, &r, Some(&agent.id), reason)?;
+                    ended.push(EndedCheckout {
+                        key: r.key.clone(),
+                        agent: r.agent.id.clone(),
+                        token: r.token,
+                        reason,
+                    });
                 }
-            } else if let Some(reason) = judge.reap_reason(&r)? {
-                auto_release(ctx, &store, guard, &r, Some(&agent.id), reason)?;
-                ended.push(EndedCheckout {
-                    key: r.key.clone(),
-                    agent: r.agent.id.clone(),
-                    token: r.token,
-                    reason,
-                });
             }
-        }
+            Ok(())
+        })?;
     }
-    drop(guard);
     let cfg = judge.config()?.clone();
     let judgement = liveness::judge_entry(&entry, &ctx.now, &cfg);
     Ok(Report::Heartbeat(HeartbeatReport {
@@ -184,11 +183,6 @@ pub fn beat(
         ended,
         frozen,
     }))
-}
-
-/// `id` is a subagent of `parent` (`<parent>/<subagent>`).
-pub fn is_subagent_of(id: &str, parent: &str) -> bool {
-    id.len() > parent.len() + 1 && id.starts_with(parent) && id.as_bytes()[parent.len()] == b'/'
 }
 
 /// A lease is renewed by a beat once less than half of it is left.

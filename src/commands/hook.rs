@@ -8,7 +8,8 @@ use std::path::PathBuf;
 
 use serde_json::{Value, json};
 
-use super::{Ctx, ReapReason, end_agent, heartbeat, inbox, watch};
+use super::{heartbeat, inbox, watch};
+use crate::engine::{Ctx, ReapReason, end_agent};
 use crate::error::{Error, Result};
 use crate::report::Report;
 use crate::store::Message;

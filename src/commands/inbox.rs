@@ -1,4 +1,4 @@
-use super::Ctx;
+use crate::engine::Ctx;
 use crate::error::Result;
 use crate::report::{InboxReport, Report};
 
@@ -7,9 +7,9 @@ pub fn run(ctx: &Ctx, peek: bool) -> Result<Report> {
     let me = ctx.agent_id()?;
     let mut messages = Vec::new();
     if let Some(store) = ctx.existing_store()? {
-        for (path, msg) in store.unread(&me)? {
+        for msg in store.unread(&me)? {
             // With two readers at once, each message goes to exactly one of them.
-            if peek || store.mark_read(&me, &path)? {
+            if peek || store.mark_read(&me, &msg.id)? {
                 messages.push(msg);
             }
         }

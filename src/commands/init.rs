@@ -4,10 +4,10 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use super::Ctx;
+use crate::engine::Ctx;
 use crate::error::{Error, Result};
 use crate::report::{Change, InitReport, Report};
-use crate::store::{FileStore, sharing};
+use crate::store::sharing;
 
 const SETTINGS_TEMPLATE: &str = include_str!("../../templates/claude-settings.json");
 const INSTRUCTIONS: &str = include_str!("../../templates/instructions.md");
@@ -111,7 +111,7 @@ pub fn run(ctx: &Ctx, dry_run: bool, shared: Option<&str>) -> Result<Report> {
         if gid.is_some() {
             crate::store::create_root(&lock_dir)?;
         }
-        store = Some(FileStore::open_or_create(&lock_dir)?);
+        store = Some(crate::store::FileStore::open_or_create(&lock_dir)?);
     }
     changes.push(change(
         &lock_dir,
@@ -135,7 +135,7 @@ pub fn run(ctx: &Ctx, dry_run: bool, shared: Option<&str>) -> Result<Report> {
                     left.join(", ")
                 ));
             }
-            store = Some(FileStore::open_or_create(&lock_dir)?);
+            store = Some(crate::store::FileStore::open_or_create(&lock_dir)?);
         }
         changes.push(change(
             &lock_dir,

@@ -1,4 +1,4 @@
-use super::{Ctx, Judge, auto_release};
+use crate::engine::{Ctx, Judge, scan_reaping};
 use crate::error::Result;
 use crate::report::{CheckoutView, CorruptEntry, ListReport, QueueView, Report};
 use crate::store::Slot;
@@ -14,35 +14,21 @@ pub fn run(ctx: &Ctx, mine: bool) -> Result<Report> {
     let mut corrupt = Vec::new();
     let mut queues = std::collections::BTreeMap::new();
     if let Some(store) = ctx.existing_store()? {
-        let mut judge = Judge::new(ctx, &store);
-        let mut ended = Vec::new();
-        for (file, slot) in store.scan()? {
+        let mut judge = Judge::new(ctx, &*store);
+        // Checkouts that may be ended are ended on the way, as every command does.
+        let (slots, _) = scan_reaping(ctx, &*store, &mut judge, me.as_deref())?;
+        for slot in slots {
             match slot {
-                Slot::Held(r) if judge.reap_reason(&r)?.is_some() => ended.push(r),
                 Slot::Held(r) if wanted(&r.agent.id) => checkouts.push(CheckoutView::from(&r)),
                 Slot::Held(_) | Slot::Free => {}
                 Slot::Corrupt { path, problem } => corrupt.push(CorruptEntry {
-                    file,
+                    file: path
+                        .file_name()
+                        .map(|f| f.to_string_lossy().into_owned())
+                        .unwrap_or_default(),
                     path: path.display().to_string(),
                     problem,
                 }),
-            }
-        }
-        if !ended.is_empty() {
-            // End them under the guard, re-reading and re-judging each first.
-            let guard = store.lock()?;
-            judge.refresh();
-            for r in ended {
-                let Slot::Held(again) = store.read(&r.key)? else {
-                    continue;
-                };
-                match judge.reap_reason(&again)? {
-                    Some(reason) => {
-                        auto_release(ctx, &store, &guard, &again, me.as_deref(), reason)?
-                    }
-                    None if wanted(&again.agent.id) => checkouts.push(CheckoutView::from(&again)),
-                    None => {}
-                }
             }
         }
     }
@@ -52,7 +38,7 @@ pub fn run(ctx: &Ctx, mine: bool) -> Result<Report> {
             if q.waiters.is_empty() && q.reservation.is_none() {
                 continue;
             }
-            let q = super::status::settled_queue(ctx, &store, &q.key, true)?;
+            let q = super::status::settled_queue(ctx, &*store, &q.key, true)?;
             if !q.waiters.is_empty() || q.reservation.is_some() {
                 queues.insert(q.key.clone(), QueueView::from_queue(&q));
             }

@@ -1,4 +1,5 @@
-use super::{Ctx, Judge, ReapReason, auto_release, checkout::check_text};
+use super::checkout::check_text;
+use crate::engine::{Ctx, Judge, ReapReason, auto_release};
 use crate::error::{Error, Outcome, Result};
 use crate::report::{CheckoutView, NoteReport, Report};
 use crate::store::{Note, Slot};
@@ -24,8 +25,7 @@ pub fn run(ctx: &Ctx, key: &str, text: String) -> Result<Report> {
     let Some(store) = ctx.existing_store()? else {
         return report(Outcome::NoSuchCheckout, None, None);
     };
-    let guard = store.lock()?;
-    match store.read(key)? {
+    store.transaction(|guard| match store.read(key)? {
         Slot::Free => report(Outcome::NoSuchCheckout, None, None),
         Slot::Corrupt { path, problem } => Err(Error::Corrupt {
             key: key.to_string(),
@@ -36,8 +36,8 @@ pub fn run(ctx: &Ctx, key: &str, text: String) -> Result<Report> {
             if r.expired_for_holder(&ctx.now) {
                 auto_release(
                     ctx,
-                    &store,
-                    &guard,
+                    &*store,
+                    guard,
                     &r,
                     Some(&agent.id),
                     ReapReason::Timeout,
@@ -51,15 +51,15 @@ pub fn run(ctx: &Ctx, key: &str, text: String) -> Result<Report> {
                 token: Some(r.token),
                 text,
             };
-            store.append_note(&guard, key, &note)?;
+            store.append_note(guard, key, &note)?;
             report(Outcome::Noted, Some(CheckoutView::from(&r)), Some(note))
         }
         Slot::Held(r) => {
-            if let Some(reason) = Judge::new(ctx, &store).reap_reason(&r)? {
-                auto_release(ctx, &store, &guard, &r, Some(&agent.id), reason)?;
+            if let Some(reason) = Judge::new(ctx, &*store).reap_reason(&r)? {
+                auto_release(ctx, &*store, guard, &r, Some(&agent.id), reason)?;
                 return report(Outcome::NoSuchCheckout, None, None);
             }
             report(Outcome::NotHolder, Some(CheckoutView::from(&r)), None)
         }
-    }
+    })
 }

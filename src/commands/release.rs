@@ -1,9 +1,9 @@
-use super::{
-    Ctx, Judge, ReapReason, auto_release, checkout::check_text, held_keys, queue, record_end,
-};
+use super::checkout::check_text;
+use crate::engine::record_end;
+use crate::engine::{Ctx, Judge, ReapReason, auto_release, held_keys, queue};
 use crate::error::{Error, Outcome, Result};
 use crate::report::{CheckoutView, KeyResult, KeysReport, Report};
-use crate::store::Slot;
+use crate::store::{Slot, Store};
 use crate::warnings::after_change;
 
 pub fn run(
@@ -48,9 +48,9 @@ pub fn run(
         return report(results);
     };
     // Found before taking the guard (a scan); each key is re-read under it.
-    let keys = if all { held_keys(&store, &me)? } else { keys };
+    let keys = if all { held_keys(&*store, &me)? } else { keys };
     let guard = store.lock()?;
-    let mut judge = Judge::new(ctx, &store);
+    let mut judge = Judge::new(ctx, &*store);
     let single = keys.len() == 1;
     for key in keys {
         let frozen = None;
@@ -89,7 +89,7 @@ pub fn run(
             }
             Slot::Held(r) if r.held_by(&me) => {
                 if r.expired_for_holder(&ctx.now) {
-                    auto_release(ctx, &store, &guard, &r, Some(&me), ReapReason::Timeout)?;
+                    auto_release(ctx, &*store, &guard, &r, Some(&me), ReapReason::Timeout)?;
                     (Outcome::LeaseLost, Some(CheckoutView::from(&r)))
                 } else {
                     store.remove(&guard, &key)?;
@@ -107,7 +107,7 @@ pub fn run(
                         ),
                         record_end(
                             ctx,
-                            &store,
+                            &*store,
                             &guard,
                             &r,
                             "released",
@@ -119,11 +119,11 @@ pub fn run(
                     // A release note is the last checkpoint: the next holder reads it.
                     after_change(
                         &format!("{released}, but the note was not kept"),
-                        keep_note(ctx, &store, &guard, &r, &me, r.agent.name.clone(), &note),
+                        keep_note(ctx, &*store, &guard, &r, &me, r.agent.name.clone(), &note),
                     );
                     after_change(
                         &format!("{released}, but its queue was not updated"),
-                        queue::after_release(ctx, &store, &guard, &key, None),
+                        queue::after_release(ctx, &*store, &guard, &key, None),
                     );
                     (Outcome::Released, Some(CheckoutView::from(&r)))
                 }
@@ -142,7 +142,7 @@ pub fn run(
                     &format!("{released}, but how it ended was not recorded for its next holder"),
                     record_end(
                         ctx,
-                        &store,
+                        &*store,
                         &guard,
                         &r,
                         "force_released",
@@ -155,7 +155,7 @@ pub fn run(
                 let name = ctx.agent().ok().and_then(|a| a.name);
                 after_change(
                     &format!("{released}, but the note was not kept"),
-                    keep_note(ctx, &store, &guard, &r, &me, name, &note),
+                    keep_note(ctx, &*store, &guard, &r, &me, name, &note),
                 );
                 let body = match &note {
                     Some(n) => format!("{me} force-released your checkout: {n}"),
@@ -165,7 +165,7 @@ pub fn run(
                     &format!("{released}, but its holder was not told"),
                     queue::notify(
                         ctx,
-                        &store,
+                        &*store,
                         &guard,
                         &r.agent.id,
                         Some(&me),
@@ -176,12 +176,12 @@ pub fn run(
                 );
                 after_change(
                     &format!("{released}, but its queue was not updated"),
-                    queue::after_release(ctx, &store, &guard, &key, None),
+                    queue::after_release(ctx, &*store, &guard, &key, None),
                 );
                 (Outcome::ForceReleased, Some(CheckoutView::from(&r)))
             }
             Slot::Held(r) if let Some(reason) = judge.reap_reason(&r)? => {
-                auto_release(ctx, &store, &guard, &r, Some(&me), reason)?;
+                auto_release(ctx, &*store, &guard, &r, Some(&me), reason)?;
                 (Outcome::NoSuchCheckout, None)
             }
             Slot::Held(r) => (Outcome::NotHolder, Some(CheckoutView::from(&r))),
@@ -194,14 +194,14 @@ pub fn run(
             problem: None,
         });
     }
-    drop(guard);
+    store.commit(guard)?;
     report(results)
 }
 
 /// Add a release's note to the key's history, written by `by`.
 fn keep_note(
     ctx: &Ctx,
-    store: &crate::store::FileStore,
+    store: &dyn Store,
     guard: &crate::store::Guard,
     r: &crate::store::Record,
     by: &str,

@@ -1,7 +1,7 @@
 use std::time::Duration;
 
-use super::{Ctx, Judge, ReapReason, auto_release, held_keys};
 use crate::duration::to_chrono;
+use crate::engine::{Ctx, Judge, ReapReason, auto_release, held_keys};
 use crate::error::{Error, Outcome, Result};
 use crate::report::{CheckoutView, KeyResult, KeysReport, Report};
 use crate::store::{Record, Slot};
@@ -39,9 +39,9 @@ pub fn run(ctx: &Ctx, keys: Vec<String>, all: bool, timeout: Option<Duration>) -
         return report(results);
     };
     // Found before taking the guard (a scan); each key is re-read under it.
-    let keys = if all { held_keys(&store, &me)? } else { keys };
+    let keys = if all { held_keys(&*store, &me)? } else { keys };
     let guard = store.lock()?;
-    let mut judge = Judge::new(ctx, &store);
+    let mut judge = Judge::new(ctx, &*store);
     let single = keys.len() == 1;
     for key in keys {
         let mut frozen = None;
@@ -69,7 +69,7 @@ pub fn run(ctx: &Ctx, keys: Vec<String>, all: bool, timeout: Option<Duration>) -
             Slot::Held(r) if r.held_by(&me) => {
                 if r.expired_for_holder(&ctx.now) {
                     // A lost lease is never revived: someone may already have acted on it.
-                    auto_release(ctx, &store, &guard, &r, Some(&me), ReapReason::Timeout)?;
+                    auto_release(ctx, &*store, &guard, &r, Some(&me), ReapReason::Timeout)?;
                     (Outcome::LeaseLost, Some(CheckoutView::from(&r)))
                 } else if let Some(f) = store.frozen(&key, &ctx.now)? {
                     // A freeze drains a key: the holder keeps it until its lease ends,
@@ -101,7 +101,7 @@ pub fn run(ctx: &Ctx, keys: Vec<String>, all: bool, timeout: Option<Duration>) -
                 }
             }
             Slot::Held(r) if let Some(reason) = judge.reap_reason(&r)? => {
-                auto_release(ctx, &store, &guard, &r, Some(&me), reason)?;
+                auto_release(ctx, &*store, &guard, &r, Some(&me), reason)?;
                 (Outcome::NoSuchCheckout, None)
             }
             Slot::Held(r) => (Outcome::NotHolder, Some(CheckoutView::from(&r))),
@@ -114,6 +114,6 @@ pub fn run(ctx: &Ctx, keys: Vec<String>, all: bool, timeout: Option<Duration>) -
             problem: None,
         });
     }
-    drop(guard);
+    store.commit(guard)?;
     report(results)
 }

@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
-use super::{Ctx, checkout, release, renew};
+use super::{checkout, release, renew};
+use crate::engine::Ctx;
 use crate::error::{Error, Result};
 use crate::report::{Report, RunReport};
 

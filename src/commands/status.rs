@@ -1,13 +1,13 @@
-use super::{Ctx, NOTES_SHOWN, queue, read_reaping};
+use crate::engine::{Ctx, NOTES_SHOWN, queue, read_reaping};
 use crate::error::{Error, Outcome, Result};
 use crate::report::{CheckoutView, QueueView, Report, StatusReport};
-use crate::store::{FileStore, Slot};
+use crate::store::{Slot, Store};
 
 pub fn run(ctx: &Ctx, key: &str) -> Result<Report> {
     crate::key::validate(key)?;
     let by = ctx.agent_id().ok();
     let store = ctx.existing_store()?;
-    let (slot, released) = match &store {
+    let (slot, released) = match store.as_deref() {
         Some(store) => read_reaping(ctx, store, key, by.as_deref())?,
         None => (Slot::Free, None),
     };
@@ -22,7 +22,7 @@ pub fn run(ctx: &Ctx, key: &str) -> Result<Report> {
         Slot::Held(r) => Some(CheckoutView::from(&r)),
         Slot::Free => None,
     };
-    let (notes, queue) = match &store {
+    let (notes, queue) = match store.as_deref() {
         Some(s) => (
             s.last_notes(key, NOTES_SHOWN)?,
             QueueView::from_queue(&settled_queue(ctx, s, key, checkout.is_none())?),
@@ -48,7 +48,7 @@ pub fn run(ctx: &Ctx, key: &str) -> Result<Report> {
 /// A key's queue brought up to date (lapsed reservations passed on, gone waiters dropped).
 pub(crate) fn settled_queue(
     ctx: &Ctx,
-    store: &FileStore,
+    store: &dyn Store,
     key: &str,
     free: bool,
 ) -> Result<crate::store::Queue> {
@@ -56,11 +56,12 @@ pub(crate) fn settled_queue(
     if q.waiters.is_empty() && q.reservation.is_none() {
         return Ok(q);
     }
-    let guard = store.lock()?;
-    let mut q = store.read_queue(key)?;
-    let free = free && matches!(store.read(key)?, Slot::Free);
-    if queue::settle(ctx, store, &guard, &mut q, free, None)? {
-        store.write_queue(&guard, &q)?;
-    }
-    Ok(q)
+    store.transaction(|guard| {
+        let mut q = store.read_queue(key)?;
+        let free = free && matches!(store.read(key)?, Slot::Free);
+        if queue::settle(ctx, store, guard, &mut q, free, None)? {
+            store.write_queue(guard, &q)?;
+        }
+        Ok(q)
+    })
 }

@@ -1,5 +1,6 @@
-use super::{Ctx, Judge, ReapReason, auto_release};
+use crate::engine::{Ctx, Judge, ReapReason, Settled, reap};
 use crate::error::{Error, Outcome, Result};
+use crate::liveness::Cause;
 use crate::report::{CheckoutView, Report, VerifyReport};
 use crate::store::{Record, Slot};
 
@@ -22,23 +23,38 @@ pub fn run(ctx: &Ctx, key: &str, token: u64) -> Result<Report> {
     };
     // The holder loses its lease at its end; others' checkouts end after the skew margin
     // or when their holder is dead.
-    let mut judge = Judge::new(ctx, &store);
-    let ends = |r: &Record, judge: &mut Judge| -> Result<Option<ReapReason>> {
+    let mut judge = Judge::new(ctx, &*store);
+    let mut ends = |r: &Record, judge: &mut Judge| -> Result<Option<(ReapReason, Option<Cause>)>> {
         if r.held_by(&me) {
             Ok(r.expired_for_holder(&ctx.now)
-                .then_some(ReapReason::Timeout))
+                .then_some((ReapReason::Timeout, None)))
         } else {
-            judge.reap_reason(r)
+            judge.reap_cause(r)
         }
     };
     let mut slot = store.read(key)?;
-    let mut guard = None;
     if let Slot::Held(r) = &slot
         && ends(r, &mut judge)?.is_some()
     {
-        guard = Some(store.lock()?);
-        judge.refresh();
-        slot = store.read(key)?;
+        let settled = reap(
+            ctx,
+            &*store,
+            &mut judge,
+            vec![key.to_string()],
+            Some(&me),
+            &mut ends,
+        )?;
+        match settled.into_iter().next().map(|(_, s)| s) {
+            Some(Settled::Ended { record, .. }) => {
+                return if record.held_by(&me) {
+                    report(Outcome::LeaseLost, Some(CheckoutView::from(&record)))
+                } else {
+                    report(Outcome::NoSuchCheckout, None)
+                };
+            }
+            Some(Settled::Kept(now)) => slot = now,
+            None => {}
+        }
     }
     let r = match slot {
         Slot::Free => return report(Outcome::NoSuchCheckout, None),
@@ -51,16 +67,6 @@ pub fn run(ctx: &Ctx, key: &str, token: u64) -> Result<Report> {
         }
         Slot::Held(r) => r,
     };
-    if let Some(g) = &guard
-        && let Some(reason) = ends(&r, &mut judge)?
-    {
-        auto_release(ctx, &store, g, &r, Some(&me), reason)?;
-        return if r.held_by(&me) {
-            report(Outcome::LeaseLost, Some(CheckoutView::from(&r)))
-        } else {
-            report(Outcome::NoSuchCheckout, None)
-        };
-    }
     let outcome = if !r.held_by(&me) {
         Outcome::NotHolder
     } else if r.token != token {

@@ -5,18 +5,15 @@
 //! the head of the queue may take a freed key, so a release wakes waiters without a
 //! stampede: the others find the key reserved and go back to sleep.
 
-use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-use inotify::{Inotify, WatchMask};
-
 use super::checkout::{self, Join, Request};
-use super::{Ctx, queue};
 use crate::clock::Time;
+use crate::engine::{Ctx, queue};
 use crate::error::{Outcome, Result};
 use crate::liveness::{self, Proc};
 use crate::report::{CheckoutReport, CheckoutView, Report};
-use crate::store::{FileStore, Slot};
+use crate::store::{Slot, Store};
 
 /// The longest a waiter sleeps without an event before looking again.
 const FALLBACK_POLL: Duration = Duration::from_millis(500);
@@ -45,7 +42,6 @@ pub fn run_for(
     let req = Request::new(ctx, timeout, reason, None)?;
     let me = req.agent.id.clone();
     let store = ctx.open_store()?;
-    store.ensure_dir(&store.queues_dir())?;
     let deadline = wait.map(|d| Instant::now() + d);
     // Waiting for the guard (held by a stopped process, say) honours the deadline too.
     crate::store::set_guard_deadline(deadline);
@@ -53,7 +49,7 @@ pub fn run_for(
     let mut last: Option<CheckoutReport> = None;
     let waited = wait_loop(
         ctx,
-        &store,
+        &*store,
         key,
         &req,
         &me,
@@ -80,7 +76,7 @@ pub fn run_for(
 #[allow(clippy::too_many_arguments)]
 fn wait_loop(
     ctx: &Ctx,
-    store: &FileStore,
+    store: &dyn Store,
     key: &str,
     req: &Request,
     me: &str,
@@ -88,7 +84,7 @@ fn wait_loop(
     deadline: Option<Instant>,
     last: &mut Option<CheckoutReport>,
 ) -> Result<Report> {
-    let watcher = Watcher::new(store);
+    let mut changes = store.changes()?;
     let pid = std::process::id();
     let started = ctx.now;
     loop {
@@ -96,14 +92,15 @@ fn wait_loop(
         // An orphaned wait must never hand the key to a dead agent: stop as soon as the
         // agent's registered process is gone (or the agent was marked ended meanwhile).
         if agent_gone(store, me, &started)? {
-            let guard = store.lock()?;
-            queue::leave(&now_ctx, store, &guard, key, me)?;
-            let q = store.read_queue(key)?;
-            let holder = match store.read(key)? {
-                Slot::Held(r) => Some(CheckoutView::from(&r)),
-                _ => None,
-            };
-            drop(guard);
+            let (q, holder) = store.transaction(|guard| {
+                queue::leave(&now_ctx, store, guard, key, me)?;
+                let q = store.read_queue(key)?;
+                let holder = match store.read(key)? {
+                    Slot::Held(r) => Some(CheckoutView::from(&r)),
+                    _ => None,
+                };
+                Ok((q, holder))
+            })?;
             let mut r = last
                 .take()
                 .unwrap_or_else(|| CheckoutReport::new(now_ctx.now, key, Outcome::Conflict, None));
@@ -115,15 +112,14 @@ fn wait_loop(
             r.reserved_for = q.reservation.clone();
             return Ok(Report::Checkout(r));
         }
-        let report = {
-            let mut guard = store.lock()?;
-            let mut req = checkout::with_registered_pid(store, &guard, req.clone())?;
+        let report = store.transaction(|guard| {
+            let mut req = checkout::with_registered_pid(store, guard, req.clone())?;
             if own_process {
                 req.agent.pid = Some(pid);
                 req.agent.pid_start = crate::liveness::start_time(pid);
             }
-            checkout::attempt(&now_ctx, store, &mut guard, &req, key, Join::Wait(pid))?
-        };
+            checkout::attempt(&now_ctx, store, guard, &req, key, Join::Wait(pid))
+        })?;
         if !matches!(report.outcome, Outcome::Conflict | Outcome::Frozen) {
             return Ok(Report::Checkout(report));
         }
@@ -133,9 +129,8 @@ fn wait_loop(
             report.position = None;
             report.queue_length = report.queue_length.saturating_sub(1);
             *last = Some(report);
-            let guard = store.lock()?;
-            queue::leave(&ctx.at_now(me)?, store, &guard, key, me)?;
-            drop(guard);
+            let left = ctx.at_now(me)?;
+            store.transaction(|guard| queue::leave(&left, store, guard, key, me))?;
             return Ok(Report::Checkout(last.take().expect("just set")));
         }
         *last = Some(report);
@@ -143,13 +138,13 @@ fn wait_loop(
         if let Some(d) = deadline {
             sleep = sleep.min(d.saturating_duration_since(Instant::now()));
         }
-        watcher.wait(sleep);
+        changes.wait(sleep);
     }
 }
 
 /// Is the waiting agent gone: its registered process (`heartbeat --pid`) no longer runs
 /// (or its pid was reused), or it was marked ended after the wait began?
-fn agent_gone(store: &FileStore, me: &str, started: &Time) -> Result<bool> {
+fn agent_gone(store: &dyn Store, me: &str, started: &Time) -> Result<bool> {
     let Some(e) = store.read_agent(me)? else {
         return Ok(false);
     };
@@ -169,45 +164,4 @@ fn agent_gone(store: &FileStore, me: &str, started: &Time) -> Result<bool> {
         ),
         Proc::Gone | Proc::Reused
     ))
-}
-
-/// inotify on the key and queue directories; without it, plain sleeping.
-struct Watcher(Option<Inotify>);
-
-impl Watcher {
-    fn new(store: &FileStore) -> Watcher {
-        let Ok(ino) = Inotify::init() else {
-            return Watcher(None);
-        };
-        let mask = WatchMask::DELETE
-            | WatchMask::MOVED_TO
-            | WatchMask::MOVED_FROM
-            | WatchMask::CLOSE_WRITE;
-        let ok = ino.watches().add(store.keys_dir(), mask).is_ok()
-            && ino.watches().add(store.queues_dir(), mask).is_ok();
-        Watcher(ok.then_some(ino))
-    }
-
-    fn wait(&self, timeout: Duration) {
-        let Some(ino) = &self.0 else {
-            std::thread::sleep(timeout);
-            return;
-        };
-        let mut fds = libc::pollfd {
-            fd: ino.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-        // SAFETY: one valid pollfd for the duration of the call.
-        let n = unsafe { libc::poll(&mut fds, 1, ms) };
-        if n > 0 {
-            // Drain the events; which one woke us does not matter, the next attempt looks.
-            let mut buf = [0u8; 4096];
-            // SAFETY: reading into a buffer we own; the fd is non-blocking after poll.
-            unsafe {
-                libc::read(ino.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len());
-            }
-        }
-    }
 }

@@ -4,7 +4,8 @@ use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{Ctx, ReapReason, heartbeat};
+use super::heartbeat;
+use crate::engine::{Ctx, ReapReason};
 use crate::error::{Error, Result};
 use crate::liveness::{self, Proc};
 use crate::report::{Report, WatchReport};
@@ -200,7 +201,7 @@ fn registered(ctx: &Ctx, agent_id: &str) -> Result<Option<(u32, Option<u64>)>> {
 
 /// An exclusive lock on `watchers/<agent>` for as long as this watcher runs; `None` when
 /// another process holds it.
-fn watcher_lock(ctx: &Ctx, agent_id: &str) -> Result<Option<std::fs::File>> {
+fn watcher_lock(ctx: &Ctx, agent_id: &str) -> Result<Option<crate::store::Held>> {
     ctx.open_store()?.lock_watcher(agent_id)
 }
 
@@ -226,7 +227,7 @@ fn report(
 
 /// The watched process died: end every checkout of the agent and its subagents.
 fn release_all(ctx: &Ctx, agent_id: &str) -> Result<Vec<String>> {
-    super::end_agent(ctx, agent_id, true, ReapReason::AgentDeath)
+    crate::engine::end_agent(ctx, agent_id, true, ReapReason::AgentDeath)
 }
 
 /// Start the watcher in its own session with no inherited stdio, so a hook that starts

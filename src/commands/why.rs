@@ -1,7 +1,7 @@
 //! `why KEY`: plain words on whether this agent can check KEY out now, and why not.
 
-use super::{Ctx, Judge};
 use crate::clock::with_relative;
+use crate::engine::{Ctx, Judge};
 use crate::error::{Result, shell_quote};
 use crate::liveness::{Cause, State};
 use crate::report::{Report, WhyNext, WhyReport};
@@ -37,7 +37,7 @@ pub fn run(ctx: &Ctx, key: &str) -> Result<Report> {
                     .unwrap_or_default()
             ));
         }
-        let mut judge = Judge::new(ctx, &store);
+        let mut judge = Judge::new(ctx, &*store);
         match store.read(key)? {
             Slot::Corrupt { path, problem } if crate::error::newer_format(&problem) => {
                 can = false;

@@ -4,7 +4,7 @@ use std::fmt::Write;
 
 use super::Invocation;
 use crate::clock::{Time, with_relative};
-use crate::commands::ReapReason;
+use crate::engine::ReapReason;
 use crate::error::{Outcome, UPGRADE, newer_format, shell_quote};
 use crate::liveness::{Cause, State};
 use crate::report::*;

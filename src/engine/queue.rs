@@ -9,7 +9,7 @@ use crate::duration::to_chrono;
 use crate::error::Result;
 use crate::identity::Agent;
 use crate::liveness::{self, Proc};
-use crate::store::{AuditEvent, FileStore, Guard, Message, Queue, Reservation, Slot, Waiter};
+use crate::store::{AuditEvent, Guard, Message, Queue, Reservation, Slot, Store, Waiter};
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
@@ -21,7 +21,7 @@ fn audit(ctx: &Ctx, event: &str, key: &str, agent: &str) -> AuditEvent {
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn notify(
     ctx: &Ctx,
-    store: &FileStore,
+    store: &dyn Store,
     g: &Guard,
     to: &str,
     from: Option<&str>,
@@ -53,7 +53,7 @@ pub(crate) fn notify(
 }
 
 /// Is a waiter gone: its waiting process died, or its agent is dead?
-fn waiter_gone(ctx: &Ctx, store: &FileStore, w: &Waiter) -> Result<bool> {
+fn waiter_gone(ctx: &Ctx, store: &dyn Store, w: &Waiter) -> Result<bool> {
     if let Some(pid) = w.pid {
         match liveness::check_process(
             &w.host,
@@ -103,7 +103,7 @@ fn waiter_gone(ctx: &Ctx, store: &FileStore, w: &Waiter) -> Result<bool> {
 /// take the key itself, which needs no message. Returns whether the queue changed.
 pub(crate) fn settle(
     ctx: &Ctx,
-    store: &FileStore,
+    store: &dyn Store,
     g: &Guard,
     q: &mut Queue,
     key_free: bool,
@@ -177,7 +177,7 @@ pub(crate) fn settle(
 /// After a key's record is removed: hand it to the head of its queue, if any.
 pub(crate) fn after_release(
     ctx: &Ctx,
-    store: &FileStore,
+    store: &dyn Store,
     g: &Guard,
     key: &str,
     taker: Option<&str>,
@@ -195,7 +195,7 @@ pub(crate) fn after_release(
 /// The head of the queue takes the key reserved for it: it leaves the queue, and its
 /// unread `reserved` message for the key is marked read (it has done what it said).
 pub(crate) fn take_reservation(
-    store: &FileStore,
+    store: &dyn Store,
     g: &Guard,
     q: &mut Queue,
     agent: &str,
@@ -203,9 +203,9 @@ pub(crate) fn take_reservation(
     q.waiters.retain(|w| w.agent != agent);
     q.reservation = None;
     store.write_queue(g, q)?;
-    for (path, msg) in store.unread(agent)? {
+    for msg in store.unread(agent)? {
         if msg.kind == "reserved" && msg.key == q.key {
-            store.mark_read(agent, &path)?;
+            store.mark_read(agent, &msg.id)?;
         }
     }
     Ok(())
@@ -214,7 +214,7 @@ pub(crate) fn take_reservation(
 /// Join (or keep one's place in) a key's queue. `pid` is the blocked `--wait` process.
 pub(crate) fn join(
     ctx: &Ctx,
-    store: &FileStore,
+    store: &dyn Store,
     g: &Guard,
     q: &mut Queue,
     agent: &Agent,
@@ -247,7 +247,7 @@ pub(crate) fn join(
 }
 
 /// Leave a key's queue (a `--wait` that ran out); a reservation held passes on.
-pub(crate) fn leave(ctx: &Ctx, store: &FileStore, g: &Guard, key: &str, agent: &str) -> Result<()> {
+pub(crate) fn leave(ctx: &Ctx, store: &dyn Store, g: &Guard, key: &str, agent: &str) -> Result<()> {
     let mut q = store.read_queue(key)?;
     let Some(i) = q.waiters.iter().position(|w| w.agent == agent) else {
         return Ok(());
@@ -267,7 +267,7 @@ pub(crate) fn leave(ctx: &Ctx, store: &FileStore, g: &Guard, key: &str, agent: &
 /// Would `me` waiting for `key` (held or reserved by `holder`) close a wait-for cycle?
 /// Returns the cycle as agent, key, agent, …, agent.
 pub(crate) fn find_cycle(
-    store: &FileStore,
+    store: &dyn Store,
     me: &str,
     key: &str,
     holder: &str,

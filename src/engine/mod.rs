@@ -1,0 +1,574 @@
+//! The rules of tasklock, the same on every store: who may take a key, when a holder is
+//! dead or its lease is over, ending checkouts on a holder's behalf, queues and their
+//! handoff, how an ended checkout is remembered for the next holder. Commands parse
+//! their arguments, call in here and return a report.
+
+pub mod queue;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use crate::clock::Time;
+use crate::config::Config;
+use crate::error::Result;
+use crate::identity::{self, Agent};
+use crate::liveness::{self, Cause, Judgement};
+use crate::report::{AgentView, Previous, Reaped};
+use crate::store::{AgentEntry, AuditEvent, Ended, FileStore, Guard, Record, Slot, Store};
+
+/// What every command gets: resolved global options and "now".
+#[derive(Clone)]
+pub struct Ctx {
+    pub dir: PathBuf,
+    pub now: Time,
+    pub agent_flag: Option<String>,
+    pub name_flag: Option<String>,
+    /// `config.yaml` as read (or why it could not be), at most once per command.
+    pub cfg: std::cell::OnceCell<std::result::Result<Config, (PathBuf, String)>>,
+}
+
+impl Ctx {
+    /// The same context at the current time, with the agent id fixed (long-running commands).
+    pub fn at_now(&self, agent_id: &str) -> Result<Ctx> {
+        Ok(Ctx {
+            now: crate::clock::now()?,
+            agent_flag: Some(agent_id.to_string()),
+            ..self.clone()
+        })
+    }
+
+    pub fn agent(&self) -> Result<Agent> {
+        identity::current(self.agent_flag.as_deref(), self.name_flag.as_deref())
+    }
+
+    pub fn agent_id(&self) -> Result<String> {
+        identity::resolve_id(self.agent_flag.as_deref()).map(|(id, _)| id)
+    }
+
+    /// The store, created if needed. The settings are read first, so that no command
+    /// ever reads `config.yaml` while holding the guard (a slow or hostile file must not
+    /// hold up every other agent); the store uses the defaults when the file is bad.
+    pub fn open_store(&self) -> Result<Box<dyn Store>> {
+        let cfg = self.config().unwrap_or_default();
+        let store = FileStore::open_or_create(&self.dir)?;
+        Store::share_config(&store, &cfg);
+        Ok(Box::new(store))
+    }
+
+    /// The store if the lock directory exists, with the settings read first (as
+    /// [`Ctx::open_store`]).
+    pub fn existing_store(&self) -> Result<Option<Box<dyn Store>>> {
+        let cfg = self.config().unwrap_or_default();
+        let Some(store) = FileStore::open_existing(&self.dir)? else {
+            return Ok(None);
+        };
+        Store::share_config(&store, &cfg);
+        Ok(Some(Box::new(store)))
+    }
+
+    /// `config.yaml`, read at most once per command; a bad file is remembered too, so
+    /// it is never read again (under the guard) to give the same error.
+    pub fn config(&self) -> Result<Config> {
+        let r = self.cfg.get_or_init(|| {
+            Config::load(&self.dir).map_err(|e| match e {
+                crate::error::Error::Config { path, message } => (path, message),
+                other => (self.dir.join(Config::FILE), other.to_string()),
+            })
+        });
+        r.clone()
+            .map_err(|(path, message)| crate::error::Error::Config { path, message })
+    }
+
+    /// An event about a checkout record: its key, holder and token.
+    pub fn event(&self, event: &str, record: &Record) -> AuditEvent {
+        let mut ev = self.agent_event(event, &record.key, &record.agent);
+        ev.token = Some(record.token);
+        ev
+    }
+
+    /// An event about `agent` and `key`.
+    pub fn agent_event(&self, event: &str, key: &str, agent: &Agent) -> AuditEvent {
+        let mut ev = AuditEvent::new(self.now, event, key, &agent.id);
+        ev.name = agent.name.clone();
+        ev
+    }
+}
+
+/// Why a checkout was ended by someone other than its holder's own release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReapReason {
+    Timeout,
+    AgentDeath,
+    SessionEnd,
+    SubagentEnd,
+}
+
+impl ReapReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReapReason::Timeout => "timeout",
+            ReapReason::AgentDeath => "agent_death",
+            ReapReason::SessionEnd => "session_end",
+            ReapReason::SubagentEnd => "subagent_end",
+        }
+    }
+}
+
+/// Release a record under the guard on the holder's behalf (audited as auto_release).
+pub fn auto_release(
+    ctx: &Ctx,
+    store: &dyn Store,
+    guard: &crate::store::Guard,
+    record: &Record,
+    by: Option<&str>,
+    reason: ReapReason,
+) -> Result<()> {
+    auto_release_for(ctx, store, guard, record, by, reason, None)
+}
+
+/// As [`auto_release`]; `taker` is an agent about to take the key itself, which needs
+/// no handoff message if it is the head of the queue.
+pub fn auto_release_for(
+    ctx: &Ctx,
+    store: &dyn Store,
+    guard: &crate::store::Guard,
+    record: &Record,
+    by: Option<&str>,
+    reason: ReapReason,
+    taker: Option<&str>,
+) -> Result<()> {
+    store.remove(guard, &record.key)?;
+    // The checkout has ended: what follows is bookkeeping, and its failure a warning
+    // (the command that ended it goes on, and never exits 1 with the record gone).
+    crate::warnings::after_change(
+        &format!(
+            "the ended checkout of `{}` was removed, but a later step failed",
+            record.key
+        ),
+        after_auto_release(ctx, store, guard, record, by, reason, taker),
+    );
+    Ok(())
+}
+
+fn after_auto_release(
+    ctx: &Ctx,
+    store: &dyn Store,
+    guard: &crate::store::Guard,
+    record: &Record,
+    by: Option<&str>,
+    reason: ReapReason,
+    taker: Option<&str>,
+) -> Result<()> {
+    let mut ev = ctx.event("auto_release", record);
+    ev.reason = Some(reason.as_str().into());
+    ev.by = by.filter(|b| *b != record.agent.id).map(str::to_string);
+    store.audit(guard, &ev)?;
+    let cause = match reason {
+        ReapReason::AgentDeath => death_cause(ctx, store, record)?,
+        _ => None,
+    };
+    record_end(
+        ctx,
+        store,
+        guard,
+        record,
+        reason.as_str(),
+        cause,
+        ev.by.clone(),
+        None,
+    )?;
+    if let Some(by) = ev.by.as_deref() {
+        let (kind, body) = match reason {
+            ReapReason::Timeout => (
+                "lease_expired",
+                "your lease ran out and the checkout was released; check it out again before more work on it",
+            ),
+            ReapReason::AgentDeath => (
+                "agent_death",
+                "you were judged dead (process gone or heartbeats stopped) and the checkout was released",
+            ),
+            ReapReason::SessionEnd => (
+                "session_end",
+                "your session ended and the checkout was released",
+            ),
+            ReapReason::SubagentEnd => (
+                "subagent_end",
+                "your subagent stopped and the checkout was released",
+            ),
+        };
+        queue::notify(
+            ctx,
+            store,
+            guard,
+            &record.agent.id,
+            Some(by),
+            kind,
+            &record.key,
+            body,
+        )?;
+    }
+    queue::after_release(ctx, store, guard, &record.key, taker)
+}
+
+/// Why a holder ended as `agent_death` was judged dead, judged again for the record.
+fn death_cause(ctx: &Ctx, store: &dyn Store, record: &Record) -> Result<Option<Cause>> {
+    let entry = store.read_agent(&record.agent.id)?;
+    let cfg = store.config().unwrap_or_default();
+    Ok(liveness::judge_record(record, entry.as_ref(), &ctx.now, &cfg).cause)
+}
+
+/// Remember how a key's checkout ended, for its next holder.
+#[allow(clippy::too_many_arguments)]
+pub fn record_end(
+    ctx: &Ctx,
+    store: &dyn Store,
+    guard: &crate::store::Guard,
+    record: &Record,
+    how: &str,
+    cause: Option<Cause>,
+    by: Option<String>,
+    note: Option<String>,
+) -> Result<()> {
+    let cause = cause.and_then(|c| {
+        serde_json::to_value(c)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+    });
+    store.write_ended(
+        guard,
+        &Ended {
+            version: 1,
+            key: record.key.clone(),
+            agent: record.agent.clone(),
+            token: record.token,
+            acquired_at: record.acquired_at,
+            ended_at: ctx.now,
+            how: how.to_string(),
+            cause,
+            by,
+            note,
+        },
+    )
+}
+
+/// What the next holder of `key` (about to get `token`) should know; `None` when nothing
+/// is known. Two small reads: the key's ended fact and the tail of its notes.
+pub fn previous(store: &dyn Store, key: &str, token: u64) -> Result<Option<Box<Previous>>> {
+    let ended = store.read_ended(key)?.filter(|e| e.token < token);
+    let notes = store.last_notes(key, NOTES_SHOWN)?;
+    if ended.is_none() && notes.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(Box::new(match ended {
+        Some(e) => Previous {
+            agent: Some(AgentView {
+                id: e.agent.id,
+                name: e.agent.name,
+                host: e.agent.host,
+                pid: e.agent.pid,
+                parent: e.agent.parent,
+                user: e.agent.user,
+            }),
+            token: Some(e.token),
+            ended_at: Some(e.ended_at),
+            ended: Some(e.how),
+            cause: e.cause,
+            by: e.by,
+            note: e.note,
+            notes,
+        },
+        None => Previous {
+            agent: None,
+            token: None,
+            ended_at: None,
+            ended: None,
+            cause: None,
+            by: None,
+            note: None,
+            notes,
+        },
+    })))
+}
+
+/// Judges holders: lease end, then death, with registry entries and config read once.
+pub struct Judge<'a> {
+    ctx: &'a Ctx,
+    store: &'a dyn Store,
+    cfg: Option<Config>,
+    entries: HashMap<String, Option<AgentEntry>>,
+    _scope: liveness::Judging,
+}
+
+impl<'a> Judge<'a> {
+    pub fn new(ctx: &'a Ctx, store: &'a dyn Store) -> Self {
+        Judge {
+            ctx,
+            store,
+            cfg: None,
+            entries: HashMap::new(),
+            _scope: liveness::Judging::begin(),
+        }
+    }
+
+    pub fn config(&mut self) -> Result<&Config> {
+        if self.cfg.is_none() {
+            self.cfg = Some(self.ctx.config()?);
+        }
+        Ok(self.cfg.as_ref().expect("just set"))
+    }
+
+    pub fn entry(&mut self, id: &str) -> Result<Option<AgentEntry>> {
+        if !self.entries.contains_key(id) {
+            let e = self.store.read_agent(id)?;
+            self.entries.insert(id.to_string(), e);
+        }
+        Ok(self.entries[id].clone())
+    }
+
+    /// Forget cached entries (after the guard is taken, to judge on fresh data).
+    pub fn refresh(&mut self) {
+        self.entries.clear();
+        self._scope.forget();
+    }
+
+    pub fn holder(&mut self, r: &Record) -> Result<Judgement> {
+        let entry = self.entry(&r.agent.id)?;
+        let now = self.ctx.now;
+        let cfg = self.config()?.clone();
+        Ok(liveness::judge_record(r, entry.as_ref(), &now, &cfg))
+    }
+
+    /// May someone other than the holder end this checkout now, and why?
+    pub fn reap_reason(&mut self, r: &Record) -> Result<Option<ReapReason>> {
+        Ok(self.reap_cause(r)?.map(|(reason, _)| reason))
+    }
+
+    /// As [`Judge::reap_reason`], with the cause of death when the holder is dead.
+    pub fn reap_cause(&mut self, r: &Record) -> Result<Option<(ReapReason, Option<Cause>)>> {
+        if r.breakable(&self.ctx.now) {
+            return Ok(Some((ReapReason::Timeout, None)));
+        }
+        let j = self.holder(r)?;
+        Ok(j.dead().then_some((ReapReason::AgentDeath, j.cause)))
+    }
+}
+
+/// What the reaper did with one key.
+#[allow(clippy::large_enum_variant)]
+pub enum Settled {
+    /// Its checkout was ended on the holder's behalf.
+    Ended {
+        record: Record,
+        reason: ReapReason,
+        cause: Option<Cause>,
+    },
+    /// Nothing to end (any more): the key as it is now.
+    Kept(Slot),
+}
+
+/// Decides whether a checkout may be ended now, and why.
+pub type Rule<'r> =
+    dyn FnMut(&Record, &mut Judge) -> Result<Option<(ReapReason, Option<Cause>)>> + 'r;
+
+/// The usual rule: a lease over by more than the skew margin, or a dead holder.
+pub fn lapsed(r: &Record, judge: &mut Judge) -> Result<Option<(ReapReason, Option<Cause>)>> {
+    judge.reap_cause(r)
+}
+
+/// The one reaper. `keys` were judged endable outside the scope (reads are cheap and
+/// may be stale); inside it each is read and judged again by `rule`, and ended only if
+/// it still may be. `by` is the agent on whose behalf the command acts. Returns, key by
+/// key, what was ended and what was kept.
+pub fn reap(
+    ctx: &Ctx,
+    store: &dyn Store,
+    judge: &mut Judge,
+    keys: Vec<String>,
+    by: Option<&str>,
+    rule: &mut Rule<'_>,
+) -> Result<Vec<(String, Settled)>> {
+    if keys.is_empty() {
+        return Ok(Vec::new());
+    }
+    store.transaction(|g| reap_in(ctx, store, g, judge, keys, by, rule))
+}
+
+/// As [`reap`], inside a scope the caller holds.
+pub fn reap_in(
+    ctx: &Ctx,
+    store: &dyn Store,
+    g: &Guard,
+    judge: &mut Judge,
+    keys: Vec<String>,
+    by: Option<&str>,
+    rule: &mut Rule<'_>,
+) -> Result<Vec<(String, Settled)>> {
+    judge.refresh();
+    let mut out = Vec::with_capacity(keys.len());
+    for key in keys {
+        let slot = store.read(&key)?;
+        let Slot::Held(r) = &slot else {
+            out.push((key, Settled::Kept(slot)));
+            continue;
+        };
+        match rule(r, judge)? {
+            Some((reason, cause)) => {
+                auto_release(ctx, store, g, r, by, reason)?;
+                let Slot::Held(record) = slot else {
+                    unreachable!("matched above")
+                };
+                out.push((
+                    key,
+                    Settled::Ended {
+                        record,
+                        reason,
+                        cause,
+                    },
+                ));
+            }
+            None => out.push((key, Settled::Kept(slot))),
+        }
+    }
+    Ok(out)
+}
+
+/// The slots still there after a reaping scan, and the checkouts it ended.
+pub type Scanned = (Vec<Slot>, Vec<(Record, ReapReason)>);
+
+/// Every slot in the store, with the checkouts that may be ended ended on the way:
+/// returns the slots still there (corrupt ones included) and what was ended.
+pub fn scan_reaping(
+    ctx: &Ctx,
+    store: &dyn Store,
+    judge: &mut Judge,
+    by: Option<&str>,
+) -> Result<Scanned> {
+    let mut kept = Vec::new();
+    let mut candidates = Vec::new();
+    for slot in store.scan()? {
+        match &slot {
+            Slot::Held(r) if judge.reap_reason(r)?.is_some() => candidates.push(r.key.clone()),
+            _ => kept.push(slot),
+        }
+    }
+    let mut ended = Vec::new();
+    for (_, settled) in reap(ctx, store, judge, candidates, by, &mut lapsed)? {
+        match settled {
+            Settled::Ended { record, reason, .. } => ended.push((record, reason)),
+            Settled::Kept(Slot::Free) => {}
+            Settled::Kept(slot) => kept.push(slot),
+        }
+    }
+    Ok((kept, ended))
+}
+
+/// Read a key; if its checkout can be ended (lease out, holder dead), end it and report
+/// what was ended.
+pub fn read_reaping(
+    ctx: &Ctx,
+    store: &dyn Store,
+    key: &str,
+    by: Option<&str>,
+) -> Result<(Slot, Option<Reaped>)> {
+    let mut judge = Judge::new(ctx, store);
+    let slot = store.read(key)?;
+    let Slot::Held(r) = &slot else {
+        return Ok((slot, None));
+    };
+    if judge.reap_reason(r)?.is_none() {
+        return Ok((slot, None));
+    }
+    let settled = reap(
+        ctx,
+        store,
+        &mut judge,
+        vec![key.to_string()],
+        by,
+        &mut lapsed,
+    )?;
+    match settled.into_iter().next().map(|(_, s)| s) {
+        Some(Settled::Ended {
+            record,
+            reason,
+            cause,
+        }) => {
+            let notes = store.last_notes(key, NOTES_SHOWN)?;
+            Ok((Slot::Free, Some(Reaped::new(&record, reason, cause, notes))))
+        }
+        Some(Settled::Kept(slot)) => Ok((slot, None)),
+        None => Ok((Slot::Free, None)),
+    }
+}
+
+/// An agent ended (its session or subagent stopped, its process died): end its checkouts
+/// and, with `with_subagents`, those of its subagents, and mark them all ended. An entry
+/// that already ended keeps the first reason. Returns the keys released.
+pub fn end_agent(
+    ctx: &Ctx,
+    agent_id: &str,
+    with_subagents: bool,
+    reason: ReapReason,
+) -> Result<Vec<String>> {
+    let Some(store) = ctx.existing_store()? else {
+        return Ok(Vec::new());
+    };
+    let ends =
+        |id: &str| id == agent_id || (with_subagents && identity::is_subagent_of(id, agent_id));
+    // Find the keys outside the guard; each is re-read under it before it is changed.
+    let mine: Vec<String> = store
+        .scan()?
+        .into_iter()
+        .filter_map(|slot| match slot {
+            Slot::Held(r) if ends(&r.agent.id) => Some(r.key),
+            _ => None,
+        })
+        .collect();
+    let mut agents = vec![agent_id.to_string()];
+    if with_subagents {
+        agents.extend(
+            store
+                .scan_agents()?
+                .into_iter()
+                .filter(|e| e.ended_at.is_none() && identity::is_subagent_of(&e.id, agent_id))
+                .map(|e| e.id),
+        );
+    }
+    let reason_text = match reason {
+        ReapReason::AgentDeath => "process_gone",
+        other => other.as_str(),
+    };
+    let mut judge = Judge::new(ctx, &*store);
+    store.transaction(|g| {
+        let mut rule = |r: &Record, _: &mut Judge| Ok(ends(&r.agent.id).then_some((reason, None)));
+        let settled = reap_in(ctx, &*store, g, &mut judge, mine, None, &mut rule)?;
+        for id in agents {
+            if let Some(mut entry) = store.read_agent(&id)?
+                && entry.ended_at.is_none()
+            {
+                entry.ended_at = Some(ctx.now);
+                entry.ended_reason = Some(reason_text.into());
+                store.write_agent(g, &entry)?;
+            }
+        }
+        Ok(settled
+            .into_iter()
+            .filter_map(|(key, s)| matches!(s, Settled::Ended { .. }).then_some(key))
+            .collect())
+    })
+}
+
+/// How many of a key's notes `status` and a takeover show.
+pub const NOTES_SHOWN: usize = 3;
+
+/// The keys `agent_id` holds (expired ones included, so they can be reported as lost).
+pub fn held_keys(store: &dyn Store, agent_id: &str) -> Result<Vec<String>> {
+    Ok(store
+        .scan()?
+        .into_iter()
+        .filter_map(|slot| match slot {
+            Slot::Held(r) if r.held_by(agent_id) => Some(r.key),
+            _ => None,
+        })
+        .collect())
+}
