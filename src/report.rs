@@ -200,11 +200,28 @@ pub struct KeyResult {
 /// `release` and `renew`: one result per key.
 #[derive(Debug, Serialize)]
 pub struct KeysReport {
-    pub command: &'static str,
+    pub command: KeysCommand,
     pub now: Time,
     pub all: bool,
     pub results: Vec<KeyResult>,
     pub note: Option<String>,
+}
+
+/// The commands that act on several keys at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KeysCommand {
+    Release,
+    Renew,
+}
+
+impl KeysCommand {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeysCommand::Release => "release",
+            KeysCommand::Renew => "renew",
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -551,7 +568,9 @@ impl Report {
             Report::Keys(r) => r
                 .results
                 .iter()
-                .filter(|k| !(r.all && r.command == "release" && k.outcome == Outcome::LeaseLost))
+                .filter(|k| {
+                    !(r.all && r.command == KeysCommand::Release && k.outcome == Outcome::LeaseLost)
+                })
                 .map(|k| k.outcome.exit_code())
                 .find(|&c| c != 0)
                 .unwrap_or(0),
@@ -564,7 +583,7 @@ impl Report {
             Report::Run(r) => r.exit_code,
             Report::Any(r) => r.outcome.exit_code(),
             Report::Inbox(_) | Report::Init(_) | Report::Why(_) => 0,
-            Report::Freeze(r) if r.command == "unfreeze" && r.freeze.is_none() => {
+            Report::Freeze(r) if !r.frozen && r.freeze.is_none() => {
                 crate::error::EXIT_NO_SUCH_CHECKOUT
             }
             Report::Freeze(_) | Report::Audit(_) => 0,

@@ -2,7 +2,7 @@ use super::checkout::check_text;
 use crate::engine::record_end;
 use crate::engine::{Ctx, Judge, ReapReason, auto_release, held_keys, queue};
 use crate::error::{Error, Outcome, Result};
-use crate::report::{CheckoutView, KeyResult, KeysReport, Report};
+use crate::report::{CheckoutView, KeyResult, KeysCommand, KeysReport, Report};
 use crate::store::{Slot, Store};
 use crate::warnings::after_change;
 
@@ -28,7 +28,7 @@ pub fn run(
     let mut results = Vec::new();
     let report = |results| {
         Ok(Report::Keys(KeysReport {
-            command: "release",
+            command: KeysCommand::Release,
             now: ctx.now,
             all,
             results,

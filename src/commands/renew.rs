@@ -3,7 +3,7 @@ use std::time::Duration;
 use crate::duration::to_chrono;
 use crate::engine::{Ctx, Judge, ReapReason, auto_release, held_keys};
 use crate::error::{Error, Outcome, Result};
-use crate::report::{CheckoutView, KeyResult, KeysReport, Report};
+use crate::report::{CheckoutView, KeyResult, KeysCommand, KeysReport, Report};
 use crate::store::{Record, Slot};
 
 pub fn run(ctx: &Ctx, keys: Vec<String>, all: bool, timeout: Option<Duration>) -> Result<Report> {
@@ -19,7 +19,7 @@ pub fn run(ctx: &Ctx, keys: Vec<String>, all: bool, timeout: Option<Duration>) -
     let mut results = Vec::new();
     let report = |results| {
         Ok(Report::Keys(KeysReport {
-            command: "renew",
+            command: KeysCommand::Renew,
             now: ctx.now,
             all,
             results,

@@ -424,9 +424,13 @@ fn notes_lines(out: &mut String, notes: &[Note], now: &Time) {
 
 fn keys(r: &KeysReport, inv: &Invocation) -> String {
     let mut out = String::new();
-    let releasing = r.command == "release";
+    let releasing = r.command == KeysCommand::Release;
     if r.results.is_empty() {
-        let _ = writeln!(out, "You hold no checkouts; nothing to {}.", r.command);
+        let _ = writeln!(
+            out,
+            "You hold no checkouts; nothing to {}.",
+            r.command.as_str()
+        );
         return out;
     }
     let ok = r
@@ -528,7 +532,7 @@ fn single_verdict(k: &KeyResult, r: &KeysReport) -> String {
                 .as_ref()
                 .map(|c| with_relative(&c.expires_at, &r.now))
                 .unwrap_or_default(),
-            if r.command == "renew" {
+            if r.command == KeysCommand::Renew {
                 "renewed"
             } else {
                 "held any more"
