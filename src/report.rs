@@ -4,12 +4,32 @@
 use serde::Serialize;
 
 use crate::clock::Time;
-use crate::engine::ReapReason;
 use crate::error::Outcome;
 use crate::liveness::{Cause, Judgement, State};
 use crate::store::{AgentEntry, AuditEvent, Freeze, Message, Note, Record, Reservation};
 
 /// The public view of a holder.
+/// Why a checkout was ended by someone other than its holder's own release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReapReason {
+    Timeout,
+    AgentDeath,
+    SessionEnd,
+    SubagentEnd,
+}
+
+impl ReapReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReapReason::Timeout => "timeout",
+            ReapReason::AgentDeath => "agent_death",
+            ReapReason::SessionEnd => "session_end",
+            ReapReason::SubagentEnd => "subagent_end",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct AgentView {
     pub id: String,

@@ -1,6 +1,6 @@
 use super::checkout::check_text;
 use crate::duration::to_chrono;
-use crate::engine::{Ctx, Judge, ReapReason, auto_release, queue};
+use crate::engine::{Ctx, Judge, ReapReason, Settled, queue, reap_in};
 use crate::error::{Error, Result};
 use crate::liveness;
 use crate::report::{AgentRow, EndedCheckout, HeartbeatReport, Report};
@@ -92,19 +92,39 @@ pub fn beat(
     let max_hold = to_chrono(judge.config()?.max_hold);
     if !todo.is_empty() {
         store.transaction(|guard| {
-            judge.refresh();
-            for seen in todo {
-                // Re-read: act only on the record as it is now.
-                let Slot::Held(r) = store.read(&seen.key)? else {
-                    continue;
+            // One reaper: this agent's (and its subagents') lost leases end as timeouts,
+            // others' checkouts as they may; what is left of this agent's is renewed.
+            let me = agent.id.as_str();
+            let mine = |r: &Record| r.held_by(me) || crate::identity::is_subagent_of(&r.agent.id, me);
+            let mut rule = |r: &Record, judge: &mut Judge| {
+                if mine(r) {
+                    // Never revived: someone may already have acted on the lost lease.
+                    Ok(r.expired_for_holder(&ctx.now).then_some((ReapReason::Timeout, None)))
+                } else {
+                    judge.reap_cause(r)
+                }
+            };
+            let keys = todo.into_iter().map(|r| r.key).collect();
+            for (_, settled) in reap_in(ctx, &*store, guard, &mut judge, keys, Some(me), &mut rule)? {
+                let r = match settled {
+                    Settled::Ended { record, .. } if mine(&record) => {
+                        held.retain(|k| *k != record.key);
+                        lost.push(record.key);
+                        continue;
+                    }
+                    Settled::Ended { record, reason, .. } => {
+                        ended.push(EndedCheckout {
+                            key: record.key.clone(),
+                            agent: record.agent.id.clone(),
+                            token: record.token,
+                            reason,
+                        });
+                        continue;
+                    }
+                    Settled::Kept(Slot::Held(r)) if mine(&r) => r,
+                    Settled::Kept(_) => continue,
                 };
-                if r.held_by(&agent.id) || crate::identity::is_subagent_of(&r.agent.id, &agent.id) {
-                    if r.expired_for_holder(&ctx.now) {
-                        // Never revived: someone may already have acted on the lost lease.
-                        auto_release(ctx, &*store, guard, &r, Some(&agent.id), ReapReason::Timeout)?;
-                        held.retain(|k| *k != r.key);
-                        lost.push(r.key);
-                    } else if needs_renewal(&r, &ctx.now) {
+                if needs_renewal(&r, &ctx.now) {
                         if store.frozen(&r.key, &ctx.now)?.is_some() {
                             frozen.push(r.key);
                             continue;
@@ -159,15 +179,6 @@ pub fn beat(
                         }
                         renewed.push(fresh.key);
                     }
-                } else if let Some(reason) = judge.reap_reason(&r)? {
-                    auto_release(ctx, &*store, guard, &r, Some(&agent.id), reason)?;
-                    ended.push(EndedCheckout {
-                        key: r.key.clone(),
-                        agent: r.agent.id.clone(),
-                        token: r.token,
-                        reason,
-                    });
-                }
             }
             Ok(())
         })?;

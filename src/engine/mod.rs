@@ -94,26 +94,7 @@ impl Ctx {
     }
 }
 
-/// Why a checkout was ended by someone other than its holder's own release.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ReapReason {
-    Timeout,
-    AgentDeath,
-    SessionEnd,
-    SubagentEnd,
-}
-
-impl ReapReason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ReapReason::Timeout => "timeout",
-            ReapReason::AgentDeath => "agent_death",
-            ReapReason::SessionEnd => "session_end",
-            ReapReason::SubagentEnd => "subagent_end",
-        }
-    }
-}
+pub use crate::report::ReapReason;
 
 /// Release a record under the guard on the holder's behalf (audited as auto_release).
 pub fn auto_release(

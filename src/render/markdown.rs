@@ -4,9 +4,9 @@ use std::fmt::Write;
 
 use super::Invocation;
 use crate::clock::{Time, with_relative};
-use crate::engine::ReapReason;
 use crate::error::{Outcome, UPGRADE, newer_format, shell_quote};
 use crate::liveness::{Cause, State};
+use crate::report::ReapReason;
 use crate::report::*;
 use crate::store::{AuditEvent, Freeze, Note};
 
