@@ -114,10 +114,12 @@ pub enum Source {
     Flag,
     Env,
     ClaudeSession,
+    CodexThread,
     UserAtHost,
 }
 
-/// Resolve the agent id: `--agent`, `TASKLOCK_AGENT`, `CLAUDE_CODE_SESSION_ID`, then
+/// Resolve the agent id: `--agent`, `TASKLOCK_AGENT`, `CLAUDE_CODE_SESSION_ID`,
+/// `CODEX_THREAD_ID` (set by the Codex CLI in every command it runs), then
 /// `USER@HOSTNAME` only when stdin is a terminal.
 pub fn resolve_id(flag: Option<&str>) -> Result<(String, Source)> {
     let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
@@ -127,6 +129,8 @@ pub fn resolve_id(flag: Option<&str>) -> Result<(String, Source)> {
         (v, Source::Env)
     } else if let Some(v) = env("CLAUDE_CODE_SESSION_ID") {
         (v, Source::ClaudeSession)
+    } else if let Some(v) = env("CODEX_THREAD_ID") {
+        (v, Source::CodexThread)
     } else if std::io::stdin().is_terminal() {
         let user = env("USER")
             .or_else(|| env("LOGNAME"))
@@ -135,8 +139,9 @@ pub fn resolve_id(flag: Option<&str>) -> Result<(String, Source)> {
     } else {
         return Err(Error::Usage(
             "no agent identity: pass --agent ID, or set TASKLOCK_AGENT (in Claude Code, \
-             CLAUDE_CODE_SESSION_ID is used automatically; `tasklock init` wires it up). \
-             Without one, two agents would silently share a lock."
+             CLAUDE_CODE_SESSION_ID is used automatically, and in Codex CODEX_THREAD_ID; \
+             `tasklock init` wires up their hooks). Without one, two agents would silently \
+             share a lock."
                 .into(),
         ));
     };

@@ -79,6 +79,7 @@ impl Home {
             "TASKLOCK_AGENT",
             "TASKLOCK_AGENT_NAME",
             "CLAUDE_CODE_SESSION_ID",
+            "CODEX_THREAD_ID",
             "CARGO_TARGET_DIR",
         ] {
             cmd.env_remove(var);
