@@ -234,13 +234,41 @@ pub fn boot_id() -> Option<String> {
         .clone()
 }
 
-/// This process's pid namespace, read once per process.
+/// This process's pid namespace, read once per process: `pid:[INODE]@START`, the
+/// namespace's inode and the start time (clock ticks since boot) of its pid 1.
+///
+/// The inode alone does not name a namespace over time: the kernel reuses the inode of a
+/// namespace that is gone. Codex runs every command in a fresh sandbox with a pid
+/// namespace of its own, and measured here each got the inode of the one before, so a
+/// record written in one sandbox looked, to the next, as if from its own namespace, and
+/// the (host) pid it names as gone. The start time of the namespace's first process tells
+/// them apart. Just `pid:[INODE]` when `/proc/1/stat` cannot be read.
 pub fn pid_namespace() -> Option<String> {
     static NS: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
     NS.get_or_init(|| {
-        std::fs::read_link("/proc/self/ns/pid")
-            .ok()
-            .map(|p| p.to_string_lossy().into_owned())
+        let ns = std::fs::read_link("/proc/self/ns/pid")
+            .ok()?
+            .to_string_lossy()
+            .into_owned();
+        Some(match crate::liveness::start_time(1) {
+            Some(start) => format!("{ns}@{start}"),
+            None => ns,
+        })
     })
     .clone()
+}
+
+/// Is `recorded` (a record's `pid_ns`) this process's pid namespace? A record written by
+/// an older version holds the inode alone, compared as it was then.
+pub fn same_pid_namespace(recorded: Option<&str>) -> bool {
+    let Some(recorded) = recorded else {
+        return pid_namespace().is_none();
+    };
+    let Some(mine) = pid_namespace() else {
+        return false;
+    };
+    if recorded == mine {
+        return true;
+    }
+    !recorded.contains('@') && mine.split('@').next() == Some(recorded)
 }
