@@ -4,6 +4,13 @@
 #   ./install.sh [--prefix DIR] [--skills-dir DIR] [--agents-dir DIR] [--no-agents]
 #                [--project] [--force] [--dry-run]
 #   ./install.sh --uninstall [--dry-run]
+#   curl -fsSL https://raw.githubusercontent.com/tasklock/tasklock/main/install.sh | sh
+#
+# Without a checkout around it (piped into sh, or copied elsewhere) it fetches the source
+# first: `git clone --depth 1` of $TASKLOCK_REPO (default
+# https://github.com/tasklock/tasklock.git; any URL or path git accepts), at
+# $TASKLOCK_REF if set (a branch or tag), into a temporary directory that is removed when
+# it ends, however it ends. The script is POSIX sh throughout (dash, busybox sh, bash).
 #
 # What goes where (every directory may be overridden; nothing outside them is touched):
 #   binary   ${XDG_BIN_HOME:-$HOME/.local/bin}/tasklock                 --prefix DIR
@@ -44,6 +51,7 @@
 #   TASKLOCK_INSTALL_BINARY=PATH  install this prebuilt binary instead of running
 #                                 `cargo build --release --locked` (for tests and packagers)
 #   XDG_BIN_HOME, XDG_DATA_HOME   as above; CARGO_TARGET_DIR is honoured for the build
+#   TASKLOCK_REPO, TASKLOCK_REF   where to fetch the source from when not run from a checkout
 #
 # Exit status: 0 done (or nothing to do), 1 error (no cargo, build or I/O failure),
 # 64 usage error.
@@ -85,6 +93,11 @@ Options:
                      builds, in cargo's target directory, to compare the binary)
   --uninstall        remove what the receipt lists (files changed since install are kept)
   -h, --help         show this help
+
+Run from anywhere else (or piped: curl -fsSL .../install.sh | sh), it first clones the
+source with git into a temporary directory, removed afterwards:
+  TASKLOCK_REPO=URL  the repository (default https://github.com/tasklock/tasklock.git)
+  TASKLOCK_REF=REF   a branch or tag of it (default: its default branch)
 
 Environment: TASKLOCK_INSTALL_BINARY=PATH installs that binary instead of building.
 Exit status: 0 done, 1 error, 64 usage error.
@@ -264,9 +277,17 @@ fi
 
 # ---------------------------------------------------------------- plan
 
-here=$(CDPATH='' cd -- "$(dirname -- "$0")" && pwd -P)
-if [ ! -f "$here/Cargo.toml" ] || [ ! -d "$here/skills" ]; then
-    die "run install.sh from a tasklock checkout (no Cargo.toml and skills/ beside it in $here)"
+# The checkout this script is in; none when it was piped into sh ($0 is then the shell)
+# or copied out of one: the source is fetched below.
+here=''
+if [ -f "$0" ]; then
+    here=$(CDPATH='' cd -- "$(dirname -- "$0")" && pwd -P)
+    if [ ! -f "$here/Cargo.toml" ] || [ ! -d "$here/skills" ]; then here=''; fi
+fi
+default_repo=https://github.com/tasklock/tasklock.git
+repo_url=${TASKLOCK_REPO:-$default_repo}
+if [ -z "$here" ] && ! command -v git >/dev/null 2>&1; then
+    die "git not found on PATH: without a tasklock checkout around it, install.sh clones $repo_url with git. Install git, or run ./install.sh from a clone."
 fi
 
 if [ -z "$bindir" ]; then
@@ -301,8 +322,11 @@ elif ! command -v cargo >/dev/null 2>&1; then
 fi
 
 changed=0 unchanged=0 kept=0
-tmpfile=''
-cleanup() { [ -z "$tmpfile" ] || rm -f "$tmpfile"; }
+tmpfile='' fetched=''
+cleanup() {
+    [ -z "$tmpfile" ] || rm -f "$tmpfile"
+    [ -z "$fetched" ] || rm -rf "$fetched"
+}
 finish() {
     _status=$?
     cleanup
@@ -424,6 +448,26 @@ install_link() {
 
 if [ "$dry_run" = 1 ]; then
     say "Dry run: this is what ./install.sh would do; nothing is changed."
+fi
+
+# No checkout around this script: fetch the source into a temporary directory, which
+# cleanup (on any exit) removes.
+if [ -z "$here" ]; then
+    fetched=$(mktemp -d "${TMPDIR:-/tmp}/tasklock-install.XXXXXX") ||
+        die "cannot create a temporary directory in ${TMPDIR:-/tmp}"
+    if [ -n "${TASKLOCK_REF:-}" ]; then
+        say "Fetching: git clone --depth 1 --branch $TASKLOCK_REF $repo_url (into $fetched, removed afterwards)"
+        git clone -q --depth 1 --branch "$TASKLOCK_REF" -- "$repo_url" "$fetched/tasklock" ||
+            die "git clone of $repo_url at $TASKLOCK_REF failed (output above); set TASKLOCK_REPO or TASKLOCK_REF"
+    else
+        say "Fetching: git clone --depth 1 $repo_url (into $fetched, removed afterwards)"
+        git clone -q --depth 1 -- "$repo_url" "$fetched/tasklock" ||
+            die "git clone of $repo_url failed (output above); set TASKLOCK_REPO to the repository's URL or path"
+    fi
+    here=$fetched/tasklock
+    if [ ! -f "$here/Cargo.toml" ] || [ ! -d "$here/skills" ]; then
+        die "$repo_url is not a tasklock repository: no Cargo.toml and skills/ in it"
+    fi
 fi
 
 # The binary.

@@ -31,7 +31,7 @@ pub struct Global {
     /// The lock directory (default: discovered; see the README)
     #[arg(long, global = true, value_name = "PATH")]
     pub dir: Option<PathBuf>,
-    /// Agent id (default: TASKLOCK_AGENT, then CLAUDE_CODE_SESSION_ID)
+    /// Agent id (default: TASKLOCK_AGENT, then CLAUDE_CODE_SESSION_ID, then CODEX_THREAD_ID)
     #[arg(long, global = true, value_name = "ID")]
     pub agent: Option<String>,
     /// Human label shown beside the agent id (default: TASKLOCK_AGENT_NAME)
@@ -177,9 +177,10 @@ pub enum Command {
         #[arg(long, value_name = "GROUP", num_args = 0..=1, default_missing_value = "")]
         shared: Option<String>,
     },
-    /// Entry point for Claude Code hooks; reads the hook's JSON on stdin
+    /// Entry point for Claude Code and Codex hooks; reads the hook's JSON on stdin
     Hook {
-        /// session-start, user-prompt-submit, post-tool-use or session-end
+        /// session-start, user-prompt-submit, pre-tool-use, post-tool-use, stop, subagent-start,
+        /// subagent-stop or session-end
         event: Option<String>,
     },
     /// Block every checkout of KEY (or of a prefix: `deploy://*`) for a while

@@ -114,10 +114,12 @@ pub enum Source {
     Flag,
     Env,
     ClaudeSession,
+    CodexThread,
     UserAtHost,
 }
 
-/// Resolve the agent id: `--agent`, `TASKLOCK_AGENT`, `CLAUDE_CODE_SESSION_ID`, then
+/// Resolve the agent id: `--agent`, `TASKLOCK_AGENT`, `CLAUDE_CODE_SESSION_ID`,
+/// `CODEX_THREAD_ID` (set by the Codex CLI in every command it runs), then
 /// `USER@HOSTNAME` only when stdin is a terminal.
 pub fn resolve_id(flag: Option<&str>) -> Result<(String, Source)> {
     let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
@@ -127,6 +129,8 @@ pub fn resolve_id(flag: Option<&str>) -> Result<(String, Source)> {
         (v, Source::Env)
     } else if let Some(v) = env("CLAUDE_CODE_SESSION_ID") {
         (v, Source::ClaudeSession)
+    } else if let Some(v) = env("CODEX_THREAD_ID") {
+        (v, Source::CodexThread)
     } else if std::io::stdin().is_terminal() {
         let user = env("USER")
             .or_else(|| env("LOGNAME"))
@@ -135,8 +139,9 @@ pub fn resolve_id(flag: Option<&str>) -> Result<(String, Source)> {
     } else {
         return Err(Error::Usage(
             "no agent identity: pass --agent ID, or set TASKLOCK_AGENT (in Claude Code, \
-             CLAUDE_CODE_SESSION_ID is used automatically; `tasklock init` wires it up). \
-             Without one, two agents would silently share a lock."
+             CLAUDE_CODE_SESSION_ID is used automatically, and in Codex CODEX_THREAD_ID; \
+             `tasklock init` wires up their hooks). Without one, two agents would silently \
+             share a lock."
                 .into(),
         ));
     };
@@ -229,13 +234,26 @@ pub fn boot_id() -> Option<String> {
         .clone()
 }
 
-/// This process's pid namespace, read once per process.
+/// This process's pid namespace, read once per process: `pid:[INODE]@START`, the
+/// namespace's inode and the start time (clock ticks since boot) of its pid 1.
+///
+/// The inode alone does not name a namespace over time: the kernel reuses the inode of a
+/// namespace that is gone. Codex runs every command in a fresh sandbox with a pid
+/// namespace of its own, and measured here each got the inode of the one before, so a
+/// record written in one sandbox looked, to the next, as if from its own namespace, and
+/// the (host) pid it names as gone. The start time of the namespace's first process tells
+/// them apart. Just `pid:[INODE]` when `/proc/1/stat` cannot be read.
 pub fn pid_namespace() -> Option<String> {
     static NS: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
     NS.get_or_init(|| {
-        std::fs::read_link("/proc/self/ns/pid")
-            .ok()
-            .map(|p| p.to_string_lossy().into_owned())
+        let ns = std::fs::read_link("/proc/self/ns/pid")
+            .ok()?
+            .to_string_lossy()
+            .into_owned();
+        Some(match crate::liveness::start_time(1) {
+            Some(start) => format!("{ns}@{start}"),
+            None => ns,
+        })
     })
     .clone()
 }
@@ -243,4 +261,19 @@ pub fn pid_namespace() -> Option<String> {
 /// `id` is a subagent of `parent` (`<parent>/<subagent>`).
 pub fn is_subagent_of(id: &str, parent: &str) -> bool {
     id.len() > parent.len() + 1 && id.starts_with(parent) && id.as_bytes()[parent.len()] == b'/'
+}
+
+/// Is `recorded` (a record's `pid_ns`) this process's pid namespace? A record written by
+/// an older version holds the inode alone, compared as it was then.
+pub fn same_pid_namespace(recorded: Option<&str>) -> bool {
+    let Some(recorded) = recorded else {
+        return pid_namespace().is_none();
+    };
+    let Some(mine) = pid_namespace() else {
+        return false;
+    };
+    if recorded == mine {
+        return true;
+    }
+    !recorded.contains('@') && mine.split('@').next() == Some(recorded)
 }

@@ -150,7 +150,7 @@ pub fn check_process(
     if agent_host != identity::hostname()
         || boot.is_none()
         || boot.map(str::to_string) != identity::boot_id()
-        || ns.map(str::to_string) != identity::pid_namespace()
+        || !identity::same_pid_namespace(ns)
     {
         return Proc::Unknown;
     }

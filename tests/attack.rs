@@ -593,6 +593,7 @@ fn a_record_another_user_cannot_read_does_not_fail_commands_for_everyone() {
             .env_remove("TASKLOCK_AGENT")
             .env_remove("TASKLOCK_DIR")
             .env_remove("CLAUDE_CODE_SESSION_ID")
+            .env_remove("CODEX_THREAD_ID")
             .arg("--dir")
             .arg(e.dir())
             .args(args)

@@ -542,7 +542,7 @@ fn no_identity_without_a_terminal_is_a_usage_error() {
 }
 
 #[test]
-fn identity_order_flag_env_claude_session() {
+fn identity_order_flag_env_claude_session_codex_thread() {
     let e = Env::new();
     let who = |envs: &[(&str, &str)], flag: Option<&str>| {
         let mut cmd = base_cmd(T0);
@@ -571,11 +571,14 @@ fn identity_order_flag_env_claude_session() {
     let all = [
         ("TASKLOCK_AGENT", "env-agent"),
         ("CLAUDE_CODE_SESSION_ID", "session-1"),
+        ("CODEX_THREAD_ID", "codex-thread-1"),
         ("TASKLOCK_AGENT_NAME", "named"),
     ];
     assert_eq!(who(&all, Some("flag-agent")), "flag-agent");
     assert_eq!(who(&all, None), "env-agent");
     assert_eq!(who(&all[1..], None), "session-1");
+    // Codex sets CODEX_THREAD_ID in every command it runs: after Claude Code's session.
+    assert_eq!(who(&all[2..], None), "codex-thread-1");
 }
 
 #[test]
@@ -1293,6 +1296,7 @@ fn run_suggested(line: &str, env: &[(&str, &str)]) -> Run {
         .env_remove("TASKLOCK_AGENT")
         .env_remove("TASKLOCK_DIR")
         .env_remove("CLAUDE_CODE_SESSION_ID")
+        .env_remove("CODEX_THREAD_ID")
         .stdin(std::process::Stdio::null());
     for (k, v) in env {
         cmd.env(k, v);

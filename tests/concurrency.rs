@@ -29,6 +29,7 @@ const SCRUB_ENV: &[&str] = &[
     "TASKLOCK_AGENT",
     "TASKLOCK_AGENT_NAME",
     "CLAUDE_CODE_SESSION_ID",
+    "CODEX_THREAD_ID",
 ];
 
 fn scrubbed(program: &str) -> Command {

@@ -45,6 +45,7 @@ fn scrub(cmd: &mut Command) {
         "TASKLOCK_AGENT_NAME",
         "TASKLOCK_DIR",
         "CLAUDE_CODE_SESSION_ID",
+        "CODEX_THREAD_ID",
         "CLAUDE_ENV_FILE",
         "CLAUDE_PID",
         "CLAUDE_PROJECT_DIR",
@@ -628,10 +629,10 @@ fn hooks_never_break_the_agent() {
 
     // An event this version does not know (a newer Claude Code, a typo in settings).
     let r = feed(
-        hook_cmd(&e.now, Some(&e.dir()), "stop"),
-        input("s1", e.tmp.path(), "PreToolUse").as_bytes(),
+        hook_cmd(&e.now, Some(&e.dir()), "pre-compact"),
+        input("s1", e.tmp.path(), "PreCompact").as_bytes(),
     );
-    failed_quietly(&r, "stop", "unknown hook event \"stop\"");
+    failed_quietly(&r, "pre-compact", "unknown hook event \"pre-compact\"");
     assert!(r.stderr.contains("session-start"), "{}", r.text());
 
     // CLAUDE_ENV_FILE that cannot be written: below a regular file.
@@ -799,6 +800,7 @@ fn init_merges_into_an_existing_project() {
             (p(&repo.join(".locks")), "created".to_string()),
             (p(&repo.join(".locks/config.yaml")), "created".to_string()),
             (p(&settings_path), "updated".to_string()),
+            (p(&repo.join(".codex/hooks.json")), "created".to_string()),
             (p(&repo.join("CLAUDE.md")), "updated".to_string()),
             (p(&repo.join("AGENTS.md")), "updated".to_string()),
         ]
@@ -905,9 +907,17 @@ fn init_in_a_fresh_repository_and_again() {
     let template: Value = serde_json::from_str(SETTINGS_TEMPLATE).unwrap();
     assert_eq!(settings, template, "a new settings.json is the template");
     assert_eq!(read(&repo.join("CLAUDE.md")), INSTRUCTIONS);
-    assert!(
-        !repo.join("AGENTS.md").exists(),
-        "a missing AGENTS.md is not created"
+    assert_eq!(
+        read(&repo.join("AGENTS.md")),
+        INSTRUCTIONS,
+        "AGENTS.md (Codex and others) gets the same instructions"
+    );
+    let codex: Value = serde_json::from_str(&read(&repo.join(".codex/hooks.json"))).unwrap();
+    let codex_template: Value =
+        serde_json::from_str(include_str!("../templates/codex-hooks.json")).unwrap();
+    assert_eq!(
+        codex, codex_template,
+        "a new .codex/hooks.json is the template"
     );
     assert_eq!(read(&repo.join(".locks/.gitignore")).trim(), "*");
     assert!(repo.join(".locks/config.yaml").is_file());
@@ -941,7 +951,9 @@ fn init_dry_run_changes_nothing() {
                 p(&repo.join(".claude/settings.json")),
                 "created".to_string()
             ),
+            (p(&repo.join(".codex/hooks.json")), "created".to_string()),
             (p(&repo.join("CLAUDE.md")), "created".to_string()),
+            (p(&repo.join("AGENTS.md")), "created".to_string()),
         ]
     );
     assert!(
@@ -1201,4 +1213,170 @@ fn a_waiter_that_just_queued_is_not_dropped_for_old_silence() {
     let j = e.ok("s1", &["inbox", "--json"]).json();
     assert_eq!(j["messages"][0]["type"], "reserved");
     e.ok("s1", &["checkout", "k"]);
+}
+
+// ---------------------------------------------------------------------------------------
+// Codex
+
+/// The hooks `init` wires for Codex, in `.codex/hooks.json`.
+const CODEX_HOOKS: [(&str, &str); 5] = [
+    ("SessionStart", "tasklock hook session-start"),
+    ("UserPromptSubmit", "tasklock hook user-prompt-submit"),
+    ("PostToolUse", "tasklock hook post-tool-use"),
+    ("Stop", "tasklock hook stop"),
+    ("SessionEnd", "tasklock hook session-end"),
+];
+
+/// A Codex hook's input (Codex 0.169): Claude Code's fields, a rollout transcript, and
+/// `turn_id` for the events within a turn.
+fn codex_input(thread: &str, cwd: &Path, event: &str) -> String {
+    json!({
+        "session_id": thread,
+        "turn_id": "01a20940-ca8a-7620-82e4-f22869ae877c",
+        "transcript_path": cwd.join(format!("sessions/2026/11/23/rollout-2026-11-23T16-32-50-{thread}.jsonl")),
+        "cwd": cwd,
+        "hook_event_name": event,
+        "model": "gpt-5",
+        "permission_mode": "bypassPermissions",
+        "stop_hook_active": false,
+        "last_assistant_message": "done",
+    })
+    .to_string()
+}
+
+#[test]
+fn init_wires_codex_hooks_and_agents_md_keeping_what_is_there() {
+    let e = Env::new();
+    let repo = git_repo(&e.tmp.path().join("proj"));
+    std::fs::create_dir_all(repo.join(".codex")).unwrap();
+    let mine = json!({
+        "hooks": {
+            "Stop": [{"hooks": [{"type": "command", "command": "notify-send done"}]}],
+            "PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "./check.sh"}]}]
+        },
+        "other": {"kept": true}
+    });
+    std::fs::write(repo.join(".codex/hooks.json"), mine.to_string()).unwrap();
+
+    let r = init(&repo, &["--json"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    let report = r.json();
+    let codex = report["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["path"] == p(&repo.join(".codex/hooks.json")))
+        .unwrap_or_else(|| panic!("no change for .codex/hooks.json: {report}"));
+    assert_eq!(codex["action"], "updated", "{codex}");
+    assert!(
+        codex["what"]
+            .as_str()
+            .unwrap()
+            .contains("SessionStart, UserPromptSubmit, PostToolUse, Stop, SessionEnd"),
+        "{codex}"
+    );
+
+    let text = read(&repo.join(".codex/hooks.json"));
+    let after: Value = serde_json::from_str(&text).expect(".codex/hooks.json stays JSON");
+    assert_eq!(after["other"], mine["other"], "unknown keys are kept");
+    assert_eq!(
+        after["hooks"]["PreToolUse"], mine["hooks"]["PreToolUse"],
+        "no PreToolUse for Codex; the user's is untouched"
+    );
+    assert_eq!(
+        after["hooks"]["Stop"][0], mine["hooks"]["Stop"][0],
+        "the user's Stop hook is kept, first"
+    );
+    for (event, command) in CODEX_HOOKS {
+        assert_eq!(count_hooks(&after, event, command), 1, "{event}: {text}");
+    }
+
+    // AGENTS.md (Codex's instructions) is created like CLAUDE.md.
+    let agents = read(&repo.join("AGENTS.md"));
+    assert!(agents.contains("<!-- tasklock:begin -->"), "{agents}");
+    assert_eq!(agents, read(&repo.join("CLAUDE.md")));
+
+    // Again: nothing to do, nothing doubled.
+    let r = init(&repo, &["--json"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    let again = changes(&r.json());
+    assert!(
+        again.iter().all(|(_, action)| action == "unchanged"),
+        "{again:?}"
+    );
+    assert_eq!(read(&repo.join(".codex/hooks.json")), text);
+}
+
+#[test]
+fn init_refuses_a_broken_codex_hooks_file_and_changes_nothing() {
+    let e = Env::new();
+    let repo = git_repo(&e.tmp.path().join("proj"));
+    std::fs::create_dir_all(repo.join(".codex")).unwrap();
+    for (bad, needle) in [
+        ("{not json", "not valid JSON"),
+        ("[]", "the top level is not a JSON object"),
+        (
+            r#"{"hooks": {"Stop": {}}}"#,
+            "`hooks.Stop` is an object, not an array",
+        ),
+    ] {
+        std::fs::write(repo.join(".codex/hooks.json"), bad).unwrap();
+        let r = init(&repo, &[]);
+        assert_eq!(r.code, 1, "{}", r.text());
+        assert!(
+            r.stderr.contains(".codex/hooks.json") && r.stderr.contains(needle),
+            "{}",
+            r.text()
+        );
+        assert!(!repo.join(".locks").exists(), "nothing was changed");
+        assert!(!repo.join(".claude").exists(), "nothing was changed");
+        assert_eq!(read(&repo.join(".codex/hooks.json")), bad);
+    }
+}
+
+#[test]
+fn codex_hooks_name_the_thread_beat_on_stop_and_end_the_session() {
+    let e = Env::new();
+    let thread = "01a20940-ca63-71f1-94cc-42f32c21fc31";
+    let cwd = e.tmp.path().join("myrepo");
+    std::fs::create_dir_all(&cwd).unwrap();
+    let run = |event: &str, name: &str| {
+        feed(
+            hook_cmd(&e.now, Some(&e.dir()), event),
+            codex_input(thread, &cwd, name).as_bytes(),
+        )
+    };
+    let context = context_of(&run("session-start", "SessionStart"), "SessionStart");
+    assert!(context.contains(&format!("agent `{thread}`")), "{context}");
+    let agent = entry(&e.dir(), thread);
+    assert_eq!(agent["name"], "codex in myrepo #01a20940", "{agent}");
+    assert_eq!(agent["heartbeats"], 1);
+
+    // Stop (end of a turn) only beats, and says nothing.
+    silent(&run("stop", "Stop"));
+    assert_eq!(entry(&e.dir(), thread)["heartbeats"], 2);
+
+    // A checkout by the thread (CODEX_THREAD_ID, as in every command Codex runs) ends
+    // with the session.
+    let mut cmd = clean_cmd(&e.now);
+    cmd.arg("--dir")
+        .arg(e.dir())
+        .args(["checkout", "codex-task", "--json"])
+        .env("CODEX_THREAD_ID", thread);
+    let r = exec(cmd);
+    assert_eq!(r.code, 0, "{}", r.text());
+    assert_eq!(r.json()["checkout"]["agent"]["id"], thread);
+    assert_eq!(
+        r.json()["checkout"]["agent"]["name"],
+        "codex in myrepo #01a20940"
+    );
+    silent(&run("session-end", "SessionEnd"));
+    let agent = entry(&e.dir(), thread);
+    assert_eq!(agent["ended_reason"], "session_end", "{agent}");
+    let mut cmd = clean_cmd(&e.now);
+    cmd.arg("--dir")
+        .arg(e.dir())
+        .args(["status", "codex-task", "--json"]);
+    let r = exec(cmd);
+    assert_eq!(r.json()["outcome"], "free", "{}", r.text());
 }

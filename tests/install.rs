@@ -1,7 +1,10 @@
 //! `install.sh` run for real in a throwaway HOME (with a space in its path): what it
 //! installs, that a second run changes nothing, `--dry-run`, the directory flags,
 //! `--project`, `--uninstall` and its receipt, and its errors. The build is skipped with
-//! `TASKLOCK_INSTALL_BINARY`, pointed at the binary cargo built for these tests.
+//! `TASKLOCK_INSTALL_BINARY`, pointed at the binary cargo built for these tests, except
+//! when the script is piped into `sh` with no checkout around it: then it clones
+//! `TASKLOCK_REPO` and builds for real (about 2 min cold, 40 s once the shared target
+//! directory `target/install-fetch` is warm, measured on 2 cores).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
@@ -79,6 +82,7 @@ impl Home {
             "TASKLOCK_AGENT",
             "TASKLOCK_AGENT_NAME",
             "CLAUDE_CODE_SESSION_ID",
+            "CODEX_THREAD_ID",
             "CARGO_TARGET_DIR",
         ] {
             cmd.env_remove(var);
@@ -867,4 +871,157 @@ fn install_and_uninstall_under_dash_and_bash() {
         ran += 1;
     }
     assert!(ran > 0, "neither dash nor bash found");
+}
+
+// ---------------------------------------------------------------- without a checkout
+
+/// `curl -fsSL …/install.sh | sh` as a user runs it: the script on sh's stdin, started in a
+/// directory that is no checkout, with a HOME, XDG_BIN_HOME and TMPDIR of its own.
+/// TASKLOCK_REPO points at `origin`; the build is real (`cargo build --release --locked`),
+/// in a target directory kept under cargo's, so later runs only rebuild tasklock itself.
+fn piped(home: &Home, origin: &str, extra: &[(&str, &str)]) -> (Out, std::time::Duration) {
+    use std::io::Write;
+    let tmpdir = home.join("tmp");
+    fs::create_dir_all(&tmpdir).unwrap();
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .unwrap()
+        .join("install-fetch");
+    let cmd = home.cmd(&[]);
+    // Not `sh install.sh`: `sh` alone, reading the script from stdin.
+    let mut cmd = {
+        let mut c = Command::new("sh");
+        for (k, v) in cmd.get_envs() {
+            match v {
+                Some(v) => c.env(k, v),
+                None => c.env_remove(k),
+            };
+        }
+        c
+    };
+    cmd.current_dir(home.path())
+        .env_remove("TASKLOCK_INSTALL_BINARY")
+        .env("TASKLOCK_REPO", origin)
+        .env("XDG_BIN_HOME", home.join("bin"))
+        .env("TMPDIR", &tmpdir)
+        .env("CARGO_TARGET_DIR", &target)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in extra {
+        cmd.env(k, v);
+    }
+    let started = std::time::Instant::now();
+    let mut child = cmd.spawn().expect("start sh");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(&fs::read(Path::new(REPO).join("install.sh")).unwrap())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let out = Out {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    };
+    (out, started.elapsed())
+}
+
+/// A clone of this repository (its committed HEAD), as the server would have it.
+fn origin_clone(home: &Home) -> PathBuf {
+    let origin = home.join("origin");
+    let st = Command::new("git")
+        .args(["clone", "-q", "--no-hardlinks", REPO])
+        .arg(&origin)
+        .env_remove("GIT_DIR")
+        .env_remove("GIT_WORK_TREE")
+        .status()
+        .expect("git is needed for this test");
+    assert!(st.success(), "git clone {REPO}");
+    origin
+}
+
+#[test]
+fn piped_into_sh_it_clones_builds_installs_and_cleans_up() {
+    let home = Home::new();
+    let origin = origin_clone(&home);
+    let url = format!("file://{}", origin.display());
+    let (out, took) = piped(&home, &url, &[]);
+    eprintln!("install.sh | sh (clone and release build) took {took:?}");
+    assert_eq!(out.code, 0, "{}", out.text());
+    assert!(
+        out.stdout
+            .contains(&format!("Fetching: git clone --depth 1 {url}"))
+            && out.stdout.contains("cargo build --release --locked"),
+        "{}",
+        out.text()
+    );
+
+    let bin = home.join("bin/tasklock");
+    assert_eq!(
+        version_of(&bin),
+        format!("tasklock {}", env!("CARGO_PKG_VERSION"))
+    );
+    for name in repo_skills() {
+        let skill = home.join(".claude/skills").join(&name).join("SKILL.md");
+        assert_eq!(
+            fs::read(&skill).unwrap(),
+            fs::read(origin.join("skills").join(&name).join("SKILL.md")).unwrap(),
+            "{name}: the fetched repository's skill"
+        );
+        assert!(
+            home.join(".agents/skills").join(&name).is_symlink(),
+            "{name}"
+        );
+    }
+    // The temporary clone is gone, and nothing else was left in TMPDIR.
+    let left: Vec<_> = fs::read_dir(home.join("tmp")).unwrap().flatten().collect();
+    assert!(left.is_empty(), "left in TMPDIR: {left:?}");
+
+    // The receipt makes it uninstallable like any other install (this time from the
+    // checkout's script).
+    let out = home.ok(&["--uninstall"]);
+    assert!(!bin.exists(), "{}", out.text());
+}
+
+#[test]
+fn piped_into_sh_a_bad_repository_fails_clearly_and_cleans_up() {
+    let home = Home::new();
+    let missing = home.join("no such repo");
+    let (out, _) = piped(&home, &format!("file://{}", missing.display()), &[]);
+    assert_eq!(out.code, 1, "{}", out.text());
+    assert!(
+        out.stderr.contains("git clone of file://") && out.stderr.contains("TASKLOCK_REPO"),
+        "{}",
+        out.text()
+    );
+    // A repository that is not tasklock's.
+    let other = home.join("other");
+    fs::create_dir_all(&other).unwrap();
+    for args in [
+        &["init", "-q"][..],
+        &["commit", "-q", "--allow-empty", "-m", "x"],
+    ] {
+        let st = Command::new("git")
+            .args(args)
+            .current_dir(&other)
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@example.com")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@example.com")
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+    let (out, _) = piped(&home, &format!("file://{}", other.display()), &[]);
+    assert_eq!(out.code, 1, "{}", out.text());
+    assert!(
+        out.stderr.contains("is not a tasklock repository"),
+        "{}",
+        out.text()
+    );
+    let left: Vec<_> = fs::read_dir(home.join("tmp")).unwrap().flatten().collect();
+    assert!(left.is_empty(), "left in TMPDIR: {left:?}");
+    assert!(!home.join("bin").exists(), "nothing installed");
 }

@@ -140,6 +140,7 @@ fn live_cmd(e: &Env, agent: &str, args: &[&str]) -> Command {
         .env_remove("TASKLOCK_AGENT_NAME")
         .env_remove("TASKLOCK_DIR")
         .env_remove("CLAUDE_CODE_SESSION_ID")
+        .env_remove("CODEX_THREAD_ID")
         .arg("--dir")
         .arg(e.dir())
         .args(args)

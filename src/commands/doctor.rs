@@ -128,12 +128,13 @@ pub fn run(ctx: &Ctx, discovery: Option<&Discovery>) -> Result<Report> {
         Ok((id, Source::UserAtHost)) => warn(
             "identity",
             format!("falling back to {id} (USER@HOSTNAME): agents run as one user would share it and both win"),
-            Some("give each agent its own id: TASKLOCK_AGENT, --agent, or Claude Code's session (tasklock init)".into()),
+            Some("give each agent its own id: TASKLOCK_AGENT, --agent, or the Claude Code session or Codex thread (tasklock init)".into()),
         ),
         Ok((id, source)) => ok("identity", format!("{id} (from {})", match source {
             Source::Flag => "--agent",
             Source::Env => "TASKLOCK_AGENT",
             Source::ClaudeSession => "CLAUDE_CODE_SESSION_ID",
+            Source::CodexThread => "CODEX_THREAD_ID",
             Source::UserAtHost => "USER@HOSTNAME",
         })),
         Err(_) => warn(

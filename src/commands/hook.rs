@@ -1,4 +1,5 @@
-//! `tasklock hook EVENT`: the entry point for Claude Code hooks.
+//! `tasklock hook EVENT`: the entry point for Claude Code and Codex hooks (Codex reads
+//! hooks in Claude Code's format from `.codex/hooks.json`, with the same JSON on stdin).
 //!
 //! Hooks must be fast and must never break the agent: any failure is reported on stderr
 //! and the hook still exits 0.
@@ -14,11 +15,12 @@ use crate::error::{Error, Result};
 use crate::report::Report;
 use crate::store::Message;
 
-pub const EVENTS: [&str; 7] = [
+pub const EVENTS: [&str; 8] = [
     "session-start",
     "user-prompt-submit",
     "pre-tool-use",
     "post-tool-use",
+    "stop",
     "subagent-start",
     "subagent-stop",
     "session-end",
@@ -76,13 +78,14 @@ pub fn run(
         .or_else(|| std::env::var_os("CLAUDE_PROJECT_DIR").map(PathBuf::from))
         .map_or_else(std::env::current_dir, Ok)
         .map_err(|e| Error::io(".", e))?;
+    let agent_pid = claude_pid();
     let session_name = name_flag
         .or_else(|| {
             std::env::var("TASKLOCK_AGENT_NAME")
                 .ok()
                 .filter(|s| !s.is_empty())
         })
-        .unwrap_or_else(|| session_label(&project, &session));
+        .unwrap_or_else(|| session_label(client(&payload, agent_pid), &project, &session));
     let name = match &subagent {
         Some(s) => format!("{} subagent of {session_name}", s.kind),
         None => session_name,
@@ -101,9 +104,15 @@ pub fn run(
     };
     let parent = subagent.as_ref().map(|_| session.clone());
     match event {
-        "session-start" => session_start(&ctx, &agent),
+        "session-start" => session_start(&ctx, &agent, agent_pid),
         "post-tool-use" => beat_and_deliver(&ctx, "PostToolUse", parent),
         "user-prompt-submit" => beat_and_deliver(&ctx, "UserPromptSubmit", parent),
+        // Codex: the model finished a turn. Only beat: Stop takes no context, so the inbox
+        // waits for the next prompt or tool call.
+        "stop" => {
+            heartbeat::beat(&ctx, None, None, parent)?;
+            Ok(None)
+        }
         "subagent-start" => subagent_start(&ctx, &agent, &session, parent),
         "subagent-stop" => {
             end_agent(&ctx, &agent, false, ReapReason::SubagentEnd)?;
@@ -125,14 +134,43 @@ struct Subagent {
     kind: String,
 }
 
-/// "claude in myproject #1a2b3c4d": the project directory and the start of the session id.
-fn session_label(project: &std::path::Path, session: &str) -> String {
+/// Which agent runs the hook.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Client {
+    Claude,
+    Codex,
+}
+
+/// Codex when the process running the hook is Codex's (`codex`), or when the transcript
+/// is a Codex rollout file (`…/sessions/YYYY/MM/DD/rollout-….jsonl`); else Claude Code.
+fn client(payload: &Value, agent_pid: Option<u32>) -> Client {
+    let comm = agent_pid
+        .and_then(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).ok())
+        .map(|c| c.trim().to_string());
+    let rollout = payload["transcript_path"]
+        .as_str()
+        .and_then(|p| std::path::Path::new(p).file_name())
+        .is_some_and(|n| n.to_string_lossy().starts_with("rollout-"));
+    if comm.as_deref() == Some("codex") || rollout {
+        Client::Codex
+    } else {
+        Client::Claude
+    }
+}
+
+/// "claude in myproject #1a2b3c4d" (or "codex in …"): the agent, the project directory and
+/// the start of the session id.
+fn session_label(client: Client, project: &std::path::Path, session: &str) -> String {
     let dir = project
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "/".into());
     let short: String = session.chars().take(8).collect();
-    format!("claude in {dir} #{short}")
+    let who = match client {
+        Client::Claude => "claude",
+        Client::Codex => "codex",
+    };
+    format!("{who} in {dir} #{short}")
 }
 
 /// A subagent's Bash call: give its `tasklock` commands the subagent's identity. The
@@ -162,8 +200,7 @@ fn output(event: &str, context: String) -> Option<String> {
     Some(format!("{v}\n"))
 }
 
-fn session_start(ctx: &Ctx, agent: &str) -> Result<Option<String>> {
-    let pid = claude_pid();
+fn session_start(ctx: &Ctx, agent: &str, pid: Option<u32>) -> Result<Option<String>> {
     let Report::Heartbeat(beat) = heartbeat::run(ctx, Some("session started".into()), pid)? else {
         unreachable!("heartbeat returns a heartbeat report")
     };
@@ -180,7 +217,7 @@ fn session_start(ctx: &Ctx, agent: &str) -> Result<Option<String>> {
             .and_then(|mut f| f.write_all(line.as_bytes()))
             .map_err(|e| Error::io(PathBuf::from(&env_file), e))?;
     }
-    // While the Claude Code process lives, a watcher beats for the session: its leases
+    // While the Claude Code (or Codex) process lives, a watcher beats for the session: its leases
     // stay renewed through long turns, long commands and a user away from the keyboard,
     // and its checkouts end the moment the process is gone.
     if let Some(pid) = pid {
@@ -261,7 +298,10 @@ const WRAPPERS: &[&str] = &[
     "env", "nohup", "stdbuf", "ionice", "setsid", "chrt", "taskset", "flock", "setpriv",
 ];
 
-/// The Claude Code process: the hook's parent, looking through shells and wrappers.
+/// The agent's process: the hook's parent, looking through shells and wrappers. For
+/// Claude Code that is the `claude` process; for Codex the native `codex` binary (which
+/// runs hooks as its children; the `node` launcher of the npm package is its parent and
+/// exits with it).
 pub(crate) fn claude_pid() -> Option<u32> {
     // Recent Claude Code versions name their own pid for hooks.
     if let Some(pid) = std::env::var("CLAUDE_PID")

@@ -1,4 +1,4 @@
-//! `tasklock init`: set up a project for Claude Code (and other agents).
+//! `tasklock init`: set up a project for Claude Code, Codex and other agents.
 
 use std::path::{Path, PathBuf};
 
@@ -10,6 +10,7 @@ use crate::report::{Change, InitReport, Report};
 use crate::store::sharing;
 
 const SETTINGS_TEMPLATE: &str = include_str!("../../templates/claude-settings.json");
+const CODEX_HOOKS_TEMPLATE: &str = include_str!("../../templates/codex-hooks.json");
 const INSTRUCTIONS: &str = include_str!("../../templates/instructions.md");
 const CONFIG_TEMPLATE: &str = include_str!("../../templates/config.yaml");
 const MARKER: &str = "<!-- tasklock:begin -->";
@@ -60,40 +61,27 @@ pub const HOOK_EVENTS: [(&str, &str); 7] = [
     ("SessionEnd", "session-end"),
 ];
 
+/// Codex's hook events (in `.codex/hooks.json`, Claude Code's format) and the
+/// `tasklock hook` event wired to each. Codex 0.169 has no subagent events, and its
+/// commands carry their own identity (`CODEX_THREAD_ID`), so no PreToolUse either.
+pub const CODEX_HOOK_EVENTS: [(&str, &str); 5] = [
+    ("SessionStart", "session-start"),
+    ("UserPromptSubmit", "user-prompt-submit"),
+    ("PostToolUse", "post-tool-use"),
+    ("Stop", "stop"),
+    ("SessionEnd", "session-end"),
+];
+
 pub fn run(ctx: &Ctx, dry_run: bool, shared: Option<&str>) -> Result<Report> {
     let cwd = std::env::current_dir().map_err(|e| Error::io(".", e))?;
     let project = project_root(&cwd);
     let mut changes = Vec::new();
 
-    // Read settings.json first: if it cannot be read, nothing is changed at all.
+    // Read both hook files first: if one cannot be read, nothing is changed at all.
     let settings = project.join(".claude").join("settings.json");
-    let (existing, mut doc) = match std::fs::read_to_string(&settings) {
-        Ok(text) => {
-            let doc: Value = serde_json::from_str(&text).map_err(|e| Error::Config {
-                path: settings.clone(),
-                message: format!("not valid JSON ({e}); fix it and run `tasklock init` again"),
-            })?;
-            if !doc.is_object() {
-                return Err(Error::Config {
-                    path: settings.clone(),
-                    message: "the top level is not a JSON object".into(),
-                });
-            }
-            if let Err(problem) = check_types(&doc) {
-                return Err(Error::Config {
-                    path: settings.clone(),
-                    message: format!(
-                        "{problem}; fix it and run `tasklock init` again (nothing was changed)"
-                    ),
-                });
-            }
-            (Some(text), doc)
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            (None, Value::Object(Default::default()))
-        }
-        Err(e) => return Err(Error::io(&settings, e)),
-    };
+    let (existing, mut doc) = read_object(&settings, &HOOK_EVENTS)?;
+    let codex_hooks = project.join(".codex").join("hooks.json");
+    let (codex_existing, mut codex_doc) = read_object(&codex_hooks, &CODEX_HOOK_EVENTS)?;
     // The lock directory, its .gitignore and a commented config.
     let lock_dir = ctx.dir.clone();
     let had_dir = lock_dir.join(".gitignore").is_file();
@@ -177,8 +165,44 @@ pub fn run(ctx: &Ctx, dry_run: bool, shared: Option<&str>) -> Result<Report> {
         changes.push(change(&settings, action, &merged.describe()));
     }
 
+    // Codex hooks, merged into the project's .codex/hooks.json (read by Codex in a
+    // project it trusts, once the hooks themselves are trusted).
+    let template: Value =
+        serde_json::from_str(CODEX_HOOKS_TEMPLATE).expect("the Codex template is JSON");
+    let added = merge_hooks(&mut codex_doc, &template, &CODEX_HOOK_EVENTS);
+    if added.is_empty() {
+        changes.push(change(
+            &codex_hooks,
+            "unchanged",
+            "Codex hooks already in place",
+        ));
+    } else {
+        if !dry_run {
+            std::fs::create_dir_all(codex_hooks.parent().expect("has a parent"))
+                .map_err(|e| Error::io(&codex_hooks, e))?;
+            let mut text =
+                serde_json::to_string_pretty(&codex_doc).expect("a JSON value serializes");
+            text.push('\n');
+            write_atomic(&codex_hooks, &text)?;
+        }
+        let action = if codex_existing.is_some() {
+            "updated"
+        } else {
+            "created"
+        };
+        changes.push(change(
+            &codex_hooks,
+            action,
+            &format!(
+                "added Codex hooks {} (Codex runs them once the project and the hooks are trusted)",
+                added.join(", ")
+            ),
+        ));
+    }
+
     // The coordination protocol for the agents' instructions.
-    for (file, always) in [("CLAUDE.md", true), ("AGENTS.md", false)] {
+    // CLAUDE.md for Claude Code, AGENTS.md for Codex and most others.
+    for (file, always) in [("CLAUDE.md", true), ("AGENTS.md", true)] {
         let path = project.join(file);
         let text = match std::fs::read_to_string(&path) {
             Ok(t) => Some(t),
@@ -332,17 +356,50 @@ fn kind(v: &Value) -> &'static str {
     }
 }
 
+/// A JSON file whose top level is an object with hooks `init` can merge into, with its
+/// text (`None` when missing: an empty object then). Anything else is refused, naming
+/// the file, before anything is changed.
+fn read_object(path: &Path, events: &[(&str, &str)]) -> Result<(Option<String>, Value)> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => {
+            let doc: Value = serde_json::from_str(&text).map_err(|e| Error::Config {
+                path: path.to_path_buf(),
+                message: format!("not valid JSON ({e}); fix it and run `tasklock init` again"),
+            })?;
+            if !doc.is_object() {
+                return Err(Error::Config {
+                    path: path.to_path_buf(),
+                    message: "the top level is not a JSON object".into(),
+                });
+            }
+            if let Err(problem) = check_types(&doc, events) {
+                return Err(Error::Config {
+                    path: path.to_path_buf(),
+                    message: format!(
+                        "{problem}; fix it and run `tasklock init` again (nothing was changed)"
+                    ),
+                });
+            }
+            Ok((Some(text), doc))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Ok((None, Value::Object(Default::default())))
+        }
+        Err(e) => Err(Error::io(path, e)),
+    }
+}
+
 /// Refuse settings whose parts `init` writes to have the wrong type, naming the JSON
 /// path: rather than replace or skip them, `init` changes nothing.
-fn check_types(doc: &Value) -> std::result::Result<(), String> {
+fn check_types(doc: &Value, events: &[(&str, &str)]) -> std::result::Result<(), String> {
     let wrong =
         |path: &str, v: &Value, want: &str| Err(format!("`{path}` is {}, not {want}", kind(v)));
     if let Some(hooks) = doc.get("hooks") {
         let Some(hooks) = hooks.as_object() else {
             return wrong("hooks", hooks, "an object");
         };
-        for (event, _) in HOOK_EVENTS {
-            let Some(groups) = hooks.get(event) else {
+        for (event, _) in events {
+            let Some(groups) = hooks.get(*event) else {
                 continue;
             };
             let Some(groups) = groups.as_array() else {
@@ -373,18 +430,19 @@ fn check_types(doc: &Value) -> std::result::Result<(), String> {
     Ok(())
 }
 
-/// Add our hooks and permissions where missing and drop the legacy rule; the types were
-/// checked by `check_types`.
-fn merge_settings(doc: &mut Value) -> Merged {
-    let template: Value = serde_json::from_str(SETTINGS_TEMPLATE).expect("the template is JSON");
-    let mut merged = Merged::default();
-    let root = doc.as_object_mut().expect("checked to be an object");
-    let hooks = root
+/// Add the template's hook group for each event where no hook of the event runs
+/// `tasklock hook EVENT` yet; other hooks are kept as they are. Returns the events added.
+/// The types were checked by `check_types`.
+fn merge_hooks(doc: &mut Value, template: &Value, events: &[(&str, &str)]) -> Vec<String> {
+    let mut added = Vec::new();
+    let hooks = doc
+        .as_object_mut()
+        .expect("checked to be an object")
         .entry("hooks")
         .or_insert_with(|| Value::Object(Default::default()))
         .as_object_mut()
         .expect("checked to be an object");
-    for (event, hook_event) in HOOK_EVENTS {
+    for &(event, hook_event) in events {
         let group = &template["hooks"][event][0];
         let list = hooks
             .entry(event)
@@ -402,9 +460,21 @@ fn merge_settings(doc: &mut Value) -> Merged {
         });
         if !present {
             list.push(group.clone());
-            merged.hooks.push(event.to_string());
+            added.push(event.to_string());
         }
     }
+    added
+}
+
+/// Add our hooks and permissions where missing and drop the legacy rule; the types were
+/// checked by `check_types`.
+fn merge_settings(doc: &mut Value) -> Merged {
+    let template: Value = serde_json::from_str(SETTINGS_TEMPLATE).expect("the template is JSON");
+    let mut merged = Merged {
+        hooks: merge_hooks(doc, &template, &HOOK_EVENTS),
+        ..Merged::default()
+    };
+    let root = doc.as_object_mut().expect("checked to be an object");
     let allow = root
         .entry("permissions")
         .or_insert_with(|| Value::Object(Default::default()))
@@ -482,11 +552,29 @@ mod tests {
                 .unwrap();
             assert!(calls_tasklock_hook(c, hook_event), "{event}: {c}");
         }
+        let codex: Value = serde_json::from_str(CODEX_HOOKS_TEMPLATE).unwrap();
         assert_eq!(
-            HOOK_EVENTS.map(|(_, e)| e),
-            crate::commands::hook::EVENTS,
-            "the same events as `tasklock hook` takes"
+            codex["hooks"].as_object().unwrap().len(),
+            CODEX_HOOK_EVENTS.len(),
+            "the Codex template wires exactly CODEX_HOOK_EVENTS"
         );
+        for (event, hook_event) in CODEX_HOOK_EVENTS {
+            let c = codex["hooks"][event][0]["hooks"][0]["command"]
+                .as_str()
+                .unwrap();
+            assert!(calls_tasklock_hook(c, hook_event), "{event}: {c}");
+        }
+        // Every event `tasklock hook` takes is wired for one agent or the other.
+        let mut wired: Vec<&str> = HOOK_EVENTS
+            .iter()
+            .chain(CODEX_HOOK_EVENTS.iter())
+            .map(|(_, e)| *e)
+            .collect();
+        wired.sort();
+        wired.dedup();
+        let mut events = crate::commands::hook::EVENTS.to_vec();
+        events.sort();
+        assert_eq!(wired, events, "the same events as `tasklock hook` takes");
     }
 
     #[test]

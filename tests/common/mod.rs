@@ -72,6 +72,7 @@ pub fn base_cmd(now: &str) -> Command {
         .env_remove("TASKLOCK_AGENT_NAME")
         .env_remove("TASKLOCK_DIR")
         .env_remove("CLAUDE_CODE_SESSION_ID")
+        .env_remove("CODEX_THREAD_ID")
         .stdin(Stdio::null());
     cmd
 }

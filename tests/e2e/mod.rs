@@ -6,6 +6,8 @@
 //! with a message saying what to install. See docs/e2e.md.
 #![allow(dead_code)]
 
+pub mod codex;
+
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -842,7 +844,8 @@ pub fn tasklock_init(project: &Path) -> Output {
         .env_remove("TASKLOCK_AGENT")
         .env_remove("TASKLOCK_AGENT_NAME")
         .env_remove("TASKLOCK_DIR")
-        .env_remove("CLAUDE_CODE_SESSION_ID");
+        .env_remove("CLAUDE_CODE_SESSION_ID")
+        .env_remove("CODEX_THREAD_ID");
     run_ok(cmd, "tasklock init", COMMAND_TIMEOUT)
 }
 
@@ -1090,7 +1093,8 @@ pub fn assert_session_lifecycle(session: &Session, project: &Path, stub: &Stub) 
     cmd.args(["status", "e2e-task", "--json", "--dir"])
         .arg(&locks)
         .env_remove("TASKLOCK_AGENT")
-        .env_remove("CLAUDE_CODE_SESSION_ID");
+        .env_remove("CLAUDE_CODE_SESSION_ID")
+        .env_remove("CODEX_THREAD_ID");
     let status = run_ok(cmd, "tasklock status e2e-task", COMMAND_TIMEOUT);
     let status: Value = serde_json::from_str(&status.stdout).expect("status --json");
     assert_eq!(

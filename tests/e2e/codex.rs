@@ -1,0 +1,409 @@
+//! The real Codex CLI (installed from npm into `target/e2e/codex`), a loopback stub of the
+//! OpenAI Responses API, and a runner for `codex exec` sessions. See docs/e2e.md.
+
+use std::collections::BTreeMap;
+use std::io::{BufReader, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use super::{
+    COMMAND_TIMEOUT, INSTALL_TIMEOUT, Running, e2e_dir, install_lock, read_request, require_tool,
+    run_ok, tasklock_bin,
+};
+
+/// The Codex CLI release these tests were written and checked against.
+pub const CODEX_VERSION: &str = "0.169.0";
+
+/// The stub model's final answer.
+pub const CODEX_FINAL_TEXT: &str = "E2E-CODEX-DONE";
+
+/// How long a stub holds back its answer at a [`CodexScript::hold_after`] point at most.
+const HOLD_LIMIT: Duration = Duration::from_secs(120);
+
+/// The `codex` launcher of the npm package at `CODEX_VERSION`, installed on first use.
+pub fn codex() -> PathBuf {
+    static CODEX: OnceLock<PathBuf> = OnceLock::new();
+    CODEX.get_or_init(install_codex).clone()
+}
+
+fn install_codex() -> PathBuf {
+    let _lock = install_lock("codex.lock");
+    let prefix = e2e_dir().join("codex");
+    if let Some(bin) = find_codex(&prefix) {
+        return bin;
+    }
+    require_tool(
+        "npm",
+        "the Codex end-to-end tests install the Codex CLI with npm; install Node.js and npm (see docs/e2e.md)",
+    );
+    let started = Instant::now();
+    eprintln!(
+        "e2e: installing @openai/codex@{CODEX_VERSION} into {} (first run only)",
+        prefix.display()
+    );
+    std::fs::create_dir_all(&prefix).unwrap();
+    let mut cmd = Command::new("npm");
+    cmd.args(["install", "--no-audit", "--no-fund", "--prefix"])
+        .arg(&prefix)
+        .arg(format!("@openai/codex@{CODEX_VERSION}"));
+    run_ok(cmd, "npm install @openai/codex", INSTALL_TIMEOUT);
+    eprintln!("e2e: npm install took {:?}", started.elapsed());
+    find_codex(&prefix).unwrap_or_else(|| {
+        panic!(
+            "npm installed @openai/codex@{CODEX_VERSION} into {}, but node_modules/.bin/codex \
+             does not report that version. Remove the directory and run again; see docs/e2e.md",
+            prefix.display()
+        )
+    })
+}
+
+/// The launcher, if it is there and reports the pinned version.
+fn find_codex(prefix: &Path) -> Option<PathBuf> {
+    let bin = prefix.join("node_modules/.bin/codex");
+    if !bin.exists() {
+        return None;
+    }
+    let home = tempfile::tempdir().ok()?;
+    let mut cmd = Command::new(&bin);
+    cmd.arg("--version").env("HOME", home.path());
+    let out = Running::spawn(cmd, "codex --version").wait(COMMAND_TIMEOUT);
+    (out.status.success() && out.stdout.trim() == format!("codex-cli {CODEX_VERSION}"))
+        .then_some(bin)
+}
+
+// ---------------------------------------------------------------------------------------
+// Stub of the Responses API
+// ---------------------------------------------------------------------------------------
+
+/// What the stub model does in every session it serves: run `commands` one per turn
+/// (`exec_command` calls `call_0`, `call_1`, …), then answer `CODEX_FINAL_TEXT`.
+#[derive(Clone, Default)]
+pub struct CodexScript {
+    pub commands: Vec<String>,
+    /// Hold back the answer that follows the output of `commands[i]` until every one of
+    /// `sessions` sessions has sent that output, or until [`CodexStub::release`].
+    pub hold_after: Option<usize>,
+    pub sessions: usize,
+    /// Think this long before each answer that follows a command's output.
+    pub pause: Duration,
+}
+
+#[derive(Default)]
+pub struct CodexStubState {
+    /// One line per request.
+    pub log: Vec<String>,
+    /// Request bodies, as received.
+    pub bodies: Vec<String>,
+    /// The output of each `exec_command` call, by session (`prompt_cache_key`, the
+    /// thread id) and call id.
+    pub outputs: BTreeMap<String, BTreeMap<String, String>>,
+    /// Set by [`CodexStub::release`]: answer held requests at once.
+    pub released: bool,
+}
+
+pub struct CodexStub {
+    addr: SocketAddr,
+    pub state: Arc<(Mutex<CodexStubState>, Condvar)>,
+}
+
+impl CodexStub {
+    pub fn start(script: CodexScript) -> CodexStub {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+        let addr = listener.local_addr().unwrap();
+        let state = Arc::new((Mutex::new(CodexStubState::default()), Condvar::new()));
+        let shared = Arc::clone(&state);
+        let script = Arc::new(script);
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
+                let state = Arc::clone(&shared);
+                let script = Arc::clone(&script);
+                std::thread::spawn(move || serve(stream, &state, &script));
+            }
+        });
+        CodexStub { addr, state }
+    }
+
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// Let held requests go on.
+    pub fn release(&self) {
+        self.state.0.lock().unwrap().released = true;
+        self.state.1.notify_all();
+    }
+
+    /// Wait until `n` sessions have sent the output of `call`; false on timeout.
+    pub fn wait_outputs(&self, call: &str, n: usize, timeout: Duration) -> bool {
+        let (lock, cvar) = &*self.state;
+        let (_guard, result) = cvar
+            .wait_timeout_while(lock.lock().unwrap(), timeout, |s| {
+                s.outputs.values().filter(|o| o.contains_key(call)).count() < n
+            })
+            .unwrap();
+        !result.timed_out()
+    }
+
+    /// Outputs of `call` by session.
+    pub fn outputs_of(&self, call: &str) -> BTreeMap<String, String> {
+        self.state
+            .0
+            .lock()
+            .unwrap()
+            .outputs
+            .iter()
+            .filter_map(|(s, o)| Some((s.clone(), o.get(call)?.clone())))
+            .collect()
+    }
+
+    pub fn log(&self) -> String {
+        self.state.0.lock().unwrap().log.join("\n")
+    }
+
+    pub fn any_body_contains(&self, needle: &str) -> bool {
+        self.state
+            .0
+            .lock()
+            .unwrap()
+            .bodies
+            .iter()
+            .any(|b| b.contains(needle))
+    }
+}
+
+fn serve(stream: TcpStream, state: &(Mutex<CodexStubState>, Condvar), script: &CodexScript) {
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(300)));
+    let Ok(mut writer) = stream.try_clone() else {
+        return;
+    };
+    let mut reader = BufReader::new(stream);
+    while let Some(req) = read_request(&mut reader) {
+        let route = req.path.split('?').next().unwrap_or_default().to_string();
+        let (status, content_type, body, note) = match (req.method.as_str(), route.as_str()) {
+            ("POST", "/v1/responses") => responses(&req.body, state, script),
+            _ => (
+                404,
+                "application/json",
+                br#"{"error":{"message":"not in the e2e stub"}}"#.to_vec(),
+                "404".to_string(),
+            ),
+        };
+        state.0.lock().unwrap().log.push(format!(
+            "{} {} ({} bytes) -> {status} {note}",
+            req.method,
+            req.path,
+            req.body.len()
+        ));
+        let head = format!(
+            "HTTP/1.1 {status} {}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: keep-alive\r\n\r\n",
+            if status == 200 { "OK" } else { "Not Found" },
+            body.len()
+        );
+        let mut reply = head.into_bytes();
+        reply.extend_from_slice(&body);
+        if writer
+            .write_all(&reply)
+            .and_then(|()| writer.flush())
+            .is_err()
+        {
+            return;
+        }
+    }
+}
+
+/// Answer POST /v1/responses with server-sent events: the next `exec_command` call of
+/// the script, or the final message.
+fn responses(
+    body: &[u8],
+    state: &(Mutex<CodexStubState>, Condvar),
+    script: &CodexScript,
+) -> (u16, &'static str, Vec<u8>, String) {
+    let Ok(req) = serde_json::from_slice::<Value>(body) else {
+        return (
+            400,
+            "application/json",
+            br#"{"error":{"message":"e2e stub: body is not JSON"}}"#.to_vec(),
+            "bad JSON".into(),
+        );
+    };
+    let session = req["prompt_cache_key"]
+        .as_str()
+        .unwrap_or("unknown")
+        .to_string();
+    let outputs: BTreeMap<String, String> = req["input"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|i| i["type"] == "function_call_output")
+        .filter_map(|i| {
+            let output = match &i["output"] {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            Some((i["call_id"].as_str()?.to_string(), output))
+        })
+        .collect();
+    {
+        let mut s = state.0.lock().unwrap();
+        s.bodies.push(String::from_utf8_lossy(body).into_owned());
+        let seen = s.outputs.entry(session.clone()).or_default();
+        for (k, v) in &outputs {
+            seen.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+    }
+    state.1.notify_all();
+    let next = (0..script.commands.len()).find(|j| !outputs.contains_key(&format!("call_{j}")));
+    if !outputs.is_empty() {
+        std::thread::sleep(script.pause);
+    }
+    let mut note = String::new();
+    if let Some(i) = script.hold_after
+        && next.map_or(script.commands.len(), |j| j) == i + 1
+    {
+        let call = format!("call_{i}");
+        let (lock, cvar) = state;
+        let started = Instant::now();
+        let _unused = cvar
+            .wait_timeout_while(lock.lock().unwrap(), HOLD_LIMIT, |s| {
+                !s.released
+                    && s.outputs.values().filter(|o| o.contains_key(&call)).count()
+                        < script.sessions
+            })
+            .unwrap();
+        note = format!(" (held {:?})", started.elapsed());
+    }
+    let item = match next {
+        Some(j) => json!({
+            "type": "function_call",
+            "id": format!("fc_{j}"),
+            "call_id": format!("call_{j}"),
+            "name": "exec_command",
+            "arguments": json!({"cmd": script.commands[j]}).to_string(),
+        }),
+        None => json!({
+            "type": "message",
+            "id": "msg_e2e",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": CODEX_FINAL_TEXT}],
+        }),
+    };
+    let note = match next {
+        Some(j) => format!("exec_command call_{j} for {session}{note}"),
+        None => format!("final message for {session}{note}"),
+    };
+    let events = [
+        json!({"type": "response.created", "response": {"id": "resp_e2e"}}),
+        json!({"type": "response.output_item.done", "output_index": 0, "item": item}),
+        json!({"type": "response.completed", "response": {"id": "resp_e2e", "usage": {
+            "input_tokens": 100, "input_tokens_details": null, "output_tokens": 20,
+            "output_tokens_details": null, "total_tokens": 120}}}),
+    ];
+    let sse: String = events
+        .iter()
+        .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap()))
+        .collect();
+    (200, "text/event-stream", sse.into_bytes(), note)
+}
+
+// ---------------------------------------------------------------------------------------
+// Sessions
+// ---------------------------------------------------------------------------------------
+
+/// A home for one Codex session: `CODEX_HOME` (`home/.codex`) with the stub as the model
+/// provider and `project` trusted (Codex reads a project's `.codex/hooks.json` only then),
+/// and a login profile that puts the tasklock under test on PATH (Codex runs commands
+/// through `bash -lc`, and the system profile resets PATH).
+pub fn codex_home(home: &Path, project: &Path, stub: &CodexStub) {
+    let codex_home = home.join(".codex");
+    std::fs::create_dir_all(&codex_home).unwrap();
+    let project = project.canonicalize().expect("the project exists");
+    let config = format!(
+        r#"model = "gpt-e2e-stub"
+model_provider = "stub"
+
+[model_providers.stub]
+name = "e2e stub"
+base_url = "{}"
+wire_api = "responses"
+env_key = "E2E_STUB_API_KEY"
+
+[projects."{}"]
+trust_level = "trusted"
+"#,
+        stub.base_url(),
+        project.display()
+    );
+    std::fs::write(codex_home.join("config.toml"), config).unwrap();
+    let bin_dir = tasklock_bin().parent().unwrap().to_path_buf();
+    std::fs::write(
+        home.join(".bash_profile"),
+        format!(
+            "export PATH='{}':\"$PATH\"\n",
+            bin_dir.to_string_lossy().replace('\'', r"'\''")
+        ),
+    )
+    .unwrap();
+}
+
+/// `codex exec` in `project`, isolated from the machine: an empty environment apart from
+/// PATH (tasklock under test first, for the hooks), a temporary HOME and TMPDIR, and the
+/// stub's dummy key. Hooks run without a persisted trust review
+/// (`--dangerously-bypass-hook-trust`); commands run in Codex's `workspace-write` sandbox.
+pub fn codex_cmd(home: &Path, project: &Path, prompt: &str) -> Command {
+    let tmp = home.join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let mut cmd = Command::new(codex());
+    cmd.env_clear()
+        .env("PATH", super::path_with_tasklock())
+        .env("HOME", home)
+        .env("CODEX_HOME", home.join(".codex"))
+        .env("TMPDIR", &tmp)
+        .env("LANG", "C.UTF-8")
+        .env("E2E_STUB_API_KEY", "sk-e2e-dummy-key")
+        .current_dir(project)
+        .args([
+            "exec",
+            "--json",
+            "--dangerously-bypass-hook-trust",
+            "-s",
+            "workspace-write",
+            prompt,
+        ]);
+    cmd
+}
+
+/// The native `codex` process started by the npm launcher `launcher` (its child), which
+/// runs the hooks; waits up to `timeout` for it to appear.
+pub fn native_codex_pid(launcher: u32, timeout: Duration) -> Option<u32> {
+    let started = Instant::now();
+    loop {
+        let children =
+            std::fs::read_to_string(format!("/proc/{launcher}/task/{launcher}/children"))
+                .unwrap_or_default();
+        for child in children.split_whitespace().filter_map(|c| c.parse().ok()) {
+            let comm = std::fs::read_to_string(format!("/proc/{child}/comm")).unwrap_or_default();
+            if comm.trim() == "codex" {
+                return Some(child);
+            }
+        }
+        if started.elapsed() > timeout {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The thread id of a finished `codex exec --json` run (its `thread.started` event).
+pub fn thread_id(stdout: &str) -> Option<String> {
+    stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|e| e["type"] == "thread.started")
+        .and_then(|e| e["thread_id"].as_str().map(str::to_string))
+}
