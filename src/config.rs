@@ -25,6 +25,9 @@ pub struct Config {
     pub agent_retention: Duration,
     /// How long a command waits for the `.guard` lock before giving up.
     pub guard_timeout: Duration,
+    /// SHA-256 (hex) of the operator secret: a caller with `TASKLOCK_OPERATOR_SECRET`
+    /// set to it may `release --force` a live holder's checkout.
+    pub operator_secret_sha256: Option<String>,
 }
 
 impl Default for Config {
@@ -40,6 +43,7 @@ impl Default for Config {
             audit_keep: 3,
             agent_retention: Duration::from_secs(24 * 3600),
             guard_timeout: Duration::from_secs(60),
+            operator_secret_sha256: None,
         }
     }
 }
@@ -57,6 +61,7 @@ struct RawConfig {
     audit_keep: Option<usize>,
     agent_retention: Option<String>,
     guard_timeout: Option<String>,
+    operator_secret_sha256: Option<String>,
 }
 
 impl Config {
@@ -177,6 +182,16 @@ impl Config {
                 return Err("audit_keep: at most 100 rotated files".into());
             }
             c.audit_keep = keep;
+        }
+        if let Some(h) = raw.operator_secret_sha256 {
+            let h = h.trim().to_ascii_lowercase();
+            if h.len() != 64 || !h.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(
+                    "operator_secret_sha256: 64 hex digits (printf %s \"$SECRET\" | sha256sum)"
+                        .into(),
+                );
+            }
+            c.operator_secret_sha256 = Some(h);
         }
         if c.stalled_after > c.dead_after {
             return Err("stalled_after must not be longer than dead_after".into());

@@ -46,6 +46,12 @@ pub enum Error {
     /// own deadline (`checkout --wait DUR`) passed first.
     #[error("stopped waiting for the lock on {path}: {why}")]
     GuardWaitStopped { path: PathBuf, why: String },
+    /// The caller names an agent bound to a secret it did not give (exit 4).
+    #[error(
+        "not the holder: agent `{agent}` is bound to its own secret, and {}",
+        if *.wrong { "this command gave another one (TASKLOCK_SECRET)" } else { "this command gave none (TASKLOCK_SECRET is not set)" }
+    )]
+    SecretRefused { agent: String, wrong: bool },
 }
 
 impl Error {
@@ -60,6 +66,7 @@ impl Error {
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::Usage(_) | Error::LockDir { .. } => EXIT_USAGE,
+            Error::SecretRefused { .. } => EXIT_NOT_HOLDER,
             Error::Io { .. }
             | Error::Corrupt { .. }
             | Error::Config { .. }
@@ -78,6 +85,7 @@ impl Error {
             Error::Store(_) => "store",
             Error::LockDir { .. } => "lock_dir",
             Error::GuardWaitStopped { .. } => "interrupted",
+            Error::SecretRefused { .. } => "secret_refused",
         }
     }
 
@@ -101,6 +109,9 @@ impl Error {
                 Some("fix the file; tasklock does not change a file it cannot read.".to_string())
             }
             Error::LockDir { hint, .. } => Some(hint.clone()),
+            Error::SecretRefused { .. } => Some(
+                "run it in that agent's own session (its hooks set TASKLOCK_SECRET); another agent cannot act for it".into(),
+            ),
             _ => None,
         }
     }
@@ -128,6 +139,9 @@ pub enum Outcome {
     AgentGone,
     NoSuchCheckout,
     NotHolder,
+    /// The caller names the holder, but the checkout (or agent) is bound to a secret
+    /// the caller did not give.
+    SecretRefused,
     StaleToken,
     LeaseLost,
     Corrupt,
@@ -148,7 +162,10 @@ impl Outcome {
             Outcome::Conflict | Outcome::Frozen | Outcome::AgentGone => EXIT_HELD,
             Outcome::Deadlock => EXIT_DEADLOCK,
             Outcome::NoSuchCheckout => EXIT_NO_SUCH_CHECKOUT,
-            Outcome::NotHolder | Outcome::StaleToken | Outcome::LeaseLost => EXIT_NOT_HOLDER,
+            Outcome::NotHolder
+            | Outcome::SecretRefused
+            | Outcome::StaleToken
+            | Outcome::LeaseLost => EXIT_NOT_HOLDER,
             Outcome::Corrupt => EXIT_ERROR,
         }
     }

@@ -14,6 +14,7 @@ pub mod key;
 pub mod liveness;
 pub mod render;
 pub mod report;
+pub mod secret;
 pub mod signals;
 pub mod store;
 pub mod warnings;

@@ -54,6 +54,8 @@ pub struct CheckoutView {
     pub renewed_at: Time,
     pub expires_at: Time,
     pub reason: Option<String>,
+    /// Bound to its holder's secret: only the holder's own session can act on it.
+    pub proven: bool,
 }
 
 impl From<&Record> for CheckoutView {
@@ -73,6 +75,7 @@ impl From<&Record> for CheckoutView {
             renewed_at: r.renewed_at,
             expires_at: r.expires_at,
             reason: r.reason.clone(),
+            proven: r.owner.is_some(),
         }
     }
 }

@@ -159,6 +159,7 @@ fn holder_whose_lease_ran_out_gets_a_new_token_not_a_revival() {
 #[test]
 fn release_outcomes() {
     let mut e = Env::new();
+    e.as_operator();
     e.ok("agent-a", &["checkout", "task-x", "--reason", "fix"]);
     let r = e.run(Some("agent-b"), &["release", "task-x"]);
     assert_eq!(r.code, 4);

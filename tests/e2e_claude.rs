@@ -213,15 +213,32 @@ fn an_idle_session_keeps_its_task_past_its_lease() {
         let locks = locks.clone();
         std::thread::spawn(move || {
             let started = Instant::now();
-            while !e2e::audit(&locks)
-                .iter()
-                .any(|e| e["event"] == "acquire" && e["key"] == "idle-task")
-            {
+            let holder = loop {
+                if let Some(e) = e2e::audit(&locks)
+                    .into_iter()
+                    .find(|e| e["event"] == "acquire" && e["key"] == "idle-task")
+                {
+                    break e["agent"].as_str().unwrap().to_string();
+                }
                 assert!(started.elapsed() < Duration::from_secs(120), "no checkout");
                 std::thread::sleep(Duration::from_millis(100));
-            }
+            };
             // Past the lease, its break grace and dead_after, while the model is silent.
             std::thread::sleep(Duration::from_secs(8));
+            // Naming the session is not enough to release its checkout: it is bound to
+            // the secret the session's hooks gave its Bash calls.
+            let impersonation = std::process::Command::new(e2e::tasklock_bin())
+                .args(["release", "idle-task", "--agent", &holder, "--dir"])
+                .arg(&locks)
+                .env_remove("TASKLOCK_SECRET")
+                .output()
+                .unwrap();
+            assert_eq!(
+                impersonation.status.code(),
+                Some(4),
+                "{}",
+                String::from_utf8_lossy(&impersonation.stdout)
+            );
             let out = std::process::Command::new(e2e::tasklock_bin())
                 .args(["checkout", "idle-task", "--agent", "intruder", "--dir"])
                 .arg(&locks)
@@ -255,6 +272,16 @@ fn an_idle_session_keeps_its_task_past_its_lease() {
     assert!(
         !err && verified.contains("Valid"),
         "the session still holds its task under token 1 after the pause: {verified}\n{context}"
+    );
+    assert!(
+        verified.contains("- Ownership: bound to the holder's secret"),
+        "the session's checkout is bound to its secret: {verified}\n{context}"
+    );
+    assert!(
+        audit.iter().any(|e| e["event"] == "refused"
+            && e["key"] == "idle-task"
+            && e["agent"] == sid.as_str()),
+        "the impersonation was audited\n{context}"
     );
     assert!(
         audit

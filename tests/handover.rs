@@ -69,7 +69,8 @@ fn a_normal_release_with_a_note_reaches_the_next_holder() {
 
 #[test]
 fn a_force_release_reaches_the_next_holder_with_its_note() {
-    let e = Env::new();
+    let mut e = Env::new();
+    e.as_operator();
     e.ok("a", &["checkout", "k"]);
     e.ok(
         "ops",

@@ -291,7 +291,8 @@ fn a_checkout_whose_audit_append_fails_is_kept_and_reported_with_a_warning() {
 
 #[test]
 fn a_release_whose_audit_append_fails_still_releases_with_a_warning() {
-    let e = Env::new();
+    let mut e = Env::new();
+    e.as_operator();
     e.ok("a", &["checkout", "task-1"]);
     e.ok("b", &["checkout", "task-2"]);
     break_audit(&e);
@@ -332,7 +333,8 @@ fn a_release_whose_audit_append_fails_still_releases_with_a_warning() {
 
 #[test]
 fn a_release_with_an_unreadable_queue_still_releases() {
-    let e = Env::new();
+    let mut e = Env::new();
+    e.as_operator();
     e.ok("a", &["checkout", "task-1"]);
     e.ok("a", &["checkout", "task-2"]);
     // A file where the queues directory belongs: reading any queue fails.

@@ -336,7 +336,8 @@ fn p(path: &Path) -> String {
 
 #[test]
 fn session_start_registers_the_session_with_its_claude_process() {
-    let e = Env::new();
+    let mut e = Env::new();
+    e.as_operator();
     e.ok("s1", &["checkout", "task-a", "--timeout", "2h"]);
     e.ok("s1", &["checkout", "task-b", "--timeout", "2h"]);
     e.ok("s1", &["checkout", "task-c", "--timeout", "2h"]);
@@ -400,10 +401,30 @@ fn session_start_registers_the_session_with_its_claude_process() {
     assert_eq!(row["pid"], me);
     assert_eq!(checkouts(&row), ["task-a", "task-b"]);
 
-    // The identity for every later Bash call of the session, appended.
+    // The identity and the session's own secret for every later Bash call, appended;
+    // the lock directory keeps only a salted hash of the secret.
+    let env = read(&env_file);
+    let lines: Vec<&str> = env.lines().collect();
     assert_eq!(
-        read(&env_file),
-        "export FOO=bar\nexport TASKLOCK_AGENT=s1\n"
+        lines[..2],
+        ["export FOO=bar", "export TASKLOCK_AGENT=s1"],
+        "{env}"
+    );
+    let secret = lines[2]
+        .strip_prefix("export TASKLOCK_SECRET=")
+        .unwrap_or_else(|| panic!("no secret exported: {env}"));
+    assert_eq!(secret.len(), 64, "{env}");
+    assert!(secret.bytes().all(|b| b.is_ascii_hexdigit()), "{env}");
+    let reg = entry(&e.dir(), "s1");
+    assert_eq!(
+        reg["owner"]["sha256"].as_str().map(str::len),
+        Some(64),
+        "{reg}"
+    );
+    let on_disk = std::fs::read_to_string(e.dir().join("agents").join("s1")).unwrap();
+    assert!(
+        !on_disk.contains(secret),
+        "the secret itself is never stored"
     );
 
     // The context: who this session is, what it holds, and its unread inbox.
@@ -425,8 +446,14 @@ fn session_start_registers_the_session_with_its_claude_process() {
     );
     assert_eq!(lines.next(), None, "{context}");
 
-    // Delivered means read.
-    let inbox = e.ok("s1", &["inbox", "--json"]).json();
+    // Delivered means read (seen with the session's secret, as its Bash calls have it).
+    let r = e.run_env(
+        Some("s1"),
+        &["inbox", "--json"],
+        &[("TASKLOCK_SECRET", secret)],
+    );
+    assert_eq!(r.code, 0, "{}", r.text());
+    let inbox = r.json();
     assert_eq!(inbox["messages"], json!([]), "{inbox}");
 }
 
@@ -529,8 +556,11 @@ fn post_tool_use_and_user_prompt_submit_beat_and_deliver_the_inbox() {
     assert_eq!(reg["last_heartbeat"], "2026-01-01T00:07:00Z", "{reg}");
     silent(&hook(&e, "user-prompt-submit", "s1"));
     assert_eq!(entry(&e.dir(), "s1")["heartbeats"], 6);
-    let inbox = e.ok("s1", &["inbox", "--peek", "--json"]).json();
-    assert_eq!(inbox["messages"], json!([]), "all read: {inbox}");
+    // The session is bound to its secret: a caller that only names it cannot read its
+    // inbox.
+    let r = e.run(Some("s1"), &["inbox", "--peek", "--json"]);
+    assert_eq!(r.code, 4, "{}", r.text());
+    assert_eq!(r.json()["error"]["kind"], "secret_refused", "{}", r.text());
     assert_eq!(agent_row(&e, "s1")["state"], "alive");
 }
 

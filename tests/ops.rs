@@ -133,6 +133,7 @@ fn status_expires(e: &Env, key: &str) -> Value {
 #[test]
 fn audit_records_every_event_type_where_it_happens() {
     let mut e = Env::new();
+    e.as_operator();
     let mut seen = 0;
 
     // acquire, deny, renew, release
@@ -319,6 +320,7 @@ fn audit_records_every_event_type_where_it_happens() {
 /// f3, c is denied f2.
 fn filter_fixture() -> Env {
     let mut e = Env::new();
+    e.as_operator();
     e.ok("a", &["checkout", "f1", "--timeout", "1h"]);
     e.ok("b", &["checkout", "f2", "--timeout", "1h"]);
     assert_eq!(e.run(Some("c"), &["checkout", "f1"]).code, HELD);

@@ -540,6 +540,7 @@ fn inbox_one_reserved_message_per_handoff_peek_and_read() {
 #[test]
 fn inbox_force_release_and_lease_expiry() {
     let mut e = Env::new();
+    e.as_operator();
     checkout(&e, "holder", "task-1", &[]);
     let j = e
         .ok(

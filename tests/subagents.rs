@@ -157,7 +157,7 @@ fn a_subagents_checkout_records_its_session_and_shows_it() {
     assert_eq!(r.code, 0, "{}", r.text());
     assert!(
         r.stdout.contains(
-            "| `explore-task` | s1/a1 (Explore subagent of claude in proj #s1), subagent of session `s1` |"
+            "| `explore-task` | s1/a1 (Explore subagent of claude in proj #s1), subagent of session `s1` (unproven) |"
         ),
         "{}",
         r.text()

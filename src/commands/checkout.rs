@@ -26,6 +26,8 @@ pub struct Request {
     /// The lease was given with `--timeout` (else it is the configured default).
     pub lease_given: bool,
     pub reason: Option<String>,
+    /// The caller's secret (`TASKLOCK_SECRET`): a new checkout is bound to it.
+    pub secret: Option<String>,
 }
 
 impl Request {
@@ -54,6 +56,7 @@ impl Request {
             lease,
             lease_given: timeout.is_some(),
             reason,
+            secret: crate::secret::caller(),
         })
     }
 }
@@ -203,6 +206,17 @@ pub fn attempt(
                 problem,
             });
         }
+        Slot::Held(current)
+            if current.held_by(&agent.id)
+                && !current.expired_for_holder(&now)
+                && crate::engine::holder_refused(ctx, store, guard, &current, "checkout")?
+                    .is_some() =>
+        {
+            return Ok(base(
+                Outcome::SecretRefused,
+                Some(CheckoutView::from(&current)),
+            ));
+        }
         Slot::Held(current) if current.held_by(&agent.id) && !current.expired_for_holder(&now) => {
             // The holder checking out again keeps the same checkout (same token), extended
             // by its own lease length unless --timeout says otherwise: never shortened by
@@ -308,6 +322,11 @@ pub fn attempt(
         renewed_at: now,
         expires_at,
         reason: req.reason.clone(),
+        owner: req
+            .secret
+            .as_deref()
+            .map(crate::secret::Proof::of)
+            .transpose()?,
     };
     store.insert(guard, &record)?;
     // From here the key is the caller's: a failure now is a warning, never exit 1.

@@ -34,8 +34,24 @@ pub fn beat(
     };
     let agent = ctx.agent()?;
     let store = ctx.open_store()?;
+    let secret = crate::secret::caller();
     let entry = store.transaction(|guard| {
         let entry = store.read_agent(&agent.id)?;
+        // An agent bound to a secret beats only with it; one that is not yet bound is
+        // bound by its first beat with a secret.
+        let owner = entry.as_ref().and_then(|e| e.owner.clone());
+        if let Some(standing) =
+            crate::engine::agent_refused(ctx, &*store, guard, &agent, owner.as_ref(), "heartbeat")?
+        {
+            return Ok(Err(standing));
+        }
+        let owner = match owner {
+            Some(o) => Some(o),
+            None => secret
+                .as_deref()
+                .map(crate::secret::Proof::of)
+                .transpose()?,
+        };
         let same_boot = entry
             .as_ref()
             .is_some_and(|e| e.host == agent.host && e.boot_id == agent.boot_id);
@@ -63,9 +79,14 @@ pub fn beat(
             ended_at: None,
             ended_reason: None,
             parent: parent.or_else(|| entry.as_ref().and_then(|e| e.parent.clone())),
+            owner,
         };
         store.write_agent(guard, &entry)?;
-        Ok(entry)
+        Ok(Ok(entry))
+    })?;
+    let entry = entry.map_err(|s| crate::error::Error::SecretRefused {
+        agent: agent.id.clone(),
+        wrong: s == crate::secret::Standing::WrongSecret,
     })?;
     let mut judge = Judge::new(ctx, &*store);
     // The scan runs outside the guard, so a beat over many checkouts never holds up the

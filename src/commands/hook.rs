@@ -13,7 +13,7 @@ use super::{heartbeat, inbox, watch};
 use crate::engine::{Ctx, ReapReason, end_agent};
 use crate::error::{Error, Result};
 use crate::report::Report;
-use crate::store::Message;
+use crate::store::{AgentEntry, Message};
 
 pub const EVENTS: [&str; 8] = [
     "session-start",
@@ -103,8 +103,18 @@ pub fn run(
         cfg: Default::default(),
     };
     let parent = subagent.as_ref().map(|_| session.clone());
+    // Hook input is only JSON on stdin: anyone can name any session in it. A session
+    // bound to a secret is acted for only by its own process's hooks (or with its secret).
+    let registered = match ctx.existing_store()? {
+        Some(store) => store.read_agent(&session)?,
+        None => None,
+    };
+    if event == "session-start" && subagent.is_none() {
+        return session_start(&ctx, &agent, agent_pid, registered.as_ref());
+    }
+    authorize(&session, registered.as_ref())?;
     match event {
-        "session-start" => session_start(&ctx, &agent, agent_pid),
+        "session-start" => session_start(&ctx, &agent, agent_pid, None),
         "post-tool-use" => beat_and_deliver(&ctx, "PostToolUse", parent),
         "user-prompt-submit" => beat_and_deliver(&ctx, "UserPromptSubmit", parent),
         // Codex: the model finished a turn. Only beat: Stop takes no context, so the inbox
@@ -124,6 +134,38 @@ pub fn run(
         }
         _ => unreachable!("checked above"),
     }
+}
+
+/// May this hook act for `session`? Yes when it is not bound to a secret (made before
+/// secrets, or outside the hooks), when this hook runs as a child of the session's own
+/// registered process, or when it has the session's secret.
+fn authorize(session: &str, registered: Option<&AgentEntry>) -> Result<()> {
+    let Some(entry) = registered.filter(|e| e.owner.is_some()) else {
+        return Ok(());
+    };
+    if is_own_process(entry) {
+        crate::secret::prove_as(session);
+        return Ok(());
+    }
+    match crate::secret::standing(entry.owner.as_ref(), crate::secret::caller().as_deref()) {
+        crate::secret::Standing::Proven => Ok(()),
+        s => Err(Error::SecretRefused {
+            agent: session.to_string(),
+            wrong: s == crate::secret::Standing::WrongSecret,
+        }),
+    }
+}
+
+/// Does this hook run under the agent's registered process? Found by walking up the
+/// real parent chain (never from environment variables, which any process can set).
+fn is_own_process(entry: &AgentEntry) -> bool {
+    let (Some(pid), Some(start)) = (entry.pid, entry.pid_start) else {
+        return false;
+    };
+    entry.host == crate::identity::hostname()
+        && entry.boot_id == crate::identity::boot_id()
+        && parent_chain_pid() == Some(pid)
+        && crate::liveness::start_time(pid) == Some(start)
 }
 
 /// A subagent of the session, as named in the hook input.
@@ -200,15 +242,59 @@ fn output(event: &str, context: String) -> Option<String> {
     Some(format!("{v}\n"))
 }
 
-fn session_start(ctx: &Ctx, agent: &str, pid: Option<u32>) -> Result<Option<String>> {
+fn session_start(
+    ctx: &Ctx,
+    agent: &str,
+    pid: Option<u32>,
+    registered: Option<&AgentEntry>,
+) -> Result<Option<String>> {
+    // A session bound to a secret whose process still runs is not started again by
+    // another process (that would take it over); a resumed session (its old process
+    // gone) gets a new secret.
+    if let Some(e) = registered.filter(|e| e.owner.is_some())
+        && !is_own_process(e)
+        && crate::secret::standing(e.owner.as_ref(), crate::secret::caller().as_deref())
+            != crate::secret::Standing::Proven
+        && e.pid.is_some_and(|p| {
+            crate::liveness::check_process(
+                &e.host,
+                e.boot_id.as_deref(),
+                e.pid_ns.as_deref(),
+                p,
+                e.pid_start,
+            ) == crate::liveness::Proc::Running
+        })
+    {
+        return Err(Error::SecretRefused {
+            agent: agent.to_string(),
+            wrong: crate::secret::caller().is_some(),
+        });
+    }
+    // The session's own secret: its Bash calls get it through CLAUDE_ENV_FILE, its
+    // watcher through the environment; the lock directory keeps only a salted hash.
+    let secret = crate::secret::generate()?;
+    crate::secret::use_secret(&secret);
+    if registered.is_some() {
+        let store = ctx.open_store()?;
+        store.transaction(|g| {
+            if let Some(mut e) = store.read_agent(agent)? {
+                e.owner = Some(crate::secret::Proof::of(&secret)?);
+                store.write_agent(g, &e)?;
+            }
+            Ok(())
+        })?;
+    }
     let Report::Heartbeat(beat) = heartbeat::run(ctx, Some("session started".into()), pid)? else {
         unreachable!("heartbeat returns a heartbeat report")
     };
     if let Some(env_file) = std::env::var_os("CLAUDE_ENV_FILE").filter(|f| !f.is_empty()) {
-        // Every later Bash call of the session sees the identity, even outside hooks.
+        // Every later Bash call of the session sees the identity and the secret, even
+        // outside hooks.
         let line = format!(
-            "export TASKLOCK_AGENT={}\n",
-            crate::error::shell_quote(agent)
+            "export TASKLOCK_AGENT={}\nexport {}={}\n",
+            crate::error::shell_quote(agent),
+            crate::secret::ENV,
+            secret
         );
         std::fs::OpenOptions::new()
             .append(true)
@@ -311,6 +397,11 @@ pub(crate) fn claude_pid() -> Option<u32> {
     {
         return Some(pid);
     }
+    parent_chain_pid()
+}
+
+/// The first ancestor of this process that is not a shell or wrapper.
+fn parent_chain_pid() -> Option<u32> {
     // SAFETY: getppid has no preconditions.
     let mut pid = unsafe { libc::getppid() } as u32;
     for _ in 0..8 {

@@ -32,6 +32,12 @@ pub fn run(ctx: &Ctx, key: &str, text: String) -> Result<Report> {
             path,
             problem,
         }),
+        Slot::Held(r)
+            if r.held_by(&agent.id)
+                && crate::engine::holder_refused(ctx, &*store, guard, &r, "note")?.is_some() =>
+        {
+            report(Outcome::SecretRefused, Some(CheckoutView::from(&r)), None)
+        }
         Slot::Held(r) if r.held_by(&agent.id) => {
             if r.expired_for_holder(&ctx.now) {
                 auto_release(

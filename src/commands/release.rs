@@ -1,6 +1,8 @@
+use std::io::IsTerminal;
+
 use super::checkout::check_text;
-use crate::engine::record_end;
 use crate::engine::{Ctx, Judge, ReapReason, auto_release, held_keys, queue};
+use crate::engine::{holder_refused, record_end};
 use crate::error::{Error, Outcome, Result};
 use crate::report::{CheckoutView, KeyResult, KeysCommand, KeysReport, Report};
 use crate::store::{Slot, Store};
@@ -49,12 +51,29 @@ pub fn run(
     };
     // Found before taking the guard (a scan); each key is re-read under it.
     let keys = if all { held_keys(&*store, &me)? } else { keys };
+    // Who may force a live holder's checkout: a person at a terminal, or a caller with
+    // the project's operator secret. Anyone may end one whose holder is gone.
+    let forcer = if !force {
+        None
+    } else if std::io::stdin().is_terminal() {
+        Some("a person at a terminal")
+    } else if crate::secret::is_operator(ctx.config()?.operator_secret_sha256.as_deref()) {
+        Some("the operator secret")
+    } else {
+        None
+    };
     let guard = store.lock()?;
     let mut judge = Judge::new(ctx, &*store);
     let single = keys.len() == 1;
     for key in keys {
         let frozen = None;
-        let (outcome, checkout) = match store.read(&key)? {
+        let mut problem = None;
+        let slot = store.read(&key)?;
+        let standing = match &slot {
+            Slot::Held(r) if r.held_by(&me) => crate::secret::standing_for(&me, r.owner.as_ref()),
+            _ => crate::secret::Standing::Unbound,
+        };
+        let (outcome, checkout) = match slot {
             Slot::Free => (Outcome::NoSuchCheckout, None),
             Slot::Corrupt { path, problem } => {
                 if !force {
@@ -87,7 +106,11 @@ pub fn run(
                 );
                 (Outcome::ForceReleased, None)
             }
-            Slot::Held(r) if r.held_by(&me) => {
+            Slot::Held(r) if standing.refused() && !force => {
+                holder_refused(ctx, &*store, &guard, &r, "release")?;
+                (Outcome::SecretRefused, Some(CheckoutView::from(&r)))
+            }
+            Slot::Held(r) if r.held_by(&me) && !standing.refused() => {
                 if r.expired_for_holder(&ctx.now) {
                     auto_release(ctx, &*store, &guard, &r, Some(&me), ReapReason::Timeout)?;
                     (Outcome::LeaseLost, Some(CheckoutView::from(&r)))
@@ -128,12 +151,32 @@ pub fn run(
                     (Outcome::Released, Some(CheckoutView::from(&r)))
                 }
             }
+            Slot::Held(r) if force && forcer.is_none() && judge.reap_reason(&r)?.is_none() => {
+                let mut ev = ctx.event("refused", &r);
+                ev.by = Some(me.clone());
+                ev.reason = Some("force".into());
+                ev.detail = Some(format!(
+                    "release --force of a live holder's checkout by {}, neither a person at a terminal nor holding the operator secret",
+                    crate::identity::UnixUser::current().name
+                ));
+                store.audit(&guard, &ev)?;
+                problem = Some(format!(
+                    "--force refused: {} is alive and its lease has not run out. Only a person at a terminal or a caller with the operator secret (TASKLOCK_OPERATOR_SECRET) may take a live agent's checkout away.",
+                    r.agent.label()
+                ));
+                (Outcome::NotHolder, Some(CheckoutView::from(&r)))
+            }
             Slot::Held(r) if force => {
                 store.remove(&guard, &key)?;
                 let released = format!("`{key}` was force-released");
                 let mut ev = ctx.event("force_release", &r);
                 ev.by = Some(me.clone());
                 ev.reason = note.clone();
+                ev.detail = Some(format!(
+                    "by Unix user {}, as {}",
+                    crate::identity::UnixUser::current().name,
+                    forcer.unwrap_or("its holder is gone or its lease ran out")
+                ));
                 after_change(
                     &format!("{released}, but the audit log was not written"),
                     store.audit(&guard, &ev),
@@ -191,7 +234,7 @@ pub fn run(
             outcome,
             checkout,
             frozen,
-            problem: None,
+            problem,
         });
     }
     store.commit(guard)?;

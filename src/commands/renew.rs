@@ -1,7 +1,7 @@
 use std::time::Duration;
 
 use crate::duration::to_chrono;
-use crate::engine::{Ctx, Judge, ReapReason, auto_release, held_keys};
+use crate::engine::{Ctx, Judge, ReapReason, auto_release, held_keys, holder_refused};
 use crate::error::{Error, Outcome, Result};
 use crate::report::{CheckoutView, KeyResult, KeysCommand, KeysReport, Report};
 use crate::store::{Record, Slot};
@@ -65,6 +65,12 @@ pub fn run(ctx: &Ctx, keys: Vec<String>, all: bool, timeout: Option<Duration>) -
                     problem: Some(e.to_string()),
                 });
                 continue;
+            }
+            Slot::Held(r)
+                if r.held_by(&me)
+                    && holder_refused(ctx, &*store, &guard, &r, "renew")?.is_some() =>
+            {
+                (Outcome::SecretRefused, Some(CheckoutView::from(&r)))
             }
             Slot::Held(r) if r.held_by(&me) => {
                 if r.expired_for_holder(&ctx.now) {

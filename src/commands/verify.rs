@@ -67,6 +67,10 @@ pub fn run(ctx: &Ctx, key: &str, token: u64) -> Result<Report> {
         }
         Slot::Held(r) => r,
     };
+    if r.held_by(&me) && crate::secret::standing_for(&me, r.owner.as_ref()).refused() {
+        store.transaction(|g| crate::engine::holder_refused(ctx, &*store, g, &r, "verify"))?;
+        return report(Outcome::SecretRefused, Some(CheckoutView::from(&r)));
+    }
     let outcome = if !r.held_by(&me) {
         Outcome::NotHolder
     } else if r.token != token {

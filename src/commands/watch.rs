@@ -255,6 +255,10 @@ pub(crate) fn spawn_detached(
     if let Some(s) = status {
         cmd.args(["--status", &s]);
     }
+    // The watcher beats as the agent: it needs the agent's secret.
+    if let Some(s) = crate::secret::caller() {
+        cmd.env(crate::secret::ENV, s);
+    }
     cmd.stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());

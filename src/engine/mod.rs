@@ -553,3 +553,47 @@ pub fn held_keys(store: &dyn Store, agent_id: &str) -> Result<Vec<String>> {
         })
         .collect())
 }
+
+/// May the caller act as the holder of `r`? A checkout bound to a secret needs the
+/// caller's `TASKLOCK_SECRET`; a refusal is audited (event `refused`, reason
+/// `no_secret` or `wrong_secret`, detail the command) and returned.
+pub fn holder_refused(
+    ctx: &Ctx,
+    store: &dyn Store,
+    g: &Guard,
+    r: &Record,
+    command: &str,
+) -> Result<Option<crate::secret::Standing>> {
+    let standing = crate::secret::standing_for(&r.agent.id, r.owner.as_ref());
+    if !standing.refused() {
+        return Ok(None);
+    }
+    let mut ev = ctx.event("refused", r);
+    ev.reason = Some(standing.as_str().into());
+    ev.detail = Some(format!("{command} as the holder without its secret"));
+    ev.by = Some(crate::identity::UnixUser::current().name);
+    store.audit(g, &ev)?;
+    Ok(Some(standing))
+}
+
+/// May the caller act as the agent `agent` (beat, read its inbox)? An agent bound to a
+/// secret (`owner`) needs the caller's; a refusal is audited and returned.
+pub fn agent_refused(
+    ctx: &Ctx,
+    store: &dyn Store,
+    g: &Guard,
+    agent: &Agent,
+    owner: Option<&crate::secret::Proof>,
+    command: &str,
+) -> Result<Option<crate::secret::Standing>> {
+    let standing = crate::secret::standing_for(&agent.id, owner);
+    if !standing.refused() {
+        return Ok(None);
+    }
+    let mut ev = ctx.agent_event("refused", &agent.id, agent);
+    ev.reason = Some(standing.as_str().into());
+    ev.detail = Some(format!("{command} as the agent without its secret"));
+    ev.by = Some(crate::identity::UnixUser::current().name);
+    store.audit(g, &ev)?;
+    Ok(Some(standing))
+}

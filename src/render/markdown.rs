@@ -73,12 +73,35 @@ fn checkout_lines(out: &mut String, c: &CheckoutView, now: &Time) {
         "- Reason: {}",
         c.reason.as_deref().unwrap_or("(none given)")
     );
+    let _ = writeln!(
+        out,
+        "- Ownership: {}",
+        if c.proven {
+            "bound to the holder's secret"
+        } else {
+            "unproven (made without a secret: any caller naming the holder can act for it)"
+        }
+    );
 }
+
+/// The refusal of a caller that names a holder bound to a secret it did not give.
+fn secret_refused_words(k: &str, c: Option<&CheckoutView>) -> String {
+    let holder = c.map(|c| c.agent.label()).unwrap_or_default();
+    format!(
+        "Not the holder: {k} is bound to the secret of {holder}, and this command did not give it (TASKLOCK_SECRET is missing or another)."
+    )
+}
+
+const SECRET_NEXT: &str = "Next: only that agent's own session can act on it (its hooks set TASKLOCK_SECRET); another agent cannot, whatever id it names. If you are not that agent, work on something else or queue for the key; when its holder ends, the checkout ends with it.";
 
 fn checkout(r: &CheckoutReport, inv: &Invocation) -> String {
     let mut out = String::new();
     let k = code(&r.key);
     match (r.outcome, &r.checkout) {
+        (Outcome::SecretRefused, c) => {
+            let _ = writeln!(out, "{}", secret_refused_words(&k, c.as_ref()));
+            let _ = writeln!(out, "\n{SECRET_NEXT}");
+        }
         (Outcome::Deadlock, _) => {
             let _ = writeln!(
                 out,
@@ -480,14 +503,26 @@ fn keys(r: &KeysReport, inv: &Invocation) -> String {
         };
         let _ = writeln!(out, "\n{problem}\nFix: {fix}");
     }
+    for k in r.results.iter().filter(|k| k.outcome == Outcome::NotHolder) {
+        if let Some(problem) = &k.problem {
+            let _ = writeln!(out, "\n{problem}");
+        }
+    }
     let next: &str = if r.results.iter().any(|k| k.outcome == Outcome::Frozen) {
         "Next: renewals are refused until the freeze ends; finish before your lease ends, or release and check out again after the freeze."
     } else if r.results.iter().any(|k| k.outcome == Outcome::LeaseLost) {
         "Next: a lost lease means another agent may have taken the key; check out again before doing more work on it, and re-check anything written after the lease ended."
+    } else if r
+        .results
+        .iter()
+        .any(|k| k.outcome == Outcome::SecretRefused)
+    {
+        SECRET_NEXT
     } else if let Some(k) = r.results.iter().find(|k| k.outcome == Outcome::NotHolder) {
         &format!(
-            "Next: only the holder can do this. If the holder is gone for good, {} removes its checkout (audited).",
-            inv.cmd("release --force", &k.key)
+            "Next: only the holder can do this. A checkout whose holder is gone ends by itself; to take a live agent's checkout away, a person at a terminal (or a caller with the operator secret) runs {} (audited). Otherwise queue for it: {}.",
+            inv.cmd("release --force", &k.key),
+            inv.code(&format!("checkout {} --queue", shell_quote(&k.key)))
         )
     } else if r
         .results
@@ -550,6 +585,7 @@ fn single_verdict(k: &KeyResult, r: &KeysReport) -> String {
             Some(c) => format!("Not the holder: {key} is held by {}.", c.agent.label()),
             None => format!("Not the holder of {key}."),
         },
+        Outcome::SecretRefused => secret_refused_words(&key, k.checkout.as_ref()),
         other => format!("{key}: {}", outcome_words(other)),
     }
 }
@@ -571,6 +607,7 @@ fn outcome_words(o: Outcome) -> &'static str {
         Outcome::AgentGone => "stopped waiting: your agent's process is gone",
         Outcome::NoSuchCheckout => "no such checkout",
         Outcome::NotHolder => "not the holder",
+        Outcome::SecretRefused => "refused: not the holder's secret",
         Outcome::StaleToken => "stale token",
         Outcome::LeaseLost => "lease lost",
         Outcome::Corrupt => "corrupt record (see below)",
@@ -687,10 +724,14 @@ fn list(r: &ListReport, inv: &Invocation) -> String {
                 out,
                 "| {} | {} | {} | {} | {} | {} | {} |",
                 code_cell(&c.key),
-                cell(&match &c.agent.parent {
-                    Some(p) => format!("{}, subagent of session {}", c.agent.label(), code(p)),
-                    None => c.agent.label(),
-                }),
+                cell(&format!(
+                    "{}{}",
+                    match &c.agent.parent {
+                        Some(p) => format!("{}, subagent of session {}", c.agent.label(), code(p)),
+                        None => c.agent.label(),
+                    },
+                    if c.proven { "" } else { " (unproven)" }
+                )),
                 c.token,
                 with_relative(&c.acquired_at, &r.now),
                 with_relative(&c.expires_at, &r.now),
@@ -763,6 +804,7 @@ fn verify(r: &VerifyReport) -> String {
         Outcome::LeaseLost => {
             format!("Lease lost: your checkout of {k} ran out and has been released.")
         }
+        Outcome::SecretRefused => secret_refused_words(&k, r.checkout.as_ref()),
         _ => format!("No such checkout: nobody holds {k}."),
     };
     let _ = writeln!(out, "{line}");
@@ -968,6 +1010,10 @@ fn note(r: &NoteReport, inv: &Invocation) -> String {
                 out,
                 "Lease lost: your checkout of {k} ran out and has been released; the note was not added."
             );
+        }
+        (Outcome::SecretRefused, _) => {
+            let _ = writeln!(out, "{}", secret_refused_words(&k, r.checkout.as_ref()));
+            let _ = writeln!(out, "\n{SECRET_NEXT}");
         }
         _ => {
             let _ = writeln!(

@@ -20,6 +20,10 @@ pub struct Record {
     pub expires_at: Time,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The holder's secret, as a salted hash: only a caller with the secret may act on
+    /// the checkout. Absent: made without a secret (or by an older version).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<crate::secret::Proof>,
 }
 
 impl Record {

@@ -38,6 +38,9 @@ pub struct AgentEntry {
     /// For a subagent: the agent (session) that started it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<String>,
+    /// The agent's secret, as a salted hash: heartbeats and the inbox need it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<crate::secret::Proof>,
 }
 
 /// One checkpoint in a key's history.

@@ -33,17 +33,40 @@ impl Run {
 pub struct Env {
     pub tmp: tempfile::TempDir,
     pub now: String,
+    /// Commands run with the operator secret (see [`Env::as_operator`]).
+    pub operator: bool,
 }
+
+/// The operator secret of [`Env::as_operator`], and its SHA-256.
+pub const OPERATOR_SECRET: &str = "tasklock-test-operator";
+pub const OPERATOR_SHA256: &str =
+    "1a98515847ba6d96e7280341c3dd27ae82ee70638a3038b24a6058d0b77aed3f";
 
 impl Env {
     pub fn new() -> Env {
         Env {
             tmp: tempfile::tempdir().unwrap(),
             now: T0.into(),
+            operator: false,
         }
     }
     pub fn dir(&self) -> PathBuf {
         self.tmp.path().join(".locks")
+    }
+    /// Configure an operator secret for the lock directory and run every later command
+    /// with it: the caller may then `release --force` a live holder's checkout.
+    pub fn as_operator(&mut self) -> &mut Self {
+        use std::io::Write;
+        std::fs::create_dir_all(self.dir()).unwrap();
+        std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(self.dir().join("config.yaml"))
+            .unwrap()
+            .write_all(format!("operator_secret_sha256: {OPERATOR_SHA256}\n").as_bytes())
+            .unwrap();
+        self.operator = true;
+        self
     }
     pub fn at(&mut self, now: &str) -> &mut Self {
         self.now = now.into();
@@ -52,6 +75,19 @@ impl Env {
     /// Run as `agent` (None: no identity at all) with `--dir` set.
     pub fn run(&self, agent: Option<&str>, args: &[&str]) -> Run {
         let mut cmd = base_cmd(&self.now);
+        if self.operator {
+            cmd.env("TASKLOCK_OPERATOR_SECRET", OPERATOR_SECRET);
+        }
+        cmd.arg("--dir").arg(self.dir()).args(args);
+        if let Some(a) = agent {
+            cmd.args(["--agent", a]);
+        }
+        exec(cmd)
+    }
+    /// As [`Env::run`], with extra environment variables.
+    pub fn run_env(&self, agent: Option<&str>, args: &[&str], env: &[(&str, &str)]) -> Run {
+        let mut cmd = base_cmd(&self.now);
+        cmd.envs(env.iter().copied());
         cmd.arg("--dir").arg(self.dir()).args(args);
         if let Some(a) = agent {
             cmd.args(["--agent", a]);
@@ -73,6 +109,8 @@ pub fn base_cmd(now: &str) -> Command {
         .env_remove("TASKLOCK_DIR")
         .env_remove("CLAUDE_CODE_SESSION_ID")
         .env_remove("CODEX_THREAD_ID")
+        .env_remove("TASKLOCK_SECRET")
+        .env_remove("TASKLOCK_OPERATOR_SECRET")
         .stdin(Stdio::null());
     cmd
 }
