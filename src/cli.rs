@@ -215,6 +215,8 @@ pub enum Command {
     },
     /// Check the setup: directory, file system, clock, identity, records, skills, hooks
     Doctor,
+    /// MCP server on stdin/stdout: the checkout tools for MCP clients (one server = one agent)
+    Mcp,
     /// Append a checkpoint to KEY's history (holder only)
     Note {
         key: String,

@@ -12,6 +12,8 @@ pub mod identity;
 pub mod inject;
 pub mod key;
 pub mod liveness;
+#[cfg(feature = "mcp")]
+pub mod mcp;
 pub mod render;
 pub mod report;
 pub mod secret;
@@ -86,6 +88,9 @@ where
             }
         }
         return EXIT_OK;
+    }
+    if let Command::Mcp = &cli.command {
+        return mcp_server(&cli.global);
     }
     if let Command::Audit {
         since,
@@ -234,7 +239,7 @@ fn execute(cli: Cli) -> Result<report::Report, Error> {
         Command::Agents { all } => commands::agents::run(&ctx, all),
         Command::Inbox { peek } => commands::inbox::run(&ctx, peek),
         Command::Init { dry_run, shared } => commands::init::run(&ctx, dry_run, shared.as_deref()),
-        Command::Hook { .. } => unreachable!("handled before"),
+        Command::Hook { .. } | Command::Mcp => unreachable!("handled before"),
         Command::Freeze { key, for_, reason } => commands::freeze::freeze(&ctx, &key, for_, reason),
         Command::Unfreeze { key } => commands::freeze::unfreeze(&ctx, &key),
         Command::Why { key } => commands::why::run(&ctx, &key),
@@ -268,6 +273,114 @@ fn execute(cli: Cli) -> Result<report::Report, Error> {
             };
             commands::run::run(&ctx, key, timeout, reason, wait, cmd)
         }
+    }
+}
+
+#[cfg(feature = "mcp")]
+fn mcp_server(global: &cli::Global) -> i32 {
+    mcp::serve(
+        global.dir.clone(),
+        global.agent.clone(),
+        global.name.clone(),
+    )
+}
+
+#[cfg(not(feature = "mcp"))]
+fn mcp_server(_: &cli::Global) -> i32 {
+    emit_stderr(
+        "tasklock mcp: this tasklock was built without the `mcp` feature; rebuild with `cargo install --features mcp`\n",
+    );
+    EXIT_USAGE
+}
+
+/// What one command did, rendered both ways: the markdown the CLI prints, and the object
+/// `--json` prints (with `warnings` when a step after the change failed).
+#[derive(Debug, Clone)]
+pub struct Called {
+    pub exit_code: i32,
+    pub markdown: String,
+    pub json: serde_json::Value,
+    /// For an error (rather than a report with a non-zero exit): its kind, as in the JSON.
+    pub error_kind: Option<String>,
+}
+
+/// Run one command as `tasklock ARGS…` would (`args[0]` is the program name), without
+/// printing: parse, execute and render it both ways. For the MCP server, which offers the
+/// commands as tools; `hook`, `run`, `mcp` and `audit --follow` are not for this path.
+pub fn call<I, T>(args: I) -> Called
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    let cli = match Cli::try_parse_from(&args) {
+        Ok(cli)
+            if !matches!(
+                cli.command,
+                Command::Hook { .. }
+                    | Command::Run { .. }
+                    | Command::Mcp
+                    | Command::Audit { follow: true, .. }
+            ) =>
+        {
+            cli
+        }
+        Ok(_) => {
+            let msg = "this command cannot be called here";
+            return Called {
+                exit_code: EXIT_USAGE,
+                markdown: format!("Error: {msg}\n"),
+                json: render::error_json("usage", msg, None, EXIT_USAGE),
+                error_kind: Some("usage".into()),
+            };
+        }
+        Err(e) => {
+            let rendered = e.render().to_string();
+            let first = first_paragraph(&rendered)
+                .map(|p| p.split_whitespace().collect::<Vec<_>>().join(" "))
+                .unwrap_or_else(|| "usage error".into());
+            return Called {
+                exit_code: EXIT_USAGE,
+                markdown: format!("Error: {first}\n"),
+                json: render::error_json("usage", &first, None, EXIT_USAGE),
+                error_kind: Some("usage".into()),
+            };
+        }
+    };
+    let inv = render::Invocation {
+        dir: cli.global.dir.clone(),
+        agent: cli.global.agent.clone(),
+        cmd: Vec::new(),
+    };
+    let _ = warnings::take();
+    let (exit_code, mut markdown, json, error_kind) = match execute(cli) {
+        Ok(report) => (
+            report.exit_code(),
+            render::report(&report, Format::Markdown, &inv),
+            render::report(&report, Format::Json, &inv),
+            None,
+        ),
+        Err(e) => (
+            e.exit_code(),
+            render::error(&e, Format::Markdown, &inv),
+            render::error(&e, Format::Json, &inv),
+            Some(e.kind().to_string()),
+        ),
+    };
+    let warnings = warnings::take();
+    for w in &warnings {
+        markdown.push_str(&format!("\nWarning: {w}\n"));
+    }
+    let mut json: serde_json::Value =
+        serde_json::from_str(&json).unwrap_or_else(|_| serde_json::Value::String(json));
+    if let (serde_json::Value::Object(map), false) = (&mut json, warnings.is_empty()) {
+        map.insert("warnings".into(), serde_json::json!(warnings));
+    }
+    Called {
+        exit_code,
+        markdown,
+        json,
+        error_kind,
     }
 }
 

@@ -1119,8 +1119,12 @@ fn init(r: &InitReport, inv: &Invocation) -> String {
         "Next: commit `.claude/settings.json` and the instructions so every agent session coordinates; make sure `tasklock` is on PATH for the hooks."
     };
     let _ = writeln!(out, "\n{next}");
+    out.push_str(MCP_SETUP);
     out
 }
+
+/// How to give MCP clients the tools (`tasklock mcp`), printed by `init`.
+pub const MCP_SETUP: &str = "\nMCP clients get the same commands as tools from `tasklock mcp` (one server per session; its checkouts are released when the session ends):\n- Claude Code: `claude mcp add tasklock -- tasklock mcp`\n- Codex, in `.codex/config.toml`:\n\n```toml\n[mcp_servers.tasklock]\ncommand = \"tasklock\"\nargs = [\"mcp\"]\n```\n";
 
 fn freeze(r: &FreezeReport, inv: &Invocation) -> String {
     let p = code(&r.pattern);

@@ -7,6 +7,7 @@
 #![allow(dead_code)]
 
 pub mod codex;
+pub mod mcp;
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -404,6 +405,7 @@ pub struct StubState {
 #[derive(Clone, Default)]
 pub struct Script {
     /// Bash commands the session runs, one per turn, in this order (tool ids `main-0`, …).
+    /// A step made by [`Script::tool_call`] calls another tool (an MCP tool) instead.
     pub main: Vec<String>,
     /// Subagents started after `main`, all in one message (one `Agent` tool call each, ids
     /// `agent-0`, …); each runs its Bash commands in order (ids `sub0-0`, `sub0-1`, …).
@@ -413,6 +415,11 @@ pub struct Script {
 }
 
 impl Script {
+    /// A step of `main` that calls tool `name` (`mcp__tasklock__checkout`) with `input`.
+    pub fn tool_call(name: &str, input: Value) -> String {
+        format!("{TOOL_STEP}{name} {input}")
+    }
+
     pub fn bash(commands: &[&str]) -> Script {
         Script {
             main: commands.iter().map(|c| c.to_string()).collect(),
@@ -596,6 +603,15 @@ fn serve_connection(stream: TcpStream, state: &Mutex<StubState>, script: &Script
     }
 }
 
+/// How a `main` step that is a tool call rather than a Bash command starts.
+const TOOL_STEP: &str = "@tool:";
+
+/// The tool name and input of a step made by [`Script::tool_call`].
+fn tool_step(step: &str) -> Option<(&str, Value)> {
+    let (name, input) = step.strip_prefix(TOOL_STEP)?.split_once(' ')?;
+    Some((name, serde_json::from_str(input).ok()?))
+}
+
 /// Marks the prompt of subagent `i`, so the stub knows whose request it answers.
 fn subagent_marker(i: usize) -> String {
     format!("E2E-SUBAGENT-{i}:")
@@ -651,6 +667,9 @@ fn messages(
         .unwrap_or_default();
     let who = (0..script.subagents.len()).find(|&i| first.contains(&subagent_marker(i)));
     let bash = |id: String, command: &str| {
+        if let Some((name, input)) = tool_step(command) {
+            return json!({"type": "tool_use", "id": id, "name": name, "input": input});
+        }
         json!({
             "type": "tool_use",
             "id": id,
