@@ -288,6 +288,16 @@ fn claude_code_uses_the_mcp_tools_and_its_checkouts_end_with_it() {
     );
     // Claude Code hands its session id to its MCP servers: the agent is the session.
     assert_eq!(agent1, id1, "{status}");
+    // The server binds its checkouts to a secret of its own: naming the session from
+    // another process is not enough to release it.
+    assert_eq!(status["checkout"]["proven"], true, "{status}");
+    let mut cmd = Command::new(e2e::tasklock_bin());
+    cmd.args(["release", "mcp-task", "--json", "--agent", &agent1, "--dir"])
+        .arg(&locks)
+        .env_remove("TASKLOCK_SECRET");
+    let out = e2e::run(cmd, "tasklock release", COMMAND_TIMEOUT);
+    assert_eq!(out.status.code(), Some(4), "{}", out.text());
+    assert!(out.stdout.contains("secret_refused"), "{}", out.text());
     let entry: Value =
         serde_json::from_str(&std::fs::read_to_string(locks.join("agents").join(&id1)).unwrap())
             .unwrap();

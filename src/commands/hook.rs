@@ -168,6 +168,36 @@ fn is_own_process(entry: &AgentEntry) -> bool {
         && crate::liveness::start_time(pid) == Some(start)
 }
 
+/// For a long-running child of an agent's own process (`tasklock mcp`): act for the
+/// agent when this process runs under its registered process, as its hooks do.
+pub(crate) fn prove_if_child_of(dir: Option<&std::path::Path>, agent: &str) {
+    let Ok(cwd) = std::env::current_dir() else {
+        return;
+    };
+    let Ok(dir) = crate::discover::explicit(dir)
+        .unwrap_or_else(|| crate::discover::discover_from(&cwd))
+        .for_reading()
+    else {
+        return;
+    };
+    let Ok(now) = crate::clock::now() else {
+        return;
+    };
+    let ctx = Ctx {
+        dir,
+        now,
+        agent_flag: None,
+        name_flag: None,
+        cfg: Default::default(),
+    };
+    if let Ok(Some(store)) = ctx.existing_store()
+        && let Ok(Some(entry)) = store.read_agent(agent)
+        && is_own_process(&entry)
+    {
+        crate::secret::prove_as(agent);
+    }
+}
+
 /// A subagent of the session, as named in the hook input.
 struct Subagent {
     /// `<session>/<agent_id>`.

@@ -76,6 +76,14 @@ pub fn serve(dir: Option<PathBuf>, agent: Option<String>, name: Option<String>) 
             return EXIT_ERROR;
         }
     };
+    // The server's own secret, unless it was given one: the checkouts it makes are bound
+    // to it, so no other process can act for them by naming the agent.
+    if crate::secret::caller().is_none() {
+        match crate::secret::generate() {
+            Ok(s) => crate::secret::use_secret(&s),
+            Err(e) => eprintln!("tasklock mcp: no secret for this server: {e}"),
+        }
+    }
     let client = crate::commands::hook::claude_pid()
         .and_then(|pid| crate::liveness::start_time(pid).map(|start| (pid, start)));
     let server = Server(Arc::new(Inner {
@@ -183,6 +191,9 @@ impl Server {
                             .collect();
                         format!("{client} (MCP) in {project} #{short}")
                     });
+                // Under the session's own process (Claude Code's session id as the agent),
+                // the server acts for the session as its hooks do.
+                crate::commands::hook::prove_if_child_of(self.0.dir.as_deref(), &id);
                 Me { id, name }
             })
             .clone()
