@@ -123,7 +123,7 @@ pub struct Previous {
     pub token: Option<u64>,
     pub ended_at: Option<Time>,
     /// `released`, `force_released`, `timeout`, `agent_death` or `session_end`.
-    pub ended: Option<String>,
+    pub ended: Option<crate::store::EndHow>,
     /// With `agent_death`: `process_gone`, `pid_reused`, `silent` or `ended`.
     pub cause: Option<String>,
     /// Who ended it, when not the holder itself.

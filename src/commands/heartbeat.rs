@@ -192,7 +192,7 @@ pub fn beat(
                                     guard,
                                     &fresh.agent.id,
                                     None,
-                                    "max_hold",
+                                    crate::store::MessageKind::MaxHold,
                                     &fresh.key,
                                     &body,
                                 ),

@@ -14,7 +14,9 @@ use crate::error::Result;
 use crate::identity::{self, Agent};
 use crate::liveness::{self, Cause, Judgement};
 use crate::report::{AgentView, Previous, Reaped};
-use crate::store::{AgentEntry, AuditEvent, Ended, FileStore, Guard, Record, Slot, Store};
+use crate::store::{
+    AgentEntry, AuditEvent, EndHow, Ended, FileStore, Guard, MessageKind, Record, Slot, Store,
+};
 
 /// What every command gets: resolved global options and "now".
 #[derive(Clone)]
@@ -154,7 +156,7 @@ fn after_auto_release(
         store,
         guard,
         record,
-        reason.as_str(),
+        reason.into(),
         cause,
         ev.by.clone(),
         None,
@@ -162,19 +164,19 @@ fn after_auto_release(
     if let Some(by) = ev.by.as_deref() {
         let (kind, body) = match reason {
             ReapReason::Timeout => (
-                "lease_expired",
+                MessageKind::LeaseExpired,
                 "your lease ran out and the checkout was released; check it out again before more work on it",
             ),
             ReapReason::AgentDeath => (
-                "agent_death",
+                MessageKind::AgentDeath,
                 "you were judged dead (process gone or heartbeats stopped) and the checkout was released",
             ),
             ReapReason::SessionEnd => (
-                "session_end",
+                MessageKind::SessionEnd,
                 "your session ended and the checkout was released",
             ),
             ReapReason::SubagentEnd => (
-                "subagent_end",
+                MessageKind::SubagentEnd,
                 "your subagent stopped and the checkout was released",
             ),
         };
@@ -206,7 +208,7 @@ pub fn record_end(
     store: &dyn Store,
     guard: &crate::store::Guard,
     record: &Record,
-    how: &str,
+    how: EndHow,
     cause: Option<Cause>,
     by: Option<String>,
     note: Option<String>,
@@ -225,7 +227,7 @@ pub fn record_end(
             token: record.token,
             acquired_at: record.acquired_at,
             ended_at: ctx.now,
-            how: how.to_string(),
+            how,
             cause,
             by,
             note,

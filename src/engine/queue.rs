@@ -9,7 +9,9 @@ use crate::duration::to_chrono;
 use crate::error::Result;
 use crate::identity::Agent;
 use crate::liveness::{self, Proc};
-use crate::store::{AuditEvent, Guard, Message, Queue, Reservation, Slot, Store, Waiter};
+use crate::store::{
+    AuditEvent, Guard, Message, MessageKind, Queue, Reservation, Slot, Store, Waiter,
+};
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
@@ -25,7 +27,7 @@ pub(crate) fn notify(
     g: &Guard,
     to: &str,
     from: Option<&str>,
-    kind: &str,
+    kind: MessageKind,
     key: &str,
     body: &str,
 ) -> Result<()> {
@@ -39,7 +41,7 @@ pub(crate) fn notify(
         ),
         from: from.map(str::to_string),
         to: to.to_string(),
-        kind: kind.to_string(),
+        kind,
         key: key.to_string(),
         ts: ctx.now,
         body: body.to_string(),
@@ -140,7 +142,7 @@ pub(crate) fn settle(
                 g,
                 &res.agent,
                 None,
-                "reservation_lapsed",
+                MessageKind::ReservationLapsed,
                 &q.key,
                 "the key was reserved for you but you did not take it in time; you left its queue",
             )?;
@@ -167,7 +169,16 @@ pub(crate) fn settle(
                     crate::clock::rfc3339(&until),
                     crate::error::shell_quote(&q.key)
                 );
-                notify(ctx, store, g, &head, None, "reserved", &q.key, &body)?;
+                notify(
+                    ctx,
+                    store,
+                    g,
+                    &head,
+                    None,
+                    MessageKind::Reserved,
+                    &q.key,
+                    &body,
+                )?;
             }
         }
     }
@@ -204,7 +215,7 @@ pub(crate) fn take_reservation(
     q.reservation = None;
     store.write_queue(g, q)?;
     for msg in store.unread(agent)? {
-        if msg.kind == "reserved" && msg.key == q.key {
+        if msg.kind == MessageKind::Reserved && msg.key == q.key {
             store.mark_read(agent, &msg.id)?;
         }
     }

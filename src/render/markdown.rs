@@ -8,7 +8,7 @@ use crate::error::{Outcome, UPGRADE, newer_format, shell_quote};
 use crate::liveness::{Cause, State};
 use crate::report::ReapReason;
 use crate::report::*;
-use crate::store::{AuditEvent, Freeze, Note};
+use crate::store::{AuditEvent, EndHow, Freeze, MessageKind, Note};
 
 pub fn report(r: &Report, inv: &Invocation) -> String {
     match r {
@@ -364,7 +364,7 @@ fn inbox(r: &InboxReport) -> String {
             cell(&m.body)
         );
     }
-    let next = if r.messages.iter().any(|m| m.kind == "reserved") {
+    let next = if r.messages.iter().any(|m| m.kind == MessageKind::Reserved) {
         "Next: a key reserved for you is yours only for the handoff grace: check it out now."
     } else {
         "Next: act on what concerns your current work; lost checkouts must be checked out again."
@@ -400,16 +400,16 @@ fn previous_words(p: &Previous, now: &Time) -> Option<String> {
         .map(|t| with_relative(&t, now))
         .unwrap_or_default();
     let by = p.by.as_deref();
-    let how = match p.ended.as_deref() {
-        Some("released") => format!("released it {when}"),
-        Some("force_released") => {
+    let how = match p.ended {
+        Some(EndHow::Released) => format!("released it {when}"),
+        Some(EndHow::ForceReleased) => {
             format!("{} force-released it {when}", by.unwrap_or("another agent"))
         }
-        Some("timeout") => match by {
+        Some(EndHow::Timeout) => match by {
             Some(b) => format!("its lease ran out; {b} ended it {when}"),
             None => format!("its lease ran out; it ended {when}"),
         },
-        Some("agent_death") => {
+        Some(EndHow::AgentDeath) => {
             let why = match p.cause.as_deref() {
                 Some("process_gone") => "its process was gone",
                 Some("pid_reused") => "its pid belonged to another process",
@@ -422,8 +422,9 @@ fn previous_words(p: &Previous, now: &Time) -> Option<String> {
                 None => format!("{why}; its checkout ended {when}"),
             }
         }
-        Some("session_end") => format!("its session ended {when}"),
-        _ => format!("its checkout ended {when}"),
+        Some(EndHow::SessionEnd) => format!("its session ended {when}"),
+        Some(EndHow::SubagentEnd) => format!("the subagent stopped {when}"),
+        Some(EndHow::Other) | None => format!("its checkout ended {when}"),
     };
     let token = p.token.map(|t| format!(" (token {t})")).unwrap_or_default();
     Some(format!("{}{token}, {how}", agent.label()))

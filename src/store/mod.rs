@@ -27,9 +27,9 @@ use crate::config::Config;
 use crate::error::Result;
 pub use file::{FileStore, at, create_root, guard_held, set_guard_deadline, sharing};
 pub use freeze::Freeze;
-pub use queue::{Message, Queue, Reservation, Waiter};
+pub use queue::{Message, MessageKind, Queue, Reservation, Waiter};
 pub use record::{FORMAT_VERSION, Record};
-pub use registry::{AgentEntry, Ended, Note};
+pub use registry::{AgentEntry, EndHow, Ended, Note};
 
 /// A record bigger than this is damage, not a lock.
 pub const MAX_RECORD_BYTES: u64 = 1 << 20;

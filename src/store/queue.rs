@@ -71,13 +71,59 @@ pub struct Message {
     /// The agent whose action caused it, when there is one.
     pub from: Option<String>,
     pub to: String,
-    /// `reserved`, `reservation_lapsed`, `force_released`, `lease_expired`, `agent_death`.
     #[serde(rename = "type")]
-    pub kind: String,
+    pub kind: MessageKind,
     pub key: String,
     pub ts: Time,
     pub body: String,
     /// The Unix user whose tasklock wrote it (absent in messages of older versions).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<crate::identity::UnixUser>,
+}
+
+/// What an inbox message is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MessageKind {
+    /// A freed key is held for you, the head of its queue, for the handoff grace.
+    Reserved,
+    /// You did not take a key reserved for you in time; it went to the next in line.
+    ReservationLapsed,
+    /// Another agent force-released your checkout.
+    ForceReleased,
+    /// Your lease ran out and the checkout was released.
+    LeaseExpired,
+    /// You were judged dead and your checkouts were released.
+    AgentDeath,
+    /// Your session ended and its checkouts were released.
+    SessionEnd,
+    /// Your subagent stopped and its checkouts were released.
+    SubagentEnd,
+    /// Automatic renewals stopped at `max_hold`.
+    MaxHold,
+    /// A type written by a newer tasklock.
+    #[serde(other)]
+    Other,
+}
+
+impl MessageKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MessageKind::Reserved => "reserved",
+            MessageKind::ReservationLapsed => "reservation_lapsed",
+            MessageKind::ForceReleased => "force_released",
+            MessageKind::LeaseExpired => "lease_expired",
+            MessageKind::AgentDeath => "agent_death",
+            MessageKind::SessionEnd => "session_end",
+            MessageKind::SubagentEnd => "subagent_end",
+            MessageKind::MaxHold => "max_hold",
+            MessageKind::Other => "other",
+        }
+    }
+}
+
+impl std::fmt::Display for MessageKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }

@@ -66,8 +66,7 @@ pub struct Ended {
     pub token: u64,
     pub acquired_at: Time,
     pub ended_at: Time,
-    /// `released`, `force_released`, `timeout`, `agent_death` or `session_end`.
-    pub how: String,
+    pub how: EndHow,
     /// With `agent_death`, when known: `process_gone`, `pid_reused`, `silent` or `ended`.
     #[serde(default)]
     pub cause: Option<String>,
@@ -77,4 +76,37 @@ pub struct Ended {
     /// The `--note` given to the release.
     #[serde(default)]
     pub note: Option<String>,
+}
+
+/// How a checkout ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EndHow {
+    /// Its holder released it.
+    Released,
+    /// Another caller force-released it.
+    ForceReleased,
+    /// Its lease ran out.
+    Timeout,
+    /// Its holder was judged dead.
+    AgentDeath,
+    /// Its holder's session ended.
+    SessionEnd,
+    /// Its holder, a subagent, stopped.
+    SubagentEnd,
+    /// A way written by a newer tasklock.
+    #[serde(other)]
+    Other,
+}
+
+impl From<crate::report::ReapReason> for EndHow {
+    fn from(r: crate::report::ReapReason) -> Self {
+        use crate::report::ReapReason;
+        match r {
+            ReapReason::Timeout => EndHow::Timeout,
+            ReapReason::AgentDeath => EndHow::AgentDeath,
+            ReapReason::SessionEnd => EndHow::SessionEnd,
+            ReapReason::SubagentEnd => EndHow::SubagentEnd,
+        }
+    }
 }
