@@ -27,8 +27,8 @@
 //! search of its own), so it is sound (never misses a file that could match both) and
 //! it only says yes with a witness: [`overlap_witness`] returns a path that matches both.
 
-use std::collections::HashMap;
 use std::collections::VecDeque;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::path::{Component, Path, PathBuf};
 
@@ -210,10 +210,6 @@ impl PathPattern {
     pub fn literal_prefix(&self) -> String {
         let lits: Vec<&str> = self.segs.iter().map_while(Seg::lit).collect();
         lits.join("/")
-    }
-
-    fn first_lit(&self) -> Option<&str> {
-        self.segs.first().and_then(Seg::lit)
     }
 }
 
@@ -968,28 +964,175 @@ pub fn overlap_witness(a: &PathPattern, b: &PathPattern) -> Option<String> {
     None
 }
 
-/// Could some file be covered by both patterns? Exact (see [`overlap_witness`]), hence
-/// sound: it never answers no when such a file could exist.
-pub fn overlaps(a: &PathPattern, b: &PathPattern) -> bool {
-    // Fast paths: two different literal first segments never meet.
-    if let (Some(x), Some(y)) = (a.first_lit(), b.first_lit())
-        && x != y
-    {
-        return false;
+/// A set of states for the overlap searches: on the stack when small.
+enum Bits {
+    Small([u64; 4]),
+    Big(Vec<u64>),
+}
+
+impl Bits {
+    fn new(n: usize) -> Bits {
+        if n <= 256 {
+            Bits::Small([0; 4])
+        } else {
+            Bits::Big(vec![0; n.div_ceil(64)])
+        }
     }
-    overlap_witness(a, b).is_some()
+    /// Set bit `i`; true when it was not set before.
+    fn insert(&mut self, i: usize) -> bool {
+        let words = match self {
+            Bits::Small(w) => &mut w[..],
+            Bits::Big(w) => &mut w[..],
+        };
+        let (w, b) = (i / 64, 1u64 << (i % 64));
+        let fresh = words[w] & b == 0;
+        words[w] |= b;
+        fresh
+    }
+}
+
+/// Of the characters in both sets: is `.` one, and is another one? No allocation.
+fn common_kinds(a: &[(u32, u32)], b: &[(u32, u32)]) -> (bool, bool) {
+    let (mut i, mut j) = (0, 0);
+    let (mut dot, mut other) = (false, false);
+    let d = '.' as u32;
+    while i < a.len() && j < b.len() && !(dot && other) {
+        let lo = a[i].0.max(b[j].0);
+        let hi = a[i].1.min(b[j].1);
+        if lo <= hi {
+            let has_dot = lo <= d && d <= hi;
+            dot |= has_dot;
+            other |= !(has_dot && lo == hi);
+        }
+        if a[i].1 < b[j].1 { i += 1 } else { j += 1 }
+    }
+    (dot, other)
+}
+
+/// The characters one token accepts, as ranges, without allocating (`buf` holds a
+/// single character's range).
+fn tok_slice<'a>(t: &'a Tok, buf: &'a mut [(u32, u32); 1]) -> &'a [(u32, u32)] {
+    match t {
+        Tok::Char(c) => {
+            buf[0] = (*c as u32, *c as u32);
+            &buf[..]
+        }
+        Tok::One | Tok::Star => UNIVERSE,
+        Tok::Class(s) => s,
+    }
+}
+
+/// As [`seg_witness`], answering only whether there is one.
+fn seg_inter(a: &[Tok], b: &[Tok]) -> bool {
+    let (la, lb) = (a.len(), b.len());
+    let idx = |p: usize, q: usize, w: u8| ((p * (lb + 1)) + q) * 4 + w as usize;
+    let mut seen = Bits::new((la + 1) * (lb + 1) * 4);
+    let mut stack: Vec<(usize, usize, u8)> = Vec::with_capacity(16);
+    seen.insert(idx(0, 0, W_EMPTY));
+    stack.push((0, 0, W_EMPTY));
+    while let Some((p, q, w)) = stack.pop() {
+        if p == la && q == lb && w == W_OK {
+            return true;
+        }
+        let mut push = |p: usize, q: usize, w: u8, stack: &mut Vec<_>| {
+            if seen.insert(idx(p, q, w)) {
+                stack.push((p, q, w));
+            }
+        };
+        if a.get(p) == Some(&Tok::Star) {
+            push(p + 1, q, w, &mut stack);
+        }
+        if b.get(q) == Some(&Tok::Star) {
+            push(p, q + 1, w, &mut stack);
+        }
+        if let (Some(ta), Some(tb)) = (a.get(p), b.get(q)) {
+            let np = if *ta == Tok::Star { p } else { p + 1 };
+            let nq = if *tb == Tok::Star { q } else { q + 1 };
+            let (mut ba, mut bb) = ([(0, 0)], [(0, 0)]);
+            let (dot, other) = common_kinds(tok_slice(ta, &mut ba), tok_slice(tb, &mut bb));
+            if dot {
+                push(np, nq, w_step(w, true), &mut stack);
+            }
+            if other {
+                push(np, nq, w_step(w, false), &mut stack);
+            }
+        }
+    }
+    false
+}
+
+/// Is there one segment both compiled segments match?
+fn pair_ok(a: &Seg, b: &Seg) -> bool {
+    const STAR: &[Tok] = &[Tok::Star];
+    match (a, b) {
+        (Seg::Any, Seg::Any) => true,
+        (Seg::Glob { lit: Some(l), .. }, other) | (other, Seg::Glob { lit: Some(l), .. }) => {
+            seg_matches(other, l)
+        }
+        (Seg::Any, Seg::Glob { toks, .. }) | (Seg::Glob { toks, .. }, Seg::Any) => {
+            seg_inter(toks, STAR)
+        }
+        (Seg::Glob { toks: x, .. }, Seg::Glob { toks: y, .. }) => seg_inter(x, y),
+    }
+}
+
+/// Could some file be covered by both patterns? Exact (the same search as
+/// [`overlap_witness`], without building the witness), hence sound: it never answers
+/// no when such a file could exist.
+pub fn overlaps(a: &PathPattern, b: &PathPattern) -> bool {
+    // Fast path: the literal segments both start with must agree.
+    for (x, y) in a.segs.iter().zip(&b.segs) {
+        match (x.lit(), y.lit()) {
+            (Some(x), Some(y)) if x == y => continue,
+            (Some(_), Some(_)) => return false,
+            _ => break,
+        }
+    }
+    let (na, nb) = (a.segs.len(), b.segs.len());
+    let idx = |i: usize, j: usize, ne: bool| ((i * (nb + 1)) + j) * 2 + ne as usize;
+    let mut seen = Bits::new((na + 1) * (nb + 1) * 2);
+    let mut stack: Vec<(usize, usize, bool)> = Vec::with_capacity(16);
+    seen.insert(idx(0, 0, false));
+    stack.push((0, 0, false));
+    while let Some((i, j, ne)) = stack.pop() {
+        if i == na && j == nb && ne {
+            return true;
+        }
+        let mut push = |i: usize, j: usize, ne: bool, stack: &mut Vec<_>| {
+            if seen.insert(idx(i, j, ne)) {
+                stack.push((i, j, ne));
+            }
+        };
+        if a.segs.get(i) == Some(&Seg::Any) {
+            push(i + 1, j, ne, &mut stack);
+        }
+        if b.segs.get(j) == Some(&Seg::Any) {
+            push(i, j + 1, ne, &mut stack);
+        }
+        if let (Some(sa), Some(sb)) = (a.segs.get(i), b.segs.get(j))
+            && pair_ok(sa, sb)
+        {
+            let ni = if *sa == Seg::Any { i } else { i + 1 };
+            let nj = if *sb == Seg::Any { j } else { j + 1 };
+            push(ni, nj, true, &mut stack);
+        }
+    }
+    false
 }
 
 // ---------------------------------------------------------------------------------------
 // Many patterns
 
-/// Patterns held at once, indexed by their first segment when it has no wildcard, so
-/// that a file or a new pattern is compared only with the ones that could concern it.
+/// Patterns held at once, indexed by their literal prefix (the leading segments without
+/// a wildcard), so that a file or a new pattern is compared only with the patterns whose
+/// literal prefix is on its path: a file `a/b/c` meets the patterns with prefix ``, `a`,
+/// `a/b` or `a/b/c`; a new pattern with prefix `a/b` meets those and the ones below
+/// `a/b/` (a range of the ordered map). A pattern starting with a wildcard is compared
+/// with everything.
 #[derive(Debug, Default, Clone)]
 pub struct PatternSet {
     pats: Vec<PathPattern>,
-    by_first: HashMap<Box<str>, Vec<usize>>,
-    wild: Vec<usize>,
+    by_prefix: BTreeMap<String, Vec<usize>>,
 }
 
 impl PatternSet {
@@ -1000,10 +1143,10 @@ impl PatternSet {
     /// Add a pattern; returns its index.
     pub fn insert(&mut self, p: PathPattern) -> usize {
         let i = self.pats.len();
-        match p.first_lit() {
-            Some(l) => self.by_first.entry(l.into()).or_default().push(i),
-            None => self.wild.push(i),
-        }
+        self.by_prefix
+            .entry(p.literal_prefix())
+            .or_default()
+            .push(i);
         self.pats.push(p);
         i
     }
@@ -1020,16 +1163,24 @@ impl PatternSet {
         self.pats.get(i)
     }
 
+    /// The patterns filed under the prefixes of `path` (the empty one, each `/`
+    /// boundary, and `path` itself).
+    fn on_path<'a>(&'a self, path: &'a str) -> impl Iterator<Item = usize> + 'a {
+        std::iter::once("")
+            .chain(path.match_indices('/').map(|(k, _)| &path[..k]))
+            .chain(std::iter::once(path))
+            .filter_map(|k| self.by_prefix.get(k))
+            .flatten()
+            .copied()
+    }
+
     /// The indices of the patterns that cover `file` (normalised as for [`matches`]).
     pub fn matching(&self, file: &str) -> Vec<usize> {
-        let first = file.split('/').find(|s| !s.is_empty()).unwrap_or("");
+        if file.is_empty() {
+            return Vec::new();
+        }
         let mut out: Vec<usize> = self
-            .by_first
-            .get(first)
-            .into_iter()
-            .flatten()
-            .chain(&self.wild)
-            .copied()
+            .on_path(file)
             .filter(|&i| matches(&self.pats[i], file))
             .collect();
         out.sort_unstable();
@@ -1038,22 +1189,23 @@ impl PatternSet {
 
     /// The indices of the patterns that overlap `p`.
     pub fn overlapping(&self, p: &PathPattern) -> Vec<usize> {
-        let mut cands: Vec<usize> = self.wild.clone();
-        match p.first_lit() {
-            Some(l) => cands.extend(self.by_first.get(l).into_iter().flatten()),
-            None => {
-                let first = &p.segs[0];
-                for (k, v) in &self.by_first {
-                    if seg_matches(first, k) {
-                        cands.extend(v);
-                    }
-                }
-            }
-        }
-        let mut out: Vec<usize> = cands
-            .into_iter()
-            .filter(|&i| overlaps(&self.pats[i], p))
-            .collect();
+        let prefix = p.literal_prefix();
+        let mut out: Vec<usize> = if prefix.is_empty() {
+            (0..self.pats.len())
+                .filter(|&i| overlaps(&self.pats[i], p))
+                .collect()
+        } else {
+            let below = format!("{prefix}/");
+            let under = self
+                .by_prefix
+                .range(below.clone()..)
+                .take_while(|(k, _)| k.starts_with(&below))
+                .flat_map(|(_, v)| v.iter().copied());
+            self.on_path(&prefix)
+                .chain(under)
+                .filter(|&i| overlaps(&self.pats[i], p))
+                .collect()
+        };
         out.sort_unstable();
         out
     }
