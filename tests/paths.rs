@@ -615,3 +615,54 @@ fn property_pattern_set_agrees_with_a_scan() {
         }
     }
 }
+
+#[test]
+fn garbage_never_panics() {
+    const PIECES: [&str; 22] = [
+        "a",
+        "/",
+        "//",
+        ".",
+        "..",
+        "*",
+        "**",
+        "?",
+        "[",
+        "]",
+        "!",
+        "^",
+        "-",
+        "\\",
+        "é",
+        "e\u{301}",
+        "\u{10FFFF}",
+        " ",
+        "[!]",
+        "[]-]",
+        "\u{0}",
+        "\u{202E}",
+    ];
+    let r = repo();
+    let probe = [pat("**"), pat("a/*"), pat("[!a]?/"), pat("a/**/b")];
+    for case in 0..3000u64 {
+        let rng = &mut Rng(0xBAD_5EED + case * 104_729);
+        let s: String = (0..rng.below(12))
+            .map(|_| PIECES[rng.below(PIECES.len())])
+            .collect();
+        let parsed = PathPattern::parse(&s);
+        let normed = normalize(&r.root, &r.root.join("src"), &s);
+        for p in parsed.iter().chain(normed.iter()) {
+            // A stored form parses back to the same pattern.
+            assert_eq!(&PathPattern::parse(p.as_str()).unwrap(), p, "{s:?}");
+            for q in &probe {
+                assert_eq!(
+                    overlaps(p, q),
+                    overlap_witness(p, q).is_some(),
+                    "{s:?} vs {q}"
+                );
+            }
+            let _ = matches(p, &s);
+        }
+        let _ = normalize_file(&r.root, &r.root, &s);
+    }
+}
