@@ -6,13 +6,31 @@ use crate::error::{Error, Result};
 
 pub type Time = DateTime<Utc>;
 
+/// How far the store's clock is ahead of ours (PostgreSQL: the server's), once known.
+static OFFSET: std::sync::Mutex<Option<chrono::Duration>> = std::sync::Mutex::new(None);
+
+/// Judge time by another clock from now on: `now()` becomes this machine's time plus
+/// `offset` (a PostgreSQL store sets it from the server's clock, so every host sharing the
+/// server judges leases by one clock). `TASKLOCK_NOW` still wins.
+pub fn set_offset(offset: chrono::Duration) {
+    *OFFSET.lock().unwrap_or_else(|e| e.into_inner()) = Some(offset);
+}
+
+/// The offset set by [`set_offset`], if any.
+pub fn offset() -> Option<chrono::Duration> {
+    *OFFSET.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 pub fn now() -> Result<Time> {
     match std::env::var("TASKLOCK_NOW") {
         Ok(s) if !s.is_empty() => DateTime::parse_from_rfc3339(&s)
             .map(|t| t.with_timezone(&Utc))
             .map_err(|e| Error::Usage(format!("TASKLOCK_NOW={s:?} is not an RFC 3339 time: {e}"))),
         // Milliseconds are plenty for leases and keep stored times readable.
-        _ => Ok(DateTime::<Utc>::from(std::time::SystemTime::now()).trunc_subsecs(3)),
+        _ => {
+            let local = DateTime::<Utc>::from(std::time::SystemTime::now());
+            Ok((local + offset().unwrap_or_default()).trunc_subsecs(3))
+        }
     }
 }
 

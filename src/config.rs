@@ -28,6 +28,9 @@ pub struct Config {
     /// SHA-256 (hex) of the operator secret: a caller with `TASKLOCK_OPERATOR_SECRET`
     /// set to it may `release --force` a live holder's checkout.
     pub operator_secret_sha256: Option<String>,
+    /// `store: postgres://…`: keep everything in PostgreSQL instead of the lock
+    /// directory (`TASKLOCK_URL` wins over it). `None`: the lock directory.
+    pub store: Option<String>,
 }
 
 impl Default for Config {
@@ -44,6 +47,7 @@ impl Default for Config {
             agent_retention: Duration::from_secs(24 * 3600),
             guard_timeout: Duration::from_secs(60),
             operator_secret_sha256: None,
+            store: None,
         }
     }
 }
@@ -62,6 +66,7 @@ struct RawConfig {
     agent_retention: Option<String>,
     guard_timeout: Option<String>,
     operator_secret_sha256: Option<String>,
+    store: Option<String>,
 }
 
 impl Config {
@@ -193,6 +198,18 @@ impl Config {
             }
             c.operator_secret_sha256 = Some(h);
         }
+        if let Some(store) = raw
+            .store
+            .filter(|s| !s.trim().is_empty() && s.trim() != "file")
+        {
+            if !crate::store::pg::is_url(&store) {
+                return Err(
+                    "store: a postgres:// or postgresql:// URL (or `file` for the lock directory)"
+                        .into(),
+                );
+            }
+            c.store = Some(store.trim().to_string());
+        }
         if c.stalled_after > c.dead_after {
             return Err("stalled_after must not be longer than dead_after".into());
         }
@@ -200,7 +217,7 @@ impl Config {
     }
 }
 
-const SETTINGS: &str = "lease, heartbeat_interval, stalled_after, dead_after, handoff_grace, max_hold, audit_max_size, audit_keep, agent_retention, guard_timeout";
+const SETTINGS: &str = "lease, heartbeat_interval, stalled_after, dead_after, handoff_grace, max_hold, audit_max_size, audit_keep, agent_retention, guard_timeout, store";
 
 /// A YAML error in words that never quote the file: the parser's own messages can
 /// (`invalid type: string "…"`), and config.yaml may be a link to, or a copy of, a

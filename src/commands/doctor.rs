@@ -124,6 +124,8 @@ pub fn run(ctx: &Ctx, discovery: Option<&Discovery>) -> Result<Report> {
     });
 
     // Identity.
+    // The PostgreSQL store, when one is selected: connection, server and schema.
+    checks.extend(crate::store::pg::doctor_checks(ctx.config().ok().as_ref()));
     checks.push(match identity::resolve_id(ctx.agent_flag.as_deref()) {
         Ok((id, Source::UserAtHost)) => warn(
             "identity",

@@ -12,6 +12,7 @@
 
 pub mod file;
 pub mod freeze;
+pub mod pg;
 pub mod queue;
 pub mod record;
 pub mod registry;

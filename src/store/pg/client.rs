@@ -1,0 +1,999 @@
+//! [`PgStore`]: the store's operations over one connection (the sync `postgres` crate).
+
+use std::cell::{Cell, OnceCell, RefCell};
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::time::Duration;
+
+use postgres::fallible_iterator::FallibleIterator;
+use postgres::types::{ToSql, Type};
+use postgres::{Client, NoTls, SimpleQueryMessage};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::{CONNECT_TIMEOUT, Target, schema};
+use crate::clock::Time;
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::store::{
+    AgentEntry, AuditEvent, Ended, FORMAT_VERSION, Freeze, Message, Note, Queue, Record, Slot,
+};
+
+/// SQLSTATEs looked at.
+const UNDEFINED_TABLE: &str = "42P01";
+const INVALID_SCHEMA: &str = "3F000";
+const LOCK_NOT_AVAILABLE: &str = "55P03";
+
+/// The connection and what the open transaction has seen.
+struct Conn {
+    client: RefCell<Client>,
+    /// The URL, password masked: for every message.
+    url: String,
+    in_tx: Cell<bool>,
+    /// The first statement that failed in the open transaction: PostgreSQL aborts the
+    /// transaction there, and COMMIT would silently roll it back.
+    failed: RefCell<Option<String>>,
+}
+
+impl Conn {
+    /// Run `f` on the client; a failure is an error naming the server, and marks the open
+    /// transaction as failed.
+    fn run<T>(
+        &self,
+        what: &str,
+        f: impl FnOnce(&mut Client) -> std::result::Result<T, postgres::Error>,
+    ) -> Result<T> {
+        let mut client = self.client.borrow_mut();
+        match f(&mut client) {
+            Ok(v) => Ok(v),
+            Err(e) => {
+                let closed = client.is_closed();
+                drop(client);
+                Err(self.fail(what, &e, closed))
+            }
+        }
+    }
+
+    fn fail(&self, what: &str, e: &postgres::Error, closed: bool) -> Error {
+        let detail = describe(e);
+        if self.in_tx.get() {
+            let mut failed = self.failed.borrow_mut();
+            if failed.is_none() {
+                *failed = Some(format!("{what}: {detail}"));
+            }
+        }
+        if closed {
+            let kept = if self.in_tx.get() {
+                "; nothing this command changed was kept (its transaction ended with the connection)"
+            } else {
+                ""
+            };
+            Error::Store(format!(
+                "lost the connection to PostgreSQL at {} while it was to {what} ({detail}){kept}",
+                self.url
+            ))
+        } else {
+            Error::Store(format!(
+                "PostgreSQL at {}: cannot {what}: {detail}",
+                self.url
+            ))
+        }
+    }
+}
+
+/// A PostgreSQL error in words: the server's message and SQLSTATE when it sent one.
+fn describe(e: &postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => match db.detail() {
+            Some(d) => format!("{} ({}; {})", db.message(), db.code().code(), d),
+            None => format!("{} ({})", db.message(), db.code().code()),
+        },
+        None => {
+            use std::error::Error as _;
+            match e.source() {
+                Some(s) => format!("{e}: {s}"),
+                None => e.to_string(),
+            }
+        }
+    }
+}
+
+fn code(e: &postgres::Error) -> Option<&str> {
+    e.code().map(|c| c.code())
+}
+
+/// One PostgreSQL schema: one project's checkouts.
+pub struct PgStore {
+    conn: Rc<Conn>,
+    schema: String,
+    /// The transaction-scoped advisory lock that makes every change of this project serial.
+    lock_id: i64,
+    server_version: String,
+    schema_version: i32,
+    cfg: OnceCell<Config>,
+}
+
+/// Proof of an open transaction holding the project's lock. Dropped without
+/// [`PgStore::commit`]: rolled back.
+pub struct PgGuard {
+    conn: Rc<Conn>,
+    done: Cell<bool>,
+    changed: Cell<bool>,
+    audited: Cell<bool>,
+}
+
+impl Drop for PgGuard {
+    fn drop(&mut self) {
+        if self.done.get() {
+            return;
+        }
+        self.conn.in_tx.set(false);
+        self.conn.failed.replace(None);
+        if let Ok(mut c) = self.conn.client.try_borrow_mut() {
+            let _ = c.batch_execute("ROLLBACK");
+        }
+    }
+}
+
+/// A session-scoped advisory lock of one agent's watcher; let go when dropped, or when
+/// the watcher's connection ends.
+pub struct WatcherLock {
+    conn: Rc<Conn>,
+    id: i64,
+}
+
+impl Drop for WatcherLock {
+    fn drop(&mut self) {
+        if let Ok(mut c) = self.conn.client.try_borrow_mut() {
+            let _ = c.execute("SELECT pg_advisory_unlock($1)", &[&self.id]);
+        }
+    }
+}
+
+/// A 64-bit advisory lock id for `parts` (the first 8 bytes of their SHA-256).
+fn lock_id(parts: &[&str]) -> i64 {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    h.update(b"tasklock");
+    for p in parts {
+        h.update([0]);
+        h.update(p.as_bytes());
+    }
+    let d = h.finalize();
+    i64::from_be_bytes(d[..8].try_into().expect("8 bytes"))
+}
+
+fn to_json<T: Serialize>(v: &T, what: &str) -> Result<String> {
+    serde_json::to_string(v).map_err(|e| Error::Store(format!("cannot encode {what}: {e}")))
+}
+
+fn rfc3339(t: &Time) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+}
+
+/// Connect within the connect timeout, whatever the server does (a stopped server
+/// accepts TCP connections and never answers: the wait is bounded here too).
+fn connect(t: &Target) -> Result<Client> {
+    let mut cfg: postgres::Config = t.url.parse().map_err(|e| {
+        Error::Usage(format!(
+            "{}: {} is not a usable PostgreSQL URL: {e}",
+            t.source, t.masked
+        ))
+    })?;
+    let timeout = match cfg.get_connect_timeout() {
+        Some(d) => *d,
+        None => {
+            cfg.connect_timeout(CONNECT_TIMEOUT);
+            CONNECT_TIMEOUT
+        }
+    };
+    if cfg.get_application_name().is_none() {
+        cfg.application_name("tasklock");
+    }
+    let options = match cfg.get_options() {
+        Some(o) => format!("{o} -c search_path={}", t.schema),
+        None => format!("-c search_path={}", t.schema),
+    };
+    cfg.options(&options);
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    std::thread::spawn(move || {
+        let _ = tx.send(cfg.connect(NoTls));
+    });
+    let fail = |why: String| {
+        Error::Store(format!(
+            "cannot connect to PostgreSQL at {} ({}): {why}",
+            t.masked, t.source
+        ))
+    };
+    match rx.recv_timeout(timeout + Duration::from_millis(500)) {
+        Ok(Ok(c)) => Ok(c),
+        Ok(Err(e)) => Err(fail(describe(&e))),
+        Err(_) => Err(fail(format!(
+            "no answer within {}",
+            crate::duration::format(timeout)
+        ))),
+    }
+}
+
+impl PgStore {
+    /// Connect, create or migrate the schema when needed, and judge time by the
+    /// server's clock from now on.
+    pub fn open(t: &Target) -> Result<PgStore> {
+        let client = connect(t)?;
+        let conn = Rc::new(Conn {
+            client: RefCell::new(client),
+            url: t.masked.clone(),
+            in_tx: Cell::new(false),
+            failed: RefCell::new(None),
+        });
+        let mut store = PgStore {
+            conn,
+            schema: t.schema.clone(),
+            lock_id: lock_id(&["project", &t.schema]),
+            server_version: String::new(),
+            schema_version: 0,
+            cfg: OnceCell::new(),
+        };
+        let mut migrated = false;
+        loop {
+            let before = std::time::SystemTime::now();
+            let probe = store.conn.client.borrow_mut().simple_query(
+                "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::int8, \
+                 current_setting('server_version'), \
+                 (SELECT max(version) FROM schema_version)",
+            );
+            let after = std::time::SystemTime::now();
+            let rows = match probe {
+                Ok(rows) => rows,
+                Err(e)
+                    if !migrated && matches!(code(&e), Some(UNDEFINED_TABLE | INVALID_SCHEMA)) =>
+                {
+                    store.migrate()?;
+                    migrated = true;
+                    continue;
+                }
+                Err(e) => {
+                    let closed = store.conn.client.borrow().is_closed();
+                    return Err(store
+                        .conn
+                        .fail("read its clock and schema version", &e, closed));
+                }
+            };
+            let row = rows
+                .iter()
+                .find_map(|m| match m {
+                    SimpleQueryMessage::Row(r) => Some(r),
+                    _ => None,
+                })
+                .ok_or_else(|| Error::Store(format!("PostgreSQL at {}: no answer", t.masked)))?;
+            let server_us: i64 = row.get(0).and_then(|v| v.parse().ok()).unwrap_or(0);
+            store.server_version = row.get(1).unwrap_or("").to_string();
+            let version: i32 = row.get(2).and_then(|v| v.parse().ok()).unwrap_or(0);
+            if version > schema::CURRENT {
+                return Err(Error::Store(format!(
+                    "the schema {} at {} is at version {version}, newer than this tasklock understands ({}); upgrade tasklock",
+                    t.schema,
+                    t.masked,
+                    schema::CURRENT
+                )));
+            }
+            if version < schema::CURRENT && !migrated {
+                store.migrate()?;
+                migrated = true;
+                continue;
+            }
+            store.schema_version = version;
+            // The server's clock, as of the middle of the round trip.
+            let mid = before + after.duration_since(before).unwrap_or_default() / 2;
+            let local = chrono::DateTime::<chrono::Utc>::from(mid);
+            if let Some(server) = chrono::DateTime::from_timestamp_micros(server_us) {
+                crate::clock::set_offset(server - local);
+            }
+            return Ok(store);
+        }
+    }
+
+    /// Create the schema, or bring it up to [`schema::CURRENT`], in one transaction under
+    /// the project's lock: a concurrent first run waits, then finds it done.
+    fn migrate(&self) -> Result<()> {
+        let s = &self.schema;
+        let g = self
+            .begin_inner(Some(Duration::from_secs(60)))?
+            .expect("waited");
+        self.conn.run("create the schema", |c| {
+            c.batch_execute(&schema::bootstrap(s))
+        })?;
+        let have: i32 = self.conn.run("read the schema version", |c| {
+            c.query_one(
+                &format!("SELECT coalesce(max(version), 0) FROM {s}.schema_version"),
+                &[],
+            )
+            .map(|r| r.get(0))
+        })?;
+        for v in (have + 1)..=schema::CURRENT {
+            self.conn
+                .run(&format!("migrate the schema to version {v}"), |c| {
+                    c.batch_execute(&schema::migration(s, v))?;
+                    c.execute(
+                        &format!(
+                            "INSERT INTO {s}.schema_version (version, tasklock) VALUES ($1, $2)"
+                        ),
+                        &[&v, &env!("CARGO_PKG_VERSION")],
+                    )
+                })?;
+        }
+        self.commit(g)
+    }
+
+    /// "PostgreSQL at postgres://u:***@host/db, schema tasklock".
+    pub fn describe(&self) -> String {
+        format!("PostgreSQL at {}, schema {}", self.conn.url, self.schema)
+    }
+
+    /// Run `f` on the connection (for checks and tests that need SQL of their own).
+    pub fn with_client<T>(
+        &self,
+        what: &str,
+        f: impl FnOnce(&mut Client) -> std::result::Result<T, postgres::Error>,
+    ) -> Result<T> {
+        self.conn.run(what, f)
+    }
+
+    pub fn url(&self) -> &str {
+        &self.conn.url
+    }
+
+    pub fn schema(&self) -> &str {
+        &self.schema
+    }
+
+    pub fn server_version(&self) -> &str {
+        &self.server_version
+    }
+
+    pub fn schema_version(&self) -> i32 {
+        self.schema_version
+    }
+
+    pub fn share_config(&self, cfg: &Config) {
+        let _ = self.cfg.set(cfg.clone());
+    }
+
+    /// The settings shared by the command (from `config.yaml` when there is a lock
+    /// directory), else the defaults.
+    pub fn config(&self) -> Result<Config> {
+        Ok(self.cfg.get().cloned().unwrap_or_default())
+    }
+
+    fn channel(&self, what: &str) -> String {
+        format!("{}.{what}", self.schema)
+    }
+
+    // ---- helpers ----
+
+    fn rows(
+        &self,
+        what: &str,
+        sql: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<Vec<postgres::Row>> {
+        self.conn.run(what, |c| c.query_typed(sql, params))
+    }
+
+    fn exec(&self, what: &str, sql: &str, params: &[(&(dyn ToSql + Sync), Type)]) -> Result<u64> {
+        self.conn
+            .run(what, |c| c.query_typed(sql, params).map(|r| r.len() as u64))
+    }
+
+    /// Every `data` of a query, as `T`; rows that do not decode are skipped (soft state,
+    /// as the file store skips damaged files).
+    fn all<T: DeserializeOwned>(
+        &self,
+        what: &str,
+        sql: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<Vec<T>> {
+        Ok(self
+            .rows(what, sql, params)?
+            .iter()
+            .filter_map(|r| serde_json::from_str(r.get::<_, &str>(0)).ok())
+            .collect())
+    }
+
+    fn one<T: DeserializeOwned>(
+        &self,
+        what: &str,
+        sql: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<Option<T>> {
+        Ok(self.all(what, sql, params)?.into_iter().next())
+    }
+
+    // ---- Reads: no scope needed ----
+
+    pub fn read(&self, key: &str) -> Result<Slot> {
+        let rows = self.rows(
+            "read a record",
+            "SELECT data::text FROM records WHERE key = $1",
+            &[(&key, Type::TEXT)],
+        )?;
+        Ok(match rows.first() {
+            None => Slot::Free,
+            Some(r) => self.slot(key, r.get(0)),
+        })
+    }
+
+    fn slot(&self, key: &str, data: &str) -> Slot {
+        let corrupt = |problem: String| Slot::Corrupt {
+            path: PathBuf::from(format!("{}.records[{key:?}]", self.schema)),
+            problem,
+        };
+        match serde_json::from_str::<Record>(data) {
+            Ok(r) if r.version > FORMAT_VERSION => corrupt(format!(
+                "it has format version {}, newer than this tasklock understands ({FORMAT_VERSION}); upgrade tasklock",
+                r.version
+            )),
+            Ok(r) if r.version != FORMAT_VERSION => {
+                corrupt("it has no valid format version".into())
+            }
+            Ok(r) if r.key != key => corrupt(format!("it names the key {:?}, not {key:?}", r.key)),
+            Ok(r) => Slot::Held(r),
+            Err(e) => corrupt(format!("not a valid record ({e})")),
+        }
+    }
+
+    /// Every slot that is not free, in the order of the file store (by encoded key).
+    pub fn scan(&self) -> Result<Vec<Slot>> {
+        let rows = self.rows(
+            "read the records",
+            "SELECT key, data::text FROM records",
+            &[],
+        )?;
+        let mut out: Vec<(String, Slot)> = rows
+            .iter()
+            .map(|r| {
+                let key: &str = r.get(0);
+                (crate::key::encode(key), self.slot(key, r.get(1)))
+            })
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(out.into_iter().map(|(_, s)| s).collect())
+    }
+
+    pub fn read_queue(&self, key: &str) -> Result<Queue> {
+        Ok(self
+            .one::<Queue>(
+                "read a queue",
+                "SELECT data::text FROM queues WHERE key = $1",
+                &[(&key, Type::TEXT)],
+            )?
+            .filter(|q| q.key == key)
+            .unwrap_or_else(|| Queue::empty(key)))
+    }
+
+    pub fn scan_queues(&self) -> Result<Vec<Queue>> {
+        let mut out: Vec<Queue> =
+            self.all("read the queues", "SELECT data::text FROM queues", &[])?;
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(out)
+    }
+
+    pub fn read_agent(&self, id: &str) -> Result<Option<AgentEntry>> {
+        Ok(self
+            .one::<AgentEntry>(
+                "read an agent",
+                "SELECT data::text FROM agents WHERE id = $1",
+                &[(&id, Type::TEXT)],
+            )?
+            .filter(|e| e.id == id))
+    }
+
+    pub fn scan_agents(&self) -> Result<Vec<AgentEntry>> {
+        let mut out: Vec<AgentEntry> =
+            self.all("read the agents", "SELECT data::text FROM agents", &[])?;
+        out.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(out)
+    }
+
+    pub fn read_ended(&self, key: &str) -> Result<Option<Ended>> {
+        Ok(self
+            .one::<Ended>(
+                "read how a checkout ended",
+                "SELECT data::text FROM ended WHERE key = $1",
+                &[(&key, Type::TEXT)],
+            )?
+            .filter(|e| e.key == key))
+    }
+
+    pub fn last_notes(&self, key: &str, n: usize) -> Result<Vec<Note>> {
+        let n = n as i64;
+        let mut notes: Vec<Note> = self.all(
+            "read notes",
+            "SELECT data::text FROM notes WHERE key = $1 ORDER BY id DESC LIMIT $2",
+            &[(&key, Type::TEXT), (&n, Type::INT8)],
+        )?;
+        notes.reverse();
+        Ok(notes)
+    }
+
+    pub fn freezes(&self) -> Result<Vec<Freeze>> {
+        let mut out: Vec<Freeze> =
+            self.all("read the freezes", "SELECT data::text FROM freezes", &[])?;
+        out.sort_by(|a, b| a.pattern.cmp(&b.pattern));
+        Ok(out)
+    }
+
+    pub fn frozen(&self, key: &str, now: &Time) -> Result<Option<Freeze>> {
+        Ok(self
+            .freezes()?
+            .into_iter()
+            .filter(|f| f.active(now) && f.covers(key))
+            .max_by_key(|f| f.until))
+    }
+
+    pub fn unread(&self, agent: &str) -> Result<Vec<Message>> {
+        let mut out: Vec<Message> = self.all(
+            "read the inbox",
+            "SELECT data::text FROM messages WHERE agent = $1 AND NOT read",
+            &[(&agent, Type::TEXT)],
+        )?;
+        out.sort_by(|a, b| (a.ts, &a.id).cmp(&(b.ts, &b.id)));
+        Ok(out)
+    }
+
+    pub fn mark_read(&self, agent: &str, id: &str) -> Result<bool> {
+        let n = self.exec(
+            "mark a message read",
+            "UPDATE messages SET read = true WHERE agent = $1 AND id = $2 AND NOT read RETURNING 1",
+            &[(&agent, Type::TEXT), (&id, Type::TEXT)],
+        )?;
+        Ok(n > 0)
+    }
+
+    /// Every event, oldest first; rows that do not decode are counted.
+    pub fn audit_events(&self, each: &mut dyn FnMut(AuditEvent)) -> Result<usize> {
+        let mut bad = 0;
+        let mut after = 0i64;
+        // In pages, so a long log is never held whole.
+        loop {
+            let rows = self.rows(
+                "read the audit log",
+                "SELECT id, data::text FROM audit WHERE id > $1 ORDER BY id LIMIT 10000",
+                &[(&after, Type::INT8)],
+            )?;
+            let Some(last) = rows.last() else {
+                return Ok(bad);
+            };
+            after = last.get(0);
+            for r in &rows {
+                match serde_json::from_str(r.get::<_, &str>(1)) {
+                    Ok(ev) => each(ev),
+                    Err(_) => bad += 1,
+                }
+            }
+        }
+    }
+
+    /// Follow the audit log: `LISTEN` first, so nothing committed after this call is
+    /// missed.
+    pub fn follow_audit(&self) -> Result<PgAuditFollow<'_>> {
+        self.listen(&self.channel("audit"))?;
+        Ok(PgAuditFollow {
+            store: self,
+            after: 0,
+        })
+    }
+
+    /// Wait for changes to records and queues.
+    pub fn changes(&self) -> Result<PgChanges<'_>> {
+        self.listen(&self.channel("changes"))?;
+        Ok(PgChanges { store: self })
+    }
+
+    fn listen(&self, channel: &str) -> Result<()> {
+        let sql = format!("LISTEN \"{channel}\"");
+        self.conn
+            .run("listen for changes", |c| c.batch_execute(&sql))
+    }
+
+    /// Wait up to `timeout` for a notification; true when one came.
+    fn wait_notification(&self, timeout: Duration) -> bool {
+        let result = {
+            let mut client = self.conn.client.borrow_mut();
+            let mut n = client.notifications();
+            let got = n.timeout_iter(timeout).next().map(|m| m.is_some());
+            // Drain what else came, so the next wait waits.
+            if got.is_ok() {
+                while let Ok(Some(_)) = n.iter().next() {}
+            }
+            got
+        };
+        match result {
+            Ok(got) => got,
+            Err(_) => {
+                // The connection is gone: the next read says so. Do not spin meanwhile.
+                std::thread::sleep(timeout.min(Duration::from_millis(100)));
+                false
+            }
+        }
+    }
+
+    /// One `heartbeat --watch` per agent: a session-scoped advisory lock, which ends
+    /// with the watcher's connection (never a checkout's lock). `None`: another
+    /// watcher has it.
+    pub fn lock_watcher(&self, agent: &str) -> Result<Option<WatcherLock>> {
+        let id = lock_id(&["watcher", &self.schema, agent]);
+        let rows = self.rows(
+            "lock the agent's watcher",
+            "SELECT pg_try_advisory_lock($1)",
+            &[(&id, Type::INT8)],
+        )?;
+        Ok(rows
+            .first()
+            .is_some_and(|r| r.get::<_, bool>(0))
+            .then(|| WatcherLock {
+                conn: self.conn.clone(),
+                id,
+            }))
+    }
+
+    // ---- The transaction scope ----
+
+    /// `BEGIN` and the project's transaction-scoped advisory lock: waiting for it up to
+    /// `guard_timeout` (`wait`), or `None` at once when another command holds it.
+    pub fn begin(&self, wait: bool) -> Result<Option<PgGuard>> {
+        let timeout = if wait {
+            Some(self.config().unwrap_or_default().guard_timeout)
+        } else {
+            None
+        };
+        self.begin_inner(timeout)
+    }
+
+    fn begin_inner(&self, wait: Option<Duration>) -> Result<Option<PgGuard>> {
+        if self.conn.in_tx.get() {
+            return Err(Error::Store(
+                "a PostgreSQL transaction was begun inside another (a bug in tasklock)".into(),
+            ));
+        }
+        let sql = match wait {
+            Some(t) => format!(
+                "BEGIN; SET LOCAL lock_timeout = {}; SELECT pg_advisory_xact_lock({})",
+                t.as_millis().max(1),
+                self.lock_id
+            ),
+            None => format!("BEGIN; SELECT pg_try_advisory_xact_lock({})", self.lock_id),
+        };
+        let mut client = self.conn.client.borrow_mut();
+        let result = client.simple_query(&sql);
+        let closed = client.is_closed();
+        let rows = match result {
+            Ok(rows) => rows,
+            Err(e) => {
+                let _ = client.batch_execute("ROLLBACK");
+                drop(client);
+                if code(&e) == Some(LOCK_NOT_AVAILABLE) {
+                    return Err(Error::Store(format!(
+                        "gave up after {} waiting for the project's lock in PostgreSQL at {} (schema {}); another tasklock holds it in a transaction that does not end (see pg_stat_activity); `guard_timeout` in config.yaml sets how long commands wait",
+                        crate::duration::format(wait.unwrap_or_default()),
+                        self.conn.url,
+                        self.schema
+                    )));
+                }
+                return Err(self.conn.fail("begin a transaction", &e, closed));
+            }
+        };
+        drop(client);
+        let granted = rows.iter().any(|m| match m {
+            SimpleQueryMessage::Row(r) => r.get(0) != Some("f"),
+            _ => false,
+        });
+        let guard = PgGuard {
+            conn: self.conn.clone(),
+            done: Cell::new(false),
+            changed: Cell::new(false),
+            audited: Cell::new(false),
+        };
+        self.conn.in_tx.set(true);
+        self.conn.failed.replace(None);
+        if !granted {
+            // Dropping the guard rolls the empty transaction back.
+            return Ok(None);
+        }
+        Ok(Some(guard))
+    }
+
+    /// `COMMIT`, with the notifications of what changed. An error if any statement of
+    /// the transaction failed (PostgreSQL would turn the COMMIT into a silent ROLLBACK):
+    /// then nothing of it was kept.
+    pub fn commit(&self, g: PgGuard) -> Result<()> {
+        g.done.set(true);
+        self.conn.in_tx.set(false);
+        let failed = self.conn.failed.replace(None);
+        let mut client = self.conn.client.borrow_mut();
+        if let Some(first) = failed {
+            let _ = client.batch_execute("ROLLBACK");
+            return Err(Error::Store(format!(
+                "PostgreSQL at {}: a step of this command failed ({first}), so none of its changes were kept",
+                self.conn.url
+            )));
+        }
+        // A statement before COMMIT in the same round trip: it fails if the transaction
+        // was aborted by anything not seen above, and COMMIT then never runs.
+        let mut sql = String::from("SELECT 1; ");
+        for (flag, what) in [(&g.changed, "changes"), (&g.audited, "audit")] {
+            if flag.get() {
+                sql.push_str(&format!("SELECT pg_notify('{}', ''); ", self.channel(what)));
+            }
+        }
+        sql.push_str("COMMIT");
+        match client.simple_query(&sql) {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                let closed = client.is_closed();
+                let _ = client.batch_execute("ROLLBACK");
+                let detail = describe(&e);
+                Err(Error::Store(if closed {
+                    format!(
+                        "lost the connection to PostgreSQL at {} while committing ({detail}); this command's changes may or may not have been kept: check with `tasklock status`",
+                        self.conn.url
+                    )
+                } else {
+                    format!(
+                        "PostgreSQL at {}: cannot commit ({detail}); none of this command's changes were kept",
+                        self.conn.url
+                    )
+                }))
+            }
+        }
+    }
+
+    // ---- Changes: inside the scope ----
+
+    pub fn next_token(&self, _g: &PgGuard) -> Result<u64> {
+        let rows = self.rows("take a fencing token", "SELECT nextval('tokens')", &[])?;
+        let t: i64 = rows
+            .first()
+            .map(|r| r.get(0))
+            .ok_or_else(|| Error::Store("nextval returned nothing".into()))?;
+        Ok(t as u64)
+    }
+
+    pub fn insert(&self, g: &PgGuard, record: &Record) -> Result<()> {
+        let n = self.upsert_record(g, record, false)?;
+        if n == 0 {
+            // A failed step, as a failed statement would be: the commit then keeps nothing.
+            self.conn
+                .failed
+                .borrow_mut()
+                .get_or_insert_with(|| format!("the record of `{}` exists already", record.key));
+            return Err(Error::Store(format!(
+                "a record for `{}` appeared in {} while this command held the project's lock; is another tool writing there?",
+                record.key,
+                self.describe()
+            )));
+        }
+        Ok(())
+    }
+
+    pub fn replace(&self, g: &PgGuard, record: &Record) -> Result<()> {
+        self.upsert_record(g, record, true).map(|_| ())
+    }
+
+    fn upsert_record(&self, g: &PgGuard, r: &Record, replace: bool) -> Result<u64> {
+        g.changed.set(true);
+        let data = to_json(r, "record")?;
+        let token = r.token as i64;
+        let expires = rfc3339(&r.expires_at);
+        let sql = if replace {
+            "INSERT INTO records (key, token, agent, expires_at, data) \
+             VALUES ($1, $2, $3, $4::timestamptz, $5::jsonb) \
+             ON CONFLICT (key) DO UPDATE SET token = excluded.token, agent = excluded.agent, \
+             expires_at = excluded.expires_at, data = excluded.data RETURNING 1"
+        } else {
+            "INSERT INTO records (key, token, agent, expires_at, data) \
+             VALUES ($1, $2, $3, $4::timestamptz, $5::jsonb) \
+             ON CONFLICT (key) DO NOTHING RETURNING 1"
+        };
+        self.exec(
+            "write a record",
+            sql,
+            &[
+                (&r.key, Type::TEXT),
+                (&token, Type::INT8),
+                (&r.agent.id, Type::TEXT),
+                (&expires, Type::TEXT),
+                (&data, Type::TEXT),
+            ],
+        )
+    }
+
+    pub fn remove(&self, g: &PgGuard, key: &str) -> Result<()> {
+        g.changed.set(true);
+        self.exec(
+            "remove a record",
+            "DELETE FROM records WHERE key = $1 RETURNING 1",
+            &[(&key, Type::TEXT)],
+        )
+        .map(|_| ())
+    }
+
+    pub fn audit(&self, g: &PgGuard, ev: &AuditEvent) -> Result<()> {
+        g.audited.set(true);
+        let data = to_json(ev, "audit event")?;
+        let ts = rfc3339(&ev.ts);
+        self.exec(
+            "append to the audit log",
+            "INSERT INTO audit (ts, event, key, agent, data) \
+             VALUES ($1::timestamptz, $2, $3, $4, $5::jsonb) RETURNING 1",
+            &[
+                (&ts, Type::TEXT),
+                (&ev.event, Type::TEXT),
+                (&ev.key, Type::TEXT),
+                (&ev.agent, Type::TEXT),
+                (&data, Type::TEXT),
+            ],
+        )
+        .map(|_| ())
+    }
+
+    pub fn write_queue(&self, g: &PgGuard, q: &Queue) -> Result<()> {
+        g.changed.set(true);
+        if q.waiters.is_empty() && q.reservation.is_none() {
+            return self
+                .exec(
+                    "remove a queue",
+                    "DELETE FROM queues WHERE key = $1 RETURNING 1",
+                    &[(&q.key, Type::TEXT)],
+                )
+                .map(|_| ());
+        }
+        let data = to_json(q, "queue")?;
+        self.exec(
+            "write a queue",
+            "INSERT INTO queues (key, data) VALUES ($1, $2::jsonb) \
+             ON CONFLICT (key) DO UPDATE SET data = excluded.data RETURNING 1",
+            &[(&q.key, Type::TEXT), (&data, Type::TEXT)],
+        )
+        .map(|_| ())
+    }
+
+    pub fn send(&self, _g: &PgGuard, msg: &Message) -> Result<()> {
+        let data = to_json(msg, "message")?;
+        let ts = rfc3339(&msg.ts);
+        self.exec(
+            "deliver a message",
+            "INSERT INTO messages (agent, id, ts, data) VALUES ($1, $2, $3::timestamptz, $4::jsonb) \
+             ON CONFLICT (agent, id) DO UPDATE SET ts = excluded.ts, data = excluded.data, read = false \
+             RETURNING 1",
+            &[
+                (&msg.to, Type::TEXT),
+                (&msg.id, Type::TEXT),
+                (&ts, Type::TEXT),
+                (&data, Type::TEXT),
+            ],
+        )
+        .map(|_| ())
+    }
+
+    pub fn write_agent(&self, _g: &PgGuard, entry: &AgentEntry) -> Result<()> {
+        let data = to_json(entry, "agent entry")?;
+        self.exec(
+            "write an agent entry",
+            "INSERT INTO agents (id, data) VALUES ($1, $2::jsonb) \
+             ON CONFLICT (id) DO UPDATE SET data = excluded.data RETURNING 1",
+            &[(&entry.id, Type::TEXT), (&data, Type::TEXT)],
+        )
+        .map(|_| ())
+    }
+
+    pub fn remove_agent(&self, _g: &PgGuard, id: &str) -> Result<()> {
+        self.exec(
+            "remove an agent entry",
+            "DELETE FROM agents WHERE id = $1 RETURNING 1",
+            &[(&id, Type::TEXT)],
+        )
+        .map(|_| ())
+    }
+
+    pub fn write_ended(&self, _g: &PgGuard, ended: &Ended) -> Result<()> {
+        let data = to_json(ended, "ended checkout")?;
+        let token = ended.token as i64;
+        self.exec(
+            "record how a checkout ended",
+            "INSERT INTO ended (key, token, data) VALUES ($1, $2, $3::jsonb) \
+             ON CONFLICT (key) DO UPDATE SET token = excluded.token, data = excluded.data RETURNING 1",
+            &[
+                (&ended.key, Type::TEXT),
+                (&token, Type::INT8),
+                (&data, Type::TEXT),
+            ],
+        )
+        .map(|_| ())
+    }
+
+    pub fn append_note(&self, _g: &PgGuard, key: &str, note: &Note) -> Result<()> {
+        let data = to_json(note, "note")?;
+        self.exec(
+            "append a note",
+            "INSERT INTO notes (key, data) VALUES ($1, $2::jsonb) RETURNING 1",
+            &[(&key, Type::TEXT), (&data, Type::TEXT)],
+        )
+        .map(|_| ())
+    }
+
+    pub fn write_freeze(&self, g: &PgGuard, f: &Freeze) -> Result<()> {
+        g.changed.set(true);
+        let data = to_json(f, "freeze")?;
+        let until = rfc3339(&f.until);
+        self.exec(
+            "write a freeze",
+            "INSERT INTO freezes (pattern, until, data) VALUES ($1, $2::timestamptz, $3::jsonb) \
+             ON CONFLICT (pattern) DO UPDATE SET until = excluded.until, data = excluded.data \
+             RETURNING 1",
+            &[
+                (&f.pattern, Type::TEXT),
+                (&until, Type::TEXT),
+                (&data, Type::TEXT),
+            ],
+        )
+        .map(|_| ())
+    }
+
+    pub fn remove_freeze(&self, g: &PgGuard, pattern: &str) -> Result<Option<Freeze>> {
+        g.changed.set(true);
+        self.one(
+            "remove a freeze",
+            "DELETE FROM freezes WHERE pattern = $1 RETURNING data::text",
+            &[(&pattern, Type::TEXT)],
+        )
+    }
+}
+
+/// [`PgStore::changes`].
+pub struct PgChanges<'a> {
+    store: &'a PgStore,
+}
+
+impl PgChanges<'_> {
+    /// Return when a change was committed, or after `timeout` at the latest.
+    pub fn wait(&mut self, timeout: Duration) {
+        self.store.wait_notification(timeout);
+    }
+}
+
+/// [`PgStore::follow_audit`].
+pub struct PgAuditFollow<'a> {
+    store: &'a PgStore,
+    after: i64,
+}
+
+impl PgAuditFollow<'_> {
+    /// Events committed since the last call (all on the first), oldest first, waiting up
+    /// to `timeout` for some when there are none yet.
+    pub fn next(&mut self, timeout: Duration) -> Result<Vec<AuditEvent>> {
+        let events = self.fetch()?;
+        if !events.is_empty() {
+            return Ok(events);
+        }
+        if self.store.wait_notification(timeout) {
+            return self.fetch();
+        }
+        Ok(Vec::new())
+    }
+
+    fn fetch(&mut self) -> Result<Vec<AuditEvent>> {
+        let rows = self.store.rows(
+            "read the audit log",
+            "SELECT id, data::text FROM audit WHERE id > $1 ORDER BY id",
+            &[(&self.after, Type::INT8)],
+        )?;
+        if let Some(last) = rows.last() {
+            self.after = last.get(0);
+        }
+        Ok(rows
+            .iter()
+            .filter_map(|r| serde_json::from_str(r.get::<_, &str>(1)).ok())
+            .collect())
+    }
+}

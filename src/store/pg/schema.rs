@@ -1,0 +1,92 @@
+//! tasklock's own versioned schema. Each migration runs once, in order, in one
+//! transaction holding the project's advisory lock, and records its number in
+//! `schema_version`; a schema newer than this build is refused, never written.
+//!
+//! Every table keeps the stored type whole as `data jsonb` (the same serde shape as the
+//! file store's JSON files), with the columns that are looked up or ordered by beside it.
+
+/// The newest schema version this build knows.
+pub const CURRENT: i32 = 1;
+
+/// Migration `i + 1` is `MIGRATIONS[i]`; `{s}` stands for the schema name.
+pub const MIGRATIONS: &[&str] = &[
+    // 1: everything.
+    r#"
+CREATE SEQUENCE {s}.tokens AS bigint MINVALUE 1 START 1 NO CYCLE;
+CREATE TABLE {s}.records (
+    key text PRIMARY KEY,
+    token bigint NOT NULL,
+    agent text NOT NULL,
+    expires_at timestamptz NOT NULL,
+    data jsonb NOT NULL
+);
+CREATE INDEX records_agent ON {s}.records (agent);
+CREATE TABLE {s}.queues (
+    key text PRIMARY KEY,
+    data jsonb NOT NULL
+);
+CREATE TABLE {s}.messages (
+    agent text NOT NULL,
+    id text NOT NULL,
+    ts timestamptz NOT NULL,
+    read boolean NOT NULL DEFAULT false,
+    data jsonb NOT NULL,
+    PRIMARY KEY (agent, id)
+);
+CREATE INDEX messages_unread ON {s}.messages (agent) WHERE NOT read;
+CREATE TABLE {s}.agents (
+    id text PRIMARY KEY,
+    data jsonb NOT NULL
+);
+CREATE TABLE {s}.ended (
+    key text PRIMARY KEY,
+    token bigint NOT NULL,
+    data jsonb NOT NULL
+);
+CREATE TABLE {s}.notes (
+    id bigserial PRIMARY KEY,
+    key text NOT NULL,
+    data jsonb NOT NULL
+);
+CREATE INDEX notes_key ON {s}.notes (key, id);
+CREATE TABLE {s}.freezes (
+    pattern text PRIMARY KEY,
+    until timestamptz NOT NULL,
+    data jsonb NOT NULL
+);
+CREATE TABLE {s}.audit (
+    id bigserial PRIMARY KEY,
+    ts timestamptz NOT NULL,
+    event text NOT NULL,
+    key text NOT NULL,
+    agent text NOT NULL,
+    data jsonb NOT NULL
+);
+CREATE INDEX audit_key ON {s}.audit (key, id);
+"#,
+];
+
+/// The statements that create the schema and its version table when missing.
+pub fn bootstrap(schema: &str) -> String {
+    format!(
+        "CREATE SCHEMA IF NOT EXISTS {schema};
+CREATE TABLE IF NOT EXISTS {schema}.schema_version (
+    version integer PRIMARY KEY,
+    applied_at timestamptz NOT NULL DEFAULT now(),
+    tasklock text NOT NULL
+);"
+    )
+}
+
+/// Migration `version` (1-based) for `schema`.
+pub fn migration(schema: &str, version: i32) -> String {
+    MIGRATIONS[(version - 1) as usize].replace("{s}", schema)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn one_migration_per_version() {
+        assert_eq!(super::MIGRATIONS.len(), super::CURRENT as usize);
+    }
+}
