@@ -1,6 +1,7 @@
 //! `tasklock agents`: what it lists by default and with `--all`, in which order, and how
 //! it forgets agents dead for longer than `agent_retention`.
 
+#[macro_use]
 mod common;
 use common::*;
 

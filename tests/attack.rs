@@ -3,6 +3,7 @@
 //! read. Whatever happens under `.locks`, tasklock never writes outside it, never hands
 //! a token out twice and never hangs.
 
+#[macro_use]
 mod common;
 
 use std::collections::{BTreeMap, HashMap, HashSet};

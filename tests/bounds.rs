@@ -1,6 +1,7 @@
 //! Waiting has bounds: a command never waits forever for a `.guard` held by a stopped
 //! or hung process, and `heartbeat --watch` refuses an interval that would spin.
 
+#[macro_use]
 mod common;
 use common::*;
 

@@ -1,6 +1,7 @@
 //! The command line through the real binary: outputs (insta snapshots with the clock
 //! pinned), JSON parsed, exit codes, bad input and bad data.
 
+#[macro_use]
 mod common;
 
 use std::path::{Path, PathBuf};

@@ -1,6 +1,7 @@
 //! Finding the lock directory: never one planted by another user, never one created where
 //! another agent would not find it, and hooks behind wrappers still register Claude Code.
 
+#[macro_use]
 mod common;
 
 use std::io::Write;

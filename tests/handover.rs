@@ -2,6 +2,7 @@
 //! after a normal release, a force release, a checkout ended by another command, and a
 //! queue handoff.
 
+#[macro_use]
 mod common;
 
 use std::process::{Command, Stdio};

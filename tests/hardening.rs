@@ -4,6 +4,7 @@
 //! made is a warning (never exit 1 with the change kept), and a watcher whose process
 //! was superseded follows the agent's new process instead of ending the agent.
 
+#[macro_use]
 mod common;
 use common::*;
 

@@ -2,6 +2,7 @@
 //! renewals stop at `max_hold`, and a holder's re-checkout extends without a new token.
 //! All through the real binary with the clock pinned.
 
+#[macro_use]
 mod common;
 
 use std::process::{Child, Command};

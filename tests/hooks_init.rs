@@ -2,6 +2,7 @@
 //! binary: what the hooks record and print, that they never break the agent, and that
 //! `init` merges into an existing project without disturbing it.
 
+#[macro_use]
 mod common;
 use common::*;
 

@@ -1,5 +1,6 @@
 //! Death detection, heartbeats, agents and notes through the real binary.
 
+#[macro_use]
 mod common;
 
 use std::process::{Child, Command};
@@ -361,7 +362,9 @@ fn heartbeat_bad_input() {
 fn ended_agent_that_comes_back_is_alive_again() {
     let e = Env::new();
     let mut a = Agent::start();
-    let mut w = Command::new(env!("CARGO_BIN_EXE_tasklock"))
+    let mut w = Command::new(env!("CARGO_BIN_EXE_tasklock"));
+    use_store(&mut w, &e.dir());
+    let mut w = w
         .env_remove("TASKLOCK_NOW")
         .args(["--agent", "agent-a", "--dir"])
         .arg(e.dir())

@@ -4,6 +4,7 @@
 //! The clock is pinned (`TASKLOCK_NOW`) everywhere except the `audit --follow` process,
 //! which runs on the real clock. Nothing asserts on timing; waits have generous deadlines.
 
+#[macro_use]
 mod common;
 use common::*;
 
@@ -206,6 +207,7 @@ fn audit_records_every_event_type_where_it_happens() {
     // auto_release, session_end: the Claude Code hook at the end of session s1.
     e.ok("s1", &["checkout", "k5"]);
     let mut hook = base_cmd(&e.now);
+    use_store(&mut hook, &e.dir());
     hook.arg("--dir")
         .arg(e.dir())
         .args(["hook", "session-end"])
@@ -552,6 +554,7 @@ struct Follower {
 impl Follower {
     fn start(dir: &Path) -> Follower {
         let mut cmd = base_cmd(T0);
+        use_store(&mut cmd, dir);
         cmd.env_remove("TASKLOCK_NOW")
             .arg("--dir")
             .arg(dir)
@@ -1095,6 +1098,7 @@ impl Setup {
 
     fn run(&self, e: &Env, agent: Option<&str>, args: &[&str], envs: &[(&str, &str)]) -> Run {
         let mut cmd = base_cmd(&e.now);
+        use_store(&mut cmd, &e.dir());
         cmd.current_dir(&self.cwd)
             .env("HOME", &self.home)
             .env_remove("TASKLOCK_FAKE_FSTYPE")
@@ -1563,6 +1567,7 @@ fn waiting_on_a_frozen_key_does_not_flood_the_audit_log() {
     let e = Env::new();
     e.ok("ops", &["freeze", "k", "--for", "1h"]);
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_tasklock"));
+    use_store(&mut cmd, &e.dir());
     // The clock stays pinned inside the freeze; the wait itself runs on real time.
     cmd.env("TASKLOCK_NOW", &e.now)
         .arg("--dir")

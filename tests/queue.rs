@@ -6,6 +6,7 @@
 //! to a waiter on the real clock) and only poll with generous deadlines: nothing here
 //! asserts on timing.
 
+#[macro_use]
 mod common;
 
 use std::collections::BTreeSet;
@@ -135,6 +136,7 @@ fn write_config(e: &Env, text: &str) {
 /// `tasklock ARGS --dir DIR --agent AGENT` on the real clock (TASKLOCK_NOW removed).
 fn live_cmd(e: &Env, agent: &str, args: &[&str]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tasklock"));
+    use_store(&mut cmd, &e.dir());
     cmd.env_remove("TASKLOCK_NOW")
         .env_remove("TASKLOCK_AGENT")
         .env_remove("TASKLOCK_AGENT_NAME")
@@ -825,6 +827,7 @@ fn any_racers_get_distinct_keys() {
             .map(|i| {
                 let agent = format!("racer-{i}");
                 let mut cmd = base_cmd(&e.now);
+                use_store(&mut cmd, &e.dir());
                 cmd.arg("--dir")
                     .arg(e.dir())
                     .args(["--agent", &agent, "checkout", "--any", "--json"])

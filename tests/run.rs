@@ -3,6 +3,7 @@
 //! TASKLOCK_NOW removed, except where a snapshot needs the clock pinned. Nothing here
 //! asserts on elapsed time: eventual conditions are polled with generous deadlines.
 
+#[macro_use]
 mod common;
 use common::*;
 

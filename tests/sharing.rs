@@ -1,6 +1,7 @@
 //! File modes: a lock directory is private to its user unless `tasklock init --shared`
 //! made it a group's, and then every member can use it and sees who wrote what.
 
+#[macro_use]
 mod common;
 
 use std::os::unix::fs::MetadataExt;

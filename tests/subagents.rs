@@ -2,6 +2,7 @@
 //! shown, ended and given their identity by the Claude Code hooks. Through the real
 //! binary with the clock pinned.
 
+#[macro_use]
 mod common;
 
 use std::io::Write;

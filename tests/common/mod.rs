@@ -1,6 +1,6 @@
 //! Shared helpers for the integration tests: run the real binary in a temp lock
 //! directory with the clock pinned, and snapshot its output.
-#![allow(dead_code, unused_macros)]
+#![allow(dead_code, unused_macros, unused_imports)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -75,6 +75,7 @@ impl Env {
     /// Run as `agent` (None: no identity at all) with `--dir` set.
     pub fn run(&self, agent: Option<&str>, args: &[&str]) -> Run {
         let mut cmd = base_cmd(&self.now);
+        use_store(&mut cmd, &self.dir());
         if self.operator {
             cmd.env("TASKLOCK_OPERATOR_SECRET", OPERATOR_SECRET);
         }
@@ -87,6 +88,7 @@ impl Env {
     /// As [`Env::run`], with extra environment variables.
     pub fn run_env(&self, agent: Option<&str>, args: &[&str], env: &[(&str, &str)]) -> Run {
         let mut cmd = base_cmd(&self.now);
+        use_store(&mut cmd, &self.dir());
         cmd.envs(env.iter().copied());
         cmd.arg("--dir").arg(self.dir()).args(args);
         if let Some(a) = agent {
@@ -111,8 +113,55 @@ pub fn base_cmd(now: &str) -> Command {
         .env_remove("CODEX_THREAD_ID")
         .env_remove("TASKLOCK_SECRET")
         .env_remove("TASKLOCK_OPERATOR_SECRET")
+        .env_remove("TASKLOCK_URL")
         .stdin(Stdio::null());
     cmd
+}
+
+/// Do this test's commands run against PostgreSQL? In the `pg` test target
+/// (tests/pg.rs, which includes the behaviour-defining test files), or in any test
+/// target run with `TASKLOCK_TEST_STORE=postgres`. Either needs `TASKLOCK_TEST_PG_URL`.
+pub fn on_postgres() -> bool {
+    env!("CARGO_CRATE_NAME") == "pg"
+        || std::env::var("TASKLOCK_TEST_STORE").is_ok_and(|v| v == "postgres")
+}
+
+/// The store of the lock directory `dir` for this test: on PostgreSQL, a schema of its
+/// own named after `dir` (so every test, and every lock directory of a test, starts
+/// empty, and tasklock creates the schema on first use). `None` on the file store.
+pub fn pg_url_for(dir: &Path) -> Option<String> {
+    if !on_postgres() {
+        return None;
+    }
+    let base = std::env::var("TASKLOCK_TEST_PG_URL")
+        .ok()
+        .filter(|u| !u.is_empty())
+        .expect(
+            "tests on PostgreSQL need TASKLOCK_TEST_PG_URL (see README: .ci/run starts a server)",
+        );
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    dir.hash(&mut h);
+    let sep = if base.contains('?') { '&' } else { '?' };
+    Some(format!("{base}{sep}schema=t_{:016x}", h.finish()))
+}
+
+/// Point `cmd` at the store of the lock directory `dir` ([`pg_url_for`]).
+pub fn use_store(cmd: &mut Command, dir: &Path) {
+    match pg_url_for(dir) {
+        Some(url) => cmd.env("TASKLOCK_URL", url),
+        None => cmd.env_remove("TASKLOCK_URL"),
+    };
+}
+
+/// For tests of the file store's own layout (files, modes, rotation, debris): true
+/// when this run is on PostgreSQL, where the test does not apply and returns early.
+pub fn file_store_only(test: &str) -> bool {
+    if on_postgres() {
+        eprintln!("{test}: a file-store test, not run on PostgreSQL");
+        return true;
+    }
+    false
 }
 
 pub fn exec(mut cmd: Command) -> Run {
@@ -131,7 +180,8 @@ pub fn host() -> String {
         .to_string()
 }
 
-#[macro_export]
+/// Snapshot a run (textual scope: `#[macro_use] mod common;`, so that tests/pg.rs can
+/// include several test files, each with its own `common`).
 macro_rules! snap {
     ($env:expr, $name:expr, $run:expr) => {{
         let mut settings = insta::Settings::clone_current();
@@ -148,7 +198,12 @@ macro_rules! snap {
         );
         // The Unix user tasklock records (whoever runs the tests).
         settings.add_filter(r#"\{\s*"name":\s*"[^"]*",\s*"uid":\s*\d+\s*\}"#, "[USER]");
-        settings.bind(|| insta::assert_snapshot!($name, $run.text()));
+        // Named after the test file, not the module path, so that the same file run
+        // inside tests/pg.rs (module `pg::ops`) checks the same snapshots.
+        settings.set_prepend_module_to_snapshot(false);
+        let file = module_path!().rsplit("::").next().unwrap();
+        let name = format!("{file}__{}", $name);
+        settings.bind(|| insta::assert_snapshot!(name, $run.text()));
     }};
 }
 
@@ -168,6 +223,21 @@ pub fn record_path(dir: &Path, encoded: &str) -> PathBuf {
 }
 
 pub fn audit(dir: &Path) -> Vec<Value> {
+    if on_postgres() {
+        // The same events, through the command (the store is not a file).
+        let mut cmd = base_cmd(T0);
+        use_store(&mut cmd, dir);
+        cmd.arg("--dir")
+            .arg(dir)
+            .args(["audit", "--json", "--limit", "0"]);
+        let r = exec(cmd);
+        assert_eq!(r.code, 0, "audit: {}", r.text());
+        return r
+            .stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("audit line is JSON"))
+            .collect();
+    }
     std::fs::read_to_string(dir.join("audit.jsonl"))
         .unwrap_or_default()
         .lines()

@@ -1,0 +1,31 @@
+//! The behaviour-defining suites again, against the PostgreSQL store: the same test
+//! files, included here, with every command pointed at a schema of its own
+//! (`common::on_postgres` is true in this target), plus the tests only PostgreSQL has.
+//!
+//! Built when `TASKLOCK_TEST_PG_URL` is set (see build.rs; `.ci/run` starts a throwaway
+//! server and sets it). Without it this target is one test that says so.
+
+#[cfg(tasklock_pg_tests)]
+#[macro_use]
+mod common;
+
+#[cfg(tasklock_pg_tests)]
+#[path = "concurrency.rs"]
+mod concurrency;
+#[cfg(tasklock_pg_tests)]
+#[path = "liveness.rs"]
+mod liveness;
+#[cfg(tasklock_pg_tests)]
+#[path = "ops.rs"]
+mod ops;
+#[cfg(tasklock_pg_tests)]
+#[path = "queue.rs"]
+mod queue;
+
+#[cfg(not(tasklock_pg_tests))]
+#[test]
+fn postgres_suites_need_tasklock_test_pg_url() {
+    eprintln!(
+        "tests/pg.rs: not built against PostgreSQL; set TASKLOCK_TEST_PG_URL=postgres://… (or run .ci/run) to run the suites on it"
+    );
+}
