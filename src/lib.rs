@@ -173,13 +173,21 @@ fn execute(cli: Cli) -> Result<report::Report, Error> {
         (cmd, Some(d)) if creates_store(cmd) => d.for_store()?,
         (_, Some(d)) => d.for_reading()?,
     };
-    let ctx = Ctx {
+    let mut ctx = Ctx {
         dir,
         now: clock::now()?,
         agent_flag: cli.global.agent,
         name_flag: cli.global.name,
         cfg: Default::default(),
     };
+    // A PostgreSQL store judges time by the server's clock: connect first (the
+    // connection serves the whole command), then take "now" again. `doctor` reports a
+    // server that cannot be reached instead of failing on it.
+    if !matches!(cli.command, Command::Doctor | Command::Init { .. })
+        && store::pg::open_early(ctx.config().ok().as_ref())?
+    {
+        ctx.now = clock::now()?;
+    }
     match normalize_keys(cli.command) {
         Command::Checkout {
             mut keys,

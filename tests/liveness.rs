@@ -114,16 +114,16 @@ fn reused_pid_counts_as_dead() {
     e.ok("agent-a", &["heartbeat", "--pid", &a.pid()]);
     e.ok("agent-a", &["checkout", "task-1"]);
     // Same pid, still running, but the recorded start time is another process's.
-    for path in [e.dir().join("agents/agent-a"), e.dir().join("keys/task-1")] {
-        let mut v: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-        let slot = if v.get("agent").is_some() {
-            &mut v["agent"]
-        } else {
-            &mut v
-        };
-        let start = slot["pid_start"].as_u64().expect("start time recorded");
-        slot["pid_start"] = (start + 1).into();
-        std::fs::write(&path, serde_json::to_vec(&v).unwrap()).unwrap();
+    for stored in [Stored::Agent("agent-a"), Stored::Record("task-1")] {
+        stored.edit(&e.dir(), |v| {
+            let slot = if v.get("agent").is_some() {
+                &mut v["agent"]
+            } else {
+                v
+            };
+            let start = slot["pid_start"].as_u64().expect("start time recorded");
+            slot["pid_start"] = (start + 1).into();
+        });
     }
     let j = e.run(None, &["agents", "--json"]).json();
     let row = j["agents"]
@@ -147,14 +147,14 @@ fn live_process_on_another_boot_is_not_judged_by_pid() {
     e.ok("agent-a", &["checkout", "task-1"]);
     drop(a);
     // Pretend the record came from another boot: the process check must not apply.
-    for path in [e.dir().join("agents/agent-a"), e.dir().join("keys/task-1")] {
-        let text = std::fs::read_to_string(&path).unwrap();
-        let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
-        std::fs::write(
-            &path,
-            text.replace(boot.trim(), "00000000-0000-0000-0000-000000000000"),
-        )
-        .unwrap();
+    for stored in [Stored::Agent("agent-a"), Stored::Record("task-1")] {
+        stored.edit(&e.dir(), |v| {
+            let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+            let text = serde_json::to_string(v)
+                .unwrap()
+                .replace(boot.trim(), "00000000-0000-0000-0000-000000000000");
+            *v = serde_json::from_str(&text).unwrap();
+        });
     }
     assert_eq!(
         e.run(Some("agent-b"), &["checkout", "task-1"]).code,
@@ -381,7 +381,7 @@ fn ended_agent_that_comes_back_is_alive_again() {
         .unwrap();
     // Wait for the watcher's first beat to register the agent.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !e.dir().join("agents/agent-a").exists() {
+    while !Stored::Agent("agent-a").exists(&e.dir()) {
         assert!(std::time::Instant::now() < deadline);
         std::thread::sleep(std::time::Duration::from_millis(20));
     }

@@ -4,6 +4,10 @@
 //!
 //! Built when `TASKLOCK_TEST_PG_URL` is set (see build.rs; `.ci/run` starts a throwaway
 //! server and sets it). Without it this target is one test that says so.
+//!
+//! Each included file declares `mod common;` itself, so `common` is compiled once per
+//! included file here: intended (clippy's duplicate_mod is allowed for that).
+#![allow(clippy::duplicate_mod)]
 
 #[cfg(tasklock_pg_tests)]
 #[macro_use]
@@ -21,6 +25,10 @@ mod ops;
 #[cfg(tasklock_pg_tests)]
 #[path = "queue.rs"]
 mod queue;
+
+#[cfg(tasklock_pg_tests)]
+#[path = "pg/pg_only.rs"]
+mod pg_only;
 
 #[cfg(not(tasklock_pg_tests))]
 #[test]

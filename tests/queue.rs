@@ -120,6 +120,12 @@ fn events<'a>(all: &'a [Value], event: &str) -> Vec<&'a Value> {
 }
 
 fn queue_files(dir: &Path) -> Vec<String> {
+    if on_postgres() {
+        return psql(dir, "SELECT key FROM queues")
+            .lines()
+            .map(str::to_string)
+            .collect();
+    }
     match std::fs::read_dir(dir.join("queues")) {
         Ok(rd) => rd
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -381,10 +387,20 @@ fn wait_is_granted_when_the_holder_releases() {
     // so the message is done: read, not waiting in the inbox.
     let msgs = live_ok(&e, "waiter", &["inbox", "--json"]);
     assert_eq!(msgs["messages"], serde_json::json!([]), "{msgs}");
-    let read: Vec<String> = std::fs::read_dir(e.dir().join("inbox/waiter/read"))
-        .unwrap()
-        .map(|f| std::fs::read_to_string(f.unwrap().path()).unwrap())
-        .collect();
+    let read: Vec<String> = if on_postgres() {
+        psql(
+            &e.dir(),
+            "SELECT data::text FROM messages WHERE agent = 'waiter' AND read",
+        )
+        .lines()
+        .map(str::to_string)
+        .collect()
+    } else {
+        std::fs::read_dir(e.dir().join("inbox/waiter/read"))
+            .unwrap()
+            .map(|f| std::fs::read_to_string(f.unwrap().path()).unwrap())
+            .collect()
+    };
     assert_eq!(read.len(), 1, "{read:?}");
     assert!(read[0].contains("\"type\": \"reserved\""), "{read:?}");
 }
@@ -1053,7 +1069,7 @@ fn an_orphaned_wait_stops_when_its_agents_process_dies() {
 fn stop_outside_the_guard(e: &Env, pid: u32) {
     for _ in 0..1000 {
         signal(pid, "STOP");
-        if !flocked(&e.dir().join(".guard")) && !flocked(&e.dir()) {
+        if !scope_held(&e.dir(), pid) {
             return;
         }
         signal(pid, "CONT");

@@ -52,6 +52,9 @@ impl Ctx {
     /// hold up every other agent); the store uses the defaults when the file is bad.
     pub fn open_store(&self) -> Result<Box<dyn Store>> {
         let cfg = self.config().unwrap_or_default();
+        if let Some(pg) = crate::store::pg::from_env_or_config(Some(&cfg))? {
+            return Ok(Box::new(pg));
+        }
         let store = FileStore::open_or_create(&self.dir)?;
         Store::share_config(&store, &cfg);
         Ok(Box::new(store))
@@ -61,6 +64,9 @@ impl Ctx {
     /// [`Ctx::open_store`]).
     pub fn existing_store(&self) -> Result<Option<Box<dyn Store>>> {
         let cfg = self.config().unwrap_or_default();
+        if let Some(pg) = crate::store::pg::from_env_or_config(Some(&cfg))? {
+            return Ok(Some(Box::new(pg)));
+        }
         let Some(store) = FileStore::open_existing(&self.dir)? else {
             return Ok(None);
         };

@@ -380,3 +380,112 @@ pub fn flocked(path: &Path) -> bool {
         }
     }
 }
+
+/// The schema of the lock directory `dir` on PostgreSQL ([`pg_url_for`]).
+pub fn pg_schema(dir: &Path) -> String {
+    let url = pg_url_for(dir).expect("on PostgreSQL");
+    url.rsplit("schema=").next().unwrap().to_string()
+}
+
+/// Run SQL in the schema of `dir` with `psql`; its unaligned, tuples-only output.
+pub fn psql(dir: &Path, sql: &str) -> String {
+    let base = std::env::var("TASKLOCK_TEST_PG_URL").expect("TASKLOCK_TEST_PG_URL");
+    let out = Command::new("psql")
+        .arg(&base)
+        .args(["-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=1", "-c"])
+        .arg(format!("SET search_path TO {}; {sql}", pg_schema(dir)))
+        .stdin(Stdio::null())
+        .output()
+        .expect("run psql (the PostgreSQL client)");
+    assert!(
+        out.status.success(),
+        "psql {sql}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// A SQL string literal.
+pub fn sql_text(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+/// What the store keeps of an agent (`Agent`) or a key's checkout (`Record`), as JSON:
+/// for tests that fake what another host or boot wrote. Simple names only (the file
+/// store's file name is the id).
+#[derive(Clone, Copy)]
+pub enum Stored<'a> {
+    Agent(&'a str),
+    Record(&'a str),
+}
+
+impl Stored<'_> {
+    fn file(&self, dir: &Path) -> PathBuf {
+        match self {
+            Stored::Agent(id) => dir.join("agents").join(id),
+            Stored::Record(key) => dir.join("keys").join(key),
+        }
+    }
+    fn row(&self) -> (&'static str, &'static str, String) {
+        match self {
+            Stored::Agent(id) => ("agents", "id", sql_text(id)),
+            Stored::Record(key) => ("records", "key", sql_text(key)),
+        }
+    }
+
+    /// Is it there?
+    pub fn exists(&self, dir: &Path) -> bool {
+        if on_postgres() {
+            let (table, col, id) = self.row();
+            return psql(
+                dir,
+                &format!("SELECT count(*) FROM {table} WHERE {col} = {id}"),
+            )
+            .trim()
+                == "1";
+        }
+        self.file(dir).exists()
+    }
+
+    /// Change it in place.
+    pub fn edit(&self, dir: &Path, f: impl FnOnce(&mut Value)) {
+        if on_postgres() {
+            let (table, col, id) = self.row();
+            let text = psql(
+                dir,
+                &format!("SELECT data::text FROM {table} WHERE {col} = {id}"),
+            );
+            let mut v: Value = serde_json::from_str(text.trim()).expect("stored JSON");
+            f(&mut v);
+            let json = sql_text(&serde_json::to_string(&v).unwrap());
+            psql(
+                dir,
+                &format!("UPDATE {table} SET data = {json}::jsonb WHERE {col} = {id}"),
+            );
+            return;
+        }
+        let path = self.file(dir);
+        let mut v: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        f(&mut v);
+        std::fs::write(&path, serde_json::to_vec(&v).unwrap()).unwrap();
+    }
+}
+
+/// Is a transaction scope of `dir`'s store held right now (by any process on the file
+/// store; on PostgreSQL, by the tasklock process `pid`, whose connection is named after
+/// it)? For tests that stop a process and must not stop it inside the scope.
+pub fn scope_held(dir: &Path, pid: u32) -> bool {
+    if on_postgres() {
+        let state = psql(
+            dir,
+            &format!(
+                "SELECT coalesce(string_agg(state, ','), '') FROM pg_stat_activity WHERE application_name = 'tasklock/{pid}'"
+            ),
+        );
+        return state
+            .trim()
+            .split(',')
+            .any(|s| s != "idle" && !s.is_empty());
+    }
+    flocked(&dir.join(".guard")) || flocked(dir)
+}

@@ -16,7 +16,8 @@ use crate::clock::Time;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::store::{
-    AgentEntry, AuditEvent, Ended, FORMAT_VERSION, Freeze, Message, Note, Queue, Record, Slot,
+    AgentEntry, AuditEvent, Ended, FORMAT_VERSION, Freeze, Guard, Held, Message, Note, Queue,
+    Record, Slot, Store,
 };
 
 /// SQLSTATEs looked at.
@@ -47,7 +48,7 @@ impl Conn {
         match f(&mut client) {
             Ok(v) => Ok(v),
             Err(e) => {
-                let closed = client.is_closed();
+                let closed = client.is_closed() || connection_lost(&e);
                 drop(client);
                 Err(self.fail(what, &e, closed))
             }
@@ -98,8 +99,25 @@ fn describe(e: &postgres::Error) -> String {
     }
 }
 
+/// Is this the end of the connection: the socket closed, or the server ending the
+/// session (terminated by an administrator, shut down: class 57P, or class 08)?
+fn connection_lost(e: &postgres::Error) -> bool {
+    e.is_closed() || code(e).is_some_and(|c| c.starts_with("57P") || c.starts_with("08"))
+}
+
 fn code(e: &postgres::Error) -> Option<&str> {
     e.code().map(|c| c.code())
+}
+
+/// Connection (URL, schema, connection, server version, schema version).
+type Opened = (String, String, Rc<Conn>, String, i32);
+
+thread_local! {
+    /// The connections this process opened, kept for its lifetime. Never dropped: the
+    /// client must not be torn down at exit, after the runtime's own thread-locals are
+    /// gone; the kernel closes the socket and the server ends the session.
+    static OPEN: std::mem::ManuallyDrop<RefCell<Vec<Opened>>> =
+        const { std::mem::ManuallyDrop::new(RefCell::new(Vec::new())) };
 }
 
 /// One PostgreSQL schema: one project's checkouts.
@@ -188,7 +206,8 @@ fn connect(t: &Target) -> Result<Client> {
         }
     };
     if cfg.get_application_name().is_none() {
-        cfg.application_name("tasklock");
+        // Which process a session belongs to, for operators (pg_stat_activity).
+        cfg.application_name(&format!("tasklock/{}", std::process::id()));
     }
     let options = match cfg.get_options() {
         Some(o) => format!("{o} -c search_path={}", t.schema),
@@ -219,6 +238,38 @@ impl PgStore {
     /// Connect, create or migrate the schema when needed, and judge time by the
     /// server's clock from now on.
     pub fn open(t: &Target) -> Result<PgStore> {
+        // One connection per process and target: a command that opens its store more
+        // than once (or early, to read the server's clock) connects once.
+        let cached = OPEN.with(|o| {
+            o.borrow()
+                .iter()
+                .find(|c| c.0 == t.url && c.1 == t.schema)
+                .map(|c| (c.2.clone(), c.3.clone(), c.4))
+        });
+        if let Some((conn, server_version, schema_version)) = cached {
+            return Ok(PgStore {
+                conn,
+                schema: t.schema.clone(),
+                lock_id: lock_id(&["project", &t.schema]),
+                server_version,
+                schema_version,
+                cfg: OnceCell::new(),
+            });
+        }
+        let store = Self::connect_new(t)?;
+        OPEN.with(|o| {
+            o.borrow_mut().push((
+                t.url.clone(),
+                t.schema.clone(),
+                store.conn.clone(),
+                store.server_version.clone(),
+                store.schema_version,
+            ))
+        });
+        Ok(store)
+    }
+
+    fn connect_new(t: &Target) -> Result<PgStore> {
         let client = connect(t)?;
         let conn = Rc::new(Conn {
             client: RefCell::new(client),
@@ -253,7 +304,7 @@ impl PgStore {
                     continue;
                 }
                 Err(e) => {
-                    let closed = store.conn.client.borrow().is_closed();
+                    let closed = store.conn.client.borrow().is_closed() || connection_lost(&e);
                     return Err(store
                         .conn
                         .fail("read its clock and schema version", &e, closed));
@@ -666,7 +717,7 @@ impl PgStore {
         };
         let mut client = self.conn.client.borrow_mut();
         let result = client.simple_query(&sql);
-        let closed = client.is_closed();
+        let closed = client.is_closed() || result.as_ref().is_err_and(connection_lost);
         let rows = match result {
             Ok(rows) => rows,
             Err(e) => {
@@ -730,7 +781,7 @@ impl PgStore {
         match client.simple_query(&sql) {
             Ok(_) => Ok(()),
             Err(e) => {
-                let closed = client.is_closed();
+                let closed = client.is_closed() || connection_lost(&e);
                 let _ = client.batch_execute("ROLLBACK");
                 let detail = describe(&e);
                 Err(Error::Store(if closed {
@@ -995,5 +1046,124 @@ impl PgAuditFollow<'_> {
             .iter()
             .filter_map(|r| serde_json::from_str(r.get::<_, &str>(1)).ok())
             .collect())
+    }
+}
+
+impl crate::store::Changes for PgChanges<'_> {
+    fn wait(&mut self, timeout: Duration) {
+        PgChanges::wait(self, timeout)
+    }
+}
+
+impl crate::store::AuditFollow for PgAuditFollow<'_> {
+    fn next(&mut self, timeout: Duration) -> Result<Vec<AuditEvent>> {
+        PgAuditFollow::next(self, timeout)
+    }
+}
+
+/// The store's part of a [`Guard`]: a [`PgGuard`].
+fn pg(g: &Guard) -> &PgGuard {
+    g.get::<PgGuard>()
+}
+
+impl Store for PgStore {
+    fn describe(&self) -> String {
+        PgStore::describe(self)
+    }
+    fn share_config(&self, cfg: &Config) {
+        PgStore::share_config(self, cfg)
+    }
+    fn config(&self) -> Result<Config> {
+        PgStore::config(self)
+    }
+    fn read(&self, key: &str) -> Result<Slot> {
+        PgStore::read(self, key)
+    }
+    fn scan(&self) -> Result<Vec<Slot>> {
+        PgStore::scan(self)
+    }
+    fn read_queue(&self, key: &str) -> Result<Queue> {
+        PgStore::read_queue(self, key)
+    }
+    fn scan_queues(&self) -> Result<Vec<Queue>> {
+        PgStore::scan_queues(self)
+    }
+    fn read_agent(&self, id: &str) -> Result<Option<AgentEntry>> {
+        PgStore::read_agent(self, id)
+    }
+    fn scan_agents(&self) -> Result<Vec<AgentEntry>> {
+        PgStore::scan_agents(self)
+    }
+    fn read_ended(&self, key: &str) -> Result<Option<Ended>> {
+        PgStore::read_ended(self, key)
+    }
+    fn last_notes(&self, key: &str, n: usize) -> Result<Vec<Note>> {
+        PgStore::last_notes(self, key, n)
+    }
+    fn freezes(&self) -> Result<Vec<Freeze>> {
+        PgStore::freezes(self)
+    }
+    fn unread(&self, agent: &str) -> Result<Vec<Message>> {
+        PgStore::unread(self, agent)
+    }
+    fn mark_read(&self, agent: &str, id: &str) -> Result<bool> {
+        PgStore::mark_read(self, agent, id)
+    }
+    fn audit_events(&self, each: &mut dyn FnMut(AuditEvent)) -> Result<usize> {
+        PgStore::audit_events(self, each)
+    }
+    fn follow_audit(&self) -> Result<Box<dyn crate::store::AuditFollow + '_>> {
+        Ok(Box::new(PgStore::follow_audit(self)?))
+    }
+    fn changes(&self) -> Result<Box<dyn crate::store::Changes + '_>> {
+        Ok(Box::new(PgStore::changes(self)?))
+    }
+    fn lock_watcher(&self, agent: &str) -> Result<Option<Held>> {
+        Ok(PgStore::lock_watcher(self, agent)?.map(|l| Box::new(l) as Held))
+    }
+    fn begin(&self, wait: bool) -> Result<Option<Guard>> {
+        Ok(PgStore::begin(self, wait)?.map(Guard::new))
+    }
+    fn commit(&self, g: Guard) -> Result<()> {
+        PgStore::commit(self, g.into_inner::<PgGuard>())
+    }
+    fn next_token(&self, g: &Guard) -> Result<u64> {
+        PgStore::next_token(self, pg(g))
+    }
+    fn insert(&self, g: &Guard, record: &Record) -> Result<()> {
+        PgStore::insert(self, pg(g), record)
+    }
+    fn replace(&self, g: &Guard, record: &Record) -> Result<()> {
+        PgStore::replace(self, pg(g), record)
+    }
+    fn remove(&self, g: &Guard, key: &str) -> Result<()> {
+        PgStore::remove(self, pg(g), key)
+    }
+    fn audit(&self, g: &Guard, event: &AuditEvent) -> Result<()> {
+        PgStore::audit(self, pg(g), event)
+    }
+    fn write_queue(&self, g: &Guard, q: &Queue) -> Result<()> {
+        PgStore::write_queue(self, pg(g), q)
+    }
+    fn send(&self, g: &Guard, msg: &Message) -> Result<()> {
+        PgStore::send(self, pg(g), msg)
+    }
+    fn write_agent(&self, g: &Guard, entry: &AgentEntry) -> Result<()> {
+        PgStore::write_agent(self, pg(g), entry)
+    }
+    fn remove_agent(&self, g: &Guard, id: &str) -> Result<()> {
+        PgStore::remove_agent(self, pg(g), id)
+    }
+    fn write_ended(&self, g: &Guard, ended: &Ended) -> Result<()> {
+        PgStore::write_ended(self, pg(g), ended)
+    }
+    fn append_note(&self, g: &Guard, key: &str, note: &Note) -> Result<()> {
+        PgStore::append_note(self, pg(g), key, note)
+    }
+    fn write_freeze(&self, g: &Guard, f: &Freeze) -> Result<()> {
+        PgStore::write_freeze(self, pg(g), f)
+    }
+    fn remove_freeze(&self, g: &Guard, pattern: &str) -> Result<Option<Freeze>> {
+        PgStore::remove_freeze(self, pg(g), pattern)
     }
 }

@@ -83,6 +83,19 @@ pub fn from_env_or_config(cfg: Option<&Config>) -> Result<Option<PgStore>> {
     }
 }
 
+/// Connect now if a PostgreSQL store is selected (the connection is kept for the
+/// command's later `from_env_or_config`), so that the command's "now" can be read from
+/// the server's clock: true when it was. Called before a command's `Ctx::now` is taken.
+#[cfg(feature = "postgres")]
+pub fn open_early(cfg: Option<&Config>) -> Result<bool> {
+    Ok(from_env_or_config(cfg)?.is_some())
+}
+
+#[cfg(not(feature = "postgres"))]
+pub fn open_early(cfg: Option<&Config>) -> Result<bool> {
+    from_env_or_config(cfg).map(|s| s.is_some())
+}
+
 /// Built without the `postgres` feature: a selected PostgreSQL store is an error.
 #[cfg(not(feature = "postgres"))]
 pub fn from_env_or_config(cfg: Option<&Config>) -> Result<Option<std::convert::Infallible>> {

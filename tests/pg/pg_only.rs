@@ -1,0 +1,249 @@
+//! What only the PostgreSQL store has: agents on other hosts sharing one server, a
+//! server that cannot be reached, a connection lost in the middle of a command.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::common::*;
+
+/// A stand-in for an agent's long-lived process.
+struct Proc(std::process::Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn agents_on_other_hosts_are_judged_by_heartbeats_only() {
+    let mut e = Env::new();
+    let p = Proc(Command::new("sleep").arg("300").spawn().unwrap());
+    e.ok("remote", &["heartbeat", "--pid", &p.0.id().to_string()]);
+    e.ok("remote", &["checkout", "task-1", "--timeout", "2h"]);
+    // What an agent on another machine wrote: another host and boot, and a pid that
+    // means nothing here (this one is about to be gone).
+    for stored in [Stored::Agent("remote"), Stored::Record("task-1")] {
+        stored.edit(&e.dir(), |v| {
+            let slot = if v.get("agent").is_some() {
+                &mut v["agent"]
+            } else {
+                v
+            };
+            slot["host"] = "build-box-2".into();
+            slot["boot_id"] = "00000000-0000-0000-0000-000000000000".into();
+        });
+    }
+    drop(p);
+    // Its pid is gone here, but that says nothing about another host: still held.
+    assert_eq!(e.run(Some("local"), &["checkout", "task-1"]).code, 2);
+    let j = e.run(None, &["agents", "--json"]).json();
+    assert_eq!(j["agents"][0]["state"], "alive", "{j}");
+    // Heartbeats stop: stalled after 3m (kept), dead after 10m (released).
+    e.at("2026-01-01T00:04:00Z");
+    assert_eq!(e.run(Some("local"), &["checkout", "task-1"]).code, 2);
+    e.at("2026-01-01T00:11:00Z");
+    let r = e.ok("local", &["checkout", "task-1", "--json"]).json();
+    assert_eq!(r["took_over"]["agent"]["id"], "remote", "{r}");
+    let events = audit(&e.dir());
+    let auto: Vec<_> = events
+        .iter()
+        .filter(|v| v["event"] == "auto_release")
+        .collect();
+    assert_eq!(auto.len(), 1);
+    assert_eq!(auto[0]["reason"], "agent_death");
+}
+
+/// Run `args` against the store at `url` (no per-test schema), timing it.
+fn against(url: &str, args: &[&str]) -> (Run, Duration) {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut cmd = base_cmd(T0);
+    cmd.env("TASKLOCK_URL", url)
+        .arg("--dir")
+        .arg(tmp.path().join(".locks"))
+        .args(["--agent", "a"])
+        .args(args);
+    let started = Instant::now();
+    let r = exec(cmd);
+    (r, started.elapsed())
+}
+
+#[test]
+fn a_server_that_is_down_is_exit_1_naming_the_masked_url() {
+    // A port nobody listens on.
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let url = format!("postgres://tl:hunter2@127.0.0.1:{port}/db");
+    let (r, took) = against(&url, &["checkout", "k"]);
+    assert_eq!(r.code, 1, "{}", r.text());
+    assert!(
+        r.stderr
+            .contains(&format!("postgres://tl:***@127.0.0.1:{port}/db")),
+        "{}",
+        r.text()
+    );
+    assert!(!r.text().contains("hunter2"), "{}", r.text());
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+    // The same in JSON, for programs.
+    let (r, _) = against(&url, &["checkout", "k", "--json"]);
+    assert_eq!(r.code, 1);
+    assert_eq!(r.json()["error"]["kind"], "store", "{}", r.text());
+}
+
+#[test]
+fn a_server_that_never_answers_gives_up_at_the_connect_timeout() {
+    // Accepts TCP connections (the kernel does, into the backlog) and never answers,
+    // like a stopped server.
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let url = format!("postgres://tl:hunter2@127.0.0.1:{port}/db?connect_timeout=1");
+    let (r, took) = against(&url, &["release", "k"]);
+    drop(l);
+    assert_eq!(r.code, 1, "{}", r.text());
+    assert!(r.stderr.contains("tl:***@127.0.0.1"), "{}", r.text());
+    assert!(took < Duration::from_secs(4), "took {took:?}");
+}
+
+#[test]
+fn a_connection_killed_mid_command_leaves_nothing_half_written() {
+    let e = Env::new();
+    e.ok("a", &["checkout", "warm-up"]);
+    // Hold the records table so the next checkout stops inside its transaction, after
+    // taking its token and before its record is written.
+    let mut blocker = Command::new("psql")
+        .arg(std::env::var("TASKLOCK_TEST_PG_URL").unwrap())
+        .args(["-X", "-q", "-v", "ON_ERROR_STOP=1"])
+        .env("PGAPPNAME", format!("blocker/{}", std::process::id()))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let schema = pg_schema(&e.dir());
+    let stdin = blocker.stdin.as_mut().unwrap();
+    writeln!(
+        stdin,
+        "BEGIN; LOCK TABLE {schema}.records IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(30);"
+    )
+    .unwrap();
+    stdin.flush().unwrap();
+    // Wait until the lock is held.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while psql(
+        &e.dir(),
+        "SELECT count(*) FROM pg_locks WHERE relation = 'records'::regclass AND mode = 'AccessExclusiveLock' AND granted",
+    )
+    .trim()
+        != "1"
+    {
+        assert!(Instant::now() < deadline, "the blocker never locked records");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut cmd = base_cmd(T0);
+    use_store(&mut cmd, &e.dir());
+    cmd.arg("--dir")
+        .arg(e.dir())
+        .args(["--agent", "b", "checkout", "task-1", "--reason", "doomed"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let child = cmd.spawn().unwrap();
+    let pid = child.id();
+    // Once it waits on the table (inside its transaction), end its connection.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let n = psql(
+            &e.dir(),
+            &format!(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'tasklock/{pid}' AND wait_event_type = 'Lock'"
+            ),
+        );
+        if n.trim() == "1" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the checkout never waited on the table"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    psql(
+        &e.dir(),
+        &format!(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'blocker/{}'",
+            std::process::id()
+        ),
+    );
+    let _ = blocker.kill();
+    let _ = blocker.wait();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("lost the connection to PostgreSQL at"),
+        "{stderr}"
+    );
+    // Nothing of it was kept: no record, no audit event, no registry entry.
+    assert_eq!(
+        psql(
+            &e.dir(),
+            "SELECT count(*) FROM records WHERE key = 'task-1'"
+        )
+        .trim(),
+        "0"
+    );
+    assert_eq!(
+        psql(&e.dir(), "SELECT count(*) FROM audit WHERE key = 'task-1'").trim(),
+        "0"
+    );
+    assert_eq!(
+        psql(&e.dir(), "SELECT count(*) FROM agents WHERE id = 'b'").trim(),
+        "0"
+    );
+    // And the next command finds a working store, with a token past the lost one.
+    let j = e.ok("c", &["checkout", "task-1", "--json"]).json();
+    assert!(j["checkout"]["token"].as_u64().unwrap() >= 2, "{j}");
+}
+
+#[test]
+fn every_command_of_a_project_shares_one_schema_and_one_token_sequence() {
+    let e = Env::new();
+    let mut last = 0;
+    for i in 0..5 {
+        let j = e.ok("a", &["checkout", &format!("k{i}"), "--json"]).json();
+        let t = j["checkout"]["token"].as_u64().unwrap();
+        assert!(t > last, "token {t} after {last}");
+        last = t;
+        e.ok("a", &["release", &format!("k{i}")]);
+    }
+    // Nothing went into the lock directory.
+    assert!(!e.dir().join("keys").exists());
+    assert_eq!(
+        psql(&e.dir(), "SELECT max(version) FROM schema_version").trim(),
+        "1"
+    );
+}
+
+#[test]
+fn doctor_reports_the_server_and_the_schema() {
+    let e = Env::new();
+    e.ok("a", &["checkout", "k"]);
+    let r = e.run(Some("a"), &["doctor", "--json"]);
+    let j = r.json();
+    let store = j["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "store")
+        .unwrap_or_else(|| panic!("no store check: {}", r.text()))
+        .clone();
+    assert_eq!(store["status"], "ok", "{store}");
+    let detail = store["detail"].as_str().unwrap();
+    assert!(detail.starts_with("PostgreSQL "), "{detail}");
+    assert!(
+        detail.contains(&format!("schema {} at version 1", pg_schema(&e.dir()))),
+        "{detail}"
+    );
+}
