@@ -107,13 +107,16 @@ where
             limit: *limit,
         };
         let result = discover::read_dir(cli.global.dir.as_deref()).and_then(|dir| {
-            let ctx = Ctx {
+            let mut ctx = Ctx {
                 dir,
                 now: clock::now()?,
                 agent_flag: None,
                 name_flag: None,
                 cfg: Default::default(),
             };
+            if store::pg::open_early(ctx.config().ok().as_ref())? {
+                ctx.now = clock::now()?;
+            }
             commands::audit::follow(&ctx, &filter, format, &mut std::io::stdout())
         });
         return match result {

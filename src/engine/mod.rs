@@ -53,7 +53,7 @@ impl Ctx {
     pub fn open_store(&self) -> Result<Box<dyn Store>> {
         let cfg = self.config().unwrap_or_default();
         if let Some(pg) = crate::store::pg::from_env_or_config(Some(&cfg))? {
-            return Ok(Box::new(pg));
+            return Ok(pg);
         }
         let store = FileStore::open_or_create(&self.dir)?;
         Store::share_config(&store, &cfg);
@@ -65,7 +65,7 @@ impl Ctx {
     pub fn existing_store(&self) -> Result<Option<Box<dyn Store>>> {
         let cfg = self.config().unwrap_or_default();
         if let Some(pg) = crate::store::pg::from_env_or_config(Some(&cfg))? {
-            return Ok(Some(Box::new(pg)));
+            return Ok(Some(pg));
         }
         let Some(store) = FileStore::open_existing(&self.dir)? else {
             return Ok(None);

@@ -34,9 +34,26 @@ struct Conn {
     /// The first statement that failed in the open transaction: PostgreSQL aborts the
     /// transaction there, and COMMIT would silently roll it back.
     failed: RefCell<Option<String>>,
+    /// Reads made inside the open transaction that no other process can change before
+    /// it ends (every change of the project holds its advisory lock), kept until then.
+    cache: RefCell<TxCache>,
+}
+
+/// See [`Conn::cache`]. Own writes update or drop what they change.
+#[derive(Default)]
+struct TxCache {
+    agents: std::collections::HashMap<String, Option<AgentEntry>>,
+    freezes: Option<Vec<Freeze>>,
 }
 
 impl Conn {
+    /// The transaction ended (committed or rolled back): forget what it saw.
+    fn end_tx(&self) {
+        self.in_tx.set(false);
+        self.failed.replace(None);
+        self.cache.replace(TxCache::default());
+    }
+
     /// Run `f` on the client; a failure is an error naming the server, and marks the open
     /// transaction as failed.
     fn run<T>(
@@ -137,7 +154,9 @@ pub struct PgGuard {
     conn: Rc<Conn>,
     done: Cell<bool>,
     changed: Cell<bool>,
-    audited: Cell<bool>,
+    /// Audit events of the transaction, as JSON: written with the COMMIT, in the same
+    /// round trip (nothing reads the log inside a scope).
+    audit: RefCell<Vec<String>>,
 }
 
 impl Drop for PgGuard {
@@ -145,8 +164,7 @@ impl Drop for PgGuard {
         if self.done.get() {
             return;
         }
-        self.conn.in_tx.set(false);
-        self.conn.failed.replace(None);
+        self.conn.end_tx();
         if let Ok(mut c) = self.conn.client.try_borrow_mut() {
             let _ = c.batch_execute("ROLLBACK");
         }
@@ -269,13 +287,15 @@ impl PgStore {
         Ok(store)
     }
 
-    fn connect_new(t: &Target) -> Result<PgStore> {
+    /// A connection of its own (not the process's shared one): for tests.
+    pub(crate) fn connect_new(t: &Target) -> Result<PgStore> {
         let client = connect(t)?;
         let conn = Rc::new(Conn {
             client: RefCell::new(client),
             url: t.masked.clone(),
             in_tx: Cell::new(false),
             failed: RefCell::new(None),
+            cache: RefCell::new(TxCache::default()),
         });
         let mut store = PgStore {
             conn,
@@ -530,13 +550,22 @@ impl PgStore {
     }
 
     pub fn read_agent(&self, id: &str) -> Result<Option<AgentEntry>> {
-        Ok(self
+        let in_tx = self.conn.in_tx.get();
+        if in_tx && let Some(e) = self.conn.cache.borrow().agents.get(id) {
+            return Ok(e.clone());
+        }
+        let entry = self
             .one::<AgentEntry>(
                 "read an agent",
                 "SELECT data::text FROM agents WHERE id = $1",
                 &[(&id, Type::TEXT)],
             )?
-            .filter(|e| e.id == id))
+            .filter(|e| e.id == id);
+        if in_tx {
+            let mut cache = self.conn.cache.borrow_mut();
+            cache.agents.insert(id.to_string(), entry.clone());
+        }
+        Ok(entry)
     }
 
     pub fn scan_agents(&self) -> Result<Vec<AgentEntry>> {
@@ -568,9 +597,16 @@ impl PgStore {
     }
 
     pub fn freezes(&self) -> Result<Vec<Freeze>> {
+        let in_tx = self.conn.in_tx.get();
+        if in_tx && let Some(f) = &self.conn.cache.borrow().freezes {
+            return Ok(f.clone());
+        }
         let mut out: Vec<Freeze> =
             self.all("read the freezes", "SELECT data::text FROM freezes", &[])?;
         out.sort_by(|a, b| a.pattern.cmp(&b.pattern));
+        if in_tx {
+            self.conn.cache.borrow_mut().freezes = Some(out.clone());
+        }
         Ok(out)
     }
 
@@ -743,10 +779,10 @@ impl PgStore {
             conn: self.conn.clone(),
             done: Cell::new(false),
             changed: Cell::new(false),
-            audited: Cell::new(false),
+            audit: RefCell::new(Vec::new()),
         };
+        self.conn.end_tx();
         self.conn.in_tx.set(true);
-        self.conn.failed.replace(None);
         if !granted {
             // Dropping the guard rolls the empty transaction back.
             return Ok(None);
@@ -759,8 +795,8 @@ impl PgStore {
     /// then nothing of it was kept.
     pub fn commit(&self, g: PgGuard) -> Result<()> {
         g.done.set(true);
-        self.conn.in_tx.set(false);
         let failed = self.conn.failed.replace(None);
+        self.conn.end_tx();
         let mut client = self.conn.client.borrow_mut();
         if let Some(first) = failed {
             let _ = client.batch_execute("ROLLBACK");
@@ -772,10 +808,30 @@ impl PgStore {
         // A statement before COMMIT in the same round trip: it fails if the transaction
         // was aborted by anything not seen above, and COMMIT then never runs.
         let mut sql = String::from("SELECT 1; ");
-        for (flag, what) in [(&g.changed, "changes"), (&g.audited, "audit")] {
-            if flag.get() {
-                sql.push_str(&format!("SELECT pg_notify('{}', ''); ", self.channel(what)));
+        let events = g.audit.take();
+        if !events.is_empty() {
+            // One statement for every event, in order (ids follow it), as a dollar-quoted
+            // literal whose tag the JSON does not contain.
+            let json = format!("[{}]", events.join(","));
+            let mut tag = String::from("$tl$");
+            let mut n = 0;
+            while json.contains(&tag) {
+                n += 1;
+                tag = format!("$tl{n}$");
             }
+            sql.push_str(&format!(
+                "INSERT INTO audit (ts, event, key, agent, data) \
+                 SELECT (e->>'ts')::timestamptz, e->>'event', e->>'key', e->>'agent', e \
+                 FROM jsonb_array_elements({tag}{json}{tag}::jsonb) WITH ORDINALITY AS t(e, n) \
+                 ORDER BY n; SELECT pg_notify('{}', ''); ",
+                self.channel("audit")
+            ));
+        }
+        if g.changed.get() {
+            sql.push_str(&format!(
+                "SELECT pg_notify('{}', ''); ",
+                self.channel("changes")
+            ));
         }
         sql.push_str("COMMIT");
         match client.simple_query(&sql) {
@@ -870,22 +926,8 @@ impl PgStore {
     }
 
     pub fn audit(&self, g: &PgGuard, ev: &AuditEvent) -> Result<()> {
-        g.audited.set(true);
-        let data = to_json(ev, "audit event")?;
-        let ts = rfc3339(&ev.ts);
-        self.exec(
-            "append to the audit log",
-            "INSERT INTO audit (ts, event, key, agent, data) \
-             VALUES ($1::timestamptz, $2, $3, $4, $5::jsonb) RETURNING 1",
-            &[
-                (&ts, Type::TEXT),
-                (&ev.event, Type::TEXT),
-                (&ev.key, Type::TEXT),
-                (&ev.agent, Type::TEXT),
-                (&data, Type::TEXT),
-            ],
-        )
-        .map(|_| ())
+        g.audit.borrow_mut().push(to_json(ev, "audit event")?);
+        Ok(())
     }
 
     pub fn write_queue(&self, g: &PgGuard, q: &Queue) -> Result<()> {
@@ -928,6 +970,7 @@ impl PgStore {
     }
 
     pub fn write_agent(&self, _g: &PgGuard, entry: &AgentEntry) -> Result<()> {
+        self.conn.cache.borrow_mut().agents.remove(&entry.id);
         let data = to_json(entry, "agent entry")?;
         self.exec(
             "write an agent entry",
@@ -939,6 +982,7 @@ impl PgStore {
     }
 
     pub fn remove_agent(&self, _g: &PgGuard, id: &str) -> Result<()> {
+        self.conn.cache.borrow_mut().agents.remove(id);
         self.exec(
             "remove an agent entry",
             "DELETE FROM agents WHERE id = $1 RETURNING 1",
@@ -975,6 +1019,7 @@ impl PgStore {
 
     pub fn write_freeze(&self, g: &PgGuard, f: &Freeze) -> Result<()> {
         g.changed.set(true);
+        self.conn.cache.borrow_mut().freezes = None;
         let data = to_json(f, "freeze")?;
         let until = rfc3339(&f.until);
         self.exec(
@@ -993,6 +1038,7 @@ impl PgStore {
 
     pub fn remove_freeze(&self, g: &PgGuard, pattern: &str) -> Result<Option<Freeze>> {
         g.changed.set(true);
+        self.conn.cache.borrow_mut().freezes = None;
         self.one(
             "remove a freeze",
             "DELETE FROM freezes WHERE pattern = $1 RETURNING data::text",

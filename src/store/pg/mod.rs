@@ -70,14 +70,14 @@ pub fn selected(cfg: Option<&Config>) -> Result<Option<Target>> {
 /// the command's clock set from the server's; `None` when the lock directory is the store.
 /// Server down: an error naming the URL (password masked) within the connect timeout.
 #[cfg(feature = "postgres")]
-pub fn from_env_or_config(cfg: Option<&Config>) -> Result<Option<PgStore>> {
+pub fn from_env_or_config(cfg: Option<&Config>) -> Result<Option<Box<dyn crate::store::Store>>> {
     match selected(cfg)? {
         Some(t) => {
             let store = PgStore::open(&t)?;
             if let Some(c) = cfg {
                 store.share_config(c);
             }
-            Ok(Some(store))
+            Ok(Some(Box::new(store)))
         }
         None => Ok(None),
     }
@@ -86,19 +86,13 @@ pub fn from_env_or_config(cfg: Option<&Config>) -> Result<Option<PgStore>> {
 /// Connect now if a PostgreSQL store is selected (the connection is kept for the
 /// command's later `from_env_or_config`), so that the command's "now" can be read from
 /// the server's clock: true when it was. Called before a command's `Ctx::now` is taken.
-#[cfg(feature = "postgres")]
 pub fn open_early(cfg: Option<&Config>) -> Result<bool> {
     Ok(from_env_or_config(cfg)?.is_some())
 }
 
-#[cfg(not(feature = "postgres"))]
-pub fn open_early(cfg: Option<&Config>) -> Result<bool> {
-    from_env_or_config(cfg).map(|s| s.is_some())
-}
-
 /// Built without the `postgres` feature: a selected PostgreSQL store is an error.
 #[cfg(not(feature = "postgres"))]
-pub fn from_env_or_config(cfg: Option<&Config>) -> Result<Option<std::convert::Infallible>> {
+pub fn from_env_or_config(cfg: Option<&Config>) -> Result<Option<Box<dyn crate::store::Store>>> {
     match selected(cfg)? {
         Some(t) => Err(Error::Store(format!(
             "{} selects the PostgreSQL store ({}), but this tasklock was built without it; rebuild with `--features postgres`",

@@ -124,7 +124,7 @@ fn the_scope_is_serial_and_try_does_not_wait() {
     let Some((t, s)) = fresh("serial") else {
         return;
     };
-    let other = PgStore::open(&t).unwrap();
+    let other = PgStore::connect_new(&t).unwrap();
     let g = s.begin(true).unwrap().unwrap();
     assert!(other.begin(false).unwrap().is_none(), "busy: None at once");
     s.commit(g).unwrap();
@@ -135,7 +135,7 @@ fn the_scope_is_serial_and_try_does_not_wait() {
 #[test]
 fn a_killed_connection_keeps_nothing_and_says_so() {
     let Some((t, s)) = fresh("kill") else { return };
-    let killer = PgStore::open(&t).unwrap();
+    let killer = PgStore::connect_new(&t).unwrap();
     let pid: i32 = s
         .with_client("pid", |c| {
             c.query_one("SELECT pg_backend_pid()", &[])
@@ -167,7 +167,7 @@ fn notifications_wake_a_waiter_after_commit() {
     let Some((t, s)) = fresh("notify") else {
         return;
     };
-    let other = PgStore::open(&t).unwrap();
+    let other = PgStore::connect_new(&t).unwrap();
     let mut changes = other.changes().unwrap();
     let mut follow = other.follow_audit().unwrap();
     assert!(follow.next(Duration::from_millis(10)).unwrap().is_empty());
@@ -189,7 +189,7 @@ fn notifications_wake_a_waiter_after_commit() {
 #[test]
 fn one_watcher_per_agent() {
     let Some((t, s)) = fresh("watch") else { return };
-    let other = PgStore::open(&t).unwrap();
+    let other = PgStore::connect_new(&t).unwrap();
     let held = s.lock_watcher("a").unwrap().expect("first");
     assert!(other.lock_watcher("a").unwrap().is_none());
     assert!(other.lock_watcher("b").unwrap().is_some());

@@ -1,0 +1,346 @@
+#!/usr/bin/env python3
+"""Benchmark of the PostgreSQL store against the file store, in one run.
+
+Run from anywhere:
+
+    python3 bench/pg.py [--baseline-rev REV]
+
+It builds `tasklock` as install.sh does (bench/bench.py's build), starts a throwaway
+PostgreSQL cluster on 127.0.0.1 (initdb into a temp dir, as the `postgres` user when run
+as root; or use --url), and measures whole process invocations, as an agent sees them:
+
+  1. one `checkout` and one `release` of a free key, per invocation: the file store and
+     the PostgreSQL store (and, with --baseline-rev, the file store with the binary built
+     from that revision: what this build costs the file-store path), interleaved round
+     by round in a shuffled order; plus the size of each binary;
+  2. one `checkout --any` over a list of L keys whose first T are held by others (each
+     refused key is read, judged and audited as a deny under the transaction scope, so
+     the cost grows with T): L = 1000 with T in (0, 100, 500), L = 10000 with T in
+     (0, 100, 1000);
+  3. a backlog drain: 16 agent processes take keys from an N-key backlog with
+     `checkout --any` (each agent with the list in its own random order, as agents
+     should) until none is free; claims per second, and a check that no key and no
+     fencing token was handed out twice and that every key was taken. N is 1000 and
+     --drain (10000).
+
+Needs Linux, Python 3.9+ (standard library only), cargo and PostgreSQL's server binaries
+(/usr/lib/postgresql/*/bin) unless --url is given. Figures: docs/performance.md.
+"""
+
+import argparse
+import json
+import os
+import random
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench  # noqa: E402  (the house helpers: build, run, pct)
+
+SEED = 20261123
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--runs", type=int, default=200,
+                   help="rounds of benchmark 1 (default 200)")
+    p.add_argument("--warmup", type=int, default=10, help="unrecorded rounds first (default 10)")
+    p.add_argument("--any-runs", type=int, default=5,
+                   help="invocations per point of benchmark 2 (default 5)")
+    p.add_argument("--drain", type=int, default=10_000,
+                   help="keys in the large backlog of benchmark 3 (default 10000)")
+    p.add_argument("--agents", type=int, default=16, help="drain processes (default 16)")
+    p.add_argument("--stores", default="file,pg",
+                   help="stores for benchmarks 2 and 3 (default file,pg)")
+    p.add_argument("--skip", default="", help="comma-separated benchmarks to skip: 1,2,3")
+    p.add_argument("--tasklock", help="binary to measure, skipping the build")
+    p.add_argument("--baseline-rev", help="also build this git revision (e.g. the commit "
+                   "before the PostgreSQL store) and compare its file-store path")
+    p.add_argument("--baseline", help="a prebuilt baseline binary instead of --baseline-rev")
+    p.add_argument("--also", action="append", default=[], metavar="NAME=BIN",
+                   help="another binary whose file-store path benchmark 1 measures too "
+                   "(e.g. a --no-default-features build); repeatable")
+    p.add_argument("--url", help="an existing server (postgres://…); schemas bench_* are "
+                   "created in it. Default: a throwaway cluster")
+    p.add_argument("--fsync", choices=["on", "off"], default="on",
+                   help="fsync of the throwaway cluster (default on, as a real server)")
+    p.add_argument("--json-out", metavar="FILE", help="also write every figure to FILE")
+    return p.parse_args()
+
+
+# --- a throwaway server -------------------------------------------------------------------
+
+def pg_bin():
+    import glob
+    dirs = sorted(glob.glob("/usr/lib/postgresql/*/bin"),
+                  key=lambda d: int(d.split("/")[-2].split(".")[0]))
+    dirs = [d for d in dirs if os.path.exists(os.path.join(d, "initdb"))]
+    if not dirs:
+        sys.exit("bench: no PostgreSQL server binaries in /usr/lib/postgresql/*/bin; "
+                 "apt-get install postgresql, or pass --url")
+    return dirs[-1]
+
+
+class Cluster:
+    def __init__(self, fsync):
+        self.bin = pg_bin()
+        self.tmp = tempfile.mkdtemp(prefix="tasklock-bench-pg-")
+        self.data = os.path.join(self.tmp, "data")
+        self.prefix = []
+        if os.geteuid() == 0:
+            subprocess.run(["chown", "postgres", self.tmp], check=True)
+            self.prefix = ["setpriv", "--reuid=postgres", "--regid=postgres", "--init-groups"]
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.sh([f"{self.bin}/initdb", "-D", self.data, "-A", "trust", "-U", "postgres",
+                 "--no-sync"])
+        opts = (f"-k {self.tmp} -p {self.port} -c listen_addresses=127.0.0.1 "
+                f"-c fsync={self.fsync_word(fsync)} -c max_connections=200")
+        self.sh([f"{self.bin}/pg_ctl", "-D", self.data, "-l", os.path.join(self.tmp, "log"),
+                 "-w", "-o", opts, "start"])
+        self.url = f"postgres://postgres@127.0.0.1:{self.port}/postgres"
+        self.version = subprocess.run([f"{self.bin}/postgres", "--version"],
+                                      capture_output=True, text=True).stdout.strip()
+
+    @staticmethod
+    def fsync_word(v):
+        return "on" if v == "on" else "off"
+
+    def sh(self, argv):
+        r = subprocess.run(self.prefix + argv, capture_output=True, text=True,
+                           stdin=subprocess.DEVNULL)
+        if r.returncode != 0:
+            sys.exit(f"bench: {' '.join(argv)} failed:\n{r.stdout}{r.stderr}")
+
+    def stop(self):
+        subprocess.run(self.prefix + [f"{self.bin}/pg_ctl", "-D", self.data, "-m", "fast",
+                                      "stop"], capture_output=True)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+# --- running ------------------------------------------------------------------------------
+
+class Store:
+    """Where a command keeps its checkouts: a lock directory, plus a schema when on
+    PostgreSQL (a fresh one per Store)."""
+    count = 0
+
+    def __init__(self, kind, tmp, url):
+        Store.count += 1
+        self.kind = kind
+        self.dir = os.path.join(tmp, f"{kind}-{Store.count}", ".locks")
+        os.makedirs(os.path.dirname(self.dir))
+        self.env = dict(bench.ENV)
+        if kind == "pg":
+            self.env["TASKLOCK_URL"] = f"{url}?schema=bench_{os.getpid()}_{Store.count}"
+
+    def argv(self, tl, agent, *args):
+        return [tl, *args, "--dir", self.dir, "--agent", agent]
+
+
+def run(argv, env):
+    t0 = time.perf_counter_ns()
+    pid = os.posix_spawn(argv[0], argv, env, file_actions=bench.FILE_ACTIONS)
+    _, status = os.waitpid(pid, 0)
+    return (time.perf_counter_ns() - t0) / 1e9, os.waitstatus_to_exitcode(status)
+
+
+def must(argv, env, want=0):
+    r = subprocess.run(argv, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    if r.returncode != want:
+        sys.exit(f"bench: `{' '.join(argv[:6])} …` exited {r.returncode}, expected {want}\n"
+                 f"{r.stdout[-2000:]}{r.stderr[-2000:]}")
+    return r
+
+
+def ms(x):
+    return f"{x * 1000:.2f} ms"
+
+
+def hold(tl, store, keys, jobs=4):
+    """Hold each key (one plain checkout each, by agents holder-0..), a few at a time."""
+    def take(i):
+        must(store.argv(tl, f"holder-{i % 50}", "checkout", keys[i]), store.env)
+    with ThreadPoolExecutor(jobs) as ex:
+        list(ex.map(take, range(len(keys))))
+
+
+# --- benchmark 1 --------------------------------------------------------------------------
+
+def bench_roundtrip(series, a, rng):
+    """series: name -> (binary, Store). Each round: checkout then release of one key, for
+    every series in a shuffled order."""
+    times = {n: {"checkout": [], "release": []} for n in series}
+    names = list(series)
+    for r in range(a.warmup + a.runs):
+        rng.shuffle(names)
+        for n in names:
+            tl, st = series[n]
+            for op, want in (("checkout", 0), ("release", 0)):
+                t, rc = run(st.argv(tl, "bench", op, "k"), st.env)
+                if rc != want:
+                    must(st.argv(tl, "bench", op, "k"), st.env, want)
+                if r >= a.warmup:
+                    times[n][op].append(t)
+    return times
+
+
+# --- benchmark 2 --------------------------------------------------------------------------
+
+def bench_any(tl, kind, tmp, url, a):
+    out = []
+    for length, ahead in ((1000, 0), (1000, 100), (1000, 500),
+                          (10_000, 0), (10_000, 100), (10_000, 1000)):
+        if True:
+            st = Store(kind, tmp, url)
+            must(st.argv(tl, "setup", "list"), st.env)  # the schema, made before timing
+            keys = [f"b{i:05d}" for i in range(length)]
+            if ahead:
+                hold(tl, st, keys[:ahead])
+            xs = []
+            for i in range(a.any_runs):
+                argv = st.argv(tl, f"claimer-{i}", "checkout", "--any", *keys)
+                t, rc = run(argv, st.env)
+                if rc != 0:
+                    must(argv, st.env)
+                xs.append(t)
+                # Give the key back, so every run finds the same T held ahead of it.
+                must(st.argv(tl, f"claimer-{i}", "release", keys[ahead]), st.env)
+            med = statistics.median(xs)
+            out.append({"store": kind, "keys": length, "held_ahead": ahead, "median_s": med})
+            print(f"  {kind:4} --any over {length:>5} keys, {ahead:>4} held ahead: "
+                  f"{ms(med)}", flush=True)
+    return out
+
+
+# --- benchmark 3 --------------------------------------------------------------------------
+
+def drain(tl, kind, tmp, url, n, agents):
+    st = Store(kind, tmp, url)
+    keys = [f"job-{i:05d}" for i in range(n)]
+    # Make the store (and schema) first, so the agents do not all create it at once.
+    must(st.argv(tl, "setup", "list"), st.env)
+
+    def agent(i):
+        rng = random.Random(SEED + i)
+        mine = keys[:]
+        rng.shuffle(mine)
+        got = []
+        while True:
+            argv = st.argv(tl, f"drainer-{i}", "checkout", "--json", "--any", *mine)
+            r = subprocess.run(argv, env=st.env, capture_output=True, text=True,
+                               stdin=subprocess.DEVNULL)
+            if r.returncode == 2:
+                return got
+            if r.returncode != 0:
+                raise RuntimeError(f"drainer-{i}: exit {r.returncode}: {r.stderr[-500:]}")
+            c = json.loads(r.stdout)["checkout"]
+            got.append((c["key"], c["token"]))
+            # Taken keys go to the end of this agent's list: it tries the others first.
+            mine.remove(c["key"])
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(agents) as ex:
+        results = list(ex.map(agent, range(agents)))
+    took = time.perf_counter() - t0
+    claims = [c for r in results for c in r]
+    keys_taken = [k for k, _ in claims]
+    tokens = [t for _, t in claims]
+    dup_keys = len(keys_taken) - len(set(keys_taken))
+    dup_tokens = len(tokens) - len(set(tokens))
+    left = n - len(set(keys_taken))
+    per_agent = sorted(len(r) for r in results)
+    res = {"store": kind, "keys": n, "agents": agents, "seconds": took,
+           "claims": len(claims), "claims_per_s": len(claims) / took,
+           "duplicate_keys": dup_keys, "duplicate_tokens": dup_tokens, "keys_left": left,
+           "claims_per_agent_min_max": [per_agent[0], per_agent[-1]]}
+    ok = dup_keys == 0 and dup_tokens == 0 and left == 0
+    print(f"  {kind:4} drain of {n:>5} keys by {agents} agents: {took:.1f} s, "
+          f"{res['claims_per_s']:.0f} claims/s, per agent {per_agent[0]}..{per_agent[-1]}, "
+          f"duplicate keys {dup_keys}, duplicate tokens {dup_tokens}, keys left {left}"
+          f"{'' if ok else '  <-- WRONG'}", flush=True)
+    if not ok:
+        sys.exit("bench: the drain handed out a key or a token twice, or left keys")
+    return res
+
+
+# --- main ---------------------------------------------------------------------------------
+
+def main():
+    a = parse_args()
+    rng = random.Random(SEED)
+    skip = set(filter(None, a.skip.split(",")))
+    tl = a.tasklock or bench.build(None)
+    baseline = a.baseline or (bench.build(a.baseline_rev) if a.baseline_rev else None)
+    if baseline and os.path.realpath(baseline) == os.path.realpath(tl):
+        sys.exit("bench: the baseline is the same file as the binary measured")
+    if baseline:
+        # Copied: bench.build of a revision and of the working tree may share a path.
+        copy = os.path.join(tempfile.mkdtemp(prefix="tasklock-baseline-"), "tasklock")
+        shutil.copy2(baseline, copy)
+        baseline = copy
+    cluster = None if a.url else Cluster(a.fsync)
+    url = a.url or cluster.url
+    tmp = tempfile.mkdtemp(prefix="tasklock-bench-")
+    figures = {"binary_bytes": os.path.getsize(tl)}
+    try:
+        print(f"bench: tasklock {tl} ({os.path.getsize(tl):,} bytes)")
+        if baseline:
+            print(f"bench: baseline {baseline} ({os.path.getsize(baseline):,} bytes, "
+                  f"{a.baseline_rev or 'given'})")
+            figures["baseline_bytes"] = os.path.getsize(baseline)
+        print(f"bench: PostgreSQL {cluster.version if cluster else url}"
+              f"{f', fsync={a.fsync}' if cluster else ''}; {os.cpu_count()} CPUs")
+        if "1" not in skip:
+            series = {"file": (tl, Store("file", tmp, url)), "pg": (tl, Store("pg", tmp, url))}
+            if baseline:
+                series["file, baseline"] = (baseline, Store("file", tmp, url))
+            for spec in a.also:
+                name, path = spec.split("=", 1)
+                series[f"file, {name}"] = (os.path.abspath(path), Store("file", tmp, url))
+                print(f"bench: {name} {path} ({os.path.getsize(path):,} bytes)")
+                figures[f"{name}_bytes"] = os.path.getsize(path)
+            print(f"1. checkout + release per invocation ({a.runs} rounds, medians, p90):")
+            times = bench_roundtrip(series, a, rng)
+            figures["roundtrip"] = {}
+            for n, ops in times.items():
+                c, r = ops["checkout"], ops["release"]
+                figures["roundtrip"][n] = {
+                    "checkout_median_s": statistics.median(c), "checkout_p90_s": bench.pct(c, 90),
+                    "release_median_s": statistics.median(r), "release_p90_s": bench.pct(r, 90)}
+                print(f"  {n:22} checkout {ms(statistics.median(c))} (p90 {ms(bench.pct(c, 90))})"
+                      f", release {ms(statistics.median(r))} (p90 {ms(bench.pct(r, 90))})")
+            if baseline:
+                for op in ("checkout", "release"):
+                    new, old = times["file"][op], times["file, baseline"][op]
+                    lo, hi = bench.ratio_ci(new, old, rng)
+                    ratio = statistics.median(new) / statistics.median(old)
+                    figures[f"file_{op}_vs_baseline"] = [ratio, lo, hi]
+                    print(f"  file store {op}, this build / baseline: {ratio:.3f} "
+                          f"(95% CI {lo:.3f}..{hi:.3f})")
+        kinds = [k for k in a.stores.split(",") if k]
+        if "2" not in skip:
+            print("2. checkout --any, one invocation (median):")
+            figures["any"] = [x for k in kinds for x in bench_any(tl, k, tmp, url, a)]
+        if "3" not in skip:
+            print(f"3. backlog drain, {a.agents} agents, checkout --any until empty:")
+            figures["drain"] = [drain(tl, k, tmp, url, n, a.agents)
+                                for n in (1000, a.drain) for k in kinds]
+    finally:
+        if cluster:
+            cluster.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    if a.json_out:
+        with open(a.json_out, "w") as f:
+            json.dump(figures, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
