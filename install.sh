@@ -50,6 +50,8 @@
 # Environment:
 #   TASKLOCK_INSTALL_BINARY=PATH  install this prebuilt binary instead of running
 #                                 `cargo build --release --locked` (for tests and packagers)
+#   TASKLOCK_FEATURES=postgres    build with these cargo features (`postgres`: the
+#                                 PostgreSQL store, docs/postgres.md)
 #   XDG_BIN_HOME, XDG_DATA_HOME   as above; CARGO_TARGET_DIR is honoured for the build
 #   TASKLOCK_REPO, TASKLOCK_REF   where to fetch the source from when not run from a checkout
 #
@@ -477,9 +479,12 @@ if [ -z "$source_bin" ]; then
     # build scripts and proc macros.
     host=$(rustc -vV 2>/dev/null | sed -n 's/^host: //p')
     target_args='' release_dir=release
+    if [ -n "${TASKLOCK_FEATURES:-}" ]; then
+        target_args="--features $TASKLOCK_FEATURES"
+    fi
     case $host in
         *-linux-gnu)
-            target_args="--target $host" release_dir=$host/release
+            target_args="${target_args:+$target_args }--target $host" release_dir=$host/release
             flags_var=CARGO_TARGET_$(printf '%s' "$host" | tr 'a-z.-' 'A-Z__')_RUSTFLAGS
             export "$flags_var=-C target-feature=+crt-static"
             ;;
@@ -491,7 +496,7 @@ if [ -z "$source_bin" ]; then
     else
         say "Building: cargo build --release --locked $target_args (in $here)"
     fi
-    # shellcheck disable=SC2086 # target_args is empty or two words
+    # shellcheck disable=SC2086 # target_args is empty or a few words
     (cd "$here" && cargo build --release --locked $target_args) || die "cargo build failed (output above)"
     target_dir=${CARGO_TARGET_DIR:-target}
     case $target_dir in /*) ;; *) target_dir=$here/$target_dir ;; esac

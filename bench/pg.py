@@ -5,14 +5,16 @@ Run from anywhere:
 
     python3 bench/pg.py [--baseline-rev REV]
 
-It builds `tasklock` as install.sh does (bench/bench.py's build), starts a throwaway
+It builds `tasklock` as install.sh does, with and without `--features postgres`, and,
+with --baseline-rev, that revision (bench/bench.py's build); starts a throwaway
 PostgreSQL cluster on 127.0.0.1 (initdb into a temp dir, as the `postgres` user when run
 as root; or use --url), and measures whole process invocations, as an agent sees them:
 
   1. one `checkout` and one `release` of a free key, per invocation: the file store and
-     the PostgreSQL store (and, with --baseline-rev, the file store with the binary built
-     from that revision: what this build costs the file-store path), interleaved round
-     by round in a shuffled order; plus the size of each binary;
+     the PostgreSQL store with the feature built in, the file store of the default build
+     (feature off) and, with --baseline-rev, of the binary built from that revision (what
+     this change costs the file-store path), interleaved round by round in a shuffled
+     order; plus the size of each binary;
   2. one `checkout --any` over a list of L keys whose first T are held by others (each
      refused key is read, judged and audited as a deny under the transaction scope, so
      the cost grows with T): L = 1000 with T in (0, 100, 500), L = 10000 with T in
@@ -21,7 +23,8 @@ as root; or use --url), and measures whole process invocations, as an agent sees
      `checkout --any` (each agent with the list in its own random order, as agents
      should) until none is free; claims per second, and a check that no key and no
      fencing token was handed out twice and that every key was taken. N is 1000 and
-     --drain (10000).
+     --drain (10000); a drain still going after --drain-limit seconds (300) stops there
+     and says how far it got.
 
 Needs Linux, Python 3.9+ (standard library only), cargo and PostgreSQL's server binaries
 (/usr/lib/postgresql/*/bin) unless --url is given. Figures: docs/performance.md.
@@ -56,10 +59,16 @@ def parse_args():
     p.add_argument("--drain", type=int, default=10_000,
                    help="keys in the large backlog of benchmark 3 (default 10000)")
     p.add_argument("--agents", type=int, default=16, help="drain processes (default 16)")
+    p.add_argument("--drain-limit", type=float, default=300,
+                   help="stop a drain after this many seconds and report how far it got "
+                   "(default 300)")
     p.add_argument("--stores", default="file,pg",
                    help="stores for benchmarks 2 and 3 (default file,pg)")
     p.add_argument("--skip", default="", help="comma-separated benchmarks to skip: 1,2,3")
-    p.add_argument("--tasklock", help="binary to measure, skipping the build")
+    p.add_argument("--tasklock", help="binary with the postgres feature to measure, skipping "
+                   "the build")
+    p.add_argument("--plain", help="the same without the feature (default: built, unless "
+                   "--tasklock is given)")
     p.add_argument("--baseline-rev", help="also build this git revision (e.g. the commit "
                    "before the PostgreSQL store) and compare its file-store path")
     p.add_argument("--baseline", help="a prebuilt baseline binary instead of --baseline-rev")
@@ -72,6 +81,31 @@ def parse_args():
                    help="fsync of the throwaway cluster (default on, as a real server)")
     p.add_argument("--json-out", metavar="FILE", help="also write every figure to FILE")
     return p.parse_args()
+
+
+# --- building ---------------------------------------------------------------------------
+
+def build(features):
+    """Build the working tree as install.sh does (static on glibc Linux), with `features`,
+    into target/bench-pg/<features or none>."""
+    host = subprocess.run(["rustc", "-vV"], capture_output=True, text=True).stdout
+    host = next((l.split(": ", 1)[1] for l in host.splitlines() if l.startswith("host: ")), "")
+    target = os.path.join(bench.REPO, "target", "bench-pg", features or "none")
+    env, extra, release = dict(os.environ), [], "release"
+    if features:
+        extra += ["--features", features]
+    if host.endswith("-linux-gnu"):
+        var = "CARGO_TARGET_" + host.upper().replace("-", "_").replace(".", "_") + "_RUSTFLAGS"
+        env[var] = "-C target-feature=+crt-static"
+        extra += ["--target", host]
+        release = os.path.join(host, "release")
+    print(f"bench: cargo build --release --locked {' '.join(extra)} (working tree)",
+          file=sys.stderr, flush=True)
+    rc = subprocess.run(["cargo", "build", "--release", "--locked", "--quiet",
+                         "--target-dir", target] + extra, cwd=bench.REPO, env=env).returncode
+    if rc != 0:
+        sys.exit("bench: the build failed (see above)")
+    return os.path.join(target, release, "tasklock")
 
 
 # --- a throwaway server -------------------------------------------------------------------
@@ -222,18 +256,20 @@ def bench_any(tl, kind, tmp, url, a):
 
 # --- benchmark 3 --------------------------------------------------------------------------
 
-def drain(tl, kind, tmp, url, n, agents):
+def drain(tl, kind, tmp, url, n, agents, limit):
     st = Store(kind, tmp, url)
     keys = [f"job-{i:05d}" for i in range(n)]
     # Make the store (and schema) first, so the agents do not all create it at once.
     must(st.argv(tl, "setup", "list"), st.env)
+
+    deadline = time.perf_counter() + limit
 
     def agent(i):
         rng = random.Random(SEED + i)
         mine = keys[:]
         rng.shuffle(mine)
         got = []
-        while True:
+        while time.perf_counter() < deadline:
             argv = st.argv(tl, f"drainer-{i}", "checkout", "--json", "--any", *mine)
             r = subprocess.run(argv, env=st.env, capture_output=True, text=True,
                                stdin=subprocess.DEVNULL)
@@ -243,8 +279,9 @@ def drain(tl, kind, tmp, url, n, agents):
                 raise RuntimeError(f"drainer-{i}: exit {r.returncode}: {r.stderr[-500:]}")
             c = json.loads(r.stdout)["checkout"]
             got.append((c["key"], c["token"]))
-            # Taken keys go to the end of this agent's list: it tries the others first.
+            # A key this agent took leaves its list (it would be "already yours").
             mine.remove(c["key"])
+        return got
 
     t0 = time.perf_counter()
     with ThreadPoolExecutor(agents) as ex:
@@ -261,10 +298,12 @@ def drain(tl, kind, tmp, url, n, agents):
            "claims": len(claims), "claims_per_s": len(claims) / took,
            "duplicate_keys": dup_keys, "duplicate_tokens": dup_tokens, "keys_left": left,
            "claims_per_agent_min_max": [per_agent[0], per_agent[-1]]}
-    ok = dup_keys == 0 and dup_tokens == 0 and left == 0
+    res["stopped_at_limit"] = left > 0 and took >= limit
+    ok = dup_keys == 0 and dup_tokens == 0 and (left == 0 or res["stopped_at_limit"])
     print(f"  {kind:4} drain of {n:>5} keys by {agents} agents: {took:.1f} s, "
           f"{res['claims_per_s']:.0f} claims/s, per agent {per_agent[0]}..{per_agent[-1]}, "
           f"duplicate keys {dup_keys}, duplicate tokens {dup_tokens}, keys left {left}"
+          f"{' (stopped at --drain-limit)' if res['stopped_at_limit'] else ''}"
           f"{'' if ok else '  <-- WRONG'}", flush=True)
     if not ok:
         sys.exit("bench: the drain handed out a key or a token twice, or left keys")
@@ -277,7 +316,9 @@ def main():
     a = parse_args()
     rng = random.Random(SEED)
     skip = set(filter(None, a.skip.split(",")))
-    tl = a.tasklock or bench.build(None)
+    tl = a.tasklock or build("postgres")
+    # The file-store path as the default build has it (the feature off).
+    plain = a.plain or (None if a.tasklock else build(""))
     baseline = a.baseline or (bench.build(a.baseline_rev) if a.baseline_rev else None)
     if baseline and os.path.realpath(baseline) == os.path.realpath(tl):
         sys.exit("bench: the baseline is the same file as the binary measured")
@@ -291,7 +332,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="tasklock-bench-")
     figures = {"binary_bytes": os.path.getsize(tl)}
     try:
-        print(f"bench: tasklock {tl} ({os.path.getsize(tl):,} bytes)")
+        print(f"bench: tasklock --features postgres {tl} ({os.path.getsize(tl):,} bytes)")
         if baseline:
             print(f"bench: baseline {baseline} ({os.path.getsize(baseline):,} bytes, "
                   f"{a.baseline_rev or 'given'})")
@@ -300,6 +341,11 @@ def main():
               f"{f', fsync={a.fsync}' if cluster else ''}; {os.cpu_count()} CPUs")
         if "1" not in skip:
             series = {"file": (tl, Store("file", tmp, url)), "pg": (tl, Store("pg", tmp, url))}
+            if plain:
+                series["file, default build"] = (plain, Store("file", tmp, url))
+                print(f"bench: default build (no postgres feature) {plain} "
+                      f"({os.path.getsize(plain):,} bytes)")
+                figures["default_build_bytes"] = os.path.getsize(plain)
             if baseline:
                 series["file, baseline"] = (baseline, Store("file", tmp, url))
             for spec in a.also:
@@ -318,20 +364,23 @@ def main():
                 print(f"  {n:22} checkout {ms(statistics.median(c))} (p90 {ms(bench.pct(c, 90))})"
                       f", release {ms(statistics.median(r))} (p90 {ms(bench.pct(r, 90))})")
             if baseline:
-                for op in ("checkout", "release"):
-                    new, old = times["file"][op], times["file, baseline"][op]
-                    lo, hi = bench.ratio_ci(new, old, rng)
-                    ratio = statistics.median(new) / statistics.median(old)
-                    figures[f"file_{op}_vs_baseline"] = [ratio, lo, hi]
-                    print(f"  file store {op}, this build / baseline: {ratio:.3f} "
-                          f"(95% CI {lo:.3f}..{hi:.3f})")
+                for name in ("file", "file, default build"):
+                    if name not in times:
+                        continue
+                    for op in ("checkout", "release"):
+                        new, old = times[name][op], times["file, baseline"][op]
+                        lo, hi = bench.ratio_ci(new, old, rng)
+                        ratio = statistics.median(new) / statistics.median(old)
+                        figures[f"{name} {op} / baseline"] = [ratio, lo, hi]
+                        print(f"  {name} {op} / baseline: {ratio:.3f} "
+                              f"(95% CI {lo:.3f}..{hi:.3f})")
         kinds = [k for k in a.stores.split(",") if k]
         if "2" not in skip:
             print("2. checkout --any, one invocation (median):")
             figures["any"] = [x for k in kinds for x in bench_any(tl, k, tmp, url, a)]
         if "3" not in skip:
             print(f"3. backlog drain, {a.agents} agents, checkout --any until empty:")
-            figures["drain"] = [drain(tl, k, tmp, url, n, a.agents)
+            figures["drain"] = [drain(tl, k, tmp, url, n, a.agents, a.drain_limit)
                                 for n in (1000, a.drain) for k in kinds]
     finally:
         if cluster:

@@ -34,6 +34,6 @@ mod pg_only;
 #[test]
 fn postgres_suites_need_tasklock_test_pg_url() {
     eprintln!(
-        "tests/pg.rs: not built against PostgreSQL; set TASKLOCK_TEST_PG_URL=postgres://… (or run .ci/run) to run the suites on it"
+        "tests/pg.rs: not built against PostgreSQL; build with --features postgres (or --all-features) and TASKLOCK_TEST_PG_URL=postgres://… set (or run .ci/run) to run the suites on it"
     );
 }
