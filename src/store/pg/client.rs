@@ -137,6 +137,12 @@ thread_local! {
         const { std::mem::ManuallyDrop::new(RefCell::new(Vec::new())) };
 }
 
+/// Close the connections this thread keeps (for a process that runs many commands, such
+/// as `tasklock mcp`, after each one): the next command connects again.
+pub fn close_cached() {
+    OPEN.with(|o| o.borrow_mut().clear());
+}
+
 /// One PostgreSQL schema: one project's checkouts.
 pub struct PgStore {
     conn: Rc<Conn>,
