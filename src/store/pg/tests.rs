@@ -56,6 +56,7 @@ fn record(key: &str, token: u64) -> Record {
         renewed_at: t,
         expires_at: t + chrono::Duration::minutes(30),
         reason: Some("r".into()),
+        owner: None,
     }
 }
 
