@@ -11,10 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::{
-    COMMAND_TIMEOUT, INSTALL_TIMEOUT, Running, e2e_dir, install_lock, read_request, require_tool,
-    run_ok, tasklock_bin,
-};
+use super::{COMMAND_TIMEOUT, Running, npm_install, read_request, tasklock_bin};
 
 /// The Codex CLI release these tests were written and checked against.
 pub const CODEX_VERSION: &str = "0.169.0";
@@ -32,34 +29,14 @@ pub fn codex() -> PathBuf {
 }
 
 fn install_codex() -> PathBuf {
-    let _lock = install_lock("codex.lock");
-    let prefix = e2e_dir().join("codex");
-    if let Some(bin) = find_codex(&prefix) {
-        return bin;
-    }
-    require_tool(
-        "npm",
-        "the Codex end-to-end tests install the Codex CLI with npm; install Node.js and npm (see docs/e2e.md)",
-    );
-    let started = Instant::now();
-    eprintln!(
-        "e2e: installing @openai/codex@{CODEX_VERSION} into {} (first run only)",
-        prefix.display()
-    );
-    std::fs::create_dir_all(&prefix).unwrap();
-    let mut cmd = Command::new("npm");
-    cmd.args(["install", "--no-audit", "--no-fund", "--prefix"])
-        .arg(&prefix)
-        .arg(format!("@openai/codex@{CODEX_VERSION}"));
-    run_ok(cmd, "npm install @openai/codex", INSTALL_TIMEOUT);
-    eprintln!("e2e: npm install took {:?}", started.elapsed());
-    find_codex(&prefix).unwrap_or_else(|| {
-        panic!(
-            "npm installed @openai/codex@{CODEX_VERSION} into {}, but node_modules/.bin/codex \
-             does not report that version. Remove the directory and run again; see docs/e2e.md",
-            prefix.display()
-        )
-    })
+    npm_install(
+        "codex",
+        "@openai/codex",
+        CODEX_VERSION,
+        "the Codex CLI",
+        find_codex,
+        "node_modules/.bin/codex does not report that version",
+    )
 }
 
 /// The launcher, if it is there and reports the pinned version.

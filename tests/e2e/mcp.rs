@@ -4,11 +4,10 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
-use std::time::Instant;
 
 use serde_json::Value;
 
-use super::{INSTALL_TIMEOUT, e2e_dir, install_lock, require_tool, run_ok};
+use super::npm_install;
 
 /// The SDK release these tests were written and checked against.
 pub const MCP_SDK_VERSION: &str = "1.32.2";
@@ -28,34 +27,14 @@ fn installed(prefix: &Path) -> bool {
 }
 
 fn install() -> PathBuf {
-    let _lock = install_lock("mcp-sdk.lock");
-    let prefix = e2e_dir().join("mcp-sdk");
-    if !installed(&prefix) {
-        require_tool(
-            "npm",
-            "the MCP end-to-end tests install @modelcontextprotocol/sdk with npm; install Node.js and npm (see docs/e2e.md)",
-        );
-        let started = Instant::now();
-        std::fs::create_dir_all(&prefix).unwrap();
-        let mut cmd = Command::new("npm");
-        cmd.args(["install", "--no-audit", "--no-fund", "--prefix"])
-            .arg(&prefix)
-            .arg(format!("@modelcontextprotocol/sdk@{MCP_SDK_VERSION}"));
-        run_ok(
-            cmd,
-            "npm install @modelcontextprotocol/sdk",
-            INSTALL_TIMEOUT,
-        );
-        eprintln!(
-            "e2e: npm install of the MCP SDK took {:?}",
-            started.elapsed()
-        );
-        assert!(
-            installed(&prefix),
-            "npm installed @modelcontextprotocol/sdk@{MCP_SDK_VERSION} into {}, but its package.json does not say that version",
-            prefix.display()
-        );
-    }
+    let prefix = npm_install(
+        "mcp-sdk",
+        "@modelcontextprotocol/sdk",
+        MCP_SDK_VERSION,
+        "the MCP SDK",
+        |p| installed(p).then(|| p.to_path_buf()),
+        "its package.json does not say that version",
+    );
     std::fs::write(
         prefix.join("mcp_client.mjs"),
         include_str!("mcp_client.mjs"),

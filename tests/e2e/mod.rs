@@ -244,37 +244,57 @@ pub fn claude() -> PathBuf {
 }
 
 fn install_claude() -> PathBuf {
-    let _lock = install_lock("node.lock");
-    let prefix = e2e_dir().join("node");
-    if let Some(bin) = find_claude(&prefix) {
-        return bin;
+    npm_install(
+        "node",
+        "@anthropic-ai/claude-code",
+        CLAUDE_CODE_VERSION,
+        "the Claude Code CLI",
+        find_claude,
+        "no working `claude` binary reporting that version was found (tried \
+         node_modules/.bin/claude and the platform package \
+         node_modules/@anthropic-ai/claude-code-*/claude)",
+    )
+}
+
+/// Install `package@version` with npm into `target/e2e/<dir>` on first use, under the
+/// file lock `<dir>.lock` (parallel tests install once), and return what `find` finds
+/// there: it must check the installed version, so a stale install is replaced. `what` names
+/// the tool in messages; `missing` says what `find` did not find.
+pub fn npm_install<T>(
+    dir: &str,
+    package: &str,
+    version: &str,
+    what: &str,
+    find: fn(&Path) -> Option<T>,
+    missing: &str,
+) -> T {
+    let _lock = install_lock(&format!("{dir}.lock"));
+    let prefix = e2e_dir().join(dir);
+    if let Some(found) = find(&prefix) {
+        return found;
     }
     require_tool(
         "npm",
-        "the end-to-end tests install the Claude Code CLI with npm; install Node.js and npm (see docs/e2e.md)",
+        &format!(
+            "the end-to-end tests install {what} with npm; install Node.js and npm (see docs/e2e.md)"
+        ),
     );
     let started = Instant::now();
     eprintln!(
-        "e2e: installing @anthropic-ai/claude-code@{CLAUDE_CODE_VERSION} into {} (first run only)",
+        "e2e: installing {package}@{version} into {} (first run only)",
         prefix.display()
     );
     std::fs::create_dir_all(&prefix).unwrap();
     let mut cmd = Command::new("npm");
     cmd.args(["install", "--no-audit", "--no-fund", "--prefix"])
         .arg(&prefix)
-        .arg(format!("@anthropic-ai/claude-code@{CLAUDE_CODE_VERSION}"));
-    run_ok(
-        cmd,
-        "npm install @anthropic-ai/claude-code",
-        INSTALL_TIMEOUT,
-    );
-    eprintln!("e2e: npm install took {:?}", started.elapsed());
-    find_claude(&prefix).unwrap_or_else(|| {
+        .arg(format!("{package}@{version}"));
+    run_ok(cmd, &format!("npm install {package}"), INSTALL_TIMEOUT);
+    eprintln!("e2e: npm install of {package} took {:?}", started.elapsed());
+    find(&prefix).unwrap_or_else(|| {
         panic!(
-            "npm installed @anthropic-ai/claude-code@{CLAUDE_CODE_VERSION} into {}, but no working \
-             `claude` binary reporting that version was found (tried node_modules/.bin/claude and \
-             the platform package node_modules/@anthropic-ai/claude-code-*/claude). Remove the \
-             directory and run again; see docs/e2e.md",
+            "npm installed {package}@{version} into {}, but {missing}. Remove the directory \
+             and run again; see docs/e2e.md",
             prefix.display()
         )
     })
