@@ -93,16 +93,7 @@ impl CodexStub {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
         let addr = listener.local_addr().unwrap();
         let state = Arc::new((Mutex::new(CodexStubState::default()), Condvar::new()));
-        let shared = Arc::clone(&state);
-        let script = Arc::new(script);
-        std::thread::spawn(move || {
-            for stream in listener.incoming() {
-                let Ok(stream) = stream else { continue };
-                let state = Arc::clone(&shared);
-                let script = Arc::clone(&script);
-                std::thread::spawn(move || serve(stream, &state, &script));
-            }
-        });
+        super::serve_loopback(listener, Arc::clone(&state), script, serve);
         CodexStub { addr, state }
     }
 

@@ -466,16 +466,7 @@ impl Stub {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
         let addr = listener.local_addr().unwrap();
         let state = Arc::new(Mutex::new(StubState::default()));
-        let shared = Arc::clone(&state);
-        let script = Arc::new(script);
-        std::thread::spawn(move || {
-            for stream in listener.incoming() {
-                let Ok(stream) = stream else { continue };
-                let state = Arc::clone(&shared);
-                let script = Arc::clone(&script);
-                std::thread::spawn(move || serve_connection(stream, &state, &script));
-            }
-        });
+        serve_loopback(listener, Arc::clone(&state), script, serve_connection);
         Stub { addr, state }
     }
 
@@ -570,6 +561,28 @@ fn read_request(r: &mut BufReader<TcpStream>) -> Option<Request> {
         r.read_exact(&mut body).ok()?;
     }
     Some(Request { method, path, body })
+}
+
+/// Serve every connection to `listener` on a thread of its own, with the stub's shared
+/// state and its script.
+pub fn serve_loopback<S, T>(
+    listener: TcpListener,
+    state: Arc<S>,
+    script: T,
+    serve: fn(TcpStream, &S, &T),
+) where
+    S: Send + Sync + 'static,
+    T: Send + Sync + 'static,
+{
+    let script = Arc::new(script);
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { continue };
+            let state = Arc::clone(&state);
+            let script = Arc::clone(&script);
+            std::thread::spawn(move || serve(stream, &state, &script));
+        }
+    });
 }
 
 fn serve_connection(stream: TcpStream, state: &Mutex<StubState>, script: &Script) {
