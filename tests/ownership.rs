@@ -98,6 +98,20 @@ fn refusals_say_who_holds_it_and_what_to_do() {
     snap!(e, "secret_refused_release", release);
     let checkout = as_(&e, "a", Some(OTHER), &["checkout", "k"]);
     snap!(e, "secret_refused_checkout", checkout);
+    for (name, args) in [
+        ("secret_refused_renew", &["renew", "k"][..]),
+        ("secret_refused_note", &["note", "k", "x"][..]),
+        (
+            "secret_refused_verify",
+            &["verify", "k", "--token", "1"][..],
+        ),
+    ] {
+        let r = as_(&e, "a", None, args);
+        snap!(e, name, r);
+    }
+    // A force by an agent: refused, with the reason and the honest next step.
+    let r = e.run(Some("b"), &["release", "k", "--force"]);
+    snap!(e, "force_refused", r);
 }
 
 #[test]

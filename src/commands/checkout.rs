@@ -26,8 +26,9 @@ pub struct Request {
     /// The lease was given with `--timeout` (else it is the configured default).
     pub lease_given: bool,
     pub reason: Option<String>,
-    /// The caller's secret (`TASKLOCK_SECRET`): a new checkout is bound to it.
-    pub secret: Option<String>,
+    /// The caller's secret (`TASKLOCK_SECRET`) as a new checkout stores it: hashed here,
+    /// before the guard, so the critical section does no extra I/O.
+    pub owner: Option<crate::secret::Proof>,
 }
 
 impl Request {
@@ -56,7 +57,10 @@ impl Request {
             lease,
             lease_given: timeout.is_some(),
             reason,
-            secret: crate::secret::caller(),
+            owner: crate::secret::caller()
+                .as_deref()
+                .map(crate::secret::Proof::of)
+                .transpose()?,
         })
     }
 }
@@ -322,11 +326,7 @@ pub fn attempt(
         renewed_at: now,
         expires_at,
         reason: req.reason.clone(),
-        owner: req
-            .secret
-            .as_deref()
-            .map(crate::secret::Proof::of)
-            .transpose()?,
+        owner: req.owner.clone(),
     };
     store.insert(guard, &record)?;
     // From here the key is the caller's: a failure now is a warning, never exit 1.

@@ -34,7 +34,11 @@ pub fn beat(
     };
     let agent = ctx.agent()?;
     let store = ctx.open_store()?;
-    let secret = crate::secret::caller();
+    // Hashed before the guard: a beat with a secret binds an agent not yet bound.
+    let proof = crate::secret::caller()
+        .as_deref()
+        .map(crate::secret::Proof::of)
+        .transpose()?;
     let entry = store.transaction(|guard| {
         let entry = store.read_agent(&agent.id)?;
         // An agent bound to a secret beats only with it; one that is not yet bound is
@@ -45,13 +49,7 @@ pub fn beat(
         {
             return Ok(Err(standing));
         }
-        let owner = match owner {
-            Some(o) => Some(o),
-            None => secret
-                .as_deref()
-                .map(crate::secret::Proof::of)
-                .transpose()?,
-        };
+        let owner = owner.or_else(|| proof.clone());
         let same_boot = entry
             .as_ref()
             .is_some_and(|e| e.host == agent.host && e.boot_id == agent.boot_id);

@@ -305,10 +305,11 @@ fn session_start(
     let secret = crate::secret::generate()?;
     crate::secret::use_secret(&secret);
     if registered.is_some() {
+        let proof = crate::secret::Proof::of(&secret)?;
         let store = ctx.open_store()?;
         store.transaction(|g| {
             if let Some(mut e) = store.read_agent(agent)? {
-                e.owner = Some(crate::secret::Proof::of(&secret)?);
+                e.owner = Some(proof);
                 store.write_agent(g, &e)?;
             }
             Ok(())

@@ -62,6 +62,8 @@ pub fn run(
     } else {
         None
     };
+    // Named in the audit of a force: read before the guard (it reads /etc/passwd).
+    let user = force.then(|| crate::identity::UnixUser::current().name);
     let guard = store.lock()?;
     let mut judge = Judge::new(ctx, &*store);
     let single = keys.len() == 1;
@@ -157,7 +159,7 @@ pub fn run(
                 ev.reason = Some("force".into());
                 ev.detail = Some(format!(
                     "release --force of a live holder's checkout by {}, neither a person at a terminal nor holding the operator secret",
-                    crate::identity::UnixUser::current().name
+                    user.as_deref().unwrap_or_default()
                 ));
                 store.audit(&guard, &ev)?;
                 problem = Some(format!(
@@ -174,7 +176,7 @@ pub fn run(
                 ev.reason = note.clone();
                 ev.detail = Some(format!(
                     "by Unix user {}, as {}",
-                    crate::identity::UnixUser::current().name,
+                    user.as_deref().unwrap_or_default(),
                     forcer.unwrap_or("its holder is gone or its lease ran out")
                 ));
                 after_change(

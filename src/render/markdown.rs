@@ -519,6 +519,16 @@ fn keys(r: &KeysReport, inv: &Invocation) -> String {
         .any(|k| k.outcome == Outcome::SecretRefused)
     {
         SECRET_NEXT
+    } else if let Some(k) = r
+        .results
+        .iter()
+        .find(|k| k.outcome == Outcome::NotHolder && k.problem.is_some())
+    {
+        // A force that was refused: forcing again is not the way.
+        &format!(
+            "Next: ask a person to release it from a terminal, or queue for it: {}; do not retry in a loop.",
+            inv.code(&format!("checkout {} --queue", shell_quote(&k.key)))
+        )
     } else if let Some(k) = r.results.iter().find(|k| k.outcome == Outcome::NotHolder) {
         &format!(
             "Next: only the holder can do this. A checkout whose holder is gone ends by itself; to take a live agent's checkout away, a person at a terminal (or a caller with the operator secret) runs {} (audited). Otherwise queue for it: {}.",
@@ -815,6 +825,8 @@ fn verify(r: &VerifyReport) -> String {
     }
     let next = if r.valid {
         "Next: go ahead with the irreversible step."
+    } else if r.outcome == Outcome::SecretRefused {
+        SECRET_NEXT
     } else {
         "Next: stop; do not push, deploy or publish for this key. Check it out again and redo the work from a known state."
     };
