@@ -67,8 +67,12 @@ pub enum Command {
     /// Atomically take KEY (re-checkout by the holder renews the lease)
     Checkout {
         /// The key; with --any, several keys in order of preference
-        #[arg(required_unless_present = "wait", value_name = "KEY")]
+        #[arg(required_unless_present_any = ["wait", "paths"], value_name = "KEY")]
         keys: Vec<String>,
+        /// Also take these repository paths (a file, a tree, or a glob: `src/parser/**`),
+        /// with KEY or alone; all or nothing. Repeat for several.
+        #[arg(long = "path", value_name = "PATTERN", conflicts_with = "any")]
+        paths: Vec<String>,
         /// Lease length (default from config.yaml: 30m)
         #[arg(long, value_parser = duration, value_name = "DUR")]
         timeout: Option<Duration>,

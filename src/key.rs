@@ -39,6 +39,35 @@ pub fn deceptive(c: char) -> bool {
     matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{200B}'..='\u{200D}' | '\u{FEFF}')
 }
 
+/// How the key of a checkout of paths alone begins.
+pub const PATH_KEY_PREFIX: &str = "path:";
+
+/// The key of a checkout of paths alone: `path:` and its patterns.
+pub fn for_paths(patterns: &[String]) -> Result<String> {
+    let key = format!("{PATH_KEY_PREFIX}{}", patterns.join(", "));
+    if key.len() > MAX_KEY_BYTES {
+        return Err(Error::Usage(format!(
+            "these paths make a key of {} bytes, longer than the limit of {} bytes; name the checkout with a KEY: `tasklock checkout KEY --path …`",
+            key.len(),
+            MAX_KEY_BYTES
+        )));
+    }
+    Ok(key)
+}
+
+/// The arguments of a `checkout` that asks for `key` with `paths` again: no key when it
+/// is the one a checkout of those paths alone gets.
+pub fn checkout_args(key: &str, paths: &[String]) -> String {
+    let mut words = Vec::new();
+    if paths.is_empty() || for_paths(paths).ok().as_deref() != Some(key) {
+        words.push(crate::error::shell_quote(key));
+    }
+    for p in paths {
+        words.push(format!("--path {}", crate::error::shell_quote(p)));
+    }
+    words.join(" ")
+}
+
 /// Check that a key is acceptable; the error says what is wrong.
 pub fn validate(key: &str) -> Result<()> {
     if key.is_empty() {

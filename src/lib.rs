@@ -194,6 +194,7 @@ fn execute(cli: Cli) -> Result<report::Report, Error> {
     match normalize_keys(cli.command) {
         Command::Checkout {
             mut keys,
+            paths,
             timeout,
             reason,
             queue,
@@ -201,8 +202,19 @@ fn execute(cli: Cli) -> Result<report::Report, Error> {
             any,
         } => {
             let wait = wait_or_key(&mut keys, wait)?;
+            let paths = engine::paths::resolve(&ctx, &paths)?;
+            if keys.is_empty() && !paths.is_empty() {
+                keys.push(key::for_paths(&paths)?);
+            }
             if keys.is_empty() {
                 return Err(missing_key());
+            }
+            if paths.is_empty()
+                && let Some(k) = keys.iter().find(|k| k.starts_with(key::PATH_KEY_PREFIX))
+            {
+                return Err(Error::Usage(format!(
+                    "`{k}` names a checkout of paths; take paths with `tasklock checkout --path PATTERN`"
+                )));
             }
             if any {
                 return commands::checkout::any(&ctx, &keys, timeout, reason);
@@ -213,14 +225,14 @@ fn execute(cli: Cli) -> Result<report::Report, Error> {
                 ));
             };
             match wait {
-                Some(dur) => commands::wait::run(&ctx, key, timeout, reason, dur),
+                Some(dur) => commands::wait::run(&ctx, key, paths, timeout, reason, dur),
                 None => {
                     let join = if queue {
                         commands::checkout::Join::Queue
                     } else {
                         commands::checkout::Join::No
                     };
-                    commands::checkout::run(&ctx, key, timeout, reason, join)
+                    commands::checkout::run(&ctx, key, paths, timeout, reason, join)
                 }
             }
         }

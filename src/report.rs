@@ -56,6 +56,9 @@ pub struct CheckoutView {
     pub reason: Option<String>,
     /// Bound to its holder's secret: only the holder's own session can act on it.
     pub proven: bool,
+    /// The repository paths it covers (absent for a checkout of a key alone).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<String>,
 }
 
 impl From<&Record> for CheckoutView {
@@ -76,6 +79,7 @@ impl From<&Record> for CheckoutView {
             expires_at: r.expires_at,
             reason: r.reason.clone(),
             proven: r.owner.is_some(),
+            paths: r.paths.clone(),
         }
     }
 }
@@ -159,9 +163,40 @@ pub struct CheckoutReport {
     /// On `granted`: the key's last holder, how its checkout ended and its recent notes,
     /// when any of that is known.
     pub previous: Option<Box<Previous>>,
+    /// On `conflict` over paths: the checkouts (or reservations) whose paths overlap the
+    /// ones asked for.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub overlaps: Vec<OverlapView>,
+    /// The paths asked for with the key (absent when none were).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<String>,
+}
+
+/// Another agent's checkout (or a reservation for the head of a queue) whose paths
+/// overlap the ones asked for.
+#[derive(Debug, Clone, Serialize)]
+pub struct OverlapView {
+    /// The key of the checkout (or of the reserved queue) in the way.
+    pub key: String,
+    pub agent: AgentView,
+    /// Its fencing token; absent for a reservation.
+    pub token: Option<u64>,
+    /// When its lease ends, or the reservation's grace.
+    pub until: Time,
+    /// Its pattern and ours that meet, and a path both cover.
+    pub theirs: String,
+    pub mine: String,
+    pub witness: String,
+    /// A reservation for the head of a queue, not a checkout.
+    pub reserved: bool,
 }
 
 impl CheckoutReport {
+    /// The arguments that ask for this checkout again (see [`crate::key::checkout_args`]).
+    pub fn args(&self) -> String {
+        crate::key::checkout_args(&self.key, &self.paths)
+    }
+
     /// A report of `outcome` for `key`, with nothing else known yet.
     pub fn new(
         now: Time,
@@ -182,6 +217,8 @@ impl CheckoutReport {
             cycle: Vec::new(),
             frozen: None,
             previous: None,
+            overlaps: Vec::new(),
+            paths: Vec::new(),
         }
     }
 }

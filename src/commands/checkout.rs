@@ -1,11 +1,13 @@
 use std::time::Duration;
 
 use crate::duration::to_chrono;
-use crate::engine::{Ctx, Judge, NOTES_SHOWN, ReapReason, auto_release_for, queue};
+use crate::engine::{
+    Ctx, Judge, NOTES_SHOWN, ReapReason, auto_release, auto_release_for, paths, queue,
+};
 use crate::error::{Error, Outcome, Result};
 use crate::identity::Agent;
-use crate::report::{AnyReport, CheckoutReport, CheckoutView, Reaped, Report};
-use crate::store::{FORMAT_VERSION, Guard, Queue, Record, Slot, Store};
+use crate::report::{AnyReport, CheckoutReport, CheckoutView, OverlapView, Reaped, Report};
+use crate::store::{Guard, Queue, Record, Slot, Store};
 
 /// What to do when the key is not ours to take now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,6 +31,8 @@ pub struct Request {
     /// The caller's secret (`TASKLOCK_SECRET`) as a new checkout stores it: hashed here,
     /// before the guard, so the critical section does no extra I/O.
     pub owner: Option<crate::secret::Proof>,
+    /// The paths asked for with the key (stored form), taken with it or not at all.
+    pub paths: Vec<String>,
 }
 
 impl Request {
@@ -61,6 +65,7 @@ impl Request {
                 .as_deref()
                 .map(crate::secret::Proof::of)
                 .transpose()?,
+            paths: Vec::new(),
         })
     }
 }
@@ -68,12 +73,14 @@ impl Request {
 pub fn run(
     ctx: &Ctx,
     key: &str,
+    paths: Vec<String>,
     timeout: Option<Duration>,
     reason: Option<String>,
     join: Join,
 ) -> Result<Report> {
     crate::key::validate(key)?;
-    let req = Request::new(ctx, timeout, reason, None)?;
+    let mut req = Request::new(ctx, timeout, reason, None)?;
+    req.paths = paths;
     let store = ctx.open_store()?;
     store.transaction(|guard| {
         let req = with_registered_pid(&*store, guard, req)?;
@@ -179,7 +186,11 @@ pub fn attempt(
     let agent = &req.agent;
     let expires_at = now + to_chrono(req.lease);
     let mut took_over = None;
-    let base = |outcome, checkout| CheckoutReport::new(now, key, outcome, checkout);
+    let base = |outcome, checkout| {
+        let mut r = CheckoutReport::new(now, key, outcome, checkout);
+        r.paths = req.paths.clone();
+        r
+    };
 
     if let Some(f) = store.frozen(key, &now)? {
         let holder = match store.read(key)? {
@@ -222,6 +233,22 @@ pub fn attempt(
             ));
         }
         Slot::Held(current) if current.held_by(&agent.id) && !current.expired_for_holder(&now) => {
+            // Paths asked for that the checkout does not cover yet join it, all or none.
+            let added: Vec<String> = req
+                .paths
+                .iter()
+                .filter(|p| !current.paths.contains(p))
+                .cloned()
+                .collect();
+            if !added.is_empty() {
+                let blockers = path_blockers(ctx, store, guard, req, key, &added)?;
+                if !blockers.is_empty() {
+                    let mut r = base(Outcome::Conflict, Some(CheckoutView::from(&current)));
+                    r.overlaps = blockers;
+                    deny_paths(ctx, store, guard, agent, key, &r)?;
+                    return Ok(r);
+                }
+            }
             // The holder checking out again keeps the same checkout (same token), extended
             // by its own lease length unless --timeout says otherwise: never shortened by
             // a default that is shorter than the lease it has.
@@ -237,6 +264,12 @@ pub fn attempt(
                 expires_at,
                 reason: req.reason.clone().or(current.reason.clone()),
                 agent: current.agent.refreshed(agent),
+                paths: current.paths.iter().chain(&added).cloned().collect(),
+                version: if added.is_empty() {
+                    current.version
+                } else {
+                    crate::store::version_for(&added)
+                },
                 ..current
             };
             store.replace(guard, &renewed)?;
@@ -282,11 +315,12 @@ pub fn attempt(
                         ctx,
                         store,
                         guard,
-                        agent,
+                        req,
                         key,
                         &current.agent.id,
                         &mut q,
                         join,
+                        Vec::new(),
                     )?;
                     r.checkout = Some(CheckoutView::from(&current));
                     return Ok(r);
@@ -294,6 +328,23 @@ pub fn attempt(
             }
         }
         Slot::Free => {}
+    }
+
+    // The key is free; the paths asked for must be too.
+    if !req.paths.is_empty() {
+        let blockers = path_blockers(ctx, store, guard, req, key, &req.paths)?;
+        if let Some(first) = blockers.first() {
+            let mut q = store.read_queue(key)?;
+            if queue::settle(ctx, store, guard, &mut q, false, None)? {
+                store.write_queue(guard, &q)?;
+            }
+            let blocker = first.agent.id.clone();
+            let mut r = refuse(
+                ctx, store, guard, req, key, &blocker, &mut q, join, blockers,
+            )?;
+            r.took_over = took_over;
+            return Ok(r);
+        }
     }
 
     // The key is free: honour the queue.
@@ -307,7 +358,17 @@ pub fn attempt(
             if changed {
                 store.write_queue(guard, &q)?;
             }
-            let mut r = refuse(ctx, store, guard, agent, key, &res.agent, &mut q, join)?;
+            let mut r = refuse(
+                ctx,
+                store,
+                guard,
+                req,
+                key,
+                &res.agent,
+                &mut q,
+                join,
+                Vec::new(),
+            )?;
             r.took_over = took_over;
             return Ok(r);
         }
@@ -318,7 +379,7 @@ pub fn attempt(
     let token = store.next_token(guard)?;
     let previous = crate::engine::previous(store, key, token)?;
     let record = Record {
-        version: FORMAT_VERSION,
+        version: crate::store::version_for(&req.paths),
         key: key.to_string(),
         token,
         agent: agent.clone(),
@@ -327,6 +388,7 @@ pub fn attempt(
         expires_at,
         reason: req.reason.clone(),
         owner: req.owner.clone(),
+        paths: req.paths.clone(),
     };
     store.insert(guard, &record)?;
     // From here the key is the caller's: a failure now is a warning, never exit 1.
@@ -349,13 +411,17 @@ fn refuse(
     ctx: &Ctx,
     store: &dyn Store,
     guard: &Guard,
-    agent: &Agent,
+    req: &Request,
     key: &str,
     blocker: &str,
     q: &mut Queue,
     join: Join,
+    overlaps: Vec<OverlapView>,
 ) -> Result<CheckoutReport> {
+    let agent = &req.agent;
     let mut r = CheckoutReport::new(ctx.now, key, Outcome::Conflict, None);
+    r.overlaps = overlaps;
+    r.paths = req.paths.clone();
     r.queue_length = q.waiters.len();
     r.position = q.position(&agent.id);
     r.reserved_for = q.reservation.clone();
@@ -363,7 +429,10 @@ fn refuse(
         Join::No => {
             let mut ev = ctx.agent_event("deny", key, agent);
             ev.holder = Some(blocker.to_string());
-            if q.reservation.is_some() {
+            if let Some(o) = r.overlaps.first() {
+                ev.holder = Some(o.agent.id.clone());
+                ev.detail = Some(overlap_detail(o));
+            } else if q.reservation.is_some() {
                 ev.detail = Some("reserved for the head of the queue".into());
             }
             store.audit(guard, &ev)?;
@@ -384,12 +453,64 @@ fn refuse(
                 Join::Wait(p) => Some(p),
                 _ => None,
             };
-            queue::join(ctx, store, guard, q, agent, pid)?;
+            queue::join(ctx, store, guard, q, agent, pid, &req.paths)?;
             r.queue_length = q.waiters.len();
             r.position = q.position(&agent.id);
         }
     }
     Ok(r)
+}
+
+/// The live checkouts and reservations of other agents whose paths overlap `wanted`.
+/// Checkouts in the way that may be ended (lease over, holder dead) are ended here, as
+/// a held key would be.
+fn path_blockers(
+    ctx: &Ctx,
+    store: &dyn Store,
+    guard: &Guard,
+    req: &Request,
+    key: &str,
+    wanted: &[String],
+) -> Result<Vec<OverlapView>> {
+    let me = &req.agent.id;
+    let mine = paths::compile(wanted);
+    let mut judge = Judge::new(ctx, store);
+    let mut out = Vec::new();
+    for o in paths::held_overlaps(store, me, key, &mine)? {
+        match judge.reap_reason(&o.record)? {
+            Some(reason) => auto_release(ctx, store, guard, &o.record, Some(me), reason)?,
+            None => out.push(OverlapView::from(&o)),
+        }
+    }
+    for o in paths::reserved_overlaps(ctx, store, me, key, &mine)? {
+        out.push(o.view());
+    }
+    Ok(out)
+}
+
+/// Audit a refusal over paths that joined no queue.
+fn deny_paths(
+    ctx: &Ctx,
+    store: &dyn Store,
+    guard: &Guard,
+    agent: &Agent,
+    key: &str,
+    r: &CheckoutReport,
+) -> Result<()> {
+    let mut ev = ctx.agent_event("deny", key, agent);
+    if let Some(o) = r.overlaps.first() {
+        ev.holder = Some(o.agent.id.clone());
+        ev.detail = Some(overlap_detail(o));
+    }
+    store.audit(guard, &ev)
+}
+
+/// How an overlap reads in the audit log.
+pub fn overlap_detail(o: &OverlapView) -> String {
+    format!(
+        "paths: `{}` overlaps `{}` of `{}` (both cover `{}`)",
+        o.mine, o.theirs, o.key, o.witness
+    )
 }
 
 /// Free text stored in records and shown in tables: bounded and on one line.

@@ -148,7 +148,7 @@ pub fn run(
                     );
                     after_change(
                         &format!("{released}, but its queue was not updated"),
-                        queue::after_release(ctx, &*store, &guard, &key, None),
+                        queue::after_release(ctx, &*store, &guard, &key, &r.paths, None),
                     );
                     (Outcome::Released, Some(CheckoutView::from(&r)))
                 }
@@ -221,7 +221,7 @@ pub fn run(
                 );
                 after_change(
                     &format!("{released}, but its queue was not updated"),
-                    queue::after_release(ctx, &*store, &guard, &key, None),
+                    queue::after_release(ctx, &*store, &guard, &key, &r.paths, None),
                 );
                 (Outcome::ForceReleased, Some(CheckoutView::from(&r)))
             }

@@ -27,7 +27,7 @@ pub fn run(
     let agent = ctx.agent_id()?;
     // Our own pid is recorded: if this process is killed, the checkout ends at once.
     let granted = match wait {
-        Some(dur) => super::wait::run_for(ctx, key, timeout, reason, dur, true)?,
+        Some(dur) => super::wait::run_for(ctx, key, Vec::new(), timeout, reason, dur, true)?,
         None => checkout::run_as(ctx, key, timeout, reason, std::process::id())?,
     };
     let Report::Checkout(c) = &granted else {

@@ -21,25 +21,29 @@ const FALLBACK_POLL: Duration = Duration::from_millis(500);
 pub fn run(
     ctx: &Ctx,
     key: &str,
+    paths: Vec<String>,
     timeout: Option<Duration>,
     reason: Option<String>,
     wait: Option<Duration>,
 ) -> Result<Report> {
-    run_for(ctx, key, timeout, reason, wait, false)
+    run_for(ctx, key, paths, timeout, reason, wait, false)
 }
 
 /// As [`run`]; with `own_process`, the checkout records this process as the one whose
 /// death ends it (`run --wait`).
+#[allow(clippy::too_many_arguments)]
 pub fn run_for(
     ctx: &Ctx,
     key: &str,
+    paths: Vec<String>,
     timeout: Option<Duration>,
     reason: Option<String>,
     wait: Option<Duration>,
     own_process: bool,
 ) -> Result<Report> {
     crate::key::validate(key)?;
-    let req = Request::new(ctx, timeout, reason, None)?;
+    let mut req = Request::new(ctx, timeout, reason, None)?;
+    req.paths = paths;
     let me = req.agent.id.clone();
     let store = ctx.open_store()?;
     let deadline = wait.map(|d| Instant::now() + d);

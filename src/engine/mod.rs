@@ -3,7 +3,9 @@
 //! handoff, how an ended checkout is remembered for the next holder. Commands parse
 //! their arguments, call in here and return a report.
 
+pub mod paths;
 pub mod queue;
+pub mod stamps;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -91,6 +93,7 @@ impl Ctx {
     pub fn event(&self, event: &str, record: &Record) -> AuditEvent {
         let mut ev = self.agent_event(event, &record.key, &record.agent);
         ev.token = Some(record.token);
+        ev.paths = record.paths.clone();
         ev
     }
 
@@ -197,7 +200,7 @@ fn after_auto_release(
             body,
         )?;
     }
-    queue::after_release(ctx, store, guard, &record.key, taker)
+    queue::after_release(ctx, store, guard, &record.key, &record.paths, taker)
 }
 
 /// Why a holder ended as `agent_death` was judged dead, judged again for the record.

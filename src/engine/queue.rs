@@ -164,10 +164,13 @@ pub(crate) fn settle(
             ev.detail = Some(format!("reserved until {}", crate::clock::rfc3339(&until)));
             store.audit(g, &ev)?;
             if taker != Some(head.as_str()) {
+                let command = format!(
+                    "tasklock checkout {}",
+                    crate::key::checkout_args(&q.key, &q.waiters[0].paths)
+                );
                 let body = format!(
-                    "the key is free and reserved for you until {}; run `tasklock checkout {}` now",
+                    "the key is free and reserved for you until {}; run `{command}` now",
                     crate::clock::rfc3339(&until),
-                    crate::error::shell_quote(&q.key)
                 );
                 notify(
                     ctx,
@@ -185,20 +188,63 @@ pub(crate) fn settle(
     Ok(*q != before)
 }
 
-/// After a key's record is removed: hand it to the head of its queue, if any.
+/// After a key's record is removed: hand it to the head of its queue, if any. A
+/// checkout that covered `paths` may also have been all that kept other queued keys
+/// from their heads: those are handed on too.
 pub(crate) fn after_release(
     ctx: &Ctx,
     store: &dyn Store,
     g: &Guard,
     key: &str,
+    paths: &[String],
     taker: Option<&str>,
 ) -> Result<()> {
     let mut q = store.read_queue(key)?;
-    if q.waiters.is_empty() && q.reservation.is_none() {
-        return Ok(());
-    }
-    if settle(ctx, store, g, &mut q, true, taker)? {
+    if !(q.waiters.is_empty() && q.reservation.is_none())
+        && settle(ctx, store, g, &mut q, true, taker)?
+    {
         store.write_queue(g, &q)?;
+    }
+    if !paths.is_empty() {
+        wake_path_waiters(ctx, store, g, key, paths)?;
+    }
+    Ok(())
+}
+
+/// Queues whose head waits for paths that overlap `released` and whose key and paths
+/// are now free: reserve each for its head and tell it.
+fn wake_path_waiters(
+    ctx: &Ctx,
+    store: &dyn Store,
+    g: &Guard,
+    key: &str,
+    released: &[String],
+) -> Result<()> {
+    use super::paths as p;
+    let released = p::compile(released);
+    for mut q in store.scan_queues()? {
+        if q.key == key || q.reservation.is_some() {
+            continue;
+        }
+        let Some(head) = q.waiters.first().cloned() else {
+            continue;
+        };
+        let wanted = p::compile(&head.paths);
+        if !released
+            .iter()
+            .any(|r| wanted.iter().any(|w| crate::paths::overlaps(r, w)))
+        {
+            continue;
+        }
+        if !matches!(store.read(&q.key)?, Slot::Free)
+            || !p::held_overlaps(store, &head.agent, &q.key, &wanted)?.is_empty()
+            || !p::reserved_overlaps(ctx, store, &head.agent, &q.key, &wanted)?.is_empty()
+        {
+            continue;
+        }
+        if settle(ctx, store, g, &mut q, true, None)? {
+            store.write_queue(g, &q)?;
+        }
     }
     Ok(())
 }
@@ -230,11 +276,15 @@ pub(crate) fn join(
     q: &mut Queue,
     agent: &Agent,
     pid: Option<u32>,
+    paths: &[String],
 ) -> Result<()> {
     if let Some(w) = q.waiters.iter_mut().find(|w| w.agent == agent.id) {
-        if pid.is_some() && w.pid != pid {
-            w.pid = pid;
-            w.pid_start = pid.and_then(liveness::start_time);
+        if (pid.is_some() && w.pid != pid) || w.paths != paths {
+            if pid.is_some() {
+                w.pid = pid;
+                w.pid_start = pid.and_then(liveness::start_time);
+            }
+            w.paths = paths.to_vec();
             store.write_queue(g, q)?;
         }
         return Ok(());
@@ -249,6 +299,7 @@ pub(crate) fn join(
         boot_id: agent.boot_id.clone(),
         pid_ns: agent.pid_ns.clone(),
         user: Some(crate::identity::UnixUser::current()),
+        paths: paths.to_vec(),
     });
     store.write_queue(g, q)?;
     let mut ev = audit(ctx, "queue", &q.key, &agent.id);

@@ -62,6 +62,9 @@ fn checkout_lines(out: &mut String, c: &CheckoutView, now: &Time) {
         let _ = writeln!(out, "- Subagent of session: {}", code(p));
     }
     let _ = writeln!(out, "- Host: {}", c.agent.host);
+    if !c.paths.is_empty() {
+        let _ = writeln!(out, "- Paths: {}", code_list(&c.paths));
+    }
     let _ = writeln!(out, "- Fencing token: {}", c.token);
     let _ = writeln!(out, "- Since: {}", with_relative(&c.acquired_at, now));
     if c.renewed_at != c.acquired_at {
@@ -82,6 +85,36 @@ fn checkout_lines(out: &mut String, c: &CheckoutView, now: &Time) {
             "unproven (made without a secret: any caller naming the holder can act for it)"
         }
     );
+}
+
+/// `a`, `b` as code spans.
+fn code_list(items: &[String]) -> String {
+    items.iter().map(|p| code(p)).collect::<Vec<_>>().join(", ")
+}
+
+/// The checkouts whose paths are in the way, as a table.
+fn overlaps_table(out: &mut String, overlaps: &[OverlapView], now: &Time) {
+    let _ = writeln!(
+        out,
+        "| Held by | Key | Their path | Yours | Both cover | Until |\n|---|---|---|---|---|---|"
+    );
+    for o in overlaps {
+        let until = with_relative(&o.until, now);
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} |",
+            cell(&o.agent.label()),
+            code_cell(&o.key),
+            code_cell(&o.theirs),
+            code_cell(&o.mine),
+            code_cell(&o.witness),
+            if o.reserved {
+                format!("reserved for the head of its queue until {until}")
+            } else {
+                until
+            }
+        );
+    }
 }
 
 /// The refusal of a caller that names a holder bound to a secret it did not give.
@@ -154,6 +187,52 @@ fn checkout(r: &CheckoutReport, inv: &Invocation) -> String {
                 inv.cmd("unfreeze", pattern)
             );
         }
+        (Outcome::Conflict, holder) if !r.overlaps.is_empty() => {
+            match holder {
+                Some(c) => {
+                    let _ = writeln!(
+                        out,
+                        "Conflict: the paths you added to {k} overlap checkouts of other agents; your checkout of {k} is unchanged (token {}).",
+                        c.token
+                    );
+                }
+                None if r.args().starts_with("--path") => {
+                    let _ = writeln!(
+                        out,
+                        "Conflict: the paths of {k} overlap checkouts of other agents; nothing was checked out."
+                    );
+                }
+                None => {
+                    let _ = writeln!(
+                        out,
+                        "Conflict: the paths asked for with {k} overlap checkouts of other agents; nothing was checked out."
+                    );
+                }
+            }
+            out.push('\n');
+            overlaps_table(&mut out, &r.overlaps, &r.now);
+            out.push('\n');
+            let _ = writeln!(out, "- Queue: {} waiting", r.queue_length);
+            if let Some(p) = r.position {
+                let _ = writeln!(out, "- Your place in the queue: {p}");
+            }
+            if let Some(prev) = &r.took_over {
+                let _ = writeln!(out, "- Ended: {}", reaped_words(prev, &r.now));
+            }
+            let next = match (r.position, holder) {
+                (Some(_), _) => format!(
+                    "Next: work on other files; when the paths are free, your inbox says so ({}) and they are held for you for the handoff grace. Or block until then with {}.",
+                    inv.code("inbox"),
+                    inv.code(&format!("checkout {} --wait", r.args()))
+                ),
+                (None, Some(_)) => "Next: keep to the paths you hold, or ask the holders above; do not retry in a loop.".to_string(),
+                (None, None) => format!(
+                    "Next: work on other files, or {} to be told when they free up; do not retry in a loop.",
+                    inv.code(&format!("checkout {} --queue", r.args()))
+                ),
+            };
+            let _ = writeln!(out, "\n{next}");
+        }
         (Outcome::Conflict, holder) => {
             match (&r.reserved_for, holder) {
                 (Some(res), None) => {
@@ -191,7 +270,7 @@ fn checkout(r: &CheckoutReport, inv: &Invocation) -> String {
                 Some(_) => format!(
                     "Next: work on something else; when {k} is handed to you, your inbox says so ({}) and it is held for you for the handoff grace. Or block until then with {}.",
                     inv.code("inbox"),
-                    inv.code(&format!("checkout {} --wait", shell_quote(&r.key)))
+                    inv.code(&format!("checkout {} --wait", r.args()))
                 ),
                 None if r.command == "run" => format!(
                     "Next: work on something else, or {} to wait in line and run the command once the key is yours; do not retry in a loop.",
@@ -199,11 +278,11 @@ fn checkout(r: &CheckoutReport, inv: &Invocation) -> String {
                 ),
                 None if holder.is_none() && r.reserved_for.is_some() => format!(
                     "Next: work on something else, or {} to take your turn after the agents already waiting; do not retry in a loop.",
-                    inv.code(&format!("checkout {} --queue", shell_quote(&r.key)))
+                    inv.code(&format!("checkout {} --queue", r.args()))
                 ),
                 None => format!(
                     "Next: work on something else, or {} to be told when it frees up; do not retry in a loop.",
-                    inv.code(&format!("checkout {} --queue", shell_quote(&r.key)))
+                    inv.code(&format!("checkout {} --queue", r.args()))
                 ),
             };
             let _ = writeln!(out, "\n{next}");
@@ -721,10 +800,14 @@ fn list(r: &ListReport, inv: &Invocation) -> String {
             )
         }
     );
+    // A Paths column only when some checkout covers paths.
+    let with_paths = r.checkouts.iter().any(|c| !c.paths.is_empty());
     if n > 0 {
-        out.push_str(
-            "\n| Key | Holder | Token | Since | Lease ends | Queue | Reason |\n|---|---|---|---|---|---|---|\n",
-        );
+        out.push_str(if with_paths {
+            "\n| Key | Paths | Holder | Token | Since | Lease ends | Queue | Reason |\n|---|---|---|---|---|---|---|---|\n"
+        } else {
+            "\n| Key | Holder | Token | Since | Lease ends | Queue | Reason |\n|---|---|---|---|---|---|---|\n"
+        });
         for c in &r.checkouts {
             let queue = r
                 .queues
@@ -733,8 +816,20 @@ fn list(r: &ListReport, inv: &Invocation) -> String {
                 .unwrap_or_else(|| "0 waiting".into());
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {} | {} | {} | {} |",
+                "| {}{} | {} | {} | {} | {} | {} | {} |",
                 code_cell(&c.key),
+                if with_paths {
+                    format!(
+                        " | {}",
+                        c.paths
+                            .iter()
+                            .map(|p| code_cell(p))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                } else {
+                    String::new()
+                },
                 cell(&format!(
                     "{}{}",
                     match &c.agent.parent {
@@ -1234,6 +1329,9 @@ pub fn audit_row(e: &AuditEvent, now: &Time) -> String {
     }
     if let Some(d) = &e.detail {
         detail.push(d.clone());
+    }
+    if !e.paths.is_empty() && e.event == "acquire" {
+        detail.push(format!("paths: {}", e.paths.join(", ")));
     }
     format!(
         "| {} | {} | {} | {} | {} | {} |",

@@ -29,7 +29,7 @@ use crate::error::Result;
 pub use file::{FileStore, at, create_root, guard_held, set_guard_deadline, sharing};
 pub use freeze::Freeze;
 pub use queue::{Message, MessageKind, Queue, Reservation, Waiter};
-pub use record::{FORMAT_VERSION, Record};
+pub use record::{FORMAT_VERSION, Record, version_for};
 pub use registry::{AgentEntry, EndHow, Ended, Note};
 
 /// A record bigger than this is damage, not a lock.
@@ -124,6 +124,19 @@ pub trait Store {
 
     /// Every slot that is not free (corrupt ones included), in a stable order.
     fn scan(&self) -> Result<Vec<Slot>>;
+
+    /// The key and patterns of every checkout that covers paths, possibly with entries
+    /// whose record has gone since (readers judge the record itself), never missing one.
+    fn path_index(&self) -> Result<Vec<(String, Vec<String>)>> {
+        Ok(self
+            .scan()?
+            .into_iter()
+            .filter_map(|s| match s {
+                Slot::Held(r) if !r.paths.is_empty() => Some((r.key, r.paths)),
+                _ => None,
+            })
+            .collect())
+    }
 
     /// The queue of a key; empty when there is none.
     fn read_queue(&self, key: &str) -> Result<Queue>;
@@ -258,6 +271,7 @@ impl AuditEvent {
             by: None,
             holder: None,
             detail: None,
+            paths: Vec::new(),
         }
     }
 }
@@ -284,4 +298,7 @@ pub struct AuditEvent {
     pub holder: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
+    /// The paths of the checkout the event is about (absent for a key alone).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<String>,
 }

@@ -26,6 +26,10 @@ pub struct Waiter {
     /// The Unix user who queued (absent in queues of older versions).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<crate::identity::UnixUser>,
+    /// The paths the waiter asked for with the key: a release of overlapping paths
+    /// elsewhere may free it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<String>,
 }
 
 /// A free key held back for the head of its queue until `until`.

@@ -5,8 +5,16 @@ use serde::{Deserialize, Serialize};
 use crate::clock::Time;
 use crate::identity::Agent;
 
-/// The newest record format this build reads and writes.
-pub const FORMAT_VERSION: u32 = 1;
+/// The newest record format this build reads and writes. Version 2 is a record with
+/// `paths`: older versions would drop the field on a renewal and leave the paths
+/// unguarded, so they must refuse such a record (as of a newer format) instead. A
+/// record without paths is still written as version 1, which every version reads.
+pub const FORMAT_VERSION: u32 = 2;
+
+/// The format version a record is written with.
+pub fn version_for(paths: &[String]) -> u32 {
+    if paths.is_empty() { 1 } else { 2 }
+}
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Record {
@@ -24,6 +32,10 @@ pub struct Record {
     /// the checkout. Absent: made without a secret (or by an older version).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<crate::secret::Proof>,
+    /// The repository paths this checkout covers (patterns of `docs/paths.md`, relative
+    /// to the worktree top, normalised); empty for a checkout of a key alone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<String>,
 }
 
 impl Record {

@@ -96,6 +96,17 @@ impl Env {
         }
         exec(cmd)
     }
+    /// As [`Env::run`], in the directory `cwd` (paths are judged from there).
+    pub fn run_in(&self, cwd: &Path, agent: Option<&str>, args: &[&str]) -> Run {
+        let mut cmd = base_cmd(&self.now);
+        use_store(&mut cmd, &self.dir());
+        cmd.current_dir(cwd);
+        cmd.arg("--dir").arg(self.dir()).args(args);
+        if let Some(a) = agent {
+            cmd.args(["--agent", a]);
+        }
+        exec(cmd)
+    }
     pub fn ok(&self, agent: &str, args: &[&str]) -> Run {
         let r = self.run(Some(agent), args);
         assert_eq!(r.code, 0, "{args:?} failed: {}", r.text());

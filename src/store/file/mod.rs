@@ -17,6 +17,7 @@ pub mod at;
 mod audit;
 mod changes;
 mod freeze;
+mod paths;
 mod queue;
 mod registry;
 pub mod sharing;
@@ -473,6 +474,7 @@ impl FileStore {
 
     /// Publish a record for a key that has none. Fails if one appeared meanwhile.
     pub fn insert(&self, g: &FileGuard, record: &Record) -> Result<()> {
+        self.index_before_publish(g, record)?;
         let tmp = self.write_temp(g, &encode_record(record)?)?;
         let name = key::encode(&record.key);
         match g.tmp.rename_noreplace(&tmp, &g.keys, &name) {
@@ -494,8 +496,15 @@ impl FileStore {
 
     /// Replace an existing record whole (rename never follows a symlink at the target).
     pub fn replace(&self, g: &FileGuard, record: &Record) -> Result<()> {
+        self.index_before_publish(g, record)?;
         let bytes = encode_record(record)?;
-        self.publish_replace(g, &bytes, &g.keys, &key::encode(&record.key))
+        self.publish_replace(g, &bytes, &g.keys, &key::encode(&record.key))?;
+        // The engine never takes paths away from a held key: only an entry with more
+        // than the record has could need trimming, and only for a record with paths.
+        if record.paths.is_empty() {
+            return Ok(());
+        }
+        self.index_after(g, &record.key, Some(record))
     }
 
     /// Write `bytes` to `name` in `dir` whole: temp file, then rename over whatever is
@@ -516,6 +525,11 @@ impl FileStore {
 
     /// Remove a key's record (or the damaged file in its place).
     pub fn remove(&self, g: &FileGuard, key: &str) -> Result<()> {
+        self.remove_record(g, key)?;
+        self.index_after(g, key, None)
+    }
+
+    fn remove_record(&self, g: &FileGuard, key: &str) -> Result<()> {
         let name = key::encode(key);
         let path = g.keys.join(&name);
         match g.keys.unlink(&name) {
@@ -725,7 +739,7 @@ fn read_slot(keys: &Dir, name: &str, expect_key: Option<&str>) -> Result<Slot> {
     // One parse in the common case; on failure a second, lenient one finds the
     // version so a newer format is named as such.
     let record: Record = match serde_json::from_slice::<Record>(&bytes) {
-        Ok(r) if r.version == FORMAT_VERSION => r,
+        Ok(r) if (1..=FORMAT_VERSION).contains(&r.version) => r,
         Ok(r) if r.version > FORMAT_VERSION => return corrupt(newer(r.version.into())),
         Ok(_) => return corrupt("it has no valid format version".into()),
         Err(e) => {
@@ -890,6 +904,10 @@ impl Store for FileStore {
 
     fn config(&self) -> Result<crate::config::Config> {
         FileStore::config(self)
+    }
+
+    fn path_index(&self) -> Result<Vec<(String, Vec<String>)>> {
+        FileStore::path_index(self)
     }
 
     fn read(&self, key: &str) -> Result<Slot> {

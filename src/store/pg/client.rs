@@ -510,9 +510,7 @@ impl PgStore {
                 "it has format version {}, newer than this tasklock understands ({FORMAT_VERSION}); upgrade tasklock",
                 r.version
             )),
-            Ok(r) if r.version != FORMAT_VERSION => {
-                corrupt("it has no valid format version".into())
-            }
+            Ok(r) if r.version == 0 => corrupt("it has no valid format version".into()),
             Ok(r) if r.key != key => corrupt(format!("it names the key {:?}, not {key:?}", r.key)),
             Ok(r) => Slot::Held(r),
             Err(e) => corrupt(format!("not a valid record ({e})")),

@@ -57,6 +57,7 @@ fn record(key: &str, token: u64) -> Record {
         expires_at: t + chrono::Duration::minutes(30),
         reason: Some("r".into()),
         owner: None,
+        paths: Vec::new(),
     }
 }
 
