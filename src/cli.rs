@@ -200,8 +200,14 @@ pub enum Command {
     },
     /// End a freeze early
     Unfreeze { key: String },
-    /// Explain in plain words why KEY can or cannot be checked out now
-    Why { key: String },
+    /// Explain in plain words why KEY (and paths) can or cannot be checked out now
+    Why {
+        #[arg(required_unless_present = "paths", value_name = "KEY")]
+        key: Option<String>,
+        /// Also ask about these repository paths, as `checkout --path` would take them
+        #[arg(long = "path", value_name = "PATTERN")]
+        paths: Vec<String>,
+    },
     /// The append-only event log (newest last); --agent filters by agent here
     Audit {
         /// Only events from the last DUR

@@ -266,7 +266,14 @@ fn execute(cli: Cli) -> Result<report::Report, Error> {
         Command::Hook { .. } | Command::Mcp => unreachable!("handled before"),
         Command::Freeze { key, for_, reason } => commands::freeze::freeze(&ctx, &key, for_, reason),
         Command::Unfreeze { key } => commands::freeze::unfreeze(&ctx, &key),
-        Command::Why { key } => commands::why::run(&ctx, &key),
+        Command::Why { key, paths } => {
+            let paths = engine::paths::resolve(&ctx, &paths)?;
+            let key = match key {
+                Some(k) => k,
+                None => key::for_paths(&paths)?,
+            };
+            commands::why::run(&ctx, &key, paths)
+        }
         Command::Doctor => commands::doctor::run(&ctx, discovery.as_ref()),
         Command::Audit {
             since, key, limit, ..
@@ -444,7 +451,7 @@ fn normalize_keys(mut command: Command) -> Command {
         | Command::Note { key, .. }
         | Command::Freeze { key, .. }
         | Command::Unfreeze { key }
-        | Command::Why { key } => one(key),
+        | Command::Why { key: Some(key), .. } => one(key),
         Command::Audit { key: Some(k), .. } => one(k),
         Command::Run { key, wait, .. } => {
             if let Some(k) = key {

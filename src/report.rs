@@ -533,6 +533,9 @@ pub struct WhyReport {
     /// Plain-word explanations, most important first.
     pub reasons: Vec<String>,
     pub next: String,
+    /// The paths asked about with `--path` (absent when none were).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<String>,
     /// What `next` advises, for the markdown renderer to spell out with the caller's flags.
     #[serde(skip)]
     pub advice: WhyNext,

@@ -409,3 +409,41 @@ fn the_path_index_never_hides_a_checkout() {
     let listed: Value = serde_json::from_slice(&std::fs::read(&index).unwrap()).unwrap();
     assert!(listed["entries"].get("path:docs").is_none(), "{listed}");
 }
+
+#[test]
+fn why_explains_which_checkouts_are_in_the_way_of_paths() {
+    let (env, top) = repo();
+    run(
+        &env,
+        &top,
+        "alice",
+        &["checkout", "--path", "src/a", "--reason", "parser"],
+    );
+    let r = run(&env, &top, "bob", &["why", "--path", "src/*/x.rs"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    snap!(env, "why_paths", r);
+    let (_, j) = json_run(&env, &top, "bob", &["why", "B-1", "--path", "src/a/x.rs"]);
+    assert_eq!(j["state"], "paths_held", "{j}");
+    assert_eq!(j["can_checkout"], false);
+    assert_eq!(j["paths"], serde_json::json!(["src/a/x.rs"]));
+    assert!(
+        j["next"]
+            .as_str()
+            .unwrap()
+            .contains("checkout B-1 --path src/a/x.rs --queue"),
+        "{j}"
+    );
+    let (_, j) = json_run(&env, &top, "bob", &["why", "--path", "src/b"]);
+    assert_eq!(j["state"], "free", "{j}");
+    assert_eq!(j["can_checkout"], true);
+    // The holder's own key says what it covers.
+    let (_, j) = json_run(&env, &top, "bob", &["why", "path:src/a"]);
+    assert!(
+        j["reasons"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r.as_str().unwrap().contains("`src/a`")),
+        "{j}"
+    );
+}

@@ -7,7 +7,7 @@ use crate::liveness::{Cause, State};
 use crate::report::{Report, WhyNext, WhyReport};
 use crate::store::Slot;
 
-pub fn run(ctx: &Ctx, key: &str) -> Result<Report> {
+pub fn run(ctx: &Ctx, key: &str, paths: Vec<String>) -> Result<Report> {
     crate::key::validate(key)?;
     let me = ctx.agent_id().ok();
     let mut reasons = Vec::new();
@@ -116,11 +116,61 @@ pub fn run(ctx: &Ctx, key: &str) -> Result<Report> {
             }
             Slot::Free => {}
         }
+        if let Slot::Held(r) = store.read(key)?
+            && !r.paths.is_empty()
+        {
+            reasons.push(format!(
+                "Its checkout covers the paths {}.",
+                code_list(&r.paths)
+            ));
+        }
+        // The paths asked about: other agents' checkouts (and reservations) that overlap.
+        let mine = crate::engine::paths::compile(&paths);
+        let asker = me.clone().unwrap_or_default();
+        for o in crate::engine::paths::held_overlaps(&*store, &asker, key, &mine)? {
+            let r = &o.record;
+            let who = r.agent.label();
+            let meets = format!(
+                "`{}` meets `{}` of `{}` (both cover `{}`)",
+                o.mine, o.theirs, r.key, o.witness
+            );
+            if judge.reap_reason(r)?.is_some() {
+                reasons.push(format!(
+                    "Your path {meets}, held by {who}, whose lease is over or who is dead; the next checkout takes it over."
+                ));
+                continue;
+            }
+            can = false;
+            if state == "free" || state == "ended" {
+                state = "paths_held";
+            }
+            holder.get_or_insert(who.clone());
+            reasons.push(format!(
+                "Your path {meets}, held by {who} (token {}); its lease ends {}.",
+                r.token,
+                with_relative(&r.expires_at, &now)
+            ));
+        }
+        for o in crate::engine::paths::reserved_overlaps(ctx, &*store, &asker, key, &mine)? {
+            can = false;
+            if state == "free" || state == "ended" {
+                state = "reserved";
+            }
+            reasons.push(format!(
+                "Your path `{}` meets `{}`, reserved for {}, the head of the queue of `{}`, until {}.",
+                o.mine,
+                o.theirs,
+                o.waiter.agent,
+                o.queue.key,
+                with_relative(&o.view().until, &now)
+            ));
+        }
         let queue = store.read_queue(key)?;
         position = me.as_deref().and_then(|m| queue.position(m));
         if let Some(res) = &queue.reservation
             && res.until > now
             && state != "held"
+            && state != "paths_held"
         {
             if me.as_deref() == Some(res.agent.as_str()) {
                 state = "reserved_for_you";
@@ -149,7 +199,7 @@ pub fn run(ctx: &Ctx, key: &str) -> Result<Report> {
             ));
         }
         match position {
-            Some(1) if state == "held" => reasons.push(
+            Some(1) if state == "held" || state == "paths_held" => reasons.push(
                 "You are first in its queue: when it is released, it is reserved for you.".into(),
             ),
             Some(p) if state != "reserved_for_you" => {
@@ -186,7 +236,7 @@ pub fn run(ctx: &Ctx, key: &str) -> Result<Report> {
             _ => WhyNext::Queue,
         },
     };
-    let next = crate::render::markdown::why_next(&advice, key, &Default::default());
+    let next = crate::render::markdown::why_next(&advice, key, &paths, &Default::default());
     Ok(Report::Why(WhyReport {
         command: "why",
         now: ctx.now,
@@ -196,6 +246,15 @@ pub fn run(ctx: &Ctx, key: &str) -> Result<Report> {
         state: state.to_string(),
         reasons,
         next,
+        paths,
         advice,
     }))
+}
+
+fn code_list(items: &[String]) -> String {
+    items
+        .iter()
+        .map(|p| format!("`{p}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }

@@ -1274,21 +1274,27 @@ fn why(r: &WhyReport, inv: &Invocation) -> String {
     for reason in &r.reasons {
         let _ = writeln!(out, "- {reason}");
     }
-    let _ = writeln!(out, "\nNext: {}", why_next(&r.advice, &r.key, inv));
+    let _ = writeln!(
+        out,
+        "\nNext: {}",
+        why_next(&r.advice, &r.key, &r.paths, inv)
+    );
     out
 }
 
 /// The advice of `why`, in words, with suggested commands carrying the caller's flags.
-pub fn why_next(advice: &WhyNext, key: &str, inv: &Invocation) -> String {
+/// `paths`: the paths asked about with the key, which a checkout must ask for again.
+pub fn why_next(advice: &WhyNext, key: &str, paths: &[String], inv: &Invocation) -> String {
+    let co = crate::key::checkout_args(key, paths);
     match advice {
         WhyNext::KeepWorking => format!(
             "keep working; release it when done ({}).",
             inv.cmd("release", key)
         ),
-        WhyNext::Checkout => format!("{}.", inv.cmd("checkout", key)),
+        WhyNext::Checkout => format!("{}.", inv.code(&format!("checkout {co}"))),
         WhyNext::CheckoutReserved => format!(
             "it is reserved for you: check it out now with {}, before the reservation lapses.",
-            inv.cmd("checkout", key)
+            inv.code(&format!("checkout {co}"))
         ),
         WhyNext::Frozen => "work on something else until the freeze ends.".into(),
         WhyNext::Corrupt => format!(
@@ -1299,15 +1305,15 @@ pub fn why_next(advice: &WhyNext, key: &str, inv: &Invocation) -> String {
         WhyNext::FirstInLine { holder } => format!(
             "you are first in line: when {holder} releases it, it is reserved for you and your inbox says so ({}). Work on something else meanwhile, or block until then with {}; no need to queue again.",
             inv.code("inbox"),
-            inv.code(&format!("checkout {} --wait", shell_quote(key)))
+            inv.code(&format!("checkout {co} --wait"))
         ),
         WhyNext::InLine { position } => format!(
             "you are number {position} in its queue; your inbox tells you when it is yours. Work on something else meanwhile, or block until then with {}; no need to queue again.",
-            inv.code(&format!("checkout {} --wait", shell_quote(key)))
+            inv.code(&format!("checkout {co} --wait"))
         ),
         WhyNext::Queue => format!(
             "work on something else, or {}.",
-            inv.code(&format!("checkout {} --queue", shell_quote(key)))
+            inv.code(&format!("checkout {co} --queue"))
         ),
     }
 }
