@@ -447,3 +447,33 @@ fn why_explains_which_checkouts_are_in_the_way_of_paths() {
         "{j}"
     );
 }
+
+#[test]
+fn a_blocked_wait_for_paths_is_granted_when_the_overlap_is_released() {
+    let (env, top) = repo();
+    run(&env, &top, "alice", &["checkout", "--path", "src/a"]);
+    let mut cmd = base_cmd(&env.now);
+    use_store(&mut cmd, &env.dir());
+    let waiter = cmd
+        .current_dir(&top)
+        .arg("--dir")
+        .arg(env.dir())
+        .args(["checkout", "--path", "src/a/x", "--wait", "30s", "--json"])
+        .args(["--agent", "bob"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Bob is in his key's queue before Alice releases.
+    let queued = (0..200).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(25));
+        let (_, j) = json_run(&env, &top, "carol", &["list"]);
+        j["queues"]["path:src/a/x"]["length"] == 1
+    });
+    assert!(queued, "bob never queued");
+    run(&env, &top, "alice", &["release", "path:src/a"]);
+    let out = waiter.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["outcome"], "granted", "{j}");
+    assert_eq!(j["checkout"]["paths"], serde_json::json!(["src/a/x"]));
+}
