@@ -477,3 +477,33 @@ fn a_blocked_wait_for_paths_is_granted_when_the_overlap_is_released() {
     assert_eq!(j["outcome"], "granted", "{j}");
     assert_eq!(j["checkout"]["paths"], serde_json::json!(["src/a/x"]));
 }
+
+/// Two agents each holding paths the other queues for: the second is told `deadlock`
+/// instead of waiting forever.
+#[test]
+fn a_wait_for_cycle_through_paths_is_a_deadlock() {
+    let (env, top) = repo();
+    run(&env, &top, "alice", &["checkout", "--path", "src/a"]);
+    run(&env, &top, "bob", &["checkout", "--path", "src/b"]);
+    let (code, j) = json_run(
+        &env,
+        &top,
+        "alice",
+        &["checkout", "A-2", "--path", "src/b/x", "--queue"],
+    );
+    assert_eq!(code, 2);
+    assert_eq!(j["position"], 1, "{j}");
+    let (code, j) = json_run(
+        &env,
+        &top,
+        "bob",
+        &["checkout", "B-2", "--path", "src/a/y", "--queue"],
+    );
+    assert_eq!(code, 5, "{j}");
+    assert_eq!(j["outcome"], "deadlock", "{j}");
+    assert_eq!(
+        j["cycle"],
+        serde_json::json!(["bob", "B-2", "alice", "A-2", "bob"]),
+        "{j}"
+    );
+}

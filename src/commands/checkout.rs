@@ -438,11 +438,24 @@ fn refuse(
             store.audit(guard, &ev)?;
         }
         Join::Queue | Join::Wait(_) => {
-            if r.position.is_none()
-                && let Some(cycle) = queue::find_cycle(store, &agent.id, key, blocker)?
-            {
+            let mut blockers = vec![blocker.to_string()];
+            for o in &r.overlaps {
+                if !blockers.contains(&o.agent.id) {
+                    blockers.push(o.agent.id.clone());
+                }
+            }
+            let mut found = None;
+            if r.position.is_none() {
+                for b in &blockers {
+                    found = queue::find_cycle(store, &agent.id, key, b)?;
+                    if found.is_some() {
+                        break;
+                    }
+                }
+            }
+            if let Some(cycle) = found {
                 let mut ev = ctx.agent_event("deadlock", key, agent);
-                ev.holder = Some(blocker.to_string());
+                ev.holder = cycle.get(2).cloned();
                 ev.detail = Some(cycle.join(" → "));
                 store.audit(guard, &ev)?;
                 r.outcome = Outcome::Deadlock;

@@ -335,13 +335,14 @@ pub(crate) fn find_cycle(
     holder: &str,
 ) -> Result<Option<Vec<String>>> {
     let queues = store.scan_queues()?;
-    let mut waits: HashMap<String, Vec<String>> = HashMap::new();
+    // What each agent waits for: a key, and the paths it asked for with it.
+    let mut waits: HashMap<String, Vec<(String, Vec<String>)>> = HashMap::new();
     for q in &queues {
         for w in &q.waiters {
             waits
                 .entry(w.agent.clone())
                 .or_default()
-                .push(q.key.clone());
+                .push((q.key.clone(), w.paths.clone()));
         }
     }
     let reserved: HashMap<&str, &str> = queues
@@ -352,19 +353,31 @@ pub(crate) fn find_cycle(
                 .map(|r| (q.key.as_str(), r.agent.as_str()))
         })
         .collect();
-    let holder_of = |k: &str| -> Result<Option<String>> {
-        Ok(match store.read(k)? {
-            Slot::Held(r) => Some(r.agent.id),
-            _ => reserved.get(k).map(|a| a.to_string()),
-        })
+    // Who keeps `agent` from `k`: its holder (or the agent it is reserved for), and the
+    // holders of other checkouts whose paths overlap the paths `agent` asked for.
+    let blockers = |agent: &str, k: &str, paths: &[String]| -> Result<Vec<String>> {
+        let mut out: Vec<String> = match store.read(k)? {
+            Slot::Held(r) => vec![r.agent.id],
+            _ => reserved.get(k).map(|a| a.to_string()).into_iter().collect(),
+        };
+        if !paths.is_empty() {
+            let mine = super::paths::compile(paths);
+            for o in super::paths::held_overlaps(store, agent, k, &mine)? {
+                if !out.contains(&o.record.agent.id) {
+                    out.push(o.record.agent.id);
+                }
+            }
+        }
+        Ok(out)
     };
     let mut path = vec![me.to_string(), key.to_string(), holder.to_string()];
     let mut seen = HashSet::new();
+    type Blockers<'a> = dyn Fn(&str, &str, &[String]) -> Result<Vec<String>> + 'a;
     fn dfs(
         agent: &str,
         me: &str,
-        waits: &HashMap<String, Vec<String>>,
-        holder_of: &dyn Fn(&str) -> Result<Option<String>>,
+        waits: &HashMap<String, Vec<(String, Vec<String>)>>,
+        blockers: &Blockers<'_>,
         path: &mut Vec<String>,
         seen: &mut HashSet<String>,
     ) -> Result<bool> {
@@ -374,22 +387,23 @@ pub(crate) fn find_cycle(
         if !seen.insert(agent.to_string()) {
             return Ok(false);
         }
-        for k in waits.get(agent).into_iter().flatten() {
-            let Some(h) = holder_of(k)? else { continue };
-            if h == agent {
-                continue;
+        for (k, paths) in waits.get(agent).into_iter().flatten() {
+            for h in blockers(agent, k, paths)? {
+                if h == agent {
+                    continue;
+                }
+                path.push(k.clone());
+                path.push(h.clone());
+                if dfs(&h, me, waits, blockers, path, seen)? {
+                    return Ok(true);
+                }
+                path.pop();
+                path.pop();
             }
-            path.push(k.clone());
-            path.push(h.clone());
-            if dfs(&h, me, waits, holder_of, path, seen)? {
-                return Ok(true);
-            }
-            path.pop();
-            path.pop();
         }
         Ok(false)
     }
-    if dfs(holder, me, &waits, &holder_of, &mut path, &mut seen)? {
+    if dfs(holder, me, &waits, &blockers, &mut path, &mut seen)? {
         Ok(Some(path))
     } else {
         Ok(None)
