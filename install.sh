@@ -658,4 +658,4 @@ case ":$PATH:" in
         say "note: $bindir is not on your PATH; add it (the Claude Code hooks run \`tasklock\` from PATH), e.g.:"
         say "  export PATH=\"$bindir:\$PATH\"" ;;
 esac
-say "MCP clients: \`claude mcp add tasklock -- tasklock mcp\`; for Codex, in .codex/config.toml: [mcp_servers.tasklock] command = \"tasklock\" args = [\"mcp\"]"
+say "MCP clients: \`tasklock init\` in a project registers the server for Codex (.codex/config.toml) and prints the setup for the others: \`claude mcp add tasklock -- tasklock mcp\`; elsewhere {\"mcpServers\": {\"tasklock\": {\"command\": \"tasklock\", \"args\": [\"mcp\"]}}}"

@@ -502,6 +502,22 @@ pub struct InitReport {
     pub dry_run: bool,
     pub project: String,
     pub changes: Vec<Change>,
+    /// How other MCP clients start `tasklock mcp`.
+    pub mcp: McpSetup,
+}
+
+/// The MCP server's setup for clients `init` does not configure itself.
+#[derive(Debug, Serialize)]
+pub struct McpSetup {
+    /// The server's command line: `command` and `args`.
+    pub command: String,
+    pub args: Vec<String>,
+    /// The one command that adds it to Claude Code.
+    pub claude_code: String,
+    /// The same for Codex's own (user-wide) configuration.
+    pub codex: String,
+    /// The `mcpServers` object most other clients (Cursor, Claude Desktop…) read.
+    pub mcp_servers: serde_json::Value,
 }
 
 #[derive(Debug, Serialize)]

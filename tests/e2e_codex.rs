@@ -292,3 +292,177 @@ fn killing_codex_releases_its_task_through_the_watcher() {
         out.text()
     );
 }
+
+/// `tasklock list --json` in the project's lock directory, as a bystander.
+fn list_json(project: &Path) -> Value {
+    let mut cmd = Command::new(e2e::tasklock_bin());
+    cmd.args(["list", "--json", "--dir"])
+        .arg(project.join(".locks"))
+        .env_remove("TASKLOCK_AGENT")
+        .env_remove("CLAUDE_CODE_SESSION_ID")
+        .env_remove("CODEX_THREAD_ID");
+    let out = run_ok(cmd, "tasklock list", COMMAND_TIMEOUT);
+    serde_json::from_str(&out.stdout).expect("list --json is JSON")
+}
+
+/// The function Codex offers for each tool of the `tasklock` MCP server, as it named them
+/// in its requests: a `namespace` tool `mcp__tasklock` holding functions named after the
+/// server's tools. The stub calls them with `namespace` and `name` (`mcp__tasklock/checkout`
+/// in a script); a flat `mcp__tasklock__checkout` is refused by Codex ("unsupported call").
+fn tasklock_namespace(tools: &Value) -> Option<Vec<String>> {
+    let ns = tools
+        .as_array()?
+        .iter()
+        .find(|t| t["type"] == "namespace" && t["name"] == "mcp__tasklock")?;
+    let mut names: Vec<String> = ns["tools"]
+        .as_array()?
+        .iter()
+        .filter(|t| t["type"] == "function")
+        .filter_map(|t| t["name"].as_str().map(str::to_string))
+        .collect();
+    names.sort();
+    Some(names)
+}
+
+/// Two Codex sessions in a project set up by `tasklock init` (its `.codex/config.toml`
+/// names the server and approves its tools, which `codex exec` needs): both check out one
+/// task through the `checkout` tool, one wins, the other's model gets the conflict in
+/// markdown naming the winner; the lock directory says so while they run; each session's
+/// end closes its server, which releases what its agent holds (`session_end`).
+#[test]
+fn codex_sessions_use_the_mcp_tools_init_registered() {
+    let (tmp, project) = initialised_project();
+    let config = std::fs::read_to_string(project.join(".codex/config.toml")).unwrap();
+    assert!(config.contains("[mcp_servers.tasklock]"), "{config}");
+    // Both sessions check out one task through the MCP tool, then list through it; the
+    // stub holds both after the checkout until the test has looked at the lock directory.
+    let stub = CodexStub::start(CodexScript {
+        commands: vec![
+            e2e::Script::tool_call(
+                "mcp__tasklock/checkout",
+                serde_json::json!({"key": "mcp-race", "reason": "via MCP"}),
+            ),
+            e2e::Script::tool_call("mcp__tasklock/list", serde_json::json!({})),
+        ],
+        hold_after: Some(0),
+        sessions: usize::MAX,
+        pause: Duration::ZERO,
+    });
+    let a = start_session(tmp.path(), "home-a", &project, &stub);
+    let b = start_session(tmp.path(), "home-b", &project, &stub);
+    let (a_native, b_native) = (a.native, b.native);
+    let context = || {
+        format!(
+            "--- stub\n{}\n--- outputs\n{:#?}\n--- audit\n{}",
+            stub.log(),
+            stub.state.0.lock().unwrap().outputs,
+            audit_text(&project)
+        )
+    };
+    assert!(
+        stub.wait_outputs("call_0", 2, SESSION_TIMEOUT),
+        "both sessions' checkouts never came back\n{}",
+        context()
+    );
+
+    // Codex offered every tasklock tool, under the names recorded above.
+    let tools = stub.tools();
+    assert_eq!(tools.len(), 2, "{}", context());
+    for (session, offered) in &tools {
+        assert_eq!(
+            tasklock_namespace(offered),
+            Some(
+                [
+                    "agents", "checkout", "inbox", "list", "note", "release", "renew", "status",
+                    "verify", "why"
+                ]
+                .map(String::from)
+                .to_vec()
+            ),
+            "the tasklock tools offered to {session}: {offered}"
+        );
+    }
+
+    // Exactly one checkout was granted; the other came back as a conflict naming it.
+    let results = stub.outputs_of("call_0");
+    let granted: Vec<(&String, &String)> = results
+        .iter()
+        .filter(|(_, r)| r.contains("Checked out `mcp-race`"))
+        .collect();
+    assert_eq!(granted.len(), 1, "one winner\n{}", context());
+    let (winner_thread, won) = granted[0];
+    let (loser_thread, lost) = results
+        .iter()
+        .find(|(t, _)| *t != winner_thread)
+        .expect("two sessions");
+    // The lock directory, while both sessions still run: held by the winner's server,
+    // an agent of its own (Codex gives MCP servers no thread id), on the winner's Codex.
+    let list = list_json(&project);
+    let rows = list["checkouts"].as_array().expect("checkouts");
+    assert_eq!(rows.len(), 1, "{list}");
+    let row = &rows[0];
+    assert_eq!(row["key"], "mcp-race", "{list}");
+    assert_eq!(row["reason"], "via MCP", "{list}");
+    assert_eq!(row["proven"], true, "bound to the server's secret: {list}");
+    let holder = row["agent"]["id"].as_str().unwrap().to_string();
+    assert!(
+        holder.starts_with("mcp-codex-mcp-client-"),
+        "the MCP server's agent, named after Codex's client: {list}"
+    );
+    // The winner's Codex process: its SessionStart hook registered the thread with it.
+    let winner_native = agent_entry(&project, winner_thread)["pid"].clone();
+    assert!(
+        winner_native == a_native || winner_native == b_native,
+        "{winner_native}"
+    );
+    assert_eq!(
+        row["agent"]["pid"], winner_native,
+        "the server registered its client, the winner's codex process: {list}"
+    );
+    // What came back to the model is the CLI's markdown, not its JSON.
+    assert!(
+        won.contains("\nChecked out `mcp-race` (token 1); lease ends ")
+            && won.contains(&format!("- Holder: {holder} ")),
+        "{won}"
+    );
+    assert!(
+        lost.contains(&format!("\nConflict: `mcp-race` is held by {holder} ")),
+        "the loser ({loser_thread}) is told who holds it: {lost}\n{}",
+        context()
+    );
+    for r in [won, lost] {
+        assert!(!r.contains(r#""outcome""#), "markdown, not JSON: {r}");
+    }
+    stub.release();
+
+    let out_a = a.running.wait(SESSION_TIMEOUT);
+    let out_b = b.running.wait(SESSION_TIMEOUT);
+    for out in [&out_a, &out_b] {
+        assert!(
+            out.status.success() && out.stdout.contains(CODEX_FINAL_TEXT),
+            "{}\n{}",
+            out.text(),
+            context()
+        );
+    }
+    // The winner's list through the tool showed its checkout.
+    let listed = stub.outputs_of("call_1");
+    assert!(
+        listed[winner_thread].contains("\n1 active checkout.")
+            && listed[winner_thread].contains(&format!("| `mcp-race` | {holder} ")),
+        "{:?}\n{}",
+        listed,
+        context()
+    );
+
+    // The session's end ended its server's agent and released the task.
+    let audit = e2e::audit(&project.join(".locks"));
+    let release = audit
+        .iter()
+        .find(|e| e["event"] == "auto_release" && e["key"] == "mcp-race")
+        .unwrap_or_else(|| panic!("mcp-race was never released\n{}", context()));
+    assert_eq!(release["agent"], holder.as_str(), "{}", context());
+    assert_eq!(release["reason"], "session_end", "{}", context());
+    assert_eq!(status_json(&project, "mcp-race")["outcome"], "free");
+    assert_eq!(list_json(&project)["checkouts"], serde_json::json!([]));
+}

@@ -67,49 +67,79 @@ fn sdk_client_checks_out_conflicts_queues_and_gets_the_handover_pushed() {
         "{ctx}"
     );
 
-    // A wins, as the CLI says it: the same markdown, the `--json` object as structure.
+    // Every result is the CLI's markdown as its one content block, the `--json` object in
+    // `_meta["tasklock/json"]` and no `structuredContent` (clients show the model that
+    // instead of the content when there is one).
+    for (name, r) in v.as_object().unwrap() {
+        if !r["content"].is_array() {
+            continue;
+        }
+        assert_eq!(r.get("structuredContent"), None, "{name}: {ctx}");
+        let blocks = r["content"].as_array().unwrap();
+        assert_eq!(blocks.len(), 1, "{name}: {ctx}");
+        assert_eq!(blocks[0]["type"], "text", "{name}: {ctx}");
+        assert!(
+            !blocks[0]["text"].as_str().unwrap().starts_with('{'),
+            "{name}: markdown, not JSON: {ctx}"
+        );
+        assert!(
+            r["_meta"]["tasklock/json"]["exit_code"].is_i64(),
+            "{name}: {ctx}"
+        );
+    }
+
+    // A wins, as the CLI says it: the same markdown, the `--json` object in `_meta`.
     let a = &v["checkout_a"];
     assert_ne!(a["isError"], json!(true), "{ctx}");
     assert!(
         text(a).starts_with("Checked out `task-1` (token 1)"),
         "{ctx}"
     );
-    assert_eq!(a["structuredContent"]["outcome"], "granted", "{ctx}");
-    assert_eq!(a["structuredContent"]["exit_code"], 0, "{ctx}");
-    let id_a = a["structuredContent"]["checkout"]["agent"]["id"]
+    assert_eq!(a["_meta"]["tasklock/json"]["outcome"], "granted", "{ctx}");
+    assert_eq!(a["_meta"]["tasklock/json"]["exit_code"], 0, "{ctx}");
+    let id_a = a["_meta"]["tasklock/json"]["checkout"]["agent"]["id"]
         .as_str()
         .unwrap()
         .to_string();
     assert!(id_a.starts_with("mcp-agent-a-client-"), "{ctx}");
     // The registered process is the client's (the node process), not the server's.
     assert_eq!(
-        a["structuredContent"]["checkout"]["agent"]["pid"], v["client_pid"],
+        a["_meta"]["tasklock/json"]["checkout"]["agent"]["pid"], v["client_pid"],
         "{ctx}"
     );
 
     // B, another server process and so another agent, gets the conflict as an error result.
     let b = &v["checkout_b"];
     assert_eq!(b["isError"], true, "{ctx}");
-    assert_eq!(b["structuredContent"]["exit_code"], 2, "{ctx}");
-    assert_eq!(b["structuredContent"]["error_kind"], "conflict", "{ctx}");
+    assert_eq!(b["_meta"]["tasklock/json"]["exit_code"], 2, "{ctx}");
+    assert_eq!(
+        b["_meta"]["tasklock/json"]["error_kind"], "conflict",
+        "{ctx}"
+    );
     assert!(
         text(b).contains(&id_a),
         "the conflict names the holder\n{ctx}"
     );
     let q = &v["queue_b"];
     assert_eq!(q["isError"], true, "{ctx}");
-    assert_eq!(q["structuredContent"]["exit_code"], 2, "{ctx}");
-    assert_eq!(q["structuredContent"]["position"], 1, "{ctx}");
+    assert_eq!(q["_meta"]["tasklock/json"]["exit_code"], 2, "{ctx}");
+    assert_eq!(q["_meta"]["tasklock/json"]["position"], 1, "{ctx}");
     // Arguments the tool does not take: a usage error (64), never 2.
-    assert_eq!(v["bad_args"]["structuredContent"]["exit_code"], 64, "{ctx}");
     assert_eq!(
-        v["bad_args"]["structuredContent"]["error_kind"], "usage",
+        v["bad_args"]["_meta"]["tasklock/json"]["exit_code"], 64,
+        "{ctx}"
+    );
+    assert_eq!(
+        v["bad_args"]["_meta"]["tasklock/json"]["error_kind"], "usage",
         "{ctx}"
     );
     // Not the holder: 4.
-    assert_eq!(v["release_b"]["structuredContent"]["exit_code"], 4, "{ctx}");
     assert_eq!(
-        v["release_b"]["structuredContent"]["error_kind"], "not_holder",
+        v["release_b"]["_meta"]["tasklock/json"]["exit_code"], 4,
+        "{ctx}"
+    );
+    assert_eq!(
+        v["release_b"]["_meta"]["tasklock/json"]["error_kind"], "not_holder",
         "{ctx}"
     );
 
@@ -128,10 +158,10 @@ fn sdk_client_checks_out_conflicts_queues_and_gets_the_handover_pushed() {
     let handed = &pushed["data"]["messages"][0];
     assert_eq!(handed["key"], "task-1", "{ctx}");
     // …and the inbox tool still has it (the push leaves it unread).
-    let inbox = &v["inbox_b"]["structuredContent"]["messages"];
+    let inbox = &v["inbox_b"]["_meta"]["tasklock/json"]["messages"];
     assert_eq!(inbox[0]["id"], handed["id"], "{ctx}");
     assert_eq!(
-        v["checkout_b_after"]["structuredContent"]["outcome"], "granted",
+        v["checkout_b_after"]["_meta"]["tasklock/json"]["outcome"], "granted",
         "{ctx}"
     );
     assert_eq!(v["notifications"]["a"], json!([]), "{ctx}");
@@ -270,12 +300,16 @@ fn claude_code_uses_the_mcp_tools_and_its_checkouts_end_with_it() {
     let r1 = stub1.result("main-0").unwrap();
     let ctx1 = format!("{r1}\n--- stub\n{}", stub1.log());
     assert_ne!(r1["is_error"], json!(true), "{ctx1}");
-    // Claude Code 2.1.330 hands the model the structured content (the CLI's `--json`
-    // object) when a result has one, and the text otherwise.
+    // Claude Code 2.1.330 hands the model a result's structured content when it has one;
+    // tasklock's results have none, so the model reads the CLI's markdown.
     let t1 = e2e::result_text(&r1);
     assert!(
-        t1.contains("Checked out `mcp-task`") || t1.contains(r#""outcome":"granted""#),
-        "the model did not get the checkout\n{ctx1}"
+        t1.starts_with("Checked out `mcp-task` (token 1)") && t1.contains("\nNext: "),
+        "the model did not get the markdown of the checkout\n{ctx1}"
+    );
+    assert!(
+        !t1.contains(r#""outcome""#),
+        "no JSON for the model\n{ctx1}"
     );
     let status = status_json(&locks, "observer", "mcp-task");
     let holder = status["checkout"]["agent"].clone();
@@ -337,9 +371,11 @@ fn claude_code_uses_the_mcp_tools_and_its_checkouts_end_with_it() {
     assert_eq!(conflict["is_error"], json!(true), "{ctx2}");
     let conflict_text = e2e::result_text(&conflict);
     assert!(
-        conflict_text.contains(&agent1),
-        "the conflict names the holder\n{ctx2}"
+        conflict_text.starts_with("Conflict: `mcp-task` is held by")
+            && conflict_text.contains(&agent1),
+        "the conflict, in markdown, names the holder\n{ctx2}"
     );
+    assert!(!conflict_text.contains(r#""exit_code""#), "{ctx2}");
     let other = stub2.result("main-1").expect("second checkout result");
     assert_ne!(other["is_error"], json!(true), "{ctx2}");
     let audit = e2e::audit(&locks);

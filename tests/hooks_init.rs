@@ -832,6 +832,7 @@ fn init_merges_into_an_existing_project() {
             (p(&repo.join(".locks/config.yaml")), "created".to_string()),
             (p(&settings_path), "updated".to_string()),
             (p(&repo.join(".codex/hooks.json")), "created".to_string()),
+            (p(&repo.join(".codex/config.toml")), "created".to_string()),
             (p(&repo.join("CLAUDE.md")), "updated".to_string()),
             (p(&repo.join("AGENTS.md")), "updated".to_string()),
         ]
@@ -952,6 +953,17 @@ fn init_in_a_fresh_repository_and_again() {
     );
     assert_eq!(read(&repo.join(".locks/.gitignore")).trim(), "*");
     assert!(repo.join(".locks/config.yaml").is_file());
+    let config = codex_config(&repo);
+    assert_eq!(
+        keys_of(config.as_table()),
+        ["mcp_servers"],
+        "a new .codex/config.toml holds only the server"
+    );
+    assert_eq!(
+        keys_of(config["mcp_servers"].as_table().unwrap()),
+        ["tasklock"]
+    );
+    assert_tasklock_server(&config["mcp_servers"]["tasklock"]);
 
     age(&repo);
     let snapshot = tree(&repo);
@@ -983,6 +995,7 @@ fn init_dry_run_changes_nothing() {
                 "created".to_string()
             ),
             (p(&repo.join(".codex/hooks.json")), "created".to_string()),
+            (p(&repo.join(".codex/config.toml")), "created".to_string()),
             (p(&repo.join("CLAUDE.md")), "created".to_string()),
             (p(&repo.join("AGENTS.md")), "created".to_string()),
         ]
@@ -1003,6 +1016,7 @@ fn init_dry_run_changes_nothing() {
     assert_eq!(r.code, 0, "{}", r.text());
     let planned = changes(&r.json());
     assert!(planned.contains(&(p(&repo.join(".claude/settings.json")), "updated".into())));
+    assert!(planned.contains(&(p(&repo.join(".codex/config.toml")), "created".into())));
     assert!(planned.contains(&(p(&repo.join("AGENTS.md")), "updated".into())));
     assert!(planned.contains(&(p(&repo.join("CLAUDE.md")), "created".into())));
     assert_eq!(tree(&repo), snapshot, "a dry run changed files");
@@ -1410,4 +1424,245 @@ fn codex_hooks_name_the_thread_beat_on_stop_and_end_the_session() {
         .args(["status", "codex-task", "--json"]);
     let r = exec(cmd);
     assert_eq!(r.json()["outcome"], "free", "{}", r.text());
+}
+
+// ---------------------------------------------------------------------------------------
+// The MCP server in .codex/config.toml
+
+/// The project's `.codex/config.toml`, parsed.
+fn codex_config(repo: &Path) -> toml_edit::DocumentMut {
+    read(&repo.join(".codex/config.toml"))
+        .parse()
+        .expect(".codex/config.toml is TOML")
+}
+
+fn keys_of(t: &dyn toml_edit::TableLike) -> Vec<String> {
+    t.iter().map(|(k, _)| k.to_string()).collect()
+}
+
+/// `[mcp_servers.tasklock]` as `init` writes it: `tasklock mcp`, its tools approved
+/// (`codex exec` refuses MCP tools that would need asking).
+fn assert_tasklock_server(server: &toml_edit::Item) {
+    let t = server
+        .as_table_like()
+        .expect("mcp_servers.tasklock is a table");
+    assert_eq!(
+        keys_of(t),
+        ["command", "args", "default_tools_approval_mode"],
+        "{server}"
+    );
+    assert_eq!(server["command"].as_str(), Some("tasklock"), "{server}");
+    let args: Vec<&str> = server["args"]
+        .as_array()
+        .expect("args is an array")
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(args, ["mcp"], "{server}");
+    assert_eq!(
+        server["default_tools_approval_mode"].as_str(),
+        Some("approve"),
+        "{server}"
+    );
+}
+
+/// The change `init --json` reports for `path`.
+fn change_of(report: &Value, path: &Path) -> Value {
+    report["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["path"] == p(path))
+        .unwrap_or_else(|| panic!("no change for {}: {report}", path.display()))
+        .clone()
+}
+
+const CODEX_CONFIG: &str = r#"# Codex settings of this project (kept by tasklock init)
+model = "o3"   # trailing comment
+
+[mcp_servers.github]
+command = "npx"
+args = ["-y", "@modelcontextprotocol/server-github"]
+# a comment inside a server
+[mcp_servers.github.env]
+GITHUB_TOKEN = "ghp_x"
+
+[profiles.fast]
+model = "gpt-5-mini"
+"#;
+
+#[test]
+fn init_registers_the_mcp_server_in_an_existing_codex_config_keeping_every_byte() {
+    let e = Env::new();
+    let repo = git_repo(&e.tmp.path().join("proj"));
+    std::fs::create_dir_all(repo.join(".codex")).unwrap();
+    let path = repo.join(".codex/config.toml");
+    std::fs::write(&path, CODEX_CONFIG).unwrap();
+
+    // A dry run says what it would do and writes nothing.
+    let r = init(&repo, &["--dry-run", "--json"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    assert_eq!(change_of(&r.json(), &path)["action"], "updated");
+    assert_eq!(read(&path), CODEX_CONFIG);
+
+    let r = init(&repo, &["--json"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    let report = r.json();
+    let change = change_of(&report, &path);
+    assert_eq!(change["action"], "updated", "{change}");
+    assert!(
+        change["what"]
+            .as_str()
+            .unwrap()
+            .contains("added MCP server `tasklock`"),
+        "{change}"
+    );
+    // The setup for other clients is in the JSON too.
+    assert_eq!(report["mcp"]["command"], "tasklock", "{report}");
+    assert_eq!(report["mcp"]["args"], json!(["mcp"]), "{report}");
+    assert_eq!(
+        report["mcp"]["claude_code"],
+        "claude mcp add tasklock -- tasklock mcp"
+    );
+    assert_eq!(
+        report["mcp"]["mcp_servers"],
+        json!({"mcpServers": {"tasklock": {"command": "tasklock", "args": ["mcp"]}}})
+    );
+
+    // The file as it was, byte for byte, then our table after a blank line.
+    let text = read(&path);
+    let added = text
+        .strip_prefix(CODEX_CONFIG)
+        .unwrap_or_else(|| panic!("the existing text was changed:\n{text}"));
+    assert!(
+        added.starts_with("\n# ") && added.contains("\n[mcp_servers.tasklock]\n"),
+        "{added}"
+    );
+    let config = codex_config(&repo);
+    assert_eq!(
+        keys_of(config.as_table()),
+        ["model", "mcp_servers", "profiles"]
+    );
+    assert_eq!(
+        keys_of(config["mcp_servers"].as_table().unwrap()),
+        ["github", "tasklock"]
+    );
+    assert_eq!(
+        config["mcp_servers"]["github"]["env"]["GITHUB_TOKEN"].as_str(),
+        Some("ghp_x")
+    );
+    assert_tasklock_server(&config["mcp_servers"]["tasklock"]);
+
+    // Again: nothing to do, no file touched.
+    age(&repo);
+    let snapshot = tree(&repo);
+    let r = init(&repo, &["--json"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    assert_eq!(change_of(&r.json(), &path)["action"], "unchanged");
+    assert!(changes(&r.json()).iter().all(|(_, a)| a == "unchanged"));
+    assert_eq!(tree(&repo), snapshot, "a second init changed files");
+}
+
+#[test]
+fn init_keeps_a_tasklock_server_someone_configured_and_fits_inline_tables() {
+    let e = Env::new();
+    // Someone's own `tasklock` server (another path, more arguments): theirs, kept.
+    let repo = git_repo(&e.tmp.path().join("own"));
+    std::fs::create_dir_all(repo.join(".codex")).unwrap();
+    let path = repo.join(".codex/config.toml");
+    let own = "[mcp_servers.tasklock]\ncommand = \"/opt/tasklock/bin/tasklock\"\nargs = [\"--dir\", \"/srv/locks\", \"mcp\"]\n";
+    std::fs::write(&path, own).unwrap();
+    let r = init(&repo, &["--json"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    let change = change_of(&r.json(), &path);
+    assert_eq!(change["action"], "unchanged", "{change}");
+    assert!(
+        change["what"].as_str().unwrap().contains("kept as it is"),
+        "{change}"
+    );
+    assert_eq!(read(&path), own);
+
+    // `mcp_servers` as an inline table (or dotted keys): ours goes in the same way.
+    for (name, before) in [
+        (
+            "inline",
+            "mcp_servers = { docs = { command = \"docs-mcp\" } }\n",
+        ),
+        ("dotted", "mcp_servers.docs.command = \"docs-mcp\"\n"),
+    ] {
+        let repo = git_repo(&e.tmp.path().join(name));
+        std::fs::create_dir_all(repo.join(".codex")).unwrap();
+        let path = repo.join(".codex/config.toml");
+        std::fs::write(&path, before).unwrap();
+        let r = init(&repo, &[]);
+        assert_eq!(r.code, 0, "{}", r.text());
+        let config = codex_config(&repo);
+        assert_eq!(
+            config["mcp_servers"]["docs"]["command"].as_str(),
+            Some("docs-mcp"),
+            "{name}"
+        );
+        assert_tasklock_server(&config["mcp_servers"]["tasklock"]);
+        let after = read(&path);
+        let r = init(&repo, &[]);
+        assert_eq!(r.code, 0, "{}", r.text());
+        assert_eq!(read(&path), after, "{name}: a second init changed it");
+    }
+}
+
+#[test]
+fn init_refuses_a_broken_codex_config_and_changes_nothing() {
+    let e = Env::new();
+    let repo = git_repo(&e.tmp.path().join("proj"));
+    std::fs::create_dir_all(repo.join(".codex")).unwrap();
+    let path = repo.join(".codex/config.toml");
+    for (bad, needle) in [
+        (
+            "model = \"o3\"\n[mcp_servers.github\ncommand = \"npx\"\n",
+            "not valid TOML (line 2, column ",
+        ),
+        (
+            "model = \"o3\"\nmodel = \"o4\"\n",
+            "not valid TOML (line 2, column ",
+        ),
+        (
+            "mcp_servers = \"none\"\n",
+            "`mcp_servers` is a string, not a table",
+        ),
+        (
+            "[[mcp_servers]]\ncommand = \"x\"\n",
+            "`mcp_servers` is an array of tables, not a table",
+        ),
+        (
+            "[mcp_servers]\ntasklock = [\"mcp\"]\n",
+            "`mcp_servers.tasklock` is an array, not a table",
+        ),
+    ] {
+        std::fs::write(&path, bad).unwrap();
+        let r = init(&repo, &[]);
+        assert_eq!(r.code, 1, "exit 1 (config error): {}", r.text());
+        assert_eq!(r.stdout, "", "{}", r.text());
+        assert!(
+            r.stderr.contains(&p(&path)) && r.stderr.contains(needle),
+            "stderr should name the file and say {needle:?}: {}",
+            r.text()
+        );
+        assert!(
+            !r.stderr.contains("panicked"),
+            "a clear error, not a panic: {}",
+            r.text()
+        );
+        let r = init(&repo, &["--json"]);
+        assert_eq!(r.code, 1, "{}", r.text());
+        let err = r.json();
+        assert_eq!(err["error"]["kind"], "config", "{err}");
+        assert!(!repo.join(".locks").exists(), "nothing was changed");
+        assert!(!repo.join(".claude").exists(), "nothing was changed");
+        assert!(
+            !repo.join(".codex/hooks.json").exists(),
+            "nothing was changed"
+        );
+        assert!(!repo.join("AGENTS.md").exists(), "nothing was changed");
+        assert_eq!(read(&path), bad);
+    }
 }

@@ -282,6 +282,20 @@ fn fresh_install_puts_binary_skills_and_links_in_place() {
         "PATH hint: {}",
         out.text()
     );
+    // How to give MCP clients the server: `init` for Codex, a line for the others.
+    let mcp = out
+        .stdout
+        .lines()
+        .find(|l| l.contains("MCP clients:"))
+        .unwrap_or_else(|| panic!("no MCP setup line: {}", out.text()));
+    for needle in [
+        "`tasklock init`",
+        ".codex/config.toml",
+        "`claude mcp add tasklock -- tasklock mcp`",
+        r#"{"mcpServers": {"tasklock": {"command": "tasklock", "args": ["mcp"]}}}"#,
+    ] {
+        assert!(mcp.contains(needle), "{needle} in: {mcp}");
+    }
 }
 
 #[test]

@@ -4,9 +4,10 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+use crate::commands::codex_config;
 use crate::engine::Ctx;
 use crate::error::{Error, Result};
-use crate::report::{Change, InitReport, Report};
+use crate::report::{Change, InitReport, McpSetup, Report};
 use crate::store::sharing;
 
 const SETTINGS_TEMPLATE: &str = include_str!("../../templates/claude-settings.json");
@@ -82,6 +83,8 @@ pub fn run(ctx: &Ctx, dry_run: bool, shared: Option<&str>) -> Result<Report> {
     let (existing, mut doc) = read_object(&settings, &HOOK_EVENTS)?;
     let codex_hooks = project.join(".codex").join("hooks.json");
     let (codex_existing, mut codex_doc) = read_object(&codex_hooks, &CODEX_HOOK_EVENTS)?;
+    // And Codex's config, where the MCP server goes.
+    let mut codex_config = codex_config::read(&project.join(".codex").join("config.toml"))?;
     // The lock directory, its .gitignore and a commented config.
     let lock_dir = ctx.dir.clone();
     let had_dir = lock_dir.join(".gitignore").is_file();
@@ -200,6 +203,32 @@ pub fn run(ctx: &Ctx, dry_run: bool, shared: Option<&str>) -> Result<Report> {
         ));
     }
 
+    // The MCP server for Codex, merged into the project's .codex/config.toml.
+    let path = codex_config.path.clone();
+    match codex_config.merge() {
+        codex_config::Merged::Present => changes.push(change(
+            &path,
+            "unchanged",
+            "MCP server `tasklock` already configured (kept as it is)",
+        )),
+        codex_config::Merged::Added => {
+            if !dry_run {
+                std::fs::create_dir_all(path.parent().expect("has a parent"))
+                    .map_err(|e| Error::io(&path, e))?;
+                write_atomic(&path, &codex_config.text())?;
+            }
+            changes.push(change(
+                &path,
+                if codex_config.existing.is_some() {
+                    "updated"
+                } else {
+                    "created"
+                },
+                "added MCP server `tasklock` (`tasklock mcp`), its tools approved (Codex reads it once the project is trusted)",
+            ));
+        }
+    }
+
     // The coordination protocol for the agents' instructions.
     // CLAUDE.md for Claude Code, AGENTS.md for Codex and most others.
     for (file, always) in [("CLAUDE.md", true), ("AGENTS.md", true)] {
@@ -248,7 +277,23 @@ pub fn run(ctx: &Ctx, dry_run: bool, shared: Option<&str>) -> Result<Report> {
         dry_run,
         project: project.display().to_string(),
         changes,
+        mcp: mcp_setup(),
     }))
+}
+
+/// How any MCP client starts the server: `tasklock mcp`, from PATH like the hooks.
+fn mcp_setup() -> McpSetup {
+    let (command, args) = (codex_config::COMMAND, codex_config::ARGS);
+    let line = format!("{command} {}", args.join(" "));
+    McpSetup {
+        command: command.to_string(),
+        args: args.iter().map(|a| a.to_string()).collect(),
+        claude_code: format!("claude mcp add {} -- {line}", codex_config::SERVER),
+        codex: format!("codex mcp add {} -- {line}", codex_config::SERVER),
+        mcp_servers: serde_json::json!({
+            "mcpServers": { (codex_config::SERVER): { "command": command, "args": args } }
+        }),
+    }
 }
 
 fn change(path: &Path, action: &str, what: &str) -> Change {

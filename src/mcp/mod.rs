@@ -2,8 +2,9 @@
 //!
 //! Each tool builds the same command line a person would type (`tasklock --agent ID
 //! checkout -- KEY`) and runs it through [`crate::call`], the path `tasklock` itself takes:
-//! the text is the CLI's markdown, the structured content the CLI's `--json` object, and a
-//! non-zero exit is an error result (`isError`) with `exit_code` and `error_kind`.
+//! the content is the CLI's markdown (what the model reads), `_meta["tasklock/json"]` the
+//! CLI's `--json` object (for programs), and a non-zero exit is an error result (`isError`)
+//! with `exit_code` and `error_kind` in that object.
 //!
 //! One server process is one agent. Its id comes from the caller (`--agent`,
 //! `TASKLOCK_AGENT`, the Claude Code session or Codex thread when the client passes one in
@@ -434,8 +435,18 @@ fn kind_of(code: i32) -> &'static str {
     }
 }
 
-/// The tool result: the CLI's markdown as text, its JSON object as structured content, and
-/// for a non-zero exit `isError` with `exit_code` and `error_kind` added to that object.
+/// The `_meta` key of a tool result that carries the CLI's `--json` object.
+pub const JSON_META: &str = "tasklock/json";
+
+/// The tool result: the CLI's markdown as its only content, for the model; the CLI's JSON
+/// object, with `exit_code` (and for a non-zero exit `error_kind`, with `isError`), in
+/// `_meta["tasklock/json"]`, for programs.
+///
+/// Not `structuredContent`: the MCP specification makes it the same result as the content
+/// (a tool that returns it "SHOULD also return the serialized JSON in a TextContent
+/// block"), so clients give the model one or the other, and Claude Code 2.1.330 and Codex
+/// 0.169 give it the structured content when there is one. The markdown is what agents
+/// are meant to read (a verdict, the facts, what to do next), so it is the only content.
 pub fn tool_result(called: Called) -> CallToolResult {
     let Called {
         exit_code,
@@ -443,7 +454,7 @@ pub fn tool_result(called: Called) -> CallToolResult {
         json,
         error_kind,
     } = called;
-    let mut structured = match json {
+    let mut object = match json {
         Value::Object(map) => map,
         other => {
             let mut m = serde_json::Map::new();
@@ -451,18 +462,19 @@ pub fn tool_result(called: Called) -> CallToolResult {
             m
         }
     };
-    structured.insert("exit_code".into(), json!(exit_code));
+    object.insert("exit_code".into(), json!(exit_code));
     if exit_code != 0 {
         let kind = error_kind.unwrap_or_else(|| kind_of(exit_code).to_string());
-        structured.insert("error_kind".into(), json!(kind));
+        object.insert("error_kind".into(), json!(kind));
     }
-    let mut r = if exit_code == 0 {
+    let r = if exit_code == 0 {
         CallToolResult::success(vec![ContentBlock::text(markdown)])
     } else {
         CallToolResult::error(vec![ContentBlock::text(markdown)])
     };
-    r.structured_content = Some(Value::Object(structured));
-    r
+    let mut meta = serde_json::Map::new();
+    meta.insert(JSON_META.into(), Value::Object(object));
+    r.with_meta(Some(rmcp::model::MetaObject(meta)))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -575,7 +587,7 @@ struct AgentsArgs {
     all: bool,
 }
 
-const CONFLICT: &str = "An error result with exit_code 2 (error_kind `conflict`) means another agent holds the key (the text names it, since when and until when), or it is reserved for the head of its queue, or frozen: do not work on that task. Pick other work, or queue for it. Never call again in a loop hoping it frees up.";
+const CONFLICT: &str = "A conflict (an error result starting `Conflict:`; exit_code 2, error_kind `conflict` in its `_meta`) means another agent holds the key (the text names it, since when and until when), or it is reserved for the head of its queue, or frozen: do not work on that task. Pick other work, or queue for it. Never call again in a loop hoping it frees up.";
 
 struct ToolDef {
     name: &'static str,
@@ -806,7 +818,7 @@ impl ServerHandler for Server {
         )
         .with_server_info(Implementation::new("tasklock", env!("CARGO_PKG_VERSION")))
         .with_instructions(
-            "tasklock: atomic task checkouts between agents working side by side. Check a task out (`checkout`) before working on it; a conflict (exit_code 2) means another agent holds it: pick other work or queue, never retry in a loop. Release it when done. Your checkouts are renewed while this session runs and released when it ends.",
+            "tasklock: atomic task checkouts between agents working side by side. Check a task out (`checkout`) before working on it; a conflict (an error result starting `Conflict:`) means another agent holds it: pick other work or queue, never retry in a loop. Release it when done. Your checkouts are renewed while this session runs and released when it ends.",
         )
     }
 

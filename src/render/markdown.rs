@@ -1224,15 +1224,24 @@ fn init(r: &InitReport, inv: &Invocation) -> String {
     let next = if r.dry_run {
         &format!("Next: run {} without --dry-run to apply.", inv.code("init"))
     } else {
-        "Next: commit `.claude/settings.json` and the instructions so every agent session coordinates; make sure `tasklock` is on PATH for the hooks."
+        "Next: commit `.claude/settings.json`, `.codex/` and the instructions so every agent session coordinates; make sure `tasklock` is on PATH for the hooks and the MCP server."
     };
     let _ = writeln!(out, "\n{next}");
-    out.push_str(MCP_SETUP);
+    mcp_setup(&mut out, &r.mcp);
     out
 }
 
-/// How to give MCP clients the tools (`tasklock mcp`), printed by `init`.
-pub const MCP_SETUP: &str = "\nMCP clients get the same commands as tools from `tasklock mcp` (one server per session; its checkouts are released when the session ends):\n- Claude Code: `claude mcp add tasklock -- tasklock mcp`\n- Codex, in `.codex/config.toml`:\n\n```toml\n[mcp_servers.tasklock]\ncommand = \"tasklock\"\nargs = [\"mcp\"]\n```\n";
+/// How to give other MCP clients the tools (`tasklock mcp`), printed by `init`.
+fn mcp_setup(out: &mut String, m: &crate::report::McpSetup) {
+    let _ = writeln!(
+        out,
+        "\nMCP clients get the same commands as tools from {} (one server per session; its checkouts are released when the session ends). Codex: the project's `.codex/config.toml` above. Others:\n- Claude Code: {}\n- Codex, for every project: {}\n- Cursor, Claude Desktop and most others, in their `mcpServers` JSON:\n\n```json\n{}\n```",
+        code(&format!("{} {}", m.command, m.args.join(" "))),
+        code(&m.claude_code),
+        code(&m.codex),
+        m.mcp_servers
+    );
+}
 
 fn freeze(r: &FreezeReport, inv: &Invocation) -> String {
     let p = code(&r.pattern);

@@ -58,7 +58,10 @@ fn find_codex(prefix: &Path) -> Option<PathBuf> {
 // ---------------------------------------------------------------------------------------
 
 /// What the stub model does in every session it serves: run `commands` one per turn
-/// (`exec_command` calls `call_0`, `call_1`, …), then answer `CODEX_FINAL_TEXT`.
+/// (`exec_command` calls `call_0`, `call_1`, …), then answer `CODEX_FINAL_TEXT`. A command
+/// made by [`super::Script::tool_call`] calls a tool instead: `mcp__tasklock/checkout`
+/// is the function `checkout` of the namespace `mcp__tasklock`, as Codex offers the tools
+/// of the MCP server `tasklock`.
 #[derive(Clone, Default)]
 pub struct CodexScript {
     pub commands: Vec<String>,
@@ -76,11 +79,14 @@ pub struct CodexStubState {
     pub log: Vec<String>,
     /// Request bodies, as received.
     pub bodies: Vec<String>,
-    /// The output of each `exec_command` call, by session (`prompt_cache_key`, the
-    /// thread id) and call id.
+    /// The output of each call (`exec_command` or an MCP tool; the text of an MCP
+    /// result's content items, one a line), by session (`prompt_cache_key`, the thread id)
+    /// and call id.
     pub outputs: BTreeMap<String, BTreeMap<String, String>>,
     /// Set by [`CodexStub::release`]: answer held requests at once.
     pub released: bool,
+    /// The `tools` array of each session's first request, as Codex offered them.
+    pub tools: BTreeMap<String, Value>,
 }
 
 pub struct CodexStub {
@@ -132,6 +138,11 @@ impl CodexStub {
 
     pub fn log(&self) -> String {
         self.state.0.lock().unwrap().log.join("\n")
+    }
+
+    /// The tools Codex offered each session (its first request's `tools`).
+    pub fn tools(&self) -> BTreeMap<String, Value> {
+        self.state.0.lock().unwrap().tools.clone()
     }
 
     pub fn any_body_contains(&self, needle: &str) -> bool {
@@ -212,6 +223,15 @@ fn responses(
         .filter_map(|i| {
             let output = match &i["output"] {
                 Value::String(s) => s.clone(),
+                // An MCP tool's result: content items (`input_text`…), one a line.
+                Value::Array(items) => items
+                    .iter()
+                    .map(|item| match item["text"].as_str() {
+                        Some(t) => t.to_string(),
+                        None => item.to_string(),
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n"),
                 other => other.to_string(),
             };
             Some((i["call_id"].as_str()?.to_string(), output))
@@ -220,6 +240,9 @@ fn responses(
     {
         let mut s = state.0.lock().unwrap();
         s.bodies.push(String::from_utf8_lossy(body).into_owned());
+        s.tools
+            .entry(session.clone())
+            .or_insert_with(|| req["tools"].clone());
         let seen = s.outputs.entry(session.clone()).or_default();
         for (k, v) in &outputs {
             seen.entry(k.clone()).or_insert_with(|| v.clone());
@@ -247,6 +270,23 @@ fn responses(
         note = format!(" (held {:?})", started.elapsed());
     }
     let item = match next {
+        Some(j) if super::tool_step(&script.commands[j]).is_some() => {
+            let (name, input) = super::tool_step(&script.commands[j]).unwrap();
+            let mut item = json!({
+                "type": "function_call",
+                "id": format!("fc_{j}"),
+                "call_id": format!("call_{j}"),
+                "arguments": input.to_string(),
+            });
+            match name.split_once('/') {
+                Some((namespace, name)) => {
+                    item["namespace"] = json!(namespace);
+                    item["name"] = json!(name);
+                }
+                None => item["name"] = json!(name),
+            }
+            item
+        }
         Some(j) => json!({
             "type": "function_call",
             "id": format!("fc_{j}"),

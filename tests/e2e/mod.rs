@@ -640,7 +640,7 @@ fn serve_connection(stream: TcpStream, state: &Mutex<StubState>, script: &Script
 const TOOL_STEP: &str = "@tool:";
 
 /// The tool name and input of a step made by [`Script::tool_call`].
-fn tool_step(step: &str) -> Option<(&str, Value)> {
+pub fn tool_step(step: &str) -> Option<(&str, Value)> {
     let (name, input) = step.strip_prefix(TOOL_STEP)?.split_once(' ')?;
     Some((name, serde_json::from_str(input).ok()?))
 }
