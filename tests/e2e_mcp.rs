@@ -166,6 +166,27 @@ fn sdk_client_checks_out_conflicts_queues_and_gets_the_handover_pushed() {
     );
     assert_eq!(v["notifications"]["a"], json!([]), "{ctx}");
 
+    // Paths through MCP: A's tree is granted; B's key with a file in it is a conflict
+    // naming A, and B took nothing.
+    let pa = &v["paths_a"]["_meta"]["tasklock/json"];
+    assert_eq!(pa["outcome"], "granted", "{ctx}");
+    assert_eq!(pa["checkout"]["paths"], json!(["src/a"]), "{ctx}");
+    let pb = &v["paths_b"];
+    assert_eq!(pb["isError"], true, "{ctx}");
+    assert!(
+        text(pb).starts_with("Conflict: the paths asked for with `task-2`"),
+        "{ctx}"
+    );
+    let pbj = &pb["_meta"]["tasklock/json"];
+    assert_eq!(pbj["overlaps"][0]["agent"]["id"], id_a.as_str(), "{ctx}");
+    assert_eq!(pbj["overlaps"][0]["witness"], "src/a/x.rs", "{ctx}");
+    assert!(
+        !audit
+            .iter()
+            .any(|e| e["event"] == "acquire" && e["key"] == "task-2"),
+        "{ctx}"
+    );
+
     // Closing the clients ended both agents: B's checkout released as `session_end`.
     let ended = audit
         .iter()

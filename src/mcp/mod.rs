@@ -508,6 +508,12 @@ struct CheckoutArgs {
     #[serde(default)]
     #[schemars(range(min = 1, max = 90))]
     wait_seconds: Option<u64>,
+    /// Repository files to take with `key`, or alone (then leave out `key`): a file, a
+    /// directory tree (`src/parser` covers everything below it) or a glob
+    /// (`src/**/*.rs`), relative to the project. Another agent holding paths that share
+    /// a file with these makes it a conflict; all are taken or none.
+    #[serde(default)]
+    paths: Vec<String>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -627,7 +633,7 @@ fn defs() -> Vec<ToolDef> {
         ToolDef {
             name: "checkout",
             description: format!(
-                "Check out (lock) a task before you start working on it, so that no other agent works on it at the same time. Exactly one agent wins; the winner holds the key under a lease (30m by default, renewed by this server while your session runs) and gets a fencing token. Checking out a key you already hold succeeds and extends the lease. {CONFLICT} With `queue: true` you join the key's queue and your inbox tells you when it is yours; with `wait_seconds` (at most {MAX_WAIT_SECS}) you wait for it. Exit code 5 (`deadlock`): queueing would close a wait-for cycle; give up one of your keys. Release the key when you are done."
+                "Check out (lock) a task before you start working on it, so that no other agent works on it at the same time. Exactly one agent wins; the winner holds the key under a lease (30m by default, renewed by this server while your session runs) and gets a fencing token. Checking out a key you already hold succeeds and extends the lease. Give `paths` to lock the repository files you will edit, with the key or alone. {CONFLICT} With `queue: true` you join the key's queue and your inbox tells you when it is yours; with `wait_seconds` (at most {MAX_WAIT_SECS}) you wait for it. Exit code 5 (`deadlock`): queueing would close a wait-for cycle; give up one of your keys. Release the key when you are done."
             ),
             schema: schema::<CheckoutArgs>(),
             read_only: false,
@@ -730,8 +736,15 @@ fn command(tool: &str, args: Value) -> Option<Result<Vec<String>, String>> {
                     }
                     v.extend([s("--wait"), format!("{w}s")]);
                 }
+                for p in &a.paths {
+                    v.extend([s("--path"), p.clone()]);
+                }
                 match (a.key, a.any) {
                     (Some(k), None) => v.extend([s("--"), k]),
+                    (None, None) if !a.paths.is_empty() => {}
+                    (_, Some(_)) if !a.paths.is_empty() => {
+                        return Err("`any` takes no `paths`".into());
+                    }
                     (None, Some(keys)) if !keys.is_empty() => {
                         if a.queue || a.wait_seconds.is_some() {
                             return Err("`any` takes no `queue` or `wait_seconds`".into());
@@ -741,7 +754,11 @@ fn command(tool: &str, args: Value) -> Option<Result<Vec<String>, String>> {
                         v.extend(keys);
                     }
                     (Some(_), Some(_)) => return Err("give `key` or `any`, not both".into()),
-                    _ => return Err("give `key` (one key) or `any` (a list of keys)".into()),
+                    _ => {
+                        return Err(
+                            "give `key` (one key), `paths`, or `any` (a list of keys)".into(),
+                        );
+                    }
                 }
                 v
             }
@@ -883,6 +900,15 @@ mod tests {
     fn commands_put_keys_after_a_double_dash() {
         let c = command("checkout", json!({"key": "-x", "wait_seconds": 5})).unwrap();
         assert_eq!(c.unwrap(), ["checkout", "--wait", "5s", "--", "-x"]);
+        let c = command("checkout", json!({"paths": ["src/a", "-b"]})).unwrap();
+        assert_eq!(c.unwrap(), ["checkout", "--path", "src/a", "--path", "-b"]);
+        let c = command("checkout", json!({"key": "k", "paths": ["src/a"]})).unwrap();
+        assert_eq!(c.unwrap(), ["checkout", "--path", "src/a", "--", "k"]);
+        assert!(
+            command("checkout", json!({"any": ["a"], "paths": ["src/a"]}))
+                .unwrap()
+                .is_err()
+        );
         let c = command("checkout", json!({"any": ["a", "b"]})).unwrap();
         assert_eq!(c.unwrap(), ["checkout", "--any", "--", "a", "b"]);
         assert!(

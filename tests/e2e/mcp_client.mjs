@@ -54,6 +54,9 @@ await until("handover notification to b", () => out.notifications.b.length > 0);
 out.inbox_b = await call(b, "inbox", {});
 out.checkout_b_after = await call(b, "checkout", { key: "task-1" });
 out.status = await call(a, "status", { key: "task-1" });
+// Paths: A locks a tree; B's key with a file inside it is refused, naming A.
+out.paths_a = await call(a, "checkout", { paths: ["src/a"] });
+out.paths_b = await call(b, "checkout", { key: "task-2", paths: ["src/a/x.rs"] });
 out.client_pid = process.pid;
 
 await a.client.close();
