@@ -63,6 +63,7 @@ where
             Command::Run { cmd, .. } => cmd.clone(),
             _ => Vec::new(),
         },
+        tools: false,
     };
     let format = if cli.global.json || cli.global.format == Some(FormatArg::Json) {
         Format::Json
@@ -382,6 +383,7 @@ where
         dir: cli.global.dir.clone(),
         agent: cli.global.agent.clone(),
         cmd: Vec::new(),
+        tools: true,
     };
     let _ = warnings::take();
     let result = execute(cli);

@@ -120,6 +120,13 @@ fn sdk_client_checks_out_conflicts_queues_and_gets_the_handover_pushed() {
         text(b).contains(&id_a),
         "the conflict names the holder\n{ctx}"
     );
+    // Its next step is the tool call that queues, not a command line the session could
+    // not run as its agent.
+    assert!(
+        text(b).contains(r#"`checkout {"key":"task-1","queue":true}`"#),
+        "{ctx}"
+    );
+    assert!(!text(b).contains("--agent"), "{ctx}");
     let q = &v["queue_b"];
     assert_eq!(q["isError"], true, "{ctx}");
     assert_eq!(q["_meta"]["tasklock/json"]["exit_code"], 2, "{ctx}");

@@ -19,11 +19,19 @@ pub struct Invocation {
     pub agent: Option<String>,
     /// `run`'s command, after `--`.
     pub cmd: Vec<OsString>,
+    /// For the MCP server: suggest tool calls (`checkout {"key":"K","queue":true}`)
+    /// instead of command lines, which the session could not run as its agent.
+    pub tools: bool,
 }
 
 impl Invocation {
     /// `tasklock SUB --dir PATH --agent ID`; SUB is already shell-quoted.
     pub fn line(&self, sub: &str) -> String {
+        if self.tools
+            && let Some(call) = tool_call(sub)
+        {
+            return call;
+        }
         let mut s = format!("tasklock {sub}");
         if let Some(d) = &self.dir {
             s.push_str(" --dir ");
@@ -134,4 +142,152 @@ pub fn json_line(v: &serde_json::Value) -> String {
     let mut s = v.to_string();
     s.push('\n');
     s
+}
+
+/// Split a command line as [`shell_quote`] writes it: words separated by spaces, each
+/// plain or in single quotes (with `'\''` for a quote inside).
+fn shell_words(line: &str) -> Option<Vec<String>> {
+    let mut words = Vec::new();
+    let mut cur = String::new();
+    let mut in_word = false;
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            ' ' => {
+                if in_word {
+                    words.push(std::mem::take(&mut cur));
+                    in_word = false;
+                }
+            }
+            '\'' => {
+                in_word = true;
+                loop {
+                    match chars.next()? {
+                        '\'' => break,
+                        c => cur.push(c),
+                    }
+                }
+            }
+            '\\' => {
+                in_word = true;
+                cur.push(chars.next()?);
+            }
+            c => {
+                in_word = true;
+                cur.push(c);
+            }
+        }
+    }
+    if in_word {
+        words.push(cur);
+    }
+    Some(words)
+}
+
+/// A suggested command as the MCP tool call that does the same (`None` when no tool
+/// does: the command line is suggested then).
+fn tool_call(sub: &str) -> Option<String> {
+    use serde_json::{Map, Value, json};
+    let words = shell_words(sub)?;
+    let (tool, rest) = words.split_first()?;
+    let mut args = Map::new();
+    let mut positional = Vec::new();
+    let mut any = false;
+    let mut it = rest.iter();
+    while let Some(w) = it.next() {
+        match w.as_str() {
+            "--queue" | "--all" | "--mine" | "--peek" => {
+                args.insert(w[2..].into(), Value::Bool(true));
+            }
+            "--wait" if tool == "checkout" => {
+                args.insert("wait_seconds".into(), json!(90));
+            }
+            "--any" => any = true,
+            "--path" => {
+                let p = it.next()?;
+                args.entry("paths")
+                    .or_insert_with(|| json!([]))
+                    .as_array_mut()?
+                    .push(json!(p));
+            }
+            "--token" => {
+                args.insert("token".into(), json!(it.next()?.parse::<u64>().ok()?));
+            }
+            "--note" | "--timeout" | "--reason" => {
+                args.insert(w[2..].into(), json!(it.next()?));
+            }
+            "--" => positional.extend(it.by_ref().cloned()),
+            f if f.starts_with('-') => return None,
+            p => positional.push(p.to_string()),
+        }
+    }
+    // The key (or keys) first, as a person would write the call.
+    let mut call = Map::new();
+    match tool.as_str() {
+        "checkout" if any => {
+            call.insert("any".into(), json!(positional));
+        }
+        "release" | "renew" => {
+            if !positional.is_empty() {
+                call.insert("keys".into(), json!(positional));
+            }
+        }
+        "note" => {
+            let [key, text] = positional.as_slice() else {
+                return None;
+            };
+            call.insert("key".into(), json!(key));
+            call.insert("text".into(), json!(text));
+        }
+        "checkout" | "status" | "verify" | "why" => match positional.as_slice() {
+            [] => {}
+            [key] => {
+                call.insert("key".into(), json!(key));
+            }
+            _ => return None,
+        },
+        "list" | "inbox" | "agents" if positional.is_empty() => {}
+        _ => return None,
+    }
+    call.extend(args);
+    let args = call;
+    Some(format!("{tool} {}", Value::Object(args)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn suggested_commands_become_the_tool_calls_that_do_the_same() {
+        let t = |s: &str| tool_call(s);
+        assert_eq!(
+            t("checkout 'path:src/*' --path 'src/*' --queue").as_deref(),
+            Some(r#"checkout {"key":"path:src/*","paths":["src/*"],"queue":true}"#)
+        );
+        assert_eq!(
+            t("checkout --path 'it'\\''s' --wait").as_deref(),
+            Some(r#"checkout {"paths":["it's"],"wait_seconds":90}"#)
+        );
+        assert_eq!(
+            t("release task-1").as_deref(),
+            Some(r#"release {"keys":["task-1"]}"#)
+        );
+        assert_eq!(
+            t("verify 'a b' --token 7").as_deref(),
+            Some(r#"verify {"key":"a b","token":7}"#)
+        );
+        assert_eq!(t("inbox").as_deref(), Some("inbox {}"));
+        // No tool does these: the command line stays.
+        assert_eq!(t("release K --force"), None);
+        assert_eq!(t("heartbeat --pid PID"), None);
+        assert_eq!(t("unfreeze 'deploy://*'"), None);
+        let inv = Invocation {
+            agent: Some("mcp-x".into()),
+            tools: true,
+            ..Default::default()
+        };
+        assert_eq!(inv.line("status K"), r#"status {"key":"K"}"#);
+        assert_eq!(inv.line("init"), "tasklock init --agent mcp-x");
+    }
 }
