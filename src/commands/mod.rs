@@ -4,6 +4,7 @@ pub mod agents;
 pub mod audit;
 pub mod checkout;
 pub mod doctor;
+pub mod edit_gate;
 pub mod freeze;
 pub mod heartbeat;
 pub mod hook;
