@@ -31,6 +31,24 @@ pub struct Config {
     /// `store: postgres://…`: keep everything in PostgreSQL instead of the lock
     /// directory (`TASKLOCK_URL` wins over it). `None`: the lock directory.
     pub store: Option<String>,
+    /// What the edit hook does when an agent edits a file another live agent's
+    /// checkout covers.
+    pub enforce: Enforce,
+    /// The edit hook checks out (`path:<file>`) an unclaimed file the agent edits.
+    pub auto_checkout: bool,
+}
+
+/// `enforce:`, what the edit hook (PreToolUse on Edit, Write, MultiEdit, NotebookEdit)
+/// does with an edit of a file that another live agent has checked out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Enforce {
+    /// Refuse the edit, naming the holder (the default).
+    #[default]
+    Deny,
+    /// Allow it, with a warning to the model and the user.
+    Warn,
+    /// Allow it and say nothing.
+    Off,
 }
 
 impl Default for Config {
@@ -48,6 +66,8 @@ impl Default for Config {
             guard_timeout: Duration::from_secs(60),
             operator_secret_sha256: None,
             store: None,
+            enforce: Enforce::Deny,
+            auto_checkout: false,
         }
     }
 }
@@ -67,6 +87,8 @@ struct RawConfig {
     guard_timeout: Option<String>,
     operator_secret_sha256: Option<String>,
     store: Option<String>,
+    enforce: Option<String>,
+    auto_checkout: Option<bool>,
 }
 
 impl Config {
@@ -210,6 +232,17 @@ impl Config {
             }
             c.store = Some(store.trim().to_string());
         }
+        if let Some(e) = raw.enforce {
+            c.enforce = match e.trim() {
+                "deny" => Enforce::Deny,
+                "warn" => Enforce::Warn,
+                "off" => Enforce::Off,
+                _ => return Err("enforce: one of deny, warn, off".into()),
+            };
+        }
+        if let Some(a) = raw.auto_checkout {
+            c.auto_checkout = a;
+        }
         if c.stalled_after > c.dead_after {
             return Err("stalled_after must not be longer than dead_after".into());
         }
@@ -217,7 +250,7 @@ impl Config {
     }
 }
 
-const SETTINGS: &str = "lease, heartbeat_interval, stalled_after, dead_after, handoff_grace, max_hold, audit_max_size, audit_keep, agent_retention, guard_timeout, store";
+const SETTINGS: &str = "lease, heartbeat_interval, stalled_after, dead_after, handoff_grace, max_hold, audit_max_size, audit_keep, agent_retention, guard_timeout, store, enforce, auto_checkout";
 
 /// A YAML error in words that never quote the file: the parser's own messages can
 /// (`invalid type: string "…"`), and config.yaml may be a link to, or a copy of, a
@@ -383,5 +416,31 @@ mod tests {
         assert_eq!(c.agent_retention, Duration::from_secs(7200));
         assert_eq!(c.guard_timeout, Duration::from_secs(5));
         assert!(Config::parse("guard_timeout: soon\n").is_err());
+    }
+
+    #[test]
+    fn enforce_and_auto_checkout() {
+        let d = Config::default();
+        assert_eq!((d.enforce, d.auto_checkout), (Enforce::Deny, false));
+        for (text, want) in [
+            ("enforce: deny\n", Enforce::Deny),
+            ("enforce: warn\n", Enforce::Warn),
+            ("enforce: off\n", Enforce::Off),
+        ] {
+            assert_eq!(Config::parse(text).unwrap().enforce, want, "{text}");
+        }
+        assert!(
+            Config::parse("auto_checkout: true\n")
+                .unwrap()
+                .auto_checkout
+        );
+        assert!(
+            !Config::parse("auto_checkout: false\n")
+                .unwrap()
+                .auto_checkout
+        );
+        let e = Config::parse("enforce: maybe\n").unwrap_err();
+        assert!(e.contains("deny, warn, off"), "{e}");
+        assert!(Config::parse("auto_checkout: sometimes\n").is_err());
     }
 }

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use e2e::{
-    Script, Stub, assert_session_lifecycle, git_project, run_session, run_trusted_session,
-    tasklock_init,
+    Script, Stub, assert_session_lifecycle, git_project, run_session, run_session_with,
+    run_trusted_session, tasklock_init,
 };
 
 #[test]
@@ -430,4 +430,112 @@ fn the_checkouts_skill_reaches_the_model_even_when_tasklock_fails() {
             "the model was not shown {expected:?}\n{context}"
         );
     }
+}
+
+/// Path checkouts are enforced where edits happen: session A holds `src/a/**`; session
+/// B's Edit of `src/a/x.rs` is denied by the PreToolUse hook (the model gets the reason
+/// as the tool result) and the file is untouched, while its Edit of `src/b/y.rs` goes
+/// through.
+#[test]
+fn an_edit_of_a_file_another_session_checked_out_is_denied() {
+    let (_tmp, home, project) = initialised_project();
+    std::fs::create_dir_all(project.join("src/a")).unwrap();
+    std::fs::create_dir_all(project.join("src/b")).unwrap();
+    std::fs::write(project.join("src/a/x.rs"), "fn a() {}\n").unwrap();
+    std::fs::write(project.join("src/b/y.rs"), "fn b() {}\n").unwrap();
+
+    // Session A's checkout, taken under A's session id as its Bash calls would.
+    let a = e2e::uuid();
+    let mut cmd = std::process::Command::new(e2e::tasklock_bin());
+    cmd.args([
+        "checkout",
+        "--path",
+        "src/a/**",
+        "--reason",
+        "parser rewrite",
+    ])
+    .env("CLAUDE_CODE_SESSION_ID", &a)
+    .env_remove("TASKLOCK_AGENT")
+    .env_remove("TASKLOCK_DIR")
+    .env_remove("TASKLOCK_URL")
+    .current_dir(&project);
+    e2e::run_ok(
+        cmd,
+        "tasklock checkout --path src/a/**",
+        e2e::COMMAND_TIMEOUT,
+    );
+
+    let file = |p: &str| project.join(p).to_string_lossy().into_owned();
+    let stub = Stub::script(Script {
+        main: vec![
+            Script::tool_call("Read", json!({ "file_path": file("src/a/x.rs") })),
+            Script::tool_call(
+                "Edit",
+                json!({ "file_path": file("src/a/x.rs"), "old_string": "fn a()", "new_string": "fn a2()" }),
+            ),
+            Script::tool_call("Read", json!({ "file_path": file("src/b/y.rs") })),
+            Script::tool_call(
+                "Edit",
+                json!({ "file_path": file("src/b/y.rs"), "old_string": "fn b()", "new_string": "fn b2()" }),
+            ),
+        ],
+        ..Script::default()
+    });
+    let session = run_session_with(
+        &home,
+        &project,
+        &stub,
+        "Rename the functions in src/a/x.rs and src/b/y.rs.",
+        &["Read", "Edit"],
+    );
+    let context = format!(
+        "--- tool results\n{}\n--- audit\n{}\n--- requests\n{}\n--- claude\n{}",
+        stub.results_text(),
+        audit_text(&project),
+        stub.log(),
+        session.out.text()
+    );
+    // The denied edit: the reason reached the model in B's next request, and the file
+    // is as it was.
+    let (err, text) = result_of(&stub, "main-1");
+    assert!(err, "the edit of src/a/x.rs was not refused\n{context}");
+    for part in [
+        "tasklock: `src/a/x.rs` is checked out by another agent",
+        &format!("`{a}`"),
+        "`path:src/a/**`",
+        "pattern `src/a/**`",
+        "parser rewrite",
+        "tasklock checkout --path src/a/x.rs --queue",
+    ] {
+        assert!(
+            text.contains(part),
+            "{part:?} not in the tool result\n{context}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(project.join("src/a/x.rs")).unwrap(),
+        "fn a() {}\n",
+        "{context}"
+    );
+    // The edit of an unclaimed file went through.
+    let (err, text) = result_of(&stub, "main-3");
+    assert!(!err, "the edit of src/b/y.rs failed: {text}\n{context}");
+    assert_eq!(
+        std::fs::read_to_string(project.join("src/b/y.rs")).unwrap(),
+        "fn b2() {}\n",
+        "{context}"
+    );
+    // A still holds its checkout; B's session took nothing.
+    let held = e2e::audit(&project.join(".locks"));
+    assert!(
+        held.iter()
+            .any(|e| e["event"] == "acquire" && e["agent"] == a.as_str()),
+        "{context}"
+    );
+    assert!(
+        !held
+            .iter()
+            .any(|e| e["event"] == "acquire" && e["agent"] == session.id.as_str()),
+        "{context}"
+    );
 }

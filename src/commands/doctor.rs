@@ -514,7 +514,19 @@ fn hooks_check(project: &Path) -> Check {
             .flat_map(|(_, v)| tasklock_groups(v, event, hook_event))
             .collect();
         if matchers.is_empty() {
-            missing.push(hook_event);
+            missing.push(hook_event.to_string());
+        } else if event == "PreToolUse"
+            && !matchers.iter().any(|m| {
+                super::init::covers(
+                    &m.as_deref().map_or(serde_json::Value::Null, Into::into),
+                    &super::edit_gate::EDIT_MATCHER.into(),
+                )
+            })
+        {
+            missing.push(format!(
+                "pre-tool-use for {} (the edit hook that enforces path checkouts)",
+                super::edit_gate::EDIT_MATCHER
+            ));
         } else if event == "PostToolUse"
             && !matchers
                 .iter()

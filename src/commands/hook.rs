@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use serde_json::{Value, json};
 
-use super::{heartbeat, inbox, watch};
+use super::{edit_gate, heartbeat, inbox, watch};
 use crate::engine::{Ctx, ReapReason, end_agent};
 use crate::error::{Error, Result};
 use crate::report::Report;
@@ -68,16 +68,33 @@ pub fn run(
         kind: text(&payload["agent_type"]).unwrap_or_else(|| "subagent".into()),
     });
     let agent = subagent.as_ref().map_or(&session, |s| &s.id).clone();
+    let project = || {
+        payload["cwd"]
+            .as_str()
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("CLAUDE_PROJECT_DIR").map(PathBuf::from))
+            .map_or_else(std::env::current_dir, Ok)
+            .map_err(|e| Error::io(".", e))
+    };
     if event == "pre-tool-use" {
+        if let Some(file) = edit_gate::edited_file(&payload) {
+            // An edit: judged against the path checkouts (none without a lock directory).
+            let cwd = project()?;
+            let dir = match crate::discover::explicit(global_dir.as_deref())
+                .unwrap_or_else(|| crate::discover::discover_from(&cwd))
+            {
+                crate::discover::Discovery::Missing { .. } => None,
+                d => Some(d.for_store()?),
+            };
+            let authorize_session = |store: &dyn crate::store::Store| {
+                authorize(&session, store.read_agent(&session)?.as_ref())
+            };
+            return edit_gate::judge(dir, &cwd, &agent, file, &authorize_session);
+        }
         // Needs no lock directory: it only rewrites the command.
         return Ok(pre_tool_use(&payload, subagent.as_ref()));
     }
-    let project = payload["cwd"]
-        .as_str()
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("CLAUDE_PROJECT_DIR").map(PathBuf::from))
-        .map_or_else(std::env::current_dir, Ok)
-        .map_err(|e| Error::io(".", e))?;
+    let project = project()?;
     let agent_pid = claude_pid();
     let session_name = name_flag
         .or_else(|| {

@@ -475,9 +475,10 @@ fn check_types(doc: &Value, events: &[(&str, &str)]) -> std::result::Result<(), 
     Ok(())
 }
 
-/// Add the template's hook group for each event where no hook of the event runs
-/// `tasklock hook EVENT` yet; other hooks are kept as they are. Returns the events added.
-/// The types were checked by `check_types`.
+/// Add each of the template's hook groups where no hook group of the event with the same
+/// tools runs `tasklock hook EVENT` yet; other hooks are kept as they are. (PreToolUse has
+/// two: `Bash`, and the file-editing tools.) Returns the events added to. The types were
+/// checked by `check_types`.
 fn merge_hooks(doc: &mut Value, template: &Value, events: &[(&str, &str)]) -> Vec<String> {
     let mut added = Vec::new();
     let hooks = doc
@@ -488,27 +489,58 @@ fn merge_hooks(doc: &mut Value, template: &Value, events: &[(&str, &str)]) -> Ve
         .as_object_mut()
         .expect("checked to be an object");
     for &(event, hook_event) in events {
-        let group = &template["hooks"][event][0];
+        let groups = template["hooks"][event]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
         let list = hooks
             .entry(event)
             .or_insert_with(|| Value::Array(Vec::new()))
             .as_array_mut()
             .expect("checked to be an array");
-        let present = list.iter().any(|g| {
-            g["hooks"].as_array().is_some_and(|hs| {
-                hs.iter().any(|h| {
-                    h["command"]
-                        .as_str()
-                        .is_some_and(|c| calls_tasklock_hook(c, hook_event))
-                })
-            })
-        });
-        if !present {
-            list.push(group.clone());
+        let mut any = false;
+        for group in groups {
+            let present = list.iter().any(|g| {
+                covers(&g["matcher"], &group["matcher"])
+                    && g["hooks"].as_array().is_some_and(|hs| {
+                        hs.iter().any(|h| {
+                            h["command"]
+                                .as_str()
+                                .is_some_and(|c| calls_tasklock_hook(c, hook_event))
+                        })
+                    })
+            });
+            if !present {
+                list.push(group);
+                any = true;
+            }
+        }
+        if any {
             added.push(event.to_string());
         }
     }
     added
+}
+
+/// Does a hook group's matcher (`Bash`, `Edit|Write`, `*`, none) match every tool the
+/// template's matcher names? No matcher, an empty one or `*` matches every tool.
+pub fn covers(theirs: &Value, ours: &Value) -> bool {
+    let all = |m: &Value| m.as_str().is_none_or(|s| s.is_empty() || s == "*");
+    if all(theirs) {
+        return true;
+    }
+    if all(ours) {
+        return false;
+    }
+    let names = |m: &Value| -> Vec<String> {
+        m.as_str()
+            .unwrap_or_default()
+            .split('|')
+            .map(|t| t.trim().to_string())
+            .collect()
+    };
+    let theirs = names(theirs);
+    names(ours).iter().all(|t| theirs.contains(t))
 }
 
 /// Add our hooks and permissions where missing and drop the legacy rule; the types were

@@ -5,6 +5,7 @@ pub mod audit;
 pub mod checkout;
 pub mod codex_config;
 pub mod doctor;
+pub mod edit_gate;
 pub mod freeze;
 pub mod heartbeat;
 pub mod hook;

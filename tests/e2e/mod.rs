@@ -946,6 +946,19 @@ pub fn run_session(home: &Path, project: &Path, stub: &Stub, prompt: &str) -> Se
     session(cmd, project, prompt)
 }
 
+/// As [`run_session`], with more arguments for `claude` (`--allowedTools Edit`, …).
+pub fn run_session_with(
+    home: &Path,
+    project: &Path,
+    stub: &Stub,
+    prompt: &str,
+    extra: &[&str],
+) -> Session {
+    let mut cmd = claude_cmd(home, Some(stub));
+    cmd.arg("--allowedTools").args(allowed_rules()).args(extra);
+    session(cmd, project, prompt)
+}
+
 /// A session in a project its user trusted (as after answering Claude Code's trust
 /// dialog): the permissions are exactly what `.claude/settings.json` says.
 pub fn run_trusted_session(home: &Path, project: &Path, stub: &Stub, prompt: &str) -> Session {

@@ -1,0 +1,493 @@
+//! The edit hook through the real binary: `tasklock hook pre-tool-use` fed Claude Code's
+//! PreToolUse JSON for Edit, Write, MultiEdit and NotebookEdit. Another live agent's
+//! path checkout denies the edit with a reason for the model; the agent's own checkout
+//! allows it and stamps it; an unclaimed file follows `enforce:` and `auto_checkout:`;
+//! sessions and their subagents are different agents; dead and expired holders, files
+//! outside the repository and links are judged as the paths they lead to.
+
+#[macro_use]
+mod common;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use common::*;
+use serde_json::{Value, json};
+
+/// A lock directory in a fresh git repository with `src/a` and `src/b`.
+fn repo() -> (Env, PathBuf) {
+    let env = Env::new();
+    let top = env.tmp.path().to_path_buf();
+    let ok = Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(&top)
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    std::fs::create_dir_all(top.join("src/a")).unwrap();
+    std::fs::create_dir_all(top.join("src/b")).unwrap();
+    std::fs::create_dir_all(env.dir()).unwrap();
+    (env, top)
+}
+
+fn ok(env: &Env, top: &Path, agent: &str, args: &[&str]) {
+    let r = env.run_in(top, Some(agent), args);
+    assert_eq!(r.code, 0, "{args:?}: {}", r.text());
+}
+
+/// Run the hook as Claude Code would: JSON on stdin, from the session's directory,
+/// the lock directory found from there (no `--dir`).
+fn hook(env: &Env, cwd: &Path, payload: &Value) -> Run {
+    let mut cmd = base_cmd(&env.now);
+    use_store(&mut cmd, &env.dir());
+    cmd.args(["hook", "pre-tool-use"])
+        .current_dir(cwd)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(payload.to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    Run {
+        code: out.status.code().unwrap(),
+        stdout: String::from_utf8(out.stdout).unwrap(),
+        stderr: String::from_utf8(out.stderr).unwrap(),
+    }
+}
+
+fn edit(session: &str, cwd: &Path, tool: &str, file: &Path) -> Value {
+    let field = if tool == "NotebookEdit" {
+        "notebook_path"
+    } else {
+        "file_path"
+    };
+    json!({
+        "session_id": session,
+        "cwd": cwd,
+        "hook_event_name": "PreToolUse",
+        "tool_name": tool,
+        "tool_input": { field: file, "old_string": "a", "new_string": "b" },
+    })
+}
+
+fn sub_edit(session: &str, sub: &str, cwd: &Path, file: &Path) -> Value {
+    let mut v = edit(session, cwd, "Edit", file);
+    v["agent_id"] = json!(sub);
+    v["agent_type"] = json!("general-purpose");
+    v
+}
+
+/// The hook's decision: `Some(reason)` when denied, `None` when allowed (exit 0 always).
+fn denied(r: &Run) -> Option<String> {
+    assert_eq!(r.code, 0, "a hook always exits 0: {}", r.text());
+    if r.stdout.trim().is_empty() {
+        return None;
+    }
+    let v: Value = r.json();
+    let out = &v["hookSpecificOutput"];
+    assert_eq!(out["hookEventName"], "PreToolUse", "{v}");
+    match out["permissionDecision"].as_str() {
+        Some("deny") => Some(
+            out["permissionDecisionReason"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+        ),
+        None => None,
+        Some(other) => panic!("unexpected decision {other}: {v}"),
+    }
+}
+
+fn stamps(top: &Path, agent: &str) -> Vec<Value> {
+    let dir = top.join(".git/tasklock/stamps");
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Vec::new();
+    };
+    // One file per agent, named by its id encoded (plain for these ids); "" reads all.
+    let mut out = Vec::new();
+    for e in entries {
+        let path = e.unwrap().path();
+        if !agent.is_empty() && path.file_name().unwrap() != format!("{agent}.jsonl").as_str() {
+            continue;
+        }
+        let text = std::fs::read_to_string(path).unwrap();
+        out.extend(
+            text.lines()
+                .map(|l| serde_json::from_str::<Value>(l).unwrap()),
+        );
+    }
+    out
+}
+
+fn set_config(env: &Env, text: &str) {
+    std::fs::write(env.dir().join("config.yaml"), text).unwrap();
+}
+
+#[test]
+fn another_agents_checkout_denies_the_edit_with_a_reason() {
+    let (env, top) = repo();
+    ok(
+        &env,
+        &top,
+        "alice",
+        &[
+            "checkout",
+            "--path",
+            "src/a/**",
+            "--reason",
+            "parser rewrite",
+        ],
+    );
+    for tool in ["Edit", "Write", "MultiEdit", "NotebookEdit"] {
+        let r = hook(
+            &env,
+            &top,
+            &edit("bob", &top, tool, &top.join("src/a/x.rs")),
+        );
+        let reason = denied(&r).unwrap_or_else(|| panic!("{tool} was allowed: {}", r.text()));
+        for part in [
+            "`src/a/x.rs`",
+            "`alice`",
+            "`path:src/a/**`",
+            "pattern `src/a/**`",
+            "parser rewrite",
+            "work on other files",
+            "tasklock checkout --path src/a/x.rs --queue",
+            "Never retry",
+        ] {
+            assert!(reason.contains(part), "{tool}: {part:?} not in {reason}");
+        }
+        if tool == "Edit" {
+            snap!(env, "deny", r);
+        }
+    }
+    // Nothing was stamped for bob, nothing changed in the store.
+    assert!(stamps(&top, "bob").is_empty());
+    let list = env.run_in(&top, Some("bob"), &["list", "--json"]).json();
+    assert_eq!(list["checkouts"].as_array().unwrap().len(), 1, "{list}");
+    // A file next to the checkout is not covered.
+    let r = hook(
+        &env,
+        &top,
+        &edit("bob", &top, "Write", &top.join("src/b/y.rs")),
+    );
+    assert_eq!(denied(&r), None);
+    assert_eq!(r.stdout, "", "{}", r.text());
+}
+
+#[test]
+fn the_agents_own_checkout_allows_the_edit_and_stamps_it() {
+    let (env, top) = repo();
+    ok(&env, &top, "alice", &["checkout", "T-1", "--path", "src/a"]);
+    // A relative cwd inside the repository, the file named absolutely.
+    let r = hook(
+        &env,
+        &top.join("src"),
+        &edit(
+            "alice",
+            &top.join("src"),
+            "Edit",
+            &top.join("src/a/deep/x.rs"),
+        ),
+    );
+    assert_eq!(denied(&r), None);
+    assert_eq!(r.stdout, "", "allowed without output: {}", r.text());
+    assert_eq!(r.stderr, "", "{}", r.text());
+    let s = stamps(&top, "alice");
+    assert_eq!(s.len(), 1, "{s:?}");
+    assert_eq!(s[0]["file"], "src/a/deep/x.rs");
+    assert_eq!(s[0]["key"], "T-1");
+    assert_eq!(s[0]["token"], 1);
+    assert_eq!(s[0]["at"], "2026-01-01T00:00:00Z");
+}
+
+#[test]
+fn unclaimed_files_follow_the_settings() {
+    let (env, top) = repo();
+    let file = top.join("src/b/y.rs");
+    // Default: allowed, nothing written.
+    let r = hook(&env, &top, &edit("bob", &top, "Write", &file));
+    assert_eq!(denied(&r), None);
+    assert_eq!(r.stdout, "");
+    assert!(stamps(&top, "bob").is_empty());
+
+    // auto_checkout: the file is checked out for the agent, and stamped.
+    set_config(&env, "auto_checkout: true\n");
+    let r = hook(&env, &top, &edit("bob", &top, "Write", &file));
+    assert_eq!(denied(&r), None, "{}", r.text());
+    let ctx = r.json()["hookSpecificOutput"]["additionalContext"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(ctx.contains("`path:src/b/y.rs`"), "{ctx}");
+    let status = env
+        .run_in(&top, Some("bob"), &["status", "path:src/b/y.rs", "--json"])
+        .json();
+    assert_eq!(status["checkout"]["agent"]["id"], "bob", "{status}");
+    assert_eq!(status["checkout"]["paths"], json!(["src/b/y.rs"]));
+    let token = status["checkout"]["token"].clone();
+    let s = stamps(&top, "bob");
+    assert_eq!(s.len(), 1);
+    assert_eq!(s[0]["key"], "path:src/b/y.rs");
+    assert_eq!(s[0]["token"], token);
+    // The next edit is inside bob's own checkout: no second checkout, one more stamp.
+    let r = hook(&env, &top, &edit("bob", &top, "Edit", &file));
+    assert_eq!(r.stdout, "", "{}", r.text());
+    assert_eq!(stamps(&top, "bob").len(), 2);
+    // Carol's auto checkout of the same file is refused, so her edit is denied.
+    let r = hook(&env, &top, &edit("carol", &top, "Edit", &file));
+    let reason = denied(&r).expect("denied");
+    assert!(reason.contains("`bob`"), "{reason}");
+    // An agent whose auto checkout is refused with enforce: warn is warned, not denied.
+    set_config(&env, "auto_checkout: true\nenforce: warn\n");
+    let r = hook(&env, &top, &edit("carol", &top, "Edit", &file));
+    assert_eq!(denied(&r), None);
+    let v = r.json();
+    assert!(
+        v["systemMessage"].as_str().unwrap().contains("`bob`"),
+        "{v}"
+    );
+    assert_eq!(
+        v["systemMessage"], v["hookSpecificOutput"]["additionalContext"],
+        "{v}"
+    );
+}
+
+#[test]
+fn enforce_warn_and_off_let_covered_edits_through() {
+    let (env, top) = repo();
+    ok(&env, &top, "alice", &["checkout", "--path", "src/a"]);
+    let file = top.join("src/a/x.rs");
+    set_config(&env, "enforce: warn\n");
+    let r = hook(&env, &top, &edit("bob", &top, "Edit", &file));
+    assert_eq!(denied(&r), None);
+    let v = r.json();
+    let warning = v["hookSpecificOutput"]["additionalContext"]
+        .as_str()
+        .unwrap();
+    assert!(warning.starts_with("tasklock warning: `src/a/x.rs`"), "{v}");
+    assert!(warning.contains("`alice`"), "{v}");
+    assert_eq!(v["systemMessage"], warning);
+    set_config(&env, "enforce: off\n");
+    let r = hook(&env, &top, &edit("bob", &top, "Edit", &file));
+    assert_eq!(r.stdout, "", "{}", r.text());
+    // Off is about other agents' files: the holder's own edits are still stamped.
+    let r = hook(&env, &top, &edit("alice", &top, "Edit", &file));
+    assert_eq!(r.stdout, "", "{}", r.text());
+    assert_eq!(stamps(&top, "alice").len(), 1);
+    assert!(stamps(&top, "bob").is_empty());
+}
+
+#[test]
+fn a_session_and_its_subagents_are_different_agents() {
+    let (env, top) = repo();
+    let file = top.join("src/a/x.rs");
+    ok(&env, &top, "S1", &["checkout", "--path", "src/a"]);
+    // The session edits its own file; its subagent may not.
+    assert_eq!(
+        denied(&hook(&env, &top, &edit("S1", &top, "Edit", &file))),
+        None
+    );
+    let reason = denied(&hook(&env, &top, &sub_edit("S1", "sub-1", &top, &file)))
+        .expect("the subagent is denied its session's file");
+    assert!(reason.contains("`S1`"), "{reason}");
+    // The other way round: a subagent's checkout is not its session's, nor a sibling's.
+    ok(&env, &top, "S1/sub-2", &["checkout", "--path", "src/b"]);
+    let b = top.join("src/b/y.rs");
+    assert_eq!(
+        denied(&hook(&env, &top, &sub_edit("S1", "sub-2", &top, &b))),
+        None
+    );
+    let reason = denied(&hook(&env, &top, &edit("S1", &top, "Edit", &b))).expect("denied");
+    assert!(reason.contains("`S1/sub-2`"), "{reason}");
+    assert!(denied(&hook(&env, &top, &sub_edit("S1", "sub-3", &top, &b))).is_some());
+    // Stamps go to the agent that edited.
+    let all = stamps(&top, "");
+    assert_eq!(all.len(), 2, "{all:?}");
+    let dir = top.join(".git/tasklock/stamps");
+    assert_eq!(std::fs::read_dir(dir).unwrap().count(), 2);
+}
+
+#[test]
+fn dead_and_expired_holders_do_not_block() {
+    let (mut env, top) = repo();
+    // Alice beats once and goes silent with a long lease; Dave's lease just runs out.
+    ok(&env, &top, "alice", &["heartbeat"]);
+    ok(
+        &env,
+        &top,
+        "alice",
+        &["checkout", "--path", "src/a", "--timeout", "2h"],
+    );
+    ok(
+        &env,
+        &top,
+        "dave",
+        &["checkout", "--path", "src/b", "--timeout", "1m"],
+    );
+    assert!(
+        denied(&hook(
+            &env,
+            &top,
+            &edit("bob", &top, "Edit", &top.join("src/a/x.rs"))
+        ))
+        .is_some()
+    );
+    assert!(
+        denied(&hook(
+            &env,
+            &top,
+            &edit("bob", &top, "Edit", &top.join("src/b/x.rs"))
+        ))
+        .is_some()
+    );
+    env.at("2026-01-01T00:20:00Z");
+    for f in ["src/a/x.rs", "src/b/x.rs"] {
+        let r = hook(&env, &top, &edit("bob", &top, "Edit", &top.join(f)));
+        assert_eq!(r.stdout, "", "{f}: {}", r.text());
+    }
+    // Read only: the checkouts are left for the next checkout (or list) to end.
+    assert!(
+        audit(&env.dir())
+            .iter()
+            .all(|e| e["event"] != "auto_release"),
+        "the hook ended a checkout"
+    );
+}
+
+#[test]
+fn files_outside_the_repository_are_not_judged() {
+    let (env, top) = repo();
+    ok(&env, &top, "alice", &["checkout", "--path", "**"]);
+    let outside = tempfile::tempdir().unwrap();
+    for file in [outside.path().join("x.rs"), top.join("../elsewhere.rs")] {
+        let r = hook(&env, &top, &edit("bob", &top, "Write", &file));
+        assert_eq!(r.stdout, "", "{}: {}", file.display(), r.text());
+        assert_eq!(r.stderr, "", "{}", r.text());
+    }
+    // Inside, everything is alice's.
+    assert!(
+        denied(&hook(
+            &env,
+            &top,
+            &edit("bob", &top, "Write", &top.join("README"))
+        ))
+        .is_some()
+    );
+}
+
+#[test]
+fn a_link_into_a_covered_directory_is_the_file_it_leads_to() {
+    let (env, top) = repo();
+    ok(&env, &top, "alice", &["checkout", "--path", "src/a"]);
+    std::os::unix::fs::symlink(top.join("src/a"), top.join("shortcut")).unwrap();
+    std::os::unix::fs::symlink("a/x.rs", top.join("src/alias.rs")).unwrap();
+    for via in ["shortcut/x.rs", "src/alias.rs"] {
+        let reason = denied(&hook(
+            &env,
+            &top,
+            &edit("bob", &top, "Edit", &top.join(via)),
+        ))
+        .unwrap_or_else(|| panic!("{via} was allowed"));
+        assert!(reason.contains("`src/a/x.rs`"), "{reason}");
+    }
+}
+
+#[test]
+fn errors_go_to_stderr_and_the_edit_is_allowed() {
+    let (env, top) = repo();
+    ok(&env, &top, "alice", &["checkout", "--path", "src/a"]);
+    set_config(&env, "enforce: sometimes\n");
+    let r = hook(
+        &env,
+        &top,
+        &edit("bob", &top, "Edit", &top.join("src/a/x.rs")),
+    );
+    assert_eq!(r.code, 0);
+    assert_eq!(r.stdout, "", "{}", r.text());
+    assert!(r.stderr.contains("enforce"), "{}", r.text());
+    // Other tools are not judged as edits; Bash calls are left alone.
+    set_config(&env, "");
+    let mut read = edit("bob", &top, "Read", &top.join("src/a/x.rs"));
+    read["tool_name"] = json!("Read");
+    assert_eq!(hook(&env, &top, &read).stdout, "");
+}
+
+#[test]
+fn without_a_lock_directory_edits_pass_silently() {
+    let tmp = tempfile::tempdir().unwrap();
+    let env = Env {
+        tmp,
+        now: T0.into(),
+        operator: false,
+    };
+    let dir = env.tmp.path().join("plain");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut cmd = base_cmd(T0);
+    cmd.args(["hook", "pre-tool-use"])
+        .current_dir(&dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let payload = edit("bob", &dir, "Write", &dir.join("x"));
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(payload.to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert!(out.stdout.is_empty() && out.stderr.is_empty(), "{out:?}");
+    assert!(!dir.join(".locks").exists());
+}
+
+#[test]
+fn init_wires_the_edit_matcher_beside_bash() {
+    let (env, top) = repo();
+    // A project set up before the edit hook: the Bash matcher only.
+    std::fs::create_dir_all(top.join(".claude")).unwrap();
+    let old = json!({"hooks": {"PreToolUse": [
+        {"matcher": "Bash", "hooks": [{"type": "command", "command": "tasklock hook pre-tool-use", "timeout": 10}]}
+    ]}});
+    std::fs::write(top.join(".claude/settings.json"), old.to_string()).unwrap();
+    ok(&env, &top, "me", &["init"]);
+    let read = || -> Value {
+        serde_json::from_str(&std::fs::read_to_string(top.join(".claude/settings.json")).unwrap())
+            .unwrap()
+    };
+    let pre = read()["hooks"]["PreToolUse"].clone();
+    let matchers: Vec<&str> = pre
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["matcher"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        matchers,
+        ["Bash", "Edit|Write|MultiEdit|NotebookEdit"],
+        "{pre}"
+    );
+    assert_eq!(
+        pre[1]["hooks"][0]["command"], "tasklock hook pre-tool-use",
+        "{pre}"
+    );
+    // Again: nothing added twice.
+    let r = env.run_in(&top, Some("me"), &["init", "--json"]);
+    let changes = r.json()["changes"].clone();
+    let settings = changes
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["path"].as_str().unwrap().ends_with("settings.json"))
+        .unwrap();
+    assert_eq!(settings["action"], "unchanged", "{changes}");
+    assert_eq!(read()["hooks"]["PreToolUse"], pre);
+}
