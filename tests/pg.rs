@@ -17,6 +17,9 @@ mod common;
 #[path = "concurrency.rs"]
 mod concurrency;
 #[cfg(tasklock_pg_tests)]
+#[path = "edit_hook.rs"]
+mod edit_hook;
+#[cfg(tasklock_pg_tests)]
 #[path = "liveness.rs"]
 mod liveness;
 #[cfg(tasklock_pg_tests)]
