@@ -395,8 +395,9 @@ fn codex_sessions_use_the_mcp_tools_init_registered() {
         .iter()
         .find(|(t, _)| *t != winner_thread)
         .expect("two sessions");
-    // The lock directory, while both sessions still run: held by the winner's server,
-    // an agent of its own (Codex gives MCP servers no thread id), on the winner's Codex.
+    // The lock directory, while both sessions still run: held by the winner's thread
+    // (Codex gives MCP servers no thread id, but the server runs under the Codex process
+    // the thread's hooks registered, and acts for that session), on the winner's Codex.
     let list = list_json(&project);
     let rows = list["checkouts"].as_array().expect("checkouts");
     assert_eq!(rows.len(), 1, "{list}");
@@ -405,9 +406,9 @@ fn codex_sessions_use_the_mcp_tools_init_registered() {
     assert_eq!(row["reason"], "via MCP", "{list}");
     assert_eq!(row["proven"], true, "bound to the server's secret: {list}");
     let holder = row["agent"]["id"].as_str().unwrap().to_string();
-    assert!(
-        holder.starts_with("mcp-codex-mcp-client-"),
-        "the MCP server's agent, named after Codex's client: {list}"
+    assert_eq!(
+        &holder, winner_thread,
+        "the MCP tools and the hooks are one agent, the thread: {list}"
     );
     // The winner's Codex process: its SessionStart hook registered the thread with it.
     let winner_native = agent_entry(&project, winner_thread)["pid"].clone();
@@ -465,4 +466,15 @@ fn codex_sessions_use_the_mcp_tools_init_registered() {
     assert_eq!(release["reason"], "session_end", "{}", context());
     assert_eq!(status_json(&project, "mcp-race")["outcome"], "free");
     assert_eq!(list_json(&project)["checkouts"], serde_json::json!([]));
+    // Each server started as an agent of its own (the thread's hooks had not run yet) and
+    // became the thread at its first tool call; the agent it made up was ended then.
+    let made_up: Vec<Value> = std::fs::read_dir(project.join(".locks/agents"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|id| id.starts_with("mcp-"))
+        .map(|id| agent_entry(&project, &id))
+        .collect();
+    for e in &made_up {
+        assert!(!e["ended_at"].is_null(), "{e}\n{}", context());
+    }
 }

@@ -215,6 +215,40 @@ pub(crate) fn prove_if_child_of(dir: Option<&std::path::Path>, agent: &str) {
     }
 }
 
+/// The live session whose registered process runs this process (found through the real
+/// parent chain, as [`is_own_process`] does), with its name: for `tasklock mcp` started
+/// by a client whose hooks registered the session. Agents an MCP server made up
+/// (`mcp-…`) are not sessions.
+pub(crate) fn session_of_this_process(
+    dir: Option<&std::path::Path>,
+) -> Option<(String, Option<String>)> {
+    let cwd = std::env::current_dir().ok()?;
+    let dir = crate::discover::explicit(dir)
+        .unwrap_or_else(|| crate::discover::discover_from(&cwd))
+        .for_reading()
+        .ok()?;
+    let ctx = Ctx {
+        dir,
+        now: crate::clock::now().ok()?,
+        agent_flag: None,
+        name_flag: None,
+        cfg: Default::default(),
+    };
+    let store = ctx.existing_store().ok()??;
+    store
+        .scan_agents()
+        .ok()?
+        .into_iter()
+        .filter(|e| {
+            e.ended_at.is_none()
+                && e.parent.is_none()
+                && !e.id.starts_with("mcp-")
+                && is_own_process(e)
+        })
+        .max_by_key(|e| e.last_heartbeat)
+        .map(|e| (e.id, e.name))
+}
+
 /// A subagent of the session, as named in the hook input.
 struct Subagent {
     /// `<session>/<agent_id>`.

@@ -91,7 +91,7 @@ pub fn serve(dir: Option<PathBuf>, agent: Option<String>, name: Option<String>) 
         dir,
         agent_flag: agent,
         name_flag: name,
-        me: OnceLock::new(),
+        me: Mutex::new(None),
         client,
         level: Mutex::new(LoggingLevel::Info),
         pushed: Mutex::new(HashSet::new()),
@@ -145,8 +145,9 @@ struct Inner {
     dir: Option<PathBuf>,
     agent_flag: Option<String>,
     name_flag: Option<String>,
-    /// The agent this server is, fixed at `initialize`.
-    me: OnceLock<Me>,
+    /// The agent this server is, set at the first request; a made-up one gives way to
+    /// the client's session once its hooks have registered it (see [`Server::adopt`]).
+    me: Mutex<Option<Me>>,
     /// The client's process (this server's parent, through shells): pid and start time.
     client: Option<(u32, u64)>,
     /// The least severe logging level the client wants (`logging/setLevel`).
@@ -161,43 +162,92 @@ struct Inner {
 struct Me {
     id: String,
     name: String,
+    /// Made up here (no identity given, no session found): may still become the session.
+    made_up: bool,
 }
 
 impl Server {
-    /// The agent, from the caller's identity or made up from the client's name.
+    /// The agent as it is now.
+    fn current(&self) -> Option<Me> {
+        self.0.me.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The agent: the caller's identity; else the session whose registered process runs
+    /// this server (its hooks registered it: Codex gives its MCP servers no thread id in
+    /// the environment); else one made up from the client's name.
     fn identify(&self, client_name: Option<&str>) -> Me {
-        self.0
-            .me
-            .get_or_init(|| {
-                let given = crate::identity::resolve_id(self.0.agent_flag.as_deref())
+        let mut me = self.0.me.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(m) = &*me {
+            return m.clone();
+        }
+        let given = crate::identity::resolve_id(self.0.agent_flag.as_deref())
+            .ok()
+            .filter(|(_, s)| *s != crate::identity::Source::UserAtHost)
+            .map(|(id, _)| id);
+        let made = match given {
+            Some(id) => self.named(id, None, false),
+            None => match crate::commands::hook::session_of_this_process(self.0.dir.as_deref()) {
+                Some((id, name)) => self.named(id, name, false),
+                None => {
+                    let client = slug(client_name.unwrap_or("client"));
+                    self.named(format!("mcp-{client}-{}", random_hex()), None, true)
+                }
+            },
+        };
+        // Under the session's own process the server acts for the session as its hooks do.
+        crate::commands::hook::prove_if_child_of(self.0.dir.as_deref(), &made.id);
+        *me = Some(made.clone());
+        made
+    }
+
+    fn named(&self, id: String, registered: Option<String>, made_up: bool) -> Me {
+        let name = crate::identity::resolve_name(self.0.name_flag.as_deref())
+            .ok()
+            .flatten()
+            .or(registered)
+            .unwrap_or_else(|| {
+                let project = std::env::current_dir()
                     .ok()
-                    .filter(|(_, s)| *s != crate::identity::Source::UserAtHost)
-                    .map(|(id, _)| id);
-                let client = slug(client_name.unwrap_or("client"));
-                let id = given.unwrap_or_else(|| format!("mcp-{client}-{}", random_hex()));
-                let name = crate::identity::resolve_name(self.0.name_flag.as_deref())
-                    .ok()
-                    .flatten()
-                    .unwrap_or_else(|| {
-                        let project = std::env::current_dir()
-                            .ok()
-                            .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
-                            .unwrap_or_else(|| "/".into());
-                        let short: String = id
-                            .rsplit('-')
-                            .next()
-                            .unwrap_or(&id)
-                            .chars()
-                            .take(8)
-                            .collect();
-                        format!("{client} (MCP) in {project} #{short}")
-                    });
-                // Under the session's own process (Claude Code's session id as the agent),
-                // the server acts for the session as its hooks do.
-                crate::commands::hook::prove_if_child_of(self.0.dir.as_deref(), &id);
-                Me { id, name }
-            })
-            .clone()
+                    .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
+                    .unwrap_or_else(|| "/".into());
+                let short: String = id
+                    .rsplit('-')
+                    .next()
+                    .unwrap_or(&id)
+                    .chars()
+                    .take(8)
+                    .collect();
+                let client = id.strip_prefix("mcp-").unwrap_or(&id);
+                let client = client.rsplit_once('-').map_or(client, |(c, _)| c);
+                format!("{client} (MCP) in {project} #{short}")
+            });
+        Me { id, name, made_up }
+    }
+
+    /// A made-up agent becomes the client's session once the session's hooks have
+    /// registered it with this server's client process (Codex starts its MCP servers
+    /// before its SessionStart hook runs). The made-up agent, which never held
+    /// anything, is ended.
+    async fn adopt(&self, me: Me) -> Me {
+        if !me.made_up {
+            return me;
+        }
+        let dir = self.0.dir.clone();
+        let found = tokio::task::spawn_blocking(move || {
+            crate::commands::hook::session_of_this_process(dir.as_deref())
+        })
+        .await
+        .ok()
+        .flatten();
+        let Some((id, name)) = found else { return me };
+        let session = self.named(id, name, false);
+        crate::commands::hook::prove_if_child_of(self.0.dir.as_deref(), &session.id);
+        *self.0.me.lock().unwrap_or_else(|e| e.into_inner()) = Some(session.clone());
+        let s = self.clone();
+        let old = me.clone();
+        let _ = tokio::task::spawn_blocking(move || s.end_as(&old, ReapReason::SessionEnd)).await;
+        self.beat(&session).await;
+        session
     }
 
     /// The agent, and the background work started, on the first request: `initialize`
@@ -263,7 +313,12 @@ impl Server {
 
     /// The agent ended: release its checkouts (audited) and mark it ended.
     fn end(&self, reason: ReapReason) {
-        let Some(me) = self.0.me.get() else { return };
+        if let Some(me) = self.current() {
+            self.end_as(&me, reason);
+        }
+    }
+
+    fn end_as(&self, me: &Me, reason: ReapReason) {
         let _one = EXEC.lock().unwrap_or_else(|e| e.into_inner());
         let result = crate::discover::discover(self.0.dir.as_deref())
             .and_then(|d| d.for_reading())
@@ -285,10 +340,12 @@ impl Server {
     /// Beat, watch the client, push inbox messages: for as long as the server runs.
     fn start_background(&self, me: Me, peer: Option<Peer<RoleServer>>) {
         let s = self.clone();
-        let who = me.clone();
+        let first = me.clone();
+        // Each round acts for the agent as it is then (it may have become the session).
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(BEAT_EVERY).await;
+                let who = s.current().unwrap_or_else(|| first.clone());
                 s.beat(&who).await;
             }
         });
@@ -296,7 +353,8 @@ impl Server {
         let s = self.clone();
         tokio::spawn(async move {
             loop {
-                s.push_inbox(&me, &peer).await;
+                let who = s.current().unwrap_or_else(|| me.clone());
+                s.push_inbox(&who, &peer).await;
                 tokio::time::sleep(INBOX_EVERY).await;
             }
         });
@@ -877,6 +935,7 @@ impl ServerHandler for Server {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let me = self.start(&context).await;
+        let me = self.adopt(me).await;
         let args = Value::Object(request.arguments.unwrap_or_default());
         let called = match command(&request.name, args) {
             None => {
