@@ -180,6 +180,10 @@ pub enum Command {
         /// group GROUP, mode 2770, files 0660. Without it the lock directory is private.
         #[arg(long, value_name = "GROUP", num_args = 0..=1, default_missing_value = "")]
         shared: Option<String>,
+        /// Also install the git pre-commit guard (`tasklock guard-commit`), beside an
+        /// existing pre-commit hook or husky
+        #[arg(long)]
+        git_hook: bool,
     },
     /// Entry point for Claude Code and Codex hooks; reads the hook's JSON on stdin
     Hook {
@@ -225,6 +229,9 @@ pub enum Command {
     },
     /// Check the setup: directory, file system, clock, identity, records, skills, hooks
     Doctor,
+    /// Git pre-commit guard: refuse a commit of files another agent has checked out, or
+    /// that you edited under a checkout you lost
+    GuardCommit,
     /// MCP server on stdin/stdout: the checkout tools for MCP clients (one server = one agent)
     Mcp,
     /// Append a checkpoint to KEY's history (holder only)

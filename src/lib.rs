@@ -263,10 +263,15 @@ fn execute(cli: Cli) -> Result<report::Report, Error> {
         } => commands::watch::run(&ctx, status, pid, interval, detach, after_beat),
         Command::Agents { all } => commands::agents::run(&ctx, all),
         Command::Inbox { peek } => commands::inbox::run(&ctx, peek),
-        Command::Init { dry_run, shared } => commands::init::run(&ctx, dry_run, shared.as_deref()),
+        Command::Init {
+            dry_run,
+            shared,
+            git_hook,
+        } => commands::init::run(&ctx, dry_run, shared.as_deref(), git_hook),
         Command::Hook { .. } | Command::Mcp => unreachable!("handled before"),
         Command::Freeze { key, for_, reason } => commands::freeze::freeze(&ctx, &key, for_, reason),
         Command::Unfreeze { key } => commands::freeze::unfreeze(&ctx, &key),
+        Command::GuardCommit => commands::guard::run(&ctx),
         Command::Why { key, paths } => {
             let paths = engine::paths::resolve(&ctx, &paths)?;
             let key = match key {

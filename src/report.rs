@@ -504,6 +504,8 @@ pub struct InitReport {
     pub changes: Vec<Change>,
     /// How other MCP clients start `tasklock mcp`.
     pub mcp: McpSetup,
+    /// A git repository without `--git-hook`: `init` says how to add the commit guard.
+    pub git_hook_offered: bool,
 }
 
 /// The MCP server's setup for clients `init` does not configure itself.
@@ -636,6 +638,45 @@ pub enum Report {
     Why(WhyReport),
     Audit(AuditReport),
     Doctor(DoctorReport),
+    Guard(GuardReport),
+}
+
+/// `guard-commit`: the staged files the commit may not include.
+#[derive(Debug, Serialize)]
+pub struct GuardReport {
+    pub command: &'static str,
+    pub now: Time,
+    /// The committing agent, when it has an identity.
+    pub agent: Option<String>,
+    /// How many files the commit changes.
+    pub staged: usize,
+    /// The refused files (none: the commit may go ahead).
+    pub files: Vec<GuardFile>,
+}
+
+/// Why a staged file refuses the commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GuardVerdict {
+    /// Another live agent's checkout covers it.
+    Held,
+    /// The committer edited it under a checkout it no longer holds.
+    Lost,
+}
+
+#[derive(Debug, Serialize)]
+pub struct GuardFile {
+    pub file: String,
+    pub verdict: GuardVerdict,
+    /// `held`: the key of the other agent's checkout; `lost`: of the committer's lost one.
+    pub key: String,
+    pub token: u64,
+    /// `held`: the holder's pattern that covers the file.
+    pub pattern: Option<String>,
+    /// `held`: the holder's checkout.
+    pub checkout: Option<CheckoutView>,
+    /// `lost`: how that checkout ended, when known.
+    pub ended: Option<crate::store::EndHow>,
 }
 
 impl Report {
@@ -667,6 +708,15 @@ impl Report {
             }
             Report::Freeze(_) | Report::Audit(_) => 0,
             Report::Doctor(r) => i32::from(!r.healthy),
+            Report::Guard(r) => {
+                if r.files.iter().any(|f| f.verdict == GuardVerdict::Held) {
+                    crate::error::EXIT_HELD
+                } else if r.files.is_empty() {
+                    0
+                } else {
+                    crate::error::EXIT_NOT_HOLDER
+                }
+            }
         }
     }
 

@@ -73,7 +73,7 @@ pub const CODEX_HOOK_EVENTS: [(&str, &str); 5] = [
     ("SessionEnd", "session-end"),
 ];
 
-pub fn run(ctx: &Ctx, dry_run: bool, shared: Option<&str>) -> Result<Report> {
+pub fn run(ctx: &Ctx, dry_run: bool, shared: Option<&str>, git_hook: bool) -> Result<Report> {
     let cwd = std::env::current_dir().map_err(|e| Error::io(".", e))?;
     let project = project_root(&cwd);
     let mut changes = Vec::new();
@@ -271,6 +271,20 @@ pub fn run(ctx: &Ctx, dry_run: bool, shared: Option<&str>) -> Result<Report> {
         }
     }
 
+    // The git pre-commit guard, when asked for; otherwise `init` says how.
+    let in_git = crate::discover::git_common_dir(&project).is_some();
+    if git_hook {
+        match super::git_hook::install(&project, dry_run)? {
+            Some(p) => changes.push(change(&p.path, p.action, &p.what)),
+            None => {
+                return Err(Error::Usage(format!(
+                    "--git-hook: {} is not in a git repository",
+                    project.display()
+                )));
+            }
+        }
+    }
+
     Ok(Report::Init(InitReport {
         command: "init",
         now: ctx.now,
@@ -278,6 +292,7 @@ pub fn run(ctx: &Ctx, dry_run: bool, shared: Option<&str>) -> Result<Report> {
         project: project.display().to_string(),
         changes,
         mcp: mcp_setup(),
+        git_hook_offered: in_git && !git_hook,
     }))
 }
 

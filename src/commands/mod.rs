@@ -7,6 +7,8 @@ pub mod codex_config;
 pub mod doctor;
 pub mod edit_gate;
 pub mod freeze;
+pub mod git_hook;
+pub mod guard;
 pub mod heartbeat;
 pub mod hook;
 pub mod inbox;

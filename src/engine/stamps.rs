@@ -103,6 +103,11 @@ pub fn read(dir: &Path, agent: &str) -> Result<HashMap<String, Stamp>> {
     read_file(&file_of(dir, agent))
 }
 
+/// As [`read`], for a stamp file found by listing the directory.
+pub fn read_path(path: &Path) -> Result<HashMap<String, Stamp>> {
+    read_file(path)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -29,6 +29,7 @@ pub fn report(r: &Report, inv: &Invocation) -> String {
         Report::Why(r) => why(r, inv),
         Report::Audit(r) => audit(r),
         Report::Doctor(r) => doctor(r),
+        Report::Guard(r) => guard(r, inv),
     }
 }
 
@@ -1227,6 +1228,13 @@ fn init(r: &InitReport, inv: &Invocation) -> String {
         "Next: commit `.claude/settings.json`, `.codex/` and the instructions so every agent session coordinates; make sure `tasklock` is on PATH for the hooks and the MCP server."
     };
     let _ = writeln!(out, "\n{next}");
+    if r.git_hook_offered {
+        let _ = writeln!(
+            out,
+            "\nTo refuse commits of files other agents have checked out (and of edits made under a lost checkout), add the git pre-commit guard: {}. It runs before an existing pre-commit hook or from husky's.",
+            inv.code("init --git-hook")
+        );
+    }
     mcp_setup(&mut out, &r.mcp);
     out
 }
@@ -1392,6 +1400,87 @@ fn audit(r: &AuditReport) -> String {
             "\nNext: `--limit 0` shows all; `--since`, `--key` and `--agent` narrow it.\n",
         );
     }
+    out
+}
+
+fn guard(r: &GuardReport, inv: &Invocation) -> String {
+    let mut out = String::new();
+    if r.files.is_empty() {
+        let _ = writeln!(
+            out,
+            "Commit allowed: none of the {} staged file{} is checked out by another agent or was edited under a checkout you lost.",
+            r.staged,
+            if r.staged == 1 { "" } else { "s" }
+        );
+        return out;
+    }
+    let n = r.files.len();
+    let _ = writeln!(
+        out,
+        "Commit refused: {n} staged file{} {} checked out by other agents or edited under a checkout you lost.\n",
+        if n == 1 { "" } else { "s" },
+        if n == 1 { "is" } else { "are" }
+    );
+    out.push_str("| File | Why | Key | Token | Until |\n|---|---|---|---|---|\n");
+    for f in &r.files {
+        let (why, until) = match (&f.checkout, f.verdict) {
+            (Some(c), GuardVerdict::Held) => (
+                format!(
+                    "held by {} (pattern {})",
+                    c.agent.label(),
+                    code(f.pattern.as_deref().unwrap_or(""))
+                ),
+                with_relative(&c.expires_at, &r.now),
+            ),
+            _ => (
+                match f.ended {
+                    Some(how) => format!(
+                        "you edited it under a checkout you lost ({})",
+                        match how {
+                            EndHow::Timeout => "its lease ran out",
+                            EndHow::AgentDeath => "you were judged dead",
+                            EndHow::ForceReleased => "it was force-released",
+                            EndHow::SessionEnd => "your session ended",
+                            EndHow::SubagentEnd => "its subagent stopped",
+                            EndHow::Released | EndHow::Other => "it ended",
+                        }
+                    ),
+                    None => "you edited it under a checkout you no longer hold".to_string(),
+                },
+                String::new(),
+            ),
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} |",
+            code_cell(&f.file),
+            cell(&why),
+            code_cell(&f.key),
+            f.token,
+            until
+        );
+    }
+    let held = r.files.iter().any(|f| f.verdict == GuardVerdict::Held);
+    let lost = r.files.iter().any(|f| f.verdict == GuardVerdict::Lost);
+    let mut next = Vec::new();
+    if held {
+        next.push(format!(
+            "leave the files others hold to them: unstage them ({}) and commit the rest, or ask their holders",
+            code("git restore --staged FILE")
+        ));
+    }
+    if lost {
+        next.push(format!(
+            "for a checkout you lost, check it out again ({}), check your changes against what others did since, then commit",
+            inv.code("checkout --path FILE")
+        ));
+    }
+    let _ = writeln!(
+        out,
+        "\nNext: {}. A person who is sure can skip this check with {}.",
+        next.join("; "),
+        code("git commit --no-verify")
+    );
     out
 }
 

@@ -1,0 +1,160 @@
+//! `tasklock guard-commit`: the git pre-commit guard. A commit is refused when it stages a
+//! file that another live agent has checked out (exit 2), or a file the committing agent
+//! edited under a checkout it no longer holds (exit 4: the fencing check, made when the
+//! commit happens, from the edit stamps of `engine::stamps`).
+//!
+//! The committing agent is the caller's identity (`TASKLOCK_AGENT`, Claude Code's or
+//! Codex's session, else the person at the terminal); a session's subagents count as the
+//! session, since their work is committed by it. Without a store there is nothing to
+//! guard: the commit passes.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::engine::{Ctx, Judge, paths, stamps};
+use crate::error::{Error, Result};
+use crate::identity::is_subagent_of;
+use crate::report::{CheckoutView, GuardFile, GuardReport, GuardVerdict, Report};
+use crate::store::{EndHow, Slot};
+
+pub fn run(ctx: &Ctx) -> Result<Report> {
+    let cwd = std::env::current_dir().map_err(|e| Error::io(".", e))?;
+    let me = ctx.agent_id().ok();
+    let mut report = GuardReport {
+        command: "guard-commit",
+        now: ctx.now,
+        agent: me.clone(),
+        staged: 0,
+        files: Vec::new(),
+    };
+    let Some(store) = ctx.existing_store()? else {
+        return Ok(Report::Guard(report));
+    };
+    let root = paths::root(ctx, &cwd);
+    let staged = staged_files(&root)?;
+    report.staged = staged.len();
+    if staged.is_empty() {
+        return Ok(Report::Guard(report));
+    }
+    let mine = |id: &str| {
+        me.as_deref()
+            .is_some_and(|m| id == m || is_subagent_of(id, m))
+    };
+    let edits = match (&me, stamps::dir(&root)) {
+        (Some(m), Some(dir)) => stamps_of(&dir, m)?,
+        _ => Vec::new(),
+    };
+    let mut judge = Judge::new(ctx, &*store);
+    for raw in staged {
+        let file = match crate::paths::normalize_file(&root, &root, &raw) {
+            Ok(f) => f,
+            // Git names it, so it is inside the worktree; take git's spelling.
+            Err(_) => crate::key::normalize(&raw),
+        };
+        // Another live agent's checkout covering the file refuses the commit.
+        let mut verdict = None;
+        for (record, pattern) in paths::covering(&*store, &file)? {
+            if mine(&record.agent.id) || judge.reap_reason(&record)?.is_some() {
+                continue;
+            }
+            verdict = Some(GuardFile {
+                file: file.clone(),
+                verdict: GuardVerdict::Held,
+                key: record.key.clone(),
+                token: record.token,
+                pattern: Some(pattern),
+                checkout: Some(CheckoutView::from(&record)),
+                ended: None,
+            });
+            break;
+        }
+        // An edit stamped under a checkout the committer has lost refuses it too.
+        if verdict.is_none()
+            && let Some(stamp) = edits.iter().find(|s| s.file == file)
+            && let Some(ended) = lost(&*store, stamp, &ctx.now)?
+        {
+            verdict = Some(GuardFile {
+                file: file.clone(),
+                verdict: GuardVerdict::Lost,
+                key: stamp.key.clone(),
+                token: stamp.token,
+                pattern: None,
+                checkout: None,
+                ended,
+            });
+        }
+        if let Some(v) = verdict {
+            report.files.push(v);
+        }
+    }
+    Ok(Report::Guard(report))
+}
+
+/// Is the checkout a stamp names lost? `None`: still held under that token, or released
+/// by its holder (work given up on purpose). `Some(how)`: lost, and how it ended when
+/// that is known.
+fn lost(
+    store: &dyn crate::store::Store,
+    stamp: &stamps::Stamp,
+    now: &crate::clock::Time,
+) -> Result<Option<Option<EndHow>>> {
+    if let Slot::Held(r) = store.read(&stamp.key)?
+        && r.token == stamp.token
+    {
+        // Still there, but a lease that ran out is lost for its holder.
+        return Ok(r.expired_for_holder(now).then_some(Some(EndHow::Timeout)));
+    }
+    match store.read_ended(&stamp.key)? {
+        Some(e) if e.token == stamp.token && e.how == EndHow::Released => Ok(None),
+        Some(e) if e.token == stamp.token => Ok(Some(Some(e.how))),
+        _ => Ok(Some(None)),
+    }
+}
+
+/// The latest stamps of the agent and of its subagents.
+fn stamps_of(dir: &Path, me: &str) -> Result<Vec<stamps::Stamp>> {
+    let mut out: Vec<stamps::Stamp> = stamps::read(dir, me)?.into_values().collect();
+    let prefix = crate::key::encode(&format!("{me}/"));
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with(&prefix) {
+                let path: PathBuf = e.path();
+                out.extend(stamps::read_path(&path)?.into_values());
+            }
+        }
+    }
+    // The newest stamp of each file counts.
+    out.sort_by_key(|s| std::cmp::Reverse(s.at));
+    let mut seen = std::collections::HashSet::new();
+    out.retain(|s| seen.insert(s.file.clone()));
+    Ok(out)
+}
+
+/// The files the commit would change, old and new side of a rename both.
+fn staged_files(root: &Path) -> Result<Vec<String>> {
+    let out = Command::new("git")
+        .args([
+            "diff",
+            "--cached",
+            "--name-only",
+            "-z",
+            "--no-renames",
+            "--diff-filter=ACDMRTUXB",
+        ])
+        .current_dir(root)
+        .output()
+        .map_err(|e| Error::Store(format!("cannot run git to list the staged files: {e}")))?;
+    if !out.status.success() {
+        return Err(Error::Store(format!(
+            "git could not list the staged files: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(out
+        .stdout
+        .split(|b| *b == 0)
+        .filter(|s| !s.is_empty())
+        .map(|s| String::from_utf8_lossy(s).into_owned())
+        .collect())
+}
