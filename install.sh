@@ -504,22 +504,34 @@ if [ -z "$source_bin" ]; then
     [ -x "$source_bin" ] || die "the build did not produce $source_bin"
 fi
 
+# install_binary SOURCE DEST: one binary, recorded in the receipt.
+install_binary() {
+    if [ -f "$2" ] && [ ! -L "$2" ] && cmp -s "$1" "$2"; then
+        _was=$(receipt_sum "$2")
+        record bin "$(file_sum "$2")" "$2"
+        if [ -n "$_was" ]; then item unchanged "$2"; else item adopted "$2" "(identical; now in the receipt)"; fi
+    elif [ -d "$2" ] && [ ! -L "$2" ]; then
+        die "$2 is a directory; move it and run again"
+    else
+        if [ -e "$2" ] || [ -L "$2" ]; then action=replaced; else action=installed; fi
+        if [ "$dry_run" = 0 ]; then
+            copy_atomic "$1" "$2" 755
+            record bin "$(file_sum "$2")" "$2"
+        fi
+        item "$action" "$2"
+    fi
+}
+
 say "Binary:"
 bin=$bindir/tasklock
 ensure_dir "$bindir"
-if [ -f "$bin" ] && [ ! -L "$bin" ] && cmp -s "$source_bin" "$bin"; then
-    _was=$(receipt_sum "$bin")
-    record bin "$(file_sum "$bin")" "$bin"
-    if [ -n "$_was" ]; then item unchanged "$bin"; else item adopted "$bin" "(identical; now in the receipt)"; fi
-elif [ -d "$bin" ] && [ ! -L "$bin" ]; then
-    die "$bin is a directory; move it and run again"
+install_binary "$source_bin" "$bin"
+# The MCP server (`tasklock mcp` runs it), built beside tasklock with the `mcp` feature.
+source_mcp=$(dirname "$source_bin")/tasklock-mcp
+if [ -f "$source_mcp" ] && [ -x "$source_mcp" ]; then
+    install_binary "$source_mcp" "$bindir/tasklock-mcp"
 else
-    if [ -e "$bin" ] || [ -L "$bin" ]; then action=replaced; else action=installed; fi
-    if [ "$dry_run" = 0 ]; then
-        copy_atomic "$source_bin" "$bin" 755
-        record bin "$(file_sum "$bin")" "$bin"
-    fi
-    item "$action" "$bin"
+    say "  (no tasklock-mcp: built without the mcp feature, so \`tasklock mcp\` is not available)"
 fi
 if [ "$dry_run" = 0 ]; then
     version=$("$bin" --version 2>&1) || die "the installed binary does not run: $version"

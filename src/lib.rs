@@ -313,21 +313,76 @@ fn execute(cli: Cli) -> Result<report::Report, Error> {
     }
 }
 
-#[cfg(feature = "mcp")]
+/// `tasklock mcp`: run the server, the binary `tasklock-mcp` beside this one, in this
+/// process (so the client's child is still the server). A binary of its own, so that
+/// the other commands do not pay at start-up for its async runtime and SDK.
 fn mcp_server(global: &cli::Global) -> i32 {
-    mcp::serve(
-        global.dir.clone(),
-        global.agent.clone(),
-        global.name.clone(),
+    use std::os::unix::process::CommandExt;
+    let server = match std::env::current_exe() {
+        Ok(exe) => exe.with_file_name(MCP_BINARY),
+        Err(e) => {
+            emit_stderr(&format!(
+                "tasklock mcp: cannot find this binary's path: {e}\n"
+            ));
+            return EXIT_ERROR;
+        }
+    };
+    let mut cmd = std::process::Command::new(&server);
+    // Seen as `tasklock mcp …` in process listings, as before the server had a binary.
+    cmd.arg0(
+        std::env::args_os()
+            .next()
+            .unwrap_or_else(|| "tasklock".into()),
     )
+    .arg("mcp");
+    if let Some(d) = &global.dir {
+        cmd.arg("--dir").arg(d);
+    }
+    if let Some(a) = &global.agent {
+        cmd.arg("--agent").arg(a);
+    }
+    if let Some(n) = &global.name {
+        cmd.arg("--name").arg(n);
+    }
+    let err = cmd.exec();
+    emit_stderr(&format!(
+        "tasklock mcp: cannot start {} ({err}): the MCP server is the binary {MCP_BINARY}, installed beside tasklock by install.sh (and built with the default `mcp` feature)\n",
+        server.display()
+    ));
+    EXIT_ERROR
 }
 
-#[cfg(not(feature = "mcp"))]
-fn mcp_server(_: &cli::Global) -> i32 {
-    emit_stderr(
-        "tasklock mcp: this tasklock was built without the `mcp` feature; rebuild with `cargo install --features mcp`\n",
-    );
-    EXIT_USAGE
+/// The MCP server's binary, beside `tasklock`.
+pub const MCP_BINARY: &str = "tasklock-mcp";
+
+/// `tasklock-mcp [mcp] [--dir PATH] [--agent ID] [--name NAME]`: serve MCP on stdio.
+#[cfg(feature = "mcp")]
+pub fn mcp_main<I, T>(args: I) -> i32
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let mut args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    // `tasklock mcp` passes its own name on; the word `mcp` may follow it.
+    if args.get(1).is_some_and(|a| a == "mcp") {
+        args.remove(1);
+    }
+    #[derive(clap::Parser)]
+    #[command(
+        name = "tasklock-mcp",
+        about = "The tasklock MCP server (run by `tasklock mcp`)"
+    )]
+    struct Args {
+        #[command(flatten)]
+        global: cli::Global,
+    }
+    match <Args as clap::Parser>::try_parse_from(args) {
+        Ok(a) => mcp::serve(a.global.dir, a.global.agent, a.global.name),
+        Err(e) => {
+            let _ = e.print();
+            if e.use_stderr() { EXIT_USAGE } else { EXIT_OK }
+        }
+    }
 }
 
 /// What one command did, rendered both ways: the markdown the CLI prints, and the object

@@ -1492,3 +1492,22 @@ fn why_tells_a_waiter_where_it_stands_instead_of_queueing_again() {
         "{j}"
     );
 }
+
+/// `tasklock mcp` runs the server binary beside it; without one it says what is missing.
+#[test]
+fn mcp_without_its_server_binary_says_so() {
+    let td = tempfile::tempdir().unwrap();
+    let lone = td.path().join("tasklock");
+    std::fs::copy(env!("CARGO_BIN_EXE_tasklock"), &lone).unwrap();
+    let out = std::process::Command::new(&lone)
+        .arg("mcp")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("tasklock-mcp") && err.contains("install.sh"),
+        "{err}"
+    );
+}

@@ -185,6 +185,7 @@ fn default_layout() -> BTreeSet<String> {
         ".local",
         ".local/bin",
         ".local/bin/tasklock",
+        ".local/bin/tasklock-mcp",
         ".local/share",
         ".local/share/tasklock",
         ".local/share/tasklock/install-receipt",
@@ -265,11 +266,30 @@ fn fresh_install_puts_binary_skills_and_links_in_place() {
         );
     }
 
+    // The MCP server's binary, beside it: `tasklock mcp` runs it.
+    let mcp = home.join(".local/bin/tasklock-mcp");
+    assert_eq!(
+        fs::read(&mcp).unwrap(),
+        fs::read(env!("CARGO_BIN_EXE_tasklock-mcp")).unwrap()
+    );
+    // With no client on stdin, the installed server starts and finds no handshake.
+    let served = std::process::Command::new(&bin)
+        .arg("mcp")
+        .current_dir(home.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&served.stderr);
+    assert!(
+        said.contains("did not complete the handshake") && !said.contains("cannot start"),
+        "the installed `tasklock mcp` runs the installed server: {said}"
+    );
+
     // Nothing else anywhere in HOME.
     assert_eq!(paths(&home.tree()), default_layout());
 
     // The receipt lists every installed file and link.
-    let mut want: BTreeSet<PathBuf> = BTreeSet::from([bin.clone()]);
+    let mut want: BTreeSet<PathBuf> = BTreeSet::from([bin.clone(), mcp.clone()]);
     for name in &skills {
         want.insert(home.join(".claude/skills").join(name).join("SKILL.md"));
         want.insert(home.join(".agents/skills").join(name));
@@ -351,11 +371,16 @@ fn upgrade_replaces_the_binary_atomically() {
     let mut seen = Vec::new();
     std::io::Read::read_to_end(&mut &held, &mut seen).unwrap();
     assert_eq!(seen, old, "the old file was not written in place");
-    let left: Vec<_> = fs::read_dir(home.join(".local/bin"))
+    let mut left: Vec<_> = fs::read_dir(home.join(".local/bin"))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
-    assert_eq!(left, ["tasklock"], "no temporary file left behind");
+    left.sort();
+    assert_eq!(
+        left,
+        ["tasklock", "tasklock-mcp"],
+        "no temporary file left behind"
+    );
 
     // The receipt follows the upgrade: uninstall removes the newer binary.
     home.ok(&["--uninstall"]);

@@ -45,6 +45,7 @@ pub fn run(ctx: &Ctx) -> Result<Report> {
         _ => Vec::new(),
     };
     let mut judge = Judge::new(ctx, &*store);
+    let coverage = paths::Coverage::load(&*store)?;
     for raw in staged {
         let file = match crate::paths::normalize_file(&root, &root, &raw) {
             Ok(f) => f,
@@ -53,7 +54,7 @@ pub fn run(ctx: &Ctx) -> Result<Report> {
         };
         // Another live agent's checkout covering the file refuses the commit.
         let mut verdict = None;
-        for (record, pattern) in paths::covering(&*store, &file)? {
+        for (record, pattern) in coverage.covering(&*store, &file)? {
             if mine(&record.agent.id) || judge.reap_reason(&record)?.is_some() {
                 continue;
             }

@@ -160,6 +160,55 @@ pub fn reserved_overlaps(
     Ok(out)
 }
 
+/// Every path checkout's patterns, indexed once for many files (the commit guard).
+pub struct Coverage {
+    set: paths::PatternSet,
+    /// The key of each pattern of `set`, by its index there.
+    keys: Vec<String>,
+}
+
+impl Coverage {
+    pub fn load(store: &dyn Store) -> Result<Coverage> {
+        let mut set = paths::PatternSet::new();
+        let mut keys = Vec::new();
+        for (k, stored) in store.path_index()? {
+            for p in compile(&stored) {
+                let i = set.insert(p);
+                if keys.len() <= i {
+                    keys.resize(i + 1, String::new());
+                }
+                keys[i] = k.clone();
+            }
+        }
+        Ok(Coverage { set, keys })
+    }
+
+    /// As [`covering`], from the patterns loaded.
+    pub fn covering(&self, store: &dyn Store, file: &str) -> Result<Vec<(Record, String)>> {
+        let mut keys: Vec<&str> = self
+            .set
+            .matching(file)
+            .into_iter()
+            .map(|i| self.keys[i].as_str())
+            .collect();
+        keys.sort_unstable();
+        keys.dedup();
+        let mut out = Vec::new();
+        for k in keys {
+            let Slot::Held(record) = store.read(k)? else {
+                continue;
+            };
+            if let Some(p) = compile(&record.paths)
+                .into_iter()
+                .find(|p| paths::matches(p, file))
+            {
+                out.push((record, p.to_string()));
+            }
+        }
+        Ok(out)
+    }
+}
+
 /// The checkouts that cover one file (normalised as [`paths::normalize_file`] gives it),
 /// of any agent, as held now.
 pub fn covering(store: &dyn Store, file: &str) -> Result<Vec<(Record, String)>> {
