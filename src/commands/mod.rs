@@ -3,6 +3,7 @@
 pub mod agents;
 pub mod audit;
 pub mod checkout;
+pub mod claim;
 pub mod doctor;
 pub mod freeze;
 pub mod heartbeat;

@@ -128,6 +128,12 @@ pub trait Store {
     /// The queue of a key; empty when there is none.
     fn read_queue(&self, key: &str) -> Result<Queue>;
 
+    /// The slots and queues of `keys`, in their order, read inside the scope `g` in as few
+    /// steps as the store can (one query on PostgreSQL): for `checkout --any`, which looks
+    /// through a list for the first key it can take. What is read stays true until the
+    /// scope's own writes.
+    fn read_many(&self, g: &Guard, keys: &[String]) -> Result<Vec<(Slot, Queue)>>;
+
     /// Every non-empty queue, by key.
     fn scan_queues(&self) -> Result<Vec<Queue>>;
 

@@ -367,6 +367,19 @@ impl FileStore {
         read_slot(&keys, &key::encode(key), Some(key))
     }
 
+    /// The slots and queues of `keys`, in order: `keys/` and `queues/` are opened once,
+    /// then one open (failing for a free key) per record and per queue.
+    pub fn read_many(&self, keys: &[String]) -> Result<Vec<(Slot, Queue)>> {
+        let slots: Vec<Slot> = match self.sub(KEYS, false)? {
+            None => keys.iter().map(|_| Slot::Free).collect(),
+            Some(dir) => keys
+                .iter()
+                .map(|k| read_slot(&dir, &key::encode(k), Some(k)))
+                .collect::<Result<_>>()?,
+        };
+        Ok(slots.into_iter().zip(self.read_queues(keys)?).collect())
+    }
+
     /// Every record in the store, with corrupt ones reported rather than failing the scan.
     /// Returns (file name, slot) pairs sorted by file name.
     pub fn scan(&self) -> Result<Vec<(String, Slot)>> {
@@ -894,6 +907,10 @@ impl Store for FileStore {
 
     fn read(&self, key: &str) -> Result<Slot> {
         FileStore::read(self, key)
+    }
+
+    fn read_many(&self, _g: &Guard, keys: &[String]) -> Result<Vec<(Slot, Queue)>> {
+        FileStore::read_many(self, keys)
     }
 
     fn scan(&self) -> Result<Vec<Slot>> {

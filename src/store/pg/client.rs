@@ -548,6 +548,43 @@ impl PgStore {
             .unwrap_or_else(|| Queue::empty(key)))
     }
 
+    /// The slots and queues of `keys`, in order, in one query: the list is sent as an
+    /// array and joined against `records` and `queues` by their primary keys.
+    pub fn read_many(&self, _g: &PgGuard, keys: &[String]) -> Result<Vec<(Slot, Queue)>> {
+        let rows = self.rows(
+            "read records and queues",
+            "SELECT r.data::text, q.data::text \
+             FROM unnest($1::text[]) WITH ORDINALITY AS t(key, n) \
+             LEFT JOIN records r ON r.key = t.key LEFT JOIN queues q ON q.key = t.key \
+             ORDER BY t.n",
+            &[(&keys, Type::TEXT_ARRAY)],
+        )?;
+        if rows.len() != keys.len() {
+            return Err(Error::Store(format!(
+                "PostgreSQL at {}: asked for {} keys, got {} rows",
+                self.conn.url,
+                keys.len(),
+                rows.len()
+            )));
+        }
+        Ok(keys
+            .iter()
+            .zip(rows)
+            .map(|(k, row)| {
+                let slot = match row.get::<_, Option<&str>>(0) {
+                    None => Slot::Free,
+                    Some(data) => self.slot(k, data),
+                };
+                let queue = row
+                    .get::<_, Option<&str>>(1)
+                    .and_then(|d| serde_json::from_str::<Queue>(d).ok())
+                    .filter(|q| q.key == *k)
+                    .unwrap_or_else(|| Queue::empty(k));
+                (slot, queue)
+            })
+            .collect())
+    }
+
     pub fn scan_queues(&self) -> Result<Vec<Queue>> {
         let mut out: Vec<Queue> =
             self.all("read the queues", "SELECT data::text FROM queues", &[])?;
@@ -1136,6 +1173,9 @@ impl Store for PgStore {
     }
     fn read_queue(&self, key: &str) -> Result<Queue> {
         PgStore::read_queue(self, key)
+    }
+    fn read_many(&self, g: &Guard, keys: &[String]) -> Result<Vec<(Slot, Queue)>> {
+        PgStore::read_many(self, pg(g), keys)
     }
     fn scan_queues(&self) -> Result<Vec<Queue>> {
         PgStore::scan_queues(self)
