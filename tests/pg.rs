@@ -23,6 +23,9 @@ mod liveness;
 #[path = "ops.rs"]
 mod ops;
 #[cfg(tasklock_pg_tests)]
+#[path = "ownership.rs"]
+mod ownership;
+#[cfg(tasklock_pg_tests)]
 #[path = "queue.rs"]
 mod queue;
 
