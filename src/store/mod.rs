@@ -26,7 +26,9 @@ use serde::{Deserialize, Serialize};
 use crate::clock::Time;
 use crate::config::Config;
 use crate::error::Result;
-pub use file::{FileStore, at, create_root, guard_held, set_guard_deadline, sharing};
+pub use file::{
+    FileStore, at, create_root, guard_deadline, guard_held, set_guard_deadline, sharing,
+};
 pub use freeze::Freeze;
 pub use queue::{Message, MessageKind, Queue, Reservation, Waiter};
 pub use record::{FORMAT_VERSION, Record};

@@ -51,6 +51,12 @@ pub fn set_guard_deadline(deadline: Option<std::time::Instant>) {
     *GUARD_DEADLINE.lock().unwrap_or_else(|e| e.into_inner()) = deadline;
 }
 
+/// The deadline set by [`set_guard_deadline`], if any (the PostgreSQL store's wait for
+/// its project lock stops there too).
+pub fn guard_deadline() -> Option<std::time::Instant> {
+    *GUARD_DEADLINE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// How often a wait for the guard looks at signals and the command's deadline.
 const GUARD_WAIT_TICK: std::time::Duration = std::time::Duration::from_millis(100);
 const KEYS: &str = "keys";

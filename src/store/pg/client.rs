@@ -20,6 +20,62 @@ use crate::store::{
     Record, Slot, Store,
 };
 
+/// Watches a blocking wait for the project's lock: when a signal arrives or the
+/// command's deadline ([`crate::store::guard_deadline`]) passes, it cancels the query.
+struct WaitWatch {
+    /// The reason it cancelled, once it has; `done` once the wait ended by itself.
+    state: std::sync::Arc<std::sync::Mutex<(bool, Option<&'static str>)>>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl WaitWatch {
+    const TICK: Duration = Duration::from_millis(50);
+
+    fn start(token: postgres::CancelToken) -> WaitWatch {
+        let state = std::sync::Arc::new(std::sync::Mutex::new((false, None)));
+        let seen = state.clone();
+        let deadline = crate::store::guard_deadline();
+        let thread = std::thread::spawn(move || {
+            loop {
+                let why = if crate::signals::received().is_some() {
+                    Some("a signal arrived")
+                } else if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+                    Some("the time to wait ran out")
+                } else {
+                    None
+                };
+                {
+                    let mut s = seen.lock().unwrap_or_else(|e| e.into_inner());
+                    if s.0 {
+                        return;
+                    }
+                    if let Some(why) = why {
+                        // Decided under the lock, so the waiting side sees it.
+                        s.1 = Some(why);
+                        drop(s);
+                        let _ = token.cancel_query(NoTls);
+                        return;
+                    }
+                }
+                std::thread::park_timeout(Self::TICK);
+            }
+        });
+        WaitWatch { state, thread }
+    }
+
+    /// The wait ended: why it was stopped, if it was.
+    fn finish(self) -> Option<&'static str> {
+        let why = {
+            let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            s.0 = true;
+            s.1
+        };
+        self.thread.thread().unpark();
+        let _ = self.thread.join();
+        why
+    }
+}
+
 /// SQLSTATEs looked at.
 const UNDEFINED_TABLE: &str = "42P01";
 const INVALID_SCHEMA: &str = "3F000";
@@ -795,7 +851,23 @@ impl PgStore {
             None => format!("BEGIN; SELECT pg_try_advisory_xact_lock({})", self.lock_id),
         };
         let mut client = self.conn.client.borrow_mut();
+        // A wait can be stopped, as the lock directory's can: by a signal (for the
+        // commands that catch them) or the command's own deadline. The lock query blocks,
+        // so a thread watches for those and cancels it.
+        let watch = wait.map(|_| WaitWatch::start(client.cancel_token()));
         let result = client.simple_query(&sql);
+        if let Some(why) = watch.and_then(WaitWatch::finish) {
+            // Stopped: whatever the query came to (the lock may have been granted just
+            // before the cancel), the scope is not entered.
+            let _ = client.batch_execute("ROLLBACK");
+            return Err(Error::GuardWaitStopped {
+                path: PathBuf::from(format!(
+                    "the project in PostgreSQL at {} (schema {})",
+                    self.conn.url, self.schema
+                )),
+                why: why.into(),
+            });
+        }
         let closed = client.is_closed() || result.as_ref().is_err_and(connection_lost);
         let rows = match result {
             Ok(rows) => rows,
