@@ -37,6 +37,13 @@ impl WaitWatch {
         let deadline = crate::store::guard_deadline();
         let thread = std::thread::spawn(move || {
             loop {
+                // A lock granted at once is never stopped (as the lock directory's guard,
+                // taken when free even past the deadline: `--wait` leaves its queue so).
+                std::thread::park_timeout(Self::TICK);
+                let mut s = seen.lock().unwrap_or_else(|e| e.into_inner());
+                if s.0 {
+                    return;
+                }
                 let why = if crate::signals::received().is_some() {
                     Some("a signal arrived")
                 } else if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
@@ -44,20 +51,13 @@ impl WaitWatch {
                 } else {
                     None
                 };
-                {
-                    let mut s = seen.lock().unwrap_or_else(|e| e.into_inner());
-                    if s.0 {
-                        return;
-                    }
-                    if let Some(why) = why {
-                        // Decided under the lock, so the waiting side sees it.
-                        s.1 = Some(why);
-                        drop(s);
-                        let _ = token.cancel_query(NoTls);
-                        return;
-                    }
+                if let Some(why) = why {
+                    // Decided under the lock, so the waiting side sees it.
+                    s.1 = Some(why);
+                    drop(s);
+                    let _ = token.cancel_query(NoTls);
+                    return;
                 }
-                std::thread::park_timeout(Self::TICK);
             }
         });
         WaitWatch { state, thread }
