@@ -15,15 +15,15 @@ as root; or use --url), and measures whole process invocations, as an agent sees
      (feature off) and, with --baseline-rev, of the binary built from that revision (what
      this change costs the file-store path), interleaved round by round in a shuffled
      order; plus the size of each binary;
-  2. one `checkout --any` over a list of L keys whose first T are held by others (each
-     refused key is read, judged and audited as a deny under the transaction scope, so
-     the cost grows with T): L = 1000 with T in (0, 100, 500), L = 10000 with T in
-     (0, 100, 1000);
+  2. one `checkout --any` over a list of L keys whose first T are held by others (the
+     keys ahead are read in bulk and judged; before claim-next each was also attempted
+     and audited as a deny, so the cost grew with T): L = 1000 with T in (0, 100, 500),
+     L = 10000 with T in (0, 100, 1000);
   3. a backlog drain: 16 agent processes take keys from an N-key backlog with
      `checkout --any` (each agent with the list in its own random order, as agents
      should) until none is free; claims per second, and a check that no key and no
      fencing token was handed out twice and that every key was taken. N is 1000 and
-     --drain (10000); a drain still going after --drain-limit seconds (300) stops there
+     --drain (10000), or --drain-sizes; a drain still going after --drain-limit seconds (300) stops there
      and says how far it got.
 
 Needs Linux, Python 3.9+ (standard library only), cargo and PostgreSQL's server binaries
@@ -58,6 +58,9 @@ def parse_args():
                    help="invocations per point of benchmark 2 (default 5)")
     p.add_argument("--drain", type=int, default=10_000,
                    help="keys in the large backlog of benchmark 3 (default 10000)")
+    p.add_argument("--drain-sizes", help="comma-separated backlog sizes of benchmark 3 "
+                   "(default: 1000 and --drain), e.g. 1000,3000,10000 to see how the cost "
+                   "per claim grows with the backlog")
     p.add_argument("--agents", type=int, default=16, help="drain processes (default 16)")
     p.add_argument("--drain-limit", type=float, default=300,
                    help="stop a drain after this many seconds and report how far it got "
@@ -379,9 +382,11 @@ def main():
             print("2. checkout --any, one invocation (median):")
             figures["any"] = [x for k in kinds for x in bench_any(tl, k, tmp, url, a)]
         if "3" not in skip:
+            sizes = ([int(x) for x in a.drain_sizes.split(",") if x] if a.drain_sizes
+                     else [1000, a.drain])
             print(f"3. backlog drain, {a.agents} agents, checkout --any until empty:")
             figures["drain"] = [drain(tl, k, tmp, url, n, a.agents, a.drain_limit)
-                                for n in (1000, a.drain) for k in kinds]
+                                for n in sizes for k in kinds]
     finally:
         if cluster:
             cluster.stop()

@@ -823,3 +823,173 @@ fn many_keys_many_agents_no_double_grant() {
     assert_eq!(tokens.len(), KEYS, "fencing tokens repeated: {held:?}");
     assert_eq!(assert_records_parse(&dir).len(), KEYS);
 }
+
+/// A backlog drain: 16 agent processes take keys from one list with `checkout --any`
+/// until none is free, half with the list in order (the most contention: everyone
+/// wants the same next key), half shuffled. Among the keys: some held by a live agent,
+/// some frozen (never to be granted), some whose holder's lease ran out long ago (to be
+/// taken over), one reserved for one of the drainers (only it may take it). No key and
+/// no token is granted twice, every grantable key is taken, and each agent's last call
+/// is refused with every key of its list, audited as one `deny`.
+/// A key granted to a drainer: the key, its token and the whole output.
+type Grant = (String, u64, Value);
+
+#[test]
+fn any_drain_grants_each_key_and_token_once() {
+    const AGENTS: usize = 16;
+    const FREE: usize = 96;
+    let mut rng = Rng::from_time("any_drain");
+    let td = tempfile::tempdir().unwrap();
+    let dir = td.path().join("locks");
+    fs::create_dir_all(&dir).unwrap();
+    // The reservation must outlast the drain however slow the machine.
+    fs::write(dir.join("config.yaml"), "handoff_grace: 1h\n").unwrap();
+    let hour_ago = rfc3339(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64
+            - 3600,
+    );
+    let mut keys: Vec<String> = (0..FREE).map(|i| format!("job-{i:03}")).collect();
+    let live: Vec<String> = (0..8).map(|i| format!("live-{i}")).collect();
+    let frozen: Vec<String> = (0..4).map(|i| format!("frozen-{i}")).collect();
+    let stale: Vec<String> = (0..8).map(|i| format!("stale-{i}")).collect();
+    let reserved = "reserved-0".to_string();
+    let reserved_for = "drainer-3";
+    for k in &live {
+        expect_code(&run(tl(&dir, "keeper", &["checkout", k])), 0, "live");
+    }
+    for k in &frozen {
+        expect_code(
+            &run(tl(&dir, "ops", &["freeze", k, "--for", "1h"])),
+            0,
+            "freeze",
+        );
+    }
+    let mut stale_tokens = BTreeMap::new();
+    for k in &stale {
+        let mut c = tl(&dir, "gone", &["checkout", k, "--timeout", "1m"]);
+        c.env("TASKLOCK_NOW", &hour_ago);
+        let o = run(c);
+        expect_code(&o, 0, "stale");
+        stale_tokens.insert(k.clone(), json(&o)["checkout"]["token"].as_u64().unwrap());
+    }
+    expect_code(
+        &run(tl(&dir, "keeper", &["checkout", &reserved])),
+        0,
+        "hold",
+    );
+    expect_code(
+        &run(tl(&dir, reserved_for, &["checkout", &reserved, "--queue"])),
+        HELD,
+        "queue",
+    );
+    expect_code(
+        &run(tl(&dir, "keeper", &["release", &reserved])),
+        0,
+        "release",
+    );
+    // The special keys spread through the list, live ones first so every in-order
+    // agent meets them ahead of free keys.
+    for (i, k) in live
+        .iter()
+        .chain(&frozen)
+        .chain(&stale)
+        .chain([&reserved])
+        .enumerate()
+    {
+        keys.insert((i * 5).min(keys.len()), k.clone());
+    }
+    let grantable: BTreeSet<String> = keys
+        .iter()
+        .filter(|k| !live.contains(k) && !frozen.contains(k))
+        .cloned()
+        .collect();
+    let before = audit(&dir).len();
+
+    let handles: Vec<_> = (0..AGENTS)
+        .map(|i| {
+            let mut mine = keys.clone();
+            if i % 2 == 1 {
+                rng.shuffle(&mut mine);
+            }
+            let dir = dir.clone();
+            std::thread::spawn(move || {
+                let agent = format!("drainer-{i}");
+                let asked = mine.len();
+                let mut got = Vec::new();
+                loop {
+                    let mut c = tl(&dir, &agent, &["checkout", "--any"]);
+                    c.args(&mine);
+                    let o = run(c);
+                    let j = json(&o);
+                    match code(&o) {
+                        GRANTED => {
+                            assert_eq!(j["outcome"], "granted", "{agent}: {j}");
+                            assert_eq!(j["checkout"]["agent"]["id"], agent.as_str());
+                            let key = s(&j, "key").to_string();
+                            mine.retain(|k| *k != key);
+                            got.push((key, j["checkout"]["token"].as_u64().unwrap(), j));
+                        }
+                        HELD => {
+                            assert_eq!(j["outcome"], "conflict", "{agent}: {j}");
+                            let refused = j["refused"].as_array().expect("refused array");
+                            let listed: Vec<&str> = refused.iter().map(|r| s(r, "key")).collect();
+                            let want: Vec<&str> = mine.iter().map(String::as_str).collect();
+                            assert_eq!(listed, want, "{agent}: every key, in list order");
+                            assert_eq!(mine.len() + got.len(), asked);
+                            return (agent, got);
+                        }
+                        _ => panic!("{agent}: {}", describe(&o)),
+                    }
+                }
+            })
+        })
+        .collect();
+    let results: Vec<(String, Vec<Grant>)> =
+        handles.into_iter().map(|h| h.join().unwrap()).collect();
+
+    let mut by_key: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut tokens = BTreeSet::new();
+    for (agent, got) in &results {
+        for (k, t, j) in got {
+            by_key.entry(k.clone()).or_default().push(agent.clone());
+            assert!(tokens.insert(*t), "token {t} granted twice ({k})");
+            if let Some(old) = stale_tokens.get(k) {
+                assert_eq!(j["took_over"]["token"], *old, "{k}: {j}");
+                assert!(t > old, "{k}: a new token after the old one");
+            }
+        }
+    }
+    for (k, agents) in &by_key {
+        assert_eq!(agents.len(), 1, "{k} granted to {agents:?}");
+    }
+    let taken: BTreeSet<String> = by_key.keys().cloned().collect();
+    assert_eq!(taken, grantable, "every grantable key, and nothing else");
+    assert_eq!(by_key[&reserved], [reserved_for]);
+
+    // What the store holds agrees.
+    let held = holders(&dir);
+    for k in &live {
+        assert_eq!(held[k].0, "keeper", "{k}");
+    }
+    for k in &grantable {
+        assert_eq!(held[k].0, by_key[k][0], "{k}");
+        assert!(tokens.contains(&held[k].1), "{k}");
+    }
+    // One acquire per grant; one deny per refused call (each agent's last), none
+    // for the keys refused on the way to a grant.
+    let log = audit(&dir);
+    let new = &log[before..];
+    let count = |e: &str| new.iter().filter(|v| v["event"] == e).count();
+    assert_eq!(count("acquire"), grantable.len());
+    assert_eq!(count("deny"), AGENTS, "one deny per refused --any call");
+    for v in new.iter().filter(|v| v["event"] == "deny") {
+        let detail = s(v, "detail");
+        assert!(
+            detail.starts_with("checkout --any: none of "),
+            "deny detail: {v}"
+        );
+    }
+}

@@ -29,6 +29,9 @@ mod liveness;
 #[path = "ops.rs"]
 mod ops;
 #[cfg(tasklock_pg_tests)]
+#[path = "ownership.rs"]
+mod ownership;
+#[cfg(tasklock_pg_tests)]
 #[path = "path_checkouts.rs"]
 mod path_checkouts;
 #[cfg(tasklock_pg_tests)]

@@ -918,6 +918,98 @@ fn any_takes_the_first_key_that_can_be_taken() {
     assert_eq!(r.json()["key"], "k2");
 }
 
+/// `--any` looks ahead without a full attempt on every key, but decides as one would, in
+/// list order: a key whose lease ran out comes before a later free key; a frozen key
+/// and a key reserved for another agent are passed over. A grant audits no `deny` for the
+/// keys passed over; a refusal audits one `deny` for the whole call.
+#[test]
+fn any_decides_in_list_order_and_audits_one_deny_per_refusal() {
+    let mut e = Env::new();
+    checkout(&e, "agent-a", "live", &["--timeout", "1h"]);
+    checkout(&e, "agent-b", "lapsed", &["--timeout", "1m"]);
+    checkout(&e, "agent-c", "reserved", &["--timeout", "1h"]);
+    e.ok("ops", &["freeze", "cold", "--for", "1h"]);
+    e.at(T2M);
+    queue_up(&e, "agent-q", "reserved");
+    release(&e, "agent-c", "reserved");
+    e.at("2026-01-01T00:03:00Z");
+    let before = audit(&e.dir()).len();
+
+    let list = [
+        "checkout", "--any", "live", "cold", "reserved", "lapsed", "free", "--json",
+    ];
+    let r = e.run(Some("agent-d"), &list);
+    assert_eq!(r.code, GRANTED, "{}", r.text());
+    let j = r.json();
+    assert_eq!(
+        j["key"], "lapsed",
+        "the lapsed key comes before the free one: {j}"
+    );
+    assert_eq!(j["took_over"]["agent"]["id"], "agent-b", "{j}");
+    assert_eq!(j["took_over"]["reason"], "timeout", "{j}");
+    let log = audit(&e.dir());
+    let new: Vec<&str> = log[before..]
+        .iter()
+        .map(|v| v["event"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        new,
+        ["auto_release", "notify", "acquire"],
+        "no deny on a grant: {new:?}"
+    );
+
+    // Then `free`; then nothing, refused key by key in list order, and audited once.
+    let r = e.run(
+        Some("agent-d"),
+        &[
+            "checkout", "--any", "live", "cold", "reserved", "free", "--json",
+        ],
+    );
+    assert_eq!(r.code, GRANTED, "{}", r.text());
+    assert_eq!(r.json()["key"], "free");
+    let before = audit(&e.dir()).len();
+    let r = e.run(Some("agent-e"), &list);
+    assert_eq!(r.code, HELD, "{}", r.text());
+    let j = r.json();
+    let outcomes: Vec<(&str, &str)> = j["refused"]
+        .as_array()
+        .expect("refused array")
+        .iter()
+        .map(|c| (c["key"].as_str().unwrap(), c["outcome"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            ("live", "conflict"),
+            ("cold", "frozen"),
+            ("reserved", "conflict"),
+            ("lapsed", "conflict"),
+            ("free", "conflict"),
+        ]
+    );
+    assert_eq!(j["refused"][2]["reserved_for"]["agent"], "agent-q", "{j}");
+    assert_eq!(j["refused"][3]["checkout"]["agent"]["id"], "agent-d", "{j}");
+    let log = audit(&e.dir());
+    let new = &log[before..];
+    assert_eq!(new.len(), 1, "one event for the refused call: {new:?}");
+    let d = &new[0];
+    assert_eq!(d["event"], "deny");
+    assert_eq!(d["agent"], "agent-e");
+    assert_eq!(d["key"], "live", "the first key of the list: {d}");
+    assert_eq!(d["holder"], "agent-a", "{d}");
+    assert_eq!(
+        d["detail"],
+        "checkout --any: none of 5 keys could be taken (1 frozen, 4 held or reserved): \
+         live (held by agent-a), cold (frozen), reserved (reserved for agent-q), \
+         lapsed (held by agent-d), free (held by agent-d)",
+        "{d}"
+    );
+    // The head of the queue still gets its reserved key from the same list.
+    let r = e.run(Some("agent-q"), &list);
+    assert_eq!(r.code, GRANTED, "{}", r.text());
+    assert_eq!(r.json()["key"], "reserved");
+}
+
 // ---------------------------------------------------------------------------------------
 // 8. Usage errors
 

@@ -109,7 +109,8 @@ pub fn run_as(
 }
 
 /// `checkout --any`: the first key of the list that can be taken, all under one guard so
-/// agents racing over the same list get different keys.
+/// agents racing over the same list get different keys; found without a full attempt on
+/// every key ahead of it ([`super::claim`]).
 pub fn any(
     ctx: &Ctx,
     keys: &[String],
@@ -121,21 +122,14 @@ pub fn any(
     }
     let req = Request::new(ctx, timeout, reason, None)?;
     let store = ctx.open_store()?;
-    let (taken, refused) = store.transaction(|guard| {
+    let claimed = store.transaction(|guard| {
         let req = with_registered_pid(&*store, guard, req)?;
-        let mut refused = Vec::new();
-        for k in keys {
-            let r = attempt(ctx, &*store, guard, &req, k, Join::No)?;
-            if r.outcome.exit_code() == 0 {
-                return Ok((Some(r), refused));
-            }
-            refused.push(r);
-        }
-        Ok((None, refused))
+        super::claim::claim_next(ctx, &*store, guard, &req, keys)
     })?;
-    if let Some(r) = taken {
-        return Ok(Report::Checkout(r));
-    }
+    let refused = match claimed {
+        super::claim::Claimed::Taken(r) => return Ok(Report::Checkout(r)),
+        super::claim::Claimed::Refused(refused) => refused,
+    };
     let all_frozen = refused.iter().all(|r| r.outcome == Outcome::Frozen);
     Ok(Report::Any(AnyReport {
         command: "checkout",

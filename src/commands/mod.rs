@@ -3,6 +3,7 @@
 pub mod agents;
 pub mod audit;
 pub mod checkout;
+pub mod claim;
 pub mod codex_config;
 pub mod doctor;
 pub mod edit_gate;

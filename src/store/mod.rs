@@ -26,7 +26,9 @@ use serde::{Deserialize, Serialize};
 use crate::clock::Time;
 use crate::config::Config;
 use crate::error::Result;
-pub use file::{FileStore, at, create_root, guard_held, set_guard_deadline, sharing};
+pub use file::{
+    FileStore, at, create_root, guard_deadline, guard_held, set_guard_deadline, sharing,
+};
 pub use freeze::Freeze;
 pub use queue::{Message, MessageKind, Queue, Reservation, Waiter};
 pub use record::{FORMAT_VERSION, Record, version_for};
@@ -140,6 +142,12 @@ pub trait Store {
 
     /// The queue of a key; empty when there is none.
     fn read_queue(&self, key: &str) -> Result<Queue>;
+
+    /// The slots and queues of `keys`, in their order, read inside the scope `g` in as few
+    /// steps as the store can (one query on PostgreSQL): for `checkout --any`, which looks
+    /// through a list for the first key it can take. What is read stays true until the
+    /// scope's own writes.
+    fn read_many(&self, g: &Guard, keys: &[String]) -> Result<Vec<(Slot, Queue)>>;
 
     /// Every non-empty queue, by key.
     fn scan_queues(&self) -> Result<Vec<Queue>>;

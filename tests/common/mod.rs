@@ -458,6 +458,23 @@ impl Stored<'_> {
         self.file(dir).exists()
     }
 
+    /// What is stored, as the text the store keeps.
+    pub fn raw(&self, dir: &Path) -> String {
+        if on_postgres() {
+            let (table, col, id) = self.row();
+            return psql(
+                dir,
+                &format!("SELECT data::text FROM {table} WHERE {col} = {id}"),
+            );
+        }
+        std::fs::read_to_string(self.file(dir)).unwrap()
+    }
+
+    /// What is stored, as JSON.
+    pub fn read(&self, dir: &Path) -> Value {
+        serde_json::from_str(self.raw(dir).trim()).expect("stored JSON")
+    }
+
     /// Change it in place.
     pub fn edit(&self, dir: &Path, f: impl FnOnce(&mut Value)) {
         if on_postgres() {

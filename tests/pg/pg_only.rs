@@ -247,3 +247,94 @@ fn doctor_reports_the_server_and_the_schema() {
         "{detail}"
     );
 }
+
+/// A wait for the project's lock stops, as on the lock directory, when the command's own
+/// deadline passes (`checkout --wait DUR`) or a signal arrives (SIGTERM to a blocked
+/// `checkout --wait`), instead of waiting out `guard_timeout`: `--wait` then ends as one
+/// that ran out of time.
+#[test]
+fn a_wait_for_the_project_lock_stops_at_the_deadline_or_a_signal() {
+    let e = Env::new();
+    e.ok("a", &["list"]); // the schema
+    let schema = pg_schema(&e.dir());
+    // Another session holds the project's lock (the id tasklock derives from the schema).
+    let id = format!(
+        "('x' || left(encode(sha256('tasklock'::bytea || '\\x00'::bytea || 'project'::bytea \
+         || '\\x00'::bytea || convert_to('{schema}', 'UTF8')), 'hex'), 16))::bit(64)::bigint"
+    );
+    let base = std::env::var("TASKLOCK_TEST_PG_URL").unwrap();
+    let mut holder = Command::new("psql")
+        .arg(&base)
+        .args(["-X", "-q", "-c"])
+        .arg(format!(
+            "BEGIN; SELECT pg_advisory_xact_lock({id}); SELECT pg_sleep(600);"
+        ))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("psql");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while psql(
+        &e.dir(),
+        &format!("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND ((classid::bigint << 32) | objid::bigint) = {id}"),
+    )
+    .trim()
+        != "1"
+    {
+        assert!(Instant::now() < deadline, "psql never took the lock");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    // The command's deadline: `--wait 1s` runs out waiting for the lock, a refusal like
+    // any other that ran out of time (exit 2), not an error after `guard_timeout` (60s).
+    let r = e.run(Some("b"), &["checkout", "k", "--wait", "1s", "--json"]);
+    assert_eq!(r.code, 2, "{}", r.text());
+    let j = r.json();
+    assert_eq!(j["outcome"], "conflict", "{j}");
+    assert_eq!(j["checkout"], serde_json::Value::Null, "never got in: {j}");
+
+    // A signal.
+    let mut cmd = base_cmd(&e.now);
+    use_store(&mut cmd, &e.dir());
+    let child = cmd
+        .arg("--dir")
+        .arg(e.dir())
+        .args(["checkout", "k", "--wait", "10m", "--json", "--agent", "c"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while psql(
+        &e.dir(),
+        &format!("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'tasklock/{pid}' AND wait_event_type = 'Lock'"),
+    )
+    .trim()
+        != "1"
+    {
+        assert!(Instant::now() < deadline, "the checkout never waited for the lock");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let st = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["outcome"], "conflict", "{j}");
+    assert_eq!(j["checkout"], serde_json::Value::Null, "{j}");
+    // End the holding session on the server (killing psql would leave it asleep).
+    psql(
+        &e.dir(),
+        &format!(
+            "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND ((classid::bigint << 32) | objid::bigint) = {id}"
+        ),
+    );
+    holder.wait().unwrap();
+    // Nothing was left behind: the key is free and the next command goes in at once.
+    let s = e.ok("a", &["status", "k", "--json"]).json();
+    assert_eq!(s["outcome"], "free", "{s}");
+}

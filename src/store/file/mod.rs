@@ -52,6 +52,12 @@ pub fn set_guard_deadline(deadline: Option<std::time::Instant>) {
     *GUARD_DEADLINE.lock().unwrap_or_else(|e| e.into_inner()) = deadline;
 }
 
+/// The deadline set by [`set_guard_deadline`], if any (the PostgreSQL store's wait for
+/// its project lock stops there too).
+pub fn guard_deadline() -> Option<std::time::Instant> {
+    *GUARD_DEADLINE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// How often a wait for the guard looks at signals and the command's deadline.
 const GUARD_WAIT_TICK: std::time::Duration = std::time::Duration::from_millis(100);
 const KEYS: &str = "keys";
@@ -366,6 +372,19 @@ impl FileStore {
             return Ok(Slot::Free);
         };
         read_slot(&keys, &key::encode(key), Some(key))
+    }
+
+    /// The slots and queues of `keys`, in order: `keys/` and `queues/` are opened once,
+    /// then one open (failing for a free key) per record and per queue.
+    pub fn read_many(&self, keys: &[String]) -> Result<Vec<(Slot, Queue)>> {
+        let slots: Vec<Slot> = match self.sub(KEYS, false)? {
+            None => keys.iter().map(|_| Slot::Free).collect(),
+            Some(dir) => keys
+                .iter()
+                .map(|k| read_slot(&dir, &key::encode(k), Some(k)))
+                .collect::<Result<_>>()?,
+        };
+        Ok(slots.into_iter().zip(self.read_queues(keys)?).collect())
     }
 
     /// Every record in the store, with corrupt ones reported rather than failing the scan.
@@ -912,6 +931,10 @@ impl Store for FileStore {
 
     fn read(&self, key: &str) -> Result<Slot> {
         FileStore::read(self, key)
+    }
+
+    fn read_many(&self, _g: &Guard, keys: &[String]) -> Result<Vec<(Slot, Queue)>> {
+        FileStore::read_many(self, keys)
     }
 
     fn scan(&self) -> Result<Vec<Slot>> {

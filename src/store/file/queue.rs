@@ -31,6 +31,21 @@ impl FileStore {
         )
     }
 
+    /// The queues of `keys`, in order, opening `queues/` once (see [`FileStore::read_queue`]).
+    pub(super) fn read_queues(&self, keys: &[String]) -> Result<Vec<Queue>> {
+        let Some(dir) = self.sub(QUEUES, false)? else {
+            return Ok(keys.iter().map(|k| Queue::empty(k)).collect());
+        };
+        keys.iter()
+            .map(|k| {
+                Ok(super::registry::read_small(&dir, &Self::queue_name(k))?
+                    .and_then(|b| serde_json::from_slice::<Queue>(&b).ok())
+                    .filter(|q| q.key == *k)
+                    .unwrap_or_else(|| Queue::empty(k)))
+            })
+            .collect()
+    }
+
     pub fn write_queue(&self, g: &FileGuard, q: &Queue) -> Result<()> {
         let name = Self::queue_name(&q.key);
         if q.waiters.is_empty() && q.reservation.is_none() {

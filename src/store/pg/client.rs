@@ -20,6 +20,62 @@ use crate::store::{
     Record, Slot, Store,
 };
 
+/// Watches a blocking wait for the project's lock: when a signal arrives or the
+/// command's deadline ([`crate::store::guard_deadline`]) passes, it cancels the query.
+struct WaitWatch {
+    /// The reason it cancelled, once it has; `done` once the wait ended by itself.
+    state: std::sync::Arc<std::sync::Mutex<(bool, Option<&'static str>)>>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl WaitWatch {
+    const TICK: Duration = Duration::from_millis(50);
+
+    fn start(token: postgres::CancelToken) -> WaitWatch {
+        let state = std::sync::Arc::new(std::sync::Mutex::new((false, None)));
+        let seen = state.clone();
+        let deadline = crate::store::guard_deadline();
+        let thread = std::thread::spawn(move || {
+            loop {
+                // A lock granted at once is never stopped (as the lock directory's guard,
+                // taken when free even past the deadline: `--wait` leaves its queue so).
+                std::thread::park_timeout(Self::TICK);
+                let mut s = seen.lock().unwrap_or_else(|e| e.into_inner());
+                if s.0 {
+                    return;
+                }
+                let why = if crate::signals::received().is_some() {
+                    Some("a signal arrived")
+                } else if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+                    Some("the time to wait ran out")
+                } else {
+                    None
+                };
+                if let Some(why) = why {
+                    // Decided under the lock, so the waiting side sees it.
+                    s.1 = Some(why);
+                    drop(s);
+                    let _ = token.cancel_query(NoTls);
+                    return;
+                }
+            }
+        });
+        WaitWatch { state, thread }
+    }
+
+    /// The wait ended: why it was stopped, if it was.
+    fn finish(self) -> Option<&'static str> {
+        let why = {
+            let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            s.0 = true;
+            s.1
+        };
+        self.thread.thread().unpark();
+        let _ = self.thread.join();
+        why
+    }
+}
+
 /// SQLSTATEs looked at.
 const UNDEFINED_TABLE: &str = "42P01";
 const INVALID_SCHEMA: &str = "3F000";
@@ -546,6 +602,43 @@ impl PgStore {
             .unwrap_or_else(|| Queue::empty(key)))
     }
 
+    /// The slots and queues of `keys`, in order, in one query: the list is sent as an
+    /// array and joined against `records` and `queues` by their primary keys.
+    pub fn read_many(&self, _g: &PgGuard, keys: &[String]) -> Result<Vec<(Slot, Queue)>> {
+        let rows = self.rows(
+            "read records and queues",
+            "SELECT r.data::text, q.data::text \
+             FROM unnest($1::text[]) WITH ORDINALITY AS t(key, n) \
+             LEFT JOIN records r ON r.key = t.key LEFT JOIN queues q ON q.key = t.key \
+             ORDER BY t.n",
+            &[(&keys, Type::TEXT_ARRAY)],
+        )?;
+        if rows.len() != keys.len() {
+            return Err(Error::Store(format!(
+                "PostgreSQL at {}: asked for {} keys, got {} rows",
+                self.conn.url,
+                keys.len(),
+                rows.len()
+            )));
+        }
+        Ok(keys
+            .iter()
+            .zip(rows)
+            .map(|(k, row)| {
+                let slot = match row.get::<_, Option<&str>>(0) {
+                    None => Slot::Free,
+                    Some(data) => self.slot(k, data),
+                };
+                let queue = row
+                    .get::<_, Option<&str>>(1)
+                    .and_then(|d| serde_json::from_str::<Queue>(d).ok())
+                    .filter(|q| q.key == *k)
+                    .unwrap_or_else(|| Queue::empty(k));
+                (slot, queue)
+            })
+            .collect())
+    }
+
     pub fn scan_queues(&self) -> Result<Vec<Queue>> {
         let mut out: Vec<Queue> =
             self.all("read the queues", "SELECT data::text FROM queues", &[])?;
@@ -756,7 +849,23 @@ impl PgStore {
             None => format!("BEGIN; SELECT pg_try_advisory_xact_lock({})", self.lock_id),
         };
         let mut client = self.conn.client.borrow_mut();
+        // A wait can be stopped, as the lock directory's can: by a signal (for the
+        // commands that catch them) or the command's own deadline. The lock query blocks,
+        // so a thread watches for those and cancels it.
+        let watch = wait.map(|_| WaitWatch::start(client.cancel_token()));
         let result = client.simple_query(&sql);
+        if let Some(why) = watch.and_then(WaitWatch::finish) {
+            // Stopped: whatever the query came to (the lock may have been granted just
+            // before the cancel), the scope is not entered.
+            let _ = client.batch_execute("ROLLBACK");
+            return Err(Error::GuardWaitStopped {
+                path: PathBuf::from(format!(
+                    "the project in PostgreSQL at {} (schema {})",
+                    self.conn.url, self.schema
+                )),
+                why: why.into(),
+            });
+        }
         let closed = client.is_closed() || result.as_ref().is_err_and(connection_lost);
         let rows = match result {
             Ok(rows) => rows,
@@ -1134,6 +1243,9 @@ impl Store for PgStore {
     }
     fn read_queue(&self, key: &str) -> Result<Queue> {
         PgStore::read_queue(self, key)
+    }
+    fn read_many(&self, g: &Guard, keys: &[String]) -> Result<Vec<(Slot, Queue)>> {
+        PgStore::read_many(self, pg(g), keys)
     }
     fn scan_queues(&self) -> Result<Vec<Queue>> {
         PgStore::scan_queues(self)
