@@ -187,6 +187,7 @@ fn is_own_process(entry: &AgentEntry) -> bool {
 
 /// For a long-running child of an agent's own process (`tasklock mcp`): act for the
 /// agent when this process runs under its registered process, as its hooks do.
+#[cfg(feature = "mcp")]
 pub(crate) fn prove_if_child_of(dir: Option<&std::path::Path>, agent: &str) {
     let Ok(cwd) = std::env::current_dir() else {
         return;
@@ -219,6 +220,7 @@ pub(crate) fn prove_if_child_of(dir: Option<&std::path::Path>, agent: &str) {
 /// parent chain, as [`is_own_process`] does), with its name: for `tasklock mcp` started
 /// by a client whose hooks registered the session. Agents an MCP server made up
 /// (`mcp-…`) are not sessions.
+#[cfg(feature = "mcp")]
 pub(crate) fn session_of_this_process(
     dir: Option<&std::path::Path>,
 ) -> Option<(String, Option<String>)> {

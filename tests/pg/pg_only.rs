@@ -338,3 +338,49 @@ fn a_wait_for_the_project_lock_stops_at_the_deadline_or_a_signal() {
     let s = e.ok("a", &["status", "k", "--json"]).json();
     assert_eq!(s["outcome"], "free", "{s}");
 }
+
+/// The audit table is bounded like the file store's log: about `(audit_keep + 1) ×
+/// audit_max_size` bytes of events, the oldest dropped first, the newest always kept.
+#[test]
+fn the_audit_table_keeps_its_newest_events_within_the_configured_size() {
+    let e = Env::new();
+    std::fs::create_dir_all(e.dir()).unwrap();
+    std::fs::write(
+        e.dir().join("config.yaml"),
+        "audit_max_size: 4KiB\naudit_keep: 1\n",
+    )
+    .unwrap();
+    // 150 checkouts and releases: 300 events, far more than 8 KiB of them.
+    for i in 0..150 {
+        let k = format!("k{i}");
+        e.ok("a", &["checkout", &k]);
+        e.ok("a", &["release", &k]);
+    }
+    let bytes: u64 = psql(&e.dir(), "SELECT sum(octet_length(data::text)) FROM audit")
+        .trim()
+        .parse()
+        .unwrap();
+    let rows: u64 = psql(&e.dir(), "SELECT count(*) FROM audit")
+        .trim()
+        .parse()
+        .unwrap();
+    // The bound, plus at most the events between two looks (64 of about 200 bytes).
+    assert!(bytes <= 8 * 1024 + 64 * 300, "{bytes} bytes in {rows} rows");
+    assert!(rows < 300, "{rows} rows: nothing was dropped");
+    // The newest are there, in order; the oldest are gone.
+    let out = e.ok("a", &["audit", "--limit", "0", "--json"]).stdout;
+    let events: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(events.len() as u64, rows);
+    let last = events.last().unwrap();
+    assert_eq!(
+        (last["event"].as_str(), last["key"].as_str()),
+        (Some("release"), Some("k149"))
+    );
+    assert!(
+        !events.iter().any(|ev| ev["key"] == "k0"),
+        "the oldest were dropped"
+    );
+}

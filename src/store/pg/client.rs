@@ -903,6 +903,30 @@ impl PgStore {
         Ok(Some(guard))
     }
 
+    /// The audit table is bounded as the file store's log is: about `audit_keep + 1` times
+    /// `audit_max_size` bytes of events are kept, the oldest dropped first. Looked at
+    /// when the ids cross a multiple of [`AUDIT_TRIM_EVERY`] (the look is a scan of the
+    /// table), so it may pass the bound by that many events in between.
+    fn trim_audit(&self, added: usize) -> String {
+        let cfg = self.config().unwrap_or_default();
+        let budget = cfg
+            .audit_max_size
+            .saturating_mul(cfg.audit_keep as u64 + 1)
+            .min(i64::MAX as u64);
+        format!(
+            "DO $trim$ BEGIN \
+               IF (SELECT coalesce(max(id), 0) FROM audit) % {every} < {added} THEN \
+                 DELETE FROM audit WHERE id <= (\
+                   SELECT id FROM (SELECT id, sum(octet_length(data::text)) \
+                     OVER (ORDER BY id DESC) AS kept FROM audit) t \
+                   WHERE kept > {budget} ORDER BY id DESC LIMIT 1); \
+               END IF; \
+             END $trim$; ",
+            every = AUDIT_TRIM_EVERY,
+            added = added.min(AUDIT_TRIM_EVERY as usize),
+        )
+    }
+
     /// `COMMIT`, with the notifications of what changed. An error if any statement of
     /// the transaction failed (PostgreSQL would turn the COMMIT into a silent ROLLBACK):
     /// then nothing of it was kept.
@@ -939,6 +963,7 @@ impl PgStore {
                  ORDER BY n; SELECT pg_notify('{}', ''); ",
                 self.channel("audit")
             ));
+            sql.push_str(&self.trim_audit(events.len()));
         }
         if g.changed.get() {
             sql.push_str(&format!(
@@ -1171,6 +1196,9 @@ impl PgChanges<'_> {
         self.store.wait_notification(timeout);
     }
 }
+
+/// How many audit events between two looks at the audit table's size.
+pub const AUDIT_TRIM_EVERY: i64 = 64;
 
 /// [`PgStore::follow_audit`].
 pub struct PgAuditFollow<'a> {
