@@ -357,3 +357,40 @@ fn init_offers_the_guard_in_a_git_repository() {
     assert_eq!(j["git_hook_offered"], true);
     assert!(!main.join(".git/hooks/pre-commit").exists());
 }
+
+#[test]
+fn a_rename_out_of_another_agents_tree_and_a_person_without_an_agent_id_are_refused() {
+    let (env, main, second) = repo();
+    tl(&env, &main, "alice", &["init", "--git-hook"]);
+    tl(&env, &main, "alice", &["checkout", "--path", "src/a"]);
+    // Moving Alice's file out of her tree changes her tree: the old name counts.
+    git(&second, &["mv", "src/a/x.rs", "src/b/moved.rs"]);
+    let j = tl(&env, &second, "bob", &["guard-commit", "--json"]).json();
+    assert_eq!(j["staged"], 2, "{j}");
+    assert_eq!(j["files"][0]["file"], "src/a/x.rs", "{j}");
+    assert_eq!(j["files"][0]["verdict"], "held");
+    let r = commit(&env, &second, "bob", "move");
+    assert_ne!(r.code, 0, "{}", r.text());
+
+    // A person with no agent identity (git runs hooks without a terminal) is refused too.
+    git(&second, &["reset", "-q", "--hard"]);
+    std::fs::write(second.join("src/a/x.rs"), "a person\n").unwrap();
+    git(&second, &["add", "src/a/x.rs"]);
+    let mut cmd = Command::new("git");
+    use_store(&mut cmd, &locks_of(&env, &second));
+    cmd.args(["commit", "-q", "-m", "person"])
+        .current_dir(&second)
+        .env("PATH", path_with_tasklock())
+        .env("TASKLOCK_NOW", &env.now)
+        .env_remove("TASKLOCK_AGENT")
+        .env_remove("CLAUDE_CODE_SESSION_ID")
+        .env_remove("CODEX_THREAD_ID")
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@example.com")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@example.com")
+        .stdin(Stdio::null());
+    let r = exec(cmd);
+    assert_ne!(r.code, 0, "{}", r.text());
+    assert!(r.text().contains("held by alice"), "{}", r.text());
+}

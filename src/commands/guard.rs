@@ -31,6 +31,15 @@ pub fn run(ctx: &Ctx) -> Result<Report> {
         return Ok(Report::Guard(report));
     };
     let root = paths::root(ctx, &cwd);
+    let edits = match (&me, stamps::dir(&root)) {
+        (Some(m), Some(dir)) => stamps_of(&dir, m)?,
+        _ => Vec::new(),
+    };
+    let coverage = paths::Coverage::load(&*store)?;
+    // Nothing any staged file could meet: no need to ask git.
+    if coverage.is_empty() && edits.is_empty() {
+        return Ok(Report::Guard(report));
+    }
     let staged = staged_files(&root)?;
     report.staged = staged.len();
     if staged.is_empty() {
@@ -40,12 +49,7 @@ pub fn run(ctx: &Ctx) -> Result<Report> {
         me.as_deref()
             .is_some_and(|m| id == m || is_subagent_of(id, m))
     };
-    let edits = match (&me, stamps::dir(&root)) {
-        (Some(m), Some(dir)) => stamps_of(&dir, m)?,
-        _ => Vec::new(),
-    };
     let mut judge = Judge::new(ctx, &*store);
-    let coverage = paths::Coverage::load(&*store)?;
     for raw in staged {
         let file = match crate::paths::normalize_file(&root, &root, &raw) {
             Ok(f) => f,

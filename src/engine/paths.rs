@@ -183,6 +183,11 @@ impl Coverage {
         Ok(Coverage { set, keys })
     }
 
+    /// No checkout covers any path.
+    pub fn is_empty(&self) -> bool {
+        self.set.is_empty()
+    }
+
     /// As [`covering`], from the patterns loaded.
     pub fn covering(&self, store: &dyn Store, file: &str) -> Result<Vec<(Record, String)>> {
         let mut keys: Vec<&str> = self

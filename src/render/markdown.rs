@@ -1406,12 +1406,7 @@ fn audit(r: &AuditReport) -> String {
 fn guard(r: &GuardReport, inv: &Invocation) -> String {
     let mut out = String::new();
     if r.files.is_empty() {
-        let _ = writeln!(
-            out,
-            "Commit allowed: none of the {} staged file{} is checked out by another agent or was edited under a checkout you lost.",
-            r.staged,
-            if r.staged == 1 { "" } else { "s" }
-        );
+        out.push_str("Commit allowed: no staged file is checked out by another agent or was edited under a checkout you lost.\n");
         return out;
     }
     let n = r.files.len();
