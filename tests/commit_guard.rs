@@ -77,12 +77,20 @@ fn locks_of(env: &Env, _cwd: &Path) -> PathBuf {
 
 /// `git commit` as `agent`: the hook runs the guard with the agent's identity.
 fn commit(env: &Env, cwd: &Path, agent: &str, msg: &str) -> Run {
+    commit_as(env, cwd, Some(agent), msg)
+}
+
+/// `git commit` as `agent`, or with no agent identity at all.
+fn commit_as(env: &Env, cwd: &Path, agent: Option<&str>, msg: &str) -> Run {
     let mut cmd = Command::new("git");
     use_store(&mut cmd, &locks_of(env, cwd));
+    match agent {
+        Some(a) => cmd.env("TASKLOCK_AGENT", a),
+        None => cmd.env_remove("TASKLOCK_AGENT"),
+    };
     cmd.args(["commit", "-q", "-m", msg])
         .current_dir(cwd)
         .env("PATH", path_with_tasklock())
-        .env("TASKLOCK_AGENT", agent)
         .env("TASKLOCK_NOW", &env.now)
         .env_remove("CLAUDE_CODE_SESSION_ID")
         .env_remove("CODEX_THREAD_ID")
@@ -376,21 +384,7 @@ fn a_rename_out_of_another_agents_tree_and_a_person_without_an_agent_id_are_refu
     git(&second, &["reset", "-q", "--hard"]);
     std::fs::write(second.join("src/a/x.rs"), "a person\n").unwrap();
     git(&second, &["add", "src/a/x.rs"]);
-    let mut cmd = Command::new("git");
-    use_store(&mut cmd, &locks_of(&env, &second));
-    cmd.args(["commit", "-q", "-m", "person"])
-        .current_dir(&second)
-        .env("PATH", path_with_tasklock())
-        .env("TASKLOCK_NOW", &env.now)
-        .env_remove("TASKLOCK_AGENT")
-        .env_remove("CLAUDE_CODE_SESSION_ID")
-        .env_remove("CODEX_THREAD_ID")
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@example.com")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@example.com")
-        .stdin(Stdio::null());
-    let r = exec(cmd);
+    let r = commit_as(&env, &second, None, "person");
     assert_ne!(r.code, 0, "{}", r.text());
     assert!(r.text().contains("held by alice"), "{}", r.text());
 }

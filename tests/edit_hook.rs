@@ -10,23 +10,14 @@ mod common;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use common::*;
 use serde_json::{Value, json};
 
 /// A lock directory in a fresh git repository with `src/a` and `src/b`.
 fn repo() -> (Env, PathBuf) {
-    let env = Env::new();
-    let top = env.tmp.path().to_path_buf();
-    let ok = Command::new("git")
-        .args(["init", "-q"])
-        .current_dir(&top)
-        .status()
-        .unwrap();
-    assert!(ok.success());
-    std::fs::create_dir_all(top.join("src/a")).unwrap();
-    std::fs::create_dir_all(top.join("src/b")).unwrap();
+    let (env, top) = git_env();
     std::fs::create_dir_all(env.dir()).unwrap();
     (env, top)
 }

@@ -7,26 +7,15 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::{Arc, Barrier};
 
 use common::*;
 use serde_json::Value;
 
-/// A lock directory in a fresh git repository with `src/a` and `src/b`; commands run
-/// from the repository's top.
+/// A lock directory in a fresh git repository; commands run from the repository's top.
 fn repo() -> (Env, PathBuf) {
-    let env = Env::new();
-    let top = env.tmp.path().to_path_buf();
-    let ok = Command::new("git")
-        .args(["init", "-q"])
-        .current_dir(&top)
-        .status()
-        .unwrap();
-    assert!(ok.success());
-    std::fs::create_dir_all(top.join("src/a")).unwrap();
-    std::fs::create_dir_all(top.join("src/b")).unwrap();
-    (env, top)
+    git_env()
 }
 
 fn run(env: &Env, top: &std::path::Path, agent: &str, args: &[&str]) -> Run {

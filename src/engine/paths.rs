@@ -217,22 +217,7 @@ impl Coverage {
 /// The checkouts that cover one file (normalised as [`paths::normalize_file`] gives it),
 /// of any agent, as held now.
 pub fn covering(store: &dyn Store, file: &str) -> Result<Vec<(Record, String)>> {
-    let mut out = Vec::new();
-    for (k, stored) in store.path_index()? {
-        if !compile(&stored).iter().any(|p| paths::matches(p, file)) {
-            continue;
-        }
-        let Slot::Held(record) = store.read(&k)? else {
-            continue;
-        };
-        if let Some(p) = compile(&record.paths)
-            .into_iter()
-            .find(|p| paths::matches(p, file))
-        {
-            out.push((record, p.to_string()));
-        }
-    }
-    Ok(out)
+    Coverage::load(store)?.covering(store, file)
 }
 
 impl From<&Overlap> for OverlapView {

@@ -114,6 +114,22 @@ impl Env {
     }
 }
 
+/// An [`Env`] whose temp dir is a fresh git repository with `src/a` and `src/b`; returns
+/// it and the repository's top (where its lock directory is).
+pub fn git_env() -> (Env, PathBuf) {
+    let env = Env::new();
+    let top = env.tmp.path().to_path_buf();
+    let ok = Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(&top)
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    std::fs::create_dir_all(top.join("src/a")).unwrap();
+    std::fs::create_dir_all(top.join("src/b")).unwrap();
+    (env, top)
+}
+
 pub fn base_cmd(now: &str) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tasklock"));
     cmd.env("TASKLOCK_NOW", now)
