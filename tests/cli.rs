@@ -1498,12 +1498,26 @@ fn why_tells_a_waiter_where_it_stands_instead_of_queueing_again() {
 fn mcp_without_its_server_binary_says_so() {
     let td = tempfile::tempdir().unwrap();
     let lone = td.path().join("tasklock");
-    std::fs::copy(env!("CARGO_BIN_EXE_tasklock"), &lone).unwrap();
-    let out = std::process::Command::new(&lone)
-        .arg("mcp")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap();
+    // A hard link needs no file open for writing, which a test running in parallel could
+    // inherit through fork and make the exec fail with ETXTBSY; copy only if it cannot be.
+    if std::fs::hard_link(env!("CARGO_BIN_EXE_tasklock"), &lone).is_err() {
+        std::fs::copy(env!("CARGO_BIN_EXE_tasklock"), &lone).unwrap();
+    }
+    let out = (0..50)
+        .find_map(|_| {
+            match std::process::Command::new(&lone)
+                .arg("mcp")
+                .stdin(std::process::Stdio::null())
+                .output()
+            {
+                Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                    None
+                }
+                other => Some(other.unwrap()),
+            }
+        })
+        .expect("the copy stayed busy");
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
