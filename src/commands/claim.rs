@@ -321,9 +321,9 @@ impl Store for Claiming<'_> {
         self.forget_key(&record.key);
         self.inner.replace(g, record)
     }
-    fn remove(&self, g: &Guard, key: &str) -> Result<()> {
+    fn remove(&self, g: &Guard, key: &str, paths: Option<&[String]>) -> Result<()> {
         self.forget_key(key);
-        self.inner.remove(g, key)
+        self.inner.remove(g, key, paths)
     }
     fn audit(&self, g: &Guard, event: &AuditEvent) -> Result<()> {
         if event.event == "deny" {

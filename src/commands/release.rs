@@ -96,7 +96,7 @@ pub fn run(
                     });
                     continue;
                 }
-                store.remove(&guard, &key)?;
+                store.remove(&guard, &key, None)?;
                 let mut ev = crate::store::AuditEvent::new(ctx.now, "force_release", &key, &me);
                 ev.reason = note.clone();
                 ev.detail = Some(format!("removed corrupt record: {problem}"));
@@ -117,7 +117,7 @@ pub fn run(
                     auto_release(ctx, &*store, &guard, &r, Some(&me), ReapReason::Timeout)?;
                     (Outcome::LeaseLost, Some(CheckoutView::from(&r)))
                 } else {
-                    store.remove(&guard, &key)?;
+                    store.remove(&guard, &key, Some(&r.paths))?;
                     // Released: what follows is bookkeeping, and its failure a warning.
                     let released = format!("`{key}` was released");
                     let mut ev = ctx.event("release", &r);
@@ -169,7 +169,7 @@ pub fn run(
                 (Outcome::NotHolder, Some(CheckoutView::from(&r)))
             }
             Slot::Held(r) if force => {
-                store.remove(&guard, &key)?;
+                store.remove(&guard, &key, Some(&r.paths))?;
                 let released = format!("`{key}` was force-released");
                 let mut ev = ctx.event("force_release", &r);
                 ev.by = Some(me.clone());

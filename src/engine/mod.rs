@@ -130,7 +130,7 @@ pub fn auto_release_for(
     reason: ReapReason,
     taker: Option<&str>,
 ) -> Result<()> {
-    store.remove(guard, &record.key)?;
+    store.remove(guard, &record.key, Some(&record.paths))?;
     // The checkout has ended: what follows is bookkeeping, and its failure a warning
     // (the command that ended it goes on, and never exits 1 with the record gone).
     crate::warnings::after_change(

@@ -215,8 +215,9 @@ pub trait Store {
     /// Replace a key's record whole.
     fn replace(&self, g: &Guard, record: &Record) -> Result<()>;
 
-    /// Remove a key's record (or the damage in its place).
-    fn remove(&self, g: &Guard, key: &str) -> Result<()>;
+    /// Remove a key's record (or the damage in its place). `paths`: the paths the removed
+    /// record covered (`None` when unknown: damage), for a store that indexes them.
+    fn remove(&self, g: &Guard, key: &str, paths: Option<&[String]>) -> Result<()>;
 
     /// Append an event to the audit log.
     fn audit(&self, g: &Guard, event: &AuditEvent) -> Result<()>;

@@ -543,8 +543,13 @@ impl FileStore {
     }
 
     /// Remove a key's record (or the damaged file in its place).
-    pub fn remove(&self, g: &FileGuard, key: &str) -> Result<()> {
+    /// Remove a key's record; the path index is touched only when the record covered
+    /// paths (or may have: `paths` unknown), so a release of a key alone reads nothing more.
+    pub fn remove(&self, g: &FileGuard, key: &str, paths: Option<&[String]>) -> Result<()> {
         self.remove_record(g, key)?;
+        if paths.is_some_and(<[String]>::is_empty) {
+            return Ok(());
+        }
         self.index_after(g, key, None)
     }
 
@@ -1019,8 +1024,8 @@ impl Store for FileStore {
         FileStore::replace(self, g.get(), record)
     }
 
-    fn remove(&self, g: &Guard, key: &str) -> Result<()> {
-        FileStore::remove(self, g.get(), key)
+    fn remove(&self, g: &Guard, key: &str, paths: Option<&[String]>) -> Result<()> {
+        FileStore::remove(self, g.get(), key, paths)
     }
 
     fn audit(&self, g: &Guard, event: &AuditEvent) -> Result<()> {

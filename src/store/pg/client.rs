@@ -1326,7 +1326,7 @@ impl Store for PgStore {
     fn replace(&self, g: &Guard, record: &Record) -> Result<()> {
         PgStore::replace(self, pg(g), record)
     }
-    fn remove(&self, g: &Guard, key: &str) -> Result<()> {
+    fn remove(&self, g: &Guard, key: &str, _paths: Option<&[String]>) -> Result<()> {
         PgStore::remove(self, pg(g), key)
     }
     fn audit(&self, g: &Guard, event: &AuditEvent) -> Result<()> {
