@@ -198,4 +198,73 @@ pub fn shell_quote(s: &str) -> String {
     }
 }
 
+/// Split a command line into words as a shell would for plain commands: whitespace
+/// separates; single quotes, double quotes and a backslash outside them group (and go
+/// away). Reads what [`shell_quote`] writes (`'it'\''s'`). `None` for an unterminated
+/// quote or a trailing backslash.
+pub fn shell_split(line: &str) -> Option<Vec<String>> {
+    let mut words = Vec::new();
+    let mut cur = String::new();
+    let mut in_word = false;
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            c if c.is_whitespace() => {
+                if in_word {
+                    words.push(std::mem::take(&mut cur));
+                    in_word = false;
+                }
+            }
+            '\'' | '"' => {
+                in_word = true;
+                loop {
+                    match chars.next()? {
+                        q if q == c => break,
+                        inner => cur.push(inner),
+                    }
+                }
+            }
+            '\\' => {
+                in_word = true;
+                cur.push(chars.next()?);
+            }
+            c => {
+                in_word = true;
+                cur.push(c);
+            }
+        }
+    }
+    if in_word {
+        words.push(cur);
+    }
+    Some(words)
+}
+
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod split_tests {
+    use super::{shell_quote, shell_split};
+
+    #[test]
+    fn shell_split_reads_what_shell_quote_writes() {
+        let words = [
+            "plain",
+            "it's",
+            "a b",
+            "",
+            "-x",
+            "$HOME",
+            "\"q\"",
+            "back\\slash",
+        ];
+        let line = words.map(shell_quote).join(" ");
+        assert_eq!(shell_split(&line).unwrap(), words);
+        assert_eq!(
+            shell_split(r#""$HOME/bin/tasklock" hook  post-tool-use"#).unwrap(),
+            ["$HOME/bin/tasklock", "hook", "post-tool-use"]
+        );
+        assert_eq!(shell_split("'open"), None);
+        assert_eq!(shell_split("trailing\\"), None);
+    }
+}

@@ -365,43 +365,11 @@ impl Merged {
 /// Does `command` run `tasklock hook EVENT`, by name or by a path ending in
 /// `/tasklock` (quoted or not, like `"$HOME/.local/bin/tasklock" hook post-tool-use`)?
 pub fn calls_tasklock_hook(command: &str, event: &str) -> bool {
-    let words = shell_words(command);
+    let words = crate::error::shell_split(command).unwrap_or_default();
     let [program, hook, ev] = words.as_slice() else {
         return false;
     };
     (program == "tasklock" || program.ends_with("/tasklock")) && hook == "hook" && ev == event
-}
-
-/// Split a command line into words: whitespace separates, quotes group (and go away).
-fn shell_words(s: &str) -> Vec<String> {
-    let mut words = Vec::new();
-    let mut cur = String::new();
-    let mut in_word = false;
-    let mut quote: Option<char> = None;
-    for c in s.chars() {
-        match quote {
-            Some(q) if c == q => quote = None,
-            Some(_) => cur.push(c),
-            None if c == '\'' || c == '"' => {
-                quote = Some(c);
-                in_word = true;
-            }
-            None if c.is_whitespace() => {
-                if in_word {
-                    words.push(std::mem::take(&mut cur));
-                    in_word = false;
-                }
-            }
-            None => {
-                cur.push(c);
-                in_word = true;
-            }
-        }
-    }
-    if in_word {
-        words.push(cur);
-    }
-    words
 }
 
 /// "an array", "a string"…: what a JSON value is, for messages.

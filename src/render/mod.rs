@@ -144,51 +144,11 @@ pub fn json_line(v: &serde_json::Value) -> String {
     s
 }
 
-/// Split a command line as [`shell_quote`] writes it: words separated by spaces, each
-/// plain or in single quotes (with `'\''` for a quote inside).
-fn shell_words(line: &str) -> Option<Vec<String>> {
-    let mut words = Vec::new();
-    let mut cur = String::new();
-    let mut in_word = false;
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        match c {
-            ' ' => {
-                if in_word {
-                    words.push(std::mem::take(&mut cur));
-                    in_word = false;
-                }
-            }
-            '\'' => {
-                in_word = true;
-                loop {
-                    match chars.next()? {
-                        '\'' => break,
-                        c => cur.push(c),
-                    }
-                }
-            }
-            '\\' => {
-                in_word = true;
-                cur.push(chars.next()?);
-            }
-            c => {
-                in_word = true;
-                cur.push(c);
-            }
-        }
-    }
-    if in_word {
-        words.push(cur);
-    }
-    Some(words)
-}
-
 /// A suggested command as the MCP tool call that does the same (`None` when no tool
 /// does: the command line is suggested then).
 fn tool_call(sub: &str) -> Option<String> {
     use serde_json::{Map, Value, json};
-    let words = shell_words(sub)?;
+    let words = crate::error::shell_split(sub)?;
     let (tool, rest) = words.split_first()?;
     let mut args = Map::new();
     let mut positional = Vec::new();
