@@ -175,6 +175,9 @@ fn commits_of_files_another_agent_holds_are_refused_in_any_worktree() {
     // Alice commits her own files.
     std::fs::write(main.join("src/a/x.rs"), "alice\n").unwrap();
     git(&main, &["add", "src/a/x.rs"]);
+    let pass = tl(&env, &main, "alice", &["guard-commit"]);
+    assert_eq!(pass.code, 0, "{}", pass.text());
+    snap!(env, "allowed", pass);
     let r = commit(&env, &main, "alice", "alice");
     assert_eq!(r.code, 0, "{}", r.text());
 
@@ -260,6 +263,7 @@ fn the_guard_runs_before_an_existing_hook_and_with_husky() {
     .unwrap();
     let r = tl(&env, &main, "alice", &["init", "--git-hook", "--dry-run"]);
     assert_eq!(r.code, 0, "{}", r.text());
+    snap!(env, "init_git_hook_dry_run", r);
     assert_eq!(
         std::fs::read_to_string(hooks.join("pre-commit")).unwrap(),
         theirs,

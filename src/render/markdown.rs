@@ -1223,7 +1223,16 @@ fn init(r: &InitReport, inv: &Invocation) -> String {
         );
     }
     let next = if r.dry_run {
-        &format!("Next: run {} without --dry-run to apply.", inv.code("init"))
+        &format!(
+            "Next: run {} to apply.",
+            inv.code(
+                if r.changes.iter().any(|c| c.path.ends_with("pre-commit")) {
+                    "init --git-hook"
+                } else {
+                    "init"
+                }
+            )
+        )
     } else {
         "Next: commit `.claude/settings.json`, `.codex/` and the instructions so every agent session coordinates; make sure `tasklock` is on PATH for the hooks and the MCP server."
     };

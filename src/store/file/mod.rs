@@ -517,13 +517,9 @@ impl FileStore {
     pub fn replace(&self, g: &FileGuard, record: &Record) -> Result<()> {
         self.index_before_publish(g, record)?;
         let bytes = encode_record(record)?;
-        self.publish_replace(g, &bytes, &g.keys, &key::encode(&record.key))?;
-        // The engine never takes paths away from a held key: only an entry with more
-        // than the record has could need trimming, and only for a record with paths.
-        if record.paths.is_empty() {
-            return Ok(());
-        }
-        self.index_after(g, &record.key, Some(record))
+        // The engine never takes paths away from a held key, so the entry written above
+        // is the record's paths (or, from an older record of the key, more: harmless).
+        self.publish_replace(g, &bytes, &g.keys, &key::encode(&record.key))
     }
 
     /// Write `bytes` to `name` in `dir` whole: temp file, then rename over whatever is
@@ -550,7 +546,7 @@ impl FileStore {
         if paths.is_some_and(<[String]>::is_empty) {
             return Ok(());
         }
-        self.index_after(g, key, None)
+        self.index_after_remove(g, key)
     }
 
     fn remove_record(&self, g: &FileGuard, key: &str) -> Result<()> {

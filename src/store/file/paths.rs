@@ -103,22 +103,13 @@ impl FileStore {
         self.write_index(g, &index)
     }
 
-    /// After a key's record was replaced or removed (`now`: what is published now):
-    /// drop what the index lists beyond it.
-    pub(super) fn index_after(&self, g: &FileGuard, key: &str, now: Option<&Record>) -> Result<()> {
+    /// After a key's record was removed: drop its entry.
+    pub(super) fn index_after_remove(&self, g: &FileGuard, key: &str) -> Result<()> {
         let Some(mut index) = self.read_index() else {
             return self.write_index(g, &self.index_from_records()?);
         };
-        let want = now.map(|r| r.paths.clone()).unwrap_or_default();
-        match index.entries.get(key) {
-            None => return Ok(()),
-            Some(have) if *have == want => return Ok(()),
-            Some(_) => {}
-        }
-        if want.is_empty() {
-            index.entries.remove(key);
-        } else {
-            index.entries.insert(key.to_string(), want);
+        if index.entries.remove(key).is_none() {
+            return Ok(());
         }
         self.write_index(g, &index)
     }
