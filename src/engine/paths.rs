@@ -99,12 +99,14 @@ pub fn held_overlaps(
     if mine.is_empty() {
         return Ok(out);
     }
-    for (k, stored) in store.path_index()? {
-        if k == key || meet(&compile(&stored), mine).is_none() {
+    let coverage = Coverage::load(store)?;
+    let hits = mine.iter().flat_map(|m| coverage.set.overlapping(m));
+    for k in coverage.keys_of(hits) {
+        if k == key {
             continue;
         }
         // The index may be behind the records: judge the record itself.
-        let Slot::Held(record) = store.read(&k)? else {
+        let Slot::Held(record) = store.read(k)? else {
             continue;
         };
         if record.held_by(me) {
@@ -188,18 +190,18 @@ impl Coverage {
         self.set.is_empty()
     }
 
-    /// As [`covering`], from the patterns loaded.
-    pub fn covering(&self, store: &dyn Store, file: &str) -> Result<Vec<(Record, String)>> {
-        let mut keys: Vec<&str> = self
-            .set
-            .matching(file)
-            .into_iter()
-            .map(|i| self.keys[i].as_str())
-            .collect();
+    /// The keys of the patterns at `indices` of the set, each once, in order.
+    fn keys_of(&self, indices: impl Iterator<Item = usize>) -> Vec<&str> {
+        let mut keys: Vec<&str> = indices.map(|i| self.keys[i].as_str()).collect();
         keys.sort_unstable();
         keys.dedup();
+        keys
+    }
+
+    /// As [`covering`], from the patterns loaded.
+    pub fn covering(&self, store: &dyn Store, file: &str) -> Result<Vec<(Record, String)>> {
         let mut out = Vec::new();
-        for k in keys {
+        for k in self.keys_of(self.set.matching(file).into_iter()) {
             let Slot::Held(record) = store.read(k)? else {
                 continue;
             };
