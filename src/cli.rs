@@ -97,7 +97,7 @@ pub enum Command {
             value_name = "KEY"
         )]
         keys: Vec<String>,
-        /// Release everything this agent holds
+        /// Release everything this agent holds, and leave every queue it waits in
         #[arg(long)]
         all: bool,
         /// Release even if another agent holds it, or the record is corrupt (audited)
@@ -106,6 +106,18 @@ pub enum Command {
         /// A note for the audit log and whoever comes next
         #[arg(long, value_name = "TEXT", allow_hyphen_values = true)]
         note: Option<String>,
+    },
+    /// Leave the queues of keys you wait for (a reservation held for you passes on)
+    Leave {
+        #[arg(
+            required_unless_present = "all",
+            conflicts_with = "all",
+            value_name = "KEY"
+        )]
+        keys: Vec<String>,
+        /// Leave every queue this agent waits in
+        #[arg(long)]
+        all: bool,
     },
     /// Extend the lease of checkouts you hold
     Renew {

@@ -145,6 +145,10 @@ pub enum Outcome {
     StaleToken,
     LeaseLost,
     Corrupt,
+    /// `leave`, or `release` of a key one only waited for: out of its queue now.
+    LeftQueue,
+    /// `leave` of a key whose queue the agent is not in.
+    NotQueued,
 }
 
 impl Outcome {
@@ -158,10 +162,11 @@ impl Outcome {
             | Outcome::Valid
             | Outcome::Noted
             | Outcome::Free
-            | Outcome::Held => EXIT_OK,
+            | Outcome::Held
+            | Outcome::LeftQueue => EXIT_OK,
             Outcome::Conflict | Outcome::Frozen | Outcome::AgentGone => EXIT_HELD,
             Outcome::Deadlock => EXIT_DEADLOCK,
-            Outcome::NoSuchCheckout => EXIT_NO_SUCH_CHECKOUT,
+            Outcome::NoSuchCheckout | Outcome::NotQueued => EXIT_NO_SUCH_CHECKOUT,
             Outcome::NotHolder
             | Outcome::SecretRefused
             | Outcome::StaleToken

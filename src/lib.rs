@@ -243,6 +243,7 @@ fn execute(cli: Cli) -> Result<report::Report, Error> {
             force,
             note,
         } => commands::release::run(&ctx, keys, all, force, note),
+        Command::Leave { keys, all } => commands::release::leave(&ctx, keys, all),
         Command::Renew { keys, all, timeout } => commands::renew::run(&ctx, keys, all, timeout),
         Command::Status { key } => commands::status::run(&ctx, &key),
         Command::List { mine } => commands::list::run(&ctx, mine),
@@ -505,9 +506,9 @@ fn normalize_keys(mut command: Command) -> Command {
                 one(w);
             }
         }
-        Command::Release { keys, .. } | Command::Renew { keys, .. } => {
-            keys.iter_mut().for_each(one)
-        }
+        Command::Release { keys, .. }
+        | Command::Renew { keys, .. }
+        | Command::Leave { keys, .. } => keys.iter_mut().for_each(one),
         Command::Status { key }
         | Command::Verify { key, .. }
         | Command::Note { key, .. }

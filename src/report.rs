@@ -273,6 +273,7 @@ pub struct KeysReport {
 pub enum KeysCommand {
     Release,
     Renew,
+    Leave,
 }
 
 impl KeysCommand {
@@ -280,6 +281,7 @@ impl KeysCommand {
         match self {
             KeysCommand::Release => "release",
             KeysCommand::Renew => "renew",
+            KeysCommand::Leave => "leave",
         }
     }
 }

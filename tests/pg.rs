@@ -37,6 +37,9 @@ mod path_checkouts;
 #[cfg(tasklock_pg_tests)]
 #[path = "queue.rs"]
 mod queue;
+#[cfg(tasklock_pg_tests)]
+#[path = "queue_paths.rs"]
+mod queue_paths;
 
 #[cfg(tasklock_pg_tests)]
 #[path = "pg/pg_only.rs"]

@@ -1,9 +1,8 @@
 use std::time::Duration;
 
 use crate::duration::to_chrono;
-use crate::engine::{
-    Ctx, Judge, NOTES_SHOWN, ReapReason, auto_release, auto_release_for, paths, queue,
-};
+use crate::engine::queue::{self, KeyNow};
+use crate::engine::{Ctx, Judge, NOTES_SHOWN, ReapReason, auto_release, auto_release_for, paths};
 use crate::error::{Error, Outcome, Result};
 use crate::identity::Agent;
 use crate::report::{AnyReport, CheckoutReport, CheckoutView, OverlapView, Reaped, Report};
@@ -236,10 +235,16 @@ pub fn attempt(
                 .collect();
             if !added.is_empty() {
                 let blockers = path_blockers(ctx, store, guard, req, key, &added)?;
-                if !blockers.is_empty() {
-                    let mut r = base(Outcome::Conflict, Some(CheckoutView::from(&current)));
-                    r.overlaps = blockers;
-                    deny_paths(ctx, store, guard, agent, key, &r)?;
+                if let Some(first) = blockers.first() {
+                    // Waiting to add paths, the holder queues for its own key: at the head,
+                    // served when the paths are free, and seen by deadlock detection.
+                    let blocker = first.agent.id.clone();
+                    let mut q =
+                        queue::settle_key(ctx, store, guard, key, KeyNow::HeldBy(&agent.id), None)?;
+                    let mut r = refuse(
+                        ctx, store, guard, req, key, &blocker, &mut q, join, blockers, true,
+                    )?;
+                    r.checkout = Some(CheckoutView::from(&current));
                     return Ok(r);
                 }
             }
@@ -267,6 +272,14 @@ pub fn attempt(
                 ..current
             };
             store.replace(guard, &renewed)?;
+            if !added.is_empty() {
+                // What it may have queued for is its own now.
+                let mut q = store.read_queue(key)?;
+                crate::warnings::after_change(
+                    &format!("the paths were added to `{key}`, but its queue was not updated"),
+                    queue::granted(store, guard, &mut q, &agent.id),
+                );
+            }
             crate::warnings::after_change(
                 &format!(
                     "`{key}` is still yours and its lease was extended, but the audit log was not written"
@@ -301,10 +314,8 @@ pub fn attempt(
                     took_over = Some(Reaped::new(&current, reason, cause, notes));
                 }
                 None => {
-                    let mut q = store.read_queue(key)?;
-                    if queue::settle(ctx, store, guard, &mut q, false, None)? {
-                        store.write_queue(guard, &q)?;
-                    }
+                    let holder = KeyNow::HeldBy(&current.agent.id);
+                    let mut q = queue::settle_key(ctx, store, guard, key, holder, None)?;
                     let mut r = refuse(
                         ctx,
                         store,
@@ -315,6 +326,7 @@ pub fn attempt(
                         &mut q,
                         join,
                         Vec::new(),
+                        false,
                     )?;
                     r.checkout = Some(CheckoutView::from(&current));
                     return Ok(r);
@@ -328,13 +340,10 @@ pub fn attempt(
     if !req.paths.is_empty() {
         let blockers = path_blockers(ctx, store, guard, req, key, &req.paths)?;
         if let Some(first) = blockers.first() {
-            let mut q = store.read_queue(key)?;
-            if queue::settle(ctx, store, guard, &mut q, false, None)? {
-                store.write_queue(guard, &q)?;
-            }
+            let mut q = queue::settle_key(ctx, store, guard, key, KeyNow::Free, None)?;
             let blocker = first.agent.id.clone();
             let mut r = refuse(
-                ctx, store, guard, req, key, &blocker, &mut q, join, blockers,
+                ctx, store, guard, req, key, &blocker, &mut q, join, blockers, false,
             )?;
             r.took_over = took_over;
             return Ok(r);
@@ -342,16 +351,9 @@ pub fn attempt(
     }
 
     // The key is free: honour the queue.
-    let mut q = store.read_queue(key)?;
-    let changed = queue::settle(ctx, store, guard, &mut q, true, Some(&agent.id))?;
+    let mut q = queue::settle_key(ctx, store, guard, key, KeyNow::Free, Some(&agent.id))?;
     match q.reservation.clone() {
-        Some(res) if res.agent == agent.id => {
-            queue::take_reservation(store, guard, &mut q, &agent.id)?;
-        }
-        Some(res) => {
-            if changed {
-                store.write_queue(guard, &q)?;
-            }
+        Some(res) if res.agent != agent.id => {
             let mut r = refuse(
                 ctx,
                 store,
@@ -362,12 +364,13 @@ pub fn attempt(
                 &mut q,
                 join,
                 Vec::new(),
+                false,
             )?;
             r.took_over = took_over;
             return Ok(r);
         }
-        None if changed => store.write_queue(guard, &q)?,
-        None => {}
+        // Reserved for us, or for nobody: a place we had in the queue is done with.
+        _ => queue::granted(store, guard, &mut q, &agent.id)?,
     }
 
     let token = store.next_token(guard)?;
@@ -399,7 +402,8 @@ pub fn attempt(
     Ok(r)
 }
 
-/// The key is held by `blocker` (or reserved for it): refuse, or queue, or find a cycle.
+/// The key is held by `blocker` (or reserved for it), or paths asked for are: refuse, or
+/// queue, or find a cycle. `holder`: the caller holds the key and waits to add paths.
 #[allow(clippy::too_many_arguments)]
 fn refuse(
     ctx: &Ctx,
@@ -411,6 +415,7 @@ fn refuse(
     q: &mut Queue,
     join: Join,
     overlaps: Vec<OverlapView>,
+    holder: bool,
 ) -> Result<CheckoutReport> {
     let agent = &req.agent;
     let mut r = CheckoutReport::new(ctx.now, key, Outcome::Conflict, None);
@@ -460,7 +465,7 @@ fn refuse(
                 Join::Wait(p) => Some(p),
                 _ => None,
             };
-            queue::join(ctx, store, guard, q, agent, pid, &req.paths)?;
+            queue::join(ctx, store, guard, q, agent, pid, &req.paths, holder)?;
             r.queue_length = q.waiters.len();
             r.position = q.position(&agent.id);
         }
@@ -489,27 +494,19 @@ fn path_blockers(
             None => out.push(OverlapView::from(&o)),
         }
     }
-    for o in paths::reserved_overlaps(ctx, store, me, key, &mine)? {
+    let mut reserved = paths::reservations_meeting(ctx, store, me, key, &mine)?;
+    if reserved.iter().any(|(_, live)| !live) {
+        // A dead agent's reservation passes on (perhaps to a waiter in our way too).
+        for (o, _) in reserved.iter().filter(|(_, live)| !live) {
+            let slot = store.read(&o.queue.key)?;
+            queue::settle_key(ctx, store, guard, &o.queue.key, KeyNow::of(&slot), None)?;
+        }
+        reserved = paths::reservations_meeting(ctx, store, me, key, &mine)?;
+    }
+    for (o, _) in reserved.iter().filter(|(_, live)| *live) {
         out.push(o.view());
     }
     Ok(out)
-}
-
-/// Audit a refusal over paths that joined no queue.
-fn deny_paths(
-    ctx: &Ctx,
-    store: &dyn Store,
-    guard: &Guard,
-    agent: &Agent,
-    key: &str,
-    r: &CheckoutReport,
-) -> Result<()> {
-    let mut ev = ctx.agent_event("deny", key, agent);
-    if let Some(o) = r.overlaps.first() {
-        ev.holder = Some(o.agent.id.clone());
-        ev.detail = Some(overlap_detail(o));
-    }
-    store.audit(guard, &ev)
 }
 
 /// How an overlap reads in the audit log.

@@ -23,6 +23,7 @@ const MARKER: &str = "<!-- tasklock:begin -->";
 pub const ALLOWED_RULES: &[&str] = &[
     "Bash(tasklock checkout *)",
     "Bash(tasklock release *)",
+    "Bash(tasklock leave *)",
     "Bash(tasklock renew *)",
     "Bash(tasklock status *)",
     "Bash(tasklock list *)",

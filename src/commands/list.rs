@@ -38,7 +38,7 @@ pub fn run(ctx: &Ctx, mine: bool) -> Result<Report> {
             if q.waiters.is_empty() && q.reservation.is_none() {
                 continue;
             }
-            let q = super::status::settled_queue(ctx, &*store, &q.key, true)?;
+            let q = super::status::settled_queue(ctx, &*store, &q.key)?;
             if !q.waiters.is_empty() || q.reservation.is_some() {
                 queues.insert(q.key.clone(), QueueView::from_queue(&q));
             }

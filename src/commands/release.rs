@@ -49,8 +49,19 @@ pub fn run(
         }
         return report(results);
     };
-    // Found before taking the guard (a scan); each key is re-read under it.
-    let keys = if all { held_keys(&*store, &me)? } else { keys };
+    // Found before taking the guard (a scan); each key is re-read under it. `--all`
+    // also leaves every queue the agent waits in.
+    let keys = if all {
+        let mut keys = held_keys(&*store, &me)?;
+        for k in queue::queued_keys(&*store, &me)? {
+            if !keys.contains(&k) {
+                keys.push(k);
+            }
+        }
+        keys
+    } else {
+        keys
+    };
     // Who may force a live holder's checkout: a person at a terminal, or a caller with
     // the project's operator secret. Anyone may end one whose holder is gone.
     let forcer = if !force {
@@ -75,7 +86,11 @@ pub fn run(
             Slot::Held(r) if r.held_by(&me) => crate::secret::standing_for(&me, r.owner.as_ref()),
             _ => crate::secret::Standing::Unbound,
         };
+        // A free key one only waits for (reserved for one, say): releasing it means
+        // leaving its queue.
+        let left = |key: &str| queue::leave(ctx, &*store, &guard, key, &me, "left");
         let (outcome, checkout) = match slot {
+            Slot::Free if left(&key)? => (Outcome::LeftQueue, None),
             Slot::Free => (Outcome::NoSuchCheckout, None),
             Slot::Corrupt { path, problem } => {
                 if !force {
@@ -148,7 +163,7 @@ pub fn run(
                     );
                     after_change(
                         &format!("{released}, but its queue was not updated"),
-                        queue::after_release(ctx, &*store, &guard, &key, &r.paths, None),
+                        queue::after_release(ctx, &*store, &guard, &r, None),
                     );
                     (Outcome::Released, Some(CheckoutView::from(&r)))
                 }
@@ -221,14 +236,21 @@ pub fn run(
                 );
                 after_change(
                     &format!("{released}, but its queue was not updated"),
-                    queue::after_release(ctx, &*store, &guard, &key, &r.paths, None),
+                    queue::after_release(ctx, &*store, &guard, &r, None),
                 );
                 (Outcome::ForceReleased, Some(CheckoutView::from(&r)))
             }
             Slot::Held(r) if let Some(reason) = judge.reap_reason(&r)? => {
                 auto_release(ctx, &*store, &guard, &r, Some(&me), reason)?;
-                (Outcome::NoSuchCheckout, None)
+                if left(&key)? {
+                    (Outcome::LeftQueue, None)
+                } else {
+                    (Outcome::NoSuchCheckout, None)
+                }
             }
+            // Another agent's live checkout: `release KEY` changes nothing (exit 4), so a
+            // mistaken release never costs a place in line; `--all` leaves the queue.
+            Slot::Held(_) if all && left(&key)? => (Outcome::LeftQueue, None),
             Slot::Held(r) => (Outcome::NotHolder, Some(CheckoutView::from(&r))),
         };
         results.push(KeyResult {
@@ -262,4 +284,60 @@ fn keep_note(
         text: text.clone(),
     };
     store.append_note(guard, &r.key, &n)
+}
+
+/// `leave KEY…` / `leave --all`: out of the queues of keys one waits for; a reservation
+/// held for the caller passes to the next waiter that can take the key.
+pub fn leave(ctx: &Ctx, keys: Vec<String>, all: bool) -> Result<Report> {
+    for k in &keys {
+        crate::key::validate(k)?;
+    }
+    let mut seen = std::collections::HashSet::new();
+    let keys: Vec<String> = keys
+        .into_iter()
+        .filter(|k| seen.insert(k.clone()))
+        .collect();
+    let me = ctx.agent_id()?;
+    let results = match ctx.existing_store()? {
+        None => keys
+            .into_iter()
+            .map(|key| (key, Outcome::NotQueued))
+            .collect(),
+        Some(store) => {
+            // Found before taking the guard (a scan); each queue is re-read under it.
+            let keys = if all {
+                queue::queued_keys(&*store, &me)?
+            } else {
+                keys
+            };
+            store.transaction(|g| {
+                let mut out = Vec::with_capacity(keys.len());
+                for key in &keys {
+                    let outcome = if queue::leave(ctx, &*store, g, key, &me, "left")? {
+                        Outcome::LeftQueue
+                    } else {
+                        Outcome::NotQueued
+                    };
+                    out.push((key.clone(), outcome));
+                }
+                Ok(out)
+            })?
+        }
+    };
+    Ok(Report::Keys(KeysReport {
+        command: KeysCommand::Leave,
+        now: ctx.now,
+        all,
+        results: results
+            .into_iter()
+            .map(|(key, outcome)| KeyResult {
+                key,
+                outcome,
+                checkout: None,
+                frozen: None,
+                problem: None,
+            })
+            .collect(),
+        note: None,
+    }))
 }

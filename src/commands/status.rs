@@ -25,7 +25,7 @@ pub fn run(ctx: &Ctx, key: &str) -> Result<Report> {
     let (notes, queue) = match store.as_deref() {
         Some(s) => (
             s.last_notes(key, NOTES_SHOWN)?,
-            QueueView::from_queue(&settled_queue(ctx, s, key, checkout.is_none())?),
+            QueueView::from_queue(&settled_queue(ctx, s, key)?),
         ),
         None => (Vec::new(), QueueView::default()),
     };
@@ -45,23 +45,19 @@ pub fn run(ctx: &Ctx, key: &str) -> Result<Report> {
     }))
 }
 
-/// A key's queue brought up to date (lapsed reservations passed on, gone waiters dropped).
+/// A key's queue brought up to date (lapsed reservations passed on, gone waiters dropped,
+/// the key reserved for the first waiter that can take it).
 pub(crate) fn settled_queue(
     ctx: &Ctx,
     store: &dyn Store,
     key: &str,
-    free: bool,
 ) -> Result<crate::store::Queue> {
     let q = store.read_queue(key)?;
     if q.waiters.is_empty() && q.reservation.is_none() {
         return Ok(q);
     }
     store.transaction(|guard| {
-        let mut q = store.read_queue(key)?;
-        let free = free && matches!(store.read(key)?, Slot::Free);
-        if queue::settle(ctx, store, guard, &mut q, free, None)? {
-            store.write_queue(guard, &q)?;
-        }
-        Ok(q)
+        let slot = store.read(key)?;
+        queue::settle_key(ctx, store, guard, key, queue::KeyNow::of(&slot), None)
     })
 }

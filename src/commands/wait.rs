@@ -97,7 +97,7 @@ fn wait_loop(
         // agent's registered process is gone (or the agent was marked ended meanwhile).
         if agent_gone(store, me, &started)? {
             let (q, holder) = store.transaction(|guard| {
-                queue::leave(&now_ctx, store, guard, key, me)?;
+                queue::leave(&now_ctx, store, guard, key, me, "wait ended")?;
                 let q = store.read_queue(key)?;
                 let holder = match store.read(key)? {
                     Slot::Held(r) => Some(CheckoutView::from(&r)),
@@ -134,7 +134,7 @@ fn wait_loop(
             report.queue_length = report.queue_length.saturating_sub(1);
             *last = Some(report);
             let left = ctx.at_now(me)?;
-            store.transaction(|guard| queue::leave(&left, store, guard, key, me))?;
+            store.transaction(|guard| queue::leave(&left, store, guard, key, me, "wait ended"))?;
             return Ok(Report::Checkout(last.take().expect("just set")));
         }
         *last = Some(report);

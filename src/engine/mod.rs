@@ -200,7 +200,7 @@ fn after_auto_release(
             body,
         )?;
     }
-    queue::after_release(ctx, store, guard, &record.key, &record.paths, taker)
+    queue::after_release(ctx, store, guard, record, taker)
 }
 
 /// Why a holder ended as `agent_death` was judged dead, judged again for the record.
@@ -494,7 +494,8 @@ pub fn read_reaping(
 }
 
 /// An agent ended (its session or subagent stopped, its process died): end its checkouts
-/// and, with `with_subagents`, those of its subagents, and mark them all ended. An entry
+/// and, with `with_subagents`, those of its subagents, take them out of every queue, and
+/// mark them all ended. An entry
 /// that already ended keeps the first reason. Returns the keys released.
 pub fn end_agent(
     ctx: &Ctx,
@@ -534,13 +535,21 @@ pub fn end_agent(
     store.transaction(|g| {
         let mut rule = |r: &Record, _: &mut Judge| Ok(ends(&r.agent.id).then_some((reason, None)));
         let settled = reap_in(ctx, &*store, g, &mut judge, mine, None, &mut rule)?;
-        for id in agents {
-            if let Some(mut entry) = store.read_agent(&id)?
+        for id in &agents {
+            if let Some(mut entry) = store.read_agent(id)?
                 && entry.ended_at.is_none()
             {
                 entry.ended_at = Some(ctx.now);
                 entry.ended_reason = Some(reason_text.into());
                 store.write_agent(g, &entry)?;
+            }
+        }
+        // Nor does it keep a place in a queue, or a reservation, any more.
+        for q in store.scan_queues()? {
+            for w in &q.waiters {
+                if agents.contains(&w.agent) {
+                    queue::leave(ctx, &*store, g, &q.key, &w.agent, "agent ended")?;
+                }
             }
         }
         Ok(settled

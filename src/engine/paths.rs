@@ -124,8 +124,8 @@ pub fn held_overlaps(
     Ok(out)
 }
 
-/// Free keys reserved for the head of their queue (not `me`, not `key`'s own queue)
-/// whose waiter asked for paths that overlap `mine`.
+/// Keys reserved for the head of their queue (not `me`, not `key`'s own queue) whose
+/// waiter, alive, asked for paths that overlap `mine`.
 pub fn reserved_overlaps(
     ctx: &Ctx,
     store: &dyn Store,
@@ -133,6 +133,22 @@ pub fn reserved_overlaps(
     key: &str,
     mine: &[PathPattern],
 ) -> Result<Vec<ReservedOverlap>> {
+    Ok(reservations_meeting(ctx, store, me, key, mine)?
+        .into_iter()
+        .filter_map(|(o, live)| live.then_some(o))
+        .collect())
+}
+
+/// As [`reserved_overlaps`], those of dead agents too, each with whether its waiter is
+/// alive: a dead agent holds nothing, a reservation included, and the caller that meets
+/// one under the guard passes it on.
+pub fn reservations_meeting(
+    ctx: &Ctx,
+    store: &dyn Store,
+    me: &str,
+    key: &str,
+    mine: &[PathPattern],
+) -> Result<Vec<(ReservedOverlap, bool)>> {
     let mut out = Vec::new();
     if mine.is_empty() {
         return Ok(out);
@@ -149,14 +165,18 @@ pub fn reserved_overlaps(
             continue;
         };
         if let Some((theirs, m, witness)) = meet(&compile(&w.paths), mine) {
+            let live = super::queue::reservation_live(ctx, store, w)?;
             let waiter = w.clone();
-            out.push(ReservedOverlap {
-                queue: q,
-                waiter,
-                theirs,
-                mine: m,
-                witness,
-            });
+            out.push((
+                ReservedOverlap {
+                    queue: q,
+                    waiter,
+                    theirs,
+                    mine: m,
+                    witness,
+                },
+                live,
+            ));
         }
     }
     Ok(out)

@@ -10,7 +10,7 @@ use crate::error::Result;
 use crate::identity::Agent;
 use crate::liveness::{self, Proc};
 use crate::store::{
-    AuditEvent, Guard, Message, MessageKind, Queue, Reservation, Slot, Store, Waiter,
+    AuditEvent, Guard, Message, MessageKind, Queue, Record, Reservation, Slot, Store, Waiter,
 };
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
@@ -100,175 +100,339 @@ fn waiter_gone(ctx: &Ctx, store: &dyn Store, w: &Waiter) -> Result<bool> {
     }
 }
 
-/// Bring a queue up to date: drop gone waiters, lapse an expired reservation (passing it
-/// on), and when the key is free reserve it for the head. `taker` is an agent about to
-/// take the key itself, which needs no message. Returns whether the queue changed.
+/// Who has a key, as far as its queue is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum KeyNow<'a> {
+    /// Nobody holds it: any waiter may be served.
+    Free,
+    /// This agent holds it: only its own entry (a holder waiting to add paths) may be.
+    HeldBy(&'a str),
+}
+
+impl KeyNow<'_> {
+    fn serves(self, agent: &str) -> bool {
+        match self {
+            KeyNow::Free => true,
+            KeyNow::HeldBy(h) => h == agent,
+        }
+    }
+
+    /// The key as a slot read now shows it.
+    pub(crate) fn of(slot: &Slot) -> KeyNow<'_> {
+        match slot {
+            Slot::Held(r) => KeyNow::HeldBy(&r.agent.id),
+            // A corrupt record serves nobody: no one can take it until it is repaired.
+            Slot::Corrupt { .. } => KeyNow::HeldBy(""),
+            Slot::Free => KeyNow::Free,
+        }
+    }
+}
+
+/// What [`settle`] did.
+#[derive(Debug, Default)]
+pub(crate) struct Settled {
+    /// The queue differs from what was read: write it.
+    pub changed: bool,
+    /// Paths that a reservation held until it ended untaken: waiters of other queues
+    /// that wanted them may be served now ([`wake_path_waiters`]).
+    pub freed: Vec<String>,
+}
+
+/// Does a live agent other than `w`'s hold, or have reserved, a path `w` asked for with
+/// `key`? A checkout whose lease is over or whose holder is dead keeps nobody out: the
+/// one who comes to take the paths ends it.
+fn paths_taken(ctx: &Ctx, store: &dyn Store, key: &str, w: &Waiter) -> Result<bool> {
+    if w.paths.is_empty() {
+        return Ok(false);
+    }
+    let wanted = super::paths::compile(&w.paths);
+    for o in super::paths::held_overlaps(store, &w.agent, key, &wanted)? {
+        if holds_live(ctx, store, &o.record)? {
+            return Ok(true);
+        }
+    }
+    Ok(!super::paths::reserved_overlaps(ctx, store, &w.agent, key, &wanted)?.is_empty())
+}
+
+/// Is a checkout still its holder's: its lease not over by the skew margin and its
+/// holder not dead?
+fn holds_live(ctx: &Ctx, store: &dyn Store, r: &Record) -> Result<bool> {
+    if r.breakable(&ctx.now) {
+        return Ok(false);
+    }
+    let entry = store.read_agent(&r.agent.id)?;
+    Ok(!liveness::judge_record(r, entry.as_ref(), &ctx.now, &ctx.config()?).dead())
+}
+
+/// Is a reservation's waiter still there to take it: not gone (its waiting process or
+/// its agent dead)? A dead agent holds nothing, a reservation included.
+pub(crate) fn reservation_live(ctx: &Ctx, store: &dyn Store, w: &Waiter) -> Result<bool> {
+    Ok(!waiter_gone(ctx, store, w)?)
+}
+
+/// Bring a queue up to date: drop gone waiters; end a reservation that lapsed or that
+/// its waiter can no longer use; and, when none stands, reserve the key for the first
+/// waiter that can take it now: the key is free (or its own, for a holder waiting to add
+/// paths) and no live agent holds or has reserved a path it asked for. The one served
+/// moves to the head; waiters it passed keep their order behind it. `taker` is an agent
+/// about to take the key itself, which needs no message.
 pub(crate) fn settle(
     ctx: &Ctx,
     store: &dyn Store,
     g: &Guard,
     q: &mut Queue,
-    key_free: bool,
+    key_now: KeyNow<'_>,
     taker: Option<&str>,
-) -> Result<bool> {
+) -> Result<Settled> {
     let before = q.clone();
+    let mut freed = Vec::new();
     let mut kept = Vec::with_capacity(q.waiters.len());
     for w in std::mem::take(&mut q.waiters) {
         if waiter_gone(ctx, store, &w)? {
             let mut ev = audit(ctx, "dequeue", &q.key, &w.agent);
             ev.reason = Some("gone".into());
             store.audit(g, &ev)?;
+            if q.reservation.as_ref().is_some_and(|r| r.agent == w.agent) {
+                freed.extend(w.paths.iter().cloned());
+            }
         } else {
             kept.push(w);
         }
     }
     q.waiters = kept;
     if let Some(res) = q.reservation.clone() {
-        let head_is_holder = q.waiters.first().is_some_and(|w| w.agent == res.agent);
-        if !key_free || !head_is_holder {
-            q.reservation = None;
-        } else if ctx.now >= res.until
-            && !(taker == Some(res.agent.as_str()) && q.waiters.len() == 1)
-        {
-            // Late, but nobody else waits: the head that shows up may still take it.
-            q.reservation = None;
-            q.waiters.remove(0);
-            let mut ev = audit(ctx, "lapse", &q.key, &res.agent);
-            ev.detail = Some("the reservation's grace ran out; passed to the next waiter".into());
-            store.audit(g, &ev)?;
-            notify(
-                ctx,
-                store,
-                g,
-                &res.agent,
-                None,
-                MessageKind::ReservationLapsed,
-                &q.key,
-                "the key was reserved for you but you did not take it in time; you left its queue",
-            )?;
-        }
-    }
-    if key_free
-        && q.reservation.is_none()
-        && let Some(head) = q.waiters.first().map(|w| w.agent.clone())
-    {
-        {
-            let grace = ctx.config()?.handoff_grace;
-            let until = ctx.now + to_chrono(grace);
-            q.reservation = Some(Reservation {
-                agent: head.clone(),
-                since: ctx.now,
-                until,
-            });
-            let mut ev = audit(ctx, "handoff", &q.key, &head);
-            ev.detail = Some(format!("reserved until {}", crate::clock::rfc3339(&until)));
-            store.audit(g, &ev)?;
-            if taker != Some(head.as_str()) {
-                let command = format!(
-                    "tasklock checkout {}",
-                    crate::key::checkout_args(&q.key, &q.waiters[0].paths)
-                );
-                let body = format!(
-                    "the key is free and reserved for you until {}; run `{command}` now",
-                    crate::clock::rfc3339(&until),
-                );
+        let head = q.waiters.first().filter(|w| w.agent == res.agent);
+        match head {
+            Some(h) if !key_now.serves(&h.agent) => {
+                freed.extend(h.paths.iter().cloned());
+                q.reservation = None;
+            }
+            None => q.reservation = None,
+            Some(_)
+                if ctx.now >= res.until
+                    && !(taker == Some(res.agent.as_str()) && q.waiters.len() == 1) =>
+            {
+                // Late, but nobody else waits: the head that shows up may still take it.
+                q.reservation = None;
+                let h = q.waiters.remove(0);
+                freed.extend(h.paths);
+                let mut ev = audit(ctx, "lapse", &q.key, &res.agent);
+                ev.detail =
+                    Some("the reservation's grace ran out; passed to the next waiter".into());
+                store.audit(g, &ev)?;
                 notify(
                     ctx,
                     store,
                     g,
-                    &head,
+                    &res.agent,
                     None,
-                    MessageKind::Reserved,
+                    MessageKind::ReservationLapsed,
                     &q.key,
-                    &body,
+                    "the key was reserved for you but you did not take it in time; you left its queue",
                 )?;
             }
+            Some(_) => {}
         }
     }
-    Ok(*q != before)
+    if q.reservation.is_none() {
+        let mut served = None;
+        for (i, w) in q.waiters.iter().enumerate() {
+            if key_now.serves(&w.agent) && !paths_taken(ctx, store, &q.key, w)? {
+                served = Some(i);
+                break;
+            }
+        }
+        if let Some(i) = served {
+            let w = q.waiters.remove(i);
+            q.waiters.insert(0, w);
+            let holding = matches!(key_now, KeyNow::HeldBy(_));
+            reserve(ctx, store, g, q, i, holding, taker)?;
+        }
+    }
+    Ok(Settled {
+        changed: *q != before,
+        freed,
+    })
 }
 
-/// After a key's record is removed: hand it to the head of its queue, if any. A
-/// checkout that covered `paths` may also have been all that kept other queued keys
-/// from their heads: those are handed on too.
-pub(crate) fn after_release(
+/// Reserve the key for the head of its queue and tell it (unless it is `taker`).
+/// `passed` waiters were ahead of it, their paths still held; `holding`: the head holds
+/// the key and waits to add paths.
+fn reserve(
+    ctx: &Ctx,
+    store: &dyn Store,
+    g: &Guard,
+    q: &mut Queue,
+    passed: usize,
+    holding: bool,
+    taker: Option<&str>,
+) -> Result<()> {
+    let head = q.waiters[0].clone();
+    let grace = ctx.config()?.handoff_grace;
+    let until = ctx.now + to_chrono(grace);
+    q.reservation = Some(Reservation {
+        agent: head.agent.clone(),
+        since: ctx.now,
+        until,
+    });
+    let mut ev = audit(ctx, "handoff", &q.key, &head.agent);
+    ev.paths = head.paths.clone();
+    ev.detail = Some(match passed {
+        0 => format!("reserved until {}", crate::clock::rfc3339(&until)),
+        n => format!(
+            "reserved until {}; passed {n} waiter(s) ahead whose paths are still held",
+            crate::clock::rfc3339(&until)
+        ),
+    });
+    store.audit(g, &ev)?;
+    if taker == Some(head.agent.as_str()) {
+        return Ok(());
+    }
+    let command = format!(
+        "tasklock checkout {}",
+        crate::key::checkout_args(&q.key, &head.paths)
+    );
+    let what = if holding {
+        "the paths you asked for to add to your checkout are free"
+    } else if head.paths.is_empty() {
+        "the key is free"
+    } else {
+        "the key and the paths you asked for are free"
+    };
+    let body = format!(
+        "{what} and reserved for you until {}; run `{command}` now",
+        crate::clock::rfc3339(&until),
+    );
+    notify(
+        ctx,
+        store,
+        g,
+        &head.agent,
+        None,
+        MessageKind::Reserved,
+        &q.key,
+        &body,
+    )
+}
+
+/// Settle `key`'s queue as it is stored, write it if it changed, and serve the waiters
+/// of other queues that a reservation ended here frees paths for. Returns the queue.
+pub(crate) fn settle_key(
     ctx: &Ctx,
     store: &dyn Store,
     g: &Guard,
     key: &str,
-    paths: &[String],
+    key_now: KeyNow<'_>,
     taker: Option<&str>,
-) -> Result<()> {
+) -> Result<Queue> {
     let mut q = store.read_queue(key)?;
-    if !(q.waiters.is_empty() && q.reservation.is_none())
-        && settle(ctx, store, g, &mut q, true, taker)?
-    {
+    if q.waiters.is_empty() && q.reservation.is_none() {
+        return Ok(q);
+    }
+    let s = settle(ctx, store, g, &mut q, key_now, taker)?;
+    if s.changed {
         store.write_queue(g, &q)?;
     }
-    if !paths.is_empty() {
-        wake_path_waiters(ctx, store, g, key, paths)?;
-    }
-    Ok(())
+    wake_path_waiters(ctx, store, g, key, &s.freed)?;
+    Ok(q)
 }
 
-/// Queues whose head waits for paths that overlap `released` and whose key and paths
-/// are now free: reserve each for its head and tell it.
-fn wake_path_waiters(
+/// After a key's checkout `ended`: its holder leaves the key's queue (it was there only
+/// to add paths to what it held), and the key goes to the first waiter that can take it.
+/// A checkout that covered paths may also have been all that kept other queues' waiters
+/// from their keys: those are served too.
+pub(crate) fn after_release(
+    ctx: &Ctx,
+    store: &dyn Store,
+    g: &Guard,
+    ended: &Record,
+    taker: Option<&str>,
+) -> Result<()> {
+    let key = ended.key.as_str();
+    let mut q = store.read_queue(key)?;
+    if !(q.waiters.is_empty() && q.reservation.is_none()) {
+        let mut freed = Vec::new();
+        let mut changed = false;
+        if let Some(i) = q.waiters.iter().position(|w| w.agent == ended.agent.id) {
+            changed = true;
+            let w = q.waiters.remove(i);
+            if q.reservation.as_ref().is_some_and(|r| r.agent == w.agent) {
+                q.reservation = None;
+                freed = w.paths;
+            }
+            let mut ev = audit(ctx, "dequeue", key, &w.agent);
+            ev.reason = Some("checkout ended".into());
+            store.audit(g, &ev)?;
+        }
+        let s = settle(ctx, store, g, &mut q, KeyNow::Free, taker)?;
+        if changed || s.changed {
+            store.write_queue(g, &q)?;
+        }
+        freed.extend(s.freed);
+        wake_path_waiters(ctx, store, g, key, &freed)?;
+    }
+    wake_path_waiters(ctx, store, g, key, &ended.paths)
+}
+
+/// Queues with no reservation that have a waiter wanting a path that overlaps
+/// `released`: settle each, so the first of its waiters that can now take its key is
+/// served and told.
+pub(crate) fn wake_path_waiters(
     ctx: &Ctx,
     store: &dyn Store,
     g: &Guard,
     key: &str,
     released: &[String],
 ) -> Result<()> {
-    use super::paths as p;
-    let released = p::compile(released);
-    for mut q in store.scan_queues()? {
-        if q.key == key || q.reservation.is_some() {
-            continue;
-        }
-        let Some(head) = q.waiters.first().cloned() else {
-            continue;
-        };
-        let wanted = p::compile(&head.paths);
-        if !released
+    if released.is_empty() {
+        return Ok(());
+    }
+    let released = super::paths::compile(released);
+    let wants = |w: &Waiter| {
+        let wanted = super::paths::compile(&w.paths);
+        released
             .iter()
-            .any(|r| wanted.iter().any(|w| crate::paths::overlaps(r, w)))
-        {
+            .any(|r| wanted.iter().any(|p| crate::paths::overlaps(r, p)))
+    };
+    for q in store.scan_queues()? {
+        if q.key == key || q.reservation.is_some() || !q.waiters.iter().any(wants) {
             continue;
         }
-        if !matches!(store.read(&q.key)?, Slot::Free)
-            || !p::held_overlaps(store, &head.agent, &q.key, &wanted)?.is_empty()
-            || !p::reserved_overlaps(ctx, store, &head.agent, &q.key, &wanted)?.is_empty()
-        {
-            continue;
-        }
-        if settle(ctx, store, g, &mut q, true, None)? {
-            store.write_queue(g, &q)?;
-        }
+        // Each settle may reserve paths the next queue's waiters want: read afresh.
+        let slot = store.read(&q.key)?;
+        settle_key(ctx, store, g, &q.key, KeyNow::of(&slot), None)?;
     }
     Ok(())
 }
 
-/// The head of the queue takes the key reserved for it: it leaves the queue, and its
-/// unread `reserved` message for the key is marked read (it has done what it said).
-pub(crate) fn take_reservation(
-    store: &dyn Store,
-    g: &Guard,
-    q: &mut Queue,
-    agent: &str,
-) -> Result<()> {
+/// `agent` has what it queued for (the key, or the paths it waited to add): it leaves
+/// the key's queue, a reservation for it ends, and its unread `reserved` message for the
+/// key is marked read (it has done what it said).
+pub(crate) fn granted(store: &dyn Store, g: &Guard, q: &mut Queue, agent: &str) -> Result<()> {
+    let before = q.waiters.len();
     q.waiters.retain(|w| w.agent != agent);
-    q.reservation = None;
+    let was_reserved = q.reservation.as_ref().is_some_and(|r| r.agent == agent);
+    if was_reserved {
+        q.reservation = None;
+    }
+    if q.waiters.len() == before && !was_reserved {
+        return Ok(());
+    }
     store.write_queue(g, q)?;
-    for msg in store.unread(agent)? {
-        if msg.kind == MessageKind::Reserved && msg.key == q.key {
-            store.mark_read(agent, &msg.id)?;
+    if was_reserved {
+        for msg in store.unread(agent)? {
+            if msg.kind == MessageKind::Reserved && msg.key == q.key {
+                store.mark_read(agent, &msg.id)?;
+            }
         }
     }
     Ok(())
 }
 
 /// Join (or keep one's place in) a key's queue. `pid` is the blocked `--wait` process.
+/// A holder waiting to add paths to its own key goes to the head: nobody else can be
+/// served the key before it releases.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn join(
     ctx: &Ctx,
     store: &dyn Store,
@@ -277,6 +441,7 @@ pub(crate) fn join(
     agent: &Agent,
     pid: Option<u32>,
     paths: &[String],
+    holder: bool,
 ) -> Result<()> {
     if let Some(w) = q.waiters.iter_mut().find(|w| w.agent == agent.id) {
         if (pid.is_some() && w.pid != pid) || w.paths != paths {
@@ -289,7 +454,7 @@ pub(crate) fn join(
         }
         return Ok(());
     }
-    q.waiters.push(Waiter {
+    let w = Waiter {
         agent: agent.id.clone(),
         name: agent.name.clone(),
         since: ctx.now,
@@ -300,30 +465,62 @@ pub(crate) fn join(
         pid_ns: agent.pid_ns.clone(),
         user: Some(crate::identity::UnixUser::current()),
         paths: paths.to_vec(),
-    });
+    };
+    if holder {
+        q.waiters.insert(0, w);
+    } else {
+        q.waiters.push(w);
+    }
     store.write_queue(g, q)?;
     let mut ev = audit(ctx, "queue", &q.key, &agent.id);
     ev.name = agent.name.clone();
-    ev.detail = Some(format!("position {}", q.waiters.len()));
+    ev.paths = paths.to_vec();
+    ev.detail = Some(format!(
+        "position {}",
+        q.position(&agent.id).unwrap_or_default()
+    ));
     store.audit(g, &ev)
 }
 
-/// Leave a key's queue (a `--wait` that ran out); a reservation held passes on.
-pub(crate) fn leave(ctx: &Ctx, store: &dyn Store, g: &Guard, key: &str, agent: &str) -> Result<()> {
+/// Leave a key's queue (a `--wait` that ran out, `leave`, `release` of a key one only
+/// queued for); a reservation held passes on. Returns whether `agent` was queued.
+pub(crate) fn leave(
+    ctx: &Ctx,
+    store: &dyn Store,
+    g: &Guard,
+    key: &str,
+    agent: &str,
+    reason: &str,
+) -> Result<bool> {
     let mut q = store.read_queue(key)?;
     let Some(i) = q.waiters.iter().position(|w| w.agent == agent) else {
-        return Ok(());
+        return Ok(false);
     };
-    q.waiters.remove(i);
+    let w = q.waiters.remove(i);
+    let mut freed = Vec::new();
     if q.reservation.as_ref().is_some_and(|r| r.agent == agent) {
         q.reservation = None;
+        freed = w.paths;
     }
-    let free = matches!(store.read(key)?, Slot::Free);
-    settle(ctx, store, g, &mut q, free, None)?;
-    store.write_queue(g, &q)?;
     let mut ev = audit(ctx, "dequeue", key, agent);
-    ev.reason = Some("wait ended".into());
-    store.audit(g, &ev)
+    ev.reason = Some(reason.into());
+    store.audit(g, &ev)?;
+    let slot = store.read(key)?;
+    let s = settle(ctx, store, g, &mut q, KeyNow::of(&slot), None)?;
+    store.write_queue(g, &q)?;
+    freed.extend(s.freed);
+    wake_path_waiters(ctx, store, g, key, &freed)?;
+    Ok(true)
+}
+
+/// The keys whose queues `agent` waits in.
+pub(crate) fn queued_keys(store: &dyn Store, agent: &str) -> Result<Vec<String>> {
+    Ok(store
+        .scan_queues()?
+        .into_iter()
+        .filter(|q| q.waiters.iter().any(|w| w.agent == agent))
+        .map(|q| q.key)
+        .collect())
 }
 
 /// Would `me` waiting for `key` (held or reserved by `holder`) close a wait-for cycle?

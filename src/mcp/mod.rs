@@ -698,7 +698,7 @@ fn defs() -> Vec<ToolDef> {
         },
         ToolDef {
             name: "release",
-            description: "Release checkouts you hold as soon as your work on them is done or abandoned, so that others can take them (the next agent in the key's queue is told). Give `keys`, or `all: true`; a `note` is kept for the next holder. Exit code 3: nobody holds the key. Exit code 4: another agent holds it; it is not yours to release. Your checkouts are also released when your session ends.".into(),
+            description: "Release checkouts you hold as soon as your work on them is done or abandoned, so that others can take them (the next agent in the key's queue is told). Give `keys`, or `all: true`; a `note` is kept for the next holder. Exit code 3: nobody holds the key. Exit code 4: another agent holds it; it is not yours to release. A free key you only queued for (reserved for you) and no longer want: releasing it leaves its queue (`all: true` leaves every queue too). Your checkouts are also released when your session ends.".into(),
             schema: schema::<ReleaseArgs>(),
             read_only: false,
         },

@@ -226,8 +226,7 @@ fn checkout(r: &CheckoutReport, inv: &Invocation) -> String {
                     inv.code("inbox"),
                     inv.code(&format!("checkout {} --wait", r.args()))
                 ),
-                (None, Some(_)) => "Next: keep to the paths you hold, or ask the holders above; do not retry in a loop.".to_string(),
-                (None, None) => format!(
+                (None, _) => format!(
                     "Next: work on other files, or {} to be told when they free up; do not retry in a loop.",
                     inv.code(&format!("checkout {} --queue", r.args()))
                 ),
@@ -530,11 +529,14 @@ fn keys(r: &KeysReport, inv: &Invocation) -> String {
     let mut out = String::new();
     let releasing = r.command == KeysCommand::Release;
     if r.results.is_empty() {
-        let _ = writeln!(
-            out,
-            "You hold no checkouts; nothing to {}.",
-            r.command.as_str()
-        );
+        let _ = match r.command {
+            KeysCommand::Leave => writeln!(out, "You wait in no queue; nothing to leave."),
+            _ => writeln!(
+                out,
+                "You hold no checkouts; nothing to {}.",
+                r.command.as_str()
+            ),
+        };
         return out;
     }
     let ok = r
@@ -542,11 +544,11 @@ fn keys(r: &KeysReport, inv: &Invocation) -> String {
         .iter()
         .filter(|k| k.outcome.exit_code() == 0)
         .count();
-    let verdict = match (releasing, r.results.len()) {
-        (true, 1) => single_verdict(&r.results[0], r),
-        (false, 1) => single_verdict(&r.results[0], r),
-        (true, n) => format!("Released {ok} of {n} checkouts."),
-        (false, n) => format!("Renewed {ok} of {n} checkouts."),
+    let verdict = match (r.command, r.results.len()) {
+        (_, 1) => single_verdict(&r.results[0], r),
+        (KeysCommand::Release, n) => format!("Released {ok} of {n} checkouts."),
+        (KeysCommand::Renew, n) => format!("Renewed {ok} of {n} checkouts."),
+        (KeysCommand::Leave, n) => format!("Left {ok} of {n} queues."),
     };
     let _ = writeln!(out, "{verdict}");
     if r.results.len() > 1 || r.results[0].checkout.is_some() {
@@ -615,6 +617,11 @@ fn keys(r: &KeysReport, inv: &Invocation) -> String {
             inv.cmd("release --force", &k.key),
             inv.code(&format!("checkout {} --queue", shell_quote(&k.key)))
         )
+    } else if r.results.iter().any(|k| k.outcome == Outcome::NotQueued) {
+        &format!(
+            "Next: nothing to do for a queue you are not in; {} shows the queues.",
+            inv.code("list")
+        )
     } else if r
         .results
         .iter()
@@ -624,7 +631,7 @@ fn keys(r: &KeysReport, inv: &Invocation) -> String {
             "Next: nothing to do for a key nobody holds; {} shows what is held.",
             inv.code("list")
         )
-    } else if releasing {
+    } else if releasing || r.command == KeysCommand::Leave {
         &format!(
             "Next: pick your next task with {}.",
             inv.code("checkout KEY")
@@ -665,6 +672,8 @@ fn single_verdict(k: &KeyResult, r: &KeysReport) -> String {
             }
         ),
         Outcome::NoSuchCheckout => format!("No such checkout: nobody holds {key}."),
+        Outcome::LeftQueue => format!("Left the queue of {key}."),
+        Outcome::NotQueued => format!("Not queued: you are not in the queue of {key}."),
         Outcome::Frozen => match &k.frozen {
             Some(f) => format!(
                 "Frozen: {key} {}; your lease was not extended (you keep the key until it ends).",
@@ -702,6 +711,8 @@ fn outcome_words(o: Outcome) -> &'static str {
         Outcome::StaleToken => "stale token",
         Outcome::LeaseLost => "lease lost",
         Outcome::Corrupt => "corrupt record (see below)",
+        Outcome::LeftQueue => "left its queue",
+        Outcome::NotQueued => "not in its queue",
     }
 }
 
