@@ -390,8 +390,18 @@ fn a_holders_re_checkout_is_already_held_with_the_same_token() {
     assert_eq!(j["took_over"], Value::Null);
     assert_eq!(j["previous"], Value::Null);
 
-    // With --timeout: the given lease applies, even when shorter.
+    // With --timeout: the lease ends DUR from now when that is later...
     e.at(T1H);
+    let j = e
+        .ok(
+            "agent-a",
+            &["checkout", "task-1", "--timeout", "3h", "--json"],
+        )
+        .json();
+    assert_eq!(j["outcome"], "already_held");
+    assert_eq!(j["checkout"]["token"], 1);
+    assert_eq!(j["checkout"]["expires_at"], at(240));
+    // ... and a shorter one never shortens it (`renew --timeout` can).
     let j = e
         .ok(
             "agent-a",
@@ -399,9 +409,8 @@ fn a_holders_re_checkout_is_already_held_with_the_same_token() {
         )
         .json();
     assert_eq!(j["outcome"], "already_held");
-    assert_eq!(j["checkout"]["token"], 1);
-    assert_eq!(j["checkout"]["expires_at"], at(70));
-    assert_eq!(expires(&e, "task-1"), at(70));
+    assert_eq!(j["checkout"]["expires_at"], at(240));
+    assert_eq!(expires(&e, "task-1"), at(240));
 
     // The markdown says it was no new checkout.
     e.at(&at(65));
@@ -411,7 +420,7 @@ fn a_holders_re_checkout_is_already_held_with_the_same_token() {
     assert_eq!(
         first,
         "Already yours: you have held `task-1` since 2026-01-01T00:00:00Z (1h5m ago) under \
-         token 1; this was not a new checkout. Lease extended to 2026-01-01T01:15:00Z (in 10m)."
+         token 1; this was not a new checkout. Lease extended to 2026-01-01T04:05:00Z (in 3h)."
     );
 
     // Audited as renewals of the one checkout; no new token was handed out.
@@ -419,7 +428,7 @@ fn a_holders_re_checkout_is_already_held_with_the_same_token() {
         .iter()
         .map(|v| v["event"].as_str().unwrap().to_string())
         .collect();
-    assert_eq!(kinds, ["acquire", "renew", "renew", "renew"]);
+    assert_eq!(kinds, ["acquire", "renew", "renew", "renew", "renew"]);
     let j = e.ok("agent-b", &["checkout", "task-2", "--json"]).json();
     assert_eq!(j["checkout"]["token"], 2);
 }

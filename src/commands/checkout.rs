@@ -249,13 +249,13 @@ pub fn attempt(
                 }
             }
             // The holder checking out again keeps the same checkout (same token), extended
-            // by its own lease length unless --timeout says otherwise: never shortened by
-            // a default that is shorter than the lease it has.
+            // by its own lease length, or to `--timeout` from now: never shortened.
             let expires_at = if req.lease_given {
                 expires_at
             } else {
-                (now + (current.expires_at - current.renewed_at)).max(current.expires_at)
+                now + (current.expires_at - current.renewed_at)
             }
+            .max(current.expires_at)
             // A clock behind the grant never ends a lease before it began.
             .max(current.acquired_at);
             let renewed = Record {
