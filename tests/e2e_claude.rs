@@ -435,7 +435,8 @@ fn the_checkouts_skill_reaches_the_model_even_when_tasklock_fails() {
 /// Path checkouts are enforced where edits happen: session A holds `src/a/**`; session
 /// B's Edit of `src/a/x.rs` is denied by the PreToolUse hook (the model gets the reason
 /// as the tool result) and the file is untouched, while its Edit of `src/b/y.rs` goes
-/// through.
+/// through. The deny carries the top-level `tasklock` object (checked in
+/// tests/edit_hook.rs), which Claude Code must ignore.
 #[test]
 fn an_edit_of_a_file_another_session_checked_out_is_denied() {
     let (_tmp, home, project) = initialised_project();

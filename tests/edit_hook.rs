@@ -154,6 +154,23 @@ fn another_agents_checkout_denies_the_edit_with_a_reason() {
         ] {
             assert!(reason.contains(part), "{tool}: {part:?} not in {reason}");
         }
+        // The same facts for programs, beside Claude Code's fields.
+        assert_eq!(
+            r.json()["tasklock"],
+            json!({
+                "file": "src/a/x.rs",
+                "holders": [{
+                    "agent": "alice",
+                    "name": null,
+                    "key": "path:src/a/**",
+                    "token": 1,
+                    "pattern": "src/a/**",
+                    "until": "2026-01-01T00:30:00Z",
+                    "reserved": false,
+                }],
+            }),
+            "{tool}"
+        );
         if tool == "Edit" {
             snap!(env, "deny", r);
         }
@@ -251,6 +268,45 @@ fn unclaimed_files_follow_the_settings() {
 }
 
 #[test]
+fn a_refused_auto_checkout_names_who_is_in_the_way() {
+    let (env, top) = repo();
+    // Bob's tree is handed to carol, next in line: held back for her, held by nobody.
+    ok(&env, &top, "bob", &["checkout", "--path", "src/b"]);
+    let r = env.run_in(
+        &top,
+        Some("carol"),
+        &["checkout", "--path", "src/b", "--queue"],
+    );
+    assert_eq!(r.code, 2, "{}", r.text());
+    ok(&env, &top, "bob", &["release", "path:src/b"]);
+    set_config(&env, "auto_checkout: true\n");
+    let r = hook(
+        &env,
+        &top,
+        &edit("dave", &top, "Edit", &top.join("src/b/y.rs")),
+    );
+    let reason = denied(&r).expect("denied");
+    assert!(
+        reason.contains("`carol` is next in line for `path:src/b`"),
+        "{reason}"
+    );
+    let data = &r.json()["tasklock"];
+    assert_eq!(data["file"], "src/b/y.rs", "{data}");
+    let holder = &data["holders"][0];
+    assert_eq!(data["holders"].as_array().unwrap().len(), 1, "{data}");
+    assert_eq!(holder["agent"], "carol", "{data}");
+    assert_eq!(holder["key"], "path:src/b", "{data}");
+    assert_eq!(holder["pattern"], "src/b", "{data}");
+    assert_eq!(
+        holder["token"],
+        Value::Null,
+        "a reservation has no token: {data}"
+    );
+    assert_eq!(holder["reserved"], true, "{data}");
+    assert!(holder["until"].is_string(), "{data}");
+}
+
+#[test]
 fn enforce_warn_and_off_let_covered_edits_through() {
     let (env, top) = repo();
     ok(&env, &top, "alice", &["checkout", "--path", "src/a"]);
@@ -265,6 +321,12 @@ fn enforce_warn_and_off_let_covered_edits_through() {
     assert!(warning.starts_with("tasklock warning: `src/a/x.rs`"), "{v}");
     assert!(warning.contains("`alice`"), "{v}");
     assert_eq!(v["systemMessage"], warning);
+    let holders = &v["tasklock"]["holders"];
+    assert_eq!(v["tasklock"]["file"], "src/a/x.rs", "{v}");
+    assert_eq!(holders.as_array().unwrap().len(), 1, "{v}");
+    assert_eq!(holders[0]["agent"], "alice", "{v}");
+    assert_eq!(holders[0]["key"], "path:src/a", "{v}");
+    assert_eq!(holders[0]["pattern"], "src/a", "{v}");
     set_config(&env, "enforce: off\n");
     let r = hook(&env, &top, &edit("bob", &top, "Edit", &file));
     assert_eq!(r.stdout, "", "{}", r.text());

@@ -11,9 +11,11 @@
 
 use std::path::{Path, PathBuf};
 
+use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::checkout::{self, Join};
+use crate::clock::Time;
 use crate::config::Enforce;
 use crate::engine::{Ctx, Judge, paths as epaths, stamps};
 use crate::error::Result;
@@ -131,29 +133,57 @@ pub fn judge(
         ))));
     }
     // Refused: someone else's checkout (or a reservation, or a freeze) is in the way.
-    let blockers: Vec<String> = if r.overlaps.is_empty() {
+    // Each with its label, for the prose.
+    let in_the_way: Vec<(String, HolderData)> = if r.overlaps.is_empty() {
         r.checkout
             .iter()
-            .map(|c| format!("`{}` holds `{}`", c.agent.label(), r.key))
+            .map(|c| {
+                let h = HolderData {
+                    agent: &c.agent.id,
+                    name: c.agent.name.as_deref(),
+                    key: &c.key,
+                    token: Some(c.token),
+                    pattern: None,
+                    until: c.expires_at,
+                    reserved: false,
+                };
+                (c.agent.label(), h)
+            })
             .collect()
     } else {
         r.overlaps
             .iter()
             .map(|o| {
-                format!(
-                    "`{}` {} `{}` (pattern `{}`)",
-                    o.agent.label(),
-                    if o.reserved {
-                        "is next in line for"
-                    } else {
-                        "holds"
-                    },
-                    o.key,
-                    o.theirs
-                )
+                let h = HolderData {
+                    agent: &o.agent.id,
+                    name: o.agent.name.as_deref(),
+                    key: &o.key,
+                    token: o.token,
+                    pattern: Some(&o.theirs),
+                    until: o.until,
+                    reserved: o.reserved,
+                };
+                (o.agent.label(), h)
             })
             .collect()
     };
+    let blockers: Vec<String> = in_the_way
+        .iter()
+        .map(|(label, h)| match h.pattern {
+            None => format!("`{label}` holds `{}`", h.key),
+            Some(pattern) => format!(
+                "`{label}` {} `{}` (pattern `{pattern}`)",
+                if h.reserved {
+                    "is next in line for"
+                } else {
+                    "holds"
+                },
+                h.key
+            ),
+        })
+        .collect();
+    let holders: Vec<HolderData> = in_the_way.into_iter().map(|(_, h)| h).collect();
+    let data = hook_data(&rel, &holders);
     let what = if blockers.is_empty() {
         format!(
             "the automatic checkout of `{rel}` was refused ({})",
@@ -169,11 +199,17 @@ pub fn judge(
         )
     };
     Ok(match cfg.enforce {
-        Enforce::Deny => Some(deny_text(&format!("tasklock: {what}. {}", advice(&rel)))),
-        Enforce::Warn => Some(warn_text(&format!(
-            "tasklock warning: {what}. The edit goes ahead (enforce: warn), but {}",
-            advice(&rel)
-        ))),
+        Enforce::Deny => Some(deny_text(
+            &format!("tasklock: {what}. {}", advice(&rel)),
+            data,
+        )),
+        Enforce::Warn => Some(warn_text(
+            &format!(
+                "tasklock warning: {what}. The edit goes ahead (enforce: warn), but {}",
+                advice(&rel)
+            ),
+            data,
+        )),
         Enforce::Off => None,
     })
 }
@@ -221,6 +257,44 @@ fn holders_text(ctx: &Ctx, others: &[Holder]) -> String {
         .join("; ")
 }
 
+/// One agent in the way of an edit, for programs (the prose says the same for the model).
+#[derive(Serialize)]
+struct HolderData<'a> {
+    agent: &'a str,
+    name: Option<&'a str>,
+    key: &'a str,
+    /// None for a reservation.
+    token: Option<u64>,
+    /// The holder's pattern that covers the file; None when the refusal was over the key.
+    pattern: Option<&'a str>,
+    /// When the lease (or the reservation) ends.
+    until: Time,
+    /// Next in line for the key (a reservation), not its holder.
+    reserved: bool,
+}
+
+fn holders_data(others: &[Holder]) -> Vec<HolderData<'_>> {
+    others
+        .iter()
+        .map(|h| HolderData {
+            agent: &h.record.agent.id,
+            name: h.record.agent.name.as_deref(),
+            key: &h.record.key,
+            token: Some(h.record.token),
+            pattern: Some(&h.pattern),
+            until: h.record.expires_at,
+            reserved: false,
+        })
+        .collect()
+}
+
+/// The top-level `tasklock` object of a deny or warning: the file and who is in the way,
+/// so that programs reading the hook's output need not parse the prose. Claude Code
+/// ignores top-level keys it does not know.
+fn hook_data(rel: &str, holders: &[HolderData]) -> Value {
+    json!({ "file": rel, "holders": holders })
+}
+
 fn advice(rel: &str) -> String {
     format!(
         "Do not edit it now: work on other files. To be told when it is free, run `tasklock checkout --path {} --queue` (exit 2 with your place in line; the inbox tells you when it is yours). Never retry this edit in a loop.",
@@ -229,39 +303,47 @@ fn advice(rel: &str) -> String {
 }
 
 fn deny(ctx: &Ctx, rel: &str, others: &[Holder]) -> String {
-    deny_text(&format!(
-        "tasklock: `{rel}` is checked out by another agent: {}. {}",
-        holders_text(ctx, others),
-        advice(rel)
-    ))
+    deny_text(
+        &format!(
+            "tasklock: `{rel}` is checked out by another agent: {}. {}",
+            holders_text(ctx, others),
+            advice(rel)
+        ),
+        hook_data(rel, &holders_data(others)),
+    )
 }
 
 fn warn(ctx: &Ctx, rel: &str, others: &[Holder]) -> String {
-    warn_text(&format!(
-        "tasklock warning: `{rel}` is checked out by another agent: {}. The edit goes ahead (enforce: warn), but you may be overwriting their work. {}",
-        holders_text(ctx, others),
-        advice(rel)
-    ))
+    warn_text(
+        &format!(
+            "tasklock warning: `{rel}` is checked out by another agent: {}. The edit goes ahead (enforce: warn), but you may be overwriting their work. {}",
+            holders_text(ctx, others),
+            advice(rel)
+        ),
+        hook_data(rel, &holders_data(others)),
+    )
 }
 
-fn deny_text(reason: &str) -> String {
+fn deny_text(reason: &str, data: Value) -> String {
     let v = json!({
         "hookSpecificOutput": {
             "hookEventName": "PreToolUse",
             "permissionDecision": "deny",
             "permissionDecisionReason": reason,
-        }
+        },
+        "tasklock": data,
     });
     format!("{v}\n")
 }
 
-fn warn_text(text: &str) -> String {
+fn warn_text(text: &str, data: Value) -> String {
     let v = json!({
         "systemMessage": text,
         "hookSpecificOutput": {
             "hookEventName": "PreToolUse",
             "additionalContext": text,
-        }
+        },
+        "tasklock": data,
     });
     format!("{v}\n")
 }
