@@ -196,13 +196,6 @@ pub fn current(flag_agent: Option<&str>, flag_name: Option<&str>) -> Result<Agen
     })
 }
 
-fn read_trimmed(path: &str) -> Option<String> {
-    std::fs::read_to_string(path)
-        .ok()
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
-}
-
 /// This host's name, read once per process.
 pub fn hostname() -> String {
     static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
@@ -210,7 +203,7 @@ pub fn hostname() -> String {
 }
 
 fn read_hostname() -> String {
-    if let Some(h) = read_trimmed("/proc/sys/kernel/hostname") {
+    if let Some(h) = crate::os::hostname() {
         return h;
     }
     let mut buf = [0u8; 256];
@@ -230,32 +223,14 @@ fn read_hostname() -> String {
 /// This boot's id, read once per process.
 pub fn boot_id() -> Option<String> {
     static BOOT: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
-    BOOT.get_or_init(|| read_trimmed("/proc/sys/kernel/random/boot_id"))
-        .clone()
+    BOOT.get_or_init(crate::os::boot_id).clone()
 }
 
-/// This process's pid namespace, read once per process: `pid:[INODE]@START`, the
-/// namespace's inode and the start time (clock ticks since boot) of its pid 1.
-///
-/// The inode alone does not name a namespace over time: the kernel reuses the inode of a
-/// namespace that is gone. Codex runs every command in a fresh sandbox with a pid
-/// namespace of its own, and measured here each got the inode of the one before, so a
-/// record written in one sandbox looked, to the next, as if from its own namespace, and
-/// the (host) pid it names as gone. The start time of the namespace's first process tells
-/// them apart. Just `pid:[INODE]` when `/proc/1/stat` cannot be read.
+/// This process's pid namespace, read once per process (Linux: `pid:[INODE]@START`,
+/// see `src/os/linux.rs`; `None` where there are none).
 pub fn pid_namespace() -> Option<String> {
     static NS: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
-    NS.get_or_init(|| {
-        let ns = std::fs::read_link("/proc/self/ns/pid")
-            .ok()?
-            .to_string_lossy()
-            .into_owned();
-        Some(match crate::liveness::start_time(1) {
-            Some(start) => format!("{ns}@{start}"),
-            None => ns,
-        })
-    })
-    .clone()
+    NS.get_or_init(crate::os::pid_namespace).clone()
 }
 
 /// `id` is a subagent of `parent` (`<parent>/<subagent>`).

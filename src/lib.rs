@@ -14,6 +14,7 @@ pub mod key;
 pub mod liveness;
 #[cfg(feature = "mcp")]
 pub mod mcp;
+pub mod os;
 pub mod paths;
 pub mod render;
 pub mod report;

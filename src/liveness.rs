@@ -64,13 +64,9 @@ pub enum Proc {
     Unknown,
 }
 
-/// Start time of a process in clock ticks since boot (field 22 of `/proc/PID/stat`).
+/// Start time of a process, as the OS layer gives it ([`crate::os::same_start`]).
 pub fn start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) may contain spaces and parentheses; fields after it
-    // start after the last ')'.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(19)?.parse().ok()
+    crate::os::start_time(pid)
 }
 
 /// Process checks made, by (pid, recorded start time).
@@ -162,19 +158,16 @@ pub fn check_process(
             return Proc::Gone;
         }
     }
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok();
-    let fields: Vec<&str> = stat
-        .as_deref()
-        .and_then(|s| s.rfind(')').map(|i| &s[i + 1..]))
-        .map(|rest| rest.split_whitespace().collect())
-        .unwrap_or_default();
+    let info = crate::os::process(pid);
     // A zombie has exited; only its parent has not collected it yet.
-    if matches!(fields.first(), Some(&"Z") | Some(&"X")) {
+    if info.as_ref().is_some_and(|p| p.zombie) {
         return Proc::Gone;
     }
-    let now_start = fields.get(19).and_then(|f| f.parse::<u64>().ok());
+    let now_start = info.and_then(|p| p.start);
     match (start, now_start) {
-        (Some(recorded), Some(now)) if recorded != now => Proc::Reused,
+        (Some(recorded), Some(now)) if crate::os::same_start(recorded, now) == Some(false) => {
+            Proc::Reused
+        }
         (Some(_), None) if rc == 0 => Proc::Gone,
         _ => Proc::Running,
     }

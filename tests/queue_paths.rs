@@ -568,7 +568,7 @@ fn a_swarm_mixing_paths_queues_and_deaths_never_hangs_or_is_blocked_by_the_dead(
                 kills
                     .lock()
                     .unwrap()
-                    .push((victim.clone(), chrono::Utc::now()));
+                    .push((victim.clone(), std::time::SystemTime::now().into()));
                 killed_flags.lock().unwrap().insert(victim);
             }
         });

@@ -269,9 +269,7 @@ enum Client {
 /// Codex when the process running the hook is Codex's (`codex`), or when the transcript
 /// is a Codex rollout file (`…/sessions/YYYY/MM/DD/rollout-….jsonl`); else Claude Code.
 fn client(payload: &Value, agent_pid: Option<u32>) -> Client {
-    let comm = agent_pid
-        .and_then(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).ok())
-        .map(|c| c.trim().to_string());
+    let comm = agent_pid.and_then(crate::os::process).and_then(|p| p.name);
     let rollout = payload["transcript_path"]
         .as_str()
         .and_then(|p| std::path::Path::new(p).file_name())
@@ -489,13 +487,11 @@ fn parent_chain_pid() -> Option<u32> {
     // SAFETY: getppid has no preconditions.
     let mut pid = unsafe { libc::getppid() } as u32;
     for _ in 0..8 {
-        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
-        if !WRAPPERS.contains(&comm.trim()) {
+        let info = crate::os::process(pid)?;
+        if !WRAPPERS.contains(&info.name.as_deref().unwrap_or_default()) {
             break;
         }
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        let rest = &stat[stat.rfind(')')? + 1..];
-        pid = rest.split_whitespace().nth(1)?.parse().ok()?;
+        pid = info.parent?;
     }
     (pid > 1).then_some(pid)
 }

@@ -61,14 +61,11 @@ pub fn run(
         command.process_group(0);
     }
     let parent = std::process::id() as libc::pid_t;
-    // SAFETY: prctl and getppid are async-signal-safe; no allocation happens here.
+    // SAFETY: die_with_parent makes async-signal-safe calls only; no allocation here.
     unsafe {
         command.pre_exec(move || {
             // Die with us: CMD must not live on unguarded after the key is reaped.
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            if libc::getppid() != parent {
-                libc::_exit(137);
-            }
+            crate::os::die_with_parent(parent);
             Ok(())
         });
     }

@@ -448,19 +448,15 @@ fn slug(name: &str) -> String {
     if s.is_empty() { "client".into() } else { s }
 }
 
-/// 8 random hex digits (the kernel's generator).
+/// 8 random hex digits (the system's generator).
 fn random_hex() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/random/uuid")
-        .ok()
-        .map(|u| u.chars().filter(char::is_ascii_hexdigit).take(8).collect())
-        .filter(|s: &String| s.len() == 8)
-        .unwrap_or_else(|| {
-            let t = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.subsec_nanos())
-                .unwrap_or(0);
-            format!("{:08x}", t ^ std::process::id())
-        })
+    crate::os::random_hex().unwrap_or_else(|| {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        format!("{:08x}", t ^ std::process::id())
+    })
 }
 
 fn internal(message: &str) -> Called {

@@ -179,6 +179,18 @@ pub fn use_store(cmd: &mut Command, dir: &Path) {
         Some(url) => cmd.env("TASKLOCK_URL", url),
         None => cmd.env_remove("TASKLOCK_URL"),
     };
+    if portable_os() {
+        cmd.env("TASKLOCK_PORTABLE_OS", "1");
+    }
+}
+
+/// Do this test's commands run the OS layer macOS runs (src/os/portable.rs)? In the
+/// `portable_os` test target (tests/portable_os.rs), which includes the liveness, wait,
+/// queue and death-release suites, or with `TASKLOCK_TEST_OS=portable`. Needs the
+/// `portable-os` feature on Linux.
+pub fn portable_os() -> bool {
+    env!("CARGO_CRATE_NAME") == "portable_os"
+        || std::env::var("TASKLOCK_TEST_OS").is_ok_and(|v| v == "portable")
 }
 
 /// For tests of the file store's own layout (files, modes, rotation, debris): true

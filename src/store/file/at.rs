@@ -43,7 +43,20 @@ pub const SHARED_DIR: u32 = 0o2770;
 /// owner (or root) can set those, so no other user can switch a directory to shared by
 /// planting a file.
 pub fn is_shared_mode(mode: u32) -> bool {
-    mode & (libc::S_ISGID | libc::S_IWGRP) == (libc::S_ISGID | libc::S_IWGRP)
+    let bits = raw_mode(libc::S_ISGID | libc::S_IWGRP);
+    mode & bits == bits
+}
+
+/// A mode as the system's type holds it (`u32` on Linux, `u16` on macOS) widened.
+#[allow(clippy::useless_conversion)]
+pub fn raw_mode(m: libc::mode_t) -> u32 {
+    u32::from(m)
+}
+
+/// Permission bits as the system's mode type.
+#[allow(clippy::unnecessary_cast)]
+pub fn mode(bits: u32) -> Mode {
+    Mode::from_raw_mode((bits & 0o7777) as libc::mode_t)
 }
 
 const DIR_FLAGS: OFlags = OFlags::RDONLY
@@ -77,7 +90,7 @@ impl Dir {
     }
 
     fn from_fd(fd: OwnedFd, path: &Path) -> io::Result<Dir> {
-        let shared = is_shared_mode(rustix::fs::fstat(&fd)?.st_mode);
+        let shared = is_shared_mode(raw_mode(rustix::fs::fstat(&fd)?.st_mode));
         Ok(Dir {
             fd,
             path: path.to_path_buf(),
@@ -121,8 +134,8 @@ impl Dir {
             return Ok(());
         }
         let st = rustix::fs::fstat(fd)?;
-        if st.st_mode & 0o7777 != want {
-            rustix::fs::fchmod(fd, Mode::from_raw_mode(want))?;
+        if raw_mode(st.st_mode) & 0o7777 != want {
+            rustix::fs::fchmod(fd, mode(want))?;
         }
         Ok(())
     }
@@ -150,7 +163,7 @@ impl Dir {
             Err(Errno::NOENT) => return Ok(None),
             Err(e) => return Err(dir_error(e)),
         }
-        let made = match rustix::fs::mkdirat(&self.fd, name, Mode::from_raw_mode(self.dir_mode())) {
+        let made = match rustix::fs::mkdirat(&self.fd, name, mode(self.dir_mode())) {
             // Made by us or by another process meanwhile: either way it is opened
             // without following a symlink, so what was made is checked, not assumed.
             Ok(()) => true,
@@ -196,7 +209,7 @@ impl Dir {
         let flags =
             OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let mode = self.file_mode();
-        let fd = rustix::fs::openat(&self.fd, name, flags, Mode::from_raw_mode(mode))?;
+        let fd = rustix::fs::openat(&self.fd, name, flags, self::mode(mode))?;
         self.fix_mode(fd.as_fd(), mode)?;
         Ok(File::from(fd))
     }
@@ -217,7 +230,7 @@ impl Dir {
                 r => break r?,
             }
             let create = flags | OFlags::CREATE | OFlags::EXCL;
-            match rustix::fs::openat(&self.fd, name, create, Mode::from_raw_mode(mode)) {
+            match rustix::fs::openat(&self.fd, name, create, self::mode(mode)) {
                 Ok(fd) => {
                     self.fix_mode(fd.as_fd(), mode)?;
                     break fd;

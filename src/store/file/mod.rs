@@ -247,7 +247,7 @@ impl FileStore {
             let same = self
                 .dir
                 .stat(GUARD)
-                .is_ok_and(|s| s.st_dev == held.dev() && s.st_ino == held.ino());
+                .is_ok_and(|s| same_dev(s.st_dev, held.dev()) && s.st_ino == held.ino());
             if !same {
                 continue;
             }
@@ -831,55 +831,21 @@ fn guard_holder_words(path: &Path) -> String {
     }
 }
 
-/// The pid holding a flock on `path` (from `/proc/locks`, matched by device and inode),
-/// its command name and whether it is stopped.
+/// A device number as `stat` gives it (`u64` on Linux, `i32` on macOS) against std's.
+#[allow(clippy::unnecessary_cast)]
+fn same_dev(raw: libc::dev_t, dev: u64) -> bool {
+    raw as u64 == dev
+}
+
+/// The pid holding a flock on `path` (where the system says: `/proc/locks` on Linux), its
+/// command name and whether it is stopped.
 fn guard_holder(path: &Path) -> Option<(u32, Option<String>, bool)> {
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::metadata(path).ok()?;
-    let dev = meta.dev();
-    let (major, minor) = (libc::major(dev), libc::minor(dev));
-    let want = format!("{major:02x}:{minor:02x}:{}", meta.ino());
-    let ino = format!(":{}", meta.ino());
-    let locks = std::fs::read_to_string("/proc/locks").ok()?;
-    // "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF"; waiters have "->" after the
-    // number. Some file systems (overlayfs) show another device than stat does, so
-    // the inode alone is the fallback.
-    let holders: Vec<(bool, u32)> = locks
-        .lines()
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            if fields.get(1) != Some(&"FLOCK") {
-                return None;
-            }
-            let file = *fields.get(5)?;
-            let pid = fields.get(4)?.parse::<u32>().ok().filter(|p| *p > 0)?;
-            if file == want {
-                Some((true, pid))
-            } else if file.ends_with(&ino) {
-                Some((false, pid))
-            } else {
-                None
-            }
-        })
-        .collect();
-    let pid = match holders.iter().find(|h| h.0) {
-        Some(h) => h.1,
-        None if holders.len() == 1 => holders[0].1,
-        None => return None,
-    };
-    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
-        .ok()
-        .map(|c| c.trim().to_string());
-    let stopped = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            let rest = &s[s.rfind(')')? + 1..];
-            rest.split_whitespace()
-                .next()
-                .map(|st| st == "T" || st == "t")
-        })
-        .unwrap_or(false);
-    Some((pid, comm, stopped))
+    let pid = crate::os::flock_holder(meta.dev(), meta.ino())?;
+    let info = crate::os::process(pid);
+    let stopped = info.as_ref().is_some_and(|p| p.stopped);
+    Some((pid, info.and_then(|p| p.name), stopped))
 }
 
 fn encode_record(record: &Record) -> Result<Vec<u8>> {

@@ -8,7 +8,7 @@
 use std::os::fd::AsFd;
 use std::path::Path;
 
-use rustix::fs::{Gid, Mode};
+use rustix::fs::Gid;
 
 use super::at::{self, Dir};
 use crate::error::{Error, Result};
@@ -49,7 +49,7 @@ pub fn make_shared(root: &Path, gid: u32) -> Result<Vec<String>> {
     let dir = Dir::open_root(root).map_err(|e| Error::io(root, e))?;
     let set = |fd: std::os::fd::BorrowedFd<'_>, mode: u32| -> std::io::Result<()> {
         rustix::fs::fchown(fd, None, Some(Gid::from_raw(gid)))?;
-        rustix::fs::fchmod(fd, Mode::from_raw_mode(mode))?;
+        rustix::fs::fchmod(fd, at::mode(mode))?;
         Ok(())
     };
     set(dir.fd(), at::SHARED_DIR).map_err(|e| {

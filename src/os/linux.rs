@@ -1,0 +1,155 @@
+//! Linux: procfs, inotify and `prctl`.
+
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::ProcInfo;
+
+pub(super) fn name() -> &'static str {
+    "linux"
+}
+
+fn read_trimmed(path: &str) -> Option<String> {
+    std::fs::read_to_string(path)
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+}
+
+/// From `/proc/PID/stat`: the command name (field 2, as `/proc/PID/comm` has it), state,
+/// parent and start time in clock ticks since boot (fields 3, 4 and 22). One read.
+pub(super) fn process(pid: u32) -> Option<ProcInfo> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may contain spaces and parentheses; the fields after
+    // it start after the last ')'.
+    let open = stat.find('(')?;
+    let close = stat.rfind(')')?;
+    let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+    let state = fields.first().copied().unwrap_or_default();
+    Some(ProcInfo {
+        parent: fields.get(1).and_then(|f| f.parse().ok()),
+        name: stat.get(open + 1..close).map(str::to_string),
+        start: fields.get(19).and_then(|f| f.parse().ok()),
+        zombie: matches!(state, "Z" | "X"),
+        stopped: matches!(state, "T" | "t"),
+    })
+}
+
+pub(super) fn hostname() -> Option<String> {
+    read_trimmed("/proc/sys/kernel/hostname")
+}
+
+pub(super) fn boot_id() -> Option<String> {
+    read_trimmed("/proc/sys/kernel/random/boot_id")
+}
+
+/// `pid:[INODE]@START`: the namespace's inode and the start time of its pid 1.
+///
+/// The inode alone does not name a namespace over time: the kernel reuses the inode of a
+/// namespace that is gone. Codex runs every command in a fresh sandbox with a pid
+/// namespace of its own, and measured here each got the inode of the one before, so a
+/// record written in one sandbox looked, to the next, as if from its own namespace, and
+/// the (host) pid it names as gone. The start time of the namespace's first process tells
+/// them apart. Just `pid:[INODE]` when `/proc/1/stat` cannot be read.
+pub(super) fn pid_namespace() -> Option<String> {
+    let ns = std::fs::read_link("/proc/self/ns/pid")
+        .ok()?
+        .to_string_lossy()
+        .into_owned();
+    Some(match process(1).and_then(|p| p.start) {
+        Some(start) => format!("{ns}@{start}"),
+        None => ns,
+    })
+}
+
+/// From `/proc/locks`, matched by device and inode. Some file systems (overlayfs) show
+/// another device there than `stat` does, so a lone holder of the inode is the fallback.
+pub(super) fn flock_holder(dev: u64, ino: u64) -> Option<u32> {
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    let want = format!("{major:02x}:{minor:02x}:{ino}");
+    let ino = format!(":{ino}");
+    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    // "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF"; waiters have "->" after the
+    // number.
+    let holders: Vec<(bool, u32)> = locks
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if fields.get(1) != Some(&"FLOCK") {
+                return None;
+            }
+            let file = *fields.get(5)?;
+            let pid = fields.get(4)?.parse::<u32>().ok().filter(|p| *p > 0)?;
+            if file == want {
+                Some((true, pid))
+            } else if file.ends_with(&ino) {
+                Some((false, pid))
+            } else {
+                None
+            }
+        })
+        .collect();
+    match holders.iter().find(|h| h.0) {
+        Some(h) => Some(h.1),
+        None if holders.len() == 1 => Some(holders[0].1),
+        None => None,
+    }
+}
+
+/// # Safety
+/// Async-signal-safe calls only (`pre_exec`).
+pub(super) unsafe fn die_with_parent(parent: i32) {
+    // SAFETY: prctl and getppid are async-signal-safe; no allocation happens here.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+        if libc::getppid() != parent {
+            libc::_exit(137);
+        }
+    }
+}
+
+pub(super) fn children_die_with_parent() -> bool {
+    true
+}
+
+/// inotify on the directories: entries created, replaced, removed or written.
+pub(super) struct Watch(Option<inotify::Inotify>);
+
+impl Watch {
+    pub(super) fn new(dirs: Vec<PathBuf>) -> Watch {
+        use inotify::{Inotify, WatchMask};
+        let Ok(ino) = Inotify::init() else {
+            return Watch(None);
+        };
+        let mask = WatchMask::DELETE
+            | WatchMask::MOVED_TO
+            | WatchMask::MOVED_FROM
+            | WatchMask::CLOSE_WRITE;
+        let ok = dirs.iter().all(|d| ino.watches().add(d, mask).is_ok());
+        Watch(ok.then_some(ino))
+    }
+
+    pub(super) fn wait(&mut self, timeout: Duration) {
+        let Some(ino) = &self.0 else {
+            std::thread::sleep(timeout);
+            return;
+        };
+        let mut fds = libc::pollfd {
+            fd: ino.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: one valid pollfd for the duration of the call.
+        let n = unsafe { libc::poll(&mut fds, 1, ms) };
+        if n > 0 {
+            // Drain the events; which one woke us does not matter, the next attempt looks.
+            let mut buf = [0u8; 4096];
+            // SAFETY: reading into a buffer we own; the fd is non-blocking after poll.
+            unsafe {
+                libc::read(ino.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len());
+            }
+        }
+    }
+}

@@ -1,0 +1,187 @@
+//! The operating system, at the bottom of the layers: everything tasklock asks of it that
+//! differs between platforms. It imports nothing from the rest of the crate.
+//!
+//! One implementation per platform:
+//! - `linux.rs`: procfs, inotify, `prctl(PR_SET_PDEATHSIG)`: what Linux builds run;
+//! - `portable.rs`: the `sysinfo` crate for processes, polling for directory changes: what
+//!   macOS (and any other Unix) runs. Linux builds with the cargo feature `portable-os`
+//!   carry it too, chosen at run time by `TASKLOCK_PORTABLE_OS=1`, so that the code macOS
+//!   runs is exercised on Linux (tests/portable_os.rs).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+// Native Windows is refused by build.rs, pointing to WSL.
+
+#[cfg(target_os = "linux")]
+mod linux;
+#[cfg(any(not(target_os = "linux"), feature = "portable-os"))]
+mod portable;
+
+/// What the process table says about one process.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProcInfo {
+    /// Its parent, when known.
+    pub parent: Option<u32>,
+    /// Its command name (without the path), when known.
+    pub name: Option<String>,
+    /// When it started, in this implementation's unit ([`same_start`] compares two).
+    pub start: Option<u64>,
+    /// It has exited and waits to be collected by its parent.
+    pub zombie: bool,
+    /// It is stopped (SIGSTOP, a debugger).
+    pub stopped: bool,
+}
+
+/// Does this process run the portable implementation?
+#[cfg(all(target_os = "linux", feature = "portable-os"))]
+fn portable() -> bool {
+    static P: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *P.get_or_init(|| std::env::var_os("TASKLOCK_PORTABLE_OS").is_some_and(|v| v == "1"))
+}
+
+/// Call the implementation this process runs.
+macro_rules! dispatch {
+    ($f:ident ( $($arg:expr),* )) => {{
+        #[cfg(all(target_os = "linux", not(feature = "portable-os")))]
+        let r = linux::$f($($arg),*);
+        #[cfg(all(target_os = "linux", feature = "portable-os"))]
+        let r = if portable() { portable::$f($($arg),*) } else { linux::$f($($arg),*) };
+        #[cfg(not(target_os = "linux"))]
+        let r = portable::$f($($arg),*);
+        r
+    }};
+}
+
+/// The name of the implementation in use (`linux` or `portable`), for `doctor`.
+pub fn implementation() -> &'static str {
+    dispatch!(name())
+}
+
+/// One process, or `None` when there is no such process (or it cannot be read).
+pub fn process(pid: u32) -> Option<ProcInfo> {
+    dispatch!(process(pid))
+}
+
+/// A process's start time ([`ProcInfo::start`]).
+pub fn start_time(pid: u32) -> Option<u64> {
+    process(pid).and_then(|p| p.start)
+}
+
+/// Start times at or above this are milliseconds since 1970 (the portable
+/// implementation); below, clock ticks since boot (Linux). Ticks reach it after 300 years
+/// of uptime at 100 Hz.
+const EPOCH_MS_FLOOR: u64 = 1_000_000_000_000;
+
+/// Are two start times of one pid the same process's? `None` when they were taken by
+/// different implementations and cannot be compared: then the pid proves nothing either
+/// way, and the process counts as running.
+pub fn same_start(recorded: u64, now: u64) -> Option<bool> {
+    ((recorded >= EPOCH_MS_FLOOR) == (now >= EPOCH_MS_FLOOR)).then_some(recorded == now)
+}
+
+/// This host's name as the system gives it.
+pub fn hostname() -> Option<String> {
+    dispatch!(hostname())
+}
+
+/// An id of the current boot: a process check is trusted only within one boot.
+pub fn boot_id() -> Option<String> {
+    dispatch!(boot_id())
+}
+
+/// This process's pid namespace (Linux; `None` where there are none).
+pub fn pid_namespace() -> Option<String> {
+    dispatch!(pid_namespace())
+}
+
+/// The pid holding a `flock` on the file with this device and inode, when the system
+/// says (Linux: `/proc/locks`).
+pub fn flock_holder(dev: u64, ino: u64) -> Option<u32> {
+    dispatch!(flock_holder(dev, ino))
+}
+
+/// In a child between fork and exec (`pre_exec`): have it killed when its parent, `parent`,
+/// dies, where the system can; exit at once if the parent is already gone.
+///
+/// # Safety
+/// Only async-signal-safe calls: for `pre_exec`.
+pub unsafe fn die_with_parent(parent: i32) {
+    // SAFETY: the caller is in pre_exec; the implementations only make async-signal-safe
+    // calls.
+    unsafe { dispatch!(die_with_parent(parent)) }
+}
+
+/// Does the child of [`die_with_parent`] really die with its parent? (On Linux; elsewhere
+/// it is killed by `run` itself unless `run` is killed with SIGKILL.)
+pub fn children_die_with_parent() -> bool {
+    dispatch!(children_die_with_parent())
+}
+
+/// Eight random hex digits.
+pub fn random_hex() -> Option<String> {
+    use std::io::Read;
+    let mut b = [0u8; 4];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .ok()?;
+    Some(b.iter().map(|x| format!("{x:02x}")).collect())
+}
+
+/// Wakes a waiter when entries of some directories are created, replaced or removed.
+pub struct DirWatcher(Watch);
+
+enum Watch {
+    #[cfg(target_os = "linux")]
+    Linux(linux::Watch),
+    #[cfg(any(not(target_os = "linux"), feature = "portable-os"))]
+    Portable(portable::Watch),
+}
+
+impl DirWatcher {
+    /// Watch these directories (which exist). A system that cannot watch gives a
+    /// watcher that only sleeps.
+    pub fn new(dirs: Vec<PathBuf>) -> DirWatcher {
+        #[cfg(all(target_os = "linux", feature = "portable-os"))]
+        if portable() {
+            return DirWatcher(Watch::Portable(portable::Watch::new(dirs)));
+        }
+        #[cfg(target_os = "linux")]
+        return DirWatcher(Watch::Linux(linux::Watch::new(dirs)));
+        #[cfg(not(target_os = "linux"))]
+        DirWatcher(Watch::Portable(portable::Watch::new(dirs)))
+    }
+
+    /// Sleep until something changed in the directories, or `timeout` passed.
+    pub fn wait(&mut self, timeout: Duration) {
+        match &mut self.0 {
+            #[cfg(target_os = "linux")]
+            Watch::Linux(w) => w.wait(timeout),
+            #[cfg(any(not(target_os = "linux"), feature = "portable-os"))]
+            Watch::Portable(w) => w.wait(timeout),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn start_times_of_two_implementations_are_never_judged_different() {
+        assert_eq!(same_start(1234, 1234), Some(true));
+        assert_eq!(same_start(1234, 1235), Some(false));
+        assert_eq!(same_start(1_764_000_000_000, 1_764_000_000_000), Some(true));
+        assert_eq!(same_start(1234, 1_764_000_000_000), None);
+        assert_eq!(same_start(1_764_000_000_000, 1234), None);
+    }
+
+    #[test]
+    fn this_process_is_seen_with_a_start_and_a_parent() {
+        let me = process(std::process::id()).expect("this process");
+        assert!(me.start.is_some());
+        assert!(!me.zombie);
+        assert!(me.parent.is_some_and(|p| p > 0));
+        assert_eq!(start_time(std::process::id()), me.start);
+    }
+}
