@@ -476,7 +476,9 @@ pub fn roots(start: &Path) -> Option<Roots> {
 /// leaves `root` or follows a wildcard), the text is put in NFC, control and invisible
 /// characters are refused, and the symbolic links of the wildcard-free prefix are
 /// resolved: one that leads outside `root` is refused, one that stays inside is replaced
-/// by the path it leads to (an edit through the link changes that file).
+/// by the path it leads to (an edit through the link changes that file). In a repository
+/// that ignores case ([`ignores_case`]) the result is in lower case ([`fold_case`]), so
+/// that checkouts, the edit hook and the commit guard all compare one form.
 pub fn normalize(root: &Path, cwd: &Path, input: &str) -> Result<PathPattern, PathError> {
     let input = crate::key::normalize(input);
     check_text(&input)?;
@@ -518,7 +520,69 @@ pub fn normalize(root: &Path, cwd: &Path, input: &str) -> Result<PathPattern, Pa
         parse_seg(&input, raw)?;
     }
     let stack = resolve_links(&input, stack, &canon_root)?;
-    build(&input, stack, input.ends_with('/'))
+    let p = build(&input, stack, input.ends_with('/'))?;
+    if !ignores_case(root) {
+        return Ok(p);
+    }
+    // One name however it is cased: patterns and files are compared in lower case.
+    PathPattern::parse(&fold_case(p.as_str())).or(Ok(p))
+}
+
+/// A path or pattern in the one case a case-insensitive repository compares in.
+pub fn fold_case(s: &str) -> String {
+    crate::key::normalize(&s.to_lowercase())
+}
+
+/// Does the repository whose worktree top is `root` ignore case in file names? Git's
+/// `core.ignorecase` (set by `git init` and `git clone` on a case-insensitive file system,
+/// as macOS's default is) says; outside a repository, no. Read once per process.
+pub fn ignores_case(root: &Path) -> bool {
+    static SEEN: std::sync::Mutex<Option<(PathBuf, bool)>> = std::sync::Mutex::new(None);
+    let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((r, v)) = seen.as_ref()
+        && r == root
+    {
+        return *v;
+    }
+    let v = crate::discover::git_common_dir(root)
+        .and_then(|d| std::fs::read_to_string(d.join("config")).ok())
+        .is_some_and(|text| config_ignorecase(&text));
+    *seen = Some((root.to_path_buf(), v));
+    v
+}
+
+/// `core.ignorecase` in the text of a git config file: a boolean as git reads one.
+fn config_ignorecase(text: &str) -> bool {
+    let mut in_core = false;
+    let mut value = false;
+    for line in text.lines() {
+        let line = line.trim();
+        if let Some(rest) = line.strip_prefix('[') {
+            let name = rest.split(']').next().unwrap_or_default().trim();
+            in_core = name.eq_ignore_ascii_case("core");
+            continue;
+        }
+        if !in_core || line.starts_with(['#', ';']) {
+            continue;
+        }
+        let (key, val) = match line.split_once('=') {
+            Some((k, v)) => (k.trim(), Some(v.trim())),
+            None => (line, None),
+        };
+        if key.eq_ignore_ascii_case("ignorecase") {
+            let val = val
+                .map(|v| {
+                    v.split(['#', ';'])
+                        .next()
+                        .unwrap_or_default()
+                        .trim()
+                        .trim_matches('"')
+                })
+                .map(str::to_ascii_lowercase);
+            value = matches!(val.as_deref(), None | Some("true" | "yes" | "on" | "1"));
+        }
+    }
+    value
 }
 
 /// The working directory's segments below `root`, escaped.
@@ -1208,5 +1272,33 @@ impl PatternSet {
         };
         out.sort_unstable();
         out
+    }
+}
+
+#[cfg(test)]
+mod case_tests {
+    use super::*;
+
+    #[test]
+    fn core_ignorecase_is_read_as_git_reads_a_boolean() {
+        assert!(config_ignorecase("[core]\n\tignorecase = true\n"));
+        assert!(config_ignorecase(
+            "[CORE]\n  IgnoreCase=Yes ; set by clone\n"
+        ));
+        assert!(config_ignorecase("[core]\n\tignorecase\n"));
+        assert!(!config_ignorecase("[core]\n\tignorecase = false\n"));
+        assert!(!config_ignorecase("[user]\n\tignorecase = true\n"));
+        assert!(!config_ignorecase("[core]\n\tbare = false\n"));
+        assert!(!config_ignorecase(
+            "[core]\n\tignorecase = true\n\tignorecase = false\n"
+        ));
+    }
+
+    #[test]
+    fn folding_keeps_the_pattern_and_only_changes_case() {
+        assert_eq!(fold_case("Src/Parser/**/*.RS"), "src/parser/**/*.rs");
+        let p = PathPattern::parse(&fold_case("Docs/[A-C]*.MD")).unwrap();
+        assert!(matches(&p, "docs/b1.md"));
+        assert!(!matches(&p, "docs/d1.md"));
     }
 }

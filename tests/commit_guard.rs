@@ -392,3 +392,19 @@ fn a_rename_out_of_another_agents_tree_and_a_person_without_an_agent_id_are_refu
     assert_ne!(r.code, 0, "{}", r.text());
     assert!(r.text().contains("held by alice"), "{}", r.text());
 }
+
+/// In a repository that ignores case, a staged file is judged however its name is cased.
+#[test]
+fn the_guard_folds_case_where_the_repository_ignores_case() {
+    let (env, main, _) = repo();
+    git(&main, &["config", "core.ignorecase", "true"]);
+    let r = tl(&env, &main, "alice", &["init", "--git-hook"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    let r = tl(&env, &main, "alice", &["checkout", "--path", "SRC/A/X.RS"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    std::fs::write(main.join("src/a/x.rs"), "bob was here\n").unwrap();
+    git(&main, &["add", "src/a/x.rs"]);
+    let guard = tl(&env, &main, "bob", &["guard-commit", "--json"]);
+    assert_eq!(guard.code, 2, "{}", guard.text());
+    assert!(guard.stdout.contains("alice"), "{}", guard.text());
+}

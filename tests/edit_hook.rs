@@ -544,3 +544,39 @@ fn init_wires_the_edit_matcher_beside_bash() {
     assert_eq!(settings["action"], "unchanged", "{changes}");
     assert_eq!(read()["hooks"]["PreToolUse"], pre);
 }
+
+/// In a repository that ignores case, an edit of another agent's file under another
+/// case is denied too: the hook folds case as checkouts do.
+#[test]
+fn the_edit_hook_folds_case_where_the_repository_ignores_case() {
+    let (env, top) = repo();
+    let status = std::process::Command::new("git")
+        .args(["config", "core.ignorecase", "true"])
+        .current_dir(&top)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    ok(
+        &env,
+        &top,
+        "alice",
+        &["checkout", "--path", "src/a/Parser.rs"],
+    );
+    let r = hook(
+        &env,
+        &top,
+        &edit("bob", &top, "Edit", &top.join("SRC/A/parser.RS")),
+    );
+    let reason = denied(&r).unwrap_or_else(|| panic!("not denied: {}", r.text()));
+    assert!(reason.contains("alice"), "{reason}");
+    let j: Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(j["tasklock"]["file"], "src/a/parser.rs", "{j}");
+    assert_eq!(j["tasklock"]["holders"][0]["agent"], "alice", "{j}");
+    // Alice's own edit under any case is hers.
+    let r = hook(
+        &env,
+        &top,
+        &edit("alice", &top, "Edit", &top.join("src/A/PARSER.rs")),
+    );
+    assert_eq!(denied(&r), None, "{}", r.text());
+}

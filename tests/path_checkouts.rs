@@ -496,3 +496,44 @@ fn a_wait_for_cycle_through_paths_is_a_deadlock() {
         "{j}"
     );
 }
+
+/// Where git says the repository ignores case (`core.ignorecase`, as on macOS), patterns
+/// that differ only in case name the same files: they conflict, and are stored and shown
+/// in lower case. Where it does not, they are different files.
+#[test]
+fn patterns_differing_only_in_case_conflict_where_the_repository_ignores_case() {
+    let (env, top) = repo();
+    let (code, j) = json_run(&env, &top, "alice", &["checkout", "--path", "src/Foo.rs"]);
+    assert_eq!(code, 0, "{j}");
+    let (code, j) = json_run(&env, &top, "bob", &["checkout", "--path", "src/foo.RS"]);
+    assert_eq!(code, 0, "a case-sensitive repository: two files: {j}");
+
+    let (env, top) = repo();
+    let ok = std::process::Command::new("git")
+        .args(["config", "core.ignorecase", "true"])
+        .current_dir(&top)
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let (code, j) = json_run(&env, &top, "alice", &["checkout", "--path", "src/Foo.rs"]);
+    assert_eq!(code, 0, "{j}");
+    assert_eq!(
+        j["checkout"]["paths"],
+        serde_json::json!(["src/foo.rs"]),
+        "{j}"
+    );
+    let (code, j) = json_run(&env, &top, "bob", &["checkout", "--path", "SRC/foo.RS"]);
+    assert_eq!(code, 2, "the same key, `path:src/foo.rs`: {j}");
+    assert_eq!(j["checkout"]["agent"]["id"], "alice", "{j}");
+    let (code, j) = json_run(
+        &env,
+        &top,
+        "bob",
+        &["checkout", "B-1", "--path", "SRC/foo.RS"],
+    );
+    assert_eq!(code, 2, "{j}");
+    assert_eq!(j["overlaps"][0]["agent"]["id"], "alice", "{j}");
+    assert_eq!(j["overlaps"][0]["witness"], "src/foo.rs", "{j}");
+    let (code, j) = json_run(&env, &top, "bob", &["checkout", "--path", "Src/*.Rs"]);
+    assert_eq!(code, 2, "globs fold too: {j}");
+}
