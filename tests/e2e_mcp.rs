@@ -210,27 +210,26 @@ fn sdk_client_checks_out_conflicts_queues_and_gets_the_handover_pushed() {
     assert!(!project.join(".locks/keys/task-1").exists(), "{ctx}");
 }
 
-/// The parent pid of a process, from /proc.
+/// The parent pid of a process.
 fn ppid(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(1)?.parse().ok()
+    tasklock::os::process(pid)?.parent
 }
 
-/// The `tasklock mcp` processes started (directly or through a shell) by `ancestor`.
+/// The `tasklock mcp` processes started (directly or through a shell) by `ancestor`,
+/// from `ps` (on Linux and macOS alike).
 fn mcp_servers_of(ancestor: u32) -> Vec<u32> {
+    let out = std::process::Command::new("ps")
+        .args(["-A", "-o", "pid=,args="])
+        .output()
+        .expect("ps lists the processes");
     let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<u32>().ok())
-        else {
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let mut words = line.split_whitespace();
+        let Some(pid) = words.next().and_then(|p| p.parse::<u32>().ok()) else {
             continue;
         };
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-        let is_server = args.len() >= 2 && args[0].ends_with(b"tasklock") && args[1] == b"mcp";
+        let (program, first) = (words.next().unwrap_or_default(), words.next());
+        let is_server = program.ends_with("tasklock") && first == Some("mcp");
         let mut p = pid;
         let mut under = false;
         for _ in 0..6 {

@@ -157,16 +157,7 @@ fn a_run_process_alive_keeps_its_key_through_silence() {
     e.ok("agent-a", &["checkout", "task-1", "--timeout", "2h"]);
     let path = record_path(&e.dir(), "task-1");
     let mut rec: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    let start: u64 = std::fs::read_to_string(format!("/proc/{}/stat", a.pid()))
-        .unwrap()
-        .rsplit_once(')')
-        .unwrap()
-        .1
-        .split_whitespace()
-        .nth(19)
-        .unwrap()
-        .parse()
-        .unwrap();
+    let start = tasklock::os::start_time(a.pid().parse().unwrap()).expect("its start time");
     rec["agent"]["pid"] = a.pid().parse::<u64>().unwrap().into();
     rec["agent"]["pid_start"] = start.into();
     std::fs::write(&path, serde_json::to_string_pretty(&rec).unwrap()).unwrap();

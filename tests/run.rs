@@ -161,16 +161,7 @@ fn signal(pid: u32, sig: &str) {
 
 /// Does `pid` exist and is it not a zombie?
 fn alive(pid: u32) -> bool {
-    match fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => {
-            let state = stat[stat.rfind(')').unwrap() + 1..]
-                .split_whitespace()
-                .next()
-                .unwrap_or("X");
-            !matches!(state, "Z" | "X" | "x")
-        }
-        Err(_) => false,
-    }
+    tasklock::os::process(pid).is_some_and(|p| !p.zombie)
 }
 
 /// Poll `f` until it holds, or fail after LIMIT.

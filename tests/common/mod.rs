@@ -212,11 +212,9 @@ pub fn exec(mut cmd: Command) -> Run {
     }
 }
 
+/// This host's name, as tasklock records it.
 pub fn host() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .unwrap()
-        .trim()
-        .to_string()
+    tasklock::identity::hostname()
 }
 
 /// Snapshot a run (textual scope: `#[macro_use] mod common;`, so that tests/pg.rs can
@@ -328,6 +326,21 @@ impl TestUser {
             .arg("--clear-groups")
             .arg(program);
         cmd
+    }
+
+    /// A new user named `PREFIX-<unique>`, with a group of its own when `with_group`; or
+    /// `None`, said on stderr, where one cannot be made: that needs root on Linux
+    /// (useradd, setpriv). On Linux as root (as CI runs) it is always made, so no test is
+    /// skipped there.
+    pub fn create_or_skip(prefix: &str, with_group: bool) -> Option<TestUser> {
+        // SAFETY: geteuid has no preconditions.
+        if cfg!(target_os = "linux") && unsafe { libc::geteuid() } == 0 {
+            return Some(TestUser::create(prefix, with_group));
+        }
+        eprintln!(
+            "skipped: this test makes another Unix user, which needs root on Linux (useradd, setpriv)"
+        );
+        None
     }
 
     /// A new user named `PREFIX-<unique>`, with a group of its own when `with_group`.

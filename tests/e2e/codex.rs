@@ -391,14 +391,14 @@ pub fn codex_cmd(home: &Path, project: &Path, prompt: &str) -> Command {
 pub fn native_codex_pid(launcher: u32, timeout: Duration) -> Option<u32> {
     let started = Instant::now();
     loop {
-        let children =
-            std::fs::read_to_string(format!("/proc/{launcher}/task/{launcher}/children"))
-                .unwrap_or_default();
-        for child in children.split_whitespace().filter_map(|c| c.parse().ok()) {
-            let comm = std::fs::read_to_string(format!("/proc/{child}/comm")).unwrap_or_default();
-            if comm.trim() == "codex" {
-                return Some(child);
-            }
+        // `pgrep -P PARENT -x NAME`: the same on Linux and macOS.
+        let children = std::process::Command::new("pgrep")
+            .args(["-P", &launcher.to_string(), "-x", "codex"])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        if let Some(child) = children.split_whitespace().find_map(|c| c.parse().ok()) {
+            return Some(child);
         }
         if started.elapsed() > timeout {
             return None;

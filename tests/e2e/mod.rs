@@ -855,20 +855,29 @@ fn sse(message: &Value) -> String {
 // Projects and sessions
 // ---------------------------------------------------------------------------------------
 
-/// A new random UUID (the kernel's generator), for `--session-id`.
+/// A new random UUID (version 4), for `--session-id`.
 pub fn uuid() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/random/uuid")
-        .expect("read /proc/sys/kernel/random/uuid")
-        .trim()
-        .to_string()
+    use std::io::Read;
+    let mut b = [0u8; 16];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .expect("read /dev/urandom");
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..]
+    )
 }
 
-/// Start time of a process in clock ticks since boot (field 22 of /proc/PID/stat), the
-/// same value tasklock records as `pid_start`.
+/// Start time of a process, the same value tasklock records as `pid_start`.
 pub fn start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(19)?.parse().ok()
+    tasklock::os::start_time(pid)
 }
 
 /// A throwaway git repository in `parent/project`.
