@@ -1,16 +1,24 @@
 #!/bin/sh
-# install.sh: build tasklock from this checkout and install it with its agent skills.
+# install.sh: install tasklock with its agent skills.
 #
 #   ./install.sh [--prefix DIR] [--skills-dir DIR] [--agents-dir DIR] [--no-agents]
-#                [--project] [--force] [--dry-run]
+#                [--project] [--force] [--dry-run] [--from-source]
 #   ./install.sh --uninstall [--dry-run]
 #   curl -fsSL https://raw.githubusercontent.com/tasklock/tasklock/main/install.sh | sh
 #
-# Without a checkout around it (piped into sh, or copied elsewhere) it fetches the source
-# first: `git clone --depth 1` of $TASKLOCK_REPO (default
-# https://github.com/tasklock/tasklock.git; any URL or path git accepts), at
-# $TASKLOCK_REF if set (a branch or tag), into a temporary directory that is removed when
-# it ends, however it ends. The script is POSIX sh throughout (dash, busybox sh, bash).
+# Where the binary comes from:
+#   - in a checkout of the source: built from it (cargo build --release --locked);
+#   - unpacked from a release archive (tasklock-TARGET.tar.gz): the binary beside it;
+#   - anywhere else (piped into sh, or copied elsewhere): the release archive for this
+#     platform, downloaded from $TASKLOCK_RELEASE_URL (default: the project's latest
+#     GitHub release) with its .sha256, verified (a wrong checksum stops everything,
+#     nothing installed), no Rust toolchain needed. With --from-source
+#     (TASKLOCK_FROM_SOURCE=1), or when no archive fits the platform, it fetches the
+#     source instead: `git clone --depth 1` of $TASKLOCK_REPO (default
+#     https://github.com/tasklock/tasklock.git; any URL or path git accepts), at
+#     $TASKLOCK_REF if set (a branch or tag), and builds it.
+# Downloads and clones go to a temporary directory that is removed when the script ends,
+# however it ends. The script is POSIX sh throughout (dash, busybox sh, bash).
 #
 # What goes where (every directory may be overridden; nothing outside them is touched):
 #   binary   ${XDG_BIN_HOME:-$HOME/.local/bin}/tasklock                 --prefix DIR
@@ -77,7 +85,8 @@ usage() {
 Usage: ./install.sh [OPTIONS]
        ./install.sh --uninstall [--dry-run]
 
-Build tasklock from this checkout (cargo build --release --locked) and install:
+Install tasklock (built from this checkout, or downloaded as a verified release archive
+when run from anywhere else):
   the binary     into ${XDG_BIN_HOME:-$HOME/.local/bin}
   the skills     into ~/.claude/skills/NAME (Claude Code)
   skill links    into ~/.agents/skills/NAME (Codex and other agents)
@@ -94,10 +103,15 @@ Options:
   --dry-run          print what would be done; change nothing installed (it still
                      builds, in cargo's target directory, to compare the binary)
   --uninstall        remove what the receipt lists (files changed since install are kept)
+  --from-source      outside a checkout: clone the source and build it instead of
+                     downloading the release archive
   -h, --help         show this help
 
-Run from anywhere else (or piped: curl -fsSL .../install.sh | sh), it first clones the
-source with git into a temporary directory, removed afterwards:
+Run from anywhere else (or piped: curl -fsSL .../install.sh | sh), it downloads the
+release archive for this platform and its SHA-256 sum, and installs it only if they match:
+  TASKLOCK_RELEASE_URL=URL  where the archives are (default
+                     https://github.com/tasklock/tasklock/releases/latest/download)
+With --from-source, or when no archive fits, it clones the source and builds it:
   TASKLOCK_REPO=URL  the repository (default https://github.com/tasklock/tasklock.git)
   TASKLOCK_REF=REF   a branch or tag of it (default: its default branch)
 
@@ -126,6 +140,7 @@ need_value() {
 }
 
 bindir='' skills_dir='' agents_dir='' no_agents=0 project=0 force=0 dry_run=0 uninstall=0
+from_source=${TASKLOCK_FROM_SOURCE:-0}
 while [ $# -gt 0 ]; do
     case $1 in
         --prefix) need_value "$@"; bindir=$2; shift 2 ;;
@@ -139,6 +154,7 @@ while [ $# -gt 0 ]; do
         --force) force=1; shift ;;
         --dry-run) dry_run=1; shift ;;
         --uninstall) uninstall=1; shift ;;
+        --from-source) from_source=1; shift ;;
         -h|--help) usage; exit 0 ;;
         --) shift; [ $# -eq 0 ] || usage_error "unexpected argument: $1" ;;
         -*) usage_error "unknown option: $1" ;;
@@ -279,17 +295,81 @@ fi
 
 # ---------------------------------------------------------------- plan
 
-# The checkout this script is in; none when it was piped into sh ($0 is then the shell)
-# or copied out of one: the source is fetched below.
-here=''
-if [ -f "$0" ]; then
-    here=$(CDPATH='' cd -- "$(dirname -- "$0")" && pwd -P)
-    if [ ! -f "$here/Cargo.toml" ] || [ ! -d "$here/skills" ]; then here=''; fi
-fi
+# Where releases are published: the one place to change it. TASKLOCK_RELEASE_URL
+# overrides it (a mirror, a fork, a directory served for tests); the archives are
+# RELEASE_URL/tasklock-TARGET.tar.gz with RELEASE_URL/tasklock-TARGET.tar.gz.sha256.
+default_release_url=https://github.com/tasklock/tasklock/releases/latest/download
+release_url=${TASKLOCK_RELEASE_URL:-$default_release_url}
 default_repo=https://github.com/tasklock/tasklock.git
 repo_url=${TASKLOCK_REPO:-$default_repo}
-if [ -z "$here" ] && ! command -v git >/dev/null 2>&1; then
-    die "git not found on PATH: without a tasklock checkout around it, install.sh clones $repo_url with git. Install git, or run ./install.sh from a clone."
+
+# How the binary comes: `checkout` builds the checkout this script is in; `unpacked`
+# installs the release archive this script was unpacked from; `release` downloads the
+# archive for this platform and verifies its checksum (piped into sh, or copied out of a
+# checkout); `source` clones the source and builds it (--from-source, or when no archive
+# fits this platform).
+here='' mode=release
+if [ -f "$0" ]; then
+    here=$(CDPATH='' cd -- "$(dirname -- "$0")" && pwd -P)
+    if [ -f "$here/Cargo.toml" ] && [ -d "$here/skills" ]; then
+        mode=checkout
+    elif [ -x "$here/tasklock" ] && [ -d "$here/skills" ]; then
+        mode=unpacked
+    else
+        here=''
+    fi
+fi
+if [ "$from_source" = 1 ] && [ "$mode" != checkout ]; then here='' mode=source; fi
+
+# This platform's Rust target triple, as release archives are named (empty: none fits).
+platform() {
+    case $(uname -s)/$(uname -m) in
+        Linux/x86_64 | Linux/amd64) say x86_64-unknown-linux-gnu ;;
+        Linux/aarch64 | Linux/arm64) say aarch64-unknown-linux-gnu ;;
+        Darwin/arm64 | Darwin/aarch64) say aarch64-apple-darwin ;;
+        Darwin/x86_64) say x86_64-apple-darwin ;;
+    esac
+}
+
+# fetch URL FILE: download with curl or wget. Exit status 0, or 2 when the server says
+# there is no such file (404 and the like), or 1 when it cannot be had (network).
+fetch() {
+    if command -v curl >/dev/null 2>&1; then
+        _rc=0
+        curl -fsSL --connect-timeout 20 --proto '=https,http,file' -o "$2" "$1" 2>/dev/null || _rc=$?
+        case $_rc in 0) return 0 ;; 22 | 37) return 2 ;; *) return 1 ;; esac
+    elif command -v wget >/dev/null 2>&1; then
+        _rc=0
+        wget -q -T 20 -O "$2" "$1" || _rc=$?
+        case $_rc in 0) return 0 ;; 8) return 2 ;; *) return 1 ;; esac
+    else
+        die "neither curl nor wget is on PATH: install one of them to download tasklock, or run ./install.sh --from-source from a clone"
+    fi
+}
+
+# sha256 FILE: its SHA-256, in hex.
+sha256() {
+    if command -v sha256sum >/dev/null 2>&1; then
+        sha256sum "$1" | cut -d' ' -f1
+    elif command -v shasum >/dev/null 2>&1; then
+        shasum -a 256 "$1" | cut -d' ' -f1
+    elif command -v openssl >/dev/null 2>&1; then
+        openssl dgst -sha256 "$1" | sed 's/.*= *//'
+    else
+        die "no sha256sum, shasum or openssl on PATH to verify the download with"
+    fi
+}
+
+target=''
+if [ "$mode" = release ]; then
+    target=$(platform)
+    if [ -z "$target" ]; then
+        say "No release archive fits this platform ($(uname -s) $(uname -m)): building from source."
+        mode=source
+    fi
+fi
+if [ "$mode" = source ] && ! command -v git >/dev/null 2>&1; then
+    die "git not found on PATH: install.sh clones $repo_url with git to build from source. Install git, or run ./install.sh from a clone."
 fi
 
 if [ -z "$bindir" ]; then
@@ -319,6 +399,10 @@ if [ -n "$source_bin" ]; then
     if [ ! -f "$source_bin" ] || [ ! -x "$source_bin" ]; then
         die "TASKLOCK_INSTALL_BINARY is not an executable file: $source_bin"
     fi
+elif [ "$mode" = unpacked ]; then
+    source_bin=$here/tasklock
+elif [ "$mode" = release ]; then
+    :
 elif ! command -v cargo >/dev/null 2>&1; then
     die "cargo not found on PATH. Install Rust from https://rustup.rs (curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh), open a new shell and run ./install.sh again."
 fi
@@ -452,10 +536,52 @@ if [ "$dry_run" = 1 ]; then
     say "Dry run: this is what ./install.sh would do; nothing is changed."
 fi
 
-# No checkout around this script: fetch the source into a temporary directory, which
-# cleanup (on any exit) removes.
-if [ -z "$here" ]; then
+# A release: download the archive for this platform and its checksum into a temporary
+# directory (cleanup removes it on any exit), verify, unpack. A checksum that does not
+# match stops everything before anything is installed.
+if [ "$mode" = release ] && [ -z "$source_bin" ]; then
     fetched=$(mktemp -d "${TMPDIR:-/tmp}/tasklock-install.XXXXXX") ||
+        die "cannot create a temporary directory in ${TMPDIR:-/tmp}"
+    archive=tasklock-$target.tar.gz
+    say "Downloading: $release_url/$archive (into $fetched, removed afterwards)"
+    rc=0
+    fetch "$release_url/$archive.sha256" "$fetched/$archive.sha256" || rc=$?
+    if [ "$rc" = 1 ]; then
+        die "cannot download $release_url/$archive.sha256 (no network, or the server is down); try again, set TASKLOCK_RELEASE_URL, or build from a clone with --from-source"
+    elif [ "$rc" = 2 ]; then
+        if command -v cargo >/dev/null 2>&1; then
+            say "No release archive for $target at $release_url: building from source."
+            mode=source here=''
+        else
+            die "no release archive for $target at $release_url (set TASKLOCK_RELEASE_URL), and no cargo to build from source with (https://rustup.rs)"
+        fi
+    else
+        fetch "$release_url/$archive" "$fetched/$archive" ||
+            die "downloading $release_url/$archive failed"
+        want=$(awk 'NR == 1 { print $1 }' "$fetched/$archive.sha256")
+        got=$(sha256 "$fetched/$archive")
+        case $want in
+            *[!0-9a-f]* | '') die "$release_url/$archive.sha256 holds no SHA-256 sum; nothing was installed" ;;
+        esac
+        [ "$got" = "$want" ] ||
+            die "the checksum of $archive does not match: expected $want, got $got. The download is damaged or was tampered with; nothing was installed."
+        say "Verified: SHA-256 $got"
+        mkdir "$fetched/unpacked"
+        (cd "$fetched/unpacked" && gzip -dc "../$archive" | tar -xf -) ||
+            die "unpacking $archive failed"
+        here=$fetched/unpacked/tasklock-$target
+        source_bin=$here/tasklock
+        [ -x "$source_bin" ] && [ -d "$here/skills" ] ||
+            die "$archive does not hold tasklock-$target/tasklock and its skills"
+    fi
+fi
+
+# Building from source without a checkout around this script: fetch the source into a
+# temporary directory, which cleanup (on any exit) removes.
+if [ "$mode" = source ] && [ -z "$here" ]; then
+    command -v git >/dev/null 2>&1 ||
+        die "git not found on PATH: install.sh clones $repo_url with git to build from source"
+    [ -n "$fetched" ] || fetched=$(mktemp -d "${TMPDIR:-/tmp}/tasklock-install.XXXXXX") ||
         die "cannot create a temporary directory in ${TMPDIR:-/tmp}"
     if [ -n "${TASKLOCK_REF:-}" ]; then
         say "Fetching: git clone --depth 1 --branch $TASKLOCK_REF $repo_url (into $fetched, removed afterwards)"

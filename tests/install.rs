@@ -845,13 +845,11 @@ fn bad_flags_are_usage_errors_and_help_is_not() {
     assert!(home.tree().is_empty());
 }
 
-#[test]
-fn missing_cargo_is_a_clear_error() {
-    let home = Home::new();
-    // PATH without cargo: directories holding it are replaced by a directory of links
-    // to everything else in them.
+/// PATH without cargo: directories holding it are replaced by a directory of links to
+/// everything else in them.
+fn path_without_cargo(home: &Home) -> OsString {
     let shims = home.join("shims");
-    fs::create_dir(&shims).unwrap();
+    fs::create_dir_all(&shims).unwrap();
     let mut dirs = Vec::new();
     for dir in std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()) {
         if dir.join("cargo").exists() {
@@ -869,6 +867,13 @@ fn missing_cargo_is_a_clear_error() {
     dirs.push(shims.clone());
     let path = std::env::join_paths(dirs).unwrap();
     assert_eq!(find_on(&path, "cargo"), None, "cargo still on {path:?}");
+    path
+}
+
+#[test]
+fn missing_cargo_is_a_clear_error() {
+    let home = Home::new();
+    let path = path_without_cargo(&home);
     let sh = find_on(&path, "sh").expect("sh on PATH");
     let before = home.tree();
 
@@ -940,6 +945,8 @@ fn piped(home: &Home, origin: &str, extra: &[(&str, &str)]) -> (Out, std::time::
     };
     cmd.current_dir(home.path())
         .env_remove("TASKLOCK_INSTALL_BINARY")
+        .env_remove("TASKLOCK_RELEASE_URL")
+        .env("TASKLOCK_FROM_SOURCE", "1")
         .env("TASKLOCK_REPO", origin)
         .env("XDG_BIN_HOME", home.join("bin"))
         .env("TMPDIR", &tmpdir)
@@ -1063,4 +1070,241 @@ fn piped_into_sh_a_bad_repository_fails_clearly_and_cleans_up() {
     let left: Vec<_> = fs::read_dir(home.join("tmp")).unwrap().flatten().collect();
     assert!(left.is_empty(), "left in TMPDIR: {left:?}");
     assert!(!home.join("bin").exists(), "nothing installed");
+}
+
+// ---------------------------------------------------------------- release archives
+
+/// A release directory as the release workflow publishes one, for this host: made by
+/// `scripts/dist.sh` from the binary under test (`TASKLOCK_DIST_BINARY`), stripped of
+/// its debug information (as release builds are) so that packing it takes no time.
+/// Returns the directory, the archive's name and the binary packed.
+fn release_dir(home: &Home) -> (PathBuf, String, PathBuf) {
+    let dir = home.join("release");
+    fs::create_dir_all(home.join("tmp")).unwrap();
+    fs::create_dir_all(home.join("built")).unwrap();
+    let bin = home.join("built/tasklock");
+    fs::copy(BIN, &bin).unwrap();
+    let st = Command::new("strip").arg(&bin).status().expect("strip");
+    assert!(st.success(), "strip {}", bin.display());
+    let out = Command::new("sh")
+        .arg(Path::new(REPO).join("scripts/dist.sh"))
+        .arg(&dir)
+        .env("TASKLOCK_DIST_BINARY", &bin)
+        .env("TMPDIR", home.join("tmp"))
+        .output()
+        .expect("run scripts/dist.sh");
+    assert!(
+        out.status.success(),
+        "dist.sh: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let archive = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .next()
+        .and_then(|l| Path::new(l).file_name())
+        .map(|n| n.to_string_lossy().into_owned())
+        .expect("dist.sh names the archive");
+    (dir, archive, bin)
+}
+
+/// Serve `dir` over HTTP on loopback (GET only; 404 for what is not there) until the
+/// test ends. Returns the base URL.
+fn serve(dir: PathBuf) -> String {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut line = String::new();
+            if reader.read_line(&mut line).is_err() {
+                continue;
+            }
+            // Headers up to the blank line.
+            let mut h = String::new();
+            while reader.read_line(&mut h).is_ok_and(|n| n > 2) {
+                h.clear();
+            }
+            let name = line
+                .split_whitespace()
+                .nth(1)
+                .unwrap_or("/")
+                .trim_start_matches('/');
+            let mut stream = stream;
+            let body = (!name.contains(".."))
+                .then(|| fs::read(dir.join(name)).ok())
+                .flatten();
+            let _ = match body {
+                Some(b) => stream
+                    .write_all(
+                        format!("HTTP/1.0 200 OK\r\nContent-Length: {}\r\n\r\n", b.len())
+                            .as_bytes(),
+                    )
+                    .and_then(|_| stream.write_all(&b)),
+                None => stream.write_all(b"HTTP/1.0 404 Not Found\r\nContent-Length: 0\r\n\r\n"),
+            };
+        }
+    });
+    url
+}
+
+/// `sh` reading install.sh on stdin (as `curl … | sh`), with the release at `url`, no
+/// cargo on PATH and nothing to clone.
+fn piped_release(home: &Home, url: &str) -> Out {
+    use std::io::Write;
+    let path = path_without_cargo(home);
+    let sh = find_on(&path, "sh").expect("sh on PATH");
+    fs::create_dir_all(home.join("tmp")).unwrap();
+    let mut cmd = home.cmd_with(&sh, &[], &[]);
+    let mut c = Command::new(&sh);
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => c.env(k, v),
+            None => c.env_remove(k),
+        };
+    }
+    cmd = c;
+    cmd.current_dir(home.path())
+        .env_remove("TASKLOCK_INSTALL_BINARY")
+        .env_remove("TASKLOCK_FROM_SOURCE")
+        .env("TASKLOCK_RELEASE_URL", url)
+        .env("TASKLOCK_REPO", home.join("no repository here"))
+        .env("XDG_BIN_HOME", home.join("bin"))
+        .env("TMPDIR", home.join("tmp"))
+        .env("PATH", &path)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("start sh");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(&fs::read(Path::new(REPO).join("install.sh")).unwrap())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    Out {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+#[test]
+fn piped_into_sh_it_installs_the_release_archive_without_a_toolchain() {
+    let home = Home::new();
+    let (dir, archive, built) = release_dir(&home);
+    let url = serve(dir);
+    let started = std::time::Instant::now();
+    let out = piped_release(&home, &url);
+    eprintln!(
+        "install from a release archive took {:?}",
+        started.elapsed()
+    );
+    assert_eq!(out.code, 0, "{}", out.text());
+    assert!(
+        out.stdout
+            .contains(&format!("Downloading: {url}/{archive}"))
+            && out.stdout.contains("Verified: SHA-256"),
+        "{}",
+        out.text()
+    );
+    let bin = home.join("bin/tasklock");
+    let (got, want) = (fs::read(&bin).unwrap(), fs::read(&built).unwrap());
+    assert!(
+        got == want,
+        "the archive's binary: {} bytes installed, {} packed",
+        got.len(),
+        want.len()
+    );
+    for name in repo_skills() {
+        let skill = home.join(".claude/skills").join(&name).join("SKILL.md");
+        assert_eq!(fs::read(&skill).unwrap(), repo_skill(&name), "{name}");
+    }
+    // It runs: a first checkout through the installed command.
+    let project = home.join("project");
+    fs::create_dir_all(&project).unwrap();
+    let st = Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(&project)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let run = Command::new(&bin)
+        .args(["checkout", "demo-task", "--agent", "demo", "--json"])
+        .current_dir(&project)
+        .env_remove("TASKLOCK_DIR")
+        .env_remove("TASKLOCK_URL")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(
+        run.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let j: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    assert_eq!(j["outcome"], "granted", "{j}");
+    // The download is gone from TMPDIR; the receipt makes it uninstallable.
+    let left: Vec<_> = fs::read_dir(home.join("tmp")).unwrap().flatten().collect();
+    assert!(left.is_empty(), "left in TMPDIR: {left:?}");
+    assert!(receipt_paths(&home).contains(&bin));
+}
+
+#[test]
+fn a_tampered_archive_or_a_wrong_checksum_installs_nothing() {
+    let home = Home::new();
+    let (dir, archive, _) = release_dir(&home);
+    // One byte of the archive changed after its sum was taken.
+    let mut bytes = fs::read(dir.join(&archive)).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x55;
+    fs::write(dir.join(&archive), bytes).unwrap();
+    let url = serve(dir.clone());
+    let before = home.tree();
+    let out = piped_release(&home, &url);
+    assert_eq!(out.code, 1, "{}", out.text());
+    assert!(
+        out.stderr.contains("does not match") && out.stderr.contains("nothing was installed"),
+        "{}",
+        out.text()
+    );
+    assert!(!home.join("bin").exists(), "no binary: {}", out.text());
+    assert!(!home.join(".claude").exists(), "no skills");
+    assert!(
+        !home.join(".local/share/tasklock/install-receipt").exists(),
+        "no receipt"
+    );
+    let mut after = home.tree();
+    after.retain(|p, _| !p.starts_with("shims") && !p.starts_with("tmp"));
+    let mut before = before;
+    before.retain(|p, _| !p.starts_with("shims") && !p.starts_with("tmp"));
+    assert_eq!(after, before, "nothing else written");
+    let left: Vec<_> = fs::read_dir(home.join("tmp")).unwrap().flatten().collect();
+    assert!(left.is_empty(), "left in TMPDIR: {left:?}");
+
+    // A sum file that holds no sum is refused as well.
+    fs::write(dir.join(format!("{archive}.sha256")), "not a sum\n").unwrap();
+    let out = piped_release(&home, &url);
+    assert_eq!(out.code, 1, "{}", out.text());
+    assert!(out.stderr.contains("no SHA-256 sum"), "{}", out.text());
+    assert!(!home.join("bin").exists());
+}
+
+#[test]
+fn no_archive_for_the_platform_and_no_cargo_is_a_clear_error() {
+    let home = Home::new();
+    let empty = home.join("empty-release");
+    fs::create_dir_all(&empty).unwrap();
+    let url = serve(empty);
+    let out = piped_release(&home, &url);
+    assert_eq!(out.code, 1, "{}", out.text());
+    assert!(
+        out.stderr.contains("no release archive for")
+            && out.stderr.contains("TASKLOCK_RELEASE_URL"),
+        "{}",
+        out.text()
+    );
+    assert!(!home.join("bin").exists());
 }

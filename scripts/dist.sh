@@ -1,0 +1,68 @@
+#!/bin/sh
+# scripts/dist.sh: build this host's release archive of tasklock, and its SHA-256 sum, as
+# the release workflow (.github/workflows/release.yml) does for every platform.
+#
+#   scripts/dist.sh [OUT_DIR]        (default: dist/)
+#
+# Writes OUT_DIR/tasklock-TARGET.tar.gz and OUT_DIR/tasklock-TARGET.tar.gz.sha256
+# ("HASH  NAME", as `sha256sum -c` and `shasum -a 256 -c` read it). TARGET is the Rust
+# target triple of this host (x86_64-unknown-linux-gnu, aarch64-apple-darwin, ...). The
+# archive holds one directory, tasklock-TARGET/, with the binaries (tasklock and
+# tasklock-mcp), the skills, install.sh, README.md and the licence files: what install.sh
+# installs from when it downloads a release instead of building.
+#
+# Built as install.sh builds (`cargo build --release --locked`; statically linked on
+# glibc Linux). TASKLOCK_DIST_BINARY=PATH packages that prebuilt tasklock (and the
+# tasklock-mcp beside it, if any) instead of building: for tests.
+set -eu
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+out=${1:-$here/dist}
+case $out in /*) ;; *) out=$PWD/$out ;; esac
+
+target=${TASKLOCK_DIST_TARGET:-$(rustc -vV 2>/dev/null | sed -n 's/^host: //p')}
+[ -n "$target" ] || { echo "dist.sh: cannot tell this host's target (no rustc?); set TASKLOCK_DIST_TARGET" >&2; exit 1; }
+
+if [ -n "${TASKLOCK_DIST_BINARY:-}" ]; then
+    bin=$TASKLOCK_DIST_BINARY
+else
+    case $target in
+        *-linux-gnu)
+            flags_var=CARGO_TARGET_$(printf '%s' "$target" | tr 'a-z.-' 'A-Z__')_RUSTFLAGS
+            export "$flags_var=-C target-feature=+crt-static"
+            ;;
+    esac
+    (cd "$here" && cargo build --release --locked --target "$target")
+    target_dir=${CARGO_TARGET_DIR:-$here/target}
+    bin=$target_dir/$target/release/tasklock
+fi
+[ -x "$bin" ] || { echo "dist.sh: no binary at $bin" >&2; exit 1; }
+
+name=tasklock-$target
+stage=$(mktemp -d "${TMPDIR:-/tmp}/tasklock-dist.XXXXXX")
+trap 'rm -rf "$stage"' EXIT INT TERM
+mkdir -p "$stage/$name"
+cp "$bin" "$stage/$name/tasklock"
+if [ -x "$(dirname "$bin")/tasklock-mcp" ]; then
+    cp "$(dirname "$bin")/tasklock-mcp" "$stage/$name/tasklock-mcp"
+fi
+cp -R "$here/skills" "$stage/$name/skills"
+cp "$here/install.sh" "$here/README.md" "$stage/$name/"
+for f in "$here"/LICENSE*; do
+    if [ -f "$f" ]; then cp "$f" "$stage/$name/"; fi
+done
+chmod 755 "$stage/$name/tasklock" "$stage/$name/install.sh"
+
+mkdir -p "$out"
+archive=$name.tar.gz
+# Reproducible member order and owners; gzip -n leaves out the name and time.
+(cd "$stage" && tar -cf - "$name" | gzip -n -9 >"$out/$archive.tmp")
+mv "$out/$archive.tmp" "$out/$archive"
+if command -v sha256sum >/dev/null 2>&1; then
+    sum=$(sha256sum "$out/$archive" | cut -d' ' -f1)
+else
+    sum=$(shasum -a 256 "$out/$archive" | cut -d' ' -f1)
+fi
+printf '%s  %s\n' "$sum" "$archive" >"$out/$archive.sha256"
+echo "$out/$archive"
+echo "$out/$archive.sha256"
