@@ -22,6 +22,32 @@ fn read_json(path: &Path) -> Value {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{} is not JSON: {e}", path.display()))
 }
 
+/// Older 2.1 releases still in use must not warn either (2.1.197 warned about an
+/// unknown `network` field).
+#[test]
+fn plugin_validates_strictly_on_the_oldest_supported_claude_code() {
+    let home = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(e2e::claude_oldest());
+    cmd.env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", home.path())
+        .env("DISABLE_AUTOUPDATER", "1")
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .args(["plugin", "validate", "--strict", "."])
+        .current_dir(repo_root());
+    let out = run(
+        cmd,
+        "claude (oldest) plugin validate --strict .",
+        COMMAND_TIMEOUT,
+    );
+    assert!(
+        out.status.success() && !out.text().contains("warning"),
+        "`claude plugin validate --strict .` with Claude Code {} failed or warned\n{}",
+        e2e::CLAUDE_CODE_OLDEST,
+        out.text()
+    );
+}
+
 #[test]
 fn plugin_validates_strictly() {
     let home = tempfile::tempdir().unwrap();

@@ -304,11 +304,36 @@ pub fn npm_install<T>(
 /// postinstall links the native binary over `bin/claude.exe`; when install scripts did not
 /// run, the platform package's binary is used directly.
 fn find_claude(prefix: &Path) -> Option<PathBuf> {
+    find_claude_at(prefix, CLAUDE_CODE_VERSION)
+}
+
+/// The oldest Claude Code release still in wide use that the plugin manifest must
+/// validate on without warnings.
+pub const CLAUDE_CODE_OLDEST: &str = "2.1.197";
+
+/// The Claude Code CLI at `CLAUDE_CODE_OLDEST`, installed from npm on first use.
+pub fn claude_oldest() -> PathBuf {
+    static CLAUDE: OnceLock<PathBuf> = OnceLock::new();
+    CLAUDE
+        .get_or_init(|| {
+            npm_install(
+                "node-oldest",
+                "@anthropic-ai/claude-code",
+                CLAUDE_CODE_OLDEST,
+                "the oldest supported Claude Code CLI",
+                |prefix| find_claude_at(prefix, CLAUDE_CODE_OLDEST),
+                "no working `claude` binary reporting that version was found",
+            )
+        })
+        .clone()
+}
+
+fn find_claude_at(prefix: &Path, version: &str) -> Option<PathBuf> {
     let modules = prefix.join("node_modules");
     let manifest =
         std::fs::read_to_string(modules.join("@anthropic-ai/claude-code/package.json")).ok()?;
     let manifest: Value = serde_json::from_str(&manifest).ok()?;
-    if manifest["version"] != CLAUDE_CODE_VERSION {
+    if manifest["version"] != version {
         return None;
     }
     let mut candidates = vec![modules.join(".bin/claude")];
@@ -338,7 +363,7 @@ fn find_claude(prefix: &Path) -> Option<PathBuf> {
         }
         let r = Running::spawn(cmd, "claude --version");
         let out = r.wait(COMMAND_TIMEOUT);
-        out.status.success() && out.stdout.trim_start().starts_with(CLAUDE_CODE_VERSION)
+        out.status.success() && out.stdout.trim_start().starts_with(version)
     })
 }
 
