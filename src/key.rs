@@ -94,6 +94,19 @@ pub fn validate(key: &str) -> Result<()> {
     Ok(())
 }
 
+/// Keys given on a command line: each valid (else the first invalid one's usage error),
+/// each once, in the order given.
+pub fn validate_all(keys: Vec<String>) -> Result<Vec<String>> {
+    for k in &keys {
+        validate(k)?;
+    }
+    let mut seen = std::collections::HashSet::new();
+    Ok(keys
+        .into_iter()
+        .filter(|k| seen.insert(k.clone()))
+        .collect())
+}
+
 /// The file name under `keys/` for a valid key.
 pub fn encode(key: &str) -> String {
     let mut out = String::with_capacity(key.len() + 8);

@@ -924,25 +924,14 @@ fn install_and_uninstall_under_dash_and_bash() {
 /// TASKLOCK_REPO points at `origin`; the build is real (`cargo build --release --locked`),
 /// in a target directory kept under cargo's, so later runs only rebuild tasklock itself.
 fn piped(home: &Home, origin: &str, extra: &[(&str, &str)]) -> (Out, std::time::Duration) {
-    use std::io::Write;
     let tmpdir = home.join("tmp");
     fs::create_dir_all(&tmpdir).unwrap();
     let target = Path::new(env!("CARGO_TARGET_TMPDIR"))
         .parent()
         .unwrap()
         .join("install-fetch");
-    let cmd = home.cmd(&[]);
     // Not `sh install.sh`: `sh` alone, reading the script from stdin.
-    let mut cmd = {
-        let mut c = Command::new("sh");
-        for (k, v) in cmd.get_envs() {
-            match v {
-                Some(v) => c.env(k, v),
-                None => c.env_remove(k),
-            };
-        }
-        c
-    };
+    let mut cmd = shell_as_for_install(home, Path::new("sh"));
     cmd.current_dir(home.path())
         .env_remove("TASKLOCK_INSTALL_BINARY")
         .env_remove("TASKLOCK_RELEASE_URL")
@@ -950,14 +939,21 @@ fn piped(home: &Home, origin: &str, extra: &[(&str, &str)]) -> (Out, std::time::
         .env("TASKLOCK_REPO", origin)
         .env("XDG_BIN_HOME", home.join("bin"))
         .env("TMPDIR", &tmpdir)
-        .env("CARGO_TARGET_DIR", &target)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+        .env("CARGO_TARGET_DIR", &target);
     for (k, v) in extra {
         cmd.env(k, v);
     }
     let started = std::time::Instant::now();
+    let out = feed_install_sh(cmd);
+    (out, started.elapsed())
+}
+
+/// Run `cmd` (a shell) with install.sh on its standard input, as `curl … | sh` does.
+fn feed_install_sh(mut cmd: Command) -> Out {
+    use std::io::Write;
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     let mut child = cmd.spawn().expect("start sh");
     child
         .stdin
@@ -966,12 +962,24 @@ fn piped(home: &Home, origin: &str, extra: &[(&str, &str)]) -> (Out, std::time::
         .write_all(&fs::read(Path::new(REPO).join("install.sh")).unwrap())
         .unwrap();
     let out = child.wait_with_output().unwrap();
-    let out = Out {
+    Out {
         code: out.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    };
-    (out, started.elapsed())
+    }
+}
+
+/// `SHELL` with the environment `home.cmd_with` gives install.sh.
+fn shell_as_for_install(home: &Home, shell: &Path) -> Command {
+    let template = home.cmd_with(shell, &[], &[]);
+    let mut c = Command::new(shell);
+    for (k, v) in template.get_envs() {
+        match v {
+            Some(v) => c.env(k, v),
+            None => c.env_remove(k),
+        };
+    }
+    c
 }
 
 /// A clone of this repository (its committed HEAD), as the server would have it.
@@ -1151,19 +1159,10 @@ fn serve(dir: PathBuf) -> String {
 /// `sh` reading install.sh on stdin (as `curl … | sh`), with the release at `url`, no
 /// cargo on PATH and nothing to clone.
 fn piped_release(home: &Home, url: &str) -> Out {
-    use std::io::Write;
     let path = path_without_cargo(home);
     let sh = find_on(&path, "sh").expect("sh on PATH");
     fs::create_dir_all(home.join("tmp")).unwrap();
-    let mut cmd = home.cmd_with(&sh, &[], &[]);
-    let mut c = Command::new(&sh);
-    for (k, v) in cmd.get_envs() {
-        match v {
-            Some(v) => c.env(k, v),
-            None => c.env_remove(k),
-        };
-    }
-    cmd = c;
+    let mut cmd = shell_as_for_install(home, &sh);
     cmd.current_dir(home.path())
         .env_remove("TASKLOCK_INSTALL_BINARY")
         .env_remove("TASKLOCK_FROM_SOURCE")
@@ -1171,23 +1170,8 @@ fn piped_release(home: &Home, url: &str) -> Out {
         .env("TASKLOCK_REPO", home.join("no repository here"))
         .env("XDG_BIN_HOME", home.join("bin"))
         .env("TMPDIR", home.join("tmp"))
-        .env("PATH", &path)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = cmd.spawn().expect("start sh");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(&fs::read(Path::new(REPO).join("install.sh")).unwrap())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    Out {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+        .env("PATH", &path);
+    feed_install_sh(cmd)
 }
 
 #[test]

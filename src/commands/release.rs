@@ -15,14 +15,7 @@ pub fn run(
     force: bool,
     note: Option<String>,
 ) -> Result<Report> {
-    for k in &keys {
-        crate::key::validate(k)?;
-    }
-    let mut seen = std::collections::HashSet::new();
-    let keys: Vec<String> = keys
-        .into_iter()
-        .filter(|k| seen.insert(k.clone()))
-        .collect();
+    let keys = crate::key::validate_all(keys)?;
     if let Some(n) = &note {
         check_text("note", n)?;
     }
@@ -289,14 +282,7 @@ fn keep_note(
 /// `leave KEY…` / `leave --all`: out of the queues of keys one waits for; a reservation
 /// held for the caller passes to the next waiter that can take the key.
 pub fn leave(ctx: &Ctx, keys: Vec<String>, all: bool) -> Result<Report> {
-    for k in &keys {
-        crate::key::validate(k)?;
-    }
-    let mut seen = std::collections::HashSet::new();
-    let keys: Vec<String> = keys
-        .into_iter()
-        .filter(|k| seen.insert(k.clone()))
-        .collect();
+    let keys = crate::key::validate_all(keys)?;
     let me = ctx.agent_id()?;
     let results = match ctx.existing_store()? {
         None => keys

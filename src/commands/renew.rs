@@ -7,14 +7,7 @@ use crate::report::{CheckoutView, KeyResult, KeysCommand, KeysReport, Report};
 use crate::store::{Record, Slot};
 
 pub fn run(ctx: &Ctx, keys: Vec<String>, all: bool, timeout: Option<Duration>) -> Result<Report> {
-    for k in &keys {
-        crate::key::validate(k)?;
-    }
-    let mut seen = std::collections::HashSet::new();
-    let keys: Vec<String> = keys
-        .into_iter()
-        .filter(|k| seen.insert(k.clone()))
-        .collect();
+    let keys = crate::key::validate_all(keys)?;
     let me = ctx.agent_id()?;
     let mut results = Vec::new();
     let report = |results| {
