@@ -197,6 +197,25 @@ pub enum Command {
         #[arg(long)]
         git_hook: bool,
     },
+    /// Install the skills this binary carries for Claude Code (~/.claude/skills) and link
+    /// them for Codex (~/.agents/skills)
+    Setup {
+        /// Put the skills here instead of ~/.claude/skills
+        #[arg(long, value_name = "DIR")]
+        skills_dir: Option<std::path::PathBuf>,
+        /// Link them here instead of ~/.agents/skills
+        #[arg(long, value_name = "DIR")]
+        agents_dir: Option<std::path::PathBuf>,
+        /// Do not link the skills for Codex and other agents
+        #[arg(long)]
+        no_agents: bool,
+        /// Replace skill files and links that are not this version's
+        #[arg(long)]
+        force: bool,
+        /// Show what would change without changing anything
+        #[arg(long)]
+        dry_run: bool,
+    },
     /// Entry point for Claude Code and Codex hooks; reads the hook's JSON on stdin
     Hook {
         /// session-start, user-prompt-submit, pre-tool-use, post-tool-use, stop, subagent-start,

@@ -15,6 +15,7 @@ pub mod liveness;
 #[cfg(feature = "mcp")]
 pub mod mcp;
 pub mod os;
+pub mod pack;
 pub mod paths;
 pub mod render;
 pub mod report;
@@ -168,6 +169,24 @@ fn execute(cli: Cli) -> Result<report::Report, Error> {
     // For `audit`, --agent filters the log instead of naming the caller.
     let audit_agent = cli.global.agent.clone();
     let flag = cli.global.dir.as_deref();
+    // `setup` is about the user's agents, not a project: no lock directory.
+    if let Command::Setup {
+        skills_dir,
+        agents_dir,
+        no_agents,
+        force,
+        dry_run,
+    } = cli.command
+    {
+        let args = commands::setup::SetupArgs {
+            skills_dir,
+            agents_dir,
+            no_agents,
+            force,
+            dry_run,
+        };
+        return commands::setup::run(clock::now()?, args);
+    }
     let discovery = match &cli.command {
         Command::Init { .. } => None,
         _ => Some(discover::discover(flag)?),
@@ -270,7 +289,9 @@ fn execute(cli: Cli) -> Result<report::Report, Error> {
             shared,
             git_hook,
         } => commands::init::run(&ctx, dry_run, shared.as_deref(), git_hook),
-        Command::Hook { .. } | Command::Mcp => unreachable!("handled before"),
+        Command::Hook { .. } | Command::Mcp | Command::Setup { .. } => {
+            unreachable!("handled before")
+        }
         Command::Freeze { key, for_, reason } => commands::freeze::freeze(&ctx, &key, for_, reason),
         Command::Unfreeze { key } => commands::freeze::unfreeze(&ctx, &key),
         Command::GuardCommit => commands::guard::run(&ctx),

@@ -641,6 +641,20 @@ pub enum Report {
     Audit(AuditReport),
     Doctor(DoctorReport),
     Guard(GuardReport),
+    Setup(SetupReport),
+}
+
+/// `setup`: the skills this binary carries, installed for Claude Code and Codex.
+#[derive(Debug, Serialize)]
+pub struct SetupReport {
+    pub command: &'static str,
+    pub now: Time,
+    /// The version of tasklock whose skills these are.
+    pub version: &'static str,
+    pub dry_run: bool,
+    /// One per skill file and link: `created`, `updated`, `unchanged` or `kept` (with
+    /// `--dry-run`: what would happen).
+    pub changes: Vec<Change>,
 }
 
 /// `guard-commit`: the staged files the commit may not include.
@@ -704,7 +718,7 @@ impl Report {
             Report::Watch(_) => 0,
             Report::Run(r) => r.exit_code,
             Report::Any(r) => r.outcome.exit_code(),
-            Report::Inbox(_) | Report::Init(_) | Report::Why(_) => 0,
+            Report::Inbox(_) | Report::Init(_) | Report::Why(_) | Report::Setup(_) => 0,
             Report::Freeze(r) if !r.frozen && r.freeze.is_none() => {
                 crate::error::EXIT_NO_SUCH_CHECKOUT
             }

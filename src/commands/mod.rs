@@ -19,6 +19,7 @@ pub mod note;
 pub mod release;
 pub mod renew;
 pub mod run;
+pub mod setup;
 pub mod status;
 pub mod verify;
 pub mod wait;

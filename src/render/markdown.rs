@@ -30,6 +30,7 @@ pub fn report(r: &Report, inv: &Invocation) -> String {
         Report::Audit(r) => audit(r),
         Report::Doctor(r) => doctor(r),
         Report::Guard(r) => guard(r, inv),
+        Report::Setup(r) => setup(r, inv),
     }
 }
 
@@ -1198,6 +1199,64 @@ fn run(r: &RunReport) -> String {
     if r.lease_lost {
         out.push_str("tasklock run: WARNING: the lease was lost while the command ran; treat its effects as unguarded.\n");
     }
+    out
+}
+
+fn setup(r: &crate::report::SetupReport, inv: &Invocation) -> String {
+    let changed = r
+        .changes
+        .iter()
+        .filter(|c| c.action == "created" || c.action == "updated")
+        .count();
+    let kept = r.changes.iter().filter(|c| c.action == "kept").count();
+    let mut out = if r.dry_run {
+        format!(
+            "Dry run: `tasklock setup` would change {changed} of {} paths for the skills of tasklock {}.\n",
+            r.changes.len(),
+            r.version
+        )
+    } else if changed == 0 {
+        format!(
+            "Nothing to do: the skills of tasklock {} are in place.\n",
+            r.version
+        )
+    } else {
+        format!(
+            "Installed the skills of tasklock {}: {changed} of {} paths changed.\n",
+            r.version,
+            r.changes.len()
+        )
+    };
+    out.push_str("\n| Path | Action | What |\n|---|---|---|\n");
+    for c in &r.changes {
+        let action = if r.dry_run && (c.action == "created" || c.action == "updated") {
+            format!("would be {}", c.action)
+        } else {
+            c.action.clone()
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} |",
+            cell(&c.path),
+            action,
+            cell(&c.what)
+        );
+    }
+    let next = if r.dry_run {
+        format!("Next: run {} to apply.", inv.code("setup"))
+    } else if kept > 0 {
+        format!(
+            "Next: the paths kept are not this version's; {} replaces them. Then, in each project, {}.",
+            inv.code("setup --force"),
+            inv.code("init")
+        )
+    } else {
+        format!(
+            "Next: new Claude Code and Codex sessions load the skills; in each project, {} wires the hooks.",
+            inv.code("init")
+        )
+    };
+    let _ = writeln!(out, "\n{next}");
     out
 }
 
