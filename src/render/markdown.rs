@@ -1227,21 +1227,7 @@ fn setup(r: &crate::report::SetupReport, inv: &Invocation) -> String {
             r.changes.len()
         )
     };
-    out.push_str("\n| Path | Action | What |\n|---|---|---|\n");
-    for c in &r.changes {
-        let action = if r.dry_run && (c.action == "created" || c.action == "updated") {
-            format!("would be {}", c.action)
-        } else {
-            c.action.clone()
-        };
-        let _ = writeln!(
-            out,
-            "| {} | {} | {} |",
-            cell(&c.path),
-            action,
-            cell(&c.what)
-        );
-    }
+    changes_table(&mut out, "Path", &r.changes, r.dry_run);
     let next = if r.dry_run {
         format!("Next: run {} to apply.", inv.code("setup"))
     } else if kept > 0 {
@@ -1258,6 +1244,26 @@ fn setup(r: &crate::report::SetupReport, inv: &Invocation) -> String {
     };
     let _ = writeln!(out, "\n{next}");
     out
+}
+
+/// The table of what `init` or `setup` changed (or, in a dry run, would change: every
+/// action but `unchanged` and `kept` reads "would be …").
+fn changes_table(out: &mut String, first: &str, changes: &[crate::report::Change], dry_run: bool) {
+    let _ = write!(out, "\n| {first} | Action | What |\n|---|---|---|\n");
+    for c in changes {
+        let action = if dry_run && c.action != "unchanged" && c.action != "kept" {
+            format!("would be {}", c.action)
+        } else {
+            c.action.clone()
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} |",
+            cell(&c.path),
+            action,
+            cell(&c.what)
+        );
+    }
 }
 
 fn init(r: &InitReport, inv: &Invocation) -> String {
@@ -1277,21 +1283,7 @@ fn init(r: &InitReport, inv: &Invocation) -> String {
             if changed == 1 { "" } else { "s" }
         )
     };
-    out.push_str("\n| File | Action | What |\n|---|---|---|\n");
-    for c in &r.changes {
-        let action = if r.dry_run && c.action != "unchanged" {
-            format!("would be {}", c.action)
-        } else {
-            c.action.clone()
-        };
-        let _ = writeln!(
-            out,
-            "| {} | {} | {} |",
-            cell(&c.path),
-            action,
-            cell(&c.what)
-        );
-    }
+    changes_table(&mut out, "File", &r.changes, r.dry_run);
     let next = if r.dry_run {
         &format!(
             "Next: run {} to apply.",
