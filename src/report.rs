@@ -360,6 +360,9 @@ pub struct VerifyReport {
 pub struct AgentRow {
     pub id: String,
     pub name: Option<String>,
+    /// For a subagent (`<session>/<subagent>`), the session it belongs to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
     pub host: String,
     pub pid: Option<u32>,
     /// `alive`, `stalled` or `dead`.
@@ -381,6 +384,7 @@ impl AgentRow {
         AgentRow {
             id: e.id.clone(),
             name: e.name.clone(),
+            parent: e.parent.clone(),
             host: e.host.clone(),
             pid: e.pid,
             state: j.state,
@@ -398,6 +402,7 @@ impl AgentRow {
         AgentRow {
             id: r.agent.id.clone(),
             name: r.agent.name.clone(),
+            parent: r.agent.parent.clone(),
             host: r.agent.host.clone(),
             pid: r.agent.pid,
             state: State::Alive,

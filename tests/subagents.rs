@@ -146,6 +146,21 @@ fn a_subagents_checkout_records_its_session_and_shows_it() {
     assert!(checkouts[1]["agent"].get("parent").is_none(), "{j}");
     let j = e.run(None, &["status", "explore-task", "--json"]).json();
     assert_eq!(j["checkout"]["agent"]["parent"], "s1");
+    // The rows of `agents`, and `heartbeat`'s own row, carry it too.
+    let j = e.run(None, &["agents", "--json"]).json();
+    let row = |id: &str| {
+        j["agents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["id"] == id)
+            .unwrap_or_else(|| panic!("no row {id}: {j}"))
+            .clone()
+    };
+    assert_eq!(row("s1/a1")["parent"], "s1", "{j}");
+    assert!(row("s1").get("parent").is_none(), "{j}");
+    let j = e.run(Some("s1/a1"), &["heartbeat", "--json"]).json();
+    assert_eq!(j["agent"]["parent"], "s1", "{j}");
 
     // The session does not own its subagent's task: refused, naming the subagent.
     let r = e.run(Some("s1"), &["checkout", "explore-task", "--json"]);
