@@ -1197,3 +1197,56 @@ fn the_handoff_skips_a_waiter_whose_agent_is_dead_even_while_its_wait_runs() {
     );
     snap!(e, "wait_stopped_agent_gone", md);
 }
+
+/// A damaged record (garbage, or one this user cannot read) in the list is skipped with
+/// a warning, as `list` skips it, instead of failing the whole `--any`; only a list of
+/// nothing but damaged keys is the error one damaged key is.
+#[test]
+fn any_skips_a_damaged_record_with_a_warning() {
+    if file_store_only("any_skips_a_damaged_record_with_a_warning") {
+        return;
+    }
+    let e = Env::new();
+    checkout(&e, "agent-a", "k2", &[]);
+    std::fs::write(record_path(&e.dir(), "k1"), b"{not json").unwrap();
+    let r = e.run(
+        Some("agent-b"),
+        &["checkout", "--any", "k1", "k2", "k3", "--json"],
+    );
+    assert_eq!(r.code, GRANTED, "{}", r.text());
+    let j = r.json();
+    assert_eq!(j["key"], "k3", "{j}");
+    let warned = j["warnings"].as_array().expect("a warnings array");
+    assert!(
+        warned
+            .iter()
+            .any(|w| w.as_str().unwrap().contains("`k1` was skipped")),
+        "{j}"
+    );
+
+    // Nothing free: the damaged key is listed among the refusals.
+    let r = e.run(Some("agent-b"), &["checkout", "--any", "k1", "k2"]);
+    assert_eq!(r.code, 2, "{}", r.text());
+    assert!(
+        r.stdout.contains("damaged record (skipped)"),
+        "{}",
+        r.text()
+    );
+    assert!(r.stderr.contains("`k1` was skipped"), "{}", r.text());
+    let r = e.run(
+        Some("agent-b"),
+        &["checkout", "--any", "k1", "k2", "--json"],
+    );
+    let j = r.json();
+    let outcomes: Vec<&str> = j["refused"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes, ["corrupt", "conflict"]);
+
+    // Only damaged keys: the error of one damaged key (exit 1).
+    let r = e.run(Some("agent-b"), &["checkout", "--any", "k1"]);
+    assert_eq!(r.code, 1, "{}", r.text());
+}

@@ -65,6 +65,7 @@ pub fn claim_next(
     // Refusals by index, as they come: few unless nothing can be taken.
     let mut refusals: Vec<(usize, CheckoutReport)> = Vec::new();
     let mut skipped = Vec::new();
+    let mut damaged: Vec<(usize, Slot)> = Vec::new();
     let mut judge: Option<Judge> = None;
     let mut pos = 0;
     let mut chunk = FIRST_CHUNK;
@@ -72,6 +73,17 @@ pub fn claim_next(
         let end = (pos + chunk).min(keys.len());
         let read = view.read_ahead(guard, &keys[pos..end])?;
         for (i, (slot, queue)) in (pos..end).zip(read) {
+            if let Slot::Corrupt { path, problem } = &slot {
+                // A damaged record is skipped, as `list` skips it, not an error for the
+                // whole list.
+                crate::warnings::warn(format!(
+                    "`{}` was skipped: its record {} is damaged ({problem})",
+                    keys[i],
+                    path.display()
+                ));
+                damaged.push((i, slot.clone()));
+                continue;
+            }
             let candidate = match &slot {
                 Slot::Held(r) if !r.held_by(me) && queue_is_empty(&queue) => {
                     // A judge lives across keys (registry entries and process checks
@@ -106,6 +118,22 @@ pub fn claim_next(
             return Ok(Claimed::Taken(r));
         }
         refusals.push((i, r));
+    }
+    // Every key damaged: nothing else to report but the damage, as for one key.
+    if refusals.is_empty()
+        && let Some((i, Slot::Corrupt { path, problem })) = damaged.first().cloned()
+    {
+        return Err(crate::error::Error::Corrupt {
+            key: keys[i].clone(),
+            path,
+            problem,
+        });
+    }
+    for (i, _) in damaged {
+        refusals.push((
+            i,
+            CheckoutReport::new(ctx.now, &keys[i], Outcome::Corrupt, None),
+        ));
     }
     refusals.sort_by_key(|(i, _)| *i);
     let refused: Vec<CheckoutReport> = refusals.into_iter().map(|(_, r)| r).collect();
@@ -160,12 +188,20 @@ fn one_deny(
         .iter()
         .filter(|r| r.outcome == Outcome::Frozen)
         .count();
+    let damaged = refused
+        .iter()
+        .filter(|r| r.outcome == Outcome::Corrupt)
+        .count();
     ev.detail = Some(format!(
-        "checkout --any: none of {} key{} could be taken ({} frozen, {} held or reserved): {}",
+        "checkout --any: none of {} key{} could be taken ({} frozen, {} held or reserved{}): {}",
         refused.len(),
         if refused.len() == 1 { "" } else { "s" },
         frozen,
-        refused.len() - frozen,
+        refused.len() - frozen - damaged,
+        match damaged {
+            0 => String::new(),
+            n => format!(", {n} damaged"),
+        },
         named.join(", ")
     ));
     ev

@@ -392,6 +392,9 @@ fn any(r: &AnyReport, inv: &Invocation) -> String {
                 format!("reserved for {}", res.agent),
                 with_relative(&res.until, &r.now),
             ),
+            (None, None) if c.outcome == Outcome::Corrupt => {
+                ("damaged record (skipped)".into(), "-".into())
+            }
             (None, None) => ("-".into(), "-".into()),
         };
         let _ = writeln!(
