@@ -1292,3 +1292,44 @@ fn no_archive_for_the_platform_and_no_cargo_is_a_clear_error() {
     );
     assert!(!home.join("bin").exists());
 }
+
+#[test]
+fn an_unpacked_release_archive_installs_its_own_binary() {
+    let home = Home::new();
+    let (dir, archive, built) = release_dir(&home);
+    let unpacked = home.join("unpacked");
+    fs::create_dir_all(&unpacked).unwrap();
+    let st = Command::new("tar")
+        .arg("-xzf")
+        .arg(dir.join(&archive))
+        .current_dir(&unpacked)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let top = unpacked.join(archive.trim_end_matches(".tar.gz"));
+    let path = path_without_cargo(&home);
+    let sh = find_on(&path, "sh").expect("sh on PATH");
+    let mut cmd = shell_as_for_install(&home, &sh);
+    cmd.arg(top.join("install.sh"))
+        .current_dir(home.path())
+        .env_remove("TASKLOCK_INSTALL_BINARY")
+        .env("XDG_BIN_HOME", home.join("bin"))
+        .env("PATH", &path)
+        .stdin(Stdio::null());
+    let out = exec(cmd);
+    assert_eq!(out.code, 0, "{}", out.text());
+    assert!(
+        !out.stdout.contains("Downloading") && !out.stdout.contains("Building"),
+        "neither downloads nor builds: {}",
+        out.text()
+    );
+    let (got, want) = (
+        fs::read(home.join("bin/tasklock")).unwrap(),
+        fs::read(&built).unwrap(),
+    );
+    assert!(got == want, "the archive's own binary");
+    for name in repo_skills() {
+        let skill = home.join(".claude/skills").join(&name).join("SKILL.md");
+        assert_eq!(fs::read(&skill).unwrap(), repo_skill(&name), "{name}");
+    }
+}
