@@ -408,10 +408,11 @@ elif ! command -v cargo >/dev/null 2>&1; then
 fi
 
 changed=0 unchanged=0 kept=0
-tmpfile='' fetched=''
+tmpfile='' fetched='' pack=''
 cleanup() {
     [ -z "$tmpfile" ] || rm -f "$tmpfile"
     [ -z "$fetched" ] || rm -rf "$fetched"
+    [ -z "$pack" ] || rm -rf "$pack"
 }
 finish() {
     _status=$?
@@ -664,18 +665,27 @@ if [ "$dry_run" = 0 ]; then
     say "  runs:           $version"
 fi
 
-# The skills, and links to them for other agents.
+# The skills, and links to them for other agents. Their text is the one the binary
+# carries (`tasklock setup` writes it out, into a temporary directory that cleanup
+# removes), so what is installed is the pack of the binary's own version; a binary too old
+# to have `setup` falls back to the skills beside this script.
+skills_src=$here/skills
+pack=$(mktemp -d "${TMPDIR:-/tmp}/tasklock-pack.XXXXXX") ||
+    die "cannot create a temporary directory in ${TMPDIR:-/tmp}"
+if "$source_bin" setup --skills-dir "$pack/skills" --no-agents >/dev/null 2>&1; then
+    skills_src=$pack/skills
+fi
 say "Skills:"
 skills=''
-for src in "$here"/skills/*/; do
+for src in "$skills_src"/*/; do
     [ -f "${src}SKILL.md" ] || continue
     src=${src%/}
     skills=$skills${src##*/}$nl
 done
-[ -n "$skills" ] || die "no skills found under $here/skills"
+[ -n "$skills" ] || die "no skills found under $skills_src"
 while IFS= read -r name; do
     [ -n "$name" ] || continue
-    src=$here/skills/$name
+    src=$skills_src/$name
     dest=$skills_dir/$name
     if [ -L "$dest" ]; then
         # Perhaps linked to a checkout by hand: writing through it would change that.

@@ -1333,3 +1333,36 @@ fn an_unpacked_release_archive_installs_its_own_binary() {
         assert_eq!(fs::read(&skill).unwrap(), repo_skill(&name), "{name}");
     }
 }
+
+/// The skills installed are the ones the binary carries (written out by `tasklock
+/// setup`), not whatever lies beside the script: so every channel installs one pack.
+#[test]
+fn the_skills_installed_are_the_binarys_own() {
+    let home = Home::new();
+    let fake = home.join("checkout");
+    fs::create_dir_all(fake.join("skills/checkout")).unwrap();
+    fs::copy(Path::new(REPO).join("install.sh"), fake.join("install.sh")).unwrap();
+    fs::copy(Path::new(REPO).join("Cargo.toml"), fake.join("Cargo.toml")).unwrap();
+    fs::write(
+        fake.join("skills/checkout/SKILL.md"),
+        "an older checkout skill\n",
+    )
+    .unwrap();
+    let mut cmd = home.cmd(&[]);
+    let mut c = Command::new("sh");
+    c.arg(fake.join("install.sh"));
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => c.env(k, v),
+            None => c.env_remove(k),
+        };
+    }
+    cmd = c;
+    cmd.current_dir(home.path()).stdin(Stdio::null());
+    let out = exec(cmd);
+    assert_eq!(out.code, 0, "{}", out.text());
+    for name in repo_skills() {
+        let skill = home.join(".claude/skills").join(&name).join("SKILL.md");
+        assert_eq!(fs::read(&skill).unwrap(), repo_skill(&name), "{name}");
+    }
+}
