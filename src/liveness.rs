@@ -64,11 +64,6 @@ pub enum Proc {
     Unknown,
 }
 
-/// Start time of a process, as the OS layer gives it ([`crate::os::same_start`]).
-pub fn start_time(pid: u32) -> Option<u64> {
-    crate::os::start_time(pid)
-}
-
 /// Process checks made, by (pid, recorded start time).
 type Seen = std::collections::HashMap<(u32, Option<u64>), Proc>;
 

@@ -53,7 +53,7 @@ impl Request {
         }
         if let Some(pid) = pid {
             agent.pid = Some(pid);
-            agent.pid_start = crate::liveness::start_time(pid);
+            agent.pid_start = crate::os::start_time(pid);
         }
         Ok(Request {
             agent,
@@ -102,7 +102,7 @@ pub fn run_as(
         // The registered name applies; the process to watch stays this one.
         let mut req = with_registered_pid(&*store, guard, req)?;
         req.agent.pid = Some(pid);
-        req.agent.pid_start = crate::liveness::start_time(pid);
+        req.agent.pid_start = crate::os::start_time(pid);
         attempt(ctx, &*store, guard, &req, key, Join::No).map(Report::Checkout)
     })
 }

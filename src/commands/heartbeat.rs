@@ -25,7 +25,7 @@ pub fn beat(
         check_text("status", s)?;
     }
     let pid_start = match pid {
-        Some(p) => Some(liveness::start_time(p).ok_or_else(|| {
+        Some(p) => Some(crate::os::start_time(p).ok_or_else(|| {
             Error::Usage(format!(
                 "--pid {p}: no such process on this host; pass the agent's own long-lived process"
             ))

@@ -182,7 +182,7 @@ fn is_own_process(entry: &AgentEntry) -> bool {
     entry.host == crate::identity::hostname()
         && entry.boot_id == crate::identity::boot_id()
         && parent_chain_pid() == Some(pid)
-        && crate::liveness::start_time(pid) == Some(start)
+        && crate::os::start_time(pid) == Some(start)
 }
 
 /// For a long-running child of an agent's own process (`tasklock mcp`): act for the
@@ -475,7 +475,7 @@ pub(crate) fn claude_pid() -> Option<u32> {
     if let Some(pid) = std::env::var("CLAUDE_PID")
         .ok()
         .and_then(|p| p.trim().parse::<u32>().ok())
-        .filter(|&p| p > 1 && crate::liveness::start_time(p).is_some())
+        .filter(|&p| p > 1 && crate::os::start_time(p).is_some())
     {
         return Some(pid);
     }

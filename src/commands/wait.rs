@@ -120,7 +120,7 @@ fn wait_loop(
             let mut req = checkout::with_registered_pid(store, guard, req.clone())?;
             if own_process {
                 req.agent.pid = Some(pid);
-                req.agent.pid_start = crate::liveness::start_time(pid);
+                req.agent.pid_start = crate::os::start_time(pid);
             }
             checkout::attempt(&now_ctx, store, guard, &req, key, Join::Wait(pid))
         })?;

@@ -25,7 +25,7 @@ pub fn run(
         Error::Usage("--watch needs --pid PID: no Claude Code process or parent shell found".into())
     })?;
     let agent = ctx.agent()?;
-    let mut start = match liveness::start_time(pid) {
+    let mut start = match crate::os::start_time(pid) {
         Some(start) => start,
         // Started by --detach, which checked the process and recorded it: it died
         // before this watcher got going, so do at once what the watcher is for.
@@ -89,7 +89,7 @@ pub fn run(
                 return Ok(report(ctx, &agent.id, pid, "stopped", beats, Vec::new()));
             }
             // Keep watching through a transient failure; say so where someone may look.
-            Err(_) if liveness::start_time(pid) != Some(start) => {}
+            Err(_) if crate::os::start_time(pid) != Some(start) => {}
             Err(e) => eprintln!("tasklock heartbeat --watch: {e}"),
         }
         let next = Instant::now() + interval;
@@ -160,7 +160,7 @@ fn died(
                 entry.pid_start,
             ) {
                 Proc::Running => {
-                    if let Some(s) = entry.pid_start.or_else(|| liveness::start_time(other)) {
+                    if let Some(s) = entry.pid_start.or_else(|| crate::os::start_time(other)) {
                         return Ok(Died::Follow(other, s));
                     }
                 }

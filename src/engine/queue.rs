@@ -54,8 +54,9 @@ pub(crate) fn notify(
     store.audit(g, &ev)
 }
 
-/// Is a waiter gone: its waiting process died, or its agent is dead?
-fn waiter_gone(ctx: &Ctx, store: &dyn Store, w: &Waiter) -> Result<bool> {
+/// Is a waiter gone: its waiting process died, or its agent is dead? A dead agent holds
+/// nothing, a place in line and a reservation included.
+pub(crate) fn waiter_gone(ctx: &Ctx, store: &dyn Store, w: &Waiter) -> Result<bool> {
     if let Some(pid) = w.pid {
         match liveness::check_process(
             &w.host,
@@ -107,6 +108,8 @@ pub(crate) enum KeyNow<'a> {
     Free,
     /// This agent holds it: only its own entry (a holder waiting to add paths) may be.
     HeldBy(&'a str),
+    /// Nobody can take it (its record is damaged) until it is repaired.
+    Unavailable,
 }
 
 impl KeyNow<'_> {
@@ -114,6 +117,7 @@ impl KeyNow<'_> {
         match self {
             KeyNow::Free => true,
             KeyNow::HeldBy(h) => h == agent,
+            KeyNow::Unavailable => false,
         }
     }
 
@@ -121,8 +125,7 @@ impl KeyNow<'_> {
     pub(crate) fn of(slot: &Slot) -> KeyNow<'_> {
         match slot {
             Slot::Held(r) => KeyNow::HeldBy(&r.agent.id),
-            // A corrupt record serves nobody: no one can take it until it is repaired.
-            Slot::Corrupt { .. } => KeyNow::HeldBy(""),
+            Slot::Corrupt { .. } => KeyNow::Unavailable,
             Slot::Free => KeyNow::Free,
         }
     }
@@ -162,12 +165,6 @@ fn holds_live(ctx: &Ctx, store: &dyn Store, r: &Record) -> Result<bool> {
     }
     let entry = store.read_agent(&r.agent.id)?;
     Ok(!liveness::judge_record(r, entry.as_ref(), &ctx.now, &ctx.config()?).dead())
-}
-
-/// Is a reservation's waiter still there to take it: not gone (its waiting process or
-/// its agent dead)? A dead agent holds nothing, a reservation included.
-pub(crate) fn reservation_live(ctx: &Ctx, store: &dyn Store, w: &Waiter) -> Result<bool> {
-    Ok(!waiter_gone(ctx, store, w)?)
 }
 
 /// Bring a queue up to date: drop gone waiters; end a reservation that lapsed or that
@@ -349,27 +346,10 @@ pub(crate) fn after_release(
     taker: Option<&str>,
 ) -> Result<()> {
     let key = ended.key.as_str();
-    let mut q = store.read_queue(key)?;
+    let q = store.read_queue(key)?;
     if !(q.waiters.is_empty() && q.reservation.is_none()) {
-        let mut freed = Vec::new();
-        let mut changed = false;
-        if let Some(i) = q.waiters.iter().position(|w| w.agent == ended.agent.id) {
-            changed = true;
-            let w = q.waiters.remove(i);
-            if q.reservation.as_ref().is_some_and(|r| r.agent == w.agent) {
-                q.reservation = None;
-                freed = w.paths;
-            }
-            let mut ev = audit(ctx, "dequeue", key, &w.agent);
-            ev.reason = Some("checkout ended".into());
-            store.audit(g, &ev)?;
-        }
-        let s = settle(ctx, store, g, &mut q, KeyNow::Free, taker)?;
-        if changed || s.changed {
-            store.write_queue(g, &q)?;
-        }
-        freed.extend(s.freed);
-        wake_path_waiters(ctx, store, g, key, &freed)?;
+        let who = (ended.agent.id.as_str(), "checkout ended");
+        dequeue_then_settle(ctx, store, g, q, who, KeyNow::Free, taker)?;
     }
     wake_path_waiters(ctx, store, g, key, &ended.paths)
 }
@@ -447,7 +427,7 @@ pub(crate) fn join(
         if (pid.is_some() && w.pid != pid) || w.paths != paths {
             if pid.is_some() {
                 w.pid = pid;
-                w.pid_start = pid.and_then(liveness::start_time);
+                w.pid_start = pid.and_then(crate::os::start_time);
             }
             w.paths = paths.to_vec();
             store.write_queue(g, q)?;
@@ -459,7 +439,7 @@ pub(crate) fn join(
         name: agent.name.clone(),
         since: ctx.now,
         pid,
-        pid_start: pid.and_then(liveness::start_time),
+        pid_start: pid.and_then(crate::os::start_time),
         host: agent.host.clone(),
         boot_id: agent.boot_id.clone(),
         pid_ns: agent.pid_ns.clone(),
@@ -492,25 +472,49 @@ pub(crate) fn leave(
     agent: &str,
     reason: &str,
 ) -> Result<bool> {
-    let mut q = store.read_queue(key)?;
-    let Some(i) = q.waiters.iter().position(|w| w.agent == agent) else {
+    let q = store.read_queue(key)?;
+    if !q.waiters.iter().any(|w| w.agent == agent) {
         return Ok(false);
-    };
-    let w = q.waiters.remove(i);
-    let mut freed = Vec::new();
-    if q.reservation.as_ref().is_some_and(|r| r.agent == agent) {
-        q.reservation = None;
-        freed = w.paths;
     }
-    let mut ev = audit(ctx, "dequeue", key, agent);
-    ev.reason = Some(reason.into());
-    store.audit(g, &ev)?;
     let slot = store.read(key)?;
-    let s = settle(ctx, store, g, &mut q, KeyNow::of(&slot), None)?;
-    store.write_queue(g, &q)?;
-    freed.extend(s.freed);
-    wake_path_waiters(ctx, store, g, key, &freed)?;
+    dequeue_then_settle(ctx, store, g, q, (agent, reason), KeyNow::of(&slot), None)?;
     Ok(true)
+}
+
+/// Take `who.0` out of `q` if it is there (audited `dequeue`, reason `who.1`; a
+/// reservation it held ends), settle the rest, write the queue if it changed, and offer
+/// the paths a reservation ended here held to other queues' waiters.
+fn dequeue_then_settle(
+    ctx: &Ctx,
+    store: &dyn Store,
+    g: &Guard,
+    mut q: Queue,
+    who: (&str, &str),
+    key_now: KeyNow<'_>,
+    taker: Option<&str>,
+) -> Result<()> {
+    let (agent, reason) = who;
+    let mut freed = Vec::new();
+    let removed = match q.waiters.iter().position(|w| w.agent == agent) {
+        Some(i) => {
+            let w = q.waiters.remove(i);
+            if q.reservation.as_ref().is_some_and(|r| r.agent == agent) {
+                q.reservation = None;
+                freed = w.paths;
+            }
+            let mut ev = audit(ctx, "dequeue", &q.key, agent);
+            ev.reason = Some(reason.into());
+            store.audit(g, &ev)?;
+            true
+        }
+        None => false,
+    };
+    let s = settle(ctx, store, g, &mut q, key_now, taker)?;
+    if removed || s.changed {
+        store.write_queue(g, &q)?;
+    }
+    freed.extend(s.freed);
+    wake_path_waiters(ctx, store, g, &q.key, &freed)
 }
 
 /// The keys whose queues `agent` waits in.

@@ -86,7 +86,7 @@ pub fn serve(dir: Option<PathBuf>, agent: Option<String>, name: Option<String>) 
         }
     }
     let client = crate::commands::hook::claude_pid()
-        .and_then(|pid| crate::liveness::start_time(pid).map(|start| (pid, start)));
+        .and_then(|pid| crate::os::start_time(pid).map(|start| (pid, start)));
     let server = Server(Arc::new(Inner {
         dir,
         agent_flag: agent,
@@ -290,7 +290,7 @@ impl Server {
 
     fn client_alive(&self) -> bool {
         match self.0.client {
-            Some((pid, start)) => crate::liveness::start_time(pid) == Some(start),
+            Some((pid, start)) => crate::os::start_time(pid) == Some(start),
             None => true,
         }
     }
