@@ -5,34 +5,8 @@
 #[macro_use]
 mod common;
 
-use std::process::{Child, Command};
-
 use common::*;
 use serde_json::Value;
-
-/// A stand-in for an agent's long-lived process (`sleep 600`).
-struct Proc(Child);
-
-impl Proc {
-    fn start() -> Proc {
-        Proc(Command::new("sleep").arg("600").spawn().unwrap())
-    }
-    fn pid(&self) -> String {
-        self.0.id().to_string()
-    }
-    fn kill(&mut self) {
-        self.0.kill().unwrap();
-        // Reaped, so the pid is gone rather than a zombie.
-        self.0.wait().unwrap();
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// `2026-01-01T00:00:00Z` plus `mins` minutes (under 24h).
 fn at(mins: u32) -> String {
@@ -78,7 +52,7 @@ fn strings(v: &Value) -> Vec<String> {
 #[test]
 fn a_silent_agent_whose_process_runs_is_stalled_never_dead() {
     let mut e = Env::new();
-    let a = Proc::start();
+    let a = AgentProcess::start();
     e.ok("agent-a", &["heartbeat", "--pid", &a.pid()]);
     e.ok("agent-a", &["checkout", "task-1", "--timeout", "2h"]);
 
@@ -128,7 +102,7 @@ fn a_silent_agent_without_a_process_to_check_dies_of_silence() {
 #[test]
 fn a_stalled_agent_whose_process_is_killed_loses_its_key_at_once() {
     let mut e = Env::new();
-    let mut a = Proc::start();
+    let mut a = AgentProcess::start();
     e.ok("agent-a", &["heartbeat", "--pid", &a.pid()]);
     e.ok("agent-a", &["checkout", "task-1", "--timeout", "2h"]);
     e.at(T1H);
@@ -152,7 +126,7 @@ fn a_run_process_alive_keeps_its_key_through_silence() {
     // The record's own pid (as `run` records it) counts like a registered one: here the
     // agent registered no pid, but the record names a live process.
     let mut e = Env::new();
-    let a = Proc::start();
+    let a = AgentProcess::start();
     e.ok("agent-a", &["heartbeat"]);
     e.ok("agent-a", &["checkout", "task-1", "--timeout", "2h"]);
     let path = record_path(&e.dir(), "task-1");
@@ -456,7 +430,7 @@ fn a_detached_watcher_whose_process_died_before_it_started_releases_at_once() {
     // `heartbeat --watch --detach` checks the pid, beats, and starts the watcher as
     // `heartbeat --watch --after-beat`; the process can die in between.
     let e = Env::new();
-    let mut a = Proc::start();
+    let mut a = AgentProcess::start();
     let pid = a.pid();
     e.ok("agent-a", &["heartbeat", "--pid", &pid]);
     e.ok("agent-a", &["checkout", "task-1", "--timeout", "2h"]);

@@ -3,33 +3,10 @@
 #[macro_use]
 mod common;
 
-use std::process::{Child, Command};
+use std::process::Command;
 
 use common::*;
 use serde_json::Value;
-
-/// A stand-in for an agent's long-lived process.
-struct Agent(Child);
-
-impl Agent {
-    fn start() -> Agent {
-        Agent(Command::new("sleep").arg("300").spawn().unwrap())
-    }
-    fn pid(&self) -> String {
-        self.0.id().to_string()
-    }
-    fn kill(&mut self) {
-        self.0.kill().unwrap();
-        self.0.wait().unwrap();
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn holder(e: &Env, key: &str) -> Value {
     e.run(Some("observer"), &["status", key, "--json"]).json()["checkout"]["agent"]["id"].clone()
@@ -53,7 +30,7 @@ macro_rules! snap_pid {
 #[test]
 fn killed_agent_process_frees_its_checkouts_at_once() {
     let e = Env::new();
-    let mut a = Agent::start();
+    let mut a = AgentProcess::start();
     let r = e.ok(
         "agent-a",
         &[
@@ -110,7 +87,7 @@ fn killed_agent_process_frees_its_checkouts_at_once() {
 #[test]
 fn reused_pid_counts_as_dead() {
     let e = Env::new();
-    let a = Agent::start();
+    let a = AgentProcess::start();
     e.ok("agent-a", &["heartbeat", "--pid", &a.pid()]);
     e.ok("agent-a", &["checkout", "task-1"]);
     // Same pid, still running, but the recorded start time is another process's.
@@ -142,7 +119,7 @@ fn reused_pid_counts_as_dead() {
 #[test]
 fn live_process_on_another_boot_is_not_judged_by_pid() {
     let e = Env::new();
-    let a = Agent::start();
+    let a = AgentProcess::start();
     e.ok("agent-a", &["heartbeat", "--pid", &a.pid()]);
     e.ok("agent-a", &["checkout", "task-1"]);
     drop(a);
@@ -251,7 +228,7 @@ fn heartbeat_never_revives_a_lost_lease() {
 #[test]
 fn heartbeat_of_anyone_releases_dead_agents_checkouts() {
     let e = Env::new();
-    let mut a = Agent::start();
+    let mut a = AgentProcess::start();
     e.ok("agent-a", &["heartbeat", "--pid", &a.pid()]);
     e.ok("agent-a", &["checkout", "task-1"]);
     a.kill();
@@ -263,7 +240,7 @@ fn heartbeat_of_anyone_releases_dead_agents_checkouts() {
         &["heartbeat", "--pid", &std::process::id().to_string()],
     );
     e.ok("agent-a", &["checkout", "task-1"]);
-    let mut a = Agent::start();
+    let mut a = AgentProcess::start();
     e.ok("agent-a", &["heartbeat", "--pid", &a.pid()]);
     a.kill();
     let j = e.ok("agent-b", &["heartbeat", "--json"]).json();
@@ -373,7 +350,7 @@ fn heartbeat_bad_input() {
 #[test]
 fn ended_agent_that_comes_back_is_alive_again() {
     let e = Env::new();
-    let mut a = Agent::start();
+    let mut a = AgentProcess::start();
     let mut w = Command::new(env!("CARGO_BIN_EXE_tasklock"));
     use_store(&mut w, &e.dir());
     let mut w = w

@@ -39,29 +39,6 @@ fn at(secs: u32) -> String {
     )
 }
 
-/// A stand-in for an agent's long-lived process.
-struct Proc(Child);
-
-impl Proc {
-    fn start() -> Proc {
-        Proc(Command::new("sleep").arg("300").spawn().unwrap())
-    }
-    fn pid(&self) -> String {
-        self.0.id().to_string()
-    }
-    fn kill(&mut self) {
-        self.0.kill().unwrap();
-        self.0.wait().unwrap();
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Parse JSON lines, every one of them.
 fn json_lines(text: &str) -> Vec<Value> {
     text.lines()
@@ -192,7 +169,7 @@ fn audit_records_every_event_type_where_it_happens() {
     assert_eq!(ev[3]["agent"], "b");
 
     // auto_release, agent_death: the registered process is killed.
-    let mut p = Proc::start();
+    let mut p = AgentProcess::start();
     e.ok("d", &["heartbeat", "--pid", &p.pid()]);
     e.ok("d", &["checkout", "k4", "--timeout", "2h"]);
     p.kill();
@@ -968,7 +945,7 @@ fn why_held_by_a_stalled_agent() {
 #[test]
 fn why_held_by_a_dead_agent() {
     let e = Env::new();
-    let mut p = Proc::start();
+    let mut p = AgentProcess::start();
     e.ok("b", &["heartbeat", "--pid", &p.pid()]);
     e.ok("b", &["checkout", "task-1", "--timeout", "1h"]);
     let (_, j) = why(&e, "a", "task-1");

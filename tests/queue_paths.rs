@@ -8,7 +8,7 @@ mod common;
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -272,34 +272,12 @@ fn a_reservation_waits_until_the_waiters_paths_are_free() {
     assert_eq!(j["outcome"], "granted");
 }
 
-/// A process to register as an agent's own, killed on drop.
-struct Proc(Child);
-
-impl Proc {
-    fn start() -> Proc {
-        Proc(Command::new("sleep").arg("600").spawn().unwrap())
-    }
-    fn pid(&self) -> String {
-        self.0.id().to_string()
-    }
-    fn kill(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
 /// Defect: a reservation of an agent whose process was gone kept refusing overlapping
 /// paths to everyone for the whole handoff grace.
 #[test]
 fn a_dead_agents_reservation_refuses_nobody() {
     let (env, top) = git_env();
-    let mut x = Proc::start();
+    let mut x = AgentProcess::start();
     live_json(&env, &top, "X", &["heartbeat", "--pid", &x.pid()]);
     live_json(&env, &top, "Y", &["checkout", "k1", "--path", "src/a"]);
     let (code, j) = live_json(
@@ -330,7 +308,7 @@ fn a_dead_agents_reservation_refuses_nobody() {
 #[test]
 fn a_watched_agent_that_dies_leaves_its_queues_at_once() {
     let (env, top) = git_env();
-    let x = Proc::start();
+    let x = AgentProcess::start();
     let (code, j) = live_json(
         &env,
         &top,
@@ -462,7 +440,7 @@ fn a_swarm_mixing_paths_queues_and_deaths_never_hangs_or_is_blocked_by_the_dead(
     let wait_limit = Duration::from_secs(3);
     let end = Instant::now() + run_for;
     let kills: std::sync::Mutex<Vec<(String, chrono::DateTime<chrono::Utc>)>> = Default::default();
-    let procs: std::sync::Mutex<HashMap<String, Proc>> = Default::default();
+    let procs: std::sync::Mutex<HashMap<String, AgentProcess>> = Default::default();
     let waits: std::sync::Mutex<Vec<Waited>> = Default::default();
     let killed_flags: std::sync::Mutex<BTreeSet<String>> = Default::default();
 
@@ -482,7 +460,7 @@ fn a_swarm_mixing_paths_queues_and_deaths_never_hangs_or_is_blocked_by_the_dead(
                 while Instant::now() < end {
                     life += 1;
                     let me = format!("a{a}.{life}");
-                    let p = Proc::start();
+                    let p = AgentProcess::start();
                     let pid = p.pid();
                     procs.lock().unwrap().insert(me.clone(), p);
                     live(env, top, &me, &["heartbeat", "--pid", &pid]);

@@ -558,3 +558,28 @@ pub fn scope_held(dir: &Path, pid: u32) -> bool {
     }
     flocked(&dir.join(".guard")) || flocked(dir)
 }
+
+/// A stand-in for an agent's long-lived process (`sleep 600`), to register with
+/// `heartbeat --pid`; killed (and reaped, so its pid is gone, not a zombie) on drop.
+pub struct AgentProcess(std::process::Child);
+
+impl AgentProcess {
+    pub fn start() -> AgentProcess {
+        AgentProcess(Command::new("sleep").arg("600").spawn().unwrap())
+    }
+    pub fn pid(&self) -> String {
+        self.0.id().to_string()
+    }
+    /// Kill it now (`kill -9`), reaped.
+    pub fn kill(&mut self) {
+        self.0.kill().unwrap();
+        self.0.wait().unwrap();
+    }
+}
+
+impl Drop for AgentProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
