@@ -1233,6 +1233,7 @@ fn any_skips_a_damaged_record_with_a_warning() {
         r.text()
     );
     assert!(r.stderr.contains("`k1` was skipped"), "{}", r.text());
+    snap!(e, "any_damaged", r);
     let r = e.run(
         Some("agent-b"),
         &["checkout", "--any", "k1", "k2", "--json"],

@@ -6,10 +6,6 @@ use std::time::Duration;
 
 use super::ProcInfo;
 
-pub(super) fn name() -> &'static str {
-    "linux"
-}
-
 fn read_trimmed(path: &str) -> Option<String> {
     std::fs::read_to_string(path)
         .ok()
@@ -107,10 +103,6 @@ pub(super) unsafe fn die_with_parent(parent: i32) {
             libc::_exit(137);
         }
     }
-}
-
-pub(super) fn children_die_with_parent() -> bool {
-    true
 }
 
 /// inotify on the directories: entries created, replaced, removed or written.

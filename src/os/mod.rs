@@ -53,11 +53,6 @@ macro_rules! dispatch {
     }};
 }
 
-/// The name of the implementation in use (`linux` or `portable`), for `doctor`.
-pub fn implementation() -> &'static str {
-    dispatch!(name())
-}
-
 /// One process, or `None` when there is no such process (or it cannot be read).
 pub fn process(pid: u32) -> Option<ProcInfo> {
     dispatch!(process(pid))
@@ -110,12 +105,6 @@ pub unsafe fn die_with_parent(parent: i32) {
     // SAFETY: the caller is in pre_exec; the implementations only make async-signal-safe
     // calls.
     unsafe { dispatch!(die_with_parent(parent)) }
-}
-
-/// Does the child of [`die_with_parent`] really die with its parent? (On Linux; elsewhere
-/// it is killed by `run` itself unless `run` is killed with SIGKILL.)
-pub fn children_die_with_parent() -> bool {
-    dispatch!(children_die_with_parent())
 }
 
 /// Eight random hex digits.

@@ -9,10 +9,6 @@ use sysinfo::{Pid, ProcessRefreshKind, ProcessStatus, ProcessesToUpdate, System}
 
 use super::ProcInfo;
 
-pub(super) fn name() -> &'static str {
-    "portable"
-}
-
 /// Start times are milliseconds since 1970 (whole seconds, as the systems give them), so
 /// that they are never mistaken for Linux's clock ticks ([`super::same_start`]).
 pub(super) fn process(pid: u32) -> Option<ProcInfo> {
@@ -66,10 +62,6 @@ pub(super) unsafe fn die_with_parent(parent: i32) {
             libc::_exit(137);
         }
     }
-}
-
-pub(super) fn children_die_with_parent() -> bool {
-    false
 }
 
 /// How often directories are looked at for changes.
