@@ -45,6 +45,10 @@ fn the_binary_carries_every_skill_of_the_repository() {
 fn setup_installs_the_skills_and_links_them_then_has_nothing_to_do() {
     let env = Env::new();
     let home = env.tmp.path();
+    let r = setup(home, &["--dry-run"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    snap!(env, "dry_run", r);
+    assert!(!home.join(".claude").exists(), "a dry run writes nothing");
     let r = setup(home, &[]);
     assert_eq!(r.code, 0, "{}", r.text());
     snap!(env, "fresh", r);
