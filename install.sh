@@ -2,7 +2,8 @@
 # install.sh: install tasklock with its agent skills.
 #
 #   ./install.sh [--prefix DIR] [--skills-dir DIR] [--agents-dir DIR] [--no-agents]
-#                [--project] [--force] [--dry-run] [--from-source]
+#                [--project] [--force] [--dry-run] [--from-source | --download]
+#   ./install.sh --binary-only [--prefix DIR] [--download]
 #   ./install.sh --uninstall [--dry-run]
 #   curl -fsSL https://raw.githubusercontent.com/tasklock/tasklock/main/install.sh | sh
 #
@@ -17,6 +18,9 @@
 #     source instead: `git clone --depth 1` of $TASKLOCK_REPO (default
 #     https://github.com/tasklock/tasklock.git; any URL or path git accepts), at
 #     $TASKLOCK_REF if set (a branch or tag), and builds it.
+#   - with --download (TASKLOCK_DOWNLOAD=1), the release archive even in a checkout: the
+#     Claude Code plugin, a copy of the repository, brings its binary so (bin/tasklock).
+# --binary-only installs the binaries and nothing else (no skills, no links).
 # Downloads and clones go to a temporary directory that is removed when the script ends,
 # however it ends. The script is POSIX sh throughout (dash, busybox sh, bash).
 #
@@ -105,6 +109,8 @@ Options:
   --uninstall        remove what the receipt lists (files changed since install are kept)
   --from-source      outside a checkout: clone the source and build it instead of
                      downloading the release archive
+  --download         in a checkout too: download the release archive instead of building
+  --binary-only      install the binaries only: no skills, no links
   -h, --help         show this help
 
 Run from anywhere else (or piped: curl -fsSL .../install.sh | sh), it downloads the
@@ -140,7 +146,8 @@ need_value() {
 }
 
 bindir='' skills_dir='' agents_dir='' no_agents=0 project=0 force=0 dry_run=0 uninstall=0
-from_source=${TASKLOCK_FROM_SOURCE:-0}
+binary_only=0
+from_source=${TASKLOCK_FROM_SOURCE:-0} download=${TASKLOCK_DOWNLOAD:-0}
 while [ $# -gt 0 ]; do
     case $1 in
         --prefix) need_value "$@"; bindir=$2; shift 2 ;;
@@ -155,12 +162,21 @@ while [ $# -gt 0 ]; do
         --dry-run) dry_run=1; shift ;;
         --uninstall) uninstall=1; shift ;;
         --from-source) from_source=1; shift ;;
+        --download) download=1; shift ;;
+        --binary-only) binary_only=1; shift ;;
         -h|--help) usage; exit 0 ;;
         --) shift; [ $# -eq 0 ] || usage_error "unexpected argument: $1" ;;
         -*) usage_error "unknown option: $1" ;;
         *) usage_error "unexpected argument: $1" ;;
     esac
 done
+
+if [ "$from_source" = 1 ] && [ "$download" = 1 ]; then
+    usage_error "--from-source and --download are each other's opposites: give one"
+fi
+if [ "$binary_only" = 1 ] && { [ -n "$skills_dir$agents_dir" ] || [ "$no_agents$project" != 00 ]; }; then
+    usage_error "--binary-only installs no skills: it takes no --skills-dir, --agents-dir, --no-agents or --project"
+fi
 
 [ -n "${HOME:-}" ] || die "HOME is not set"
 case $HOME in /*) ;; *) die "HOME is not an absolute path: $HOME" ;; esac
@@ -216,7 +232,7 @@ write_receipt() {
 # ---------------------------------------------------------------- uninstall
 
 if [ "$uninstall" = 1 ]; then
-    if [ -n "$bindir$skills_dir$agents_dir" ] || [ "$no_agents$project$force" != 000 ]; then
+    if [ -n "$bindir$skills_dir$agents_dir" ] || [ "$no_agents$project$force$binary_only$download" != 00000 ]; then
         usage_error "--uninstall takes only --dry-run: it removes what the receipt lists"
     fi
     if [ ! -f "$receipt" ]; then
@@ -320,6 +336,7 @@ if [ -f "$0" ]; then
     fi
 fi
 if [ "$from_source" = 1 ] && [ "$mode" != checkout ]; then here='' mode=source; fi
+if [ "$download" = 1 ]; then here='' mode=release; fi
 
 # This platform's Rust target triple, as release archives are named (empty: none fits).
 platform() {
@@ -649,6 +666,34 @@ install_binary() {
     fi
 }
 
+# ---------------------------------------------------------------- summary
+
+# What was done, and whether the bin directory is on PATH.
+summary() {
+    if [ "$dry_run" = 1 ]; then
+        say "Dry run: $changed to change, $unchanged unchanged, $kept kept. Nothing was changed."
+    elif [ "$changed" = 0 ]; then
+        say "Already installed: nothing changed ($unchanged up to date, $kept kept)."
+    else
+        say "Installed: $changed changed, $unchanged unchanged, $kept kept. Receipt: $receipt"
+    fi
+    if [ "$kept" -gt 0 ]; then
+        warn "$kept path(s) kept as they are (listed above as kept); --force replaces files and links"
+    fi
+
+    case ":$PATH:" in
+        *":$bindir:"* | *":$bindir/:"*)
+            found=$(command -v tasklock 2>/dev/null || true)
+            if [ -n "$found" ] && [ "$found" != "$bin" ]; then
+                say "note: another tasklock comes first on your PATH: $found"
+            fi ;;
+        *)
+            say "note: $bindir is not on your PATH; add it (the Claude Code hooks run \`tasklock\` from PATH), e.g.:"
+            say "  export PATH=\"$bindir:\$PATH\"" ;;
+    esac
+    say "MCP clients: \`tasklock init\` in a project registers the server for Codex (.codex/config.toml) and prints the setup for the others: \`claude mcp add tasklock -- tasklock mcp\`; elsewhere {\"mcpServers\": {\"tasklock\": {\"command\": \"tasklock\", \"args\": [\"mcp\"]}}}"
+}
+
 say "Binary:"
 bin=$bindir/tasklock
 ensure_dir "$bindir"
@@ -663,6 +708,10 @@ fi
 if [ "$dry_run" = 0 ]; then
     version=$("$bin" --version 2>&1) || die "the installed binary does not run: $version"
     say "  runs:           $version"
+fi
+if [ "$binary_only" = 1 ]; then
+    summary
+    exit 0
 fi
 
 # The skills, and links to them for other agents. Their text is the one the binary
@@ -783,27 +832,4 @@ if [ -n "$plugin" ]; then
     fi
 fi
 
-# ---------------------------------------------------------------- summary
-
-if [ "$dry_run" = 1 ]; then
-    say "Dry run: $changed to change, $unchanged unchanged, $kept kept. Nothing was changed."
-elif [ "$changed" = 0 ]; then
-    say "Already installed: nothing changed ($unchanged up to date, $kept kept)."
-else
-    say "Installed: $changed changed, $unchanged unchanged, $kept kept. Receipt: $receipt"
-fi
-if [ "$kept" -gt 0 ]; then
-    warn "$kept path(s) kept as they are (listed above as kept); --force replaces files and links"
-fi
-
-case ":$PATH:" in
-    *":$bindir:"* | *":$bindir/:"*)
-        found=$(command -v tasklock 2>/dev/null || true)
-        if [ -n "$found" ] && [ "$found" != "$bin" ]; then
-            say "note: another tasklock comes first on your PATH: $found"
-        fi ;;
-    *)
-        say "note: $bindir is not on your PATH; add it (the Claude Code hooks run \`tasklock\` from PATH), e.g.:"
-        say "  export PATH=\"$bindir:\$PATH\"" ;;
-esac
-say "MCP clients: \`tasklock init\` in a project registers the server for Codex (.codex/config.toml) and prints the setup for the others: \`claude mcp add tasklock -- tasklock mcp\`; elsewhere {\"mcpServers\": {\"tasklock\": {\"command\": \"tasklock\", \"args\": [\"mcp\"]}}}"
+summary

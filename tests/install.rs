@@ -15,6 +15,8 @@ use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
+mod release;
+
 const REPO: &str = env!("CARGO_MANIFEST_DIR");
 const BIN: &str = env!("CARGO_BIN_EXE_tasklock");
 
@@ -837,6 +839,12 @@ fn bad_flags_are_usage_errors_and_help_is_not() {
     assert_eq!(out.code, 64, "{}", out.text());
     let out = home.run(&["--uninstall", "--no-agents"]);
     assert_eq!(out.code, 64, "{}", out.text());
+    let out = home.run(&["--from-source", "--download"]);
+    assert_eq!(out.code, 64, "{}", out.text());
+    assert!(out.stderr.contains("give one"), "{}", out.text());
+    let out = home.run(&["--binary-only", "--project"]);
+    assert_eq!(out.code, 64, "{}", out.text());
+    assert!(out.stderr.contains("installs no skills"), "{}", out.text());
     assert!(home.tree().is_empty(), "{:?}", home.tree());
 
     let out = home.run(&["--help"]);
@@ -1082,78 +1090,9 @@ fn piped_into_sh_a_bad_repository_fails_clearly_and_cleans_up() {
 
 // ---------------------------------------------------------------- release archives
 
-/// A release directory as the release workflow publishes one, for this host: made by
-/// `scripts/dist.sh` from the binary under test (`TASKLOCK_DIST_BINARY`), stripped of
-/// its debug information (as release builds are) so that packing it takes no time.
-/// Returns the directory, the archive's name and the binary packed.
+/// A release directory made from the binary under test (see `release::dir`), in `home`.
 fn release_dir(home: &Home) -> (PathBuf, String, PathBuf) {
-    let dir = home.join("release");
-    fs::create_dir_all(home.join("tmp")).unwrap();
-    fs::create_dir_all(home.join("built")).unwrap();
-    let bin = home.join("built/tasklock");
-    fs::copy(BIN, &bin).unwrap();
-    let st = Command::new("strip").arg(&bin).status().expect("strip");
-    assert!(st.success(), "strip {}", bin.display());
-    let out = Command::new("sh")
-        .arg(Path::new(REPO).join("scripts/dist.sh"))
-        .arg(&dir)
-        .env("TASKLOCK_DIST_BINARY", &bin)
-        .env("TMPDIR", home.join("tmp"))
-        .output()
-        .expect("run scripts/dist.sh");
-    assert!(
-        out.status.success(),
-        "dist.sh: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let archive = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .next()
-        .and_then(|l| Path::new(l).file_name())
-        .map(|n| n.to_string_lossy().into_owned())
-        .expect("dist.sh names the archive");
-    (dir, archive, bin)
-}
-
-/// Serve `dir` over HTTP on loopback (GET only; 404 for what is not there) until the
-/// test ends. Returns the base URL.
-fn serve(dir: PathBuf) -> String {
-    use std::io::{BufRead, BufReader, Write};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            let mut reader = BufReader::new(stream.try_clone().unwrap());
-            let mut line = String::new();
-            if reader.read_line(&mut line).is_err() {
-                continue;
-            }
-            // Headers up to the blank line.
-            let mut h = String::new();
-            while reader.read_line(&mut h).is_ok_and(|n| n > 2) {
-                h.clear();
-            }
-            let name = line
-                .split_whitespace()
-                .nth(1)
-                .unwrap_or("/")
-                .trim_start_matches('/');
-            let mut stream = stream;
-            let body = (!name.contains(".."))
-                .then(|| fs::read(dir.join(name)).ok())
-                .flatten();
-            let _ = match body {
-                Some(b) => stream
-                    .write_all(
-                        format!("HTTP/1.0 200 OK\r\nContent-Length: {}\r\n\r\n", b.len())
-                            .as_bytes(),
-                    )
-                    .and_then(|_| stream.write_all(&b)),
-                None => stream.write_all(b"HTTP/1.0 404 Not Found\r\nContent-Length: 0\r\n\r\n"),
-            };
-        }
-    });
-    url
+    release::dir(home.path(), Path::new(BIN))
 }
 
 /// `sh` reading install.sh on stdin (as `curl … | sh`), with the release at `url`, no
@@ -1178,7 +1117,7 @@ fn piped_release(home: &Home, url: &str) -> Out {
 fn piped_into_sh_it_installs_the_release_archive_without_a_toolchain() {
     let home = Home::new();
     let (dir, archive, built) = release_dir(&home);
-    let url = serve(dir);
+    let url = release::serve(dir);
     let started = std::time::Instant::now();
     let out = piped_release(&home, &url);
     eprintln!(
@@ -1245,7 +1184,7 @@ fn a_tampered_archive_or_a_wrong_checksum_installs_nothing() {
     let mid = bytes.len() / 2;
     bytes[mid] ^= 0x55;
     fs::write(dir.join(&archive), bytes).unwrap();
-    let url = serve(dir.clone());
+    let url = release::serve(dir.clone());
     let before = home.tree();
     let out = piped_release(&home, &url);
     assert_eq!(out.code, 1, "{}", out.text());
@@ -1281,7 +1220,7 @@ fn no_archive_for_the_platform_and_no_cargo_is_a_clear_error() {
     let home = Home::new();
     let empty = home.join("empty-release");
     fs::create_dir_all(&empty).unwrap();
-    let url = serve(empty);
+    let url = release::serve(empty);
     let out = piped_release(&home, &url);
     assert_eq!(out.code, 1, "{}", out.text());
     assert!(

@@ -5,8 +5,9 @@
 //! The first run installs the CLI from npm and skills-ref from PyPI (see docs/e2e.md).
 
 mod e2e;
+mod release;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value;
@@ -94,7 +95,7 @@ fn plugin_validates_strictly() {
         "session-end",
     ] {
         assert!(
-            hooks.contains(&format!("tasklock hook {event}")),
+            hooks.contains(&format!("/bin/tasklock\\\" hook {event}")),
             "the plugin does not provide the {event} hook: {hooks}"
         );
     }
@@ -110,8 +111,15 @@ fn plugin_manifest_matches_the_crate_and_the_init_template() {
         env!("CARGO_PKG_VERSION"),
         "bump .claude-plugin/plugin.json with Cargo.toml"
     );
-    // The plugin's hooks are the ones `tasklock init` writes into .claude/settings.json.
-    let template = read_json(&root.join("templates/claude-settings.json"));
+    // The plugin's hooks are the ones `tasklock init` writes into .claude/settings.json,
+    // run through the plugin's launcher (bin/tasklock), which finds or brings the binary.
+    let template = std::fs::read_to_string(root.join("templates/claude-settings.json"))
+        .unwrap()
+        .replace(
+            "\"command\": \"tasklock hook",
+            "\"command\": \"\\\"${CLAUDE_PLUGIN_ROOT}/bin/tasklock\\\" hook",
+        );
+    let template: Value = serde_json::from_str(&template).unwrap();
     assert_eq!(
         plugin["hooks"], template["hooks"],
         "the hooks of .claude-plugin/plugin.json and templates/claude-settings.json differ"
@@ -176,21 +184,21 @@ fn copy_tree(from: &Path, to: &Path) {
     }
 }
 
-#[test]
-fn plugin_installs_from_its_marketplace_and_its_hooks_run() {
-    let tmp = tempfile::tempdir().unwrap();
-    let home = tmp.path().join("home");
-    let source = tmp.path().join("tasklock");
+/// Install the plugin from a marketplace at a copy of the repository, as a user would:
+/// `claude plugin marketplace add` and `claude plugin install`. Returns Claude Code's HOME.
+fn install_plugin(tmp: &Path) -> PathBuf {
+    let home = tmp.join("home");
+    let source = tmp.join("tasklock");
     copy_tree(&repo_root(), &source);
 
     let mut cmd = claude_cmd(&home, None);
     cmd.args(["plugin", "marketplace", "add"])
         .arg(&source)
-        .current_dir(tmp.path());
+        .current_dir(tmp);
     run_ok(cmd, "claude plugin marketplace add", COMMAND_TIMEOUT);
     let mut cmd = claude_cmd(&home, None);
     cmd.args(["plugin", "install", "tasklock@tasklock"])
-        .current_dir(tmp.path());
+        .current_dir(tmp);
     run_ok(
         cmd,
         "claude plugin install tasklock@tasklock",
@@ -203,6 +211,13 @@ fn plugin_installs_from_its_marketplace_and_its_hooks_run() {
         env!("CARGO_PKG_VERSION"),
         "installed_plugins.json: {installed}"
     );
+    home
+}
+
+#[test]
+fn plugin_installs_from_its_marketplace_and_its_hooks_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = install_plugin(tmp.path());
 
     // A project without `tasklock init`: only the plugin's hooks can do the work.
     let project = git_project(tmp.path());
@@ -220,4 +235,83 @@ fn plugin_installs_from_its_marketplace_and_its_hooks_run() {
         stub.log()
     );
     assert_session_lifecycle(&session, &project, &stub);
+    // tasklock was on PATH: the plugin used it and downloaded nothing.
+    assert!(
+        !home.join(".local/share/tasklock/plugin").exists(),
+        "the plugin downloaded a binary though tasklock was on PATH"
+    );
+}
+
+/// A user with no tasklock anywhere: the plugin's launcher downloads the release archive
+/// for this platform (here from a release served on loopback), verifies it, and runs it;
+/// the hooks and the model's own `tasklock` commands both work in the first session.
+#[test]
+fn plugin_brings_the_binary_when_none_is_installed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = install_plugin(tmp.path());
+    let (dir, _archive, packed) = release::dir(&tmp.path().join("dist"), &e2e::tasklock_bin());
+    let url = release::serve(dir);
+
+    let system_path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+    for d in system_path.split(':') {
+        assert!(
+            !Path::new(d).join("tasklock").exists(),
+            "{d}/tasklock exists: this test needs a PATH without tasklock"
+        );
+    }
+    let project = git_project(tmp.path());
+    let stub = Stub::start("tasklock checkout e2e-task");
+    let mut cmd = claude_cmd(&home, Some(&stub));
+    cmd.env("PATH", system_path)
+        .env("TASKLOCK_RELEASE_URL", &url)
+        .arg("--allowedTools")
+        .args(e2e::allowed_rules());
+    let session = e2e::session(
+        cmd,
+        &project,
+        "Check out the task e2e-task with tasklock, then stop.",
+    );
+    assert_session_lifecycle(&session, &project, &stub);
+    let own = home.join(".local/share/tasklock/plugin/bin/tasklock");
+    let got = std::fs::read(&own)
+        .unwrap_or_else(|e| panic!("the plugin did not install {}: {e}", own.display()));
+    assert!(
+        got == std::fs::read(&packed).unwrap(),
+        "{} is not the binary of the release archive",
+        own.display()
+    );
+}
+
+/// A download that fails (here: no release at the URL) says how to install tasklock by
+/// hand and exits 127; nothing half-installed is left to be run the next time.
+#[test]
+fn the_plugin_launcher_fails_clearly_without_a_release() {
+    let tmp = tempfile::tempdir().unwrap();
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let url = release::serve(empty);
+    let home = tmp.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let out = Command::new("sh")
+        .arg(repo_root().join("bin/tasklock"))
+        .arg("--version")
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", &home)
+        .env("TMPDIR", tmp.path())
+        .env("TASKLOCK_RELEASE_URL", &url)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(127), "{err}");
+    assert!(
+        err.contains("could not download tasklock") && err.contains("install.sh | sh"),
+        "{err}"
+    );
+    let own = home.join(".local/share/tasklock/plugin/bin");
+    assert!(!own.join("tasklock").exists());
+    assert!(
+        !own.join(".downloading").exists(),
+        "the download lock was left behind"
+    );
 }

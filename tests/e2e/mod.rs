@@ -1036,7 +1036,7 @@ pub fn refused(result_text: &str) -> bool {
     .any(|n| result_text.contains(n))
 }
 
-fn session(mut cmd: Command, project: &Path, prompt: &str) -> Session {
+pub fn session(mut cmd: Command, project: &Path, prompt: &str) -> Session {
     let id = uuid();
     cmd.current_dir(project)
         .args(["-p", prompt, "--session-id", &id, "--output-format", "json"]);
