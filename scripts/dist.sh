@@ -11,9 +11,14 @@
 # tasklock-mcp), the skills, install.sh, README.md and the licence files: what install.sh
 # installs from when it downloads a release instead of building.
 #
-# Built as install.sh builds (`cargo build --release --locked`; statically linked on
-# glibc Linux). TASKLOCK_DIST_BINARY=PATH packages that prebuilt tasklock (and the
-# tasklock-mcp beside it, if any) instead of building: for tests.
+# Built like install.sh builds (`cargo build --release --locked`; statically linked on
+# glibc Linux), and with every store: `--features postgres`, so that a prebuilt binary
+# can use the PostgreSQL store without a rebuild. On Linux it is linked as a static
+# non-PIE executable (`-C relocation-model=static`): a static-pie binary applies its
+# relocations at every start, and the PostgreSQL client would make every command, file
+# store included, start slower; non-PIE, the binary with it starts as fast as one without
+# (docs/performance.md). TASKLOCK_DIST_BINARY=PATH packages that prebuilt tasklock (and
+# the tasklock-mcp beside it, if any) instead of building: for tests.
 set -eu
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -29,10 +34,10 @@ else
     case $target in
         *-linux-gnu)
             flags_var=CARGO_TARGET_$(printf '%s' "$target" | tr 'a-z.-' 'A-Z__')_RUSTFLAGS
-            export "$flags_var=-C target-feature=+crt-static"
+            export "$flags_var=-C target-feature=+crt-static -C relocation-model=static"
             ;;
     esac
-    (cd "$here" && cargo build --release --locked --target "$target")
+    (cd "$here" && cargo build --release --locked --features postgres --target "$target")
     target_dir=${CARGO_TARGET_DIR:-$here/target}
     bin=$target_dir/$target/release/tasklock
 fi
