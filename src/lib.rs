@@ -22,6 +22,7 @@ pub mod report;
 pub mod secret;
 pub mod signals;
 pub mod store;
+pub mod wake;
 pub mod warnings;
 
 use std::ffi::OsString;
@@ -41,7 +42,14 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    let code = run_command(args.into_iter().map(Into::into).collect());
+    // Once the command's changes stand (and its output is out), push the inbox messages it
+    // wrote into the sessions that can be reached.
+    engine::deliver::flush();
+    code
+}
+
+fn run_command(args: Vec<OsString>) -> i32 {
     let cli = match Cli::try_parse_from(&args) {
         Ok(cli) => cli,
         Err(e)

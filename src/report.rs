@@ -156,6 +156,10 @@ pub struct CheckoutReport {
     pub position: Option<usize>,
     /// Set when the key is free but held back for the head of its queue.
     pub reserved_for: Option<Reservation>,
+    /// Queued (not waiting): the agent's session takes pushes, so it is told the moment
+    /// the key is handed to it (docs/wake.md). Absent (false) otherwise.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub push_wake: bool,
     /// On `deadlock`: the wait-for cycle, agent, key, agent, …, back to the caller.
     pub cycle: Vec<String>,
     /// On `frozen`: the freeze that refused the checkout.
@@ -214,6 +218,7 @@ impl CheckoutReport {
             queue_length: 0,
             position: None,
             reserved_for: None,
+            push_wake: false,
             cycle: Vec::new(),
             frozen: None,
             previous: None,
@@ -561,6 +566,10 @@ pub struct WhyReport {
     /// The paths asked about with `--path` (absent when none were).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub paths: Vec<String>,
+    /// When the key is reserved: how pushing the news into the head's session went
+    /// (absent when no push was tried).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delivery: Option<crate::store::Delivery>,
     /// What `next` advises, for the markdown renderer to spell out with the caller's flags.
     #[serde(skip)]
     pub advice: WhyNext,

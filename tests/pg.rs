@@ -40,6 +40,9 @@ mod queue;
 #[cfg(tasklock_pg_tests)]
 #[path = "queue_paths.rs"]
 mod queue_paths;
+#[cfg(tasklock_pg_tests)]
+#[path = "wake.rs"]
+mod wake;
 
 #[cfg(tasklock_pg_tests)]
 #[path = "pg/pg_only.rs"]

@@ -468,6 +468,12 @@ fn refuse(
             queue::join(ctx, store, guard, q, agent, pid, &req.paths, holder)?;
             r.queue_length = q.waiters.len();
             r.position = q.position(&agent.id);
+            // A blocked --wait learns it itself; a queued agent is told by its inbox, and
+            // at once when its session takes pushes.
+            r.push_wake = pid.is_none()
+                && store
+                    .read_agent(&agent.id)?
+                    .is_some_and(|e| e.reach.is_some() && e.ended_at.is_none());
         }
     }
     Ok(r)

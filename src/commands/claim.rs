@@ -30,8 +30,8 @@ use crate::engine::{Ctx, Judge};
 use crate::error::{Outcome, Result};
 use crate::report::CheckoutReport;
 use crate::store::{
-    AgentEntry, AuditEvent, AuditFollow, Changes, Ended, FileStore, Freeze, Guard, Held, Message,
-    Note, Queue, Record, Slot, Store,
+    AgentEntry, AuditEvent, AuditFollow, Changes, Delivery, Ended, FileStore, Freeze, Guard, Held,
+    Message, Note, Queue, Record, Slot, Store,
 };
 
 /// Keys read by the first [`Store::read_many`]; each later one reads four times as many,
@@ -326,6 +326,9 @@ impl Store for Claiming<'_> {
     fn mark_read(&self, agent: &str, id: &str) -> Result<bool> {
         self.inner.mark_read(agent, id)
     }
+    fn message(&self, agent: &str, id: &str) -> Result<Option<Message>> {
+        self.inner.message(agent, id)
+    }
     fn audit_events(&self, each: &mut dyn FnMut(AuditEvent)) -> Result<usize> {
         self.inner.audit_events(each)
     }
@@ -374,6 +377,9 @@ impl Store for Claiming<'_> {
     }
     fn send(&self, g: &Guard, msg: &Message) -> Result<()> {
         self.inner.send(g, msg)
+    }
+    fn record_delivery(&self, g: &Guard, agent: &str, id: &str, d: &Delivery) -> Result<()> {
+        self.inner.record_delivery(g, agent, id, d)
     }
     fn write_agent(&self, g: &Guard, entry: &AgentEntry) -> Result<()> {
         self.agents.borrow_mut().remove(&entry.id);

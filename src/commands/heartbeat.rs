@@ -76,6 +76,14 @@ pub fn beat(
             status: status.or_else(|| entry.as_ref().and_then(|e| e.status.clone())),
             ended_at: None,
             ended_reason: None,
+            // Where the session takes pushed messages: from the environment of its own
+            // hooks and commands, else as recorded while its process is the same.
+            reach: crate::wake::reach_for(&agent.id).or_else(|| {
+                entry
+                    .as_ref()
+                    .filter(|e| same_boot && pid.is_none_or(|p| e.pid == Some(p)))
+                    .and_then(|e| e.reach.clone())
+            }),
             parent: parent.or_else(|| entry.as_ref().and_then(|e| e.parent.clone())),
             owner,
         };
@@ -193,7 +201,8 @@ pub fn beat(
                                     crate::store::MessageKind::MaxHold,
                                     &fresh.key,
                                     &body,
-                                ),
+                                )
+                                .map(drop),
                             );
                         }
                         renewed.push(fresh.key);

@@ -225,7 +225,8 @@ pub fn run(
                         crate::store::MessageKind::ForceReleased,
                         &key,
                         &body,
-                    ),
+                    )
+                    .map(drop),
                 );
                 after_change(
                     &format!("{released}, but its queue was not updated"),

@@ -124,6 +124,8 @@ fn wait_loop(
             }
             checkout::attempt(&now_ctx, store, guard, &req, key, Join::Wait(pid))
         })?;
+        // An attempt may end a dead holder's checkout and reserve keys for others.
+        crate::engine::deliver::flush();
         if !matches!(report.outcome, Outcome::Conflict | Outcome::Frozen) {
             return Ok(Report::Checkout(report));
         }

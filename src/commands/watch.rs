@@ -82,6 +82,8 @@ pub fn run(
             };
             heartbeat::run(&beat_ctx, status.take(), register.then_some(pid)).map(|_| beats += 1)
         };
+        // A beat may end others' checkouts and hand their keys on: push those messages now.
+        crate::engine::deliver::flush();
         match beat {
             Ok(()) => {}
             // The lock directory was removed: nothing is left to keep alive.

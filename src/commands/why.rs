@@ -15,6 +15,8 @@ pub fn run(ctx: &Ctx, key: &str, paths: Vec<String>) -> Result<Report> {
     let mut state = "free";
     // Your place in the key's queue, and who holds the key (alive), when known.
     let mut position = None;
+    // The push of the reservation's message, when the key is reserved.
+    let mut delivery = None;
     let mut holder: Option<String> = None;
     let q = |s: &str| shell_quote(s);
     if let Some(store) = ctx.existing_store()? {
@@ -189,6 +191,31 @@ pub fn run(ctx: &Ctx, key: &str, paths: Vec<String>) -> Result<Report> {
                     with_relative(&res.until, &now)
                 ));
             }
+            // How the head was told.
+            let told = match &res.message {
+                Some(id) => store.message(&res.agent, id)?,
+                None => None,
+            };
+            if let Some(d) = told.and_then(|m| m.delivery) {
+                let who = if me.as_deref() == Some(res.agent.as_str()) {
+                    "You were".to_string()
+                } else {
+                    format!("{} was", res.agent)
+                };
+                reasons.push(if d.delivered {
+                    format!(
+                        "{who} told by a push into the session {}; the reservation runs from then.",
+                        with_relative(&d.at, &now)
+                    )
+                } else {
+                    format!(
+                        "{who} told through the inbox only, read at the next prompt or tool call: pushing into the session failed {}: {}.",
+                        with_relative(&d.at, &now),
+                        d.error.as_deref().unwrap_or("unknown")
+                    )
+                });
+                delivery = Some(d);
+            }
         }
         if !queue.waiters.is_empty() {
             let names: Vec<&str> = queue.waiters.iter().map(|w| w.agent.as_str()).collect();
@@ -247,6 +274,7 @@ pub fn run(ctx: &Ctx, key: &str, paths: Vec<String>) -> Result<Report> {
         reasons,
         next,
         paths,
+        delivery,
         advice,
     }))
 }

@@ -3,6 +3,7 @@
 //! handoff, how an ended checkout is remembered for the next holder. Commands parse
 //! their arguments, call in here and return a report.
 
+pub mod deliver;
 pub mod paths;
 pub mod queue;
 pub mod stamps;

@@ -19,7 +19,9 @@ fn audit(ctx: &Ctx, event: &str, key: &str, agent: &str) -> AuditEvent {
     AuditEvent::new(ctx.now, event, key, agent)
 }
 
-/// Put a message in `to`'s inbox and audit it.
+/// Put a message in `to`'s inbox and audit it; once the change is committed, the message
+/// is pushed into `to`'s session if it can be reached ([`super::deliver`]). Returns the
+/// message's id.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn notify(
     ctx: &Ctx,
@@ -30,7 +32,7 @@ pub(crate) fn notify(
     kind: MessageKind,
     key: &str,
     body: &str,
-) -> Result<()> {
+) -> Result<String> {
     let seq = SEQ.fetch_add(1, Ordering::Relaxed);
     let msg = Message {
         version: 1,
@@ -46,12 +48,15 @@ pub(crate) fn notify(
         ts: ctx.now,
         body: body.to_string(),
         user: Some(crate::identity::UnixUser::current()),
+        delivery: None,
     };
     store.send(g, &msg)?;
     let mut ev = audit(ctx, "notify", key, to);
     ev.by = msg.from.clone();
     ev.detail = Some(kind.to_string());
-    store.audit(g, &ev)
+    store.audit(g, &ev)?;
+    super::deliver::after_commit(ctx, to, &msg.id);
+    Ok(msg.id)
 }
 
 /// Is a waiter gone: its waiting process died, or its agent is dead? A dead agent holds
@@ -271,6 +276,7 @@ fn reserve(
         agent: head.agent.clone(),
         since: ctx.now,
         until,
+        message: None,
     });
     let mut ev = audit(ctx, "handoff", &q.key, &head.agent);
     ev.paths = head.paths.clone();
@@ -300,7 +306,7 @@ fn reserve(
         "{what} and reserved for you until {}; run `{command}` now",
         crate::clock::rfc3339(&until),
     );
-    notify(
+    let id = notify(
         ctx,
         store,
         g,
@@ -309,7 +315,11 @@ fn reserve(
         MessageKind::Reserved,
         &q.key,
         &body,
-    )
+    )?;
+    if let Some(r) = &mut q.reservation {
+        r.message = Some(id);
+    }
+    Ok(())
 }
 
 /// Settle `key`'s queue as it is stored, write it if it changed, and serve the waiters

@@ -943,6 +943,8 @@ impl ServerHandler for Server {
             Some(Err(message)) => usage(&message),
             Some(Ok(cmd)) => self.run(&me, cmd).await,
         };
+        // The server lives on: push what the call wrote now, not when it exits.
+        crate::engine::deliver::flush();
         Ok(tool_result(called).into())
     }
 }

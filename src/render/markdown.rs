@@ -218,6 +218,11 @@ fn checkout(r: &CheckoutReport, inv: &Invocation) -> String {
             if let Some(p) = r.position {
                 let _ = writeln!(out, "- Your place in the queue: {p}");
             }
+            if r.push_wake {
+                out.push_str(
+                    "- When it is your turn: tasklock tells this session at once, even if it is idle\n",
+                );
+            }
             if let Some(prev) = &r.took_over {
                 let _ = writeln!(out, "- Ended: {}", reaped_words(prev, &r.now));
             }
@@ -263,6 +268,11 @@ fn checkout(r: &CheckoutReport, inv: &Invocation) -> String {
             let _ = writeln!(out, "- Queue: {} waiting", r.queue_length);
             if let Some(p) = r.position {
                 let _ = writeln!(out, "- Your place in the queue: {p}");
+            }
+            if r.push_wake {
+                out.push_str(
+                    "- When it is your turn: tasklock tells this session at once, even if it is idle\n",
+                );
             }
             if let Some(prev) = &r.took_over {
                 let _ = writeln!(out, "- Ended: {}", reaped_words(prev, &r.now));
@@ -414,6 +424,19 @@ fn any(r: &AnyReport, inv: &Invocation) -> String {
     out
 }
 
+/// How pushing a message into the agent's session went, in words.
+fn delivery_text(d: Option<&crate::store::Delivery>, now: &crate::clock::Time) -> String {
+    match d {
+        None => "not pushed (read at the next prompt)".into(),
+        Some(d) if d.delivered => format!("pushed {}", with_relative(&d.at, now)),
+        Some(d) => format!(
+            "not pushed {}: {}",
+            with_relative(&d.at, now),
+            d.error.as_deref().unwrap_or("unknown")
+        ),
+    }
+}
+
 fn inbox(r: &InboxReport) -> String {
     let mut out = String::new();
     if r.messages.is_empty() {
@@ -431,9 +454,16 @@ fn inbox(r: &InboxReport) -> String {
             " (left unread)"
         }
     );
-    out.push_str("\n| Time | Type | Key | From | Message |\n|---|---|---|---|---|\n");
+    // Whether each message was pushed into the session, when any push was tried.
+    let pushed = r.messages.iter().any(|m| m.delivery.is_some());
+    out.push_str("\n| Time | Type | Key | From | Message |");
+    out.push_str(if pushed {
+        " Pushed |\n|---|---|---|---|---|---|\n"
+    } else {
+        "\n|---|---|---|---|---|\n"
+    });
     for m in &r.messages {
-        let _ = writeln!(
+        let _ = write!(
             out,
             "| {} | {} | {} | {} | {} |",
             with_relative(&m.ts, &r.now),
@@ -446,6 +476,14 @@ fn inbox(r: &InboxReport) -> String {
             )),
             cell(&m.body)
         );
+        if pushed {
+            let _ = write!(
+                out,
+                " {} |",
+                cell(&delivery_text(m.delivery.as_ref(), &r.now))
+            );
+        }
+        out.push('\n');
     }
     let next = if r.messages.iter().any(|m| m.kind == MessageKind::Reserved) {
         "Next: a key reserved for you is yours only for the handoff grace: check it out now."

@@ -30,9 +30,9 @@ pub use file::{
     FileStore, at, create_root, guard_deadline, guard_held, set_guard_deadline, sharing,
 };
 pub use freeze::Freeze;
-pub use queue::{Message, MessageKind, Queue, Reservation, Waiter};
+pub use queue::{Delivery, Message, MessageKind, Queue, Reservation, Waiter};
 pub use record::{FORMAT_VERSION, Record, version_for};
-pub use registry::{AgentEntry, EndHow, Ended, Note};
+pub use registry::{AgentEntry, EndHow, Ended, Note, Reach};
 
 /// A record bigger than this is damage, not a lock.
 pub const MAX_RECORD_BYTES: u64 = 1 << 20;
@@ -182,6 +182,9 @@ pub trait Store {
     /// Mark a message read; false when another reader got it first.
     fn mark_read(&self, agent: &str, id: &str) -> Result<bool>;
 
+    /// A message, read or unread, with its delivery; `None` when there is no such message.
+    fn message(&self, agent: &str, id: &str) -> Result<Option<Message>>;
+
     /// Every event of the audit log, oldest first, to `each`; lines that cannot be read
     /// as events are counted in the result.
     fn audit_events(&self, each: &mut dyn FnMut(AuditEvent)) -> Result<usize>;
@@ -227,6 +230,9 @@ pub trait Store {
 
     /// Deliver a message.
     fn send(&self, g: &Guard, msg: &Message) -> Result<()>;
+
+    /// Record how pushing a message into its agent's session went (read with it).
+    fn record_delivery(&self, g: &Guard, agent: &str, id: &str, d: &Delivery) -> Result<()>;
 
     fn write_agent(&self, g: &Guard, entry: &AgentEntry) -> Result<()>;
 

@@ -38,6 +38,9 @@ pub struct Reservation {
     pub agent: String,
     pub since: Time,
     pub until: Time,
+    /// The inbox message that told the agent (its delivery says whether it was pushed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -83,6 +86,24 @@ pub struct Message {
     /// The Unix user whose tasklock wrote it (absent in messages of older versions).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<crate::identity::UnixUser>,
+    /// The one attempt to push it into the agent's session, if one was made (kept beside
+    /// the message by the store, filled in when read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivery: Option<Delivery>,
+}
+
+/// How pushing a message into its agent's session went. Made at most once per message;
+/// whatever the outcome, the message stays in the inbox until read.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Delivery {
+    pub at: Time,
+    /// The session's socket took the whole message.
+    pub delivered: bool,
+    /// How: `claude-code` (the session's messaging socket).
+    pub via: String,
+    /// Why it was not delivered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// What an inbox message is about.

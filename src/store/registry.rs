@@ -41,6 +41,21 @@ pub struct AgentEntry {
     /// The agent's secret, as a salted hash: heartbeats and the inbox need it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<crate::secret::Proof>,
+    /// Where the agent's session takes pushed messages (Claude Code's messaging socket),
+    /// as its hooks found it; inbox messages are pushed there (docs/wake.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reach: Option<Reach>,
+}
+
+/// A session that can be woken: Claude Code's per-session messaging socket. No
+/// credential is kept: the socket's owner and mode are its access control.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Reach {
+    /// The Unix socket the session listens on.
+    pub socket: String,
+    /// The session's id: a line naming another session is dropped by the session, so a
+    /// socket path reused by another session never gets this agent's messages.
+    pub session: String,
 }
 
 /// One checkpoint in a key's history.

@@ -30,8 +30,8 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use super::{
-    AgentEntry, AuditEvent, AuditFollow, Changes, Ended, FORMAT_VERSION, Freeze, Guard, Held,
-    MAX_RECORD_BYTES, Message, Note, Queue, Record, Slot, Store,
+    AgentEntry, AuditEvent, AuditFollow, Changes, Delivery, Ended, FORMAT_VERSION, Freeze, Guard,
+    Held, MAX_RECORD_BYTES, Message, Note, Queue, Record, Slot, Store,
 };
 use crate::error::{Error, Result};
 use crate::key;
@@ -948,6 +948,10 @@ impl Store for FileStore {
         FileStore::mark_read(self, agent, id)
     }
 
+    fn message(&self, agent: &str, id: &str) -> Result<Option<Message>> {
+        FileStore::message(self, agent, id)
+    }
+
     fn audit_events(&self, each: &mut dyn FnMut(AuditEvent)) -> Result<usize> {
         self.read_audit(each)
     }
@@ -1000,6 +1004,10 @@ impl Store for FileStore {
 
     fn send(&self, g: &Guard, msg: &Message) -> Result<()> {
         FileStore::send(self, g.get(), msg)
+    }
+
+    fn record_delivery(&self, g: &Guard, agent: &str, id: &str, d: &Delivery) -> Result<()> {
+        FileStore::record_delivery(self, g.get(), agent, id, d)
     }
 
     fn write_agent(&self, g: &Guard, entry: &AgentEntry) -> Result<()> {

@@ -1,16 +1,19 @@
 //! The file store's queues (`queues/<encoded key>.json`) and inboxes
-//! (`inbox/<encoded agent>/<id>.json`, moved to `read/` once shown).
+//! (`inbox/<encoded agent>/<id>.json`, moved to `read/` once shown; the push of a message
+//! into the agent's session is recorded beside it, in `delivery/<id>.json`, so that a
+//! reader moving the message never races the record).
 
 use std::io::ErrorKind;
 
 use super::{FileGuard, FileStore};
 use crate::error::{Error, Result};
 use crate::key;
-use crate::store::{Message, Queue};
+use crate::store::{Delivery, Message, Queue};
 
 pub(super) const QUEUES: &str = "queues";
 const INBOX: &str = "inbox";
 const READ: &str = "read";
+const DELIVERY: &str = "delivery";
 
 impl FileStore {
     fn queue_name(key_name: &str) -> String {
@@ -82,15 +85,68 @@ impl FileStore {
         self.publish_replace(g, &bytes, &dir, &format!("{}.json", msg.id))
     }
 
-    /// Unread messages, oldest first.
+    /// Unread messages, oldest first, with their deliveries.
     pub fn unread(&self, agent: &str) -> Result<Vec<Message>> {
+        let enc = key::encode(agent);
         let mut out: Vec<Message> = self
-            .read_json_dir::<Message>(&[INBOX, &key::encode(agent)])?
+            .read_json_dir::<Message>(&[INBOX, &enc])?
             .into_iter()
             .map(|(_, m)| m)
             .collect();
+        if !out.is_empty()
+            && let Some(dir) = self.dir_at(&[INBOX, &enc, DELIVERY], false)?
+        {
+            for m in &mut out {
+                m.delivery = read_delivery(&dir, &m.id)?;
+            }
+        }
         out.sort_by(|a, b| (a.ts, &a.id).cmp(&(b.ts, &b.id)));
         Ok(out)
+    }
+
+    /// A message, read or unread, with its delivery.
+    pub fn message(&self, agent: &str, id: &str) -> Result<Option<Message>> {
+        let enc = key::encode(agent);
+        let name = format!("{id}.json");
+        if name.contains('/') {
+            return Ok(None);
+        }
+        for parts in [&[INBOX, enc.as_str()][..], &[INBOX, enc.as_str(), READ]] {
+            let Some(dir) = self.dir_at(parts, false)? else {
+                continue;
+            };
+            if let Some(mut m) = super::registry::read_small(&dir, &name)?
+                .and_then(|b| serde_json::from_slice::<Message>(&b).ok())
+                .filter(|m| m.id == id)
+            {
+                if let Some(dir) = self.dir_at(&[INBOX, &enc, DELIVERY], false)? {
+                    m.delivery = read_delivery(&dir, id)?;
+                }
+                return Ok(Some(m));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Record the push of a message into its agent's session.
+    pub fn record_delivery(
+        &self,
+        g: &FileGuard,
+        agent: &str,
+        id: &str,
+        d: &Delivery,
+    ) -> Result<()> {
+        let name = format!("{id}.json");
+        if name.contains('/') {
+            return Ok(());
+        }
+        let dir = self
+            .dir_at(&[INBOX, &key::encode(agent), DELIVERY], true)?
+            .expect("created");
+        let mut bytes = serde_json::to_vec_pretty(d)
+            .map_err(|e| Error::Store(format!("cannot encode a delivery: {e}")))?;
+        bytes.push(b'\n');
+        self.publish_replace(g, &bytes, &dir, &name)
     }
 
     /// Mark a message read by moving it into `read/`; false if another reader got it.
@@ -108,4 +164,9 @@ impl FileStore {
             Err(e) => Err(Error::io(inbox.join(&name), e)),
         }
     }
+}
+
+fn read_delivery(dir: &super::Dir, id: &str) -> Result<Option<Delivery>> {
+    Ok(super::registry::read_small(dir, &format!("{id}.json"))?
+        .and_then(|b| serde_json::from_slice(&b).ok()))
 }

@@ -16,8 +16,8 @@ use crate::clock::Time;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::store::{
-    AgentEntry, AuditEvent, Ended, FORMAT_VERSION, Freeze, Guard, Held, Message, Note, Queue,
-    Record, Slot, Store,
+    AgentEntry, AuditEvent, Delivery, Ended, FORMAT_VERSION, Freeze, Guard, Held, Message, Note,
+    Queue, Record, Slot, Store,
 };
 
 /// Watches a blocking wait for the project's lock: when a signal arrives or the
@@ -725,6 +725,30 @@ impl PgStore {
         Ok(out)
     }
 
+    /// A message, read or unread; its delivery is a field of its data.
+    pub fn message(&self, agent: &str, id: &str) -> Result<Option<Message>> {
+        Ok(self
+            .all::<Message>(
+                "read a message",
+                "SELECT data::text FROM messages WHERE agent = $1 AND id = $2",
+                &[(&agent, Type::TEXT), (&id, Type::TEXT)],
+            )?
+            .pop())
+    }
+
+    /// Record the push of a message into the data of its row (a message already gone,
+    /// read and forgotten, has nothing to record).
+    pub fn record_delivery(&self, _g: &PgGuard, agent: &str, id: &str, d: &Delivery) -> Result<()> {
+        let data = to_json(d, "delivery")?;
+        self.exec(
+            "record a delivery",
+            "UPDATE messages SET data = jsonb_set(data, '{delivery}', $3::jsonb) \
+             WHERE agent = $1 AND id = $2 RETURNING 1",
+            &[(&agent, Type::TEXT), (&id, Type::TEXT), (&data, Type::TEXT)],
+        )
+        .map(|_| ())
+    }
+
     pub fn mark_read(&self, agent: &str, id: &str) -> Result<bool> {
         let n = self.exec(
             "mark a message read",
@@ -1299,6 +1323,9 @@ impl Store for PgStore {
     fn mark_read(&self, agent: &str, id: &str) -> Result<bool> {
         PgStore::mark_read(self, agent, id)
     }
+    fn message(&self, agent: &str, id: &str) -> Result<Option<Message>> {
+        PgStore::message(self, agent, id)
+    }
     fn audit_events(&self, each: &mut dyn FnMut(AuditEvent)) -> Result<usize> {
         PgStore::audit_events(self, each)
     }
@@ -1337,6 +1364,9 @@ impl Store for PgStore {
     }
     fn send(&self, g: &Guard, msg: &Message) -> Result<()> {
         PgStore::send(self, pg(g), msg)
+    }
+    fn record_delivery(&self, g: &Guard, agent: &str, id: &str, d: &Delivery) -> Result<()> {
+        PgStore::record_delivery(self, pg(g), agent, id, d)
     }
     fn write_agent(&self, g: &Guard, entry: &AgentEntry) -> Result<()> {
         PgStore::write_agent(self, pg(g), entry)

@@ -1,0 +1,159 @@
+//! Pushing inbox messages into their agents' sessions (docs/wake.md).
+//!
+//! A message is written to the inbox under the guard, like every change; it is pushed only
+//! after the change that wrote it was committed ([`flush`], called by every entry point
+//! when a command's work is done, and by long-running commands as they go), so a session
+//! is never told of a change that was rolled back. The push is made at most once per
+//! message, under the guard: the message must still be unread and have no delivery yet;
+//! the outcome is recorded with it whatever it was, and the message stays in the inbox
+//! for the agent's hooks and `tasklock inbox` either way.
+
+use std::sync::Mutex;
+
+use super::Ctx;
+use crate::clock;
+use crate::error::Result;
+use crate::liveness::{self, Proc};
+use crate::store::{AuditEvent, Delivery, MessageKind, Store};
+
+struct Pending {
+    ctx: Ctx,
+    agent: String,
+    id: String,
+}
+
+static PENDING: Mutex<Vec<Pending>> = Mutex::new(Vec::new());
+
+/// Push message `id` of `agent` once the current change is committed.
+pub(crate) fn after_commit(ctx: &Ctx, agent: &str, id: &str) {
+    if let Ok(mut p) = PENDING.lock() {
+        p.push(Pending {
+            ctx: ctx.clone(),
+            agent: agent.to_string(),
+            id: id.to_string(),
+        });
+    }
+}
+
+/// Push the messages written since the last flush. Failures stay with the messages (or,
+/// when the store itself fails, the messages simply stay unread for the hooks to show):
+/// nothing here fails the command that wrote them.
+pub fn flush() {
+    let pending = match PENDING.lock() {
+        Ok(mut p) => std::mem::take(&mut *p),
+        Err(_) => return,
+    };
+    let mut rest = pending.as_slice();
+    while let Some(first) = rest.first() {
+        let n = rest
+            .iter()
+            .take_while(|p| p.ctx.dir == first.ctx.dir)
+            .count();
+        let (group, tail) = rest.split_at(n);
+        rest = tail;
+        if let Ok(Some(store)) = first.ctx.existing_store() {
+            let _ = deliver(&*store, group);
+        }
+    }
+}
+
+fn deliver(store: &dyn Store, group: &[Pending]) -> Result<()> {
+    // Most agents cannot be reached (no session socket): look before taking the guard.
+    let mut todo = Vec::new();
+    for p in group {
+        if store
+            .read_agent(&p.agent)?
+            .is_some_and(|e| e.reach.is_some())
+        {
+            todo.push(p);
+        }
+    }
+    if todo.is_empty() {
+        return Ok(());
+    }
+    store.transaction(|g| {
+        for p in todo {
+            let Some(msg) = store.unread(&p.agent)?.into_iter().find(|m| m.id == p.id) else {
+                continue; // read already: nothing to push
+            };
+            if msg.delivery.is_some() {
+                continue; // at most once
+            }
+            let Some(entry) = store.read_agent(&p.agent)? else {
+                continue;
+            };
+            let Some(reach) = entry.reach.clone() else {
+                continue;
+            };
+            let outcome = reachable(&entry)
+                .and_then(|()| crate::wake::push(&reach, &crate::wake::text(&msg)));
+            let at = clock::now()?;
+            let d = Delivery {
+                at,
+                delivered: outcome.is_ok(),
+                via: crate::wake::VIA.into(),
+                error: outcome.err(),
+            };
+            store.record_delivery(g, &p.agent, &p.id, &d)?;
+            let mut ev = AuditEvent::new(at, "push", &msg.key, &p.agent);
+            ev.detail = Some(match &d.error {
+                None => format!("{}: delivered to the session", msg.kind),
+                Some(e) => format!("{}: not delivered: {e}", msg.kind),
+            });
+            store.audit(g, &ev)?;
+            if d.delivered && msg.kind == MessageKind::Reserved {
+                retime(store, g, &msg.key, &p.agent, &p.id, at)?;
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Is the session's process alive, here? A session elsewhere, or gone, is not pushed to.
+fn reachable(entry: &crate::store::AgentEntry) -> std::result::Result<(), String> {
+    if entry.ended_at.is_some() {
+        return Err("the agent's session ended".into());
+    }
+    if entry.host != crate::identity::hostname() {
+        return Err(format!("the session runs on another host ({})", entry.host));
+    }
+    let Some(pid) = entry.pid else {
+        return Err("the agent registered no process".into());
+    };
+    match liveness::check_process(
+        &entry.host,
+        entry.boot_id.as_deref(),
+        entry.pid_ns.as_deref(),
+        pid,
+        entry.pid_start,
+    ) {
+        Proc::Running => Ok(()),
+        Proc::Gone | Proc::Reused => Err("the session's process is gone".into()),
+        Proc::Unknown => Err("the session's process cannot be checked from here".into()),
+    }
+}
+
+/// A reservation whose message was pushed runs from the delivery: its grace is counted
+/// from when the session was told, not from when the key was freed.
+fn retime(
+    store: &dyn Store,
+    g: &crate::store::Guard,
+    key: &str,
+    agent: &str,
+    id: &str,
+    at: clock::Time,
+) -> Result<()> {
+    let mut q = store.read_queue(key)?;
+    let Some(r) = &mut q.reservation else {
+        return Ok(());
+    };
+    if r.agent != agent || r.message.as_deref() != Some(id) {
+        return Ok(());
+    }
+    let until = at + (r.until - r.since);
+    if until > r.until {
+        r.until = until;
+        store.write_queue(g, &q)?;
+    }
+    Ok(())
+}
