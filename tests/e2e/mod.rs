@@ -1,12 +1,14 @@
 //! End-to-end support: the real Claude Code CLI (installed from npm into `target/e2e/node`),
 //! the `skills-ref` validator (installed from PyPI into `target/e2e/venv`), a loopback stub
-//! of the Anthropic Messages API, and a runner for one headless Claude Code session.
+//! of the Anthropic Messages API, and a runner for one headless Claude Code session
+//! (`interactive`: one interactive session in tmux).
 //!
 //! Nothing here is skipped: a missing `npm`, `python3` or `git` fails the test that needs it,
 //! with a message saying what to install. See docs/e2e.md.
 #![allow(dead_code)]
 
 pub mod codex;
+pub mod interactive;
 pub mod mcp;
 
 use std::fs::{File, OpenOptions};
