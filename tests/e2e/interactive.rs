@@ -332,18 +332,56 @@ impl InteractiveSession {
 
 impl Drop for InteractiveSession {
     fn drop(&mut self) {
-        let _ = self.tmux(&["kill-server"]);
+        // Claude Code runs each Bash command in a session of its own, so killing claude's
+        // process group is not enough: kill every descendant and its process group, before
+        // the tmux server's hangup can make claude start its SessionEnd hooks.
         if let Some(pid) = self.pane_pid {
-            // The pane's process leads its own process group; kill whatever of it is left
-            // (claude ignoring the hangup, hooks, tool commands).
-            // SAFETY: kill has no memory-safety preconditions; ESRCH (gone) is fine.
-            unsafe {
-                libc::kill(-(pid as i32), libc::SIGKILL);
-                libc::kill(pid as i32, libc::SIGKILL);
+            let mut doomed = descendants(pid);
+            doomed.push((pid, pid));
+            for (pid, pgid) in doomed {
+                // SAFETY: kill has no memory-safety preconditions; ESRCH (gone) is fine.
+                // Every group here is claude's or one it made for a child: never ours.
+                unsafe {
+                    libc::kill(pid as i32, libc::SIGKILL);
+                    libc::kill(-(pgid as i32), libc::SIGKILL);
+                }
             }
         }
+        let _ = self.tmux(&["kill-server"]);
         let _ = std::fs::remove_file(&self.tmux_socket);
     }
+}
+
+/// Every live descendant of `root` (children, their children, …) as (pid, process group).
+fn descendants(root: u32) -> Vec<(u32, u32)> {
+    // (pid, parent, group) of every process.
+    let procs: Vec<(u32, u32, u32)> = std::fs::read_dir("/proc")
+        .map(|dir| {
+            dir.flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+                .filter_map(|pid| {
+                    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+                    // After "pid (comm) state": ppid, pgrp.
+                    let mut rest = stat.get(stat.rfind(')')? + 2..)?.split_whitespace();
+                    let _state = rest.next()?;
+                    let ppid = rest.next()?.parse().ok()?;
+                    let pgrp = rest.next()?.parse().ok()?;
+                    Some((pid, ppid, pgrp))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut found = Vec::new();
+    let mut parents = vec![root];
+    while let Some(parent) = parents.pop() {
+        for &(pid, ppid, pgrp) in &procs {
+            if ppid == parent && !found.iter().any(|&(p, _)| p == pid) {
+                found.push((pid, pgrp));
+                parents.push(pid);
+            }
+        }
+    }
+    found
 }
 
 /// Connect to a Claude Code messaging socket, write `line` and a newline, half-close and
