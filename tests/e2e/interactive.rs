@@ -188,8 +188,9 @@ impl InteractiveSession {
     }
 
     /// Type `text` into the prompt and press Enter; returns once the stub has the request
-    /// carrying it (Enter is pressed again if the first one was lost, e.g. while the TUI
-    /// was still starting). `text` must be plain (see [`Stub::wait_for_request`]).
+    /// carrying it (Enter is pressed again every 10 s while the text is still in the input
+    /// box, e.g. when the TUI was still starting). `text` must be plain (see
+    /// [`Stub::wait_for_request`]) and fit on one line of the input box.
     pub fn type_prompt(&self, text: &str) {
         // Ready for input: it registered itself, and the input box is drawn.
         self.sessions_file(Duration::from_secs(60));
@@ -201,8 +202,8 @@ impl InteractiveSession {
         self.tmux_ok(&["send-keys", "-t", TMUX_SESSION, "-l", text]);
         std::thread::sleep(Duration::from_millis(300));
         let deadline = Instant::now() + Duration::from_secs(60);
+        self.tmux_ok(&["send-keys", "-t", TMUX_SESSION, "Enter"]);
         loop {
-            self.tmux_ok(&["send-keys", "-t", TMUX_SESSION, "Enter"]);
             if wait_for_body(&self.stub, first, text, Duration::from_secs(10)).is_some() {
                 return;
             }
@@ -211,7 +212,21 @@ impl InteractiveSession {
                     "the prompt {text:?} did not reach the stub within 60 s"
                 ));
             }
+            // Enter again only while the text still waits in the input box: an Enter
+            // that reached a dialog instead would answer it.
+            if self.input_line().contains(text) {
+                self.tmux_ok(&["send-keys", "-t", TMUX_SESSION, "Enter"]);
+            }
         }
+    }
+
+    /// The input box's line: the last one starting with `❯`.
+    fn input_line(&self) -> String {
+        self.screen()
+            .lines()
+            .rfind(|l| l.trim_start().starts_with('❯'))
+            .unwrap_or_default()
+            .to_string()
     }
 
     /// Wait until the session is idle after its turn: its sessions file says `idle`, set
