@@ -91,6 +91,7 @@ fn parallel_subagents_are_agents_of_their_own() {
         main: vec!["tasklock checkout parent-task".into()],
         subagents: vec![race.clone(), race],
         pause_after: None,
+        ..Script::default()
     });
     let session = run_trusted_session(&home, &project, &stub, "Start two subagents.");
     let sid = &session.id;
@@ -207,6 +208,7 @@ fn an_idle_session_keeps_its_task_past_its_lease() {
         subagents: Vec::new(),
         // The model thinks for 12 s after the checkout, with no tool call.
         pause_after: Some((0, pause)),
+        ..Script::default()
     });
     let locks = project.join(".locks");
     let intruder = {

@@ -1,12 +1,14 @@
 //! End-to-end support: the real Claude Code CLI (installed from npm into `target/e2e/node`),
 //! the `skills-ref` validator (installed from PyPI into `target/e2e/venv`), a loopback stub
-//! of the Anthropic Messages API, and a runner for one headless Claude Code session.
+//! of the Anthropic Messages API, and a runner for one headless Claude Code session
+//! (`interactive`: one interactive session in tmux).
 //!
 //! Nothing here is skipped: a missing `npm`, `python3` or `git` fails the test that needs it,
 //! with a message saying what to install. See docs/e2e.md.
 #![allow(dead_code)]
 
 pub mod codex;
+pub mod interactive;
 pub mod mcp;
 
 use std::fs::{File, OpenOptions};
@@ -17,7 +19,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::{Value, json};
 
@@ -442,6 +444,13 @@ pub struct StubState {
     pub log: Vec<String>,
     /// Bodies of the POST /v1/messages requests, as received.
     pub bodies: Vec<String>,
+    /// When each of `bodies` arrived (same order).
+    pub arrived: Vec<Instant>,
+    /// POST /v1/messages requests being answered right now.
+    pub in_flight: usize,
+    /// The last answer to the main conversation (Bash offered, not a subagent): when it
+    /// was sent and whether it ended the turn (`end_turn`) rather than calling a tool.
+    pub last_main: Option<(SystemTime, bool)>,
     /// The first `tool_result` block sent back for each of the stub's tool calls, by id.
     pub results: std::collections::BTreeMap<String, Value>,
 }
@@ -457,6 +466,13 @@ pub struct Script {
     pub subagents: Vec<Vec<String>>,
     /// Sleep this long before answering the request that carries the result of `main[i]`.
     pub pause_after: Option<(usize, Duration)>,
+    /// Steps triggered by text, in the main conversation: `(trigger, Bash command)`. When
+    /// what is new since the model last spoke (the user and system messages after the last
+    /// assistant message, their text but not tool results) contains `trigger`, and step
+    /// `i` (tool id `text-i`) has not run yet, the model runs its command; after the result
+    /// it goes on as before (the next `main` step or `FINAL_TEXT`). For turns nobody typed:
+    /// a message written to the session's messaging socket.
+    pub on_text: Vec<(String, String)>,
 }
 
 impl Script {
@@ -508,6 +524,43 @@ impl Stub {
         self.state.lock().unwrap().results.get(id).cloned()
     }
 
+    /// Wait until a POST /v1/messages request whose body contains `text` has arrived and
+    /// return when the first such request arrived; `None` after `timeout`. The body is raw
+    /// JSON: `text` must look the same JSON-escaped (no quotes, backslashes or non-ASCII).
+    pub fn wait_for_request(&self, text: &str, timeout: Duration) -> Option<Instant> {
+        self.wait_for_request_from(0, text, timeout)
+    }
+
+    /// As [`Stub::wait_for_request`], among the requests from number `first` on (see
+    /// [`Stub::requests`]).
+    pub fn wait_for_request_from(
+        &self,
+        first: usize,
+        text: &str,
+        timeout: Duration,
+    ) -> Option<Instant> {
+        wait_for_body(&self.state, first, text, timeout)
+    }
+
+    /// How many POST /v1/messages requests arrived so far.
+    pub fn requests(&self) -> usize {
+        self.state.lock().unwrap().bodies.len()
+    }
+
+    /// Wait until the tool result for the stub's call `id` came back; `None` after `timeout`.
+    pub fn wait_for_result(&self, id: &str, timeout: Duration) -> Option<Value> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(result) = self.result(id) {
+                return Some(result);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Every tool result, for failure messages.
     pub fn results_text(&self) -> String {
         self.state
@@ -518,6 +571,29 @@ impl Stub {
             .map(|(id, v)| format!("{id}: {v}"))
             .collect::<Vec<_>>()
             .join("\n")
+    }
+}
+
+/// When the first request from number `first` on whose body contains `text` arrived,
+/// waiting up to `timeout` for it.
+pub fn wait_for_body(
+    state: &Mutex<StubState>,
+    first: usize,
+    text: &str,
+    timeout: Duration,
+) -> Option<Instant> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        {
+            let s = state.lock().unwrap();
+            if let Some(i) = (first..s.bodies.len()).find(|&i| s.bodies[i].contains(text)) {
+                return Some(s.arrived[i]);
+            }
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 
@@ -675,6 +751,44 @@ fn subagent_marker(i: usize) -> String {
     format!("E2E-SUBAGENT-{i}:")
 }
 
+/// The text that is new to the model: the user and system messages after the last
+/// assistant message, their string content or text blocks (not tool results).
+fn fresh_text(messages: &[Value]) -> String {
+    let start = messages
+        .iter()
+        .rposition(|m| m["role"] == "assistant")
+        .map_or(0, |i| i + 1);
+    let mut text = String::new();
+    for m in &messages[start..] {
+        match &m["content"] {
+            Value::String(s) => text.push_str(s),
+            Value::Array(blocks) => {
+                for b in blocks.iter().filter(|b| b["type"] == "text") {
+                    text.push_str(b["text"].as_str().unwrap_or_default());
+                    text.push('\n');
+                }
+            }
+            _ => {}
+        }
+        text.push('\n');
+    }
+    text
+}
+
+/// The `on_text` step the newest messages trigger, if it has not run yet.
+fn text_step(
+    messages: &[Value],
+    script: &Script,
+    seen: &std::collections::BTreeSet<String>,
+) -> Option<usize> {
+    if script.on_text.is_empty() {
+        return None;
+    }
+    let fresh = fresh_text(messages);
+    (0..script.on_text.len())
+        .find(|&i| !seen.contains(&format!("text-{i}")) && fresh.contains(&script.on_text[i].0))
+}
+
 /// Answer POST /v1/messages; returns (status, content type, body, log note).
 fn messages(
     body: &[u8],
@@ -694,6 +808,13 @@ fn messages(
             );
         }
     };
+    let arrived = Instant::now();
+    {
+        let mut s = state.lock().unwrap();
+        s.bodies.push(String::from_utf8_lossy(body).into_owned());
+        s.arrived.push(arrived);
+        s.in_flight += 1;
+    }
     let offers = |name: &str| {
         req["tools"]
             .as_array()
@@ -755,6 +876,14 @@ fn messages(
             "end_turn",
             "plain text (no Bash tool offered)".into(),
         ),
+        None if text_step(&messages, script, &seen).is_some() => {
+            let i = text_step(&messages, script, &seen).expect("just found");
+            (
+                vec![bash(format!("text-{i}"), &script.on_text[i].1)],
+                "tool_use",
+                format!("Bash text-{i} (on {:?})", script.on_text[i].0),
+            )
+        }
         None => {
             let next = (0..script.main.len()).find(|&j| !seen.contains(&format!("main-{j}")));
             if let Some((after, pause)) = script.pause_after
@@ -809,11 +938,13 @@ fn messages(
         }
     };
     let stream = req["stream"].as_bool().unwrap_or(false);
-    state
-        .lock()
-        .unwrap()
-        .bodies
-        .push(String::from_utf8_lossy(body).into_owned());
+    {
+        let mut s = state.lock().unwrap();
+        s.in_flight -= 1;
+        if who.is_none() && offers("Bash") {
+            s.last_main = Some((SystemTime::now(), stop == "end_turn"));
+        }
+    }
     let note = format!(
         "{note} (stream={stream}, tools={}, messages={})",
         req["tools"].as_array().map_or(0, Vec::len),
