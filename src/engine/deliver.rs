@@ -79,6 +79,17 @@ fn deliver(store: &dyn Store, group: &[Pending]) -> Result<()> {
             if msg.delivery.is_some() {
                 continue; // at most once
             }
+            // A blocked `checkout --wait` takes its reserved key itself, at once: telling
+            // its session to check the key out would only be noise.
+            if msg.kind == MessageKind::Reserved
+                && store
+                    .read_queue(&msg.key)?
+                    .waiters
+                    .iter()
+                    .any(|w| w.agent == p.agent && w.pid.is_some())
+            {
+                continue;
+            }
             let Some(entry) = store.read_agent(&p.agent)? else {
                 continue;
             };
