@@ -7,12 +7,16 @@
 //!   macOS (and any other Unix) runs. Linux builds with the cargo feature `portable-os`
 //!   carry it too, chosen at run time by `TASKLOCK_PORTABLE_OS=1`, so that the code macOS
 //!   runs is exercised on Linux (tests/portable_os.rs).
+//! - `kqueue.rs`: on macOS, directory changes wake a waiter through kqueue instead of the
+//!   portable layer's polling (which remains the fallback).
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 // Native Windows is refused by build.rs, pointing to WSL.
 
+#[cfg(target_vendor = "apple")]
+mod kqueue;
 #[cfg(target_os = "linux")]
 mod linux;
 #[cfg(any(not(target_os = "linux"), feature = "portable-os"))]
@@ -125,6 +129,8 @@ enum Watch {
     Linux(linux::Watch),
     #[cfg(any(not(target_os = "linux"), feature = "portable-os"))]
     Portable(portable::Watch),
+    #[cfg(target_vendor = "apple")]
+    Kqueue(kqueue::Watch),
 }
 
 impl DirWatcher {
@@ -137,6 +143,10 @@ impl DirWatcher {
         }
         #[cfg(target_os = "linux")]
         return DirWatcher(Watch::Linux(linux::Watch::new(dirs)));
+        #[cfg(target_vendor = "apple")]
+        if let Some(w) = kqueue::Watch::new(&dirs) {
+            return DirWatcher(Watch::Kqueue(w));
+        }
         #[cfg(not(target_os = "linux"))]
         DirWatcher(Watch::Portable(portable::Watch::new(dirs)))
     }
@@ -148,6 +158,8 @@ impl DirWatcher {
             Watch::Linux(w) => w.wait(timeout),
             #[cfg(any(not(target_os = "linux"), feature = "portable-os"))]
             Watch::Portable(w) => w.wait(timeout),
+            #[cfg(target_vendor = "apple")]
+            Watch::Kqueue(w) => w.wait(timeout),
         }
     }
 }
