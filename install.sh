@@ -618,9 +618,10 @@ fi
 
 # The binary.
 if [ -z "$source_bin" ]; then
-    # On glibc Linux the binary is linked statically: dynamic loading is a fifth of the
-    # cost of a short command (docs/performance.md). --target keeps the flag off
-    # build scripts and proc macros.
+    # On glibc Linux the binary is linked statically, as a non-PIE executable: dynamic
+    # loading is a fifth of the cost of a short command, and a static-pie binary still
+    # applies its relocations at every start (docs/performance.md). --target keeps the
+    # flags off build scripts and proc macros.
     host=$(rustc -vV 2>/dev/null | sed -n 's/^host: //p')
     target_args='' release_dir=release
     if [ -n "${TASKLOCK_FEATURES:-}" ]; then
@@ -630,7 +631,7 @@ if [ -z "$source_bin" ]; then
         *-linux-gnu)
             target_args="${target_args:+$target_args }--target $host" release_dir=$host/release
             flags_var=CARGO_TARGET_$(printf '%s' "$host" | tr 'a-z.-' 'A-Z__')_RUSTFLAGS
-            export "$flags_var=-C target-feature=+crt-static"
+            export "$flags_var=-C target-feature=+crt-static -C relocation-model=static"
             ;;
     esac
     # A dry run builds too: only the cargo target directory is written, and without

@@ -182,7 +182,7 @@ def build(rev):
     env, extra, release = dict(os.environ), [], "release"
     if host.endswith("-linux-gnu"):
         var = "CARGO_TARGET_" + host.upper().replace("-", "_").replace(".", "_") + "_RUSTFLAGS"
-        env[var] = "-C target-feature=+crt-static"
+        env[var] = "-C target-feature=+crt-static -C relocation-model=static"
         extra, release = ["--target", host], os.path.join(host, "release")
     rc = subprocess.run(["cargo", "build", "--release", "--locked", "--quiet",
                          "--target-dir", target] + extra, cwd=src, env=env).returncode

@@ -36,7 +36,7 @@ def build():
     env, extra, release = dict(os.environ), [], "release"
     if host.endswith("-linux-gnu"):
         env["CARGO_TARGET_" + host.upper().replace("-", "_").replace(".", "_") + "_RUSTFLAGS"] = \
-            "-C target-feature=+crt-static"
+            "-C target-feature=+crt-static -C relocation-model=static"
         extra, release = ["--target", host], os.path.join(host, "release")
     subprocess.run(["cargo", "build", "--release", "--locked", "--quiet"] + extra,
                    cwd=REPO, env=env, check=True)

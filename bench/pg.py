@@ -99,7 +99,7 @@ def build(features):
         extra += ["--features", features]
     if host.endswith("-linux-gnu"):
         var = "CARGO_TARGET_" + host.upper().replace("-", "_").replace(".", "_") + "_RUSTFLAGS"
-        env[var] = "-C target-feature=+crt-static"
+        env[var] = "-C target-feature=+crt-static -C relocation-model=static"
         extra += ["--target", host]
         release = os.path.join(host, "release")
     print(f"bench: cargo build --release --locked {' '.join(extra)} (working tree)",
