@@ -144,6 +144,10 @@ fn reachable(entry: &crate::store::AgentEntry) -> std::result::Result<(), String
     }
 }
 
+/// Moving a reservation's end by less than this is not worth a write: a push made right
+/// after the grant (the usual case) leaves the reservation as it is.
+const RETIME_AT_LEAST: chrono::TimeDelta = chrono::TimeDelta::seconds(1);
+
 /// A reservation whose message was pushed runs from the delivery: its grace is counted
 /// from when the session was told, not from when the key was freed.
 fn retime(
@@ -162,9 +166,50 @@ fn retime(
         return Ok(());
     }
     let until = at + (r.until - r.since);
-    if until > r.until {
+    if until - r.until >= RETIME_AT_LEAST {
         r.until = until;
         store.write_queue(g, &q)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{FileStore, Queue, Reservation};
+
+    fn at(s: &str) -> clock::Time {
+        chrono::DateTime::parse_from_rfc3339(s).unwrap().to_utc()
+    }
+
+    #[test]
+    fn a_late_push_moves_the_reservation_and_a_prompt_one_does_not() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = FileStore::open_or_create(&tmp.path().join(".locks")).unwrap();
+        let store: &dyn Store = &store;
+        let mut q = Queue::empty("k");
+        q.reservation = Some(Reservation {
+            agent: "a".into(),
+            since: at("2026-01-01T00:00:00Z"),
+            until: at("2026-01-01T00:02:00Z"),
+            message: Some("m1".into()),
+        });
+        let until = |store: &dyn Store| store.read_queue("k").unwrap().reservation.unwrap().until;
+        store
+            .transaction(|g| {
+                store.write_queue(g, &q)?;
+                // Pushed 200 ms after the grant: left alone.
+                retime(store, g, "k", "a", "m1", at("2026-01-01T00:00:00.200Z"))?;
+                // Another agent's, or another message's: left alone.
+                retime(store, g, "k", "b", "m1", at("2026-01-01T00:00:30Z"))?;
+                retime(store, g, "k", "a", "m2", at("2026-01-01T00:00:30Z"))
+            })
+            .unwrap();
+        assert_eq!(until(store), at("2026-01-01T00:02:00Z"));
+        // Pushed 30 s after the grant: the grace runs from then.
+        store
+            .transaction(|g| retime(store, g, "k", "a", "m1", at("2026-01-01T00:00:30Z")))
+            .unwrap();
+        assert_eq!(until(store), at("2026-01-01T00:02:30Z"));
+    }
 }
