@@ -26,6 +26,9 @@ mod edit_hook;
 #[path = "liveness.rs"]
 mod liveness;
 #[cfg(tasklock_pg_tests)]
+#[path = "merge_queue.rs"]
+mod merge_queue;
+#[cfg(tasklock_pg_tests)]
 #[path = "ops.rs"]
 mod ops;
 #[cfg(tasklock_pg_tests)]
