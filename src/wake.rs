@@ -80,9 +80,9 @@ pub fn text(msg: &Message) -> String {
     t
 }
 
-/// Write `text` into the session as one line, within [`SEND_TIMEOUT`]. The error says why
-/// it could not be, in words for `inbox` and `why`.
-pub fn push(reach: &Reach, text: &str) -> Result<(), String> {
+/// Can the session's socket be written to by this process? The error says why not, in
+/// words for `inbox` and `why`.
+pub fn check(reach: &Reach) -> Result<(), String> {
     let path = Path::new(&reach.socket);
     let meta = std::fs::symlink_metadata(path).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => "the session's socket is gone: the session ended".into(),
@@ -101,6 +101,12 @@ pub fn push(reach: &Reach, text: &str) -> Result<(), String> {
             meta.uid()
         ));
     }
+    Ok(())
+}
+
+/// Write `text` into the session as one line, within [`SEND_TIMEOUT`] ([`check`] first).
+pub fn send(reach: &Reach, text: &str) -> Result<(), String> {
+    let path = Path::new(&reach.socket);
     let line = serde_json::json!({
         "type": "user",
         "message": {"role": "user", "content": text},
@@ -108,7 +114,7 @@ pub fn push(reach: &Reach, text: &str) -> Result<(), String> {
     })
     .to_string()
         + "\n";
-    send(path, line.as_bytes()).map_err(|e| match e.raw_os_error() {
+    write_line(path, line.as_bytes()).map_err(|e| match e.raw_os_error() {
         Some(libc::ECONNREFUSED) => "the session is gone: its socket refuses connections".into(),
         Some(libc::EAGAIN) | Some(libc::ETIMEDOUT) => {
             "the session did not take the message in time (busy or stopped)".into()
@@ -117,7 +123,7 @@ pub fn push(reach: &Reach, text: &str) -> Result<(), String> {
     })
 }
 
-fn send(path: &Path, line: &[u8]) -> std::io::Result<()> {
+fn write_line(path: &Path, line: &[u8]) -> std::io::Result<()> {
     use rustix::net::{AddressFamily, SocketAddrUnix, SocketType, sockopt};
     let fd = rustix::net::socket(AddressFamily::UNIX, SocketType::STREAM, None)?;
     // Bounds connect (a full backlog) and the write (a full buffer) alike.

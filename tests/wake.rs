@@ -381,3 +381,36 @@ fn queue_inbox_and_why_say_how_the_session_is_told() {
     );
     snap!(e, "why_pushed", e.run(Some("sess-a"), &["why", "k"]));
 }
+
+/// A socket file nobody listens on (the session's process is alive, its socket is not):
+/// the write fails after the push was claimed, and the record says why.
+#[test]
+fn a_socket_nobody_listens_on_is_recorded_as_not_delivered() {
+    let e = Env::new();
+    let path = e.tmp.path().join("stale.sock");
+    drop(UnixListener::bind(&path).unwrap());
+    assert!(
+        path.exists(),
+        "the socket file stays after its listener is gone"
+    );
+    let a = AgentProcess::start();
+    register(&e, "sess-a", &path, &a);
+    e.ok("b", &["checkout", "k"]);
+    e.run(Some("sess-a"), &["checkout", "k", "--queue"]);
+    e.ok("b", &["release", "k"]);
+    let msgs = inbox(&e, "sess-a");
+    let d = &msgs[0]["delivery"];
+    assert_eq!(d["delivered"], false, "{d}");
+    assert!(
+        d["error"].as_str().unwrap().contains("refuses connections"),
+        "{d}"
+    );
+    // The audit log tells both steps: claimed, then not delivered.
+    let audit = e.ok("sess-a", &["audit", "--json"]).stdout;
+    let pushes: Vec<&str> = audit
+        .lines()
+        .filter(|l| l.contains(r#""event":"push""#))
+        .collect();
+    assert_eq!(pushes.len(), 2, "{audit}");
+    assert!(pushes[1].contains("not delivered"), "{audit}");
+}

@@ -71,7 +71,10 @@ fn deliver(store: &dyn Store, group: &[Pending]) -> Result<()> {
     if todo.is_empty() {
         return Ok(());
     }
-    store.transaction(|g| {
+    // Under the guard: claim each push (its delivery is recorded before the line is
+    // written, so it is made at most once), or record why it cannot be made.
+    let sends = store.transaction(|g| {
+        let mut sends = Vec::new();
         for p in todo {
             let Some(msg) = store.unread(&p.agent)?.into_iter().find(|m| m.id == p.id) else {
                 continue; // read already: nothing to push
@@ -96,28 +99,50 @@ fn deliver(store: &dyn Store, group: &[Pending]) -> Result<()> {
             let Some(reach) = entry.reach.clone() else {
                 continue;
             };
-            let outcome = reachable(&entry)
-                .and_then(|()| crate::wake::push(&reach, &crate::wake::text(&msg)));
+            let ready = reachable(&entry).and_then(|()| crate::wake::check(&reach));
             let at = clock::now()?;
-            let d = Delivery {
-                at,
-                delivered: outcome.is_ok(),
-                via: crate::wake::VIA.into(),
-                error: outcome.err(),
-            };
-            store.record_delivery(g, &p.agent, &p.id, &d)?;
-            let mut ev = AuditEvent::new(at, "push", &msg.key, &p.agent);
-            ev.detail = Some(match &d.error {
-                None => format!("{}: delivered to the session", msg.kind),
-                Some(e) => format!("{}: not delivered: {e}", msg.kind),
-            });
-            store.audit(g, &ev)?;
-            if d.delivered && msg.kind == MessageKind::Reserved {
-                retime(store, g, &msg.key, &p.agent, &p.id, at)?;
+            record(store, g, &msg, at, ready.clone().err())?;
+            if ready.is_ok() {
+                if msg.kind == MessageKind::Reserved {
+                    retime(store, g, &msg.key, &p.agent, &p.id, at)?;
+                }
+                sends.push((msg, reach));
             }
         }
-        Ok(())
-    })
+        Ok(sends)
+    })?;
+    // After the guard: writing the line wakes the session, which then competes for the
+    // CPU; nothing of the command's own work is left to be slowed by it. A write that
+    // fails after all replaces the record.
+    for (msg, reach) in sends {
+        if let Err(e) = crate::wake::send(&reach, &crate::wake::text(&msg)) {
+            store.transaction(|g| record(store, g, &msg, clock::now()?, Some(e.clone())))?;
+        }
+    }
+    Ok(())
+}
+
+/// Record how pushing `msg` went (`error`: why it was not delivered), and audit it.
+fn record(
+    store: &dyn Store,
+    g: &crate::store::Guard,
+    msg: &crate::store::Message,
+    at: clock::Time,
+    error: Option<String>,
+) -> Result<()> {
+    let d = Delivery {
+        at,
+        delivered: error.is_none(),
+        via: crate::wake::VIA.into(),
+        error,
+    };
+    store.record_delivery(g, &msg.to, &msg.id, &d)?;
+    let mut ev = AuditEvent::new(at, "push", &msg.key, &msg.to);
+    ev.detail = Some(match &d.error {
+        None => format!("{}: delivered to the session", msg.kind),
+        Some(e) => format!("{}: not delivered: {e}", msg.kind),
+    });
+    store.audit(g, &ev)
 }
 
 /// Is the session's process alive, here? A session elsewhere, or gone, is not pushed to.
