@@ -102,12 +102,15 @@ fn deliver(store: &dyn Store, group: &[Pending]) -> Result<()> {
             let d = Delivery {
                 at,
                 delivered: outcome.is_ok(),
-                via: crate::wake::VIA.into(),
+                via: reach.via.as_str().into(),
                 error: outcome.err(),
             };
             store.record_delivery(g, &p.agent, &p.id, &d)?;
             let mut ev = AuditEvent::new(at, "push", &msg.key, &p.agent);
             ev.detail = Some(match &d.error {
+                None if reach.via == crate::store::Via::Codex => {
+                    format!("{}: handed to the session's Codex queue", msg.kind)
+                }
                 None => format!("{}: delivered to the session", msg.kind),
                 Some(e) => format!("{}: not delivered: {e}", msg.kind),
             });
