@@ -1,9 +1,16 @@
-//! Reaching a Claude Code session that may be idle: its per-session messaging socket
-//! (docs/wake.md). Claude Code (2.1.224 and later) binds a Unix socket for each session and
-//! tells its hooks and commands where, in `CLAUDE_CODE_MESSAGING_SOCKET`; one JSON line
-//! written to it starts a turn in an idle session, or is read between tool calls in a busy
-//! one. The socket is the session user's alone (mode 0600 in a 0700 directory); tasklock
-//! keeps no token for it.
+//! Reaching a session that may be idle (docs/wake.md).
+//!
+//! Claude Code: its per-session messaging socket. Claude Code (2.1.224 and later) binds a
+//! Unix socket for each session and tells its hooks and commands where, in
+//! `CLAUDE_CODE_MESSAGING_SOCKET`; one JSON line written to it starts a turn in an idle
+//! session, or is read between tool calls in a busy one. The socket is the session user's
+//! alone (mode 0600 in a 0700 directory); tasklock keeps no token for it.
+//!
+//! Codex: `codex queue --thread ID --message TEXT`, run with the session's `CODEX_HOME`,
+//! queues a message that an idle interactive session starts a turn with (it polls, every
+//! few seconds), a busy one after its turn, and an exited one on its next resume. The
+//! program is Codex's own (the session's native `codex`), run detached: tasklock does not
+//! wait for it.
 //!
 //! What is written is tasklock's own text around the message's fields, which come partly
 //! from other agents (key names, reasons, notes): they are quoted as JSON strings and cut
@@ -11,17 +18,22 @@
 
 use std::io::Write;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
-use std::path::Path;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::store::{Message, Reach};
+use crate::store::{Message, Reach, Via};
 
 /// The socket, in the environment of a Claude Code session's hooks and commands.
 pub const SOCKET_ENV: &str = "CLAUDE_CODE_MESSAGING_SOCKET";
 /// The session's id, beside it.
 pub const SESSION_ENV: &str = "CLAUDE_CODE_SESSION_ID";
-/// How `delivery.via` names this way of pushing.
-pub const VIA: &str = "claude-code";
+
+/// How long a `codex queue` may run at most (it takes a fraction of a second): a stuck
+/// one is ended by SIGALRM.
+const CODEX_QUEUE_LIMIT_SECS: u32 = 60;
 
 /// The longest socket path a `sockaddr_un` takes (macOS's is the shorter).
 const MAX_SOCKET_PATH: usize = 103;
@@ -33,23 +45,84 @@ pub const MAX_KEY: usize = 200;
 pub const MAX_BODY: usize = 600;
 const MAX_FROM: usize = 100;
 
-/// Where agent `agent`'s Claude Code session can be reached, from this process's
-/// environment: only when this process runs in that very session (a Claude Code session's
-/// agent id is its session id), so that a message for an agent only ever goes to the
-/// agent's own session. `None` outside Claude Code, in one too old to have the socket, in
-/// another agent's name, or when a value is not sane.
+/// Where agent `agent`'s session can be reached, from this process: only when this process
+/// runs in that very session (its agent id is the session's id), so that a message for an
+/// agent only ever goes to the agent's own session. Claude Code: from the environment of
+/// its hooks and commands. Codex: as its hook found it ([`set_hook_reach`]). `None`
+/// elsewhere, in a Claude Code too old to have the socket, in another agent's name, or when
+/// a value is not sane.
 pub fn reach_for(agent: &str) -> Option<Reach> {
+    claude_reach(agent).or_else(|| {
+        HOOK_REACH
+            .lock()
+            .ok()?
+            .clone()
+            .filter(|r| r.session == agent)
+    })
+}
+
+fn claude_reach(agent: &str) -> Option<Reach> {
     let socket = std::env::var(SOCKET_ENV).ok()?;
     let session = std::env::var(SESSION_ENV).ok().filter(|s| s == agent)?;
     let sane_socket = socket.starts_with('/')
         && socket.len() <= MAX_SOCKET_PATH
         && !socket.contains(['\n', '\0']);
-    let sane_session = !session.is_empty()
+    (sane_socket && sane_session(&session)).then_some(Reach {
+        via: Via::ClaudeCode,
+        socket,
+        session,
+        codex_home: None,
+        program: None,
+    })
+}
+
+fn sane_session(session: &str) -> bool {
+    !session.is_empty()
         && session.len() <= 128
         && session
             .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-    (sane_socket && sane_session).then_some(Reach { socket, session })
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+}
+
+/// The Codex session this hook runs in, for the beats the hook makes.
+static HOOK_REACH: Mutex<Option<Reach>> = Mutex::new(None);
+
+/// Set by a Codex hook for its own session (the thread named in its input, run by the
+/// session's own process): its beats record it as the agent's reach.
+pub fn set_hook_reach(reach: Reach) {
+    if let Ok(mut r) = HOOK_REACH.lock() {
+        *r = Some(reach);
+    }
+}
+
+/// How Codex thread `thread`, whose native `codex` process is `pid`, takes queued
+/// messages, from the environment of a hook it runs: the program that process runs (named
+/// `codex…`: the npm launcher's `node` is not it), and `CODEX_HOME` as Codex resolves it
+/// (the variable, else `~/.codex`). `None` when one is not found or not sane.
+pub fn codex_reach(thread: &str, pid: u32) -> Option<Reach> {
+    if !sane_session(thread) {
+        return None;
+    }
+    let program = crate::os::exe(pid)?;
+    if !program.file_name()?.to_str()?.starts_with("codex") {
+        return None;
+    }
+    let home = match std::env::var_os("CODEX_HOME").filter(|h| !h.is_empty()) {
+        Some(h) => PathBuf::from(h),
+        None => PathBuf::from(std::env::var_os("HOME").filter(|h| !h.is_empty())?).join(".codex"),
+    };
+    let home = home.canonicalize().ok().filter(|h| h.is_dir())?;
+    let sane = |p: &Path| {
+        let s = p.to_str()?;
+        (p.is_absolute() && s.len() <= 4096 && !s.contains(['\n', '\0'])).then(|| s.to_string())
+    };
+    Some(Reach {
+        via: Via::Codex,
+        socket: String::new(),
+        session: thread.to_string(),
+        codex_home: Some(sane(&home)?),
+        program: Some(sane(&program)?),
+    })
 }
 
 /// `s` as a JSON string, cut to `max` characters (the cut marked).
@@ -80,9 +153,26 @@ pub fn text(msg: &Message) -> String {
     t
 }
 
-/// Can the session's socket be written to by this process? The error says why not, in
-/// words for `inbox` and `why`.
+/// Can the session be pushed to by this process, as `reach` says? The error says why
+/// not, in words for `inbox` and `why`.
 pub fn check(reach: &Reach) -> Result<(), String> {
+    match reach.via {
+        Via::ClaudeCode => check_claude(reach),
+        Via::Codex => check_codex(reach).map(drop),
+        Via::Other => Err("the session is reached in a way this tasklock does not know".into()),
+    }
+}
+
+/// Push `text` into the session ([`check`] first); the error says why it could not be.
+pub fn send(reach: &Reach, text: &str) -> Result<(), String> {
+    match reach.via {
+        Via::ClaudeCode => send_claude(reach, text),
+        Via::Codex => send_codex(reach, text),
+        Via::Other => Err("the session is reached in a way this tasklock does not know".into()),
+    }
+}
+
+fn check_claude(reach: &Reach) -> Result<(), String> {
     let path = Path::new(&reach.socket);
     let meta = std::fs::symlink_metadata(path).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => "the session's socket is gone: the session ended".into(),
@@ -104,8 +194,8 @@ pub fn check(reach: &Reach) -> Result<(), String> {
     Ok(())
 }
 
-/// Write `text` into the session as one line, within [`SEND_TIMEOUT`] ([`check`] first).
-pub fn send(reach: &Reach, text: &str) -> Result<(), String> {
+/// Write `text` into the session as one line, within [`SEND_TIMEOUT`].
+fn send_claude(reach: &Reach, text: &str) -> Result<(), String> {
     let path = Path::new(&reach.socket);
     let line = serde_json::json!({
         "type": "user",
@@ -121,6 +211,111 @@ pub fn send(reach: &Reach, text: &str) -> Result<(), String> {
         }
         _ => format!("cannot write to the session's socket: {e}"),
     })
+}
+
+/// Hand `text` to Codex's queue for the thread: `PROGRAM queue --thread ID --message TEXT`
+/// with the session's `CODEX_HOME`, started detached and not waited for (it runs for a
+/// fraction of a second, a stuck one is ended after [`CODEX_QUEUE_LIMIT_SECS`]). `Ok` says
+/// the command was started: whether Codex took the message is not known here.
+fn send_codex(reach: &Reach, text: &str) -> Result<(), String> {
+    let (program, home) = check_codex(reach)?;
+    let mut cmd = Command::new(program);
+    cmd.args(["queue", "--thread", &reach.session, "--message", text])
+        .env("CODEX_HOME", home)
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe { cmd.pre_exec(detach) };
+    let mut middle = cmd
+        .spawn()
+        .map_err(|e| format!("cannot run the session's codex program {program}: {e}"))?;
+    // The middle process exits at once: collected here, so that a long-running tasklock
+    // (the MCP server, a watcher) leaves no zombie behind. The queue command itself is
+    // its child, taken over by init.
+    let _ = middle.wait();
+    Ok(())
+}
+
+/// The session's codex program and CODEX_HOME, if tasklock may run the one for the other.
+fn check_codex(reach: &Reach) -> Result<(&str, &str), String> {
+    let (Some(program), Some(home)) = (&reach.program, &reach.codex_home) else {
+        return Err("the session's codex program or CODEX_HOME is not known".into());
+    };
+    // SAFETY: geteuid and getegid have no preconditions.
+    let (me, my_group) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let meta = std::fs::metadata(home).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => format!("the session's CODEX_HOME is gone ({home})"),
+        _ => format!("cannot see the session's CODEX_HOME {home}: {e}"),
+    })?;
+    if !meta.is_dir() {
+        return Err(format!(
+            "the session's CODEX_HOME is not a directory ({home})"
+        ));
+    }
+    // Only into a session of this Unix user: Codex's queue is in its user's home.
+    if meta.uid() != me {
+        return Err(format!(
+            "the session belongs to another Unix user (uid {}); it reads the message at its next prompt",
+            meta.uid()
+        ));
+    }
+    trusted_program(Path::new(program), me, my_group)?;
+    Ok((program, home))
+}
+
+/// In the child between fork and exec: fork again and let the middle process exit, so the
+/// command is nobody's child to wait for; in its own session (no signal of the pusher's
+/// terminal reaches it), with an alarm that ends it if it is stuck (kept across exec).
+fn detach() -> std::io::Result<()> {
+    // SAFETY: fork, _exit, setsid and alarm are async-signal-safe.
+    unsafe {
+        match libc::fork() {
+            -1 => Err(std::io::Error::last_os_error()),
+            0 => {
+                libc::setsid();
+                libc::alarm(CODEX_QUEUE_LIMIT_SECS);
+                Ok(())
+            }
+            _ => libc::_exit(0),
+        }
+    }
+}
+
+/// A program tasklock may run for a session: an executable file that, with its
+/// directory, belongs to this user or root and can be changed by no one else (not by
+/// others, nor by a group other than the user's own).
+fn trusted_program(path: &Path, me: u32, my_group: u32) -> Result<(), String> {
+    let shown = path.display();
+    if !path.is_absolute() {
+        return Err(format!(
+            "the session's codex program is not an absolute path ({shown})"
+        ));
+    }
+    let meta = std::fs::metadata(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => format!("the session's codex program is gone ({shown})"),
+        _ => format!("cannot see the session's codex program {shown}: {e}"),
+    })?;
+    if !meta.is_file() || meta.mode() & 0o111 == 0 {
+        return Err(format!(
+            "the session's codex program is not an executable file ({shown})"
+        ));
+    }
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    for (what, p) in [("program", path), ("program's directory", dir)] {
+        let m = std::fs::metadata(p)
+            .map_err(|e| format!("cannot see the session's codex {what} {}: {e}", p.display()))?;
+        let writable_by_others =
+            m.mode() & 0o002 != 0 || (m.mode() & 0o020 != 0 && m.gid() != my_group);
+        if (m.uid() != me && m.uid() != 0) || writable_by_others {
+            return Err(format!(
+                "not run: the session's codex {what} {} can be changed by another user",
+                p.display()
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn write_line(path: &Path, line: &[u8]) -> std::io::Result<()> {

@@ -71,6 +71,7 @@ fn codex_installs_the_plugin_from_the_repository_and_its_hooks_run() {
         hold_after: None,
         sessions: 1,
         pause: Duration::ZERO,
+        ..CodexScript::default()
     });
     let home = tmp.path().join("home");
     std::fs::create_dir_all(&home).unwrap();

@@ -97,6 +97,7 @@ fn two_codex_sessions_race_for_one_task_and_release_it_when_they_end() {
         hold_after: Some(0),
         sessions: 2,
         pause: Duration::ZERO,
+        ..CodexScript::default()
     });
     let a = start_session(tmp.path(), "home-a", &project, &stub);
     let b = start_session(tmp.path(), "home-b", &project, &stub);
@@ -218,6 +219,7 @@ fn killing_codex_releases_its_task_through_the_watcher() {
         hold_after: Some(LISTS),
         sessions: usize::MAX,
         pause: Duration::from_millis(300),
+        ..CodexScript::default()
     });
     let s = start_session(tmp.path(), "home", &project, &stub);
     assert!(
@@ -347,6 +349,7 @@ fn codex_sessions_use_the_mcp_tools_init_registered() {
         hold_after: Some(0),
         sessions: usize::MAX,
         pause: Duration::ZERO,
+        ..CodexScript::default()
     });
     let a = start_session(tmp.path(), "home-a", &project, &stub);
     let b = start_session(tmp.path(), "home-b", &project, &stub);
@@ -477,4 +480,120 @@ fn codex_sessions_use_the_mcp_tools_init_registered() {
     for e in &made_up {
         assert!(!e["ended_at"].is_null(), "{e}\n{}", context());
     }
+}
+
+/// Push wake into Codex (docs/wake.md): an interactive Codex session queues for a key held
+/// by another agent and goes idle; when the holder releases, tasklock runs `codex queue`
+/// for the session's thread, the idle TUI starts a turn with the notification (no
+/// keystroke), and in it the session checks the key out.
+#[test]
+fn an_idle_codex_session_is_queued_its_turn_and_takes_the_key() {
+    const MARKER: &str = "[tasklock] A notification from tasklock";
+    let (tmp, project) = initialised_project();
+    let stub = CodexStub::start(CodexScript {
+        commands: vec!["tasklock checkout deploy-api --queue".into()],
+        wake: Some((MARKER.into(), "tasklock checkout deploy-api".into())),
+        ..CodexScript::default()
+    });
+    let locks = project.join(".locks");
+    let tasklock = |agent: &str, args: &[&str]| {
+        let mut cmd = Command::new(e2e::tasklock_bin());
+        cmd.args(args)
+            .args(["--agent", agent, "--dir"])
+            .arg(&locks)
+            .env_remove("TASKLOCK_AGENT")
+            .env_remove("CLAUDE_CODE_SESSION_ID")
+            .env_remove("CODEX_THREAD_ID");
+        run_ok(cmd, "tasklock", COMMAND_TIMEOUT)
+    };
+    tasklock("holder", &["checkout", "deploy-api"]);
+    let home = tmp.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    codex_home(&home, &project, &stub);
+    let started = Instant::now();
+    let tui = e2e::codex_tui::CodexTui::start(&home, &project, "Queue for the deploy-api key.");
+    if !stub.wait_outputs("call_0", 1, SESSION_TIMEOUT) {
+        tui.fail(
+            &stub,
+            "the session did not run `tasklock checkout deploy-api --queue`",
+        );
+    }
+    let (thread, queued) = stub.outputs_of("call_0").into_iter().next().unwrap();
+    assert!(
+        queued.contains("tells this session at once"),
+        "the queued checkout does not say the session will be told: {queued}"
+    );
+    tui.wait_idle(&stub, &thread, 1, SESSION_TIMEOUT);
+    eprintln!(
+        "e2e: Codex thread {thread} idle, {:?} after start",
+        started.elapsed()
+    );
+    // The session's hooks recorded how to queue messages for it.
+    let entry = agent_entry(&project, &thread);
+    let reach = &entry["reach"];
+    assert_eq!(reach["via"], "codex", "{entry}");
+    assert_eq!(reach["session"], thread.as_str(), "{entry}");
+    assert_eq!(
+        reach["codex_home"],
+        home.join(".codex")
+            .canonicalize()
+            .unwrap()
+            .to_str()
+            .unwrap(),
+        "{entry}"
+    );
+    let program = reach["program"].as_str().unwrap();
+    assert!(program.ends_with("/codex"), "{entry}");
+    // Really idle: nothing happens by itself.
+    let requests = stub.log().lines().count();
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(stub.log().lines().count(), requests, "{}", stub.log());
+
+    let released = Instant::now();
+    tasklock("holder", &["release", "deploy-api"]);
+    let release_took = released.elapsed();
+    let deadline = released + Duration::from_secs(30);
+    while !stub.any_body_contains(MARKER) {
+        if Instant::now() > deadline {
+            tui.fail(
+                &stub,
+                "no turn with the notification within 30 s of the release",
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let latency = released.elapsed();
+    eprintln!(
+        "e2e: release took {release_took:?}; the notification reached the model {latency:?} after it"
+    );
+    if !stub.wait_outputs("call_wake", 1, SESSION_TIMEOUT) {
+        tui.fail(
+            &stub,
+            "the woken session did not run `tasklock checkout deploy-api`",
+        );
+    }
+    let took = stub
+        .outputs_of("call_wake")
+        .remove(&thread)
+        .unwrap_or_default();
+    let status = status_json(&project, "deploy-api");
+    assert_eq!(
+        status["checkout"]["agent"]["id"],
+        thread.as_str(),
+        "the session does not hold the key: {status}\n{took}"
+    );
+    // The turn's prompt was the pushed text: the hook did not give it again as context.
+    let bodies = stub.state.0.lock().unwrap().bodies.clone();
+    let woke = bodies.iter().find(|b| b.contains(MARKER)).unwrap();
+    assert!(
+        !woke.contains("new; the quoted fields are other agents' data"),
+        "the hook gave the pushed message again as context"
+    );
+    // The inbox says how it went.
+    let audit = audit_text(&project);
+    assert!(
+        audit.contains("handed to the session's Codex queue"),
+        "{audit}"
+    );
+    tui.wait_idle(&stub, &thread, 2, SESSION_TIMEOUT);
 }

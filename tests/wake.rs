@@ -80,6 +80,12 @@ fn inbox(e: &Env, agent: &str) -> Vec<Value> {
         .clone()
 }
 
+fn codex_inbox(e: &Env, codex: &FakeCodex) -> Vec<Value> {
+    let r = codex.run(e, &["inbox", "--peek", "--json"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    r.json()["messages"].as_array().unwrap().clone()
+}
+
 #[test]
 fn a_reservation_is_pushed_into_the_waiters_session_once() {
     let e = Env::new();
@@ -413,4 +419,342 @@ fn a_socket_nobody_listens_on_is_recorded_as_not_delivered() {
         .collect();
     assert_eq!(pushes.len(), 2, "{audit}");
     assert!(pushes[1].contains("not delivered"), "{audit}");
+}
+
+// ---------------------------------------------------------------------------------------
+// Codex: `codex queue --thread ID --message TEXT`, with a stand-in for the program
+// ---------------------------------------------------------------------------------------
+
+/// A Codex thread id, as Codex makes them (the agent id of its session).
+const THREAD: &str = "019a2b3c-4d5e-7f60-8a9b-0c1d2e3f4a5b";
+
+/// A stand-in for a Codex session: its "native codex process" (a copy of `sleep` named
+/// `codex`, so that the process's executable is `bin/codex`, as the real one's is) and its
+/// `CODEX_HOME`. [`FakeCodex::become_recorder`] then replaces the program file, as an
+/// update would, with a script that records each call: its arguments and `CODEX_HOME`,
+/// one file per call in `CODEX_HOME/calls/`.
+struct FakeCodex {
+    program: PathBuf,
+    home: PathBuf,
+    process: std::process::Child,
+    /// The env file the hooks write the session's secret to (as for Claude Code's Bash
+    /// calls).
+    env_file: PathBuf,
+}
+
+impl FakeCodex {
+    fn start(root: &Path) -> FakeCodex {
+        use std::os::unix::fs::PermissionsExt;
+        let bin = root.join("codex-bin");
+        let home = root.join("codex-home");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::create_dir_all(&home).unwrap();
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let program = bin.join("codex");
+        let sleep = which("sleep");
+        std::fs::copy(&sleep, &program).unwrap();
+        std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+        // Another test's fork may hold the new file open for a moment ("text file busy").
+        let mut tries = 0;
+        let process = loop {
+            match std::process::Command::new(&program).arg("600").spawn() {
+                Err(e) if e.raw_os_error() == Some(26) && tries < 50 => {
+                    tries += 1;
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                r => break r.unwrap(),
+            }
+        };
+        FakeCodex {
+            env_file: root.join("codex-env"),
+            program: program.canonicalize().unwrap(),
+            home: home.canonicalize().unwrap(),
+            process,
+        }
+    }
+
+    fn pid(&self) -> String {
+        self.process.id().to_string()
+    }
+
+    /// The session's hook `event`, as Codex runs it: the thread id as `session_id` on
+    /// stdin, a child of the native process (`CLAUDE_PID` names it here), its
+    /// `CODEX_HOME`. `agent` adds `--agent`.
+    fn hook(&self, e: &Env, event: &str, agent: Option<&str>, extra: Value) -> Run {
+        use std::io::Write;
+        use std::process::Stdio;
+        let mut cmd = base_cmd(&e.now);
+        use_store(&mut cmd, &e.dir());
+        cmd.env("CLAUDE_PID", self.pid())
+            .env("CODEX_HOME", &self.home)
+            .env_remove("CLAUDE_CODE_MESSAGING_SOCKET")
+            .env("CLAUDE_ENV_FILE", &self.env_file)
+            .arg("--dir")
+            .arg(e.dir())
+            .args(["hook", event]);
+        if let Some(a) = agent {
+            cmd.args(["--agent", a]);
+        }
+        // After the first, a hook proves it is the session's with the secret (the real
+        // ones are children of the session's process, which this test is not).
+        if let Some(secret) = self.secret() {
+            cmd.env("TASKLOCK_SECRET", secret);
+        }
+        let mut input = serde_json::json!({
+            "session_id": THREAD,
+            "cwd": e.tmp.path(),
+            "transcript_path": self.home.join(format!("sessions/2026/01/01/rollout-2026-01-01T00-00-00-{THREAD}.jsonl")),
+            "hook_event_name": event,
+            "model": "gpt-5",
+            "permission_mode": "default",
+        });
+        if let (Some(i), Some(x)) = (input.as_object_mut(), extra.as_object()) {
+            i.extend(x.clone());
+        }
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.to_string().as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        Run {
+            code: out.status.code().unwrap(),
+            stdout: String::from_utf8(out.stdout).unwrap(),
+            stderr: String::from_utf8(out.stderr).unwrap(),
+        }
+    }
+
+    /// A command of the session (with its secret, as its shell calls have it).
+    fn run(&self, e: &Env, args: &[&str]) -> Run {
+        let secret = self.secret().expect("the hook wrote the session's secret");
+        e.run_env(Some(THREAD), args, &[("TASKLOCK_SECRET", &secret)])
+    }
+
+    fn secret(&self) -> Option<String> {
+        let env = std::fs::read_to_string(&self.env_file).ok()?;
+        env.lines()
+            .rev()
+            .find_map(|l| l.strip_prefix("export TASKLOCK_SECRET="))
+            .map(str::to_string)
+    }
+
+    /// Replace the program with the recording script (a new file renamed over the old
+    /// one: the running process keeps its own). It takes `delay` before it records, like a
+    /// slow `codex queue`.
+    fn become_recorder(&self, delay: &str) {
+        use std::os::unix::fs::PermissionsExt;
+        let script = format!(
+            "#!/bin/sh\n\
+             # Stands in for `codex queue`: records CODEX_HOME and its arguments.\n\
+             sleep {delay}\n\
+             mkdir -p \"$CODEX_HOME/calls\"\n\
+             f=\"$CODEX_HOME/calls/$$\"\n\
+             {{ printf 'CODEX_HOME=%s\\0' \"$CODEX_HOME\"; for a in \"$@\"; do printf '%s\\0' \"$a\"; done; }} > \"$f.tmp\" && mv \"$f.tmp\" \"$f\"\n"
+        );
+        let tmp = self.program.with_file_name("codex.new");
+        std::fs::write(&tmp, script).unwrap();
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::rename(&tmp, &self.program).unwrap();
+    }
+
+    /// The calls recorded so far, each `[CODEX_HOME=…, arg, …]`, waiting up to `timeout`
+    /// for `at_least` of them.
+    fn calls(&self, at_least: usize, timeout: Duration) -> Vec<Vec<String>> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let mut calls: Vec<Vec<String>> = std::fs::read_dir(self.home.join("calls"))
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter(|f| !f.file_name().to_string_lossy().ends_with(".tmp"))
+                .map(|f| {
+                    let bytes = std::fs::read(f.path()).unwrap();
+                    String::from_utf8(bytes)
+                        .unwrap()
+                        .split_terminator('\0')
+                        .map(str::to_string)
+                        .collect()
+                })
+                .collect();
+            if calls.len() >= at_least || Instant::now() > deadline {
+                calls.sort();
+                return calls;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for FakeCodex {
+    fn drop(&mut self) {
+        let _ = self.process.kill();
+        let _ = self.process.wait();
+    }
+}
+
+fn which(program: &str) -> PathBuf {
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|d| d.join(program))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("no {program} on PATH"))
+        .canonicalize()
+        .unwrap()
+}
+
+#[test]
+fn a_codex_session_is_queued_its_reservation_through_codex_queue() {
+    let e = Env::new();
+    let codex = FakeCodex::start(e.tmp.path());
+    // The session's hooks record how to reach it: the thread, its CODEX_HOME, the program
+    // its native process runs.
+    let r = codex.hook(&e, "session-start", None, Value::Null);
+    assert_eq!(r.code, 0, "{}", r.text());
+    let entry = Stored::Agent(THREAD).read(&e.dir());
+    let reach = &entry["reach"];
+    assert_eq!(reach["via"], "codex", "{entry}");
+    assert_eq!(reach["session"], THREAD, "{entry}");
+    assert_eq!(reach["codex_home"], codex.home.to_str().unwrap(), "{entry}");
+    assert_eq!(reach["program"], codex.program.to_str().unwrap(), "{entry}");
+    codex.become_recorder("1");
+
+    e.ok("b", &["checkout", "deploy"]);
+    let q = codex.run(&e, &["checkout", "deploy", "--queue", "--json"]);
+    assert_eq!(q.code, 2, "{}", q.text());
+    assert_eq!(q.json()["push_wake"], true, "{}", q.text());
+
+    // The releaser does not wait for `codex queue` (which takes a second here).
+    let started = Instant::now();
+    e.ok("b", &["release", "deploy"]);
+    let took = started.elapsed();
+    assert!(took < Duration::from_millis(900), "release took {took:?}");
+
+    let calls = codex.calls(1, Duration::from_secs(10));
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    let call = &calls[0];
+    assert_eq!(call[0], format!("CODEX_HOME={}", codex.home.display()));
+    assert_eq!(
+        &call[1..5],
+        ["queue", "--thread", THREAD, "--message"],
+        "{call:?}"
+    );
+    assert_eq!(call.len(), 6, "{call:?}");
+    let text = &call[5];
+    assert!(
+        text.starts_with("[tasklock] A notification from tasklock"),
+        "{text}"
+    );
+    assert!(text.contains("type: reserved\nkey: \"deploy\"\n"), "{text}");
+    assert!(text.contains("tasklock checkout deploy"), "{text}");
+
+    // Recorded as handed to Codex's queue; the message stays in the inbox.
+    let msgs = codex_inbox(&e, &codex);
+    assert_eq!(msgs.len(), 1, "{msgs:?}");
+    let d = &msgs[0]["delivery"];
+    assert_eq!(d["delivered"], true, "{d}");
+    assert_eq!(d["via"], "codex", "{d}");
+    let why = codex.run(&e, &["why", "deploy", "--json"]).json();
+    assert_eq!(why["delivery"]["via"], "codex", "{why}");
+    assert_eq!(why["delivery"]["delivered"], true, "{why}");
+    let audit = audit(&e.dir());
+    assert!(
+        audit.iter().any(|ev| ev["event"] == "push"
+            && ev["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("handed to the session's Codex queue"))),
+        "{audit:?}"
+    );
+
+    // The turn Codex starts with it: its prompt is the text, which the hook does not
+    // repeat as context (and marks read).
+    let r = codex.hook(
+        &e,
+        "user-prompt-submit",
+        None,
+        serde_json::json!({"prompt": text}),
+    );
+    assert_eq!(r.code, 0, "{}", r.text());
+    assert!(!r.stdout.contains("deploy"), "{}", r.text());
+    assert!(codex_inbox(&e, &codex).is_empty());
+
+    // At most once.
+    e.ok("c", &["checkout", "other"]);
+    e.ok("c", &["release", "other"]);
+    assert_eq!(codex.calls(2, Duration::from_secs(2)).len(), 1);
+    assert_eq!(codex.run(&e, &["checkout", "deploy"]).code, 0);
+}
+
+#[test]
+fn a_message_handed_to_codex_is_still_given_by_the_hooks_of_another_turn() {
+    // Whether `codex queue` took it is not known: a tool call's hook that comes first
+    // gives it as context all the same.
+    let e = Env::new();
+    let codex = FakeCodex::start(e.tmp.path());
+    assert_eq!(codex.hook(&e, "session-start", None, Value::Null).code, 0);
+    codex.become_recorder("0");
+    e.ok("b", &["checkout", "k"]);
+    codex.run(&e, &["checkout", "k", "--queue"]);
+    e.ok("b", &["release", "k"]);
+    assert_eq!(codex.calls(1, Duration::from_secs(10)).len(), 1);
+    let r = codex.hook(&e, "post-tool-use", None, Value::Null);
+    assert_eq!(r.code, 0, "{}", r.text());
+    assert!(
+        r.stdout.contains("[reserved] key \\\"k\\\""),
+        "{}",
+        r.text()
+    );
+}
+
+#[test]
+fn a_codex_program_others_can_change_is_not_run() {
+    use std::os::unix::fs::PermissionsExt;
+    let e = Env::new();
+    let codex = FakeCodex::start(e.tmp.path());
+    assert_eq!(codex.hook(&e, "session-start", None, Value::Null).code, 0);
+    codex.become_recorder("0");
+    std::fs::set_permissions(&codex.program, std::fs::Permissions::from_mode(0o757)).unwrap();
+    e.ok("b", &["checkout", "k"]);
+    codex.run(&e, &["checkout", "k", "--queue"]);
+    e.ok("b", &["release", "k"]);
+    let d = &codex_inbox(&e, &codex)[0]["delivery"];
+    assert_eq!(d["delivered"], false, "{d}");
+    assert_eq!(d["via"], "codex", "{d}");
+    assert!(
+        d["error"]
+            .as_str()
+            .unwrap()
+            .contains("can be changed by another user"),
+        "{d}"
+    );
+    assert!(codex.calls(1, Duration::from_millis(500)).is_empty());
+}
+
+#[test]
+fn a_codex_hook_under_another_agents_name_records_no_reach() {
+    let e = Env::new();
+    let codex = FakeCodex::start(e.tmp.path());
+    let r = codex.hook(&e, "session-start", Some("other"), Value::Null);
+    assert_eq!(r.code, 0, "{}", r.text());
+    let entry = Stored::Agent("other").read(&e.dir());
+    assert!(entry.get("reach").is_none(), "{entry}");
+    // A session whose process is gone is not queued to.
+    let mut codex = codex;
+    assert_eq!(codex.hook(&e, "session-start", None, Value::Null).code, 0);
+    codex.become_recorder("0");
+    let _ = codex.process.kill();
+    let _ = codex.process.wait();
+    e.ok("b", &["checkout", "k"]);
+    codex.run(&e, &["checkout", "k", "--queue"]);
+    e.ok("b", &["release", "k"]);
+    let d = &codex_inbox(&e, &codex)[0]["delivery"];
+    assert_eq!(d["delivered"], false, "{d}");
+    assert!(codex.calls(1, Duration::from_millis(500)).is_empty());
 }

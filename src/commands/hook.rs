@@ -96,13 +96,24 @@ pub fn run(
     }
     let project = project()?;
     let agent_pid = claude_pid();
+    let client = client(&payload, agent_pid);
+    // A Codex session's own hook (the thread in its input is the agent, not a subagent,
+    // not another agent named with --agent): its beats record how to queue messages for
+    // the thread.
+    if client == Client::Codex
+        && subagent.is_none()
+        && text(&payload["session_id"]).as_deref() == Some(session.as_str())
+        && let Some(reach) = agent_pid.and_then(|pid| crate::wake::codex_reach(&session, pid))
+    {
+        crate::wake::set_hook_reach(reach);
+    }
     let session_name = name_flag
         .or_else(|| {
             std::env::var("TASKLOCK_AGENT_NAME")
                 .ok()
                 .filter(|s| !s.is_empty())
         })
-        .unwrap_or_else(|| session_label(client(&payload, agent_pid), &project, &session));
+        .unwrap_or_else(|| session_label(client, &project, &session));
     let name = match &subagent {
         Some(s) => format!("{} subagent of {session_name}", s.kind),
         None => session_name,
@@ -132,8 +143,10 @@ pub fn run(
     authorize(&session, registered.as_ref())?;
     match event {
         "session-start" => session_start(&ctx, &agent, agent_pid, None),
-        "post-tool-use" => beat_and_deliver(&ctx, "PostToolUse", parent),
-        "user-prompt-submit" => beat_and_deliver(&ctx, "UserPromptSubmit", parent),
+        "post-tool-use" => beat_and_deliver(&ctx, "PostToolUse", parent, None),
+        "user-prompt-submit" => {
+            beat_and_deliver(&ctx, "UserPromptSubmit", parent, payload["prompt"].as_str())
+        }
         // Codex: the model finished a turn. Only beat: Stop takes no context, so the inbox
         // waits for the next prompt or tool call.
         "stop" => {
@@ -408,7 +421,7 @@ fn session_start(
                 .join(", ")
         ));
     }
-    if let Some(text) = deliver(ctx)? {
+    if let Some(text) = deliver(ctx, None)? {
         context.push('\n');
         context.push_str(&text);
     }
@@ -432,22 +445,37 @@ fn subagent_start(
     ))
 }
 
-fn beat_and_deliver(ctx: &Ctx, event: &str, parent: Option<String>) -> Result<Option<String>> {
+fn beat_and_deliver(
+    ctx: &Ctx,
+    event: &str,
+    parent: Option<String>,
+    prompt: Option<&str>,
+) -> Result<Option<String>> {
     heartbeat::beat(ctx, None, None, parent)?;
-    Ok(deliver(ctx)?.and_then(|text| output(event, text)))
+    Ok(deliver(ctx, prompt)?.and_then(|text| output(event, text)))
 }
 
 /// Unread inbox messages as context for the model; marks them read. A message already
-/// pushed into the session is not repeated (the push is what started this turn, or was
-/// read between tool calls).
-fn deliver(ctx: &Ctx) -> Result<Option<String>> {
+/// pushed into the session is not repeated: one written into Claude Code's socket (the
+/// push is what started this turn, or was read between tool calls), and one handed to
+/// Codex's queue when it is this turn's prompt. Other messages handed to Codex's queue are
+/// given here as well (whether Codex took them is not known; if it did, they also come as
+/// a turn of their own).
+fn deliver(ctx: &Ctx, prompt: Option<&str>) -> Result<Option<String>> {
     let Report::Inbox(r) = inbox::run(ctx, false)? else {
         unreachable!("inbox returns an inbox report")
+    };
+    let pushed = |m: &Message| match &m.delivery {
+        Some(d) if d.delivered && d.via == crate::store::Via::Codex.as_str() => {
+            prompt.is_some_and(|p| p.trim() == crate::wake::text(m).trim())
+        }
+        Some(d) => d.delivered,
+        None => false,
     };
     let lines: Vec<String> = r
         .messages
         .iter()
-        .filter(|m| !m.delivery.as_ref().is_some_and(|d| d.delivered))
+        .filter(|m| !pushed(m))
         .map(message_line)
         .collect();
     if lines.is_empty() {

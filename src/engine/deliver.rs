@@ -101,7 +101,7 @@ fn deliver(store: &dyn Store, group: &[Pending]) -> Result<()> {
             };
             let ready = reachable(&entry).and_then(|()| crate::wake::check(&reach));
             let at = clock::now()?;
-            record(store, g, &msg, at, ready.clone().err())?;
+            record(store, g, &msg, &reach, at, ready.clone().err())?;
             if ready.is_ok() {
                 if msg.kind == MessageKind::Reserved {
                     retime(store, g, &msg.key, &p.agent, &p.id, at)?;
@@ -116,7 +116,8 @@ fn deliver(store: &dyn Store, group: &[Pending]) -> Result<()> {
     // fails after all replaces the record.
     for (msg, reach) in sends {
         if let Err(e) = crate::wake::send(&reach, &crate::wake::text(&msg)) {
-            store.transaction(|g| record(store, g, &msg, clock::now()?, Some(e.clone())))?;
+            store
+                .transaction(|g| record(store, g, &msg, &reach, clock::now()?, Some(e.clone())))?;
         }
     }
     Ok(())
@@ -127,18 +128,22 @@ fn record(
     store: &dyn Store,
     g: &crate::store::Guard,
     msg: &crate::store::Message,
+    reach: &crate::store::Reach,
     at: clock::Time,
     error: Option<String>,
 ) -> Result<()> {
     let d = Delivery {
         at,
         delivered: error.is_none(),
-        via: crate::wake::VIA.into(),
+        via: reach.via.as_str().into(),
         error,
     };
     store.record_delivery(g, &msg.to, &msg.id, &d)?;
     let mut ev = AuditEvent::new(at, "push", &msg.key, &msg.to);
     ev.detail = Some(match &d.error {
+        None if reach.via == crate::store::Via::Codex => {
+            format!("{}: handed to the session's Codex queue", msg.kind)
+        }
         None => format!("{}: delivered to the session", msg.kind),
         Some(e) => format!("{}: not delivered: {e}", msg.kind),
     });

@@ -32,6 +32,13 @@ pub(super) fn process(pid: u32) -> Option<ProcInfo> {
     })
 }
 
+/// `/proc/PID/exe`; `None` when the program file was removed or replaced since it started
+/// (the link then ends in ` (deleted)`).
+pub(super) fn exe(pid: u32) -> Option<PathBuf> {
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
+    (!exe.to_string_lossy().ends_with(" (deleted)")).then_some(exe)
+}
+
 pub(super) fn hostname() -> Option<String> {
     read_trimmed("/proc/sys/kernel/hostname")
 }

@@ -62,6 +62,12 @@ pub fn process(pid: u32) -> Option<ProcInfo> {
     dispatch!(process(pid))
 }
 
+/// The program file a process runs (its executable, symlinks resolved), when the system
+/// says: for a process of this Unix user, as a rule.
+pub fn exe(pid: u32) -> Option<PathBuf> {
+    dispatch!(exe(pid))
+}
+
 /// A process's start time ([`ProcInfo::start`]).
 pub fn start_time(pid: u32) -> Option<u64> {
     process(pid).and_then(|p| p.start)
@@ -184,5 +190,14 @@ mod tests {
         assert!(!me.zombie);
         assert!(me.parent.is_some_and(|p| p > 0));
         assert_eq!(start_time(std::process::id()), me.start);
+    }
+
+    #[test]
+    fn this_process_runs_its_own_executable() {
+        let exe = exe(std::process::id()).expect("this process's executable");
+        assert_eq!(
+            exe,
+            std::env::current_exe().unwrap().canonicalize().unwrap()
+        );
     }
 }

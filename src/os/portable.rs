@@ -30,6 +30,19 @@ pub(super) fn process(pid: u32) -> Option<ProcInfo> {
     })
 }
 
+pub(super) fn exe(pid: u32) -> Option<PathBuf> {
+    let pid = Pid::from_u32(pid);
+    let mut sys = System::new();
+    sys.refresh_processes_specifics(
+        ProcessesToUpdate::Some(&[pid]),
+        true,
+        ProcessRefreshKind::nothing().with_exe(sysinfo::UpdateKind::Always),
+    );
+    let exe = sys.process(pid)?.exe()?;
+    // Resolved as Linux's /proc/PID/exe is; gone when the file is.
+    exe.canonicalize().ok()
+}
+
 pub(super) fn hostname() -> Option<String> {
     System::host_name().filter(|h| !h.is_empty())
 }

@@ -32,7 +32,7 @@ pub use file::{
 pub use freeze::Freeze;
 pub use queue::{Delivery, Message, MessageKind, Queue, Reservation, Waiter};
 pub use record::{FORMAT_VERSION, Record, version_for};
-pub use registry::{AgentEntry, EndHow, Ended, Note, Reach};
+pub use registry::{AgentEntry, EndHow, Ended, Note, Reach, Via};
 
 /// A record bigger than this is damage, not a lock.
 pub const MAX_RECORD_BYTES: u64 = 1 << 20;

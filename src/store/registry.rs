@@ -47,15 +47,55 @@ pub struct AgentEntry {
     pub reach: Option<Reach>,
 }
 
-/// A session that can be woken: Claude Code's per-session messaging socket. No
-/// credential is kept: the socket's owner and mode are its access control.
+/// A session that can be woken (docs/wake.md): Claude Code's per-session messaging socket,
+/// or a Codex thread, pushed to through Codex's own `codex queue`. No credential is kept:
+/// the socket's owner and mode are its access control, and Codex's queue is a file of the
+/// user's `CODEX_HOME`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Reach {
-    /// The Unix socket the session listens on.
+    /// How: Claude Code's socket (the default, for entries written before Codex could be
+    /// reached) or Codex's queue.
+    #[serde(default)]
+    pub via: Via,
+    /// The Unix socket a Claude Code session listens on; empty for Codex (written all the
+    /// same: tasklock versions before `via` need the field).
+    #[serde(default)]
     pub socket: String,
-    /// The session's id: a line naming another session is dropped by the session, so a
-    /// socket path reused by another session never gets this agent's messages.
+    /// The session's id (Claude Code's session id, Codex's thread id): the agent id. A
+    /// Claude Code session drops a line naming another session, so a socket path reused
+    /// by another session never gets this agent's messages.
     pub session: String,
+    /// Codex: the `CODEX_HOME` the session runs with (its queue is there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub codex_home: Option<String>,
+    /// Codex: the native `codex` program the session runs, to run `codex queue` with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub program: Option<String>,
+}
+
+/// How a session is reached.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Via {
+    /// Claude Code's messaging socket.
+    #[default]
+    ClaudeCode,
+    /// Codex's message queue (`codex queue`).
+    Codex,
+    /// A way written by a newer tasklock: not pushed to.
+    #[serde(other)]
+    Other,
+}
+
+impl Via {
+    /// As `delivery.via` names it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Via::ClaudeCode => "claude-code",
+            Via::Codex => "codex",
+            Via::Other => "other",
+        }
+    }
 }
 
 /// One checkpoint in a key's history.

@@ -71,6 +71,9 @@ pub struct CodexScript {
     pub sessions: usize,
     /// Think this long before each answer that follows a command's output.
     pub pause: Duration,
+    /// `(marker, command)`: in a turn whose user input carries `marker` (a message queued
+    /// into the session from outside), run `command` (call `call_wake`), then answer.
+    pub wake: Option<(String, String)>,
 }
 
 #[derive(Default)]
@@ -269,6 +272,38 @@ fn responses(
             .unwrap();
         note = format!(" (held {:?})", started.elapsed());
     }
+    // A side request of the session (the TUI's title for the thread) offers no shell: it
+    // gets the final message, not a step of the script.
+    let offers_shell = req["tools"]
+        .as_array()
+        .is_some_and(|t| t.iter().any(|t| t["name"] == "exec_command"));
+    if !offers_shell {
+        let note = format!("final message (no exec_command offered) for {session}");
+        return (200, "text/event-stream", sse(&final_message()), note);
+    }
+    let woken = script
+        .wake
+        .as_ref()
+        .filter(|(marker, _)| user_says(&req, marker));
+    if let Some((_, command)) = woken {
+        let item = if outputs.contains_key("call_wake") {
+            final_message()
+        } else {
+            json!({
+                "type": "function_call",
+                "id": "fc_wake",
+                "call_id": "call_wake",
+                "name": "exec_command",
+                "arguments": json!({"cmd": command}).to_string(),
+            })
+        };
+        let note = if item["type"] == "message" {
+            format!("final message for {session} (wake turn)")
+        } else {
+            format!("exec_command call_wake for {session}")
+        };
+        return (200, "text/event-stream", sse(&item), note);
+    }
     let item = match next {
         Some(j) if super::tool_step(&script.commands[j]).is_some() => {
             let (name, input) = super::tool_step(&script.commands[j]).unwrap();
@@ -294,17 +329,38 @@ fn responses(
             "name": "exec_command",
             "arguments": json!({"cmd": script.commands[j]}).to_string(),
         }),
-        None => json!({
-            "type": "message",
-            "id": "msg_e2e",
-            "role": "assistant",
-            "content": [{"type": "output_text", "text": CODEX_FINAL_TEXT}],
-        }),
+        None => final_message(),
     };
     let note = match next {
         Some(j) => format!("exec_command call_{j} for {session}{note}"),
         None => format!("final message for {session}{note}"),
     };
+    (200, "text/event-stream", sse(&item), note)
+}
+
+fn final_message() -> Value {
+    json!({
+        "type": "message",
+        "id": "msg_e2e",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": CODEX_FINAL_TEXT}],
+    })
+}
+
+/// Does a user message of the request's input carry `marker`?
+fn user_says(req: &Value, marker: &str) -> bool {
+    req["input"].as_array().into_iter().flatten().any(|i| {
+        i["role"] == "user"
+            && i["content"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["text"].as_str().is_some_and(|t| t.contains(marker)))
+    })
+}
+
+/// One answer as server-sent events.
+fn sse(item: &Value) -> Vec<u8> {
     let events = [
         json!({"type": "response.created", "response": {"id": "resp_e2e"}}),
         json!({"type": "response.output_item.done", "output_index": 0, "item": item}),
@@ -312,11 +368,11 @@ fn responses(
             "input_tokens": 100, "input_tokens_details": null, "output_tokens": 20,
             "output_tokens_details": null, "total_tokens": 120}}}),
     ];
-    let sse: String = events
+    events
         .iter()
         .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap()))
-        .collect();
-    (200, "text/event-stream", sse.into_bytes(), note)
+        .collect::<String>()
+        .into_bytes()
 }
 
 // ---------------------------------------------------------------------------------------

@@ -368,7 +368,7 @@ impl Drop for InteractiveSession {
 }
 
 /// Every live descendant of `root` (children, their children, …) as (pid, process group).
-fn descendants(root: u32) -> Vec<(u32, u32)> {
+pub(super) fn descendants(root: u32) -> Vec<(u32, u32)> {
     // (pid, parent, group) of every process.
     let procs: Vec<(u32, u32, u32)> = std::fs::read_dir("/proc")
         .map(|dir| {
@@ -443,7 +443,7 @@ pub fn answer_first_run_dialogs(home: &Path, project: &Path) {
 }
 
 /// tmux must be installed (CI's `.ci/run` installs it).
-fn require_tmux() {
+pub(super) fn require_tmux() {
     let found = Command::new("tmux")
         .arg("-V")
         .stdin(Stdio::null())
@@ -458,6 +458,6 @@ fn require_tmux() {
 }
 
 /// `s` quoted for sh.
-fn shell_quote(s: &str) -> String {
+pub(super) fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }

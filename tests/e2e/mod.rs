@@ -8,6 +8,7 @@
 #![allow(dead_code)]
 
 pub mod codex;
+pub mod codex_tui;
 pub mod interactive;
 pub mod mcp;
 
