@@ -73,6 +73,19 @@ fn register(e: &Env, agent: &str, socket: &Path, process: &AgentProcess) {
 /// A messaging token, as Claude Code gives its hooks: never to be kept or shown.
 const TOKEN: &str = "c0ffee0123456789abcdef0123456789";
 
+/// Session `sess-a` (reachable, its process alive) queues for `k`, which `b` holds; `b`
+/// releases, and the reservation is pushed. Returns its socket and its process.
+fn reserved_by_push(e: &Env) -> (Socket, AgentProcess) {
+    let sock = Socket::bind(e.tmp.path(), "a");
+    let a = AgentProcess::start();
+    register(e, "sess-a", &sock.path, &a);
+    e.ok("b", &["checkout", "k"]);
+    e.run(Some("sess-a"), &["checkout", "k", "--queue"]);
+    e.ok("b", &["release", "k"]);
+    assert_eq!(sock.lines(1).len(), 1);
+    (sock, a)
+}
+
 fn inbox(e: &Env, agent: &str) -> Vec<Value> {
     e.ok(agent, &["inbox", "--peek", "--json"]).json()["messages"]
         .as_array()
@@ -138,13 +151,7 @@ fn a_reservation_is_pushed_into_the_waiters_session_once() {
 #[test]
 fn a_pushed_reservation_runs_from_the_delivery() {
     let e = Env::new();
-    let sock = Socket::bind(e.tmp.path(), "a");
-    let a = AgentProcess::start();
-    register(&e, "sess-a", &sock.path, &a);
-    e.ok("b", &["checkout", "k"]);
-    e.run(Some("sess-a"), &["checkout", "k", "--queue"]);
-    e.ok("b", &["release", "k"]);
-    sock.lines(1);
+    let (_sock, _a) = reserved_by_push(&e);
     let q = e.ok("sess-a", &["status", "k", "--json"]).json();
     let res = &q["queue"]["reserved_for"];
     let (since, until) = (res["since"].as_str(), res["until"].as_str());
@@ -306,13 +313,7 @@ fn two_sessions_never_receive_each_others_messages() {
 #[test]
 fn the_messaging_token_is_never_kept_or_shown() {
     let e = Env::new();
-    let sock = Socket::bind(e.tmp.path(), "a");
-    let a = AgentProcess::start();
-    register(&e, "sess-a", &sock.path, &a);
-    e.ok("b", &["checkout", "k"]);
-    e.run(Some("sess-a"), &["checkout", "k", "--queue"]);
-    e.ok("b", &["release", "k"]);
-    sock.lines(1);
+    let (sock, _a) = reserved_by_push(&e);
     let mut outputs = String::new();
     for args in [
         &["list", "--json"][..],
@@ -754,7 +755,11 @@ fn a_codex_hook_under_another_agents_name_records_no_reach() {
     e.ok("b", &["checkout", "k"]);
     codex.run(&e, &["checkout", "k", "--queue"]);
     e.ok("b", &["release", "k"]);
-    let d = &codex_inbox(&e, &codex)[0]["delivery"];
-    assert_eq!(d["delivered"], false, "{d}");
+    // (A dead agent also leaves the queue, so it may not even be reserved the key.)
+    let msgs = codex_inbox(&e, &codex);
+    assert!(
+        msgs.iter().all(|m| m["delivery"]["delivered"] != true),
+        "{msgs:?}"
+    );
     assert!(codex.calls(1, Duration::from_millis(500)).is_empty());
 }

@@ -6,11 +6,10 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::codex::{CodexStub, codex};
-use super::interactive::{descendants, require_tmux, shell_quote};
+use super::interactive::{end_tmux, require_tmux, shell_quote, tmux};
 
 const TMUX_SESSION: &str = "codex";
 
@@ -137,23 +136,7 @@ impl CodexTui {
     }
 
     fn tmux(&self, args: &[&str]) -> Result<String, String> {
-        let out = Command::new("tmux")
-            .arg("-S")
-            .arg(&self.tmux_socket)
-            .args(args)
-            .env_remove("TMUX")
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| format!("cannot run tmux: {e}"))?;
-        if out.status.success() {
-            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-        } else {
-            Err(format!(
-                "tmux {args:?}: {}: {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
-            ))
-        }
+        tmux(&self.tmux_socket, args)
     }
 
     fn tmux_ok(&self, args: &[&str]) -> String {
@@ -163,18 +146,9 @@ impl CodexTui {
 
 impl Drop for CodexTui {
     fn drop(&mut self) {
-        if self.pane_pid != 0 {
-            let mut doomed = descendants(self.pane_pid);
-            doomed.push((self.pane_pid, self.pane_pid));
-            for (pid, pgid) in doomed {
-                // SAFETY: kill has no memory-safety preconditions; ESRCH (gone) is fine.
-                unsafe {
-                    libc::kill(pid as i32, libc::SIGKILL);
-                    libc::kill(-(pgid as i32), libc::SIGKILL);
-                }
-            }
-        }
-        let _ = self.tmux(&["kill-server"]);
-        let _ = std::fs::remove_file(&self.tmux_socket);
+        end_tmux(
+            &self.tmux_socket,
+            (self.pane_pid != 0).then_some(self.pane_pid),
+        );
     }
 }

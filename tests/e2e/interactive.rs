@@ -321,23 +321,7 @@ impl InteractiveSession {
     }
 
     fn tmux(&self, args: &[&str]) -> Result<String, String> {
-        let out = Command::new("tmux")
-            .arg("-S")
-            .arg(&self.tmux_socket)
-            .args(args)
-            .env_remove("TMUX")
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| format!("cannot run tmux: {e}"))?;
-        if out.status.success() {
-            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-        } else {
-            Err(format!(
-                "tmux {args:?}: {}: {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
-            ))
-        }
+        tmux(&self.tmux_socket, args)
     }
 
     fn tmux_ok(&self, args: &[&str]) -> String {
@@ -350,21 +334,48 @@ impl Drop for InteractiveSession {
         // Claude Code runs each Bash command in a session of its own, so killing claude's
         // process group is not enough: kill every descendant and its process group, before
         // the tmux server's hangup can make claude start its SessionEnd hooks.
-        if let Some(pid) = self.pane_pid {
-            let mut doomed = descendants(pid);
-            doomed.push((pid, pid));
-            for (pid, pgid) in doomed {
-                // SAFETY: kill has no memory-safety preconditions; ESRCH (gone) is fine.
-                // Every group here is claude's or one it made for a child: never ours.
-                unsafe {
-                    libc::kill(pid as i32, libc::SIGKILL);
-                    libc::kill(-(pgid as i32), libc::SIGKILL);
-                }
+        end_tmux(&self.tmux_socket, self.pane_pid);
+    }
+}
+
+/// Run tmux against the server of `socket`; its output, or why it failed.
+pub(super) fn tmux(socket: &Path, args: &[&str]) -> Result<String, String> {
+    let out = Command::new("tmux")
+        .arg("-S")
+        .arg(socket)
+        .args(args)
+        .env_remove("TMUX")
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run tmux: {e}"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(format!(
+            "tmux {args:?}: {}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// End a test's tmux server and everything its pane started: the pane's process, every
+/// descendant and each one's process group (all made by the agent under test, never
+/// ours), then the server and its socket.
+pub(super) fn end_tmux(socket: &Path, pane_pid: Option<u32>) {
+    if let Some(pid) = pane_pid {
+        let mut doomed = descendants(pid);
+        doomed.push((pid, pid));
+        for (pid, pgid) in doomed {
+            // SAFETY: kill has no memory-safety preconditions; ESRCH (gone) is fine.
+            unsafe {
+                libc::kill(pid as i32, libc::SIGKILL);
+                libc::kill(-(pgid as i32), libc::SIGKILL);
             }
         }
-        let _ = self.tmux(&["kill-server"]);
-        let _ = std::fs::remove_file(&self.tmux_socket);
     }
+    let _ = tmux(socket, &["kill-server"]);
+    let _ = std::fs::remove_file(socket);
 }
 
 /// Every live descendant of `root` (children, their children, …) as (pid, process group).
