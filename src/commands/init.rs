@@ -627,6 +627,11 @@ mod tests {
                 .unwrap();
             assert!(calls_tasklock_hook(c, hook_event), "{event}: {c}");
         }
+        // Codex's PreToolUse is the edit gate, for apply_patch only.
+        assert_eq!(
+            codex["hooks"]["PreToolUse"][0]["matcher"],
+            crate::commands::edit_gate::PATCH_MATCHER
+        );
         // Every event `tasklock hook` takes is wired for one agent or the other.
         let mut wired: Vec<&str> = HOOK_EVENTS
             .iter()
