@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use e2e::codex::{
-    CODEX_FINAL_TEXT, CodexScript, CodexStub, codex_cmd, codex_home, native_codex_pid, thread_id,
+    CODEX_FINAL_TEXT, CodexScript, CodexStub, codex_cmd, codex_home, custom_call, native_codex_pid,
+    offer_apply_patch, thread_id,
 };
 use e2e::{COMMAND_TIMEOUT, Running, SESSION_TIMEOUT, git_project, run_ok, tasklock_init};
 
@@ -596,4 +597,126 @@ fn an_idle_codex_session_is_queued_its_turn_and_takes_the_key() {
         "{audit}"
     );
     tui.wait_idle(&stub, &thread, 2, SESSION_TIMEOUT);
+}
+
+/// The edit gate in Codex: session A checks out `src/a.rs` and stays live (its stub holds
+/// its next answer); session B's model patches `src/a.rs` with `apply_patch`, which the
+/// PreToolUse hook denies with a reason naming A that the model reads in the call's
+/// output, and then `src/b.rs`, which goes through.
+#[test]
+fn a_codex_patch_of_a_file_another_session_checked_out_is_denied() {
+    let (tmp, project) = initialised_project();
+    let hooks = std::fs::read_to_string(project.join(".codex/hooks.json")).unwrap();
+    assert!(
+        hooks.contains("apply_patch"),
+        "init wires the edit gate: {hooks}"
+    );
+    std::fs::create_dir_all(project.join("src")).unwrap();
+    std::fs::write(project.join("src/a.rs"), "a-old\n").unwrap();
+    std::fs::write(project.join("src/b.rs"), "b-old\n").unwrap();
+
+    // A: check out the file, then hold (two sessions are never counted: only release()
+    // lets it go on).
+    let stub_a = CodexStub::start(CodexScript {
+        commands: vec!["tasklock checkout --path src/a.rs --reason 'A edits a.rs'".into()],
+        hold_after: Some(0),
+        sessions: 2,
+        ..CodexScript::default()
+    });
+    let home_a = tmp.path().join("home-a");
+    std::fs::create_dir_all(&home_a).unwrap();
+    codex_home(&home_a, &project, &stub_a);
+    let a = Running::spawn(codex_cmd(&home_a, &project, "Edit a.rs."), "codex exec (a)");
+    assert!(
+        stub_a.wait_outputs("call_0", 1, SESSION_TIMEOUT),
+        "session A did not run its checkout\n{}",
+        stub_a.log()
+    );
+    let checkout = stub_a.outputs_of("call_0").into_values().next().unwrap();
+    assert!(
+        checkout.contains("Process exited with code 0"),
+        "A's checkout: {checkout}"
+    );
+    let (thread_a, _) = stub_a.outputs_of("call_0").into_iter().next().unwrap();
+
+    // B: patch A's file, then its own.
+    let patch_a =
+        "*** Begin Patch\n*** Update File: src/a.rs\n@@\n-a-old\n+a-from-b\n*** End Patch\n";
+    let patch_b = "*** Begin Patch\n*** Update File: src/b.rs\n@@\n-b-old\n+b-new\n*** End Patch\n";
+    let stub_b = CodexStub::start(CodexScript {
+        commands: vec![
+            custom_call("apply_patch", patch_a),
+            custom_call("apply_patch", patch_b),
+        ],
+        ..CodexScript::default()
+    });
+    let home_b = tmp.path().join("home-b");
+    std::fs::create_dir_all(&home_b).unwrap();
+    codex_home(&home_b, &project, &stub_b);
+    offer_apply_patch(&home_b);
+    let out_b = Running::spawn(
+        codex_cmd(&home_b, &project, "Edit both files."),
+        "codex exec (b)",
+    )
+    .wait(SESSION_TIMEOUT);
+    stub_a.release();
+    let out_a = a.wait(SESSION_TIMEOUT);
+    let context = || {
+        format!(
+            "--- session a\n{}\n--- session b\n{}\n--- stub a\n{}\n--- stub b\n{}\n--- audit\n{}",
+            out_a.text(),
+            out_b.text(),
+            stub_a.log(),
+            stub_b.log(),
+            audit_text(&project)
+        )
+    };
+    assert!(
+        out_a.status.success() && out_b.status.success(),
+        "{}",
+        context()
+    );
+    assert_eq!(thread_id(&out_a.stdout).as_deref(), Some(thread_a.as_str()));
+    let tools = stub_b.tools();
+    let offered = tools.values().next().and_then(Value::as_array).cloned();
+    assert!(
+        offered
+            .iter()
+            .flatten()
+            .any(|t| t["name"] == "apply_patch" && t["type"] == "custom"),
+        "Codex offered no freeform apply_patch: {tools:?}"
+    );
+
+    // The denial reached the model as the call's output, naming A; the file is as it was.
+    let denied = stub_b.outputs_of("call_0").into_values().next();
+    let denied = denied.unwrap_or_else(|| panic!("no output of B's first patch\n{}", context()));
+    for part in [
+        "blocked by PreToolUse hook",
+        "tasklock: `src/a.rs` is checked out by another agent",
+        &format!("`{thread_a}`"),
+        "A edits a.rs",
+        "tasklock checkout --path src/a.rs --queue",
+    ] {
+        assert!(
+            denied.contains(part),
+            "{part:?} not in B's output: {denied}\n{}",
+            context()
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(project.join("src/a.rs")).unwrap(),
+        "a-old\n"
+    );
+    // The second patch went through.
+    let applied = stub_b.outputs_of("call_1").into_values().next();
+    let applied = applied.unwrap_or_else(|| panic!("no output of B's second patch\n{}", context()));
+    assert!(
+        applied.contains("Success") && !applied.contains("blocked"),
+        "{applied}\n{}",
+        context()
+    );
+    assert_eq!(
+        std::fs::read_to_string(project.join("src/b.rs")).unwrap(),
+        "b-new\n"
+    );
 }

@@ -580,3 +580,165 @@ fn the_edit_hook_folds_case_where_the_repository_ignores_case() {
     );
     assert_eq!(denied(&r), None, "{}", r.text());
 }
+
+// ---------------------------------------------------------------------------------------
+// Codex: apply_patch
+
+/// Codex's PreToolUse input for an `apply_patch` call: the patch text in
+/// `tool_input.command`, its paths relative to the session's directory.
+fn patch(session: &str, cwd: &Path, patch: &str) -> Value {
+    json!({
+        "session_id": session,
+        "turn_id": "turn-1",
+        "transcript_path": "/home/u/.codex/sessions/2026/01/01/rollout-2026-01-01T00-00-00-x.jsonl",
+        "cwd": cwd,
+        "hook_event_name": "PreToolUse",
+        "model": "gpt-5.5",
+        "permission_mode": "bypassPermissions",
+        "tool_name": "apply_patch",
+        "tool_input": { "command": patch },
+        "tool_use_id": "call_0",
+    })
+}
+
+#[test]
+fn a_codex_patch_touching_another_agents_checkout_is_denied() {
+    let (env, top) = repo();
+    ok(
+        &env,
+        &top,
+        "alice",
+        &["checkout", "--path", "src/a.rs", "--reason", "lexer fix"],
+    );
+    ok(&env, &top, "bob", &["checkout", "B-1", "--path", "src/b"]);
+    // One file of bob's own and one of alice's: the whole patch is refused, and nothing
+    // is stamped (the patch is not applied).
+    let text = "*** Begin Patch\n*** Add File: src/b/new.rs\n+pub fn f() {}\n*** Update File: src/a.rs\n@@\n-old\n+new\n*** End Patch\n";
+    let r = hook(&env, &top, &patch("bob", &top, text));
+    let reason = denied(&r).unwrap_or_else(|| panic!("allowed: {}", r.text()));
+    for part in [
+        "`src/a.rs`",
+        "`alice`",
+        "`path:src/a.rs`",
+        "lexer fix",
+        "tasklock checkout --path src/a.rs --queue",
+    ] {
+        assert!(reason.contains(part), "{part:?} not in {reason}");
+    }
+    assert!(!reason.contains("src/b/new.rs"), "{reason}");
+    // Codex drops (and then allows) hook output with keys it does not know: the deny
+    // carries Claude Code's fields only.
+    let v = r.json();
+    assert_eq!(
+        v.as_object().unwrap().keys().collect::<Vec<_>>(),
+        ["hookSpecificOutput"],
+        "{v}"
+    );
+    assert_eq!(
+        v["hookSpecificOutput"].as_object().unwrap().len(),
+        3,
+        "hookEventName, permissionDecision, permissionDecisionReason: {v}"
+    );
+    snap!(env, "patch_deny", r);
+    assert!(stamps(&top, "bob").is_empty());
+
+    // Every kind of line names a file: a delete, and a move into the checkout.
+    for text in [
+        "*** Begin Patch\n*** Delete File: src/a.rs\n*** End Patch\n",
+        "*** Begin Patch\n*** Update File: src/b/x.rs\n*** Move to: src/a.rs\n@@\n-a\n+b\n*** End Patch\n",
+    ] {
+        let r = hook(&env, &top, &patch("bob", &top, text));
+        let reason = denied(&r).unwrap_or_else(|| panic!("allowed: {text}\n{}", r.text()));
+        assert!(reason.contains("`alice`"), "{reason}");
+    }
+    // Paths are relative to the session's directory.
+    let r = hook(
+        &env,
+        &top.join("src"),
+        &patch(
+            "bob",
+            &top.join("src"),
+            "*** Begin Patch\n*** Update File: a.rs\n*** End Patch\n",
+        ),
+    );
+    assert!(denied(&r).is_some(), "{}", r.text());
+    // Alice's own patch of her file is allowed, and stamped.
+    let r = hook(
+        &env,
+        &top,
+        &patch(
+            "alice",
+            &top,
+            "*** Begin Patch\n*** Update File: src/a.rs\n*** End Patch\n",
+        ),
+    );
+    assert_eq!(r.stdout, "", "{}", r.text());
+    let s = stamps(&top, "alice");
+    assert_eq!(s.len(), 1, "{s:?}");
+    assert_eq!(s[0]["file"], "src/a.rs");
+    assert_eq!(s[0]["key"], "path:src/a.rs");
+}
+
+#[test]
+fn a_codex_patch_inside_the_agents_own_checkout_is_allowed_and_stamped() {
+    let (env, top) = repo();
+    ok(&env, &top, "alice", &["checkout", "--path", "src/a.rs"]);
+    ok(&env, &top, "bob", &["checkout", "B-1", "--path", "src/b"]);
+    // Two files of bob's checkout (one moved in from an unclaimed file) and one file nobody
+    // holds: allowed without a word; bob's two are stamped.
+    let text = "*** Begin Patch\n*** Add File: src/b/new.rs\n+x\n*** Update File: src/c.rs\n*** Move to: src/b/moved.rs\n@@\n-a\n+b\n*** End Patch\n";
+    let r = hook(&env, &top, &patch("bob", &top, text));
+    assert_eq!(denied(&r), None);
+    assert_eq!(r.stdout, "", "{}", r.text());
+    assert_eq!(r.stderr, "", "{}", r.text());
+    let files: Vec<Value> = stamps(&top, "bob")
+        .iter()
+        .map(|s| {
+            assert_eq!(s["key"], "B-1", "{s}");
+            s["file"].clone()
+        })
+        .collect();
+    assert_eq!(files, [json!("src/b/new.rs"), json!("src/b/moved.rs")]);
+
+    // enforce: warn lets a patch of alice's file through with the warning for the model
+    // (no keys Codex does not know), and stamps nothing for it.
+    set_config(&env, "enforce: warn\n");
+    let text = "*** Begin Patch\n*** Update File: src/a.rs\n*** End Patch\n";
+    let r = hook(&env, &top, &patch("bob", &top, text));
+    assert_eq!(denied(&r), None);
+    let v = r.json();
+    assert!(v.get("tasklock").is_none(), "{v}");
+    let ctx = v["hookSpecificOutput"]["additionalContext"]
+        .as_str()
+        .unwrap();
+    assert!(
+        ctx.contains("`alice`") && ctx.contains("enforce: warn"),
+        "{ctx}"
+    );
+    assert_eq!(stamps(&top, "bob").len(), 2);
+}
+
+#[test]
+fn a_malformed_codex_patch_is_left_to_codex() {
+    let (env, top) = repo();
+    ok(&env, &top, "alice", &["checkout", "--path", "src/**"]);
+    for input in [
+        json!({ "command": "this is not a patch" }),
+        json!({ "command": "*** Begin Patch\n*** Update File:\n*** End Patch" }),
+        json!({ "command": 42 }),
+        json!({}),
+        json!(null),
+    ] {
+        let mut payload = patch("bob", &top, "");
+        payload["tool_input"] = input.clone();
+        let r = hook(&env, &top, &payload);
+        assert_eq!(r.code, 0, "{input}: {}", r.text());
+        assert_eq!(r.stdout, "", "{input}: {}", r.text());
+        assert_eq!(r.stderr, "", "{input}: {}", r.text());
+    }
+    // A path outside the repository is not judged; one inside still is.
+    let text = "*** Begin Patch\n*** Add File: /etc/x\n*** Update File: ../../outside\n*** Update File: src/z.rs\n*** End Patch\n";
+    let r = hook(&env, &top, &patch("bob", &top, text));
+    let reason = denied(&r).expect("src/z.rs is alice's");
+    assert!(reason.contains("`src/z.rs`"), "{reason}");
+}

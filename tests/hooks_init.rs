@@ -1268,9 +1268,10 @@ fn a_waiter_that_just_queued_is_not_dropped_for_old_silence() {
 // Codex
 
 /// The hooks `init` wires for Codex, in `.codex/hooks.json`.
-const CODEX_HOOKS: [(&str, &str); 5] = [
+const CODEX_HOOKS: [(&str, &str); 6] = [
     ("SessionStart", "tasklock hook session-start"),
     ("UserPromptSubmit", "tasklock hook user-prompt-submit"),
+    ("PreToolUse", "tasklock hook pre-tool-use"),
     ("PostToolUse", "tasklock hook post-tool-use"),
     ("Stop", "tasklock hook stop"),
     ("SessionEnd", "tasklock hook session-end"),
@@ -1321,7 +1322,7 @@ fn init_wires_codex_hooks_and_agents_md_keeping_what_is_there() {
         codex["what"]
             .as_str()
             .unwrap()
-            .contains("SessionStart, UserPromptSubmit, PostToolUse, Stop, SessionEnd"),
+            .contains("SessionStart, UserPromptSubmit, PreToolUse, PostToolUse, Stop, SessionEnd"),
         "{codex}"
     );
 
@@ -1329,8 +1330,17 @@ fn init_wires_codex_hooks_and_agents_md_keeping_what_is_there() {
     let after: Value = serde_json::from_str(&text).expect(".codex/hooks.json stays JSON");
     assert_eq!(after["other"], mine["other"], "unknown keys are kept");
     assert_eq!(
-        after["hooks"]["PreToolUse"], mine["hooks"]["PreToolUse"],
-        "no PreToolUse for Codex; the user's is untouched"
+        after["hooks"]["PreToolUse"][0], mine["hooks"]["PreToolUse"][0],
+        "the user's PreToolUse hook is kept, first"
+    );
+    assert_eq!(
+        after["hooks"]["PreToolUse"][1]["matcher"], "apply_patch",
+        "the edit gate is wired for Codex's apply_patch only: {text}"
+    );
+    assert_eq!(
+        after["hooks"]["PreToolUse"].as_array().unwrap().len(),
+        2,
+        "{text}"
     );
     assert_eq!(
         after["hooks"]["Stop"][0], mine["hooks"]["Stop"][0],

@@ -1,5 +1,6 @@
 //! The edit hook: Claude Code's PreToolUse for the file-editing tools (Edit, Write,
-//! MultiEdit, NotebookEdit). Path checkouts are enforced where edits happen: an edit of
+//! MultiEdit, NotebookEdit) and Codex's for `apply_patch` (every file the patch adds,
+//! updates, deletes or moves to). Path checkouts are enforced where edits happen: an edit of
 //! a file another live agent has checked out is refused (or warned about, as
 //! `enforce:` in config.yaml says), an edit inside the agent's own checkout is allowed
 //! and stamped (for the pre-commit guard), and an unclaimed file is left alone or
@@ -33,13 +34,76 @@ pub const EDIT_TOOLS: [(&str, &str); 4] = [
 /// The hook matcher for those tools (`tasklock init` wires it).
 pub const EDIT_MATCHER: &str = "Edit|Write|MultiEdit|NotebookEdit";
 
-/// The file an editing tool call edits, as given (absolute in Claude Code's input).
-pub fn edited_file(payload: &Value) -> Option<&str> {
+/// Codex's file-editing tool: its PreToolUse input carries the patch text in
+/// `tool_input.command` (`*** Begin Patch` … `*** End Patch`).
+pub const PATCH_TOOL: &str = "apply_patch";
+
+/// The hook matcher for it (`tasklock init` wires it in `.codex/hooks.json`).
+pub const PATCH_MATCHER: &str = "apply_patch";
+
+/// Which agent's hook output to write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavor {
+    /// Claude Code: the decision, plus a top-level `tasklock` object for programs (Claude
+    /// Code ignores top-level keys it does not know).
+    Claude,
+    /// Codex: the decision only. Codex 0.169 rejects hook output with keys it does not
+    /// know and then lets the call through, so a deny with `tasklock` would not deny.
+    Codex,
+}
+
+/// The files an editing tool call edits, as given (absolute in Claude Code's input,
+/// relative to the session's directory or absolute in a Codex patch), and how to answer.
+/// `None`: not an editing tool. An `apply_patch` call whose patch names no file gives an
+/// empty list (Codex refuses such a patch itself).
+pub fn edited_files(payload: &Value) -> Option<(Vec<String>, Flavor)> {
     let tool = payload["tool_name"].as_str()?;
+    if tool == PATCH_TOOL {
+        let input = &payload["tool_input"];
+        // The freeform tool gives the patch as `command`; be lenient about the shapes a
+        // function-style tool would use (`input`, or `["apply_patch", PATCH]`).
+        let patch = input["command"]
+            .as_str()
+            .or_else(|| input["input"].as_str())
+            .or_else(|| input["command"].as_array()?.last()?.as_str())
+            .or_else(|| input["patch"].as_str())
+            .unwrap_or_default();
+        return Some((patched_files(patch), Flavor::Codex));
+    }
     let (_, field) = EDIT_TOOLS.iter().find(|(t, _)| *t == tool)?;
-    payload["tool_input"][*field]
+    let file = payload["tool_input"][*field]
         .as_str()
-        .filter(|s| !s.is_empty())
+        .filter(|s| !s.is_empty())?;
+    Some((vec![file.to_string()], Flavor::Claude))
+}
+
+/// The files a patch in Codex's `apply_patch` format touches: the paths of its
+/// `*** Add File:`, `*** Update File:`, `*** Delete File:` and `*** Move to:` lines, in
+/// order, each once. Lines are trimmed as Codex's own parser does; anything else is
+/// ignored, so a malformed patch gives what it names (perhaps nothing), never an error.
+pub fn patched_files(patch: &str) -> Vec<String> {
+    const HEADERS: [&str; 4] = [
+        "*** Add File:",
+        "*** Update File:",
+        "*** Delete File:",
+        "*** Move to:",
+    ];
+    let mut files: Vec<String> = Vec::new();
+    for line in patch.lines() {
+        let line = line.trim();
+        let Some(path) = HEADERS
+            .iter()
+            .find_map(|h| line.strip_prefix(h))
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+        else {
+            continue;
+        };
+        if !files.iter().any(|f| f == path) {
+            files.push(path.to_string());
+        }
+    }
+    files
 }
 
 /// Another agent's live checkout covering the file.
@@ -48,17 +112,41 @@ struct Holder {
     pattern: String,
 }
 
-/// Judge one edit of `file` by `agent`. `cwd` is the session's directory, `dir` the
-/// lock directory found from it (`None`: there is none, so nothing is checked out).
+/// What the judgement of one file says to the agent.
+enum Said {
+    /// Refused (`enforce: deny`): the reason, and the data for programs.
+    Deny(String, Value),
+    /// Allowed with a warning (`enforce: warn`).
+    Warn(String, Value),
+    /// Allowed, with something the model should know (an automatic checkout).
+    Context(String),
+}
+
+/// One file of the edit, normalised, with the live checkouts covering it.
+struct Judged {
+    rel: String,
+    others: Vec<Holder>,
+    mine: Option<Record>,
+}
+
+/// Judge one edit of `files` by `agent` (one file for Claude Code's tools, every file a
+/// Codex patch touches). `cwd` is the session's directory, `dir` the lock directory found
+/// from it (`None`: there is none, so nothing is checked out). A file covered by another
+/// live agent's checkout refuses the whole edit (with `enforce: deny`), and then nothing
+/// is stamped or checked out; else the files inside the agent's own checkouts are stamped.
 /// Returns the hook's output (none: allowed, nothing to say).
 pub fn judge(
     dir: Option<PathBuf>,
     cwd: &Path,
     agent: &str,
-    file: &str,
+    files: &[String],
+    flavor: Flavor,
     authorize: &dyn Fn(&dyn crate::store::Store) -> Result<()>,
 ) -> Result<Option<String>> {
     let Some(dir) = dir else { return Ok(None) };
+    if files.is_empty() {
+        return Ok(None);
+    }
     let ctx = Ctx {
         dir,
         now: crate::clock::now()?,
@@ -71,48 +159,125 @@ pub fn judge(
     };
     let cfg = ctx.config()?;
     let root = epaths::root(&ctx, cwd);
-    // A file outside the repository (or a link out of it) is not ours to guard.
-    let Ok(rel) = crate::paths::normalize_file(&root, cwd, file) else {
-        return Ok(None);
-    };
+    let mut judged: Vec<Judged> = Vec::new();
     let mut judge = Judge::new(&ctx, &*store);
-    let mut others = Vec::new();
-    let mut mine: Option<Record> = None;
-    for (record, pattern) in epaths::covering(&*store, &rel)? {
-        // Expired leases and dead holders block nothing; they are ended by the next
-        // checkout that needs them, not here (no writes under the guard for a read).
-        if judge.reap_reason(&record)?.is_some() {
+    for file in files {
+        // A file outside the repository (or a link out of it) is not ours to guard.
+        let Ok(rel) = crate::paths::normalize_file(&root, cwd, file) else {
+            continue;
+        };
+        if judged.iter().any(|j| j.rel == rel) {
             continue;
         }
-        if record.held_by(agent) {
-            if !record.expired_for_holder(&ctx.now) && mine.is_none() {
-                mine = Some(record);
+        let mut others = Vec::new();
+        let mut mine: Option<Record> = None;
+        for (record, pattern) in epaths::covering(&*store, &rel)? {
+            // Expired leases and dead holders block nothing; they are ended by the next
+            // checkout that needs them, not here (no writes under the guard for a read).
+            if judge.reap_reason(&record)?.is_some() {
+                continue;
             }
-        } else {
-            others.push(Holder { record, pattern });
+            if record.held_by(agent) {
+                if !record.expired_for_holder(&ctx.now) && mine.is_none() {
+                    mine = Some(record);
+                }
+            } else {
+                others.push(Holder { record, pattern });
+            }
         }
+        judged.push(Judged { rel, others, mine });
     }
-    if !others.is_empty() {
-        match cfg.enforce {
-            Enforce::Deny => return Ok(Some(deny(&ctx, &rel, &others))),
-            Enforce::Warn => return Ok(Some(warn(&ctx, &rel, &others))),
-            Enforce::Off => {}
-        }
-    }
-    if let Some(r) = mine {
-        stamp(&root, agent, &rel, &r.key, r.token, &ctx)?;
-        return Ok(None);
-    }
-    if !others.is_empty() || !cfg.auto_checkout {
-        return Ok(None);
-    }
-    // Unclaimed, and the settings say: check it out for the agent.
-    authorize(&*store)?;
+    drop(judge);
     drop(store);
-    let pattern = crate::paths::escape(&rel);
+    let mut said = Vec::new();
+    // Refused as a whole before anything is stamped or checked out.
+    if cfg.enforce != Enforce::Off {
+        for j in judged.iter().filter(|j| !j.others.is_empty()) {
+            said.push(match cfg.enforce {
+                Enforce::Deny => deny(&ctx, &j.rel, &j.others),
+                _ => warn(&ctx, &j.rel, &j.others),
+            });
+        }
+        if said.iter().any(|s| matches!(s, Said::Deny(..))) {
+            return Ok(render(said, flavor));
+        }
+    }
+    for j in &judged {
+        // Warned about (another agent holds it too): neither stamped nor checked out.
+        if !j.others.is_empty() && cfg.enforce != Enforce::Off {
+            continue;
+        }
+        if let Some(r) = &j.mine {
+            stamp(&root, agent, &j.rel, &r.key, r.token, &ctx)?;
+        } else if j.others.is_empty() && cfg.auto_checkout {
+            let store = ctx.existing_store()?;
+            if let Some(store) = &store {
+                authorize(&**store)?;
+            }
+            drop(store);
+            if let Some(s) = auto_checkout(&ctx, &root, agent, &j.rel, cfg.enforce)? {
+                let refused = matches!(s, Said::Deny(..));
+                said.push(s);
+                if refused {
+                    return Ok(render(said, flavor));
+                }
+            }
+        }
+    }
+    Ok(render(said, flavor))
+}
+
+/// The hook output for what was said about the files: a deny if any file is refused
+/// (with every reason), else a warning, else context; none when nothing was said.
+fn render(said: Vec<Said>, flavor: Flavor) -> Option<String> {
+    let data = |s: &Said| match s {
+        Said::Deny(_, d) | Said::Warn(_, d) => Some(d.clone()),
+        Said::Context(_) => None,
+    };
+    let denies: Vec<&Said> = said
+        .iter()
+        .filter(|s| matches!(s, Said::Deny(..)))
+        .collect();
+    let (kind, chosen): (u8, Vec<&Said>) = if !denies.is_empty() {
+        (0, denies)
+    } else if said.iter().any(|s| matches!(s, Said::Warn(..))) {
+        (1, said.iter().collect())
+    } else if !said.is_empty() {
+        (2, said.iter().collect())
+    } else {
+        return None;
+    };
+    let text = chosen
+        .iter()
+        .map(|s| match s {
+            Said::Deny(t, _) | Said::Warn(t, _) | Said::Context(t) => t.as_str(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let data = match flavor {
+        Flavor::Codex => None,
+        Flavor::Claude => chosen.iter().find_map(|s| data(s)),
+    };
+    Some(match kind {
+        0 => deny_text(&text, data),
+        1 => warn_text(&text, data),
+        _ => context(text),
+    })
+}
+
+/// Check an unclaimed file out for the agent (`auto_checkout: true`), and stamp it; or,
+/// when the checkout is refused, what `enforce:` says about the agents in the way.
+fn auto_checkout(
+    ctx: &Ctx,
+    root: &Path,
+    agent: &str,
+    rel: &str,
+    enforce: Enforce,
+) -> Result<Option<Said>> {
+    let pattern = crate::paths::escape(rel);
     let key = crate::key::for_paths(std::slice::from_ref(&pattern))?;
     let Report::Checkout(r) = checkout::run(
-        &ctx,
+        ctx,
         &key,
         vec![pattern],
         None,
@@ -125,8 +290,8 @@ pub fn judge(
     if r.outcome.exit_code() == 0
         && let Some(c) = &r.checkout
     {
-        stamp(&root, agent, &rel, &r.key, c.token, &ctx)?;
-        return Ok(Some(context(format!(
+        stamp(root, agent, rel, &r.key, c.token, ctx)?;
+        return Ok(Some(Said::Context(format!(
             "tasklock: `{rel}` was checked out for you as `{}` (auto_checkout); release it with `tasklock release {}` when you are done with the file.",
             r.key,
             crate::error::shell_quote(&r.key)
@@ -183,7 +348,7 @@ pub fn judge(
         })
         .collect();
     let holders: Vec<HolderData> = in_the_way.into_iter().map(|(_, h)| h).collect();
-    let data = hook_data(&rel, &holders);
+    let data = hook_data(rel, &holders);
     let what = if blockers.is_empty() {
         format!(
             "the automatic checkout of `{rel}` was refused ({})",
@@ -198,15 +363,15 @@ pub fn judge(
             blockers.join("; ")
         )
     };
-    Ok(match cfg.enforce {
-        Enforce::Deny => Some(deny_text(
-            &format!("tasklock: {what}. {}", advice(&rel)),
+    Ok(match enforce {
+        Enforce::Deny => Some(Said::Deny(
+            format!("tasklock: {what}. {}", advice(rel)),
             data,
         )),
-        Enforce::Warn => Some(warn_text(
-            &format!(
+        Enforce::Warn => Some(Said::Warn(
+            format!(
                 "tasklock warning: {what}. The edit goes ahead (enforce: warn), but {}",
-                advice(&rel)
+                advice(rel)
             ),
             data,
         )),
@@ -302,9 +467,9 @@ fn advice(rel: &str) -> String {
     )
 }
 
-fn deny(ctx: &Ctx, rel: &str, others: &[Holder]) -> String {
-    deny_text(
-        &format!(
+fn deny(ctx: &Ctx, rel: &str, others: &[Holder]) -> Said {
+    Said::Deny(
+        format!(
             "tasklock: `{rel}` is checked out by another agent: {}. {}",
             holders_text(ctx, others),
             advice(rel)
@@ -313,9 +478,9 @@ fn deny(ctx: &Ctx, rel: &str, others: &[Holder]) -> String {
     )
 }
 
-fn warn(ctx: &Ctx, rel: &str, others: &[Holder]) -> String {
-    warn_text(
-        &format!(
+fn warn(ctx: &Ctx, rel: &str, others: &[Holder]) -> Said {
+    Said::Warn(
+        format!(
             "tasklock warning: `{rel}` is checked out by another agent: {}. The edit goes ahead (enforce: warn), but you may be overwriting their work. {}",
             holders_text(ctx, others),
             advice(rel)
@@ -324,27 +489,31 @@ fn warn(ctx: &Ctx, rel: &str, others: &[Holder]) -> String {
     )
 }
 
-fn deny_text(reason: &str, data: Value) -> String {
-    let v = json!({
+fn deny_text(reason: &str, data: Option<Value>) -> String {
+    let mut v = json!({
         "hookSpecificOutput": {
             "hookEventName": "PreToolUse",
             "permissionDecision": "deny",
             "permissionDecisionReason": reason,
         },
-        "tasklock": data,
     });
+    if let Some(data) = data {
+        v["tasklock"] = data;
+    }
     format!("{v}\n")
 }
 
-fn warn_text(text: &str, data: Value) -> String {
-    let v = json!({
+fn warn_text(text: &str, data: Option<Value>) -> String {
+    let mut v = json!({
         "systemMessage": text,
         "hookSpecificOutput": {
             "hookEventName": "PreToolUse",
             "additionalContext": text,
         },
-        "tasklock": data,
     });
+    if let Some(data) = data {
+        v["tasklock"] = data;
+    }
     format!("{v}\n")
 }
 
@@ -356,4 +525,65 @@ fn context(text: String) -> String {
         }
     });
     format!("{v}\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_patch_names_every_file_it_adds_updates_deletes_or_moves_to() {
+        let patch = "*** Begin Patch\n*** Add File: src/new.rs\n+fn main() {}\n*** Update File: src/a.rs\n*** Move to: src/moved.rs\n@@\n-old\n+new\n  *** Delete File:  docs/old.md  \n*** Update File: src/a.rs\n@@\n-x\n+y\n*** End Patch\n";
+        assert_eq!(
+            patched_files(patch),
+            ["src/new.rs", "src/a.rs", "src/moved.rs", "docs/old.md"]
+        );
+    }
+
+    #[test]
+    fn a_malformed_patch_names_what_it_can_and_never_fails() {
+        for patch in [
+            "",
+            "not a patch",
+            "*** Begin Patch\n*** Update File:\n*** Add File:   \n",
+            "*** Update File",
+            "\u{0}*** Delete File: \u{fffd}",
+            "*** Begin Patch\r\n*** Update File: src/a.rs\r\n*** End Patch",
+        ] {
+            let files = patched_files(patch);
+            assert!(
+                files.iter().all(|f| !f.is_empty() && f.trim() == f),
+                "{files:?}"
+            );
+        }
+        assert_eq!(
+            patched_files("*** Begin Patch\r\n*** Update File: src/a.rs\r\n*** End Patch"),
+            ["src/a.rs"]
+        );
+    }
+
+    #[test]
+    fn the_patch_is_read_from_the_tool_input() {
+        let patch = "*** Begin Patch\n*** Update File: src/a.rs\n*** End Patch\n";
+        for input in [
+            json!({ "command": patch }),
+            json!({ "input": patch }),
+            json!({ "command": ["apply_patch", patch] }),
+        ] {
+            let payload = json!({ "tool_name": "apply_patch", "tool_input": input });
+            assert_eq!(
+                edited_files(&payload),
+                Some((vec!["src/a.rs".to_string()], Flavor::Codex))
+            );
+        }
+        let payload = json!({ "tool_name": "apply_patch", "tool_input": 3 });
+        assert_eq!(edited_files(&payload), Some((vec![], Flavor::Codex)));
+        let payload = json!({ "tool_name": "Edit", "tool_input": { "file_path": "/r/x" } });
+        assert_eq!(
+            edited_files(&payload),
+            Some((vec!["/r/x".to_string()], Flavor::Claude))
+        );
+        let payload = json!({ "tool_name": "Bash", "tool_input": { "command": patch } });
+        assert_eq!(edited_files(&payload), None);
+    }
 }

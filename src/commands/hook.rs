@@ -77,7 +77,7 @@ pub fn run(
             .map_err(|e| Error::io(".", e))
     };
     if event == "pre-tool-use" {
-        if let Some(file) = edit_gate::edited_file(&payload) {
+        if let Some((files, flavor)) = edit_gate::edited_files(&payload) {
             // An edit: judged against the path checkouts (none without a lock directory).
             let cwd = project()?;
             let dir = match crate::discover::explicit(global_dir.as_deref())
@@ -89,7 +89,7 @@ pub fn run(
             let authorize_session = |store: &dyn crate::store::Store| {
                 authorize(&session, store.read_agent(&session)?.as_ref())
             };
-            return edit_gate::judge(dir, &cwd, &agent, file, &authorize_session);
+            return edit_gate::judge(dir, &cwd, &agent, &files, flavor, &authorize_session);
         }
         // Needs no lock directory: it only rewrites the command.
         return Ok(pre_tool_use(&payload, subagent.as_ref()));

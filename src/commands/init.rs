@@ -65,10 +65,12 @@ pub const HOOK_EVENTS: [(&str, &str); 7] = [
 
 /// Codex's hook events (in `.codex/hooks.json`, Claude Code's format) and the
 /// `tasklock hook` event wired to each. Codex 0.169 has no subagent events, and its
-/// commands carry their own identity (`CODEX_THREAD_ID`), so no PreToolUse either.
-pub const CODEX_HOOK_EVENTS: [(&str, &str); 5] = [
+/// commands carry their own identity (`CODEX_THREAD_ID`), so PreToolUse is wired for
+/// `apply_patch` only: the edit gate.
+pub const CODEX_HOOK_EVENTS: [(&str, &str); 6] = [
     ("SessionStart", "session-start"),
     ("UserPromptSubmit", "user-prompt-submit"),
+    ("PreToolUse", "pre-tool-use"),
     ("PostToolUse", "post-tool-use"),
     ("Stop", "stop"),
     ("SessionEnd", "session-end"),
@@ -625,6 +627,11 @@ mod tests {
                 .unwrap();
             assert!(calls_tasklock_hook(c, hook_event), "{event}: {c}");
         }
+        // Codex's PreToolUse is the edit gate, for apply_patch only.
+        assert_eq!(
+            codex["hooks"]["PreToolUse"][0]["matcher"],
+            crate::commands::edit_gate::PATCH_MATCHER
+        );
         // Every event `tasklock hook` takes is wired for one agent or the other.
         let mut wired: Vec<&str> = HOOK_EVENTS
             .iter()

@@ -222,7 +222,7 @@ fn responses(
         .as_array()
         .into_iter()
         .flatten()
-        .filter(|i| i["type"] == "function_call_output")
+        .filter(|i| i["type"] == "function_call_output" || i["type"] == "custom_tool_call_output")
         .filter_map(|i| {
             let output = match &i["output"] {
                 Value::String(s) => s.clone(),
@@ -305,6 +305,16 @@ fn responses(
         return (200, "text/event-stream", sse(&item), note);
     }
     let item = match next {
+        Some(j) if custom_step(&script.commands[j]).is_some() => {
+            let (name, input) = custom_step(&script.commands[j]).unwrap();
+            json!({
+                "type": "custom_tool_call",
+                "id": format!("ctc_{j}"),
+                "call_id": format!("call_{j}"),
+                "name": name,
+                "input": input,
+            })
+        }
         Some(j) if super::tool_step(&script.commands[j]).is_some() => {
             let (name, input) = super::tool_step(&script.commands[j]).unwrap();
             let mut item = json!({
@@ -336,6 +346,20 @@ fn responses(
         None => format!("final message for {session}{note}"),
     };
     (200, "text/event-stream", sse(&item), note)
+}
+
+/// Marks a step made by [`custom_call`].
+const CUSTOM_STEP: &str = "e2e-codex-custom-tool:";
+
+/// A step of [`CodexScript::commands`] that calls the freeform (custom) tool `name` with
+/// `input` as its raw text: `apply_patch` with a patch, as Codex offers it to models whose
+/// metadata says `apply_patch_tool_type: freeform`.
+pub fn custom_call(name: &str, input: &str) -> String {
+    format!("{CUSTOM_STEP}{name} {input}")
+}
+
+fn custom_step(step: &str) -> Option<(&str, &str)> {
+    step.strip_prefix(CUSTOM_STEP)?.split_once(' ')
 }
 
 fn final_message() -> Value {
@@ -413,6 +437,39 @@ trust_level = "trusted"
         ),
     )
     .unwrap();
+}
+
+/// Make Codex offer its `apply_patch` tool to the stub model, as it does to OpenAI's
+/// coding models: a model catalog (`model_catalog_json`) that describes `gpt-e2e-stub`
+/// with `apply_patch_tool_type: freeform` (Codex 0.169 gives a model it does not know no
+/// `apply_patch`). The stub calls it with [`custom_call`]; its PreToolUse hook gets the
+/// patch in `tool_input.command`.
+pub fn offer_apply_patch(home: &Path) {
+    let codex_home = home.join(".codex");
+    let catalog = codex_home.join("models.json");
+    let model = json!({
+        "slug": "gpt-e2e-stub",
+        "display_name": "e2e stub",
+        "base_instructions": "You are the e2e stub model.",
+        "apply_patch_tool_type": "freeform",
+        "shell_type": "unified_exec",
+        "supported_reasoning_levels": [],
+        "visibility": "list",
+        "supported_in_api": true,
+        "priority": 1,
+        "support_verbosity": false,
+        "truncation_policy": {"mode": "tokens", "limit": 10000},
+        "experimental_supported_tools": [],
+    });
+    std::fs::write(&catalog, json!({ "models": [model] }).to_string()).unwrap();
+    let config = codex_home.join("config.toml");
+    let text = std::fs::read_to_string(&config).expect("codex_home wrote config.toml");
+    // A top-level key: before the first table.
+    let line = format!(
+        "model_catalog_json = {}\n",
+        Value::String(catalog.display().to_string())
+    );
+    std::fs::write(&config, format!("{line}{text}")).unwrap();
 }
 
 /// `codex exec` in `project`, isolated from the machine: an empty environment apart from
