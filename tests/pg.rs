@@ -29,6 +29,9 @@ mod liveness;
 #[path = "ops.rs"]
 mod ops;
 #[cfg(tasklock_pg_tests)]
+#[path = "own_edits.rs"]
+mod own_edits;
+#[cfg(tasklock_pg_tests)]
 #[path = "ownership.rs"]
 mod ownership;
 #[cfg(tasklock_pg_tests)]
