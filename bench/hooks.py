@@ -46,11 +46,16 @@ def main():
                 subprocess.run([binary, "checkout", f"other-{i}", "--dir", lock, "--agent", f"a{i % 7}"],
                                env=ENV, stdout=subprocess.DEVNULL, check=True)
             envs[binary] = dict(ENV, TASKLOCK_DIR=lock, CLAUDE_ENV_FILE=os.path.join(d, f"env-{n}"))
+        # A git repository, so that an edit is recorded (PostToolUse after Edit).
+        subprocess.run(["git", "init", "-q", d], check=True)
         session = {"session_id": "bench-session", "cwd": d}
         subagent = dict(session, agent_id="a1b2c3", agent_type="general-purpose")
         payloads = {
             "session-start": session,
             "post-tool-use": session,
+            # After an edit: also records who edited the file (one small write).
+            "post-tool-use (Edit)": dict(session, tool_name="Edit", tool_input={
+                "file_path": os.path.join(d, "src", "lib.rs"), "old_string": "a", "new_string": "b"}),
             "user-prompt-submit": session,
             # A subagent's Bash call: the command is rewritten to carry its identity.
             "pre-tool-use": dict(subagent, tool_name="Bash", tool_input={

@@ -263,6 +263,12 @@ pub enum Command {
     /// Git pre-commit guard: refuse a commit of files another agent has checked out, or
     /// that you edited under a checkout you lost
     GuardCommit,
+    /// Stage (`git add`) exactly the files you edited last, as the edit hook recorded them
+    Stage {
+        /// List the files without staging them
+        #[arg(long)]
+        dry_run: bool,
+    },
     /// MCP server on stdin/stdout: the checkout tools for MCP clients (one server = one agent)
     Mcp,
     /// Append a checkpoint to KEY's history (holder only)

@@ -272,6 +272,20 @@ pub fn git_common_dir(start: &Path) -> Option<PathBuf> {
     None
 }
 
+/// The git directory of the worktree whose top is `root` (its own, not the common one:
+/// `.git` of the main worktree, `.git/worktrees/NAME` of a linked one), if any. Read from
+/// the `.git` file, without running git.
+pub fn worktree_git_dir(root: &Path) -> Option<PathBuf> {
+    let dotgit = root.join(".git");
+    let meta = std::fs::metadata(&dotgit).ok()?;
+    if meta.is_dir() {
+        return Some(dotgit);
+    }
+    let text = std::fs::read_to_string(&dotgit).ok()?;
+    let gitdir = root.join(text.lines().find_map(|l| l.strip_prefix("gitdir:"))?.trim());
+    Some(gitdir.canonicalize().unwrap_or(gitdir))
+}
+
 /// The root of the main worktree of the repository containing `start`, if any.
 pub fn main_worktree_root(start: &Path) -> Option<PathBuf> {
     for dir in start.ancestors() {

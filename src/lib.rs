@@ -303,6 +303,7 @@ fn execute(cli: Cli) -> Result<report::Report, Error> {
         Command::Freeze { key, for_, reason } => commands::freeze::freeze(&ctx, &key, for_, reason),
         Command::Unfreeze { key } => commands::freeze::unfreeze(&ctx, &key),
         Command::GuardCommit => commands::guard::run(&ctx),
+        Command::Stage { dry_run } => commands::stage::run(&ctx, dry_run),
         Command::Why { key, paths } => {
             let paths = engine::paths::resolve(&ctx, &paths)?;
             let key = match key {

@@ -655,7 +655,34 @@ pub enum Report {
     Audit(AuditReport),
     Doctor(DoctorReport),
     Guard(GuardReport),
+    Stage(StageReport),
     Setup(SetupReport),
+}
+
+/// `stage`: the files whose last recorded edit is the caller's (or its subagents') and
+/// that differ from the index, staged with `git add` (listed only with `--dry-run`).
+#[derive(Debug, Serialize)]
+pub struct StageReport {
+    pub command: &'static str,
+    pub now: Time,
+    pub agent: String,
+    pub dry_run: bool,
+    /// The top of the worktree; `files` are relative to it.
+    pub root: String,
+    /// Staged (with `--dry-run`: to be staged), by path.
+    pub files: Vec<StageFile>,
+    /// How many of `files` were staged: all of them, or 0 with `--dry-run`.
+    pub staged: usize,
+}
+
+#[derive(Debug, Serialize)]
+pub struct StageFile {
+    pub file: String,
+    /// How it differs from the index: `modified`, `added` (new to git) or `deleted`.
+    pub change: &'static str,
+    /// Who made the last edit: the caller, or one of its subagents.
+    pub agent: String,
+    pub edited_at: Time,
 }
 
 /// `setup`: the skills this binary carries, installed for Claude Code and Codex.
@@ -682,6 +709,13 @@ pub struct GuardReport {
     pub staged: usize,
     /// The refused files (none: the commit may go ahead).
     pub files: Vec<GuardFile>,
+    /// The command that unstages every refused file that is another agent's (`held` and
+    /// `edited`), shell-quoted, to run at the top of the worktree; `None` when there is
+    /// none.
+    pub unstage: Option<String>,
+    /// Without a committer identity (a person at the terminal): the staged files another
+    /// live agent edited last. Listed, not refused: the person decides.
+    pub edited_by_agents: Vec<GuardFile>,
 }
 
 /// Why a staged file refuses the commit.
@@ -692,21 +726,38 @@ pub enum GuardVerdict {
     Held,
     /// The committer edited it under a checkout it no longer holds.
     Lost,
+    /// Another live agent made its last edit.
+    Edited,
+}
+
+/// The last recorded edit of a staged file (`engine::edits`).
+#[derive(Debug, Clone, Serialize)]
+pub struct EditView {
+    /// The agent that made it: a session, or `<session>/<subagent>`.
+    pub agent: String,
+    /// Its name in the agent registry, if it has one.
+    pub name: Option<String>,
+    /// `alive` or `stalled` (an agent judged dead, or whose session ended, does not count).
+    pub state: crate::liveness::State,
+    pub edited_at: Time,
 }
 
 #[derive(Debug, Serialize)]
 pub struct GuardFile {
     pub file: String,
     pub verdict: GuardVerdict,
-    /// `held`: the key of the other agent's checkout; `lost`: of the committer's lost one.
-    pub key: String,
-    pub token: u64,
+    /// `held`: the key of the other agent's checkout; `lost`: of the committer's lost one;
+    /// `edited`: none.
+    pub key: Option<String>,
+    pub token: Option<u64>,
     /// `held`: the holder's pattern that covers the file.
     pub pattern: Option<String>,
     /// `held`: the holder's checkout.
     pub checkout: Option<CheckoutView>,
     /// `lost`: how that checkout ended, when known.
     pub ended: Option<crate::store::EndHow>,
+    /// `edited`: who edited it last, and when.
+    pub edit: Option<EditView>,
 }
 
 impl Report {
@@ -732,14 +783,21 @@ impl Report {
             Report::Watch(_) => 0,
             Report::Run(r) => r.exit_code,
             Report::Any(r) => r.outcome.exit_code(),
-            Report::Inbox(_) | Report::Init(_) | Report::Why(_) | Report::Setup(_) => 0,
+            Report::Inbox(_)
+            | Report::Init(_)
+            | Report::Why(_)
+            | Report::Setup(_)
+            | Report::Stage(_) => 0,
             Report::Freeze(r) if !r.frozen && r.freeze.is_none() => {
                 crate::error::EXIT_NO_SUCH_CHECKOUT
             }
             Report::Freeze(_) | Report::Audit(_) => 0,
             Report::Doctor(r) => i32::from(!r.healthy),
             Report::Guard(r) => {
-                if r.files.iter().any(|f| f.verdict == GuardVerdict::Held) {
+                if r.files
+                    .iter()
+                    .any(|f| matches!(f.verdict, GuardVerdict::Held | GuardVerdict::Edited))
+                {
                     crate::error::EXIT_HELD
                 } else if r.files.is_empty() {
                     0

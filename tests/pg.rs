@@ -32,6 +32,9 @@ mod merge_queue;
 #[path = "ops.rs"]
 mod ops;
 #[cfg(tasklock_pg_tests)]
+#[path = "own_edits.rs"]
+mod own_edits;
+#[cfg(tasklock_pg_tests)]
 #[path = "ownership.rs"]
 mod ownership;
 #[cfg(tasklock_pg_tests)]

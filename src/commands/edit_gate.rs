@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use super::checkout::{self, Join};
 use crate::clock::Time;
 use crate::config::Enforce;
-use crate::engine::{Ctx, Judge, paths as epaths, stamps};
+use crate::engine::{Ctx, Judge, edits, paths as epaths, stamps};
 use crate::error::Result;
 use crate::report::Report;
 use crate::store::Record;
@@ -377,6 +377,40 @@ fn auto_checkout(
         )),
         Enforce::Off => None,
     })
+}
+
+/// Record that `agent` edited `file` (as the tool named it), in the edit records of the
+/// worktree of `cwd`. A file outside the repository is not recorded.
+pub fn record_edit(cwd: &Path, agent: &str, file: &str, now: &Time) -> Result<()> {
+    let Some(root) = crate::paths::roots(cwd).map(|r| r.worktree) else {
+        return Ok(());
+    };
+    let Ok(rel) = crate::paths::normalize_file(&root, cwd, file) else {
+        return Ok(());
+    };
+    let Some(dir) = edits::dir(&root) else {
+        return Ok(());
+    };
+    edits::record(
+        &dir,
+        &edits::Edit {
+            file: rel,
+            agent: agent.to_string(),
+            at: *now,
+        },
+    )
+}
+
+/// Forget the edits of `agent` and its subagents in the worktree of `cwd` (its session
+/// ended), and every entry past the retention.
+pub fn forget_edits(cwd: &Path, agent: &str, now: &Time) -> Result<()> {
+    let Some(dir) = crate::paths::roots(cwd).and_then(|r| edits::dir(&r.worktree)) else {
+        return Ok(());
+    };
+    edits::forget(&dir, &mut |e| {
+        edits::is_own(&e.agent, agent) || e.expired(now)
+    })?;
+    Ok(())
 }
 
 fn stamp(root: &Path, agent: &str, rel: &str, key: &str, token: u64, ctx: &Ctx) -> Result<()> {

@@ -11,10 +11,10 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::engine::{Ctx, Judge, paths, stamps};
+use crate::clock::Time;
+use crate::engine::{Ctx, Judge, edits, paths, stamps};
 use crate::error::{Error, Result};
-use crate::identity::is_subagent_of;
-use crate::report::{CheckoutView, GuardFile, GuardReport, GuardVerdict, Report};
+use crate::report::{CheckoutView, EditView, GuardFile, GuardReport, GuardVerdict, Report};
 use crate::store::{EndHow, Slot};
 
 pub fn run(ctx: &Ctx) -> Result<Report> {
@@ -26,18 +26,21 @@ pub fn run(ctx: &Ctx) -> Result<Report> {
         agent: me.clone(),
         staged: 0,
         files: Vec::new(),
+        unstage: None,
+        edited_by_agents: Vec::new(),
     };
     let Some(store) = ctx.existing_store()? else {
         return Ok(Report::Guard(report));
     };
     let root = paths::root(ctx, &cwd);
-    let edits = match (&me, stamps::dir(&root)) {
+    let stamped = match (&me, stamps::dir(&root)) {
         (Some(m), Some(dir)) => stamps_of(&dir, m)?,
         _ => Vec::new(),
     };
+    let edit_dir = edits::dir(&root).filter(|d| has_entries(d));
     let coverage = paths::Coverage::load(&*store)?;
     // Nothing any staged file could meet: no need to ask git.
-    if coverage.is_empty() && edits.is_empty() {
+    if coverage.is_empty() && stamped.is_empty() && edit_dir.is_none() {
         return Ok(Report::Guard(report));
     }
     let staged = staged_files(&root)?;
@@ -45,11 +48,11 @@ pub fn run(ctx: &Ctx) -> Result<Report> {
     if staged.is_empty() {
         return Ok(Report::Guard(report));
     }
-    let mine = |id: &str| {
-        me.as_deref()
-            .is_some_and(|m| id == m || is_subagent_of(id, m))
-    };
+    let mine = |id: &str| me.as_deref().is_some_and(|m| edits::is_own(id, m));
     let mut judge = Judge::new(ctx, &*store);
+    // Entries of editors found dead or ended: forgotten once judged.
+    let mut gone: Vec<edits::Edit> = Vec::new();
+    let mut theirs: Vec<String> = Vec::new();
     for raw in staged {
         let file = match crate::paths::normalize_file(&root, &root, &raw) {
             Ok(f) => f,
@@ -65,34 +68,132 @@ pub fn run(ctx: &Ctx) -> Result<Report> {
             verdict = Some(GuardFile {
                 file: file.clone(),
                 verdict: GuardVerdict::Held,
-                key: record.key.clone(),
-                token: record.token,
+                key: Some(record.key.clone()),
+                token: Some(record.token),
                 pattern: Some(pattern),
                 checkout: Some(CheckoutView::from(&record)),
                 ended: None,
+                edit: None,
             });
             break;
         }
+        // So does a file whose last edit another live agent made.
+        if verdict.is_none()
+            && let Some(dir) = &edit_dir
+            && let Some(edit) = edits::read(dir, &file)?
+            && !mine(&edit.agent)
+        {
+            match live_editor(&mut judge, &ctx.now, &edit)? {
+                Some(view) => {
+                    let f = GuardFile {
+                        file: file.clone(),
+                        verdict: GuardVerdict::Edited,
+                        key: None,
+                        token: None,
+                        pattern: None,
+                        checkout: None,
+                        ended: None,
+                        edit: Some(view),
+                    };
+                    // Nobody to protect it from: a person at the terminal is told.
+                    if me.is_some() {
+                        verdict = Some(f);
+                    } else {
+                        report.edited_by_agents.push(f);
+                    }
+                }
+                None => gone.push(edit),
+            }
+        }
         // An edit stamped under a checkout the committer has lost refuses it too.
         if verdict.is_none()
-            && let Some(stamp) = edits.iter().find(|s| s.file == file)
+            && let Some(stamp) = stamped.iter().find(|s| s.file == file)
             && let Some(ended) = lost(&*store, stamp, &ctx.now)?
         {
             verdict = Some(GuardFile {
                 file: file.clone(),
                 verdict: GuardVerdict::Lost,
-                key: stamp.key.clone(),
-                token: stamp.token,
+                key: Some(stamp.key.clone()),
+                token: Some(stamp.token),
                 pattern: None,
                 checkout: None,
                 ended,
+                edit: None,
             });
         }
         if let Some(v) = verdict {
+            if matches!(v.verdict, GuardVerdict::Held | GuardVerdict::Edited) {
+                // As git spells it, for the command that unstages it.
+                theirs.push(raw);
+            }
             report.files.push(v);
         }
     }
+    if !theirs.is_empty() {
+        let theirs: Vec<&str> = theirs.iter().map(String::as_str).collect();
+        report.unstage = Some(unstage_command(&theirs));
+    }
+    if let Some(dir) = &edit_dir
+        && !gone.is_empty()
+    {
+        // Judged again under the lock: an entry replaced since by a newer edit stays.
+        let forgotten = edits::forget(dir, &mut |e| gone.contains(e));
+        crate::warnings::after_change(
+            "the edits of ended agents were not forgotten",
+            forgotten.map(drop),
+        );
+    }
     Ok(Report::Guard(report))
+}
+
+/// Does the directory hold anything (entries, or the lock)?
+fn has_entries(dir: &Path) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|mut it| it.next().is_some())
+}
+
+/// The agent that made `edit`, if it is alive (or stalled); a subagent's edit counts as
+/// long as the subagent or its session lives, since the session commits its work. An
+/// agent the registry does not know has ended: the hook that records an edit beats
+/// for its agent, so a live editor is always registered.
+fn live_editor(judge: &mut Judge, now: &Time, edit: &edits::Edit) -> Result<Option<EditView>> {
+    let cfg = judge.config()?.clone();
+    let name = judge.entry(&edit.agent)?.and_then(|e| e.name);
+    let mut id = edit.agent.as_str();
+    loop {
+        if let Some(e) = judge.entry(id)? {
+            let j = crate::liveness::judge_entry(&e, now, &cfg);
+            if !j.dead() {
+                return Ok(Some(EditView {
+                    agent: edit.agent.clone(),
+                    name,
+                    state: j.state,
+                    edited_at: edit.at,
+                }));
+            }
+        }
+        match id.rfind('/') {
+            Some(i) => id = &id[..i],
+            None => return Ok(None),
+        }
+    }
+}
+
+/// `git restore --staged -- 'a' 'b'`: unstages the files (paths from the worktree top),
+/// each quoted for the shell; a path with a glob character is given as a literal
+/// pathspec, so it names that file only.
+pub fn unstage_command(files: &[&str]) -> String {
+    let quoted: Vec<String> = files
+        .iter()
+        .map(|f| {
+            let spec = if f.contains(['*', '?', '[', '\\']) || f.starts_with(':') {
+                format!(":(literal){f}")
+            } else {
+                (*f).to_string()
+            };
+            crate::error::shell_quote(&spec)
+        })
+        .collect();
+    format!("git restore --staged -- {}", quoted.join(" "))
 }
 
 /// Is the checkout a stamp names lost? `None`: still held under that token, or released

@@ -141,6 +141,16 @@ pub fn run(
         return session_start(&ctx, &agent, agent_pid, registered.as_ref());
     }
     authorize(&session, registered.as_ref())?;
+    if event == "post-tool-use"
+        && let Some(file) = edit_gate::edited_file(&payload)
+    {
+        // The edit happened (PostToolUse follows only a tool call that succeeded): record
+        // who made it, for the commit guard and `tasklock stage`. A failure here must not
+        // cost the session its heartbeat.
+        if let Err(e) = edit_gate::record_edit(&project, &agent, file, &ctx.now) {
+            eprintln!("tasklock hook post-tool-use: the edit of {file} was not recorded: {e}");
+        }
+    }
     match event {
         "session-start" => session_start(&ctx, &agent, agent_pid, None),
         "post-tool-use" => beat_and_deliver(&ctx, "PostToolUse", parent, None),
@@ -160,6 +170,8 @@ pub fn run(
         }
         "session-end" => {
             end_agent(&ctx, &agent, true, ReapReason::SessionEnd)?;
+            // Its edits (and its subagents') are nobody's to protect any more.
+            edit_gate::forget_edits(&project, &agent, &ctx.now)?;
             Ok(None)
         }
         _ => unreachable!("checked above"),

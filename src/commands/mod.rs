@@ -20,6 +20,7 @@ pub mod release;
 pub mod renew;
 pub mod run;
 pub mod setup;
+pub mod stage;
 pub mod status;
 pub mod verify;
 pub mod wait;

@@ -4,6 +4,7 @@
 //! their arguments, call in here and return a report.
 
 pub mod deliver;
+pub mod edits;
 pub mod paths;
 pub mod queue;
 pub mod stamps;
