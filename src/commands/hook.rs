@@ -142,13 +142,15 @@ pub fn run(
     }
     authorize(&session, registered.as_ref())?;
     if event == "post-tool-use"
-        && let Some(file) = edit_gate::edited_file(&payload)
+        && let Some((files, _)) = edit_gate::edited_files(&payload)
     {
         // The edit happened (PostToolUse follows only a tool call that succeeded): record
         // who made it, for the commit guard and `tasklock stage`. A failure here must not
         // cost the session its heartbeat.
-        if let Err(e) = edit_gate::record_edit(&project, &agent, file, &ctx.now) {
-            eprintln!("tasklock hook post-tool-use: the edit of {file} was not recorded: {e}");
+        for file in &files {
+            if let Err(e) = edit_gate::record_edit(&project, &agent, file, &ctx.now) {
+                eprintln!("tasklock hook post-tool-use: the edit of {file} was not recorded: {e}");
+            }
         }
     }
     match event {

@@ -33,6 +33,7 @@ pub const ALLOWED_RULES: &[&str] = &[
     "Bash(tasklock agents *)",
     "Bash(tasklock inbox *)",
     "Bash(tasklock why *)",
+    "Bash(tasklock stage *)",
     "Bash(tasklock audit *)",
     "Bash(tasklock doctor *)",
     "Bash(tasklock freeze *)",
