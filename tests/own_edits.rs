@@ -15,24 +15,6 @@ use std::process::{Command, Stdio};
 use common::*;
 use serde_json::{Value, json};
 
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@example.com")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@example.com")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
 /// What the index holds that HEAD does not: the files a commit would carry.
 fn staged(top: &Path) -> Vec<String> {
     git(top, &["diff", "--cached", "--name-only"])

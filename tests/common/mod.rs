@@ -116,6 +116,27 @@ impl Env {
 
 /// An [`Env`] whose temp dir is a fresh git repository with `src/a` and `src/b`; returns
 /// it and the repository's top (where its lock directory is).
+/// Run git in `dir` as a fixed author, with no input; its stdout. Fails the test if git does.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@example.com")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@example.com")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?} in {}: {}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
 pub fn git_env() -> (Env, PathBuf) {
     let env = Env::new();
     let top = env.tmp.path().to_path_buf();
