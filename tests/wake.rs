@@ -422,6 +422,51 @@ fn a_socket_nobody_listens_on_is_recorded_as_not_delivered() {
     assert!(pushes[1].contains("not delivered"), "{audit}");
 }
 
+/// A freeze over keys others hold tells each holder (its lease is no longer renewed), and
+/// the message is pushed like any other; the freezer's own keys are not its news.
+#[test]
+fn a_freeze_over_a_held_key_is_pushed_to_its_holder() {
+    let e = Env::new();
+    let sock = Socket::bind(e.tmp.path(), "a");
+    let a = AgentProcess::start();
+    register(&e, "sess-a", &sock.path, &a);
+    e.ok("sess-a", &["checkout", "deploy-api"]);
+    e.ok("c", &["checkout", "deploy-web"]);
+    e.ok("ops", &["checkout", "deploy-db"]);
+    e.ok("ops", &["checkout", "other"]);
+    e.ok(
+        "ops",
+        &[
+            "freeze",
+            "deploy-*",
+            "--for",
+            "1h",
+            "--reason",
+            "release day",
+        ],
+    );
+    let lines = sock.lines(1);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    let content = lines[0]["message"]["content"].as_str().unwrap();
+    assert!(
+        content.contains("type: frozen\nkey: \"deploy-api\"\nfrom agent: \"ops\"\n"),
+        "{content}"
+    );
+    let msgs = inbox(&e, "sess-a");
+    assert_eq!(msgs.len(), 1, "{msgs:?}");
+    assert_eq!(msgs[0]["type"], "frozen");
+    assert!(
+        msgs[0]["body"].as_str().unwrap().contains("release day"),
+        "{msgs:?}"
+    );
+    // The holder without a session reads it in its inbox; the freezer gets nothing.
+    let c = inbox(&e, "c");
+    assert_eq!(c.len(), 1, "{c:?}");
+    assert_eq!(c[0]["type"], "frozen");
+    assert_eq!(c[0]["key"], "deploy-web");
+    assert!(inbox(&e, "ops").is_empty());
+}
+
 // ---------------------------------------------------------------------------------------
 // Codex: `codex queue --thread ID --message TEXT`, with a stand-in for the program
 // ---------------------------------------------------------------------------------------

@@ -38,6 +38,41 @@ pub fn freeze(ctx: &Ctx, pattern: &str, for_: Duration, reason: Option<String>) 
     };
     store.write_freeze(&guard, &f)?;
     store.audit(&guard, &event(ctx, "freeze", &f))?;
+    // Tell the other agents whose checkouts it covers: their leases are no longer renewed.
+    for slot in store.scan()? {
+        let crate::store::Slot::Held(r) = slot else {
+            continue;
+        };
+        if !f.covers(&r.key) || r.held_by(&agent.id) {
+            continue;
+        }
+        let body = format!(
+            "{} froze `{}` until {}{}: your checkout of `{}` stays yours, but its lease is not renewed while it is frozen and ends at {} unless the freeze is lifted",
+            agent.id,
+            f.pattern,
+            crate::clock::rfc3339(&f.until),
+            f.reason
+                .as_deref()
+                .map(|r| format!(" ({r})"))
+                .unwrap_or_default(),
+            r.key,
+            crate::clock::rfc3339(&r.expires_at),
+        );
+        crate::warnings::after_change(
+            &format!("`{}` was frozen, but its holder was not told", r.key),
+            crate::engine::queue::notify(
+                ctx,
+                &*store,
+                &guard,
+                &r.agent.id,
+                Some(&agent.id),
+                crate::store::MessageKind::Frozen,
+                &r.key,
+                &body,
+            )
+            .map(drop),
+        );
+    }
     store.commit(guard)?;
     Ok(Report::Freeze(FreezeReport {
         command: "freeze",

@@ -126,6 +126,8 @@ pub enum MessageKind {
     SubagentEnd,
     /// Automatic renewals stopped at `max_hold`.
     MaxHold,
+    /// Another agent froze a key you hold: no renewals while it is frozen.
+    Frozen,
     /// A type written by a newer tasklock.
     #[serde(other)]
     Other,
@@ -142,6 +144,7 @@ impl MessageKind {
             MessageKind::SessionEnd => "session_end",
             MessageKind::SubagentEnd => "subagent_end",
             MessageKind::MaxHold => "max_hold",
+            MessageKind::Frozen => "frozen",
             MessageKind::Other => "other",
         }
     }
