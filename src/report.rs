@@ -160,6 +160,9 @@ pub struct CheckoutReport {
     /// the key is handed to it (docs/wake.md). Absent (false) otherwise.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub push_wake: bool,
+    /// With `push_wake`: through which client (`claude-code`, `codex`), for the words.
+    #[serde(skip)]
+    pub push_via: Option<String>,
     /// On `deadlock`: the wait-for cycle, agent, key, agent, …, back to the caller.
     pub cycle: Vec<String>,
     /// On `frozen`: the freeze that refused the checkout.
@@ -219,6 +222,7 @@ impl CheckoutReport {
             position: None,
             reserved_for: None,
             push_wake: false,
+            push_via: None,
             cycle: Vec::new(),
             frozen: None,
             previous: None,

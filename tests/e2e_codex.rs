@@ -521,7 +521,7 @@ fn an_idle_codex_session_is_queued_its_turn_and_takes_the_key() {
     }
     let (thread, queued) = stub.outputs_of("call_0").into_iter().next().unwrap();
     assert!(
-        queued.contains("tells this session at once"),
+        queued.contains("tasklock queues the news in this Codex session"),
         "the queued checkout does not say the session will be told: {queued}"
     );
     tui.wait_idle(&stub, &thread, 1, SESSION_TIMEOUT);

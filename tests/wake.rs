@@ -676,6 +676,12 @@ fn a_codex_session_is_queued_its_reservation_through_codex_queue() {
     let q = codex.run(&e, &["checkout", "deploy", "--queue", "--json"]);
     assert_eq!(q.code, 2, "{}", q.text());
     assert_eq!(q.json()["push_wake"], true, "{}", q.text());
+    // Codex takes its queue up by polling: the promise says so.
+    let md = codex.run(&e, &["checkout", "deploy", "--queue"]).stdout;
+    assert!(
+        md.contains("tasklock queues the news in this Codex session") && !md.contains("at once"),
+        "{md}"
+    );
 
     // The releaser does not wait for `codex queue` (which takes a second here).
     let started = Instant::now();

@@ -470,10 +470,14 @@ fn refuse(
             r.position = q.position(&agent.id);
             // A blocked --wait learns it itself; a queued agent is told by its inbox, and
             // at once when its session takes pushes.
-            r.push_wake = pid.is_none()
-                && store
-                    .read_agent(&agent.id)?
-                    .is_some_and(|e| e.reach.is_some() && e.ended_at.is_none());
+            if pid.is_none()
+                && let Some(e) = store.read_agent(&agent.id)?
+                && e.ended_at.is_none()
+                && let Some(reach) = e.reach
+            {
+                r.push_wake = true;
+                r.push_via = Some(reach.via.as_str().to_string());
+            }
         }
     }
     Ok(r)

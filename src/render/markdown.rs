@@ -220,9 +220,7 @@ fn checkout(r: &CheckoutReport, inv: &Invocation) -> String {
                 let _ = writeln!(out, "- Your place in the queue: {p}");
             }
             if r.push_wake {
-                out.push_str(
-                    "- When it is your turn: tasklock tells this session at once, even if it is idle\n",
-                );
+                out.push_str(push_wake_line(r.push_via.as_deref()));
             }
             if let Some(prev) = &r.took_over {
                 let _ = writeln!(out, "- Ended: {}", reaped_words(prev, &r.now));
@@ -271,9 +269,7 @@ fn checkout(r: &CheckoutReport, inv: &Invocation) -> String {
                 let _ = writeln!(out, "- Your place in the queue: {p}");
             }
             if r.push_wake {
-                out.push_str(
-                    "- When it is your turn: tasklock tells this session at once, even if it is idle\n",
-                );
+                out.push_str(push_wake_line(r.push_via.as_deref()));
             }
             if let Some(prev) = &r.took_over {
                 let _ = writeln!(out, "- Ended: {}", reaped_words(prev, &r.now));
@@ -423,6 +419,15 @@ fn any(r: &AnyReport, inv: &Invocation) -> String {
         inv.code("checkout KEY --queue")
     );
     out
+}
+
+/// What a queued agent whose session takes pushes is promised.
+fn push_wake_line(via: Option<&str>) -> &'static str {
+    if via == Some(crate::store::Via::Codex.as_str()) {
+        "- When it is your turn: tasklock queues the news in this Codex session, which takes it up within seconds, even if it is idle\n"
+    } else {
+        "- When it is your turn: tasklock tells this session at once, even if it is idle\n"
+    }
 }
 
 /// How pushing a message into the agent's session went, in words.
