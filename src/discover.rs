@@ -251,25 +251,15 @@ pub fn init_dir(flag: Option<&Path>) -> Result<PathBuf> {
 /// (`.git` of the main worktree, or a bare repository), if any. Read from `.git` files
 /// and `commondir`, without running git.
 pub fn git_common_dir(start: &Path) -> Option<PathBuf> {
-    for dir in start.ancestors() {
-        let dotgit = dir.join(".git");
-        let Ok(meta) = std::fs::metadata(&dotgit) else {
-            continue;
-        };
-        if meta.is_dir() {
-            return Some(dotgit);
+    let dir = start.ancestors().find(|d| d.join(".git").exists())?;
+    let gitdir = worktree_git_dir(dir)?;
+    Some(match std::fs::read_to_string(gitdir.join("commondir")) {
+        Ok(common) => {
+            let common = gitdir.join(common.trim());
+            common.canonicalize().unwrap_or(common)
         }
-        let text = std::fs::read_to_string(&dotgit).ok()?;
-        let gitdir = dir.join(text.lines().find_map(|l| l.strip_prefix("gitdir:"))?.trim());
-        return Some(match std::fs::read_to_string(gitdir.join("commondir")) {
-            Ok(common) => {
-                let common = gitdir.join(common.trim());
-                common.canonicalize().unwrap_or(common)
-            }
-            Err(_) => gitdir,
-        });
-    }
-    None
+        Err(_) => gitdir,
+    })
 }
 
 /// The git directory of the worktree whose top is `root` (its own, not the common one:
