@@ -26,7 +26,6 @@ pub fn freeze(ctx: &Ctx, pattern: &str, for_: Duration, reason: Option<String>) 
     }
     let agent = ctx.agent()?;
     let store = ctx.open_store()?;
-    let guard = store.lock()?;
     let f = Freeze {
         version: 1,
         pattern: pattern.to_string(),
@@ -36,14 +35,26 @@ pub fn freeze(ctx: &Ctx, pattern: &str, for_: Duration, reason: Option<String>) 
         since: ctx.now,
         until: ctx.now + to_chrono(for_),
     };
+    let covered: Vec<String> = store
+        .scan()?
+        .into_iter()
+        .filter_map(|slot| match slot {
+            crate::store::Slot::Held(r) if f.covers(&r.key) => Some(r.key),
+            _ => None,
+        })
+        .collect();
+    let guard = store.lock()?;
     store.write_freeze(&guard, &f)?;
     store.audit(&guard, &event(ctx, "freeze", &f))?;
     // Tell the other agents whose checkouts it covers: their leases are no longer renewed.
-    for slot in store.scan()? {
-        let crate::store::Slot::Held(r) = slot else {
+    // The keys are found before the lock (a scan of every record), each judged again
+    // under it; a key first checked out in between was taken before the freeze stood,
+    // and its holder learns of it from `heartbeat`'s `frozen` list instead.
+    for key in covered {
+        let crate::store::Slot::Held(r) = store.read(&key)? else {
             continue;
         };
-        if !f.covers(&r.key) || r.held_by(&agent.id) {
+        if r.held_by(&agent.id) {
             continue;
         }
         let body = format!(
