@@ -148,8 +148,11 @@ fn a_reservation_is_pushed_into_the_waiters_session_once() {
     e.ok("sess-a", &["checkout", "deploy"]);
 }
 
+/// The clock is pinned here, so the push is at the grant's instant: this checks the grace
+/// counted from the recorded push; moving a reservation for a later push is the unit test
+/// in src/engine/deliver.rs.
 #[test]
-fn a_pushed_reservation_runs_from_the_delivery() {
+fn a_pushed_reservation_lasts_the_grace_from_the_push() {
     let e = Env::new();
     let (_sock, _a) = reserved_by_push(&e);
     let q = e.ok("sess-a", &["status", "k", "--json"]).json();
@@ -677,11 +680,13 @@ fn a_codex_session_is_queued_its_reservation_through_codex_queue() {
     assert_eq!(q.code, 2, "{}", q.text());
     assert_eq!(q.json()["push_wake"], true, "{}", q.text());
     // Codex takes its queue up by polling: the promise says so.
-    let md = codex.run(&e, &["checkout", "deploy", "--queue"]).stdout;
+    let queued = codex.run(&e, &["checkout", "deploy", "--queue"]);
+    let md = queued.stdout.clone();
     assert!(
         md.contains("tasklock queues the news in this Codex session") && !md.contains("at once"),
         "{md}"
     );
+    snap!(e, "queued_codex", queued);
 
     // The releaser does not wait for `codex queue` (which takes a second here).
     let started = Instant::now();
