@@ -49,6 +49,14 @@ fn duration(s: &str) -> Result<Duration, String> {
     crate::duration::parse(s)
 }
 
+fn slots(s: &str) -> Result<u32, String> {
+    let max = crate::engine::slots::MAX_SLOTS;
+    match s.trim().parse::<u32>() {
+        Ok(n) if (1..=max).contains(&n) => Ok(n),
+        _ => Err(format!("{s:?} is not a number of slots from 1 to {max}")),
+    }
+}
+
 /// The shortest `heartbeat --watch --interval`: below it the watcher only burns CPU.
 pub const MIN_WATCH_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -88,6 +96,10 @@ pub enum Command {
         /// Take the first free key of the list
         #[arg(long)]
         any: bool,
+        /// Let up to N agents hold KEY at once, each in a slot of its own (default: the
+        /// count the key keeps, else `slots:` in config.yaml, else 1)
+        #[arg(long, value_name = "N", value_parser = slots, conflicts_with_all = ["paths", "any"])]
+        slots: Option<u32>,
     },
     /// Release checkouts you hold
     Release {
@@ -292,6 +304,9 @@ pub enum Command {
         /// If held, queue and block until granted (or DUR passes: exit 2 without running CMD)
         #[arg(long, value_name = "DUR", num_args = 0..=1)]
         wait: Option<Option<String>>,
+        /// Let up to N agents hold KEY at once, each in a slot of its own
+        #[arg(long, value_name = "N", value_parser = slots)]
+        slots: Option<u32>,
         /// The command and its arguments, after `--`
         #[arg(last = true, required = true, value_name = "CMD")]
         cmd: Vec<std::ffi::OsString>,

@@ -36,6 +36,9 @@ pub struct Config {
     pub enforce: Enforce,
     /// The edit hook checks out (`path:<file>`) an unclaimed file the agent edits.
     pub auto_checkout: bool,
+    /// `slots:`, keys with slots: a key (or a prefix ending in `*`) and how many agents
+    /// may hold it at once. The first entry that covers a key applies.
+    pub slots: Vec<(String, u32)>,
 }
 
 /// `enforce:`, what the edit hook (PreToolUse on Edit, Write, MultiEdit, NotebookEdit)
@@ -68,6 +71,7 @@ impl Default for Config {
             store: None,
             enforce: Enforce::Deny,
             auto_checkout: false,
+            slots: Vec::new(),
         }
     }
 }
@@ -89,9 +93,29 @@ struct RawConfig {
     store: Option<String>,
     enforce: Option<String>,
     auto_checkout: Option<bool>,
+    slots: Option<Vec<SlotsEntry>>,
+}
+
+/// One entry of `slots:`: `- key: cargo-build` / `slots: 3`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SlotsEntry {
+    key: String,
+    slots: u32,
 }
 
 impl Config {
+    /// How many slots `slots:` gives `key`, if an entry covers it.
+    pub fn slots_for(&self, key: &str) -> Option<u32> {
+        self.slots
+            .iter()
+            .find(|(pattern, _)| match pattern.strip_suffix('*') {
+                Some(prefix) => key.starts_with(prefix),
+                None => pattern == key,
+            })
+            .map(|(_, n)| *n)
+    }
+
     pub const FILE: &'static str = "config.yaml";
     /// A bigger `config.yaml` is refused unread: the real one is a few lines.
     pub const MAX_BYTES: u64 = 64 * 1024;
@@ -231,6 +255,21 @@ impl Config {
                 );
             }
             c.store = Some(store.trim().to_string());
+        }
+        for e in raw.slots.unwrap_or_default() {
+            let key = crate::key::normalize(e.key.trim());
+            let bare = key.strip_suffix('*').unwrap_or(&key);
+            if !bare.is_empty() {
+                crate::key::validate(bare).map_err(|err| format!("slots: {err}"))?;
+            }
+            if e.slots == 0 || e.slots > crate::engine::slots::MAX_SLOTS {
+                return Err(format!(
+                    "slots: `{key}` takes a number of slots from 1 to {}, not {}",
+                    crate::engine::slots::MAX_SLOTS,
+                    e.slots
+                ));
+            }
+            c.slots.push((key, e.slots));
         }
         if let Some(e) = raw.enforce {
             c.enforce = match e.trim() {

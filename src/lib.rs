@@ -229,6 +229,7 @@ fn execute(cli: Cli) -> Result<report::Report, Error> {
             queue,
             wait,
             any,
+            slots,
         } => {
             let wait = wait_or_key(&mut keys, wait)?;
             let paths = engine::paths::resolve(&ctx, &paths)?;
@@ -253,15 +254,16 @@ fn execute(cli: Cli) -> Result<report::Report, Error> {
                     "checkout takes one KEY; to take the first free of several, use --any".into(),
                 ));
             };
+            let want = commands::checkout::Want { paths, slots };
             match wait {
-                Some(dur) => commands::wait::run(&ctx, key, paths, timeout, reason, dur),
+                Some(dur) => commands::wait::run(&ctx, key, want, timeout, reason, dur),
                 None => {
                     let join = if queue {
                         commands::checkout::Join::Queue
                     } else {
                         commands::checkout::Join::No
                     };
-                    commands::checkout::run(&ctx, key, paths, timeout, reason, join)
+                    commands::checkout::run(&ctx, key, want, timeout, reason, join)
                 }
             }
         }
@@ -330,6 +332,7 @@ fn execute(cli: Cli) -> Result<report::Report, Error> {
             timeout,
             reason,
             wait,
+            slots,
             cmd,
         } => {
             let mut keys: Vec<String> = key.into_iter().collect();
@@ -340,7 +343,7 @@ fn execute(cli: Cli) -> Result<report::Report, Error> {
                     _ => Error::Usage("run takes one KEY; the command goes after `--`".into()),
                 });
             };
-            commands::run::run(&ctx, key, timeout, reason, wait, cmd)
+            commands::run::run(&ctx, key, slots, timeout, reason, wait, cmd)
         }
     }
 }

@@ -59,6 +59,12 @@ pub struct CheckoutView {
     /// The repository paths it covers (absent for a checkout of a key alone).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub paths: Vec<String>,
+    /// For a key with slots: the slot it holds (from 1).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slot: Option<u32>,
+    /// For a key with slots: how many it has.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slots: Option<u32>,
 }
 
 impl From<&Record> for CheckoutView {
@@ -80,6 +86,8 @@ impl From<&Record> for CheckoutView {
             reason: r.reason.clone(),
             proven: r.owner.is_some(),
             paths: r.paths.clone(),
+            slot: r.slot,
+            slots: r.slots,
         }
     }
 }
@@ -177,6 +185,12 @@ pub struct CheckoutReport {
     /// The paths asked for with the key (absent when none were).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub paths: Vec<String>,
+    /// For a key with slots: how many it has (absent for a key without).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slots: Option<u32>,
+    /// On `conflict` over a key with slots: the holder of every slot.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub holders: Vec<CheckoutView>,
 }
 
 /// Another agent's checkout (or a reservation for the head of a queue) whose paths
@@ -228,6 +242,8 @@ impl CheckoutReport {
             previous: None,
             overlaps: Vec::new(),
             paths: Vec::new(),
+            slots: None,
+            holders: Vec::new(),
         }
     }
 }
@@ -302,12 +318,20 @@ pub struct StatusReport {
     pub key: String,
     /// `held` or `free`.
     pub outcome: Outcome,
+    /// The key's checkout; for a key with slots, the caller's slot if it holds one, else
+    /// the lowest held.
     pub checkout: Option<CheckoutView>,
     /// Set when this command found the checkout over (lease out, holder dead) and ended it.
     pub released: Option<Reaped>,
     /// The key's last notes, oldest first; they survive release.
     pub notes: Vec<Note>,
     pub queue: QueueView,
+    /// For a key with slots: how many it has.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slots: Option<u32>,
+    /// For a key with slots: the checkout of every slot held, in slot order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub holders: Vec<CheckoutView>,
 }
 
 /// A key's queue as outputs show it.
@@ -320,6 +344,12 @@ pub struct QueueView {
     /// from older versions).
     pub waiter_users: Vec<Option<crate::identity::UnixUser>>,
     pub reserved_for: Option<Reservation>,
+    /// A key with slots: the reservations of its other free slots, in line order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub also_reserved: Vec<Reservation>,
+    /// A key with slots: how many it has.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slots: Option<u32>,
 }
 
 impl QueueView {
@@ -328,7 +358,9 @@ impl QueueView {
             length: q.waiters.len(),
             waiters: q.waiters.iter().map(|w| w.agent.clone()).collect(),
             waiter_users: q.waiters.iter().map(|w| w.user.clone()).collect(),
-            reserved_for: q.reservation.clone(),
+            reserved_for: q.reservation().cloned(),
+            also_reserved: q.reservations.iter().skip(1).cloned().collect(),
+            slots: q.slots,
         }
     }
 }

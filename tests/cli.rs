@@ -1233,7 +1233,7 @@ fn a_record_of_a_newer_format_says_upgrade_not_force() {
     plant(
         &e,
         "task-new",
-        br#"{"version": 3, "key": "task-new", "token": 9, "holder": {"id": "future"}}"#,
+        br#"{"version": 4, "key": "task-new", "token": 9, "holder": {"id": "future"}}"#,
     );
     let r = e.run(Some("agent-b"), &["checkout", "task-new"]);
     assert_eq!(r.code, 1);

@@ -47,6 +47,9 @@ mod queue;
 #[path = "queue_paths.rs"]
 mod queue_paths;
 #[cfg(tasklock_pg_tests)]
+#[path = "slots.rs"]
+mod slots;
+#[cfg(tasklock_pg_tests)]
 #[path = "wake.rs"]
 mod wake;
 

@@ -143,7 +143,7 @@ fn prune(ctx: &Ctx, store: &dyn Store, ids: &[String]) -> Result<BTreeSet<String
     }
     for q in store.scan_queues()? {
         busy.extend(q.waiters.into_iter().map(|w| w.agent));
-        busy.extend(q.reservation.map(|r| r.agent));
+        busy.extend(q.reservations.into_iter().map(|r| r.agent));
     }
     let mut removed = BTreeSet::new();
     for id in ids {

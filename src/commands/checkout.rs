@@ -2,11 +2,13 @@ use std::time::Duration;
 
 use crate::duration::to_chrono;
 use crate::engine::queue::{self, KeyNow};
-use crate::engine::{Ctx, Judge, NOTES_SHOWN, ReapReason, auto_release, auto_release_for, paths};
+use crate::engine::{
+    Ctx, Judge, NOTES_SHOWN, ReapReason, auto_release, auto_release_for, paths, slots,
+};
 use crate::error::{Error, Outcome, Result};
 use crate::identity::Agent;
 use crate::report::{AnyReport, CheckoutReport, CheckoutView, OverlapView, Reaped, Report};
-use crate::store::{Guard, Queue, Record, Slot, Store};
+use crate::store::{AuditEvent, Guard, Queue, Record, Slot, Store};
 
 /// What to do when the key is not ours to take now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,6 +34,8 @@ pub struct Request {
     pub owner: Option<crate::secret::Proof>,
     /// The paths asked for with the key (stored form), taken with it or not at all.
     pub paths: Vec<String>,
+    /// How many slots the key is to have (`--slots`), if given.
+    pub slots: Option<u32>,
 }
 
 impl Request {
@@ -65,21 +69,30 @@ impl Request {
                 .map(crate::secret::Proof::of)
                 .transpose()?,
             paths: Vec::new(),
+            slots: None,
         })
     }
+}
+
+/// What a checkout asks for besides the key and the lease.
+#[derive(Debug, Clone, Default)]
+pub struct Want {
+    pub paths: Vec<String>,
+    pub slots: Option<u32>,
 }
 
 pub fn run(
     ctx: &Ctx,
     key: &str,
-    paths: Vec<String>,
+    want: Want,
     timeout: Option<Duration>,
     reason: Option<String>,
     join: Join,
 ) -> Result<Report> {
     crate::key::validate(key)?;
     let mut req = Request::new(ctx, timeout, reason, None)?;
-    req.paths = paths;
+    req.paths = want.paths;
+    req.slots = want.slots;
     let store = ctx.open_store()?;
     store.transaction(|guard| {
         let req = with_registered_pid(&*store, guard, req)?;
@@ -91,12 +104,14 @@ pub fn run(
 pub fn run_as(
     ctx: &Ctx,
     key: &str,
+    slots: Option<u32>,
     timeout: Option<Duration>,
     reason: Option<String>,
     pid: u32,
 ) -> Result<Report> {
     crate::key::validate(key)?;
-    let req = Request::new(ctx, timeout, reason, Some(pid))?;
+    let mut req = Request::new(ctx, timeout, reason, Some(pid))?;
+    req.slots = slots;
     let store = ctx.open_store()?;
     store.transaction(|guard| {
         // The registered name applies; the process to watch stays this one.
@@ -206,7 +221,20 @@ pub fn attempt(
         r.frozen = Some(f);
         return Ok(r);
     }
-    match store.read(key)? {
+    let own = store.read(key)?;
+    if req.paths.is_empty() {
+        let asked = slots::asked(&ctx.config().unwrap_or_default(), key, req.slots);
+        // A key with slots, or one asked to have them: its holders are read together.
+        let queued = if asked.is_none() {
+            store.read_queue(key)?.slots
+        } else {
+            None
+        };
+        if let Some(h) = slots::Holders::read_asked(store, key, &own, queued, asked)? {
+            return attempt_slots(ctx, store, guard, req, key, join, h);
+        }
+    }
+    match own {
         Slot::Corrupt { path, problem } => {
             return Err(Error::Corrupt {
                 key: key.to_string(),
@@ -242,7 +270,16 @@ pub fn attempt(
                     let mut q =
                         queue::settle_key(ctx, store, guard, key, KeyNow::HeldBy(&agent.id), None)?;
                     let mut r = refuse(
-                        ctx, store, guard, req, key, &blocker, &mut q, join, blockers, true,
+                        ctx,
+                        store,
+                        guard,
+                        req,
+                        key,
+                        (&[blocker], true),
+                        &mut q,
+                        join,
+                        blockers,
+                        true,
                     )?;
                     r.checkout = Some(CheckoutView::from(&current));
                     return Ok(r);
@@ -267,7 +304,7 @@ pub fn attempt(
                 version: if added.is_empty() {
                     current.version
                 } else {
-                    crate::store::version_for(&added)
+                    crate::store::version_for(&added, None)
                 },
                 ..current
             };
@@ -322,7 +359,7 @@ pub fn attempt(
                         guard,
                         req,
                         key,
-                        &current.agent.id,
+                        (std::slice::from_ref(&current.agent.id), true),
                         &mut q,
                         join,
                         Vec::new(),
@@ -343,7 +380,16 @@ pub fn attempt(
             let mut q = queue::settle_key(ctx, store, guard, key, KeyNow::Free, None)?;
             let blocker = first.agent.id.clone();
             let mut r = refuse(
-                ctx, store, guard, req, key, &blocker, &mut q, join, blockers, false,
+                ctx,
+                store,
+                guard,
+                req,
+                key,
+                (&[blocker], true),
+                &mut q,
+                join,
+                blockers,
+                false,
             )?;
             r.took_over = took_over;
             return Ok(r);
@@ -352,7 +398,7 @@ pub fn attempt(
 
     // The key is free: honour the queue.
     let mut q = queue::settle_key(ctx, store, guard, key, KeyNow::Free, Some(&agent.id))?;
-    match q.reservation.clone() {
+    match q.reservation().cloned() {
         Some(res) if res.agent != agent.id => {
             let mut r = refuse(
                 ctx,
@@ -360,7 +406,7 @@ pub fn attempt(
                 guard,
                 req,
                 key,
-                &res.agent,
+                (std::slice::from_ref(&res.agent), true),
                 &mut q,
                 join,
                 Vec::new(),
@@ -376,7 +422,7 @@ pub fn attempt(
     let token = store.next_token(guard)?;
     let previous = crate::engine::previous(store, key, token)?;
     let record = Record {
-        version: crate::store::version_for(&req.paths),
+        version: crate::store::version_for(&req.paths, None),
         key: key.to_string(),
         token,
         agent: agent.clone(),
@@ -386,6 +432,8 @@ pub fn attempt(
         reason: req.reason.clone(),
         owner: req.owner.clone(),
         paths: req.paths.clone(),
+        slot: None,
+        slots: None,
     };
     store.insert(guard, &record)?;
     // From here the key is the caller's: a failure now is a warning, never exit 1.
@@ -402,8 +450,211 @@ pub fn attempt(
     Ok(r)
 }
 
-/// The key is held by `blocker` (or reserved for it), or paths asked for are: refuse, or
-/// queue, or find a cycle. `holder`: the caller holds the key and waits to add paths.
+/// One checkout attempt under the guard, of a key with slots: a free slot is granted
+/// to the caller unless the waiters ahead of it in the queue have them all reserved.
+fn attempt_slots(
+    ctx: &Ctx,
+    store: &dyn Store,
+    guard: &Guard,
+    req: &Request,
+    key: &str,
+    join: Join,
+    mut h: slots::Holders,
+) -> Result<CheckoutReport> {
+    let now = ctx.now;
+    let agent = &req.agent;
+    if let Some((path, problem)) = h.corrupt.clone() {
+        return Err(Error::Corrupt {
+            key: key.to_string(),
+            path,
+            problem,
+        });
+    }
+    let base = |outcome, checkout, capacity| {
+        let mut r = CheckoutReport::new(now, key, outcome, checkout);
+        r.slots = Some(capacity);
+        r
+    };
+    if let Some(current) = h.of(&agent.id).cloned()
+        && !current.expired_for_holder(&now)
+    {
+        if crate::engine::holder_refused(ctx, store, guard, &current, "checkout")?.is_some() {
+            return Ok(base(
+                Outcome::SecretRefused,
+                Some(CheckoutView::from(&current)),
+                h.capacity,
+            ));
+        }
+        set_capacity(ctx, store, guard, key, &mut h)?;
+        // The holder checking out again keeps its slot (same token), renewed as a key's.
+        let expires_at = if req.lease_given {
+            now + to_chrono(req.lease)
+        } else {
+            now + (current.expires_at - current.renewed_at)
+        }
+        .max(current.expires_at)
+        .max(current.acquired_at);
+        let renewed = Record {
+            renewed_at: now.max(current.acquired_at),
+            expires_at,
+            reason: req.reason.clone().or(current.reason.clone()),
+            agent: current.agent.refreshed(agent),
+            slots: current.slot.map(|_| h.capacity),
+            ..current
+        };
+        store.replace(guard, &renewed)?;
+        crate::warnings::after_change(
+            &format!(
+                "`{key}` is still yours and its lease was extended, but the audit log was not written"
+            ),
+            store.audit(guard, &ctx.event("renew", &renewed)),
+        );
+        return Ok(base(
+            Outcome::AlreadyHeld,
+            Some(CheckoutView::from(&renewed)),
+            h.capacity,
+        ));
+    }
+    // Checkouts that have ended (a lease over, a dead holder; our own lapsed lease) free
+    // their slots first.
+    let mut took_over = None;
+    let mut judge = Judge::new(ctx, store);
+    let mut live = Vec::with_capacity(h.records.len());
+    for r in std::mem::take(&mut h.records) {
+        let ended = if r.held_by(&agent.id) {
+            Some((ReapReason::Timeout, None))
+        } else {
+            judge.reap_cause(&r)?
+        };
+        match ended {
+            Some((reason, cause)) => {
+                auto_release_for(
+                    ctx,
+                    store,
+                    guard,
+                    &r,
+                    Some(&agent.id),
+                    reason,
+                    Some(&agent.id),
+                )?;
+                if took_over.is_none() {
+                    let notes = store.last_notes(key, NOTES_SHOWN)?;
+                    took_over = Some(Reaped::new(&r, reason, cause, notes));
+                }
+            }
+            None => live.push(r),
+        }
+    }
+    h.records = live;
+    set_capacity(ctx, store, guard, key, &mut h)?;
+    // The waiters ahead are served first: as many as there are free slots.
+    let mut q = queue::settle_key(
+        ctx,
+        store,
+        guard,
+        key,
+        queue::KeyNow::Slots(h.free()),
+        Some(&agent.id),
+    )?;
+    let open = h.free() > q.reservations.len() || q.reserved_for(&agent.id).is_some();
+    if !open || h.free() == 0 {
+        let mut blockers: Vec<String> = h.records.iter().map(|r| r.agent.id.clone()).collect();
+        blockers.extend(q.reservations.iter().map(|r| r.agent.clone()));
+        if q.slots != Some(h.capacity) && !matches!(join, Join::No) {
+            q.slots = Some(h.capacity);
+        }
+        let mut r = refuse(
+            ctx,
+            store,
+            guard,
+            req,
+            key,
+            (&blockers, false),
+            &mut q,
+            join,
+            Vec::new(),
+            false,
+        )?;
+        r.slots = Some(h.capacity);
+        r.holders = h.records.iter().map(CheckoutView::from).collect();
+        r.checkout = r.holders.first().cloned();
+        r.took_over = took_over;
+        return Ok(r);
+    }
+    queue::granted(store, guard, &mut q, &agent.id)?;
+    let slot = h.next_slot();
+    let token = store.next_token(guard)?;
+    let previous = crate::engine::previous(store, key, token)?;
+    let record = Record {
+        version: crate::store::version_for(&[], Some(slot)),
+        key: key.to_string(),
+        token,
+        agent: agent.clone(),
+        acquired_at: now,
+        renewed_at: now,
+        expires_at: now + to_chrono(req.lease),
+        reason: req.reason.clone(),
+        owner: req.owner.clone(),
+        paths: Vec::new(),
+        slot: Some(slot),
+        slots: Some(h.capacity),
+    };
+    store.insert(guard, &record)?;
+    let mut ev = ctx.event("acquire", &record);
+    ev.reason = record.reason.clone();
+    ev.detail = Some(format!("slot {slot} of {}", h.capacity));
+    crate::warnings::after_change(
+        &format!("`{key}` is checked out to you, but the audit log was not written"),
+        store.audit(guard, &ev),
+    );
+    let mut r = base(
+        Outcome::Granted,
+        Some(CheckoutView::from(&record)),
+        h.capacity,
+    );
+    r.took_over = took_over;
+    r.previous = previous;
+    r.queue_length = q.waiters.len();
+    Ok(r)
+}
+
+/// A checkout asked for a different number of slots than the key keeps: from now on the
+/// key has that many. Every slot's record and the queue keep the new count; holders
+/// beyond it keep their slots until they let go. Audited as `slots`.
+fn set_capacity(
+    ctx: &Ctx,
+    store: &dyn Store,
+    guard: &Guard,
+    key: &str,
+    h: &mut slots::Holders,
+) -> Result<()> {
+    if h.stored == Some(h.capacity) {
+        return Ok(());
+    }
+    for r in &mut h.records {
+        if r.slot.is_some() && r.slots != Some(h.capacity) {
+            r.slots = Some(h.capacity);
+            store.replace(guard, r)?;
+        }
+    }
+    let mut q = store.read_queue(key)?;
+    if !q.is_empty() && q.slots != Some(h.capacity) {
+        q.slots = Some(h.capacity);
+        store.write_queue(guard, &q)?;
+    }
+    if let Some(before) = h.stored {
+        let mut ev = AuditEvent::new(ctx.now, "slots", key, &ctx.agent_id()?);
+        ev.detail = Some(format!("{before} → {}", h.capacity));
+        store.audit(guard, &ev)?;
+    }
+    h.stored = Some(h.capacity);
+    Ok(())
+}
+
+/// The key is held (or reserved) by `blocked_by.0`, or paths asked for are: refuse, or
+/// queue, or find a cycle. `blocked_by.1`: each of them keeps the caller out (a key and
+/// its paths), else one of them letting go is enough (the holders of a key with slots).
+/// `holder`: the caller holds the key and waits to add paths.
 #[allow(clippy::too_many_arguments)]
 fn refuse(
     ctx: &Ctx,
@@ -411,7 +662,7 @@ fn refuse(
     guard: &Guard,
     req: &Request,
     key: &str,
-    blocker: &str,
+    blocked_by: (&[String], bool),
     q: &mut Queue,
     join: Join,
     overlaps: Vec<OverlapView>,
@@ -423,35 +674,34 @@ fn refuse(
     r.paths = req.paths.clone();
     r.queue_length = q.waiters.len();
     r.position = q.position(&agent.id);
-    r.reserved_for = q.reservation.clone();
+    r.reserved_for = q.reservation().cloned();
+    let (blocked_by, any) = blocked_by;
     match join {
         Join::No => {
             let mut ev = ctx.agent_event("deny", key, agent);
-            ev.holder = Some(blocker.to_string());
+            ev.holder = blocked_by.first().cloned();
             if let Some(o) = r.overlaps.first() {
                 ev.holder = Some(o.agent.id.clone());
                 ev.detail = Some(overlap_detail(o));
-            } else if q.reservation.is_some() {
+            } else if !any {
+                ev.detail = Some(format!("all {} slots are taken", blocked_by.len()));
+            } else if !q.reservations.is_empty() {
                 ev.detail = Some("reserved for the head of the queue".into());
             }
             store.audit(guard, &ev)?;
         }
         Join::Queue | Join::Wait(_) => {
-            let mut blockers = vec![blocker.to_string()];
+            let mut blockers = blocked_by.to_vec();
             for o in &r.overlaps {
                 if !blockers.contains(&o.agent.id) {
                     blockers.push(o.agent.id.clone());
                 }
             }
-            let mut found = None;
-            if r.position.is_none() {
-                for b in &blockers {
-                    found = queue::find_cycle(store, &agent.id, key, b)?;
-                    if found.is_some() {
-                        break;
-                    }
-                }
-            }
+            let found = if r.position.is_none() {
+                queue::find_cycle(store, &agent.id, key, &blockers, any)?
+            } else {
+                None
+            };
             if let Some(cycle) = found {
                 let mut ev = ctx.agent_event("deadlock", key, agent);
                 ev.holder = cycle.get(2).cloned();
@@ -508,8 +758,7 @@ fn path_blockers(
     if reserved.iter().any(|(_, live)| !live) {
         // A dead agent's reservation passes on (perhaps to a waiter in our way too).
         for (o, _) in reserved.iter().filter(|(_, live)| !live) {
-            let slot = store.read(&o.queue.key)?;
-            queue::settle_key(ctx, store, guard, &o.queue.key, KeyNow::of(&slot), None)?;
+            queue::settle_now(ctx, store, guard, &o.queue.key, None)?;
         }
         reserved = paths::reservations_meeting(ctx, store, me, key, &mine)?;
     }

@@ -143,7 +143,7 @@ pub fn claim_next(
 }
 
 fn queue_is_empty(q: &Queue) -> bool {
-    q.waiters.is_empty() && q.reservation.is_none()
+    q.is_empty()
 }
 
 /// The one `deny` of a refused `--any`: `key`, `holder` and `reason` are those of the
@@ -272,6 +272,9 @@ impl Store for Claiming<'_> {
         }
         self.inner.read(key)
     }
+    fn read_slots(&self, key: &str) -> Result<Vec<Slot>> {
+        self.inner.read_slots(key)
+    }
     fn read_many(&self, g: &Guard, keys: &[String]) -> Result<Vec<(Slot, Queue)>> {
         self.read_ahead(g, keys)
     }
@@ -360,9 +363,15 @@ impl Store for Claiming<'_> {
         self.forget_key(&record.key);
         self.inner.replace(g, record)
     }
-    fn remove(&self, g: &Guard, key: &str, paths: Option<&[String]>) -> Result<()> {
+    fn remove(
+        &self,
+        g: &Guard,
+        key: &str,
+        slot: Option<u32>,
+        paths: Option<&[String]>,
+    ) -> Result<()> {
         self.forget_key(key);
-        self.inner.remove(g, key, paths)
+        self.inner.remove(g, key, slot, paths)
     }
     fn audit(&self, g: &Guard, event: &AuditEvent) -> Result<()> {
         if event.event == "deny" {

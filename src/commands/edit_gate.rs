@@ -279,7 +279,10 @@ fn auto_checkout(
     let Report::Checkout(r) = checkout::run(
         ctx,
         &key,
-        vec![pattern],
+        checkout::Want {
+            paths: vec![pattern],
+            slots: None,
+        },
         None,
         Some("checked out by the edit hook (auto_checkout)".into()),
         Join::No,

@@ -35,11 +35,11 @@ pub fn freeze(ctx: &Ctx, pattern: &str, for_: Duration, reason: Option<String>) 
         since: ctx.now,
         until: ctx.now + to_chrono(for_),
     };
-    let covered: Vec<String> = store
+    let covered: Vec<crate::engine::Checkout> = store
         .scan()?
         .into_iter()
         .filter_map(|slot| match slot {
-            crate::store::Slot::Held(r) if f.covers(&r.key) => Some(r.key),
+            crate::store::Slot::Held(r) if f.covers(&r.key) => Some(r.id()),
             _ => None,
         })
         .collect();
@@ -50,8 +50,9 @@ pub fn freeze(ctx: &Ctx, pattern: &str, for_: Duration, reason: Option<String>) 
     // The keys are found before the lock (a scan of every record), each judged again
     // under it; a key first checked out in between was taken before the freeze stood,
     // and its holder learns of it from `heartbeat`'s `frozen` list instead.
-    for key in covered {
-        let crate::store::Slot::Held(r) = store.read(&key)? else {
+    for (key, slot) in covered {
+        let crate::store::Slot::Held(r) = crate::engine::slots::read_at(&*store, &key, slot)?
+        else {
             continue;
         };
         if r.held_by(&agent.id) {

@@ -131,7 +131,7 @@ pub fn beat(
                     judge.reap_cause(r)
                 }
             };
-            let keys = todo.into_iter().map(|r| r.key).collect();
+            let keys = todo.iter().map(Record::id).collect();
             for (_, settled) in reap_in(ctx, &*store, guard, &mut judge, keys, Some(me), &mut rule)? {
                 let r = match settled {
                     Settled::Ended { record, .. } if mine(&record) => {

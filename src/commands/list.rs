@@ -35,16 +35,16 @@ pub fn run(ctx: &Ctx, mine: bool) -> Result<Report> {
     if let Some(store) = ctx.existing_store()? {
         // After ending checkouts, so keys just freed show their new reservation.
         for q in store.scan_queues()? {
-            if q.waiters.is_empty() && q.reservation.is_none() {
+            if q.is_empty() {
                 continue;
             }
             let q = super::status::settled_queue(ctx, &*store, &q.key)?;
-            if !q.waiters.is_empty() || q.reservation.is_some() {
+            if !q.is_empty() {
                 queues.insert(q.key.clone(), QueueView::from_queue(&q));
             }
         }
     }
-    checkouts.sort_by(|a, b| a.key.cmp(&b.key));
+    checkouts.sort_by(|a, b| (&a.key, a.slot).cmp(&(&b.key, b.slot)));
     Ok(Report::List(ListReport {
         command: "list",
         now: ctx.now,

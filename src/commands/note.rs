@@ -25,47 +25,50 @@ pub fn run(ctx: &Ctx, key: &str, text: String) -> Result<Report> {
     let Some(store) = ctx.existing_store()? else {
         return report(Outcome::NoSuchCheckout, None, None);
     };
-    store.transaction(|guard| match store.read(key)? {
-        Slot::Free => report(Outcome::NoSuchCheckout, None, None),
-        Slot::Corrupt { path, problem } => Err(Error::Corrupt {
-            key: key.to_string(),
-            path,
-            problem,
-        }),
-        Slot::Held(r)
-            if r.held_by(&agent.id)
-                && crate::engine::holder_refused(ctx, &*store, guard, &r, "note")?.is_some() =>
-        {
-            report(Outcome::SecretRefused, Some(CheckoutView::from(&r)), None)
-        }
-        Slot::Held(r) if r.held_by(&agent.id) => {
-            if r.expired_for_holder(&ctx.now) {
-                auto_release(
-                    ctx,
-                    &*store,
-                    guard,
-                    &r,
-                    Some(&agent.id),
-                    ReapReason::Timeout,
-                )?;
-                return report(Outcome::LeaseLost, Some(CheckoutView::from(&r)), None);
+    store.transaction(
+        |guard| match crate::engine::slots::read_mine(&*store, key, &agent.id)? {
+            Slot::Free => report(Outcome::NoSuchCheckout, None, None),
+            Slot::Corrupt { path, problem } => Err(Error::Corrupt {
+                key: key.to_string(),
+                path,
+                problem,
+            }),
+            Slot::Held(r)
+                if r.held_by(&agent.id)
+                    && crate::engine::holder_refused(ctx, &*store, guard, &r, "note")?
+                        .is_some() =>
+            {
+                report(Outcome::SecretRefused, Some(CheckoutView::from(&r)), None)
             }
-            let note = Note {
-                ts: ctx.now,
-                agent: agent.id.clone(),
-                name: agent.name.clone(),
-                token: Some(r.token),
-                text,
-            };
-            store.append_note(guard, key, &note)?;
-            report(Outcome::Noted, Some(CheckoutView::from(&r)), Some(note))
-        }
-        Slot::Held(r) => {
-            if let Some(reason) = Judge::new(ctx, &*store).reap_reason(&r)? {
-                auto_release(ctx, &*store, guard, &r, Some(&agent.id), reason)?;
-                return report(Outcome::NoSuchCheckout, None, None);
+            Slot::Held(r) if r.held_by(&agent.id) => {
+                if r.expired_for_holder(&ctx.now) {
+                    auto_release(
+                        ctx,
+                        &*store,
+                        guard,
+                        &r,
+                        Some(&agent.id),
+                        ReapReason::Timeout,
+                    )?;
+                    return report(Outcome::LeaseLost, Some(CheckoutView::from(&r)), None);
+                }
+                let note = Note {
+                    ts: ctx.now,
+                    agent: agent.id.clone(),
+                    name: agent.name.clone(),
+                    token: Some(r.token),
+                    text,
+                };
+                store.append_note(guard, key, &note)?;
+                report(Outcome::Noted, Some(CheckoutView::from(&r)), Some(note))
             }
-            report(Outcome::NotHolder, Some(CheckoutView::from(&r)), None)
-        }
-    })
+            Slot::Held(r) => {
+                if let Some(reason) = Judge::new(ctx, &*store).reap_reason(&r)? {
+                    auto_release(ctx, &*store, guard, &r, Some(&agent.id), reason)?;
+                    return report(Outcome::NoSuchCheckout, None, None);
+                }
+                report(Outcome::NotHolder, Some(CheckoutView::from(&r)), None)
+            }
+        },
+    )
 }

@@ -74,7 +74,7 @@ pub fn run(
     for key in keys {
         let frozen = None;
         let mut problem = None;
-        let slot = store.read(&key)?;
+        let slot = crate::engine::slots::read_mine(&*store, &key, &me)?;
         let standing = match &slot {
             Slot::Held(r) if r.held_by(&me) => crate::secret::standing_for(&me, r.owner.as_ref()),
             _ => crate::secret::Standing::Unbound,
@@ -104,7 +104,7 @@ pub fn run(
                     });
                     continue;
                 }
-                store.remove(&guard, &key, None)?;
+                store.remove(&guard, &key, None, None)?;
                 let mut ev = crate::store::AuditEvent::new(ctx.now, "force_release", &key, &me);
                 ev.reason = note.clone();
                 ev.detail = Some(format!("removed corrupt record: {problem}"));
@@ -125,7 +125,7 @@ pub fn run(
                     auto_release(ctx, &*store, &guard, &r, Some(&me), ReapReason::Timeout)?;
                     (Outcome::LeaseLost, Some(CheckoutView::from(&r)))
                 } else {
-                    store.remove(&guard, &key, Some(&r.paths))?;
+                    store.remove(&guard, &key, r.slot, Some(&r.paths))?;
                     // Released: what follows is bookkeeping, and its failure a warning.
                     let released = format!("`{key}` was released");
                     let mut ev = ctx.event("release", &r);
@@ -177,7 +177,7 @@ pub fn run(
                 (Outcome::NotHolder, Some(CheckoutView::from(&r)))
             }
             Slot::Held(r) if force => {
-                store.remove(&guard, &key, Some(&r.paths))?;
+                store.remove(&guard, &key, r.slot, Some(&r.paths))?;
                 let released = format!("`{key}` was force-released");
                 let mut ev = ctx.event("force_release", &r);
                 ev.by = Some(me.clone());

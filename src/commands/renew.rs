@@ -38,7 +38,7 @@ pub fn run(ctx: &Ctx, keys: Vec<String>, all: bool, timeout: Option<Duration>) -
     let single = keys.len() == 1;
     for key in keys {
         let mut frozen = None;
-        let (outcome, checkout) = match store.read(&key)? {
+        let (outcome, checkout) = match crate::engine::slots::read_mine(&*store, &key, &me)? {
             Slot::Free => (Outcome::NoSuchCheckout, None),
             Slot::Corrupt { path, problem } => {
                 let e = Error::Corrupt {

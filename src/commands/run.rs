@@ -16,6 +16,7 @@ use crate::report::{Report, RunReport};
 pub fn run(
     ctx: &Ctx,
     key: &str,
+    slots: Option<u32>,
     timeout: Option<Duration>,
     reason: Option<String>,
     wait: Option<Option<Duration>>,
@@ -27,8 +28,19 @@ pub fn run(
     let agent = ctx.agent_id()?;
     // Our own pid is recorded: if this process is killed, the checkout ends at once.
     let granted = match wait {
-        Some(dur) => super::wait::run_for(ctx, key, Vec::new(), timeout, reason, dur, true)?,
-        None => checkout::run_as(ctx, key, timeout, reason, std::process::id())?,
+        Some(dur) => super::wait::run_for(
+            ctx,
+            key,
+            checkout::Want {
+                paths: Vec::new(),
+                slots,
+            },
+            timeout,
+            reason,
+            dur,
+            true,
+        )?,
+        None => checkout::run_as(ctx, key, slots, timeout, reason, std::process::id())?,
     };
     let Report::Checkout(c) = &granted else {
         unreachable!("checkout returns a checkout report")

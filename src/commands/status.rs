@@ -1,4 +1,4 @@
-use crate::engine::{Ctx, NOTES_SHOWN, queue, read_reaping};
+use crate::engine::{Ctx, Judge, NOTES_SHOWN, Settled, lapsed, queue, read_reaping, reap};
 use crate::error::{Error, Outcome, Result};
 use crate::report::{CheckoutView, QueueView, Report, StatusReport};
 use crate::store::{Slot, Store};
@@ -11,7 +11,7 @@ pub fn run(ctx: &Ctx, key: &str) -> Result<Report> {
         Some(store) => read_reaping(ctx, store, key, by.as_deref())?,
         None => (Slot::Free, None),
     };
-    let checkout = match slot {
+    let mut checkout = match slot {
         Slot::Corrupt { path, problem } => {
             return Err(Error::Corrupt {
                 key: key.to_string(),
@@ -22,6 +22,17 @@ pub fn run(ctx: &Ctx, key: &str) -> Result<Report> {
         Slot::Held(r) => Some(CheckoutView::from(&r)),
         Slot::Free => None,
     };
+    let (holders, slots) = match store.as_deref() {
+        Some(store) => slot_holders(ctx, store, key, by.as_deref())?,
+        None => (Vec::new(), None),
+    };
+    if checkout.is_none() {
+        checkout = holders
+            .iter()
+            .find(|c| Some(c.agent.id.as_str()) == by.as_deref())
+            .or(holders.first())
+            .cloned();
+    }
     let (notes, queue) = match store.as_deref() {
         Some(s) => (
             s.last_notes(key, NOTES_SHOWN)?,
@@ -42,7 +53,48 @@ pub fn run(ctx: &Ctx, key: &str) -> Result<Report> {
         released,
         notes,
         queue,
+        slots,
+        holders,
     }))
+}
+
+/// The holders of a key with slots, the ended ones ended on the way, and how many
+/// slots it has (from its records, else its queue).
+fn slot_holders(
+    ctx: &Ctx,
+    store: &dyn Store,
+    key: &str,
+    by: Option<&str>,
+) -> Result<(Vec<CheckoutView>, Option<u32>)> {
+    let mut judge = Judge::new(ctx, store);
+    let mut held = Vec::new();
+    let mut ended = Vec::new();
+    for s in store.read_slots(key)? {
+        match s {
+            Slot::Held(r) if judge.reap_reason(&r)?.is_some() => ended.push(r.id()),
+            Slot::Held(r) => held.push(r),
+            Slot::Corrupt { path, problem } => {
+                return Err(Error::Corrupt {
+                    key: key.to_string(),
+                    path,
+                    problem,
+                });
+            }
+            Slot::Free => {}
+        }
+    }
+    for (_, settled) in reap(ctx, store, &mut judge, ended, by, &mut lapsed)? {
+        if let Settled::Kept(Slot::Held(r)) = settled {
+            held.push(r);
+        }
+    }
+    held.sort_by_key(|r| r.slot);
+    let slots = held
+        .iter()
+        .max_by_key(|r| r.token)
+        .and_then(|r| r.slots)
+        .or(store.read_queue(key)?.slots);
+    Ok((held.iter().map(CheckoutView::from).collect(), slots))
 }
 
 /// A key's queue brought up to date (lapsed reservations passed on, gone waiters dropped,
@@ -53,11 +105,8 @@ pub(crate) fn settled_queue(
     key: &str,
 ) -> Result<crate::store::Queue> {
     let q = store.read_queue(key)?;
-    if q.waiters.is_empty() && q.reservation.is_none() {
+    if q.is_empty() {
         return Ok(q);
     }
-    store.transaction(|guard| {
-        let slot = store.read(key)?;
-        queue::settle_key(ctx, store, guard, key, queue::KeyNow::of(&slot), None)
-    })
+    store.transaction(|guard| queue::settle_now(ctx, store, guard, key, None))
 }

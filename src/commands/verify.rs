@@ -32,18 +32,11 @@ pub fn run(ctx: &Ctx, key: &str, token: u64) -> Result<Report> {
             judge.reap_cause(r)
         }
     };
-    let mut slot = store.read(key)?;
+    let mut slot = crate::engine::slots::read_mine(&*store, key, &me)?;
     if let Slot::Held(r) = &slot
         && ends(r, &mut judge)?.is_some()
     {
-        let settled = reap(
-            ctx,
-            &*store,
-            &mut judge,
-            vec![key.to_string()],
-            Some(&me),
-            &mut ends,
-        )?;
+        let settled = reap(ctx, &*store, &mut judge, vec![r.id()], Some(&me), &mut ends)?;
         match settled.into_iter().next().map(|(_, s)| s) {
             Some(Settled::Ended { record, .. }) => {
                 return if record.held_by(&me) {

@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::checkout::{self, Join, Request};
+use super::checkout::{self, Join, Request, Want};
 use crate::clock::Time;
 use crate::engine::{Ctx, queue};
 use crate::error::{Outcome, Result};
@@ -21,12 +21,12 @@ const FALLBACK_POLL: Duration = Duration::from_millis(500);
 pub fn run(
     ctx: &Ctx,
     key: &str,
-    paths: Vec<String>,
+    want: Want,
     timeout: Option<Duration>,
     reason: Option<String>,
     wait: Option<Duration>,
 ) -> Result<Report> {
-    run_for(ctx, key, paths, timeout, reason, wait, false)
+    run_for(ctx, key, want, timeout, reason, wait, false)
 }
 
 /// As [`run`]; with `own_process`, the checkout records this process as the one whose
@@ -35,7 +35,7 @@ pub fn run(
 pub fn run_for(
     ctx: &Ctx,
     key: &str,
-    paths: Vec<String>,
+    want: Want,
     timeout: Option<Duration>,
     reason: Option<String>,
     wait: Option<Duration>,
@@ -43,7 +43,8 @@ pub fn run_for(
 ) -> Result<Report> {
     crate::key::validate(key)?;
     let mut req = Request::new(ctx, timeout, reason, None)?;
-    req.paths = paths;
+    req.paths = want.paths;
+    req.slots = want.slots;
     let me = req.agent.id.clone();
     let store = ctx.open_store()?;
     let deadline = wait.map(|d| Instant::now() + d);
@@ -113,7 +114,7 @@ fn wait_loop(
             r.checkout = holder;
             r.queue_length = q.waiters.len();
             r.position = None;
-            r.reserved_for = q.reservation.clone();
+            r.reserved_for = q.reservation().cloned();
             return Ok(Report::Checkout(r));
         }
         let report = store.transaction(|guard| {

@@ -40,7 +40,77 @@ pub fn run(ctx: &Ctx, key: &str, paths: Vec<String>) -> Result<Report> {
             ));
         }
         let mut judge = Judge::new(ctx, &*store);
-        match store.read(key)? {
+        let own = store.read(key)?;
+        let queue = store.read_queue(key)?;
+        let with_slots = crate::engine::slots::Holders::read(&*store, key, Some(&queue), &own)?;
+        if let Some(h) = &with_slots {
+            let mut live = Vec::new();
+            for r in &h.records {
+                if !r.breakable(&now) && !judge.holder(r)?.dead() {
+                    live.push(r);
+                }
+            }
+            let mine = me
+                .as_deref()
+                .and_then(|m| h.of(m))
+                .filter(|r| !r.expired_for_holder(&now));
+            let others_reserved = queue
+                .reservations
+                .iter()
+                .filter(|r| Some(r.agent.as_str()) != me.as_deref())
+                .count();
+            let held: Vec<String> = live
+                .iter()
+                .map(|r| match r.slot {
+                    Some(n) => format!("{} (slot {n}, token {})", r.agent.label(), r.token),
+                    None => format!("{} (token {})", r.agent.label(), r.token),
+                })
+                .collect();
+            if let Some(r) = mine {
+                state = "yours";
+                reasons.push(format!(
+                    "You hold slot {} of its {} (token {}); your lease ends {}. Checking it out again renews it.",
+                    r.slot.unwrap_or(1),
+                    h.capacity,
+                    r.token,
+                    with_relative(&r.expires_at, &now)
+                ));
+            } else if live.len() + others_reserved < h.capacity as usize
+                || queue
+                    .reserved_for(me.as_deref().unwrap_or_default())
+                    .is_some()
+            {
+                reasons.push(format!(
+                    "It has {} slots and {} of them are held{}; one is free for you.",
+                    h.capacity,
+                    live.len(),
+                    if held.is_empty() {
+                        String::new()
+                    } else {
+                        format!(": {}", held.join(", "))
+                    }
+                ));
+            } else {
+                can = false;
+                state = "held";
+                holder = live.first().map(|r| r.agent.id.clone());
+                reasons.push(if live.len() >= h.capacity as usize {
+                    format!("All {} of its slots are taken: {}.", h.capacity, held.join(", "))
+                } else {
+                    format!(
+                        "{} of its {} slots are taken ({}), and the free ones are reserved for agents ahead of you in its queue.",
+                        live.len(),
+                        h.capacity,
+                        held.join(", ")
+                    )
+                });
+            }
+        }
+        match if with_slots.is_some() {
+            Slot::Free
+        } else {
+            own
+        } {
             Slot::Corrupt { path, problem } if crate::error::newer_format(&problem) => {
                 can = false;
                 state = "corrupt";
@@ -169,7 +239,7 @@ pub fn run(ctx: &Ctx, key: &str, paths: Vec<String>) -> Result<Report> {
         }
         let queue = store.read_queue(key)?;
         position = me.as_deref().and_then(|m| queue.position(m));
-        if let Some(res) = &queue.reservation
+        if let Some(res) = queue.reservation()
             && res.until > now
             && state != "held"
             && state != "paths_held"

@@ -189,12 +189,13 @@ fn retime(
     at: clock::Time,
 ) -> Result<()> {
     let mut q = store.read_queue(key)?;
-    let Some(r) = &mut q.reservation else {
+    let Some(r) = q
+        .reservations
+        .iter_mut()
+        .find(|r| r.agent == agent && r.message.as_deref() == Some(id))
+    else {
         return Ok(());
     };
-    if r.agent != agent || r.message.as_deref() != Some(id) {
-        return Ok(());
-    }
     let until = at + (r.until - r.since);
     if until - r.until >= RETIME_AT_LEAST {
         r.until = until;
@@ -218,13 +219,13 @@ mod tests {
         let store = FileStore::open_or_create(&tmp.path().join(".locks")).unwrap();
         let store: &dyn Store = &store;
         let mut q = Queue::empty("k");
-        q.reservation = Some(Reservation {
+        q.reservations = vec![Reservation {
             agent: "a".into(),
             since: at("2026-01-01T00:00:00Z"),
             until: at("2026-01-01T00:02:00Z"),
             message: Some("m1".into()),
-        });
-        let until = |store: &dyn Store| store.read_queue("k").unwrap().reservation.unwrap().until;
+        }];
+        let until = |store: &dyn Store| store.read_queue("k").unwrap().reservations[0].until;
         store
             .transaction(|g| {
                 store.write_queue(g, &q)?;

@@ -7,6 +7,7 @@ pub mod deliver;
 pub mod edits;
 pub mod paths;
 pub mod queue;
+pub mod slots;
 pub mod stamps;
 
 use std::collections::HashMap;
@@ -132,7 +133,7 @@ pub fn auto_release_for(
     reason: ReapReason,
     taker: Option<&str>,
 ) -> Result<()> {
-    store.remove(guard, &record.key, Some(&record.paths))?;
+    store.remove(guard, &record.key, record.slot, Some(&record.paths))?;
     // The checkout has ended: what follows is bookkeeping, and its failure a warning
     // (the command that ended it goes on, and never exits 1 with the record gone).
     crate::warnings::after_change(
@@ -361,6 +362,9 @@ pub enum Settled {
     Kept(Slot),
 }
 
+/// One checkout: its key, and the slot it holds of a key with slots.
+pub type Checkout = (String, Option<u32>);
+
 /// Decides whether a checkout may be ended now, and why.
 pub type Rule<'r> =
     dyn FnMut(&Record, &mut Judge) -> Result<Option<(ReapReason, Option<Cause>)>> + 'r;
@@ -378,7 +382,7 @@ pub fn reap(
     ctx: &Ctx,
     store: &dyn Store,
     judge: &mut Judge,
-    keys: Vec<String>,
+    keys: Vec<Checkout>,
     by: Option<&str>,
     rule: &mut Rule<'_>,
 ) -> Result<Vec<(String, Settled)>> {
@@ -394,14 +398,14 @@ pub fn reap_in(
     store: &dyn Store,
     g: &Guard,
     judge: &mut Judge,
-    keys: Vec<String>,
+    keys: Vec<Checkout>,
     by: Option<&str>,
     rule: &mut Rule<'_>,
 ) -> Result<Vec<(String, Settled)>> {
     judge.refresh();
     let mut out = Vec::with_capacity(keys.len());
-    for key in keys {
-        let slot = store.read(&key)?;
+    for (key, n) in keys {
+        let slot = slots::read_at(store, &key, n)?;
         let Slot::Held(r) = &slot else {
             out.push((key, Settled::Kept(slot)));
             continue;
@@ -442,7 +446,7 @@ pub fn scan_reaping(
     let mut candidates = Vec::new();
     for slot in store.scan()? {
         match &slot {
-            Slot::Held(r) if judge.reap_reason(r)?.is_some() => candidates.push(r.key.clone()),
+            Slot::Held(r) if judge.reap_reason(r)?.is_some() => candidates.push(r.id()),
             _ => kept.push(slot),
         }
     }
@@ -477,7 +481,7 @@ pub fn read_reaping(
         ctx,
         store,
         &mut judge,
-        vec![key.to_string()],
+        vec![(key.to_string(), r.slot)],
         by,
         &mut lapsed,
     )?;
@@ -511,11 +515,11 @@ pub fn end_agent(
     let ends =
         |id: &str| id == agent_id || (with_subagents && identity::is_subagent_of(id, agent_id));
     // Find the keys outside the guard; each is re-read under it before it is changed.
-    let mine: Vec<String> = store
+    let mine: Vec<Checkout> = store
         .scan()?
         .into_iter()
         .filter_map(|slot| match slot {
-            Slot::Held(r) if ends(&r.agent.id) => Some(r.key),
+            Slot::Held(r) if ends(&r.agent.id) => Some(r.id()),
             _ => None,
         })
         .collect();

@@ -157,7 +157,7 @@ pub fn reservations_meeting(
         if q.key == key {
             continue;
         }
-        let Some(res) = &q.reservation else { continue };
+        let Some(res) = q.reservation() else { continue };
         if res.agent == me || ctx.now >= res.until {
             continue;
         }
@@ -259,7 +259,7 @@ impl From<&Overlap> for OverlapView {
 
 impl ReservedOverlap {
     pub fn view(&self) -> OverlapView {
-        let res = self.queue.reservation.as_ref().expect("a reserved queue");
+        let res = self.queue.reservation().expect("a reserved queue");
         let w = &self.waiter;
         OverlapView {
             key: self.queue.key.clone(),

@@ -1,7 +1,7 @@
 //! Queues, handoff reservations, inbox notifications and wait-for cycles. Everything
 //! here runs under the guard, inside the command that meets the situation.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::Ctx;
@@ -113,6 +113,8 @@ pub(crate) enum KeyNow<'a> {
     Free,
     /// This agent holds it: only its own entry (a holder waiting to add paths) may be.
     HeldBy(&'a str),
+    /// A key with slots, this many of them free: as many waiters may be served.
+    Slots(usize),
     /// Nobody can take it (its record is damaged) until it is repaired.
     Unavailable,
 }
@@ -122,17 +124,47 @@ impl KeyNow<'_> {
         match self {
             KeyNow::Free => true,
             KeyNow::HeldBy(h) => h == agent,
+            KeyNow::Slots(free) => free > 0,
             KeyNow::Unavailable => false,
         }
     }
 
-    /// The key as a slot read now shows it.
+    /// How many reservations may stand at once.
+    fn room(self) -> usize {
+        match self {
+            KeyNow::Free | KeyNow::HeldBy(_) => 1,
+            KeyNow::Slots(free) => free,
+            KeyNow::Unavailable => 0,
+        }
+    }
+
+    /// The key as a slot read now shows it (a key without slots).
     pub(crate) fn of(slot: &Slot) -> KeyNow<'_> {
         match slot {
             Slot::Held(r) => KeyNow::HeldBy(&r.agent.id),
             Slot::Corrupt { .. } => KeyNow::Unavailable,
             Slot::Free => KeyNow::Free,
         }
+    }
+}
+
+/// Settle `key`'s queue as the store shows the key now: its own record, or for a key
+/// with slots, how many of them are free.
+pub(crate) fn settle_now(
+    ctx: &Ctx,
+    store: &dyn Store,
+    g: &Guard,
+    key: &str,
+    taker: Option<&str>,
+) -> Result<Queue> {
+    let slot = store.read(key)?;
+    let q = store.read_queue(key)?;
+    if q.is_empty() {
+        return Ok(q);
+    }
+    match super::slots::Holders::read(store, key, Some(&q), &slot)? {
+        Some(h) => settle_key(ctx, store, g, key, h.key_now(None), taker),
+        None => settle_key(ctx, store, g, key, KeyNow::of(&slot), taker),
     }
 }
 
@@ -172,12 +204,14 @@ fn holds_live(ctx: &Ctx, store: &dyn Store, r: &Record) -> Result<bool> {
     Ok(!liveness::judge_record(r, entry.as_ref(), &ctx.now, &ctx.config()?).dead())
 }
 
-/// Bring a queue up to date: drop gone waiters; end a reservation that lapsed or that
-/// its waiter can no longer use; and, when none stands, reserve the key for the first
-/// waiter that can take it now: the key is free (or its own, for a holder waiting to add
-/// paths) and no live agent holds or has reserved a path it asked for. The one served
-/// moves to the head; waiters it passed keep their order behind it. `taker` is an agent
-/// about to take the key itself, which needs no message.
+/// Bring a queue up to date: drop gone waiters; end reservations that lapsed or that
+/// their waiters can no longer use; and, while there is room (one reservation for a
+/// key, one per free slot for a key with slots), reserve the key for the first waiter
+/// that can take it now: the key is free (or its own, for a holder waiting to add
+/// paths) and no live agent holds or has reserved a path it asked for. Reserved
+/// waiters stand at the head, in the order they were served; waiters passed keep their
+/// order behind them. `taker` is an agent about to take the key itself, which needs no
+/// message.
 pub(crate) fn settle(
     ctx: &Ctx,
     store: &dyn Store,
@@ -194,7 +228,7 @@ pub(crate) fn settle(
             let mut ev = audit(ctx, "dequeue", &q.key, &w.agent);
             ev.reason = Some("gone".into());
             store.audit(g, &ev)?;
-            if q.reservation.as_ref().is_some_and(|r| r.agent == w.agent) {
+            if q.reserved_for(&w.agent).is_some() {
                 freed.extend(w.paths.iter().cloned());
             }
         } else {
@@ -202,54 +236,62 @@ pub(crate) fn settle(
         }
     }
     q.waiters = kept;
-    if let Some(res) = q.reservation.clone() {
-        let head = q.waiters.first().filter(|w| w.agent == res.agent);
-        match head {
-            Some(h) if !key_now.serves(&h.agent) => {
-                freed.extend(h.paths.iter().cloned());
-                q.reservation = None;
-            }
-            None => q.reservation = None,
-            Some(_)
-                if ctx.now >= res.until
-                    && !(taker == Some(res.agent.as_str()) && q.waiters.len() == 1) =>
-            {
-                // Late, but nobody else waits: the head that shows up may still take it.
-                q.reservation = None;
-                let h = q.waiters.remove(0);
-                freed.extend(h.paths);
-                let mut ev = audit(ctx, "lapse", &q.key, &res.agent);
-                ev.detail =
-                    Some("the reservation's grace ran out; passed to the next waiter".into());
-                store.audit(g, &ev)?;
-                notify(
-                    ctx,
-                    store,
-                    g,
-                    &res.agent,
-                    None,
-                    MessageKind::ReservationLapsed,
-                    &q.key,
-                    "the key was reserved for you but you did not take it in time; you left its queue",
-                )?;
-            }
-            Some(_) => {}
+    let mut standing = Vec::with_capacity(q.reservations.len());
+    for res in std::mem::take(&mut q.reservations) {
+        let Some(i) = q.waiters.iter().position(|w| w.agent == res.agent) else {
+            continue;
+        };
+        if !key_now.serves(&res.agent) || standing.len() >= key_now.room() {
+            // No longer a key it can take (or fewer slots than reservations): it waits
+            // again, in its place.
+            freed.extend(q.waiters[i].paths.iter().cloned());
+            continue;
+        }
+        let unreserved_waiting = q.waiters.len() > standing.len() + 1;
+        // Late, but nobody else waits: the waiter that shows up may still take it.
+        let keeps = taker == Some(res.agent.as_str()) && !unreserved_waiting;
+        if ctx.now >= res.until && !keeps {
+            let h = q.waiters.remove(i);
+            freed.extend(h.paths);
+            let mut ev = audit(ctx, "lapse", &q.key, &res.agent);
+            ev.detail = Some("the reservation's grace ran out; passed to the next waiter".into());
+            store.audit(g, &ev)?;
+            notify(
+                ctx,
+                store,
+                g,
+                &res.agent,
+                None,
+                MessageKind::ReservationLapsed,
+                &q.key,
+                "the key was reserved for you but you did not take it in time; you left its queue",
+            )?;
+            continue;
+        }
+        standing.push(res);
+    }
+    // The reserved stand at the head, in the order of their reservations.
+    for (at, res) in standing.iter().enumerate() {
+        if let Some(i) = q.waiters.iter().position(|w| w.agent == res.agent) {
+            let w = q.waiters.remove(i);
+            q.waiters.insert(at, w);
         }
     }
-    if q.reservation.is_none() {
+    q.reservations = standing;
+    while q.reservations.len() < key_now.room() {
+        let at = q.reservations.len();
         let mut served = None;
-        for (i, w) in q.waiters.iter().enumerate() {
+        for (i, w) in q.waiters.iter().enumerate().skip(at) {
             if key_now.serves(&w.agent) && !paths_taken(ctx, store, &q.key, w)? {
                 served = Some(i);
                 break;
             }
         }
-        if let Some(i) = served {
-            let w = q.waiters.remove(i);
-            q.waiters.insert(0, w);
-            let holding = matches!(key_now, KeyNow::HeldBy(_));
-            reserve(ctx, store, g, q, i, holding, taker)?;
-        }
+        let Some(i) = served else { break };
+        let w = q.waiters.remove(i);
+        q.waiters.insert(at, w);
+        let holding = matches!(key_now, KeyNow::HeldBy(_));
+        reserve(ctx, store, g, q, at, i - at, holding, taker)?;
     }
     Ok(Settled {
         changed: *q != before,
@@ -257,22 +299,24 @@ pub(crate) fn settle(
     })
 }
 
-/// Reserve the key for the head of its queue and tell it (unless it is `taker`).
-/// `passed` waiters were ahead of it, their paths still held; `holding`: the head holds
-/// the key and waits to add paths.
+/// Reserve the key for the waiter at `at` (right behind those already reserved) and tell
+/// it (unless it is `taker`). `passed` waiters were ahead of it, their paths still held;
+/// `holding`: it holds the key and waits to add paths.
+#[allow(clippy::too_many_arguments)]
 fn reserve(
     ctx: &Ctx,
     store: &dyn Store,
     g: &Guard,
     q: &mut Queue,
+    at: usize,
     passed: usize,
     holding: bool,
     taker: Option<&str>,
 ) -> Result<()> {
-    let head = q.waiters[0].clone();
+    let head = q.waiters[at].clone();
     let grace = ctx.config()?.handoff_grace;
     let until = ctx.now + to_chrono(grace);
-    q.reservation = Some(Reservation {
+    q.reservations.push(Reservation {
         agent: head.agent.clone(),
         since: ctx.now,
         until,
@@ -297,6 +341,8 @@ fn reserve(
     );
     let what = if holding {
         "the paths you asked for to add to your checkout are free"
+    } else if q.slots.is_some() {
+        "a slot of the key is free"
     } else if head.paths.is_empty() {
         "the key is free"
     } else {
@@ -316,7 +362,7 @@ fn reserve(
         &q.key,
         &body,
     )?;
-    if let Some(r) = &mut q.reservation {
+    if let Some(r) = q.reservations.last_mut() {
         r.message = Some(id);
     }
     Ok(())
@@ -333,7 +379,7 @@ pub(crate) fn settle_key(
     taker: Option<&str>,
 ) -> Result<Queue> {
     let mut q = store.read_queue(key)?;
-    if q.waiters.is_empty() && q.reservation.is_none() {
+    if q.is_empty() {
         return Ok(q);
     }
     let s = settle(ctx, store, g, &mut q, key_now, taker)?;
@@ -357,9 +403,16 @@ pub(crate) fn after_release(
 ) -> Result<()> {
     let key = ended.key.as_str();
     let q = store.read_queue(key)?;
-    if !(q.waiters.is_empty() && q.reservation.is_none()) {
+    if !q.is_empty() {
         let who = (ended.agent.id.as_str(), "checkout ended");
-        dequeue_then_settle(ctx, store, g, q, who, KeyNow::Free, taker)?;
+        let slot = store.read(key)?;
+        match super::slots::Holders::read(store, key, Some(&q), &slot)? {
+            Some(h) => {
+                let key_now = h.key_now(None);
+                dequeue_then_settle(ctx, store, g, q, who, key_now, taker)?;
+            }
+            None => dequeue_then_settle(ctx, store, g, q, who, KeyNow::of(&slot), taker)?,
+        }
     }
     wake_path_waiters(ctx, store, g, key, &ended.paths)
 }
@@ -385,12 +438,11 @@ pub(crate) fn wake_path_waiters(
             .any(|r| wanted.iter().any(|p| crate::paths::overlaps(r, p)))
     };
     for q in store.scan_queues()? {
-        if q.key == key || q.reservation.is_some() || !q.waiters.iter().any(wants) {
+        if q.key == key || !q.reservations.is_empty() || !q.waiters.iter().any(wants) {
             continue;
         }
         // Each settle may reserve paths the next queue's waiters want: read afresh.
-        let slot = store.read(&q.key)?;
-        settle_key(ctx, store, g, &q.key, KeyNow::of(&slot), None)?;
+        settle_now(ctx, store, g, &q.key, None)?;
     }
     Ok(())
 }
@@ -401,9 +453,9 @@ pub(crate) fn wake_path_waiters(
 pub(crate) fn granted(store: &dyn Store, g: &Guard, q: &mut Queue, agent: &str) -> Result<()> {
     let before = q.waiters.len();
     q.waiters.retain(|w| w.agent != agent);
-    let was_reserved = q.reservation.as_ref().is_some_and(|r| r.agent == agent);
+    let was_reserved = q.reserved_for(agent).is_some();
     if was_reserved {
-        q.reservation = None;
+        q.reservations.retain(|r| r.agent != agent);
     }
     if q.waiters.len() == before && !was_reserved {
         return Ok(());
@@ -487,7 +539,11 @@ pub(crate) fn leave(
         return Ok(false);
     }
     let slot = store.read(key)?;
-    dequeue_then_settle(ctx, store, g, q, (agent, reason), KeyNow::of(&slot), None)?;
+    let key_now = match super::slots::Holders::read(store, key, Some(&q), &slot)? {
+        Some(h) => h.key_now(Some(agent)),
+        None => KeyNow::of(&slot),
+    };
+    dequeue_then_settle(ctx, store, g, q, (agent, reason), key_now, None)?;
     Ok(true)
 }
 
@@ -508,8 +564,8 @@ fn dequeue_then_settle(
     let removed = match q.waiters.iter().position(|w| w.agent == agent) {
         Some(i) => {
             let w = q.waiters.remove(i);
-            if q.reservation.as_ref().is_some_and(|r| r.agent == agent) {
-                q.reservation = None;
+            if q.reserved_for(agent).is_some() {
+                q.reservations.retain(|r| r.agent != agent);
                 freed = w.paths;
             }
             let mut ev = audit(ctx, "dequeue", &q.key, agent);
@@ -537,86 +593,159 @@ pub(crate) fn queued_keys(store: &dyn Store, agent: &str) -> Result<Vec<String>>
         .collect())
 }
 
-/// Would `me` waiting for `key` (held or reserved by `holder`) close a wait-for cycle?
-/// Returns the cycle as agent, key, agent, …, agent.
+/// Would `me` waiting for `key` leave it stuck for good? `blockers` keep it from the key:
+/// its holder (or the agent it is reserved for) and the holders of paths it asked for,
+/// of whom each must let go (`any`: one stuck among them is enough to stick it); or the
+/// holders of a key with slots, of whom one letting go is enough (`!any`: it is stuck
+/// only if every one of them is). An agent that waits is stuck when any of its waits is
+/// (it waits for all of them); one that waits for nothing is free. Returns the wait-for
+/// cycle that sticks it, as agent, key, agent, …, an agent already named.
 pub(crate) fn find_cycle(
     store: &dyn Store,
     me: &str,
     key: &str,
-    holder: &str,
+    blockers: &[String],
+    any: bool,
 ) -> Result<Option<Vec<String>>> {
     let queues = store.scan_queues()?;
-    // What each agent waits for: a key, and the paths it asked for with it.
-    let mut waits: HashMap<String, Vec<(String, Vec<String>)>> = HashMap::new();
+    let by_key: HashMap<&str, &Queue> = queues.iter().map(|q| (q.key.as_str(), q)).collect();
+    // Every wait: who waits, for which key, kept by whom, and how.
+    let mut waits: Vec<Wait> = vec![Wait {
+        agent: me.to_string(),
+        key: key.to_string(),
+        blockers: blockers.iter().filter(|b| *b != me).cloned().collect(),
+        all_needed: any,
+    }];
     for q in &queues {
         for w in &q.waiters {
-            waits
-                .entry(w.agent.clone())
-                .or_default()
-                .push((q.key.clone(), w.paths.clone()));
+            if w.agent == me && q.key == key {
+                continue;
+            }
+            let (hs, all_needed) = wait_blockers(store, &by_key, &w.agent, &q.key, &w.paths)?;
+            waits.push(Wait {
+                agent: w.agent.clone(),
+                key: q.key.clone(),
+                blockers: hs,
+                all_needed,
+            });
         }
     }
-    let reserved: HashMap<&str, &str> = queues
-        .iter()
-        .filter_map(|q| {
-            q.reservation
-                .as_ref()
-                .map(|r| (q.key.as_str(), r.agent.as_str()))
-        })
-        .collect();
-    // Who keeps `agent` from `k`: its holder (or the agent it is reserved for), and the
-    // holders of other checkouts whose paths overlap the paths `agent` asked for.
-    let blockers = |agent: &str, k: &str, paths: &[String]| -> Result<Vec<String>> {
-        let mut out: Vec<String> = match store.read(k)? {
-            Slot::Held(r) => vec![r.agent.id],
-            _ => reserved.get(k).map(|a| a.to_string()).into_iter().collect(),
-        };
-        if !paths.is_empty() {
-            let mine = super::paths::compile(paths);
-            for o in super::paths::held_overlaps(store, agent, k, &mine)? {
-                if !out.contains(&o.record.agent.id) {
-                    out.push(o.record.agent.id);
-                }
+    // The agents that get what they wait for, as long as those they wait on do: the
+    // least fixed point, from those that wait for nothing.
+    let waiting: std::collections::HashSet<&str> = waits.iter().map(|w| w.agent.as_str()).collect();
+    let mut stuck: std::collections::HashSet<String> =
+        waiting.iter().map(|a| a.to_string()).collect();
+    loop {
+        let freed: Vec<String> = stuck
+            .iter()
+            .filter(|a| {
+                waits
+                    .iter()
+                    .filter(|w| &w.agent == *a)
+                    .all(|w| !w.stuck_by(&stuck))
+            })
+            .cloned()
+            .collect();
+        if freed.is_empty() {
+            break;
+        }
+        for a in freed {
+            stuck.remove(&a);
+        }
+    }
+    if !stuck.contains(me) {
+        return Ok(None);
+    }
+    // Walk from `me` through stuck agents until one repeats: that is the cycle.
+    let mut path = vec![me.to_string()];
+    let mut at = me.to_string();
+    let mut first = true;
+    loop {
+        let next = waits
+            .iter()
+            .filter(|w| w.agent == at && (!first || w.key == key))
+            .find(|w| w.stuck_by(&stuck))
+            .and_then(|w| {
+                w.blockers
+                    .iter()
+                    .find(|b| stuck.contains(*b))
+                    .map(|b| (w.key.clone(), b.clone()))
+            });
+        first = false;
+        let Some((k, b)) = next else { break };
+        let seen = path.iter().step_by(2).any(|a| *a == b);
+        path.push(k);
+        path.push(b.clone());
+        if seen {
+            break;
+        }
+        at = b;
+    }
+    Ok(Some(path))
+}
+
+/// One agent's wait for one key.
+struct Wait {
+    agent: String,
+    key: String,
+    blockers: Vec<String>,
+    /// Every blocker must let go (a key and its paths); else one is enough (slots).
+    all_needed: bool,
+}
+
+impl Wait {
+    /// Can this wait not end while the `stuck` agents stay stuck?
+    fn stuck_by(&self, stuck: &std::collections::HashSet<String>) -> bool {
+        if self.all_needed {
+            self.blockers.iter().any(|b| stuck.contains(b))
+        } else {
+            !self.blockers.is_empty() && self.blockers.iter().all(|b| stuck.contains(b))
+        }
+    }
+}
+
+/// Who keeps `agent` from `k`, and whether each of them must let go (a key without
+/// slots, and paths) or one is enough (the holders of a key with slots).
+fn wait_blockers(
+    store: &dyn Store,
+    by_key: &HashMap<&str, &Queue>,
+    agent: &str,
+    k: &str,
+    paths: &[String],
+) -> Result<(Vec<String>, bool)> {
+    let q = by_key.get(k);
+    if q.is_some_and(|q| q.reserved_for(agent).is_some()) {
+        // It may take the key (a free slot of it) now: nobody keeps it waiting.
+        return Ok((Vec::new(), false));
+    }
+    let slots = store.read_slots(k)?;
+    let with_slots = !slots.is_empty() || q.is_some_and(|q| q.slots.is_some());
+    let mut out: Vec<String> = Vec::new();
+    if let Slot::Held(r) = store.read(k)? {
+        out.push(r.agent.id);
+    }
+    for s in slots {
+        if let Slot::Held(r) = s
+            && !out.contains(&r.agent.id)
+        {
+            out.push(r.agent.id);
+        }
+    }
+    if out.is_empty() || with_slots {
+        for r in q.map(|q| q.reservations.as_slice()).unwrap_or_default() {
+            if r.agent != agent && !out.contains(&r.agent) {
+                out.push(r.agent.clone());
             }
         }
-        Ok(out)
-    };
-    let mut path = vec![me.to_string(), key.to_string(), holder.to_string()];
-    let mut seen = HashSet::new();
-    type Blockers<'a> = dyn Fn(&str, &str, &[String]) -> Result<Vec<String>> + 'a;
-    fn dfs(
-        agent: &str,
-        me: &str,
-        waits: &HashMap<String, Vec<(String, Vec<String>)>>,
-        blockers: &Blockers<'_>,
-        path: &mut Vec<String>,
-        seen: &mut HashSet<String>,
-    ) -> Result<bool> {
-        if agent == me {
-            return Ok(true);
-        }
-        if !seen.insert(agent.to_string()) {
-            return Ok(false);
-        }
-        for (k, paths) in waits.get(agent).into_iter().flatten() {
-            for h in blockers(agent, k, paths)? {
-                if h == agent {
-                    continue;
-                }
-                path.push(k.clone());
-                path.push(h.clone());
-                if dfs(&h, me, waits, blockers, path, seen)? {
-                    return Ok(true);
-                }
-                path.pop();
-                path.pop();
+    }
+    if !paths.is_empty() {
+        let mine = super::paths::compile(paths);
+        for o in super::paths::held_overlaps(store, agent, k, &mine)? {
+            if !out.contains(&o.record.agent.id) {
+                out.push(o.record.agent.id);
             }
         }
-        Ok(false)
     }
-    if dfs(holder, me, &waits, &blockers, &mut path, &mut seen)? {
-        Ok(Some(path))
-    } else {
-        Ok(None)
-    }
+    out.retain(|h| h != agent);
+    Ok((out, !with_slots))
 }

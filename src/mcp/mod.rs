@@ -568,6 +568,12 @@ struct CheckoutArgs {
     /// a file with these makes it a conflict; all are taken or none.
     #[serde(default)]
     paths: Vec<String>,
+    /// Let up to this many agents hold `key` at once, each in a slot of its own (a
+    /// limit on heavy work, such as 3 builds at a time). Leave it out to keep the
+    /// count the key already has.
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 1000))]
+    slots: Option<u32>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -793,6 +799,9 @@ fn command(tool: &str, args: Value) -> Option<Result<Vec<String>, String>> {
                 for p in &a.paths {
                     v.extend([s("--path"), p.clone()]);
                 }
+                if let Some(n) = a.slots {
+                    v.extend([s("--slots"), n.to_string()]);
+                }
                 match (a.key, a.any) {
                     (Some(k), None) => v.extend([s("--"), k]),
                     (None, None) if !a.paths.is_empty() => {}
@@ -966,6 +975,8 @@ mod tests {
                 .unwrap()
                 .is_err()
         );
+        let c = command("checkout", json!({"key": "build", "slots": 3})).unwrap();
+        assert_eq!(c.unwrap(), ["checkout", "--slots", "3", "--", "build"]);
         let c = command("checkout", json!({"any": ["a", "b"]})).unwrap();
         assert_eq!(c.unwrap(), ["checkout", "--any", "--", "a", "b"]);
         assert!(

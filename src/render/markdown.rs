@@ -65,6 +65,9 @@ fn checkout_lines(out: &mut String, c: &CheckoutView, now: &Time) {
         let _ = writeln!(out, "- Subagent of session: {}", code(p));
     }
     let _ = writeln!(out, "- Host: {}", c.agent.host);
+    if let (Some(n), Some(of)) = (c.slot, c.slots) {
+        let _ = writeln!(out, "- Slot: {n} of {of}");
+    }
     if !c.paths.is_empty() {
         let _ = writeln!(out, "- Paths: {}", code_list(&c.paths));
     }
@@ -240,6 +243,9 @@ fn checkout(r: &CheckoutReport, inv: &Invocation) -> String {
         }
         (Outcome::Conflict, holder) => {
             match (&r.reserved_for, holder) {
+                _ if !r.holders.is_empty() || r.slots.is_some() => {
+                    slots_taken(&mut out, r);
+                }
                 (Some(res), None) => {
                     let _ = writeln!(
                         out,
@@ -346,6 +352,45 @@ fn checkout(r: &CheckoutReport, inv: &Invocation) -> String {
         }
     }
     out
+}
+
+/// A key with slots that has none to give: who holds them, and who is served first.
+fn slots_taken(out: &mut String, r: &CheckoutReport) {
+    let k = code(&r.key);
+    let slots = r.slots.unwrap_or_default();
+    let held = r.holders.len();
+    if held as u32 >= slots {
+        let _ = writeln!(
+            out,
+            "Conflict: all {slots} slot{} of {k} are taken.",
+            if slots == 1 { "" } else { "s" }
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "Conflict: {held} of the {slots} slots of {k} {} taken, and the free ones are reserved for the agents ahead of you in its queue.",
+            if held == 1 { "is" } else { "are" }
+        );
+    }
+    out.push('\n');
+    holders_table(out, &r.holders, &r.now);
+    out.push('\n');
+}
+
+/// The holders of a key with slots, one row per slot.
+fn holders_table(out: &mut String, holders: &[CheckoutView], now: &Time) {
+    out.push_str("| Slot | Holder | Token | Since | Lease ends |\n|---|---|---|---|---|\n");
+    for c in holders {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} |",
+            c.slot.map_or("-".to_string(), |n| n.to_string()),
+            cell(&c.agent.label()),
+            c.token,
+            with_relative(&c.acquired_at, now),
+            with_relative(&c.expires_at, now)
+        );
+    }
 }
 
 /// "is frozen by ops until 2026-… (in 2h), by the freeze on `deploy://*`: release 1.2".
@@ -767,6 +812,26 @@ fn outcome_words(o: Outcome) -> &'static str {
 fn status(r: &StatusReport, inv: &Invocation) -> String {
     let mut out = String::new();
     let k = code(&r.key);
+    if let Some(slots) = r.slots.filter(|_| !r.holders.is_empty()) {
+        let held = r.holders.len();
+        let _ = writeln!(
+            out,
+            "{k} has {slots} slot{}: {held} held, {} free.",
+            if slots == 1 { "" } else { "s" },
+            (slots as usize).saturating_sub(held)
+        );
+        out.push('\n');
+        holders_table(&mut out, &r.holders, &r.now);
+        let _ = writeln!(out, "\n- Queue: {}", queue_words(&r.queue));
+        notes_lines(&mut out, &r.notes, &r.now);
+        let _ = writeln!(
+            out,
+            "\nNext: if one is yours, {} when done; otherwise {} takes a free slot or queues for one.",
+            inv.cmd("release", &r.key),
+            inv.code(&format!("checkout {} --queue", shell_quote(&r.key)))
+        );
+        return out;
+    }
     match &r.checkout {
         Some(c) => {
             let _ = writeln!(
@@ -876,8 +941,12 @@ fn list(r: &ListReport, inv: &Invocation) -> String {
                 .unwrap_or_else(|| "0 waiting".into());
             let _ = writeln!(
                 out,
-                "| {}{} | {} | {} | {} | {} | {} | {} |",
+                "| {}{}{} | {} | {} | {} | {} | {} | {} |",
                 code_cell(&c.key),
+                match (c.slot, c.slots) {
+                    (Some(n), Some(of)) => format!(" (slot {n} of {of})"),
+                    _ => String::new(),
+                },
                 if with_paths {
                     format!(
                         " | {}",
@@ -909,15 +978,21 @@ fn list(r: &ListReport, inv: &Invocation) -> String {
     let reserved: Vec<_> = r
         .queues
         .iter()
-        .filter_map(|(k, q)| q.reserved_for.as_ref().map(|res| (k, q, res)))
+        .flat_map(|(k, q)| {
+            q.reserved_for
+                .iter()
+                .chain(&q.also_reserved)
+                .map(move |res| (k, q, res))
+        })
         .collect();
     if !reserved.is_empty() {
         out.push_str("\n| Free key reserved | For | Until | Queue |\n|---|---|---|---|\n");
         for (k, q, res) in reserved {
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {} |",
+                "| {}{} | {} | {} | {} |",
                 code_cell(k),
+                if q.slots.is_some() { " (a slot)" } else { "" },
                 cell(&res.agent),
                 with_relative(&res.until, &r.now),
                 cell(&queue_words(q))

@@ -121,10 +121,16 @@ pub trait Store {
 
     // ---- Reads: no scope needed ----
 
-    /// One key's slot.
+    /// One key's slot: the record of its checkout, for a key without slots.
     fn read(&self, key: &str) -> Result<Slot>;
 
-    /// Every slot that is not free (corrupt ones included), in a stable order.
+    /// The checkouts of a key with slots, one record per slot held (`Record::slot`), in
+    /// slot order, corrupt ones included; empty for a key without slots. Kept apart from
+    /// [`Store::read`]'s record of the key.
+    fn read_slots(&self, key: &str) -> Result<Vec<Slot>>;
+
+    /// Every slot that is not free (corrupt ones included), in a stable order: the
+    /// records of keys, then the records of slots.
     fn scan(&self) -> Result<Vec<Slot>>;
 
     /// The key and patterns of every checkout that covers paths, possibly with entries
@@ -212,15 +218,23 @@ pub trait Store {
     /// The next fencing token: bigger than every token handed out before.
     fn next_token(&self, g: &Guard) -> Result<u64>;
 
-    /// Publish a record for a key that has none; fails if one appeared meanwhile.
+    /// Publish a record for a key (or, with `record.slot`, one slot of it) that has
+    /// none; fails if one appeared meanwhile.
     fn insert(&self, g: &Guard, record: &Record) -> Result<()>;
 
-    /// Replace a key's record whole.
+    /// Replace a key's record (or one slot's, by `record.slot`) whole.
     fn replace(&self, g: &Guard, record: &Record) -> Result<()>;
 
-    /// Remove a key's record (or the damage in its place). `paths`: the paths the removed
-    /// record covered (`None` when unknown: damage), for a store that indexes them.
-    fn remove(&self, g: &Guard, key: &str, paths: Option<&[String]>) -> Result<()>;
+    /// Remove a key's record, or with `slot` the record of that slot of it (or the damage
+    /// in its place). `paths`: the paths the removed record covered (`None` when unknown:
+    /// damage), for a store that indexes them.
+    fn remove(
+        &self,
+        g: &Guard,
+        key: &str,
+        slot: Option<u32>,
+        paths: Option<&[String]>,
+    ) -> Result<()>;
 
     /// Append an event to the audit log.
     fn audit(&self, g: &Guard, event: &AuditEvent) -> Result<()>;

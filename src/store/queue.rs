@@ -43,13 +43,62 @@ pub struct Reservation {
     pub message: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+/// A key's queue. Reserved waiters stand at its head, in the order of `reservations`: a
+/// key has at most one reservation, a key with slots one per free slot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "QueueFile", into = "QueueFile")]
 pub struct Queue {
     pub version: u32,
     pub key: String,
     pub waiters: Vec<Waiter>,
+    pub reservations: Vec<Reservation>,
+    /// For a key with slots: how many it has, kept here while nobody holds one.
+    pub slots: Option<u32>,
+}
+
+/// A queue as stored: the first reservation where every version reads it, the others
+/// (a key with slots) beside it.
+#[derive(Serialize, Deserialize)]
+struct QueueFile {
+    version: u32,
+    key: String,
+    waiters: Vec<Waiter>,
     #[serde(default)]
-    pub reservation: Option<Reservation>,
+    reservation: Option<Reservation>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    more_reservations: Vec<Reservation>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    slots: Option<u32>,
+}
+
+impl From<QueueFile> for Queue {
+    fn from(f: QueueFile) -> Queue {
+        Queue {
+            version: f.version,
+            key: f.key,
+            waiters: f.waiters,
+            reservations: f
+                .reservation
+                .into_iter()
+                .chain(f.more_reservations)
+                .collect(),
+            slots: f.slots,
+        }
+    }
+}
+
+impl From<Queue> for QueueFile {
+    fn from(q: Queue) -> QueueFile {
+        let mut rs = q.reservations.into_iter();
+        QueueFile {
+            version: q.version,
+            key: q.key,
+            waiters: q.waiters,
+            reservation: rs.next(),
+            more_reservations: rs.collect(),
+            slots: q.slots,
+        }
+    }
 }
 
 impl Queue {
@@ -58,8 +107,24 @@ impl Queue {
             version: 1,
             key: key.to_string(),
             waiters: Vec::new(),
-            reservation: None,
+            reservations: Vec::new(),
+            slots: None,
         }
+    }
+
+    /// Is there nothing to keep: nobody waits and nothing is reserved?
+    pub fn is_empty(&self) -> bool {
+        self.waiters.is_empty() && self.reservations.is_empty()
+    }
+
+    /// The reservation held for `agent`, if any.
+    pub fn reserved_for(&self, agent: &str) -> Option<&Reservation> {
+        self.reservations.iter().find(|r| r.agent == agent)
+    }
+
+    /// The first reservation (the only one of a key without slots).
+    pub fn reservation(&self) -> Option<&Reservation> {
+        self.reservations.first()
     }
 
     pub fn position(&self, agent: &str) -> Option<usize> {

@@ -7,13 +7,21 @@ use crate::identity::Agent;
 
 /// The newest record format this build reads and writes. Version 2 is a record with
 /// `paths`: older versions would drop the field on a renewal and leave the paths
-/// unguarded, so they must refuse such a record (as of a newer format) instead. A
-/// record without paths is still written as version 1, which every version reads.
-pub const FORMAT_VERSION: u32 = 2;
+/// unguarded, so they must refuse such a record (as of a newer format) instead.
+/// Version 3 is the checkout of one slot of a key with slots (`slot`, `slots`), for the
+/// same reason. A record with neither is still written as version 1, which every
+/// version reads.
+pub const FORMAT_VERSION: u32 = 3;
 
 /// The format version a record is written with.
-pub fn version_for(paths: &[String]) -> u32 {
-    if paths.is_empty() { 1 } else { 2 }
+pub fn version_for(paths: &[String], slot: Option<u32>) -> u32 {
+    if slot.is_some() {
+        3
+    } else if paths.is_empty() {
+        1
+    } else {
+        2
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -36,6 +44,14 @@ pub struct Record {
     /// to the worktree top, normalised); empty for a checkout of a key alone.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub paths: Vec<String>,
+    /// For a key with slots: which of them this checkout holds (from 1). Each slot's
+    /// checkout is a record of its own, with its own token and lease.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slot: Option<u32>,
+    /// For a key with slots: how many it has (the same in every slot's record; changed in
+    /// all of them at once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slots: Option<u32>,
 }
 
 impl Record {
@@ -52,6 +68,11 @@ impl Record {
 
     pub fn held_by(&self, agent_id: &str) -> bool {
         self.agent.id == agent_id
+    }
+
+    /// Which checkout this is: its key, and its slot of a key with slots.
+    pub fn id(&self) -> (String, Option<u32>) {
+        (self.key.clone(), self.slot)
     }
 }
 

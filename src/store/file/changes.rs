@@ -14,9 +14,13 @@ impl Watcher {
         // Both directories must exist to be watched.
         store.sub(super::KEYS, true)?;
         store.sub(super::queue::QUEUES, true)?;
+        store.sub(super::SLOTS, true)?;
+        // A slot released while others stay held changes only its key's directory of
+        // slots, which is not watched; a waiter for it is served through its queue.
         Ok(Watcher(crate::os::DirWatcher::new(vec![
             store.root().join(super::KEYS),
             store.root().join(super::queue::QUEUES),
+            store.root().join(super::SLOTS),
         ])))
     }
 }

@@ -7,6 +7,7 @@
 //!   config.yaml     optional settings
 //!   audit.jsonl     append-only event log
 //!   keys/<name>     one JSON record per held key (see key::encode)
+//!   slots/<name>/<n> for a key with slots, one JSON record per slot held (n from 1)
 //!   tmp/            temp files; only written under the guard, so any found there is debris
 //! ```
 //!
@@ -61,6 +62,8 @@ pub fn guard_deadline() -> Option<std::time::Instant> {
 /// How often a wait for the guard looks at signals and the command's deadline.
 const GUARD_WAIT_TICK: std::time::Duration = std::time::Duration::from_millis(100);
 const KEYS: &str = "keys";
+/// The records of keys with slots: `slots/<encoded key>/<slot number>`.
+const SLOTS: &str = "slots";
 const TMP: &str = "tmp";
 pub const AUDIT: &str = "audit.jsonl";
 /// How many times `.guard` may be found replaced after locking it before giving up.
@@ -374,6 +377,14 @@ impl FileStore {
         read_slot(&keys, &key::encode(key), Some(key))
     }
 
+    /// The records of the slots of `key` held now, in slot order.
+    pub fn read_slots(&self, key: &str) -> Result<Vec<Slot>> {
+        let Some(dir) = self.dir_at(&[SLOTS, &key::encode(key)], false)? else {
+            return Ok(Vec::new());
+        };
+        read_slot_dir(&dir, key)
+    }
+
     /// The slots and queues of `keys`, in order: `keys/` and `queues/` are opened once,
     /// then one open (failing for a free key) per record and per queue.
     pub fn read_many(&self, keys: &[String]) -> Result<Vec<(Slot, Queue)>> {
@@ -401,6 +412,45 @@ impl FileStore {
             }
         }
         out.sort_by(|a, b| a.0.cmp(&b.0));
+        let Some(slots) = self.sub(SLOTS, false)? else {
+            return Ok(out);
+        };
+        let mut held = Vec::new();
+        let names = slots
+            .entries()
+            .map_err(|e| Error::io(self.root.join(SLOTS), e))?;
+        for (name, _) in names {
+            let dir = match slots.sub(&name, false) {
+                Ok(Some(d)) => d,
+                // Released meanwhile.
+                Ok(None) => continue,
+                Err(e) => {
+                    held.push((
+                        format!("{SLOTS}/{name}"),
+                        Slot::Corrupt {
+                            path: slots.join(&name),
+                            problem: format!("it cannot be opened as a directory ({e})"),
+                        },
+                    ));
+                    continue;
+                }
+            };
+            for slot in read_slot_dir(&dir, "")? {
+                let slot = match slot {
+                    Slot::Held(r) if key::encode(&r.key) != name => Slot::Corrupt {
+                        path: dir.path().to_path_buf(),
+                        problem: format!(
+                            "it holds a slot of the key {:?}, which belongs in another directory",
+                            r.key
+                        ),
+                    },
+                    other => other,
+                };
+                held.push((format!("{SLOTS}/{name}"), slot));
+            }
+        }
+        held.sort_by(|a, b| a.0.cmp(&b.0));
+        out.extend(held);
         Ok(out)
     }
 
@@ -491,16 +541,21 @@ impl FileStore {
             .unwrap_or(0)
     }
 
-    /// Publish a record for a key that has none. Fails if one appeared meanwhile.
+    /// Publish a record for a key (or a slot of it) that has none. Fails if one
+    /// appeared meanwhile.
     pub fn insert(&self, g: &FileGuard, record: &Record) -> Result<()> {
         self.index_before_publish(g, record)?;
+        let (dir, name) = match record.slot {
+            None => (None, key::encode(&record.key)),
+            Some(n) => (Some(self.slot_dir(&record.key, true)?), n.to_string()),
+        };
+        let dest_dir = dir.as_ref().unwrap_or(&g.keys);
         let tmp = self.write_temp(g, &encode_record(record)?)?;
-        let name = key::encode(&record.key);
-        match g.tmp.rename_noreplace(&tmp, &g.keys, &name) {
+        match g.tmp.rename_noreplace(&tmp, dest_dir, &name) {
             Ok(()) => Ok(()),
             Err(e) => {
                 let _ = g.tmp.unlink(&tmp);
-                let dest = g.keys.join(&name);
+                let dest = dest_dir.join(&name);
                 if e.kind() == ErrorKind::AlreadyExists {
                     Err(Error::Store(format!(
                         "{} appeared while the guard was held; is another tool writing to the lock directory?",
@@ -519,7 +574,24 @@ impl FileStore {
         let bytes = encode_record(record)?;
         // The engine never takes paths away from a held key, so the entry written above
         // is the record's paths (or, from an older record of the key, more: harmless).
-        self.publish_replace(g, &bytes, &g.keys, &key::encode(&record.key))
+        match record.slot {
+            None => self.publish_replace(g, &bytes, &g.keys, &key::encode(&record.key)),
+            Some(n) => {
+                let dir = self.slot_dir(&record.key, true)?;
+                self.publish_replace(g, &bytes, &dir, &n.to_string())
+            }
+        }
+    }
+
+    /// The directory of `key`'s slot records (made when missing and `create`).
+    fn slot_dir(&self, key: &str, create: bool) -> Result<Dir> {
+        self.dir_at(&[SLOTS, &key::encode(key)], create)?
+            .ok_or_else(|| {
+                Error::io(
+                    self.root.join(SLOTS).join(key::encode(key)),
+                    std::io::Error::from(ErrorKind::NotFound),
+                )
+            })
     }
 
     /// Write `bytes` to `name` in `dir` whole: temp file, then rename over whatever is
@@ -541,12 +613,40 @@ impl FileStore {
     /// Remove a key's record (or the damaged file in its place).
     /// Remove a key's record; the path index is touched only when the record covered
     /// paths (or may have: `paths` unknown), so a release of a key alone reads nothing more.
-    pub fn remove(&self, g: &FileGuard, key: &str, paths: Option<&[String]>) -> Result<()> {
+    pub fn remove(
+        &self,
+        g: &FileGuard,
+        key: &str,
+        slot: Option<u32>,
+        paths: Option<&[String]>,
+    ) -> Result<()> {
+        if let Some(n) = slot {
+            return self.remove_slot(key, n);
+        }
         self.remove_record(g, key)?;
         if paths.is_some_and(<[String]>::is_empty) {
             return Ok(());
         }
         self.index_after_remove(g, key)
+    }
+
+    /// Remove one slot's record, and the key's directory of slots with its last one.
+    fn remove_slot(&self, key: &str, n: u32) -> Result<()> {
+        let enc = key::encode(key);
+        let Some(dir) = self.dir_at(&[SLOTS, &enc], false)? else {
+            return Ok(());
+        };
+        let name = n.to_string();
+        match dir.unlink(&name) {
+            Ok(()) => {}
+            Err(e) if e.kind() == ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io(dir.join(&name), e)),
+        }
+        if let Some(slots) = self.sub(SLOTS, false)? {
+            // Fails while other slots are held: the directory stays for them.
+            let _ = slots.rmdir(&enc);
+        }
+        Ok(())
     }
 
     fn remove_record(&self, g: &FileGuard, key: &str) -> Result<()> {
@@ -709,6 +809,27 @@ fn root_error(root: &Path, e: std::io::Error) -> Error {
 /// FIFO; a file that cannot be opened (another user's, a socket) is a damaged slot, so
 /// a scan goes on.
 fn read_slot(keys: &Dir, name: &str, expect_key: Option<&str>) -> Result<Slot> {
+    read_record(keys, name, Expect::from(expect_key))
+}
+
+/// What a record read must name.
+#[derive(Clone, Copy)]
+enum Expect<'a> {
+    /// This key.
+    Key(&'a str),
+    /// The key its file name encodes.
+    FileName,
+    /// Any key (the caller checks).
+    Any,
+}
+
+impl<'a> From<Option<&'a str>> for Expect<'a> {
+    fn from(k: Option<&'a str>) -> Expect<'a> {
+        k.map_or(Expect::FileName, Expect::Key)
+    }
+}
+
+fn read_record(keys: &Dir, name: &str, expect: Expect<'_>) -> Result<Slot> {
     let path = keys.join(name);
     let corrupt = |problem: String| {
         Ok(Slot::Corrupt {
@@ -781,17 +902,58 @@ fn read_slot(keys: &Dir, name: &str, expect_key: Option<&str>) -> Result<Slot> {
             });
         }
     };
-    if let Some(k) = expect_key {
-        if record.key != k {
+    match expect {
+        Expect::Key(k) if record.key != k => {
             return corrupt(format!("it names the key {:?}, not {k:?}", record.key));
         }
-    } else if name != key::encode(&record.key) {
-        return corrupt(format!(
-            "it names the key {:?}, which belongs in another file",
-            record.key
-        ));
+        Expect::FileName if name != key::encode(&record.key) => {
+            return corrupt(format!(
+                "it names the key {:?}, which belongs in another file",
+                record.key
+            ));
+        }
+        _ => {}
     }
     Ok(Slot::Held(record))
+}
+
+/// The slot records in `dir` (the directory of one key's slots), in slot order. `key`:
+/// the key they must name (empty: any; the caller checks).
+fn read_slot_dir(dir: &Dir, key: &str) -> Result<Vec<Slot>> {
+    let entries = match dir.entries() {
+        Ok(e) => e,
+        // Its last slot was released meanwhile.
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io(dir.path(), e)),
+    };
+    let mut numbered: Vec<(u32, String)> = entries
+        .into_iter()
+        .filter_map(|(name, _)| Some((name.parse::<u32>().ok().filter(|n| *n > 0)?, name)))
+        .collect();
+    numbered.sort();
+    let mut out = Vec::with_capacity(numbered.len());
+    for (n, name) in numbered {
+        let expect = if key.is_empty() {
+            Expect::Any
+        } else {
+            Expect::Key(key)
+        };
+        let slot = match read_record(dir, &name, expect)? {
+            Slot::Held(r) if r.slot != Some(n) => Slot::Corrupt {
+                path: dir.join(&name),
+                problem: format!(
+                    "it is in the place of slot {n} but names {}",
+                    r.slot
+                        .map_or("no slot".to_string(), |s| format!("slot {s}"))
+                ),
+            },
+            other => other,
+        };
+        if !matches!(slot, Slot::Free) {
+            out.push(slot);
+        }
+    }
+    Ok(out)
 }
 
 /// `TASKLOCK_GUARD_TIMEOUT`, when set: it overrides `guard_timeout` from config.yaml.
@@ -900,6 +1062,10 @@ impl Store for FileStore {
         FileStore::read(self, key)
     }
 
+    fn read_slots(&self, key: &str) -> Result<Vec<Slot>> {
+        FileStore::read_slots(self, key)
+    }
+
     fn read_many(&self, _g: &Guard, keys: &[String]) -> Result<Vec<(Slot, Queue)>> {
         FileStore::read_many(self, keys)
     }
@@ -990,8 +1156,14 @@ impl Store for FileStore {
         FileStore::replace(self, g.get(), record)
     }
 
-    fn remove(&self, g: &Guard, key: &str, paths: Option<&[String]>) -> Result<()> {
-        FileStore::remove(self, g.get(), key, paths)
+    fn remove(
+        &self,
+        g: &Guard,
+        key: &str,
+        slot: Option<u32>,
+        paths: Option<&[String]>,
+    ) -> Result<()> {
+        FileStore::remove(self, g.get(), key, slot, paths)
     }
 
     fn audit(&self, g: &Guard, event: &AuditEvent) -> Result<()> {

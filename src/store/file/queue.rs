@@ -51,7 +51,7 @@ impl FileStore {
 
     pub fn write_queue(&self, g: &FileGuard, q: &Queue) -> Result<()> {
         let name = Self::queue_name(&q.key);
-        if q.waiters.is_empty() && q.reservation.is_none() {
+        if q.is_empty() {
             let Some(dir) = self.sub(QUEUES, false)? else {
                 return Ok(());
             };

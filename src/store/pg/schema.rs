@@ -4,9 +4,16 @@
 //!
 //! Every table keeps the stored type whole as `data jsonb` (the same serde shape as the
 //! file store's JSON files), with the columns that are looked up or ordered by beside it.
+//!
+//! Versions:
+//! 1. everything of a key's checkout, queues, inboxes, registry, notes, freezes, audit.
+//! 2. `slot_records`: the checkouts of the slots of keys with slots (the file store's
+//!    `slots/<key>/<n>`), one row per slot held, apart from `records` so that a build
+//!    that knows no slots (and refuses a schema newer than its own) never reads one as
+//!    the record of its key. Their tokens come from the same `tokens` sequence.
 
 /// The newest schema version this build knows.
-pub const CURRENT: i32 = 1;
+pub const CURRENT: i32 = 2;
 
 /// Migration `i + 1` is `MIGRATIONS[i]`; `{s}` stands for the schema name.
 pub const MIGRATIONS: &[&str] = &[
@@ -63,6 +70,19 @@ CREATE TABLE {s}.audit (
     data jsonb NOT NULL
 );
 CREATE INDEX audit_key ON {s}.audit (key, id);
+"#,
+    // 2: the records of the slots of keys with slots.
+    r#"
+CREATE TABLE {s}.slot_records (
+    key text NOT NULL,
+    slot integer NOT NULL CHECK (slot > 0),
+    token bigint NOT NULL,
+    agent text NOT NULL,
+    expires_at timestamptz NOT NULL,
+    data jsonb NOT NULL,
+    PRIMARY KEY (key, slot)
+);
+CREATE INDEX slot_records_agent ON {s}.slot_records (agent);
 "#,
 ];
 

@@ -58,7 +58,37 @@ fn record(key: &str, token: u64) -> Record {
         reason: Some("r".into()),
         owner: None,
         paths: Vec::new(),
+        slot: None,
+        slots: None,
     }
+}
+
+/// The record of slot `slot` (of 3) of `key`.
+fn slot_record(key: &str, slot: u32, token: u64) -> Record {
+    Record {
+        version: crate::store::version_for(&[], Some(slot)),
+        slot: Some(slot),
+        slots: Some(3),
+        ..record(key, token)
+    }
+}
+
+/// The records of `slots`, each expected held.
+fn held(slots: Vec<Slot>) -> Vec<Record> {
+    slots
+        .into_iter()
+        .map(|s| match s {
+            Slot::Held(r) => r,
+            other => panic!("{other:?}"),
+        })
+        .collect()
+}
+
+/// Write a row with SQL of its own, as damage or another build would.
+fn raw(s: &PgStore, sql: &str, data: &str) {
+    let data = data.to_string();
+    s.with_client("write a row", |c| c.execute(sql, &[&data]))
+        .unwrap();
 }
 
 #[test]
@@ -234,4 +264,278 @@ fn a_server_that_is_down_is_named_masked_within_the_timeout() {
     assert!(started.elapsed() < Duration::from_secs(3));
     assert!(err.contains("postgres://u:***@127.0.0.1:9/db"), "{err}");
     assert!(!err.contains("hunter2"), "{err}");
+}
+
+#[test]
+fn slot_records_round_trip_apart_from_the_key_record() {
+    let Some((_, pg)) = fresh("slots") else {
+        return;
+    };
+    // Through the trait, as the engine uses it.
+    let s: &dyn crate::store::Store = &pg;
+    let g = s.begin(true).unwrap().unwrap();
+    let t1 = s.next_token(&g).unwrap();
+    let t2 = s.next_token(&g).unwrap();
+    let t3 = s.next_token(&g).unwrap();
+    s.insert(&g, &record("k", t1)).unwrap();
+    // Slot 2 first: they are read back in slot order all the same.
+    s.insert(&g, &slot_record("k", 2, t2)).unwrap();
+    s.insert(&g, &slot_record("k", 1, t3)).unwrap();
+    s.insert(&g, &record("z", t3 + 1)).unwrap();
+    s.commit(g).unwrap();
+
+    assert_eq!(
+        held(s.read_slots("k").unwrap()),
+        [slot_record("k", 1, t3), slot_record("k", 2, t2)]
+    );
+    match s.read("k").unwrap() {
+        Slot::Held(r) => assert_eq!(r, record("k", t1), "the key's own record"),
+        other => panic!("{other:?}"),
+    }
+    assert!(s.read_slots("z").unwrap().is_empty(), "a key without slots");
+    assert!(s.read_slots("nothing").unwrap().is_empty());
+    assert!(matches!(s.read("nothing").unwrap(), Slot::Free));
+
+    // The token sequence is shared: a slot's token follows the key records'.
+    let g = s.begin(true).unwrap().unwrap();
+    let t4 = s.next_token(&g).unwrap();
+    assert!(t1 < t2 && t2 < t3 && t3 < t4, "{t1} {t2} {t3} {t4}");
+    s.remove(&g, "k", Some(1), None).unwrap();
+    s.remove(&g, "k", Some(7), None).unwrap(); // absent is fine
+    let mut renewed = slot_record("k", 2, t4);
+    renewed.expires_at += chrono::Duration::minutes(5);
+    s.replace(&g, &renewed).unwrap();
+    s.commit(g).unwrap();
+
+    assert_eq!(held(s.read_slots("k").unwrap()), [renewed.clone()]);
+    assert!(
+        matches!(s.read("k").unwrap(), Slot::Held(r) if r.slot.is_none()),
+        "removing a slot leaves the key's record"
+    );
+    // Key records first (by key), then slot records.
+    assert_eq!(
+        held(s.scan().unwrap()),
+        [record("k", t1), record("z", t3 + 1), renewed.clone()]
+    );
+    assert!(s.path_index().unwrap().is_empty());
+
+    // Removing the key's record leaves its slots.
+    let g = s.begin(true).unwrap().unwrap();
+    s.remove(&g, "k", None, Some(&[])).unwrap();
+    s.commit(g).unwrap();
+    assert!(matches!(s.read("k").unwrap(), Slot::Free));
+    assert_eq!(held(s.read_slots("k").unwrap()), [renewed]);
+}
+
+#[test]
+fn an_occupied_slot_cannot_be_inserted_into() {
+    let Some((_, s)) = fresh("slotbusy") else {
+        return;
+    };
+    let g = s.begin(true).unwrap().unwrap();
+    s.insert(&g, &slot_record("k", 1, 1)).unwrap();
+    s.commit(g).unwrap();
+
+    let g = s.begin(true).unwrap().unwrap();
+    s.insert(&g, &slot_record("k", 2, 2))
+        .expect("another slot is free");
+    let err = s
+        .insert(&g, &slot_record("k", 1, 3))
+        .expect_err("slot 1 is held");
+    assert!(err.to_string().contains("slot 1 of `k`"), "{err}");
+    s.commit(g)
+        .expect_err("the transaction saw a failed step, so commit fails");
+    assert_eq!(
+        held(s.read_slots("k").unwrap()),
+        [slot_record("k", 1, 1)],
+        "nothing of the failed transaction kept"
+    );
+
+    // A slot record never takes the place of the key's record, nor the other way round.
+    let g = s.begin(true).unwrap().unwrap();
+    s.insert(&g, &record("k", 4))
+        .expect("the key's own record is apart from its slots");
+    s.commit(g).unwrap();
+}
+
+#[test]
+fn damaged_slot_rows_are_reported_as_corrupt() {
+    let Some((_, s)) = fresh("slotbad") else {
+        return;
+    };
+    let insert = "INSERT INTO slot_records (key, slot, token, agent, expires_at, data) \
+                  VALUES ($2, $3, 1, 'a', now(), $1::text::jsonb)";
+    let json = |r: &Record| serde_json::to_string(r).unwrap();
+    let rows: Vec<(u32, String)> = vec![
+        (1, json(&slot_record("k", 1, 1))),
+        (2, "{\"not\": \"a record\"}".into()),
+        (3, json(&slot_record("other", 3, 1))),
+        (4, json(&slot_record("k", 5, 1))),
+        (
+            5,
+            json(&Record {
+                version: 99,
+                ..slot_record("k", 5, 1)
+            }),
+        ),
+        (6, json(&record("k", 1))),
+    ];
+    for (n, data) in &rows {
+        let data = data.clone();
+        let n = *n as i32;
+        s.with_client("write a row", |c| c.execute(insert, &[&data, &"k", &n]))
+            .unwrap();
+    }
+    let slots = s.read_slots("k").unwrap();
+    assert_eq!(slots.len(), 6, "{slots:?}");
+    assert!(matches!(&slots[0], Slot::Held(r) if *r == slot_record("k", 1, 1)));
+    let problems: Vec<(String, String)> = slots[1..]
+        .iter()
+        .map(|sl| match sl {
+            Slot::Corrupt { path, problem } => (path.display().to_string(), problem.clone()),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    let schema = s.schema().to_string();
+    for (i, (path, _)) in problems.iter().enumerate() {
+        assert_eq!(path, &format!("{schema}.slot_records[\"k\", {}]", i + 2));
+    }
+    assert!(problems[0].1.contains("not a valid record"), "{problems:?}");
+    assert!(
+        problems[1].1.contains("names the key \"other\""),
+        "{problems:?}"
+    );
+    assert!(
+        problems[2].1.contains("place of slot 4 but names slot 5"),
+        "{problems:?}"
+    );
+    assert!(crate::error::newer_format(&problems[3].1), "{problems:?}");
+    assert!(
+        problems[4].1.contains("place of slot 6 but names no slot"),
+        "{problems:?}"
+    );
+    // A scan reports them too, after the key records.
+    let scan = s.scan().unwrap();
+    assert_eq!(scan.len(), 6);
+    assert_eq!(
+        scan.iter()
+            .filter(|sl| matches!(sl, Slot::Corrupt { .. }))
+            .count(),
+        5
+    );
+
+    // A slot's record in the place of the key's own is damage, never returned by read.
+    raw(
+        &s,
+        "INSERT INTO records (key, token, agent, expires_at, data) \
+         VALUES ('k', 1, 'a', now(), $1::text::jsonb)",
+        &json(&slot_record("k", 2, 1)),
+    );
+    match s.read("k").unwrap() {
+        Slot::Corrupt { path, problem } => {
+            assert_eq!(
+                path.display().to_string(),
+                format!("{schema}.records[\"k\"]")
+            );
+            assert!(problem.contains("names slot 2"), "{problem}");
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // Damage can be removed by its slot.
+    let g = s.begin(true).unwrap().unwrap();
+    for n in 2..=6 {
+        s.remove(&g, "k", Some(n)).unwrap();
+    }
+    s.commit(g).unwrap();
+    assert_eq!(held(s.read_slots("k").unwrap()), [slot_record("k", 1, 1)]);
+}
+
+#[test]
+fn a_slot_change_wakes_a_waiter() {
+    let Some((t, s)) = fresh("slotwake") else {
+        return;
+    };
+    let g = s.begin(true).unwrap().unwrap();
+    s.insert(&g, &slot_record("k", 1, 1)).unwrap();
+    s.commit(g).unwrap();
+    let other = PgStore::connect_new(&t).unwrap();
+    let mut changes = other.changes().unwrap();
+    // Only a slot's record goes: no key record, no queue.
+    let g = s.begin(true).unwrap().unwrap();
+    s.remove(&g, "k", Some(1)).unwrap();
+    s.commit(g).unwrap();
+    let started = std::time::Instant::now();
+    changes.wait(Duration::from_secs(5));
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "woken by NOTIFY"
+    );
+}
+
+#[test]
+fn the_previous_schema_is_migrated_with_its_records_kept() {
+    let Some(base) = base_url() else { return };
+    let schema = format!("u_mig_{}", std::process::id());
+    let admin = PgStore::open(&Target::parse(&base, "test").unwrap()).unwrap();
+    // Version 1 as a build of it left it: a checkout held, tokens handed out.
+    let v1 = format!(
+        "DROP SCHEMA IF EXISTS {schema} CASCADE; {} {} \
+         INSERT INTO {schema}.schema_version (version, tasklock) VALUES (1, 'old'); \
+         SELECT setval('{schema}.tokens', 41);",
+        super::schema::bootstrap(&schema),
+        super::schema::migration(&schema, 1),
+    );
+    admin
+        .with_client("make a version 1 schema", |c| c.batch_execute(&v1))
+        .unwrap();
+    let old = serde_json::to_string(&record("k", 41)).unwrap();
+    admin
+        .with_client("write a version 1 record", |c| {
+            c.execute(
+                &format!(
+                    "INSERT INTO {schema}.records (key, token, agent, expires_at, data) \
+                     VALUES ('k', 41, 'a', now(), $1::text::jsonb)"
+                ),
+                &[&old],
+            )
+        })
+        .unwrap();
+
+    let sep = if base.contains('?') { '&' } else { '?' };
+    let t = Target::parse(&format!("{base}{sep}schema={schema}"), "test").unwrap();
+    let s = PgStore::connect_new(&t).unwrap();
+    assert_eq!(s.schema_version(), schema::CURRENT);
+    let versions: Vec<i32> = s
+        .with_client("read the versions", |c| {
+            c.query("SELECT version FROM schema_version ORDER BY version", &[])
+        })
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(versions, (1..=schema::CURRENT).collect::<Vec<_>>());
+    match s.read("k").unwrap() {
+        Slot::Held(r) => assert_eq!(r, record("k", 41)),
+        other => panic!("{other:?}"),
+    }
+    assert!(s.read_slots("k").unwrap().is_empty());
+
+    // Slots work, with tokens after the old ones.
+    let g = s.begin(true).unwrap().unwrap();
+    let tok = s.next_token(&g).unwrap();
+    assert!(tok > 41, "{tok}");
+    s.insert(&g, &slot_record("k", 1, tok)).unwrap();
+    s.commit(g).unwrap();
+    assert_eq!(held(s.read_slots("k").unwrap()), [slot_record("k", 1, tok)]);
+    assert_eq!(held(s.scan().unwrap()).len(), 2);
+
+    // Opening it again migrates nothing more.
+    let again = PgStore::connect_new(&t).unwrap();
+    assert_eq!(again.schema_version(), schema::CURRENT);
+    admin
+        .with_client("drop", |c| {
+            c.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+        })
+        .unwrap();
 }
