@@ -50,15 +50,14 @@ fn duration(s: &str) -> Result<Duration, String> {
 }
 
 fn slots(s: &str) -> Result<u32, String> {
-    let max = crate::engine::slots::MAX_SLOTS;
+    let max = crate::key::MAX_SLOTS;
     match s.trim().parse::<u32>() {
         Ok(n) if (1..=max).contains(&n) => Ok(n),
         _ => Err(format!("{s:?} is not a number of slots from 1 to {max}")),
     }
 }
 
-/// The shortest `heartbeat --watch --interval`: below it the watcher only burns CPU.
-pub const MIN_WATCH_INTERVAL: Duration = Duration::from_secs(1);
+pub use crate::config::MIN_WATCH_INTERVAL;
 
 fn watch_interval(s: &str) -> Result<Duration, String> {
     let d = duration(s)?;

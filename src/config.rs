@@ -104,6 +104,15 @@ struct SlotsEntry {
     slots: u32,
 }
 
+/// The shortest `heartbeat --watch --interval`: below it the watcher only burns CPU.
+pub const MIN_WATCH_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Is this a PostgreSQL URL (`store:`, `TASKLOCK_URL`)?
+pub fn is_url(s: &str) -> bool {
+    let s = s.trim();
+    s.starts_with("postgres://") || s.starts_with("postgresql://")
+}
+
 impl Config {
     /// How many slots `slots:` gives `key`, if an entry covers it.
     pub fn slots_for(&self, key: &str) -> Option<u32> {
@@ -222,7 +231,7 @@ impl Config {
             raw.agent_retention,
         )?;
         set(&mut c.guard_timeout, "guard_timeout", raw.guard_timeout)?;
-        if c.heartbeat_interval < crate::cli::MIN_WATCH_INTERVAL {
+        if c.heartbeat_interval < MIN_WATCH_INTERVAL {
             return Err("heartbeat_interval: at least 1s".into());
         }
         if let Some(size) = raw.audit_max_size {
@@ -248,7 +257,7 @@ impl Config {
             .store
             .filter(|s| !s.trim().is_empty() && s.trim() != "file")
         {
-            if !crate::store::pg::is_url(&store) {
+            if !is_url(&store) {
                 return Err(
                     "store: a postgres:// or postgresql:// URL (or `file` for the lock directory)"
                         .into(),
@@ -262,10 +271,10 @@ impl Config {
             if !bare.is_empty() {
                 crate::key::validate(bare).map_err(|err| format!("slots: {err}"))?;
             }
-            if e.slots == 0 || e.slots > crate::engine::slots::MAX_SLOTS {
+            if e.slots == 0 || e.slots > crate::key::MAX_SLOTS {
                 return Err(format!(
                     "slots: `{key}` takes a number of slots from 1 to {}, not {}",
-                    crate::engine::slots::MAX_SLOTS,
+                    crate::key::MAX_SLOTS,
                     e.slots
                 ));
             }

@@ -88,33 +88,6 @@ impl Error {
             Error::SecretRefused { .. } => "secret_refused",
         }
     }
-
-    /// What the user should do about it, when there is something to say.
-    pub fn hint(&self) -> Option<String> {
-        self.hint_for(&crate::render::Invocation::default())
-    }
-
-    /// As [`Error::hint`], with suggested commands carrying the caller's `--dir`/`--agent`.
-    pub fn hint_for(&self, inv: &crate::render::Invocation) -> Option<String> {
-        match self {
-            Error::Corrupt { problem, .. } if newer_format(problem) => Some(UPGRADE.into()),
-            Error::Corrupt { key, .. } => Some(format!(
-                "inspect the file; if nobody is working on `{key}`, remove it with {} (audited).",
-                inv.code(&format!("release {} --force", shell_quote(key)))
-            )),
-            Error::Config { path, .. } if path.ends_with("config.yaml") => {
-                Some("fix the file, or delete it to use the defaults.".to_string())
-            }
-            Error::Config { .. } => {
-                Some("fix the file; tasklock does not change a file it cannot read.".to_string())
-            }
-            Error::LockDir { hint, .. } => Some(hint.clone()),
-            Error::SecretRefused { .. } => Some(
-                "run it in that agent's own session (its hooks set TASKLOCK_SECRET); another agent cannot act for it".into(),
-            ),
-            _ => None,
-        }
-    }
 }
 
 /// Outcome of one key in a command; decides the exit code of a successful run.

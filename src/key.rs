@@ -17,6 +17,9 @@ use unicode_normalization::UnicodeNormalization;
 use crate::error::{Error, Result};
 
 pub const MAX_KEY_BYTES: usize = 512;
+
+/// The most slots a key may have (`--slots`, `slots:`).
+pub const MAX_SLOTS: u32 = 1000;
 const MAX_PLAIN: usize = 200;
 const HASHED_PREFIX: usize = 120;
 

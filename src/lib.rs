@@ -95,7 +95,9 @@ fn run_command(args: Vec<OsString>) -> i32 {
             Ok(Some(out)) => emit_stdout(&out),
             Ok(None) => {}
             Err(e) => {
-                let next = e.hint().map(|h| format!("Next: {h}\n")).unwrap_or_default();
+                let next = render::error_hint(&e, &render::Invocation::default())
+                    .map(|h| format!("Next: {h}\n"))
+                    .unwrap_or_default();
                 emit_stderr(&format!("tasklock hook {event}: {e}\n{next}"));
             }
         }
@@ -247,7 +249,7 @@ fn execute(cli: Cli) -> Result<report::Report, Error> {
                 )));
             }
             if any {
-                return commands::checkout::any(&ctx, &keys, timeout, reason);
+                return commands::claim::any(&ctx, &keys, timeout, reason);
             }
             let [key] = keys.as_slice() else {
                 return Err(Error::Usage(

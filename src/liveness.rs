@@ -268,3 +268,55 @@ pub fn judge_record(
     });
     judge_holder(&record.agent, entry.as_ref(), now, cfg)
 }
+
+/// Is a waiter gone: its waiting process died, or its agent is dead? A dead agent holds
+/// nothing, a place in line and a reservation included.
+pub fn waiter_gone(
+    store: &dyn crate::store::Store,
+    w: &crate::store::Waiter,
+    now: &Time,
+    cfg: &Config,
+) -> crate::error::Result<bool> {
+    if let Some(pid) = w.pid {
+        match check_process(
+            &w.host,
+            w.boot_id.as_deref(),
+            w.pid_ns.as_deref(),
+            pid,
+            w.pid_start,
+        ) {
+            Proc::Gone | Proc::Reused => return Ok(true),
+            Proc::Running => {
+                // A blocked --wait cannot beat, so silence proves nothing; but an agent
+                // whose own process is gone, or that ended, must never be handed the key
+                // through an orphaned wait.
+                return Ok(store.read_agent(&w.agent)?.is_some_and(|e| {
+                    e.ended_at.is_some()
+                        || e.pid.is_some_and(|p| {
+                            matches!(
+                                check_process(
+                                    &e.host,
+                                    e.boot_id.as_deref(),
+                                    e.pid_ns.as_deref(),
+                                    p,
+                                    e.pid_start,
+                                ),
+                                Proc::Gone | Proc::Reused
+                            )
+                        })
+                }));
+            }
+            Proc::Unknown => {}
+        }
+    }
+    match store.read_agent(&w.agent)? {
+        Some(mut e) => {
+            // Joining (or keeping a place in) a queue is a sign of life too.
+            if e.last_heartbeat.is_some_and(|t| t < w.since) {
+                e.last_heartbeat = Some(w.since);
+            }
+            Ok(judge_entry(&e, now, cfg).dead())
+        }
+        None => Ok(false),
+    }
+}

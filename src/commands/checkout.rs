@@ -7,7 +7,7 @@ use crate::engine::{
 };
 use crate::error::{Error, Outcome, Result};
 use crate::identity::Agent;
-use crate::report::{AnyReport, CheckoutReport, CheckoutView, OverlapView, Reaped, Report};
+use crate::report::{CheckoutReport, CheckoutView, OverlapView, Reaped, Report};
 use crate::store::{AuditEvent, Guard, Queue, Record, Slot, Store};
 
 /// What to do when the key is not ours to take now.
@@ -120,41 +120,6 @@ pub fn run_as(
         req.agent.pid_start = crate::os::start_time(pid);
         attempt(ctx, &*store, guard, &req, key, Join::No).map(Report::Checkout)
     })
-}
-
-/// `checkout --any`: the first key of the list that can be taken, all under one guard so
-/// agents racing over the same list get different keys; found without a full attempt on
-/// every key ahead of it ([`super::claim`]).
-pub fn any(
-    ctx: &Ctx,
-    keys: &[String],
-    timeout: Option<Duration>,
-    reason: Option<String>,
-) -> Result<Report> {
-    for k in keys {
-        crate::key::validate(k)?;
-    }
-    let req = Request::new(ctx, timeout, reason, None)?;
-    let store = ctx.open_store()?;
-    let claimed = store.transaction(|guard| {
-        let req = with_registered_pid(&*store, guard, req)?;
-        super::claim::claim_next(ctx, &*store, guard, &req, keys)
-    })?;
-    let refused = match claimed {
-        super::claim::Claimed::Taken(r) => return Ok(Report::Checkout(r)),
-        super::claim::Claimed::Refused(refused) => refused,
-    };
-    let all_frozen = refused.iter().all(|r| r.outcome == Outcome::Frozen);
-    Ok(Report::Any(AnyReport {
-        command: "checkout",
-        now: ctx.now,
-        outcome: if all_frozen {
-            Outcome::Frozen
-        } else {
-            Outcome::Conflict
-        },
-        refused,
-    }))
 }
 
 /// Record the agent's registered long-lived process in its checkouts; an agent that had

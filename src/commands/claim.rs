@@ -28,11 +28,47 @@ use std::collections::HashMap;
 use super::checkout::{Join, Request, attempt};
 use crate::engine::{Ctx, Judge};
 use crate::error::{Outcome, Result};
-use crate::report::CheckoutReport;
+use crate::report::{AnyReport, CheckoutReport, Report};
 use crate::store::{
     AgentEntry, AuditEvent, AuditFollow, Changes, Delivery, Ended, FileStore, Freeze, Guard, Held,
     Message, Note, Queue, Record, Slot, Store,
 };
+use std::time::Duration;
+
+/// `checkout --any`: the first key of the list that can be taken, all under one guard so
+/// agents racing over the same list get different keys; found without a full attempt on
+/// every key ahead of it ([`super::claim`]).
+pub fn any(
+    ctx: &Ctx,
+    keys: &[String],
+    timeout: Option<Duration>,
+    reason: Option<String>,
+) -> Result<Report> {
+    for k in keys {
+        crate::key::validate(k)?;
+    }
+    let req = Request::new(ctx, timeout, reason, None)?;
+    let store = ctx.open_store()?;
+    let claimed = store.transaction(|guard| {
+        let req = super::checkout::with_registered_pid(&*store, guard, req)?;
+        claim_next(ctx, &*store, guard, &req, keys)
+    })?;
+    let refused = match claimed {
+        Claimed::Taken(r) => return Ok(Report::Checkout(r)),
+        Claimed::Refused(refused) => refused,
+    };
+    let all_frozen = refused.iter().all(|r| r.outcome == Outcome::Frozen);
+    Ok(Report::Any(AnyReport {
+        command: "checkout",
+        now: ctx.now,
+        outcome: if all_frozen {
+            Outcome::Frozen
+        } else {
+            Outcome::Conflict
+        },
+        refused,
+    }))
+}
 
 /// Keys read by the first [`Store::read_many`]; each later one reads four times as many,
 /// up to [`LAST_CHUNK`]. An agent that shuffles its list finds a free key among the

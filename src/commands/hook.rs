@@ -95,7 +95,7 @@ pub fn run(
         return Ok(pre_tool_use(&payload, subagent.as_ref()));
     }
     let project = project()?;
-    let agent_pid = claude_pid();
+    let agent_pid = crate::os::client_pid();
     let client = client(&payload, agent_pid);
     // A Codex session's own hook (the thread in its input is the agent, not a subagent,
     // not another agent named with --agent): its beats record how to queue messages for
@@ -208,7 +208,7 @@ fn is_own_process(entry: &AgentEntry) -> bool {
     };
     entry.host == crate::identity::hostname()
         && entry.boot_id == crate::identity::boot_id()
-        && parent_chain_pid() == Some(pid)
+        && crate::os::parent_chain_pid() == Some(pid)
         && crate::os::start_time(pid) == Some(start)
 }
 
@@ -450,7 +450,12 @@ fn subagent_start(
     session: &str,
     parent: Option<String>,
 ) -> Result<Option<String>> {
-    heartbeat::beat(ctx, Some("subagent started".into()), claude_pid(), parent)?;
+    heartbeat::beat(
+        ctx,
+        Some("subagent started".into()),
+        crate::os::client_pid(),
+        parent,
+    )?;
     Ok(output(
         "SubagentStart",
         format!(
@@ -509,43 +514,4 @@ fn message_line(m: &Message) -> String {
         crate::wake::quoted(&m.key, crate::wake::MAX_KEY),
         crate::wake::quoted(&m.body, crate::wake::MAX_BODY)
     )
-}
-
-/// Programs that may stand between Claude Code and the hook: shells, and wrappers that
-/// run the hook as their child (`timeout 10 tasklock hook …`). Wrappers that exec the
-/// hook (`nice`, `env`, `nohup`, `stdbuf`, `ionice`) are gone by then, but they are
-/// listed too in case a shell forked for them.
-const WRAPPERS: &[&str] = &[
-    "sh", "bash", "dash", "zsh", "fish", "ksh", "mksh", "busybox", "timeout", "time", "nice",
-    "env", "nohup", "stdbuf", "ionice", "setsid", "chrt", "taskset", "flock", "setpriv",
-];
-
-/// The agent's process: the hook's parent, looking through shells and wrappers. For
-/// Claude Code that is the `claude` process; for Codex the native `codex` binary (which
-/// runs hooks as its children; the `node` launcher of the npm package is its parent and
-/// exits with it).
-pub(crate) fn claude_pid() -> Option<u32> {
-    // Recent Claude Code versions name their own pid for hooks.
-    if let Some(pid) = std::env::var("CLAUDE_PID")
-        .ok()
-        .and_then(|p| p.trim().parse::<u32>().ok())
-        .filter(|&p| p > 1 && crate::os::start_time(p).is_some())
-    {
-        return Some(pid);
-    }
-    parent_chain_pid()
-}
-
-/// The first ancestor of this process that is not a shell or wrapper.
-fn parent_chain_pid() -> Option<u32> {
-    // SAFETY: getppid has no preconditions.
-    let mut pid = unsafe { libc::getppid() } as u32;
-    for _ in 0..8 {
-        let info = crate::os::process(pid)?;
-        if !WRAPPERS.contains(&info.name.as_deref().unwrap_or_default()) {
-            break;
-        }
-        pid = info.parent?;
-    }
-    (pid > 1).then_some(pid)
 }

@@ -21,7 +21,7 @@ pub fn run(
     detach: bool,
     after_beat: bool,
 ) -> Result<Report> {
-    let mut pid = pid.or_else(super::hook::claude_pid).ok_or_else(|| {
+    let mut pid = pid.or_else(crate::os::client_pid).ok_or_else(|| {
         Error::Usage("--watch needs --pid PID: no Claude Code process or parent shell found".into())
     })?;
     let agent = ctx.agent()?;

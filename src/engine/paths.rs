@@ -165,7 +165,7 @@ pub fn reservations_meeting(
             continue;
         };
         if let Some((theirs, m, witness)) = meet(&compile(&w.paths), mine) {
-            let live = !super::queue::waiter_gone(ctx, store, w)?;
+            let live = !crate::liveness::waiter_gone(store, w, &ctx.now, &ctx.config()?)?;
             let waiter = w.clone();
             out.push((
                 ReservedOverlap {

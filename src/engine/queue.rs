@@ -8,7 +8,7 @@ use super::Ctx;
 use crate::duration::to_chrono;
 use crate::error::Result;
 use crate::identity::Agent;
-use crate::liveness::{self, Proc};
+use crate::liveness;
 use crate::store::{
     AuditEvent, Guard, Message, MessageKind, Queue, Record, Reservation, Slot, Store, Waiter,
 };
@@ -59,51 +59,9 @@ pub(crate) fn notify(
     Ok(msg.id)
 }
 
-/// Is a waiter gone: its waiting process died, or its agent is dead? A dead agent holds
-/// nothing, a place in line and a reservation included.
+/// Is a waiter gone ([`liveness::waiter_gone`], judged now)?
 pub(crate) fn waiter_gone(ctx: &Ctx, store: &dyn Store, w: &Waiter) -> Result<bool> {
-    if let Some(pid) = w.pid {
-        match liveness::check_process(
-            &w.host,
-            w.boot_id.as_deref(),
-            w.pid_ns.as_deref(),
-            pid,
-            w.pid_start,
-        ) {
-            Proc::Gone | Proc::Reused => return Ok(true),
-            Proc::Running => {
-                // A blocked --wait cannot beat, so silence proves nothing; but an agent
-                // whose own process is gone, or that ended, must never be handed the key
-                // through an orphaned wait.
-                return Ok(store.read_agent(&w.agent)?.is_some_and(|e| {
-                    e.ended_at.is_some()
-                        || e.pid.is_some_and(|p| {
-                            matches!(
-                                liveness::check_process(
-                                    &e.host,
-                                    e.boot_id.as_deref(),
-                                    e.pid_ns.as_deref(),
-                                    p,
-                                    e.pid_start,
-                                ),
-                                Proc::Gone | Proc::Reused
-                            )
-                        })
-                }));
-            }
-            Proc::Unknown => {}
-        }
-    }
-    match store.read_agent(&w.agent)? {
-        Some(mut e) => {
-            // Joining (or keeping a place in) a queue is a sign of life too.
-            if e.last_heartbeat.is_some_and(|t| t < w.since) {
-                e.last_heartbeat = Some(w.since);
-            }
-            Ok(liveness::judge_entry(&e, &ctx.now, &ctx.config()?).dead())
-        }
-        None => Ok(false),
-    }
+    liveness::waiter_gone(store, w, &ctx.now, &ctx.config()?)
 }
 
 /// Who has a key, as far as its queue is concerned.
@@ -120,6 +78,15 @@ pub(crate) enum KeyNow<'a> {
 }
 
 impl KeyNow<'_> {
+    /// A key with slots as its queue sees it.
+    pub(crate) fn of_slots(h: &super::slots::Holders) -> KeyNow<'static> {
+        if h.corrupt.is_some() {
+            KeyNow::Unavailable
+        } else {
+            KeyNow::Slots(h.free())
+        }
+    }
+
     fn serves(self, agent: &str) -> bool {
         match self {
             KeyNow::Free => true,
@@ -163,7 +130,7 @@ pub(crate) fn settle_now(
         return Ok(q);
     }
     match super::slots::Holders::read(store, key, Some(&q), &slot)? {
-        Some(h) => settle_key(ctx, store, g, key, h.key_now(None), taker),
+        Some(h) => settle_key(ctx, store, g, key, KeyNow::of_slots(&h), taker),
         None => settle_key(ctx, store, g, key, KeyNow::of(&slot), taker),
     }
 }
@@ -408,7 +375,7 @@ pub(crate) fn after_release(
         let slot = store.read(key)?;
         match super::slots::Holders::read(store, key, Some(&q), &slot)? {
             Some(h) => {
-                let key_now = h.key_now(None);
+                let key_now = KeyNow::of_slots(&h);
                 dequeue_then_settle(ctx, store, g, q, who, key_now, taker)?;
             }
             None => dequeue_then_settle(ctx, store, g, q, who, KeyNow::of(&slot), taker)?,
@@ -540,7 +507,7 @@ pub(crate) fn leave(
     }
     let slot = store.read(key)?;
     let key_now = match super::slots::Holders::read(store, key, Some(&q), &slot)? {
-        Some(h) => h.key_now(Some(agent)),
+        Some(h) => KeyNow::of_slots(&h),
         None => KeyNow::of(&slot),
     };
     dequeue_then_settle(ctx, store, g, q, (agent, reason), key_now, None)?;

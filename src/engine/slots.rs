@@ -6,13 +6,11 @@
 
 use std::path::PathBuf;
 
-use super::queue::KeyNow;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::store::{Record, Slot, Store};
 
-/// The most slots a key may have.
-pub const MAX_SLOTS: u32 = 1000;
+pub use crate::key::MAX_SLOTS;
 
 /// Check a slot count given on the command line or in config.yaml.
 pub fn validate(n: u32) -> Result<u32> {
@@ -98,15 +96,6 @@ impl Holders {
     /// Slots nobody holds.
     pub fn free(&self) -> usize {
         (self.capacity as usize).saturating_sub(self.records.len())
-    }
-
-    /// The key as its queue sees it.
-    pub(crate) fn key_now(&self, _leaving: Option<&str>) -> KeyNow<'static> {
-        if self.corrupt.is_some() {
-            KeyNow::Unavailable
-        } else {
-            KeyNow::Slots(self.free())
-        }
     }
 
     /// `agent`'s checkout of the key, if it holds one.

@@ -85,7 +85,7 @@ pub fn serve(dir: Option<PathBuf>, agent: Option<String>, name: Option<String>) 
             Err(e) => eprintln!("tasklock mcp: no secret for this server: {e}"),
         }
     }
-    let client = crate::commands::hook::claude_pid()
+    let client = crate::os::client_pid()
         .and_then(|pid| crate::os::start_time(pid).map(|start| (pid, start)));
     let server = Server(Arc::new(Inner {
         dir,

@@ -170,6 +170,45 @@ impl DirWatcher {
     }
 }
 
+/// Programs that may stand between Claude Code and the hook: shells, and wrappers that
+/// run the hook as their child (`timeout 10 tasklock hook …`). Wrappers that exec the
+/// hook (`nice`, `env`, `nohup`, `stdbuf`, `ionice`) are gone by then, but they are
+/// listed too in case a shell forked for them.
+const WRAPPERS: &[&str] = &[
+    "sh", "bash", "dash", "zsh", "fish", "ksh", "mksh", "busybox", "timeout", "time", "nice",
+    "env", "nohup", "stdbuf", "ionice", "setsid", "chrt", "taskset", "flock", "setpriv",
+];
+
+/// The agent's process: the hook's parent, looking through shells and wrappers. For
+/// Claude Code that is the `claude` process; for Codex the native `codex` binary (which
+/// runs hooks as its children; the `node` launcher of the npm package is its parent and
+/// exits with it).
+pub fn client_pid() -> Option<u32> {
+    // Recent Claude Code versions name their own pid for hooks.
+    if let Some(pid) = std::env::var("CLAUDE_PID")
+        .ok()
+        .and_then(|p| p.trim().parse::<u32>().ok())
+        .filter(|&p| p > 1 && start_time(p).is_some())
+    {
+        return Some(pid);
+    }
+    parent_chain_pid()
+}
+
+/// The first ancestor of this process that is not a shell or wrapper.
+pub fn parent_chain_pid() -> Option<u32> {
+    // SAFETY: getppid has no preconditions.
+    let mut pid = unsafe { libc::getppid() } as u32;
+    for _ in 0..8 {
+        let info = process(pid)?;
+        if !WRAPPERS.contains(&info.name.as_deref().unwrap_or_default()) {
+            break;
+        }
+        pid = info.parent?;
+    }
+    (pid > 1).then_some(pid)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

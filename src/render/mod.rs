@@ -113,12 +113,36 @@ pub fn report(r: &Report, format: Format, inv: &Invocation) -> String {
     }
 }
 
+/// What the user should do about an error, when there is something to say, with
+/// suggested commands carrying the caller's `--dir`/`--agent`.
+pub fn error_hint(e: &Error, inv: &Invocation) -> Option<String> {
+    use crate::error::{UPGRADE, newer_format, shell_quote};
+    match e {
+        Error::Corrupt { problem, .. } if newer_format(problem) => Some(UPGRADE.into()),
+        Error::Corrupt { key, .. } => Some(format!(
+            "inspect the file; if nobody is working on `{key}`, remove it with {} (audited).",
+            inv.code(&format!("release {} --force", shell_quote(key)))
+        )),
+        Error::Config { path, .. } if path.ends_with("config.yaml") => {
+            Some("fix the file, or delete it to use the defaults.".to_string())
+        }
+        Error::Config { .. } => {
+            Some("fix the file; tasklock does not change a file it cannot read.".to_string())
+        }
+        Error::LockDir { hint, .. } => Some(hint.clone()),
+        Error::SecretRefused { .. } => Some(
+            "run it in that agent's own session (its hooks set TASKLOCK_SECRET); another agent cannot act for it".into(),
+        ),
+        _ => None,
+    }
+}
+
 /// Errors: JSON goes to stdout (one object, like every other result); markdown to stderr.
 pub fn error(e: &Error, format: Format, inv: &Invocation) -> String {
     match format {
         Format::Markdown => {
             let mut s = format!("Error: {e}\n");
-            if let Some(h) = e.hint_for(inv) {
+            if let Some(h) = error_hint(e, inv) {
                 s.push_str(&format!("\nNext: {h}\n"));
             }
             s
@@ -126,7 +150,7 @@ pub fn error(e: &Error, format: Format, inv: &Invocation) -> String {
         Format::Json => json_line(&error_json(
             e.kind(),
             &e.to_string(),
-            e.hint_for(inv),
+            error_hint(e, inv),
             e.exit_code(),
         )),
     }

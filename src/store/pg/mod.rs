@@ -45,10 +45,7 @@ pub const DEFAULT_SCHEMA: &str = "tasklock";
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Is `s` a URL of the PostgreSQL store?
-pub fn is_url(s: &str) -> bool {
-    let s = s.trim();
-    s.starts_with("postgres://") || s.starts_with("postgresql://")
-}
+pub use crate::config::is_url;
 
 /// Where the PostgreSQL store is, when one is selected: `TASKLOCK_URL`, else `store:`
 /// in the settings. Connects to nothing. A `TASKLOCK_URL` that is not a PostgreSQL URL
