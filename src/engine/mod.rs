@@ -3,12 +3,14 @@
 //! handoff, how an ended checkout is remembered for the next holder. Commands parse
 //! their arguments, call in here and return a report.
 
+pub mod claim;
 pub mod deliver;
 pub mod edits;
 pub mod paths;
 pub mod queue;
 pub mod slots;
 pub mod stamps;
+pub mod take;
 
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -1,0 +1,717 @@
+//! Taking a key: the one place that knows the rules of a checkout, with or without
+//! paths, slots or a queue. [`attempt`] decides under the store's scope and returns the
+//! outcome as a [`CheckoutReport`]; commands (`checkout`, `run`, `--wait`, `--any`), the
+//! edit hook and the MCP server all come here.
+
+use std::time::Duration;
+
+use super::queue::{self, KeyNow};
+use super::{Ctx, Judge, NOTES_SHOWN, ReapReason, auto_release, auto_release_for, paths, slots};
+use crate::duration::to_chrono;
+use crate::error::{Error, Outcome, Result};
+use crate::identity::Agent;
+use crate::report::{CheckoutReport, CheckoutView, OverlapView, Reaped};
+use crate::store::{AuditEvent, Guard, Queue, Record, Slot, Store};
+
+/// What to do when the key is not ours to take now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Join {
+    /// Refuse (exit 2).
+    No,
+    /// Join the queue and return (exit 2 with the position).
+    Queue,
+    /// Join the queue as the blocked process `pid` (`--wait`).
+    Wait(u32),
+}
+
+/// Everything a checkout needs besides the key.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub agent: Agent,
+    pub lease: Duration,
+    /// The lease was given with `--timeout` (else it is the configured default).
+    pub lease_given: bool,
+    pub reason: Option<String>,
+    /// The caller's secret (`TASKLOCK_SECRET`) as a new checkout stores it: hashed here,
+    /// before the guard, so the critical section does no extra I/O.
+    pub owner: Option<crate::secret::Proof>,
+    /// The paths asked for with the key (stored form), taken with it or not at all.
+    pub paths: Vec<String>,
+    /// How many slots the key is to have (`--slots`), if given.
+    pub slots: Option<u32>,
+}
+
+impl Request {
+    /// Resolve identity, lease and reason. `pid` names a process whose death ends the
+    /// checkout at once (`run`); otherwise the agent's registered process, if any.
+    pub fn new(
+        ctx: &Ctx,
+        timeout: Option<Duration>,
+        reason: Option<String>,
+        pid: Option<u32>,
+    ) -> Result<Request> {
+        let mut agent = ctx.agent()?;
+        let lease = match timeout {
+            Some(t) => t,
+            None => ctx.config()?.lease,
+        };
+        if let Some(r) = &reason {
+            check_text("reason", r)?;
+        }
+        if let Some(pid) = pid {
+            agent.pid = Some(pid);
+            agent.pid_start = crate::os::start_time(pid);
+        }
+        Ok(Request {
+            agent,
+            lease,
+            lease_given: timeout.is_some(),
+            reason,
+            owner: crate::secret::caller()
+                .as_deref()
+                .map(crate::secret::Proof::of)
+                .transpose()?,
+            paths: Vec::new(),
+            slots: None,
+        })
+    }
+}
+
+/// What a checkout asks for besides the key and the lease.
+#[derive(Debug, Clone, Default)]
+pub struct Want {
+    pub paths: Vec<String>,
+    pub slots: Option<u32>,
+}
+
+/// Record the agent's registered long-lived process in its checkouts; an agent that had
+/// ended and is back (same id) is alive again.
+pub fn with_registered_pid(store: &dyn Store, guard: &Guard, mut req: Request) -> Result<Request> {
+    if let Some(mut entry) = store.read_agent(&req.agent.id)? {
+        if entry.ended_at.is_some() {
+            // The process it had is gone: forget it until it registers a new one.
+            entry.ended_at = None;
+            entry.ended_reason = None;
+            entry.pid = None;
+            entry.pid_start = None;
+            store.write_agent(guard, &entry)?;
+        }
+        if req.agent.name.is_none() {
+            req.agent.name = entry.name.clone();
+        }
+        req.agent.parent = entry.parent.clone();
+        if entry.host == req.agent.host && entry.boot_id == req.agent.boot_id {
+            req.agent.pid = entry.pid;
+            req.agent.pid_start = entry.pid_start;
+        }
+    }
+    Ok(req)
+}
+
+/// One checkout attempt under the guard.
+pub fn attempt(
+    ctx: &Ctx,
+    store: &dyn Store,
+    guard: &Guard,
+    req: &Request,
+    key: &str,
+    join: Join,
+) -> Result<CheckoutReport> {
+    let now = ctx.now;
+    let agent = &req.agent;
+    let expires_at = now + to_chrono(req.lease);
+    let mut took_over = None;
+    let base = |outcome, checkout| {
+        let mut r = CheckoutReport::new(now, key, outcome, checkout);
+        r.paths = req.paths.clone();
+        r
+    };
+
+    if let Some(f) = store.frozen(key, &now)? {
+        let holder = match store.read(key)? {
+            Slot::Held(r) => Some(CheckoutView::from(&r)),
+            _ => None,
+        };
+        let mut ev = ctx.agent_event("deny", key, agent);
+        ev.reason = Some("frozen".into());
+        ev.holder = holder.as_ref().map(|h| h.agent.id.clone());
+        ev.detail = Some(format!(
+            "frozen by {} until {}",
+            f.by,
+            crate::clock::rfc3339(&f.until)
+        ));
+        // A blocked --wait polls: only a plain refusal is worth an event.
+        if !matches!(join, Join::Wait(_)) {
+            store.audit(guard, &ev)?;
+        }
+        let mut r = base(Outcome::Frozen, holder);
+        r.frozen = Some(f);
+        return Ok(r);
+    }
+    let own = store.read(key)?;
+    if req.paths.is_empty() {
+        let asked = slots::asked(&ctx.config().unwrap_or_default(), key, req.slots);
+        // A key with slots, or one asked to have them: its holders are read together.
+        let queued = if asked.is_none() {
+            store.read_queue(key)?.slots
+        } else {
+            None
+        };
+        if let Some(h) = slots::Holders::read_asked(store, key, &own, queued, asked)? {
+            return attempt_slots(ctx, store, guard, req, key, join, h);
+        }
+    }
+    match own {
+        Slot::Corrupt { path, problem } => {
+            return Err(Error::Corrupt {
+                key: key.to_string(),
+                path,
+                problem,
+            });
+        }
+        Slot::Held(current)
+            if current.held_by(&agent.id)
+                && !current.expired_for_holder(&now)
+                && crate::engine::holder_refused(ctx, store, guard, &current, "checkout")?
+                    .is_some() =>
+        {
+            return Ok(base(
+                Outcome::SecretRefused,
+                Some(CheckoutView::from(&current)),
+            ));
+        }
+        Slot::Held(current) if current.held_by(&agent.id) && !current.expired_for_holder(&now) => {
+            // Paths asked for that the checkout does not cover yet join it, all or none.
+            let added: Vec<String> = req
+                .paths
+                .iter()
+                .filter(|p| !current.paths.contains(p))
+                .cloned()
+                .collect();
+            if !added.is_empty() {
+                let blockers = path_blockers(ctx, store, guard, req, key, &added)?;
+                if let Some(first) = blockers.first() {
+                    // Waiting to add paths, the holder queues for its own key: at the head,
+                    // served when the paths are free, and seen by deadlock detection.
+                    let blocker = first.agent.id.clone();
+                    let mut q =
+                        queue::settle_key(ctx, store, guard, key, KeyNow::HeldBy(&agent.id), None)?;
+                    let mut r = refuse(
+                        ctx,
+                        store,
+                        guard,
+                        req,
+                        key,
+                        (&[blocker], true),
+                        &mut q,
+                        join,
+                        blockers,
+                        true,
+                    )?;
+                    r.checkout = Some(CheckoutView::from(&current));
+                    return Ok(r);
+                }
+            }
+            // The holder checking out again keeps the same checkout (same token), extended
+            // by its own lease length, or to `--timeout` from now: never shortened.
+            let expires_at = if req.lease_given {
+                expires_at
+            } else {
+                now + (current.expires_at - current.renewed_at)
+            }
+            .max(current.expires_at)
+            // A clock behind the grant never ends a lease before it began.
+            .max(current.acquired_at);
+            let renewed = Record {
+                renewed_at: now.max(current.acquired_at),
+                expires_at,
+                reason: req.reason.clone().or(current.reason.clone()),
+                agent: current.agent.refreshed(agent),
+                paths: current.paths.iter().chain(&added).cloned().collect(),
+                version: if added.is_empty() {
+                    current.version
+                } else {
+                    crate::store::version_for(&added, None)
+                },
+                ..current
+            };
+            store.replace(guard, &renewed)?;
+            if !added.is_empty() {
+                // What it may have queued for is its own now.
+                let mut q = store.read_queue(key)?;
+                crate::warnings::after_change(
+                    &format!("the paths were added to `{key}`, but its queue was not updated"),
+                    queue::granted(store, guard, &mut q, &agent.id),
+                );
+            }
+            crate::warnings::after_change(
+                &format!(
+                    "`{key}` is still yours and its lease was extended, but the audit log was not written"
+                ),
+                store.audit(guard, &ctx.event("renew", &renewed)),
+            );
+            return Ok(base(
+                Outcome::AlreadyHeld,
+                Some(CheckoutView::from(&renewed)),
+            ));
+        }
+        Slot::Held(current) => {
+            // Our own lease ran out (never revived: a new token follows), or another
+            // agent's lease is past its end plus the skew margin, or its holder is dead.
+            let ended = if current.held_by(&agent.id) {
+                Some((ReapReason::Timeout, None))
+            } else {
+                Judge::new(ctx, store).reap_cause(&current)?
+            };
+            match ended {
+                Some((reason, cause)) => {
+                    auto_release_for(
+                        ctx,
+                        store,
+                        guard,
+                        &current,
+                        Some(&agent.id),
+                        reason,
+                        Some(&agent.id),
+                    )?;
+                    let notes = store.last_notes(key, NOTES_SHOWN)?;
+                    took_over = Some(Reaped::new(&current, reason, cause, notes));
+                }
+                None => {
+                    let holder = KeyNow::HeldBy(&current.agent.id);
+                    let mut q = queue::settle_key(ctx, store, guard, key, holder, None)?;
+                    let mut r = refuse(
+                        ctx,
+                        store,
+                        guard,
+                        req,
+                        key,
+                        (std::slice::from_ref(&current.agent.id), true),
+                        &mut q,
+                        join,
+                        Vec::new(),
+                        false,
+                    )?;
+                    r.checkout = Some(CheckoutView::from(&current));
+                    return Ok(r);
+                }
+            }
+        }
+        Slot::Free => {}
+    }
+
+    // The key is free; the paths asked for must be too.
+    if !req.paths.is_empty() {
+        let blockers = path_blockers(ctx, store, guard, req, key, &req.paths)?;
+        if let Some(first) = blockers.first() {
+            let mut q = queue::settle_key(ctx, store, guard, key, KeyNow::Free, None)?;
+            let blocker = first.agent.id.clone();
+            let mut r = refuse(
+                ctx,
+                store,
+                guard,
+                req,
+                key,
+                (&[blocker], true),
+                &mut q,
+                join,
+                blockers,
+                false,
+            )?;
+            r.took_over = took_over;
+            return Ok(r);
+        }
+    }
+
+    // The key is free: honour the queue.
+    let mut q = queue::settle_key(ctx, store, guard, key, KeyNow::Free, Some(&agent.id))?;
+    match q.reservation().cloned() {
+        Some(res) if res.agent != agent.id => {
+            let mut r = refuse(
+                ctx,
+                store,
+                guard,
+                req,
+                key,
+                (std::slice::from_ref(&res.agent), true),
+                &mut q,
+                join,
+                Vec::new(),
+                false,
+            )?;
+            r.took_over = took_over;
+            return Ok(r);
+        }
+        // Reserved for us, or for nobody: a place we had in the queue is done with.
+        _ => queue::granted(store, guard, &mut q, &agent.id)?,
+    }
+
+    let token = store.next_token(guard)?;
+    let previous = crate::engine::previous(store, key, token)?;
+    let record = Record {
+        version: crate::store::version_for(&req.paths, None),
+        key: key.to_string(),
+        token,
+        agent: agent.clone(),
+        acquired_at: now,
+        renewed_at: now,
+        expires_at,
+        reason: req.reason.clone(),
+        owner: req.owner.clone(),
+        paths: req.paths.clone(),
+        slot: None,
+        slots: None,
+    };
+    store.insert(guard, &record)?;
+    // From here the key is the caller's: a failure now is a warning, never exit 1.
+    let mut ev = ctx.event("acquire", &record);
+    ev.reason = record.reason.clone();
+    crate::warnings::after_change(
+        &format!("`{key}` is checked out to you, but the audit log was not written"),
+        store.audit(guard, &ev),
+    );
+    let mut r = base(Outcome::Granted, Some(CheckoutView::from(&record)));
+    r.took_over = took_over;
+    r.previous = previous;
+    r.queue_length = q.waiters.len();
+    Ok(r)
+}
+
+/// One checkout attempt under the guard, of a key with slots: a free slot is granted
+/// to the caller unless the waiters ahead of it in the queue have them all reserved.
+fn attempt_slots(
+    ctx: &Ctx,
+    store: &dyn Store,
+    guard: &Guard,
+    req: &Request,
+    key: &str,
+    join: Join,
+    mut h: slots::Holders,
+) -> Result<CheckoutReport> {
+    let now = ctx.now;
+    let agent = &req.agent;
+    if let Some((path, problem)) = h.corrupt.clone() {
+        return Err(Error::Corrupt {
+            key: key.to_string(),
+            path,
+            problem,
+        });
+    }
+    let base = |outcome, checkout, capacity| {
+        let mut r = CheckoutReport::new(now, key, outcome, checkout);
+        r.slots = Some(capacity);
+        r
+    };
+    if let Some(current) = h.of(&agent.id).cloned()
+        && !current.expired_for_holder(&now)
+    {
+        if crate::engine::holder_refused(ctx, store, guard, &current, "checkout")?.is_some() {
+            return Ok(base(
+                Outcome::SecretRefused,
+                Some(CheckoutView::from(&current)),
+                h.capacity,
+            ));
+        }
+        set_capacity(ctx, store, guard, key, &mut h)?;
+        // The holder checking out again keeps its slot (same token), renewed as a key's.
+        let expires_at = if req.lease_given {
+            now + to_chrono(req.lease)
+        } else {
+            now + (current.expires_at - current.renewed_at)
+        }
+        .max(current.expires_at)
+        .max(current.acquired_at);
+        let renewed = Record {
+            renewed_at: now.max(current.acquired_at),
+            expires_at,
+            reason: req.reason.clone().or(current.reason.clone()),
+            agent: current.agent.refreshed(agent),
+            slots: current.slot.map(|_| h.capacity),
+            ..current
+        };
+        store.replace(guard, &renewed)?;
+        crate::warnings::after_change(
+            &format!(
+                "`{key}` is still yours and its lease was extended, but the audit log was not written"
+            ),
+            store.audit(guard, &ctx.event("renew", &renewed)),
+        );
+        return Ok(base(
+            Outcome::AlreadyHeld,
+            Some(CheckoutView::from(&renewed)),
+            h.capacity,
+        ));
+    }
+    // Checkouts that have ended (a lease over, a dead holder; our own lapsed lease) free
+    // their slots first.
+    let mut took_over = None;
+    let mut judge = Judge::new(ctx, store);
+    let mut live = Vec::with_capacity(h.records.len());
+    for r in std::mem::take(&mut h.records) {
+        let ended = if r.held_by(&agent.id) {
+            Some((ReapReason::Timeout, None))
+        } else {
+            judge.reap_cause(&r)?
+        };
+        match ended {
+            Some((reason, cause)) => {
+                auto_release_for(
+                    ctx,
+                    store,
+                    guard,
+                    &r,
+                    Some(&agent.id),
+                    reason,
+                    Some(&agent.id),
+                )?;
+                if took_over.is_none() {
+                    let notes = store.last_notes(key, NOTES_SHOWN)?;
+                    took_over = Some(Reaped::new(&r, reason, cause, notes));
+                }
+            }
+            None => live.push(r),
+        }
+    }
+    h.records = live;
+    set_capacity(ctx, store, guard, key, &mut h)?;
+    // The waiters ahead are served first: as many as there are free slots.
+    let mut q = queue::settle_key(
+        ctx,
+        store,
+        guard,
+        key,
+        queue::KeyNow::Slots(h.free()),
+        Some(&agent.id),
+    )?;
+    let open = h.free() > q.reservations.len() || q.reserved_for(&agent.id).is_some();
+    if !open || h.free() == 0 {
+        let mut blockers: Vec<String> = h.records.iter().map(|r| r.agent.id.clone()).collect();
+        blockers.extend(q.reservations.iter().map(|r| r.agent.clone()));
+        if q.slots != Some(h.capacity) && !matches!(join, Join::No) {
+            q.slots = Some(h.capacity);
+        }
+        let mut r = refuse(
+            ctx,
+            store,
+            guard,
+            req,
+            key,
+            (&blockers, false),
+            &mut q,
+            join,
+            Vec::new(),
+            false,
+        )?;
+        r.slots = Some(h.capacity);
+        r.holders = h.records.iter().map(CheckoutView::from).collect();
+        r.checkout = r.holders.first().cloned();
+        r.took_over = took_over;
+        return Ok(r);
+    }
+    queue::granted(store, guard, &mut q, &agent.id)?;
+    let slot = h.next_slot();
+    let token = store.next_token(guard)?;
+    let previous = crate::engine::previous(store, key, token)?;
+    let record = Record {
+        version: crate::store::version_for(&[], Some(slot)),
+        key: key.to_string(),
+        token,
+        agent: agent.clone(),
+        acquired_at: now,
+        renewed_at: now,
+        expires_at: now + to_chrono(req.lease),
+        reason: req.reason.clone(),
+        owner: req.owner.clone(),
+        paths: Vec::new(),
+        slot: Some(slot),
+        slots: Some(h.capacity),
+    };
+    store.insert(guard, &record)?;
+    let mut ev = ctx.event("acquire", &record);
+    ev.reason = record.reason.clone();
+    ev.detail = Some(format!("slot {slot} of {}", h.capacity));
+    crate::warnings::after_change(
+        &format!("`{key}` is checked out to you, but the audit log was not written"),
+        store.audit(guard, &ev),
+    );
+    let mut r = base(
+        Outcome::Granted,
+        Some(CheckoutView::from(&record)),
+        h.capacity,
+    );
+    r.took_over = took_over;
+    r.previous = previous;
+    r.queue_length = q.waiters.len();
+    Ok(r)
+}
+
+/// A checkout asked for a different number of slots than the key keeps: from now on the
+/// key has that many. Every slot's record and the queue keep the new count; holders
+/// beyond it keep their slots until they let go. Audited as `slots`.
+fn set_capacity(
+    ctx: &Ctx,
+    store: &dyn Store,
+    guard: &Guard,
+    key: &str,
+    h: &mut slots::Holders,
+) -> Result<()> {
+    if h.stored == Some(h.capacity) {
+        return Ok(());
+    }
+    for r in &mut h.records {
+        if r.slot.is_some() && r.slots != Some(h.capacity) {
+            r.slots = Some(h.capacity);
+            store.replace(guard, r)?;
+        }
+    }
+    let mut q = store.read_queue(key)?;
+    if !q.is_empty() && q.slots != Some(h.capacity) {
+        q.slots = Some(h.capacity);
+        store.write_queue(guard, &q)?;
+    }
+    if let Some(before) = h.stored {
+        let mut ev = AuditEvent::new(ctx.now, "slots", key, &ctx.agent_id()?);
+        ev.detail = Some(format!("{before} → {}", h.capacity));
+        store.audit(guard, &ev)?;
+    }
+    h.stored = Some(h.capacity);
+    Ok(())
+}
+
+/// The key is held (or reserved) by `blocked_by.0`, or paths asked for are: refuse, or
+/// queue, or find a cycle. `blocked_by.1`: each of them keeps the caller out (a key and
+/// its paths), else one of them letting go is enough (the holders of a key with slots).
+/// `holder`: the caller holds the key and waits to add paths.
+#[allow(clippy::too_many_arguments)]
+fn refuse(
+    ctx: &Ctx,
+    store: &dyn Store,
+    guard: &Guard,
+    req: &Request,
+    key: &str,
+    blocked_by: (&[String], bool),
+    q: &mut Queue,
+    join: Join,
+    overlaps: Vec<OverlapView>,
+    holder: bool,
+) -> Result<CheckoutReport> {
+    let agent = &req.agent;
+    let mut r = CheckoutReport::new(ctx.now, key, Outcome::Conflict, None);
+    r.overlaps = overlaps;
+    r.paths = req.paths.clone();
+    r.queue_length = q.waiters.len();
+    r.position = q.position(&agent.id);
+    r.reserved_for = q.reservation().cloned();
+    let (blocked_by, any) = blocked_by;
+    match join {
+        Join::No => {
+            let mut ev = ctx.agent_event("deny", key, agent);
+            ev.holder = blocked_by.first().cloned();
+            if let Some(o) = r.overlaps.first() {
+                ev.holder = Some(o.agent.id.clone());
+                ev.detail = Some(overlap_detail(o));
+            } else if !any {
+                ev.detail = Some(format!("all {} slots are taken", blocked_by.len()));
+            } else if !q.reservations.is_empty() {
+                ev.detail = Some("reserved for the head of the queue".into());
+            }
+            store.audit(guard, &ev)?;
+        }
+        Join::Queue | Join::Wait(_) => {
+            let mut blockers = blocked_by.to_vec();
+            for o in &r.overlaps {
+                if !blockers.contains(&o.agent.id) {
+                    blockers.push(o.agent.id.clone());
+                }
+            }
+            let found = if r.position.is_none() {
+                queue::find_cycle(store, &agent.id, key, &blockers, any)?
+            } else {
+                None
+            };
+            if let Some(cycle) = found {
+                let mut ev = ctx.agent_event("deadlock", key, agent);
+                ev.holder = cycle.get(2).cloned();
+                ev.detail = Some(cycle.join(" → "));
+                store.audit(guard, &ev)?;
+                r.outcome = Outcome::Deadlock;
+                r.cycle = cycle;
+                return Ok(r);
+            }
+            let pid = match join {
+                Join::Wait(p) => Some(p),
+                _ => None,
+            };
+            queue::join(ctx, store, guard, q, agent, pid, &req.paths, holder)?;
+            r.queue_length = q.waiters.len();
+            r.position = q.position(&agent.id);
+            // A blocked --wait learns it itself; a queued agent is told by its inbox, and
+            // at once when its session takes pushes.
+            if pid.is_none()
+                && let Some(e) = store.read_agent(&agent.id)?
+                && e.ended_at.is_none()
+                && let Some(reach) = e.reach
+            {
+                r.push_wake = true;
+                r.push_via = Some(reach.via.as_str().to_string());
+            }
+        }
+    }
+    Ok(r)
+}
+
+/// The live checkouts and reservations of other agents whose paths overlap `wanted`.
+/// Checkouts in the way that may be ended (lease over, holder dead) are ended here, as
+/// a held key would be.
+fn path_blockers(
+    ctx: &Ctx,
+    store: &dyn Store,
+    guard: &Guard,
+    req: &Request,
+    key: &str,
+    wanted: &[String],
+) -> Result<Vec<OverlapView>> {
+    let me = &req.agent.id;
+    let mine = paths::compile(wanted);
+    let mut judge = Judge::new(ctx, store);
+    let mut out = Vec::new();
+    for o in paths::held_overlaps(store, me, key, &mine)? {
+        match judge.reap_reason(&o.record)? {
+            Some(reason) => auto_release(ctx, store, guard, &o.record, Some(me), reason)?,
+            None => out.push(OverlapView::from(&o)),
+        }
+    }
+    let mut reserved = paths::reservations_meeting(ctx, store, me, key, &mine)?;
+    if reserved.iter().any(|(_, live)| !live) {
+        // A dead agent's reservation passes on (perhaps to a waiter in our way too).
+        for (o, _) in reserved.iter().filter(|(_, live)| !live) {
+            queue::settle_now(ctx, store, guard, &o.queue.key, None)?;
+        }
+        reserved = paths::reservations_meeting(ctx, store, me, key, &mine)?;
+    }
+    for (o, _) in reserved.iter().filter(|(_, live)| *live) {
+        out.push(o.view());
+    }
+    Ok(out)
+}
+
+/// How an overlap reads in the audit log.
+pub fn overlap_detail(o: &OverlapView) -> String {
+    format!(
+        "paths: `{}` overlaps `{}` of `{}` (both cover `{}`)",
+        o.mine, o.theirs, o.key, o.witness
+    )
+}
+
+/// Free text stored in records and shown in tables: bounded and on one line.
+pub fn check_text(what: &str, s: &str) -> Result<()> {
+    if s.len() > 4096 {
+        return Err(Error::Usage(format!("{what} is longer than 4096 bytes")));
+    }
+    if s.chars().any(char::is_control) {
+        return Err(Error::Usage(format!(
+            "{what} must be one line without control characters"
+        )));
+    }
+    Ok(())
+}
