@@ -72,242 +72,326 @@ fn watch_interval(s: &str) -> Result<Duration, String> {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Atomically take KEY (re-checkout by the holder renews the lease)
-    Checkout {
-        /// The key; with --any, several keys in order of preference
-        #[arg(required_unless_present_any = ["wait", "paths"], value_name = "KEY")]
-        keys: Vec<String>,
-        /// Also take these repository paths (a file, a tree, or a glob: `src/parser/**`),
-        /// with KEY or alone; all or nothing. Repeat for several.
-        #[arg(long = "path", value_name = "PATTERN", conflicts_with = "any")]
-        paths: Vec<String>,
-        /// Lease length (default from config.yaml: 30m)
-        #[arg(long, value_parser = duration, value_name = "DUR")]
-        timeout: Option<Duration>,
-        /// Why you are taking it; shown to others
-        #[arg(long, value_name = "TEXT", allow_hyphen_values = true)]
-        reason: Option<String>,
-        /// If held, join KEY's queue and return at once (exit 2 with your position)
-        #[arg(long, conflicts_with_all = ["wait", "any"])]
-        queue: bool,
-        /// If held, queue and block until granted, or until DUR passes (exit 2 then)
-        #[arg(long, value_name = "DUR", num_args = 0..=1, conflicts_with = "any")]
-        wait: Option<Option<String>>,
-        /// Take the first free key of the list
-        #[arg(long)]
-        any: bool,
-        /// Let up to N agents hold KEY at once, each in a slot of its own (default: the
-        /// count the key keeps, else `slots:` in config.yaml, else 1)
-        #[arg(long, value_name = "N", value_parser = slots, conflicts_with_all = ["paths", "any"])]
-        slots: Option<u32>,
-    },
+    Checkout(CheckoutArgs),
     /// Release checkouts you hold
-    Release {
-        #[arg(
-            required_unless_present = "all",
-            conflicts_with = "all",
-            value_name = "KEY"
-        )]
-        keys: Vec<String>,
-        /// Release everything this agent holds, and leave every queue it waits in
-        #[arg(long)]
-        all: bool,
-        /// Release even if another agent holds it, or the record is corrupt (audited)
-        #[arg(long)]
-        force: bool,
-        /// A note for the audit log and whoever comes next
-        #[arg(long, value_name = "TEXT", allow_hyphen_values = true)]
-        note: Option<String>,
-    },
+    Release(ReleaseArgs),
     /// Leave the queues of keys you wait for (a reservation held for you passes on)
-    Leave {
-        #[arg(
-            required_unless_present = "all",
-            conflicts_with = "all",
-            value_name = "KEY"
-        )]
-        keys: Vec<String>,
-        /// Leave every queue this agent waits in
-        #[arg(long)]
-        all: bool,
-    },
+    Leave(LeaveArgs),
     /// Extend the lease of checkouts you hold
-    Renew {
-        #[arg(
-            required_unless_present = "all",
-            conflicts_with = "all",
-            value_name = "KEY"
-        )]
-        keys: Vec<String>,
-        /// Renew everything this agent holds
-        #[arg(long)]
-        all: bool,
-        /// New lease length from now (default: the lease keeps its own length)
-        #[arg(long, value_parser = duration, value_name = "DUR")]
-        timeout: Option<Duration>,
-    },
+    Renew(RenewArgs),
     /// One key in detail
-    Status { key: String },
+    Status(StatusArgs),
     /// Table of active checkouts
-    List {
-        /// Only this agent's checkouts
-        #[arg(long)]
-        mine: bool,
-    },
+    List(ListArgs),
     /// Exit 0 only if this agent still holds KEY under fencing token N
-    Verify {
-        key: String,
-        #[arg(long, value_name = "N")]
-        token: u64,
-    },
+    Verify(VerifyArgs),
     /// Record that this agent is alive; renews the leases it holds
-    Heartbeat {
-        /// A short free text shown in `tasklock agents`
-        #[arg(long, value_name = "TEXT", allow_hyphen_values = true)]
-        status: Option<String>,
-        /// The agent's long-lived process; when it dies, its checkouts are released
-        #[arg(long, value_name = "PID")]
-        pid: Option<u32>,
-        /// Keep beating until PID dies (then release its checkouts) or SIGTERM; without
-        /// --pid, PID is the Claude Code process (CLAUDE_PID) or the one that started
-        /// the calling shell
-        #[arg(long)]
-        watch: bool,
-        /// Time between beats with --watch, at least 1s (default from config.yaml: 60s)
-        #[arg(long, value_parser = watch_interval, value_name = "DUR", requires = "watch")]
-        interval: Option<Duration>,
-        /// With --watch: start the watcher in the background and return at once
-        #[arg(long, requires = "watch")]
-        detach: bool,
-        /// Internal: the watcher was started by --detach, which beat already
-        #[arg(long, hide = true, requires = "watch")]
-        after_beat: bool,
-    },
+    Heartbeat(HeartbeatArgs),
     /// Table of known agents: alive, stalled or dead
-    Agents {
-        /// Every agent in the registry, not only live and recently ended ones
-        #[arg(long)]
-        all: bool,
-    },
+    Agents(AgentsArgs),
     /// This agent's unread notifications (marked read unless --peek)
-    Inbox {
-        /// Leave the messages unread
-        #[arg(long)]
-        peek: bool,
-    },
+    Inbox(InboxArgs),
     /// Set up a project: lock directory, Claude Code hooks, agent instructions
-    Init {
-        /// Show what would change without changing anything
-        #[arg(long)]
-        dry_run: bool,
-        /// Share the lock directory with a Unix group (default: your primary group):
-        /// group GROUP, mode 2770, files 0660. Without it the lock directory is private.
-        #[arg(long, value_name = "GROUP", num_args = 0..=1, default_missing_value = "")]
-        shared: Option<String>,
-        /// Also install the git pre-commit guard (`tasklock guard-commit`), beside an
-        /// existing pre-commit hook or husky
-        #[arg(long)]
-        git_hook: bool,
-    },
+    Init(InitArgs),
     /// Install the skills this binary carries for Claude Code (~/.claude/skills) and link
     /// them for Codex (~/.agents/skills)
-    Setup {
-        /// Put the skills here instead of ~/.claude/skills
-        #[arg(long, value_name = "DIR")]
-        skills_dir: Option<std::path::PathBuf>,
-        /// Link them here instead of ~/.agents/skills
-        #[arg(long, value_name = "DIR")]
-        agents_dir: Option<std::path::PathBuf>,
-        /// Do not link the skills for Codex and other agents
-        #[arg(long)]
-        no_agents: bool,
-        /// Replace skill files and links that are not this version's
-        #[arg(long)]
-        force: bool,
-        /// Show what would change without changing anything
-        #[arg(long)]
-        dry_run: bool,
-    },
+    Setup(SetupArgs),
     /// Entry point for Claude Code and Codex hooks; reads the hook's JSON on stdin
-    Hook {
-        /// session-start, user-prompt-submit, pre-tool-use, post-tool-use, stop, subagent-start,
-        /// subagent-stop or session-end
-        event: Option<String>,
-    },
+    Hook(HookArgs),
     /// Block every checkout of KEY (or of a prefix: `deploy://*`) for a while
-    Freeze {
-        /// A key, or a prefix ending in `*`
-        key: String,
-        /// How long the freeze lasts; it ends by itself
-        #[arg(long = "for", value_parser = duration, value_name = "DUR", required = true)]
-        for_: Duration,
-        /// Why; shown to everyone refused
-        #[arg(long, value_name = "TEXT", allow_hyphen_values = true)]
-        reason: Option<String>,
-    },
+    Freeze(FreezeArgs),
     /// End a freeze early
-    Unfreeze { key: String },
+    Unfreeze(UnfreezeArgs),
     /// Explain in plain words why KEY (and paths) can or cannot be checked out now
-    Why {
-        #[arg(required_unless_present = "paths", value_name = "KEY")]
-        key: Option<String>,
-        /// Also ask about these repository paths, as `checkout --path` would take them
-        #[arg(long = "path", value_name = "PATTERN")]
-        paths: Vec<String>,
-    },
+    Why(WhyArgs),
     /// The append-only event log (newest last); --agent filters by agent here
-    Audit {
-        /// Only events from the last DUR
-        #[arg(long, value_parser = duration, value_name = "DUR")]
-        since: Option<Duration>,
-        /// Only events of this key
-        #[arg(long, value_name = "KEY")]
-        key: Option<String>,
-        /// Show at most N events, the most recent (0: all)
-        #[arg(long, value_name = "N", default_value_t = 100)]
-        limit: usize,
-        /// Keep printing new events until interrupted
-        #[arg(long)]
-        follow: bool,
-    },
+    Audit(AuditArgs),
     /// Check the setup: directory, file system, clock, identity, records, skills, hooks
     Doctor,
     /// Git pre-commit guard: refuse a commit of files another agent has checked out, or
     /// that you edited under a checkout you lost
     GuardCommit,
     /// Stage (`git add`) exactly the files you edited last, as the edit hook recorded them
-    Stage {
-        /// List the files without staging them
-        #[arg(long)]
-        dry_run: bool,
-    },
+    Stage(StageArgs),
     /// MCP server on stdin/stdout: the checkout tools for MCP clients (one server = one agent)
     Mcp,
     /// Append a checkpoint to KEY's history (holder only)
-    Note {
-        key: String,
-        /// The note, one line (it may start with `-`)
-        #[arg(allow_hyphen_values = true)]
-        text: String,
-    },
+    Note(NoteArgs),
     /// Check out KEY, run CMD renewing the lease, release when it ends
-    Run {
-        /// The key (may also follow --wait: `run --wait KEY -- CMD`)
-        #[arg(required_unless_present = "wait", value_name = "KEY")]
-        key: Option<String>,
-        /// Lease length (default from config.yaml: 30m); renewed in the background
-        #[arg(long, value_parser = duration, value_name = "DUR")]
-        timeout: Option<Duration>,
-        /// Why you are taking it; shown to others
-        #[arg(long, value_name = "TEXT", allow_hyphen_values = true)]
-        reason: Option<String>,
-        /// If held, queue and block until granted (or DUR passes: exit 2 without running CMD)
-        #[arg(long, value_name = "DUR", num_args = 0..=1)]
-        wait: Option<Option<String>>,
-        /// Let up to N agents hold KEY at once, each in a slot of its own
-        #[arg(long, value_name = "N", value_parser = slots)]
-        slots: Option<u32>,
-        /// The command and its arguments, after `--`
-        #[arg(last = true, required = true, value_name = "CMD")]
-        cmd: Vec<std::ffi::OsString>,
-    },
+    Run(RunArgs),
+}
+
+/// The arguments of `checkout`.
+#[derive(Debug, Args)]
+pub struct CheckoutArgs {
+    /// The key; with --any, several keys in order of preference
+    #[arg(required_unless_present_any = ["wait", "paths"], value_name = "KEY")]
+    pub keys: Vec<String>,
+    /// Also take these repository paths (a file, a tree, or a glob: `src/parser/**`),
+    /// with KEY or alone; all or nothing. Repeat for several.
+    #[arg(long = "path", value_name = "PATTERN", conflicts_with = "any")]
+    pub paths: Vec<String>,
+    /// Lease length (default from config.yaml: 30m)
+    #[arg(long, value_parser = duration, value_name = "DUR")]
+    pub timeout: Option<Duration>,
+    /// Why you are taking it; shown to others
+    #[arg(long, value_name = "TEXT", allow_hyphen_values = true)]
+    pub reason: Option<String>,
+    /// If held, join KEY's queue and return at once (exit 2 with your position)
+    #[arg(long, conflicts_with_all = ["wait", "any"])]
+    pub queue: bool,
+    /// If held, queue and block until granted, or until DUR passes (exit 2 then)
+    #[arg(long, value_name = "DUR", num_args = 0..=1, conflicts_with = "any")]
+    pub wait: Option<Option<String>>,
+    /// Take the first free key of the list
+    #[arg(long)]
+    pub any: bool,
+    /// Let up to N agents hold KEY at once, each in a slot of its own (default: the
+    /// count the key keeps, else `slots:` in config.yaml, else 1)
+    #[arg(long, value_name = "N", value_parser = slots, conflicts_with_all = ["paths", "any"])]
+    pub slots: Option<u32>,
+}
+
+/// The arguments of `release`.
+#[derive(Debug, Args)]
+pub struct ReleaseArgs {
+    #[arg(
+        required_unless_present = "all",
+        conflicts_with = "all",
+        value_name = "KEY"
+    )]
+    pub keys: Vec<String>,
+    /// Release everything this agent holds, and leave every queue it waits in
+    #[arg(long)]
+    pub all: bool,
+    /// Release even if another agent holds it, or the record is corrupt (audited)
+    #[arg(long)]
+    pub force: bool,
+    /// A note for the audit log and whoever comes next
+    #[arg(long, value_name = "TEXT", allow_hyphen_values = true)]
+    pub note: Option<String>,
+}
+
+/// The arguments of `leave`.
+#[derive(Debug, Args)]
+pub struct LeaveArgs {
+    #[arg(
+        required_unless_present = "all",
+        conflicts_with = "all",
+        value_name = "KEY"
+    )]
+    pub keys: Vec<String>,
+    /// Leave every queue this agent waits in
+    #[arg(long)]
+    pub all: bool,
+}
+
+/// The arguments of `renew`.
+#[derive(Debug, Args)]
+pub struct RenewArgs {
+    #[arg(
+        required_unless_present = "all",
+        conflicts_with = "all",
+        value_name = "KEY"
+    )]
+    pub keys: Vec<String>,
+    /// Renew everything this agent holds
+    #[arg(long)]
+    pub all: bool,
+    /// New lease length from now (default: the lease keeps its own length)
+    #[arg(long, value_parser = duration, value_name = "DUR")]
+    pub timeout: Option<Duration>,
+}
+
+/// The arguments of `status`.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    pub key: String,
+}
+
+/// The arguments of `list`.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Only this agent's checkouts
+    #[arg(long)]
+    pub mine: bool,
+}
+
+/// The arguments of `verify`.
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    pub key: String,
+    #[arg(long, value_name = "N")]
+    pub token: u64,
+}
+
+/// The arguments of `heartbeat`.
+#[derive(Debug, Args)]
+pub struct HeartbeatArgs {
+    /// A short free text shown in `tasklock agents`
+    #[arg(long, value_name = "TEXT", allow_hyphen_values = true)]
+    pub status: Option<String>,
+    /// The agent's long-lived process; when it dies, its checkouts are released
+    #[arg(long, value_name = "PID")]
+    pub pid: Option<u32>,
+    /// Keep beating until PID dies (then release its checkouts) or SIGTERM; without
+    /// --pid, PID is the Claude Code process (CLAUDE_PID) or the one that started
+    /// the calling shell
+    #[arg(long)]
+    pub watch: bool,
+    /// Time between beats with --watch, at least 1s (default from config.yaml: 60s)
+    #[arg(long, value_parser = watch_interval, value_name = "DUR", requires = "watch")]
+    pub interval: Option<Duration>,
+    /// With --watch: start the watcher in the background and return at once
+    #[arg(long, requires = "watch")]
+    pub detach: bool,
+    /// Internal: the watcher was started by --detach, which beat already
+    #[arg(long, hide = true, requires = "watch")]
+    pub after_beat: bool,
+}
+
+/// The arguments of `agents`.
+#[derive(Debug, Args)]
+pub struct AgentsArgs {
+    /// Every agent in the registry, not only live and recently ended ones
+    #[arg(long)]
+    pub all: bool,
+}
+
+/// The arguments of `inbox`.
+#[derive(Debug, Args)]
+pub struct InboxArgs {
+    /// Leave the messages unread
+    #[arg(long)]
+    pub peek: bool,
+}
+
+/// The arguments of `init`.
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    /// Show what would change without changing anything
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Share the lock directory with a Unix group (default: your primary group):
+    /// group GROUP, mode 2770, files 0660. Without it the lock directory is private.
+    #[arg(long, value_name = "GROUP", num_args = 0..=1, default_missing_value = "")]
+    pub shared: Option<String>,
+    /// Also install the git pre-commit guard (`tasklock guard-commit`), beside an
+    /// existing pre-commit hook or husky
+    #[arg(long)]
+    pub git_hook: bool,
+}
+
+/// The arguments of `setup`.
+#[derive(Debug, Args)]
+pub struct SetupArgs {
+    /// Put the skills here instead of ~/.claude/skills
+    #[arg(long, value_name = "DIR")]
+    pub skills_dir: Option<std::path::PathBuf>,
+    /// Link them here instead of ~/.agents/skills
+    #[arg(long, value_name = "DIR")]
+    pub agents_dir: Option<std::path::PathBuf>,
+    /// Do not link the skills for Codex and other agents
+    #[arg(long)]
+    pub no_agents: bool,
+    /// Replace skill files and links that are not this version's
+    #[arg(long)]
+    pub force: bool,
+    /// Show what would change without changing anything
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+/// The arguments of `hook`.
+#[derive(Debug, Args)]
+pub struct HookArgs {
+    /// session-start, user-prompt-submit, pre-tool-use, post-tool-use, stop, subagent-start,
+    /// subagent-stop or session-end
+    pub event: Option<String>,
+}
+
+/// The arguments of `freeze`.
+#[derive(Debug, Args)]
+pub struct FreezeArgs {
+    /// A key, or a prefix ending in `*`
+    pub key: String,
+    /// How long the freeze lasts; it ends by itself
+    #[arg(long = "for", value_parser = duration, value_name = "DUR", required = true)]
+    pub for_: Duration,
+    /// Why; shown to everyone refused
+    #[arg(long, value_name = "TEXT", allow_hyphen_values = true)]
+    pub reason: Option<String>,
+}
+
+/// The arguments of `unfreeze`.
+#[derive(Debug, Args)]
+pub struct UnfreezeArgs {
+    pub key: String,
+}
+
+/// The arguments of `why`.
+#[derive(Debug, Args)]
+pub struct WhyArgs {
+    #[arg(required_unless_present = "paths", value_name = "KEY")]
+    pub key: Option<String>,
+    /// Also ask about these repository paths, as `checkout --path` would take them
+    #[arg(long = "path", value_name = "PATTERN")]
+    pub paths: Vec<String>,
+}
+
+/// The arguments of `audit`.
+#[derive(Debug, Args)]
+pub struct AuditArgs {
+    /// Only events from the last DUR
+    #[arg(long, value_parser = duration, value_name = "DUR")]
+    pub since: Option<Duration>,
+    /// Only events of this key
+    #[arg(long, value_name = "KEY")]
+    pub key: Option<String>,
+    /// Show at most N events, the most recent (0: all)
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    pub limit: usize,
+    /// Keep printing new events until interrupted
+    #[arg(long)]
+    pub follow: bool,
+}
+
+/// The arguments of `stage`.
+#[derive(Debug, Args)]
+pub struct StageArgs {
+    /// List the files without staging them
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+/// The arguments of `note`.
+#[derive(Debug, Args)]
+pub struct NoteArgs {
+    pub key: String,
+    /// The note, one line (it may start with `-`)
+    #[arg(allow_hyphen_values = true)]
+    pub text: String,
+}
+
+/// The arguments of `run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The key (may also follow --wait: `run --wait KEY -- CMD`)
+    #[arg(required_unless_present = "wait", value_name = "KEY")]
+    pub key: Option<String>,
+    /// Lease length (default from config.yaml: 30m); renewed in the background
+    #[arg(long, value_parser = duration, value_name = "DUR")]
+    pub timeout: Option<Duration>,
+    /// Why you are taking it; shown to others
+    #[arg(long, value_name = "TEXT", allow_hyphen_values = true)]
+    pub reason: Option<String>,
+    /// If held, queue and block until granted (or DUR passes: exit 2 without running CMD)
+    #[arg(long, value_name = "DUR", num_args = 0..=1)]
+    pub wait: Option<Option<String>>,
+    /// Let up to N agents hold KEY at once, each in a slot of its own
+    #[arg(long, value_name = "N", value_parser = slots)]
+    pub slots: Option<u32>,
+    /// The command and its arguments, after `--`
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub cmd: Vec<std::ffi::OsString>,
 }

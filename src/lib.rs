@@ -70,7 +70,7 @@ fn run_command(args: Vec<OsString>) -> i32 {
         dir: cli.global.dir.clone(),
         agent: cli.global.agent.clone(),
         cmd: match &cli.command {
-            Command::Run { cmd, .. } => cmd.clone(),
+            Command::Run(a) => a.cmd.clone(),
             _ => Vec::new(),
         },
         tools: false,
@@ -80,7 +80,7 @@ fn run_command(args: Vec<OsString>) -> i32 {
     } else {
         Format::Markdown
     };
-    if let Command::Hook { event } = &cli.command {
+    if let Command::Hook(cli::HookArgs { event }) = &cli.command {
         // Hooks never break the agent: failures go to stderr and the exit code is 0.
         let Some(event) = event else {
             emit_stderr(HOOK_NO_EVENT);
@@ -106,12 +106,12 @@ fn run_command(args: Vec<OsString>) -> i32 {
     if let Command::Mcp = &cli.command {
         return mcp_server(&cli.global);
     }
-    if let Command::Audit {
+    if let Command::Audit(cli::AuditArgs {
         since,
         key,
         limit,
         follow: true,
-    } = &cli.command
+    }) = &cli.command
     {
         let filter = commands::audit::Filter {
             since: *since,
@@ -180,25 +180,11 @@ fn execute(cli: Cli) -> Result<report::Report, Error> {
     let audit_agent = cli.global.agent.clone();
     let flag = cli.global.dir.as_deref();
     // `setup` is about the user's agents, not a project: no lock directory.
-    if let Command::Setup {
-        skills_dir,
-        agents_dir,
-        no_agents,
-        force,
-        dry_run,
-    } = cli.command
-    {
-        let args = commands::setup::SetupArgs {
-            skills_dir,
-            agents_dir,
-            no_agents,
-            force,
-            dry_run,
-        };
+    if let Command::Setup(args) = cli.command {
         return commands::setup::run(clock::now()?, args);
     }
     let discovery = match &cli.command {
-        Command::Init { .. } => None,
+        Command::Init(_) => None,
         _ => Some(discover::discover(flag)?),
     };
     let dir = match (&cli.command, discovery.clone()) {
@@ -217,136 +203,36 @@ fn execute(cli: Cli) -> Result<report::Report, Error> {
     // A PostgreSQL store judges time by the server's clock: connect first (the
     // connection serves the whole command), then take "now" again. `doctor` reports a
     // server that cannot be reached instead of failing on it.
-    if !matches!(cli.command, Command::Doctor | Command::Init { .. })
+    if !matches!(cli.command, Command::Doctor | Command::Init(_))
         && store::pg::open_early(ctx.config().ok().as_ref())?
     {
         ctx.now = clock::now()?;
     }
     match normalize_keys(cli.command) {
-        Command::Checkout {
-            mut keys,
-            paths,
-            timeout,
-            reason,
-            queue,
-            wait,
-            any,
-            slots,
-        } => {
-            let wait = wait_or_key(&mut keys, wait)?;
-            let paths = engine::paths::resolve(&ctx, &paths)?;
-            if keys.is_empty() && !paths.is_empty() {
-                keys.push(key::for_paths(&paths)?);
-            }
-            if keys.is_empty() {
-                return Err(missing_key());
-            }
-            if paths.is_empty()
-                && let Some(k) = keys.iter().find(|k| k.starts_with(key::PATH_KEY_PREFIX))
-            {
-                return Err(Error::Usage(format!(
-                    "`{k}` names a checkout of paths; take paths with `tasklock checkout --path PATTERN`"
-                )));
-            }
-            if any {
-                return commands::claim::any(&ctx, &keys, timeout, reason);
-            }
-            let [key] = keys.as_slice() else {
-                return Err(Error::Usage(
-                    "checkout takes one KEY; to take the first free of several, use --any".into(),
-                ));
-            };
-            let want = commands::checkout::Want { paths, slots };
-            match wait {
-                Some(dur) => commands::wait::run(&ctx, key, want, timeout, reason, dur),
-                None => {
-                    let join = if queue {
-                        commands::checkout::Join::Queue
-                    } else {
-                        commands::checkout::Join::No
-                    };
-                    commands::checkout::run(&ctx, key, want, timeout, reason, join)
-                }
-            }
-        }
-        Command::Release {
-            keys,
-            all,
-            force,
-            note,
-        } => commands::release::run(&ctx, keys, all, force, note),
-        Command::Leave { keys, all } => commands::release::leave(&ctx, keys, all),
-        Command::Renew { keys, all, timeout } => commands::renew::run(&ctx, keys, all, timeout),
-        Command::Status { key } => commands::status::run(&ctx, &key),
-        Command::List { mine } => commands::list::run(&ctx, mine),
-        Command::Verify { key, token } => commands::verify::run(&ctx, &key, token),
-        Command::Heartbeat {
-            status,
-            pid,
-            watch: false,
-            ..
-        } => commands::heartbeat::run(&ctx, status, pid),
-        Command::Heartbeat {
-            status,
-            pid,
-            interval,
-            detach,
-            after_beat,
-            ..
-        } => commands::watch::run(&ctx, status, pid, interval, detach, after_beat),
-        Command::Agents { all } => commands::agents::run(&ctx, all),
-        Command::Inbox { peek } => commands::inbox::run(&ctx, peek),
-        Command::Init {
-            dry_run,
-            shared,
-            git_hook,
-        } => commands::init::run(&ctx, dry_run, shared.as_deref(), git_hook),
-        Command::Hook { .. } | Command::Mcp | Command::Setup { .. } => {
+        Command::Checkout(a) => commands::checkout::execute(&ctx, a),
+        Command::Release(a) => commands::release::execute(&ctx, a),
+        Command::Leave(a) => commands::release::execute_leave(&ctx, a),
+        Command::Renew(a) => commands::renew::execute(&ctx, a),
+        Command::Status(a) => commands::status::execute(&ctx, a),
+        Command::List(a) => commands::list::execute(&ctx, a),
+        Command::Verify(a) => commands::verify::execute(&ctx, a),
+        Command::Heartbeat(a) if !a.watch => commands::heartbeat::execute(&ctx, a),
+        Command::Heartbeat(a) => commands::watch::execute(&ctx, a),
+        Command::Agents(a) => commands::agents::execute(&ctx, a),
+        Command::Inbox(a) => commands::inbox::execute(&ctx, a),
+        Command::Init(a) => commands::init::execute(&ctx, a),
+        Command::Hook(_) | Command::Mcp | Command::Setup(_) => {
             unreachable!("handled before")
         }
-        Command::Freeze { key, for_, reason } => commands::freeze::freeze(&ctx, &key, for_, reason),
-        Command::Unfreeze { key } => commands::freeze::unfreeze(&ctx, &key),
+        Command::Freeze(a) => commands::freeze::execute(&ctx, a),
+        Command::Unfreeze(a) => commands::freeze::execute_unfreeze(&ctx, a),
         Command::GuardCommit => commands::guard::run(&ctx),
-        Command::Stage { dry_run } => commands::stage::run(&ctx, dry_run),
-        Command::Why { key, paths } => {
-            let paths = engine::paths::resolve(&ctx, &paths)?;
-            let key = match key {
-                Some(k) => k,
-                None => key::for_paths(&paths)?,
-            };
-            commands::why::run(&ctx, &key, paths)
-        }
+        Command::Stage(a) => commands::stage::execute(&ctx, a),
+        Command::Why(a) => commands::why::execute(&ctx, a),
         Command::Doctor => commands::doctor::run(&ctx, discovery.as_ref()),
-        Command::Audit {
-            since, key, limit, ..
-        } => commands::audit::run(
-            &ctx,
-            &commands::audit::Filter {
-                since,
-                key,
-                agent: audit_agent,
-                limit,
-            },
-        ),
-        Command::Note { key, text } => commands::note::run(&ctx, &key, text),
-        Command::Run {
-            key,
-            timeout,
-            reason,
-            wait,
-            slots,
-            cmd,
-        } => {
-            let mut keys: Vec<String> = key.into_iter().collect();
-            let wait = wait_or_key(&mut keys, wait)?;
-            let [key] = keys.as_slice() else {
-                return Err(match keys.len() {
-                    0 => missing_key(),
-                    _ => Error::Usage("run takes one KEY; the command goes after `--`".into()),
-                });
-            };
-            commands::run::run(&ctx, key, slots, timeout, reason, wait, cmd)
-        }
+        Command::Audit(a) => commands::audit::execute(&ctx, a, audit_agent),
+        Command::Note(a) => commands::note::execute(&ctx, a),
+        Command::Run(a) => commands::run::execute(&ctx, a),
     }
 }
 
@@ -446,10 +332,10 @@ where
         Ok(cli)
             if !matches!(
                 cli.command,
-                Command::Hook { .. }
-                    | Command::Run { .. }
+                Command::Hook(_)
+                    | Command::Run(_)
                     | Command::Mcp
-                    | Command::Audit { follow: true, .. }
+                    | Command::Audit(cli::AuditArgs { follow: true, .. })
             ) =>
         {
             cli
@@ -524,10 +410,7 @@ where
 fn creates_store(cmd: &Command) -> bool {
     matches!(
         cmd,
-        Command::Checkout { .. }
-            | Command::Heartbeat { .. }
-            | Command::Freeze { .. }
-            | Command::Run { .. }
+        Command::Checkout(_) | Command::Heartbeat(_) | Command::Freeze(_) | Command::Run(_)
     )
 }
 
@@ -536,23 +419,23 @@ fn creates_store(cmd: &Command) -> bool {
 fn normalize_keys(mut command: Command) -> Command {
     let one = |k: &mut String| *k = key::normalize(k);
     match &mut command {
-        Command::Checkout { keys, wait, .. } => {
+        Command::Checkout(cli::CheckoutArgs { keys, wait, .. }) => {
             keys.iter_mut().for_each(one);
             if let Some(Some(w)) = wait {
                 one(w);
             }
         }
-        Command::Release { keys, .. }
-        | Command::Renew { keys, .. }
-        | Command::Leave { keys, .. } => keys.iter_mut().for_each(one),
-        Command::Status { key }
-        | Command::Verify { key, .. }
-        | Command::Note { key, .. }
-        | Command::Freeze { key, .. }
-        | Command::Unfreeze { key }
-        | Command::Why { key: Some(key), .. } => one(key),
-        Command::Audit { key: Some(k), .. } => one(k),
-        Command::Run { key, wait, .. } => {
+        Command::Release(cli::ReleaseArgs { keys, .. })
+        | Command::Renew(cli::RenewArgs { keys, .. })
+        | Command::Leave(cli::LeaveArgs { keys, .. }) => keys.iter_mut().for_each(one),
+        Command::Status(cli::StatusArgs { key })
+        | Command::Verify(cli::VerifyArgs { key, .. })
+        | Command::Note(cli::NoteArgs { key, .. })
+        | Command::Freeze(cli::FreezeArgs { key, .. })
+        | Command::Unfreeze(cli::UnfreezeArgs { key })
+        | Command::Why(cli::WhyArgs { key: Some(key), .. }) => one(key),
+        Command::Audit(cli::AuditArgs { key: Some(k), .. }) => one(k),
+        Command::Run(cli::RunArgs { key, wait, .. }) => {
             if let Some(k) = key {
                 one(k);
             }
@@ -566,36 +449,6 @@ fn normalize_keys(mut command: Command) -> Command {
 }
 
 const HOOK_NO_EVENT: &str = "tasklock hook: no event given (expected session-start, user-prompt-submit, pre-tool-use, post-tool-use, subagent-start, subagent-stop or session-end); nothing done\n";
-
-/// `--wait` takes an optional duration, so in `checkout --wait task-1` the parser gives
-/// it `task-1`. A value that is not a duration is the key: it goes back in front of the
-/// keys, and the wait has no limit. A value that looks like a number with a bad unit
-/// (`--wait 5x KEY`) is a bad duration.
-fn wait_or_key(
-    keys: &mut Vec<String>,
-    wait: Option<Option<String>>,
-) -> Result<Option<Option<std::time::Duration>>, Error> {
-    let Some(value) = wait else {
-        return Ok(None);
-    };
-    let Some(v) = value else {
-        return Ok(Some(None));
-    };
-    match duration::parse(&v) {
-        Ok(d) => Ok(Some(Some(d))),
-        Err(e) if !keys.is_empty() && v.starts_with(|c: char| c.is_ascii_digit()) => {
-            Err(Error::Usage(format!("--wait: {e}")))
-        }
-        Err(_) => {
-            keys.insert(0, v);
-            Ok(Some(None))
-        }
-    }
-}
-
-fn missing_key() -> Error {
-    Error::Usage("the following required arguments were not provided: <KEY>".into())
-}
 
 /// The subcommand named on the command line, skipping global options and their values.
 fn subcommand(args: &[OsString]) -> Option<&str> {

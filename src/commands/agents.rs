@@ -161,3 +161,8 @@ fn prune(ctx: &Ctx, store: &dyn Store, ids: &[String]) -> Result<BTreeSet<String
     store.commit(guard)?;
     Ok(removed)
 }
+
+/// `agents [--all]`.
+pub fn execute(ctx: &Ctx, a: crate::cli::AgentsArgs) -> Result<Report> {
+    run(ctx, a.all)
+}

@@ -131,3 +131,17 @@ pub fn follow(ctx: &Ctx, filter: &Filter, format: Format, out: &mut dyn Write) -
     }
     Ok(())
 }
+
+/// `audit` (`--follow` is served before a command's context exists: see `lib.rs`).
+/// `agent`: the global `--agent`, a filter here.
+pub fn execute(ctx: &Ctx, a: crate::cli::AuditArgs, agent: Option<String>) -> Result<Report> {
+    run(
+        ctx,
+        &Filter {
+            since: a.since,
+            key: a.key,
+            agent,
+            limit: a.limit,
+        },
+    )
+}

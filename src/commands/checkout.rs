@@ -50,3 +50,44 @@ pub fn run_as(
         attempt(ctx, &*store, guard, &req, key, Join::No).map(Report::Checkout)
     })
 }
+
+/// `checkout`: one key (or paths alone), `--queue`, `--wait`, or `--any` over several.
+pub fn execute(ctx: &Ctx, a: crate::cli::CheckoutArgs) -> Result<Report> {
+    use crate::error::Error;
+    use crate::key;
+    let mut keys = a.keys;
+    let wait = super::wait_or_key(&mut keys, a.wait)?;
+    let paths = crate::engine::paths::resolve(ctx, &a.paths)?;
+    if keys.is_empty() && !paths.is_empty() {
+        keys.push(key::for_paths(&paths)?);
+    }
+    if keys.is_empty() {
+        return Err(super::missing_key());
+    }
+    if paths.is_empty()
+        && let Some(k) = keys.iter().find(|k| k.starts_with(key::PATH_KEY_PREFIX))
+    {
+        return Err(Error::Usage(format!(
+            "`{k}` names a checkout of paths; take paths with `tasklock checkout --path PATTERN`"
+        )));
+    }
+    if a.any {
+        return super::claim::any(ctx, &keys, a.timeout, a.reason);
+    }
+    let [key] = keys.as_slice() else {
+        return Err(Error::Usage(
+            "checkout takes one KEY; to take the first free of several, use --any".into(),
+        ));
+    };
+    let want = Want {
+        paths,
+        slots: a.slots,
+    };
+    match wait {
+        Some(dur) => super::wait::run(ctx, key, want, a.timeout, a.reason, dur),
+        None => {
+            let join = if a.queue { Join::Queue } else { Join::No };
+            run(ctx, key, want, a.timeout, a.reason, join)
+        }
+    }
+}

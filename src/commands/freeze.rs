@@ -136,3 +136,13 @@ fn event(ctx: &Ctx, name: &str, f: &Freeze) -> AuditEvent {
     ev.detail = Some(format!("until {}", crate::clock::rfc3339(&f.until)));
     ev
 }
+
+/// `freeze KEY --for DUR`.
+pub fn execute(ctx: &Ctx, a: crate::cli::FreezeArgs) -> Result<Report> {
+    freeze(ctx, &a.key, a.for_, a.reason)
+}
+
+/// `unfreeze KEY`.
+pub fn execute_unfreeze(ctx: &Ctx, a: crate::cli::UnfreezeArgs) -> Result<Report> {
+    unfreeze(ctx, &a.key)
+}

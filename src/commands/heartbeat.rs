@@ -228,3 +228,8 @@ pub fn beat(
 fn needs_renewal(r: &Record, now: &crate::clock::Time) -> bool {
     (r.expires_at - *now) * 2 < r.expires_at - r.renewed_at
 }
+
+/// `heartbeat` (without `--watch`).
+pub fn execute(ctx: &Ctx, a: crate::cli::HeartbeatArgs) -> Result<Report> {
+    run(ctx, a.status, a.pid)
+}

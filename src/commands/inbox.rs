@@ -34,3 +34,8 @@ pub fn run(ctx: &Ctx, peek: bool) -> Result<Report> {
         marked_read: !peek,
     }))
 }
+
+/// `inbox [--peek]`.
+pub fn execute(ctx: &Ctx, a: crate::cli::InboxArgs) -> Result<Report> {
+    run(ctx, a.peek)
+}

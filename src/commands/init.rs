@@ -585,6 +585,11 @@ fn write_atomic(path: &Path, text: &str) -> Result<()> {
     })
 }
 
+/// `init`.
+pub fn execute(ctx: &Ctx, a: crate::cli::InitArgs) -> Result<Report> {
+    run(ctx, a.dry_run, a.shared.as_deref(), a.git_hook)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

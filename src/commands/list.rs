@@ -54,3 +54,8 @@ pub fn run(ctx: &Ctx, mine: bool) -> Result<Report> {
         queues,
     }))
 }
+
+/// `list [--mine]`.
+pub fn execute(ctx: &Ctx, a: crate::cli::ListArgs) -> Result<Report> {
+    run(ctx, a.mine)
+}

@@ -28,3 +28,33 @@ pub mod watch;
 pub mod why;
 
 pub use crate::engine::Ctx;
+
+/// `--wait` takes an optional duration, so in `checkout --wait task-1` the parser gives
+/// it `task-1`. A value that is not a duration is the key: it goes back in front of the
+/// keys, and the wait has no limit. A value that looks like a number with a bad unit
+/// (`--wait 5x KEY`) is a bad duration.
+pub(crate) fn wait_or_key(
+    keys: &mut Vec<String>,
+    wait: Option<Option<String>>,
+) -> std::result::Result<Option<Option<std::time::Duration>>, crate::error::Error> {
+    let Some(value) = wait else {
+        return Ok(None);
+    };
+    let Some(v) = value else {
+        return Ok(Some(None));
+    };
+    match crate::duration::parse(&v) {
+        Ok(d) => Ok(Some(Some(d))),
+        Err(e) if !keys.is_empty() && v.starts_with(|c: char| c.is_ascii_digit()) => {
+            Err(crate::error::Error::Usage(format!("--wait: {e}")))
+        }
+        Err(_) => {
+            keys.insert(0, v);
+            Ok(Some(None))
+        }
+    }
+}
+
+pub(crate) fn missing_key() -> crate::error::Error {
+    crate::error::Error::Usage("the following required arguments were not provided: <KEY>".into())
+}

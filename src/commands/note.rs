@@ -72,3 +72,8 @@ pub fn run(ctx: &Ctx, key: &str, text: String) -> Result<Report> {
         },
     )
 }
+
+/// `note KEY TEXT`.
+pub fn execute(ctx: &Ctx, a: crate::cli::NoteArgs) -> Result<Report> {
+    run(ctx, &a.key, a.text)
+}

@@ -328,3 +328,13 @@ pub fn leave(ctx: &Ctx, keys: Vec<String>, all: bool) -> Result<Report> {
         note: None,
     }))
 }
+
+/// `release KEY…` / `release --all`.
+pub fn execute(ctx: &Ctx, a: crate::cli::ReleaseArgs) -> Result<Report> {
+    run(ctx, a.keys, a.all, a.force, a.note)
+}
+
+/// `leave KEY…` / `leave --all`.
+pub fn execute_leave(ctx: &Ctx, a: crate::cli::LeaveArgs) -> Result<Report> {
+    leave(ctx, a.keys, a.all)
+}

@@ -116,3 +116,8 @@ pub fn run(ctx: &Ctx, keys: Vec<String>, all: bool, timeout: Option<Duration>) -
     store.commit(guard)?;
     report(results)
 }
+
+/// `renew KEY…` / `renew --all`.
+pub fn execute(ctx: &Ctx, a: crate::cli::RenewArgs) -> Result<Report> {
+    run(ctx, a.keys, a.all, a.timeout)
+}

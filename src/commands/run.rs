@@ -214,3 +214,16 @@ fn finish(
         exit_code,
     })
 }
+
+/// `run KEY [--wait [DUR]] -- CMD…`.
+pub fn execute(ctx: &Ctx, a: crate::cli::RunArgs) -> Result<Report> {
+    let mut keys: Vec<String> = a.key.into_iter().collect();
+    let wait = super::wait_or_key(&mut keys, a.wait)?;
+    let [key] = keys.as_slice() else {
+        return Err(match keys.len() {
+            0 => super::missing_key(),
+            _ => Error::Usage("run takes one KEY; the command goes after `--`".into()),
+        });
+    };
+    run(ctx, key, a.slots, a.timeout, a.reason, wait, a.cmd)
+}

@@ -10,15 +10,7 @@ use crate::clock::Time;
 use crate::error::{Error, Result};
 use crate::report::{Change, Report, SetupReport};
 
-/// `tasklock setup`'s arguments.
-#[derive(Debug, Clone, Default)]
-pub struct SetupArgs {
-    pub skills_dir: Option<PathBuf>,
-    pub agents_dir: Option<PathBuf>,
-    pub no_agents: bool,
-    pub force: bool,
-    pub dry_run: bool,
-}
+pub use crate::cli::SetupArgs;
 
 pub fn run(now: Time, args: SetupArgs) -> Result<Report> {
     let home = std::env::var_os("HOME")

@@ -127,3 +127,8 @@ fn git(root: &Path, args: &[&str], paths: &[&str]) -> Result<Vec<u8>> {
     }
     Ok(out.stdout)
 }
+
+/// `stage [--dry-run]`.
+pub fn execute(ctx: &Ctx, a: crate::cli::StageArgs) -> Result<Report> {
+    run(ctx, a.dry_run)
+}

@@ -110,3 +110,8 @@ pub(crate) fn settled_queue(
     }
     store.transaction(|guard| queue::settle_now(ctx, store, guard, key, None))
 }
+
+/// `status KEY`.
+pub fn execute(ctx: &Ctx, a: crate::cli::StatusArgs) -> Result<Report> {
+    run(ctx, &a.key)
+}

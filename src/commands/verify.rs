@@ -73,3 +73,8 @@ pub fn run(ctx: &Ctx, key: &str, token: u64) -> Result<Report> {
     };
     report(outcome, Some(CheckoutView::from(&r)))
 }
+
+/// `verify KEY --token N`.
+pub fn execute(ctx: &Ctx, a: crate::cli::VerifyArgs) -> Result<Report> {
+    run(ctx, &a.key, a.token)
+}

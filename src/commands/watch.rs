@@ -283,3 +283,8 @@ pub(crate) fn spawn_detached(
         watcher_pid: Some(child.id()),
     }))
 }
+
+/// `heartbeat --watch`.
+pub fn execute(ctx: &Ctx, a: crate::cli::HeartbeatArgs) -> Result<Report> {
+    run(ctx, a.status, a.pid, a.interval, a.detach, a.after_beat)
+}

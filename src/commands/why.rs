@@ -356,3 +356,13 @@ fn code_list(items: &[String]) -> String {
         .collect::<Vec<_>>()
         .join(", ")
 }
+
+/// `why KEY` / `why [KEY] --path PATTERN…`.
+pub fn execute(ctx: &Ctx, a: crate::cli::WhyArgs) -> Result<Report> {
+    let paths = crate::engine::paths::resolve(ctx, &a.paths)?;
+    let key = match a.key {
+        Some(k) => k,
+        None => crate::key::for_paths(&paths)?,
+    };
+    run(ctx, &key, paths)
+}
