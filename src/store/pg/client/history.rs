@@ -1,0 +1,103 @@
+//! What outlives a checkout: how it ended (`ended`), notes (`notes`), and freezes (`freezes`).
+
+use super::*;
+
+impl PgStore {
+    pub fn read_ended(&self, key: &str) -> Result<Option<Ended>> {
+        Ok(self
+            .one::<Ended>(
+                "read how a checkout ended",
+                "SELECT data::text FROM ended WHERE key = $1",
+                &[(&key, Type::TEXT)],
+            )?
+            .filter(|e| e.key == key))
+    }
+
+    pub fn last_notes(&self, key: &str, n: usize) -> Result<Vec<Note>> {
+        let n = n as i64;
+        let mut notes: Vec<Note> = self.all(
+            "read notes",
+            "SELECT data::text FROM notes WHERE key = $1 ORDER BY id DESC LIMIT $2",
+            &[(&key, Type::TEXT), (&n, Type::INT8)],
+        )?;
+        notes.reverse();
+        Ok(notes)
+    }
+
+    pub fn freezes(&self) -> Result<Vec<Freeze>> {
+        let in_tx = self.conn.in_tx.get();
+        if in_tx && let Some(f) = &self.conn.cache.borrow().freezes {
+            return Ok(f.clone());
+        }
+        let mut out: Vec<Freeze> =
+            self.all("read the freezes", "SELECT data::text FROM freezes", &[])?;
+        out.sort_by(|a, b| a.pattern.cmp(&b.pattern));
+        if in_tx {
+            self.conn.cache.borrow_mut().freezes = Some(out.clone());
+        }
+        Ok(out)
+    }
+
+    pub fn frozen(&self, key: &str, now: &Time) -> Result<Option<Freeze>> {
+        Ok(self
+            .freezes()?
+            .into_iter()
+            .filter(|f| f.active(now) && f.covers(key))
+            .max_by_key(|f| f.until))
+    }
+
+    pub fn write_ended(&self, _g: &PgGuard, ended: &Ended) -> Result<()> {
+        let data = to_json(ended, "ended checkout")?;
+        let token = ended.token as i64;
+        self.exec(
+            "record how a checkout ended",
+            "INSERT INTO ended (key, token, data) VALUES ($1, $2, $3::jsonb) \
+             ON CONFLICT (key) DO UPDATE SET token = excluded.token, data = excluded.data RETURNING 1",
+            &[
+                (&ended.key, Type::TEXT),
+                (&token, Type::INT8),
+                (&data, Type::TEXT),
+            ],
+        )
+        .map(|_| ())
+    }
+
+    pub fn append_note(&self, _g: &PgGuard, key: &str, note: &Note) -> Result<()> {
+        let data = to_json(note, "note")?;
+        self.exec(
+            "append a note",
+            "INSERT INTO notes (key, data) VALUES ($1, $2::jsonb) RETURNING 1",
+            &[(&key, Type::TEXT), (&data, Type::TEXT)],
+        )
+        .map(|_| ())
+    }
+
+    pub fn write_freeze(&self, g: &PgGuard, f: &Freeze) -> Result<()> {
+        g.changed.set(true);
+        self.conn.cache.borrow_mut().freezes = None;
+        let data = to_json(f, "freeze")?;
+        let until = rfc3339(&f.until);
+        self.exec(
+            "write a freeze",
+            "INSERT INTO freezes (pattern, until, data) VALUES ($1, $2::timestamptz, $3::jsonb) \
+             ON CONFLICT (pattern) DO UPDATE SET until = excluded.until, data = excluded.data \
+             RETURNING 1",
+            &[
+                (&f.pattern, Type::TEXT),
+                (&until, Type::TEXT),
+                (&data, Type::TEXT),
+            ],
+        )
+        .map(|_| ())
+    }
+
+    pub fn remove_freeze(&self, g: &PgGuard, pattern: &str) -> Result<Option<Freeze>> {
+        g.changed.set(true);
+        self.conn.cache.borrow_mut().freezes = None;
+        self.one(
+            "remove a freeze",
+            "DELETE FROM freezes WHERE pattern = $1 RETURNING data::text",
+            &[(&pattern, Type::TEXT)],
+        )
+    }
+}

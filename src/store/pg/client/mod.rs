@@ -1,0 +1,748 @@
+//! [`PgStore`]: the store's operations over one connection (the sync `postgres` crate).
+//!
+//! This file holds the connection, opening a schema (and migrating it), the helpers every
+//! query uses, and the transaction scope (`begin`, `commit`, the fencing counter). The
+//! tables each have a file of their own: `records.rs` (keys and slots), `queues.rs`,
+//! `registry.rs` (agents, watcher locks), `inbox.rs`, `history.rs` (ended checkouts,
+//! notes, freezes), `audit.rs`, `changes.rs` (LISTEN/NOTIFY); `store.rs` answers the
+//! [`Store`] trait with them.
+
+use std::cell::{Cell, OnceCell, RefCell};
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::time::Duration;
+
+use postgres::fallible_iterator::FallibleIterator;
+use postgres::types::{ToSql, Type};
+use postgres::{Client, NoTls, SimpleQueryMessage};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::{CONNECT_TIMEOUT, Target, schema};
+use crate::clock::Time;
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::store::{
+    AgentEntry, AuditEvent, Delivery, Ended, FORMAT_VERSION, Freeze, Guard, Held, Message, Note,
+    Queue, Record, Slot, Store,
+};
+
+mod audit;
+mod changes;
+mod history;
+mod inbox;
+mod queues;
+mod records;
+mod registry;
+mod store;
+
+pub use audit::PgAuditFollow;
+pub use changes::PgChanges;
+
+/// Watches a blocking wait for the project's lock: when a signal arrives or the
+/// command's deadline ([`crate::store::guard_deadline`]) passes, it cancels the query.
+struct WaitWatch {
+    /// The reason it cancelled, once it has; `done` once the wait ended by itself.
+    state: std::sync::Arc<std::sync::Mutex<(bool, Option<&'static str>)>>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl WaitWatch {
+    const TICK: Duration = Duration::from_millis(50);
+
+    fn start(token: postgres::CancelToken) -> WaitWatch {
+        let state = std::sync::Arc::new(std::sync::Mutex::new((false, None)));
+        let seen = state.clone();
+        let deadline = crate::store::guard_deadline();
+        let thread = std::thread::spawn(move || {
+            loop {
+                // A lock granted at once is never stopped (as the lock directory's guard,
+                // taken when free even past the deadline: `--wait` leaves its queue so).
+                std::thread::park_timeout(Self::TICK);
+                let mut s = seen.lock().unwrap_or_else(|e| e.into_inner());
+                if s.0 {
+                    return;
+                }
+                let why = if crate::signals::received().is_some() {
+                    Some("a signal arrived")
+                } else if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+                    Some("the time to wait ran out")
+                } else {
+                    None
+                };
+                if let Some(why) = why {
+                    // Decided under the lock, so the waiting side sees it.
+                    s.1 = Some(why);
+                    drop(s);
+                    let _ = token.cancel_query(NoTls);
+                    return;
+                }
+            }
+        });
+        WaitWatch { state, thread }
+    }
+
+    /// The wait ended: why it was stopped, if it was.
+    fn finish(self) -> Option<&'static str> {
+        let why = {
+            let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            s.0 = true;
+            s.1
+        };
+        self.thread.thread().unpark();
+        let _ = self.thread.join();
+        why
+    }
+}
+
+/// SQLSTATEs looked at.
+const UNDEFINED_TABLE: &str = "42P01";
+const INVALID_SCHEMA: &str = "3F000";
+const LOCK_NOT_AVAILABLE: &str = "55P03";
+
+/// The connection and what the open transaction has seen.
+struct Conn {
+    client: RefCell<Client>,
+    /// The URL, password masked: for every message.
+    url: String,
+    in_tx: Cell<bool>,
+    /// The first statement that failed in the open transaction: PostgreSQL aborts the
+    /// transaction there, and COMMIT would silently roll it back.
+    failed: RefCell<Option<String>>,
+    /// Reads made inside the open transaction that no other process can change before
+    /// it ends (every change of the project holds its advisory lock), kept until then.
+    cache: RefCell<TxCache>,
+}
+
+/// See [`Conn::cache`]. Own writes update or drop what they change.
+#[derive(Default)]
+struct TxCache {
+    agents: std::collections::HashMap<String, Option<AgentEntry>>,
+    freezes: Option<Vec<Freeze>>,
+}
+
+impl Conn {
+    /// The transaction ended (committed or rolled back): forget what it saw.
+    fn end_tx(&self) {
+        self.in_tx.set(false);
+        self.failed.replace(None);
+        self.cache.replace(TxCache::default());
+    }
+
+    /// Run `f` on the client; a failure is an error naming the server, and marks the open
+    /// transaction as failed.
+    fn run<T>(
+        &self,
+        what: &str,
+        f: impl FnOnce(&mut Client) -> std::result::Result<T, postgres::Error>,
+    ) -> Result<T> {
+        let mut client = self.client.borrow_mut();
+        match f(&mut client) {
+            Ok(v) => Ok(v),
+            Err(e) => {
+                let closed = client.is_closed() || connection_lost(&e);
+                drop(client);
+                Err(self.fail(what, &e, closed))
+            }
+        }
+    }
+
+    fn fail(&self, what: &str, e: &postgres::Error, closed: bool) -> Error {
+        let detail = describe(e);
+        if self.in_tx.get() {
+            let mut failed = self.failed.borrow_mut();
+            if failed.is_none() {
+                *failed = Some(format!("{what}: {detail}"));
+            }
+        }
+        if closed {
+            let kept = if self.in_tx.get() {
+                "; nothing this command changed was kept (its transaction ended with the connection)"
+            } else {
+                ""
+            };
+            Error::Store(format!(
+                "lost the connection to PostgreSQL at {} while it was to {what} ({detail}){kept}",
+                self.url
+            ))
+        } else {
+            Error::Store(format!(
+                "PostgreSQL at {}: cannot {what}: {detail}",
+                self.url
+            ))
+        }
+    }
+}
+
+/// A PostgreSQL error in words: the server's message and SQLSTATE when it sent one.
+fn describe(e: &postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => match db.detail() {
+            Some(d) => format!("{} ({}; {})", db.message(), db.code().code(), d),
+            None => format!("{} ({})", db.message(), db.code().code()),
+        },
+        None => {
+            use std::error::Error as _;
+            match e.source() {
+                Some(s) => format!("{e}: {s}"),
+                None => e.to_string(),
+            }
+        }
+    }
+}
+
+/// Is this the end of the connection: the socket closed, or the server ending the
+/// session (terminated by an administrator, shut down: class 57P, or class 08)?
+fn connection_lost(e: &postgres::Error) -> bool {
+    e.is_closed() || code(e).is_some_and(|c| c.starts_with("57P") || c.starts_with("08"))
+}
+
+fn code(e: &postgres::Error) -> Option<&str> {
+    e.code().map(|c| c.code())
+}
+
+/// Connection (URL, schema, connection, server version, schema version).
+type Opened = (String, String, Rc<Conn>, String, i32);
+
+thread_local! {
+    /// The connections this process opened, kept for its lifetime. Never dropped: the
+    /// client must not be torn down at exit, after the runtime's own thread-locals are
+    /// gone; the kernel closes the socket and the server ends the session.
+    static OPEN: std::mem::ManuallyDrop<RefCell<Vec<Opened>>> =
+        const { std::mem::ManuallyDrop::new(RefCell::new(Vec::new())) };
+}
+
+/// Close the connections this thread keeps (for a process that runs many commands, such
+/// as `tasklock mcp`, after each one): the next command connects again.
+pub fn close_cached() {
+    OPEN.with(|o| o.borrow_mut().clear());
+}
+
+/// One PostgreSQL schema: one project's checkouts.
+pub struct PgStore {
+    conn: Rc<Conn>,
+    schema: String,
+    /// The transaction-scoped advisory lock that makes every change of this project serial.
+    lock_id: i64,
+    server_version: String,
+    schema_version: i32,
+    cfg: OnceCell<Config>,
+}
+
+/// Proof of an open transaction holding the project's lock. Dropped without
+/// [`PgStore::commit`]: rolled back.
+pub struct PgGuard {
+    conn: Rc<Conn>,
+    done: Cell<bool>,
+    changed: Cell<bool>,
+    /// Audit events of the transaction, as JSON: written with the COMMIT, in the same
+    /// round trip (nothing reads the log inside a scope).
+    audit: RefCell<Vec<String>>,
+}
+
+impl Drop for PgGuard {
+    fn drop(&mut self) {
+        if self.done.get() {
+            return;
+        }
+        self.conn.end_tx();
+        if let Ok(mut c) = self.conn.client.try_borrow_mut() {
+            let _ = c.batch_execute("ROLLBACK");
+        }
+    }
+}
+
+/// A session-scoped advisory lock of one agent's watcher; let go when dropped, or when
+/// the watcher's connection ends.
+pub struct WatcherLock {
+    conn: Rc<Conn>,
+    id: i64,
+}
+
+impl Drop for WatcherLock {
+    fn drop(&mut self) {
+        if let Ok(mut c) = self.conn.client.try_borrow_mut() {
+            let _ = c.execute("SELECT pg_advisory_unlock($1)", &[&self.id]);
+        }
+    }
+}
+
+/// A 64-bit advisory lock id for `parts` (the first 8 bytes of their SHA-256).
+fn lock_id(parts: &[&str]) -> i64 {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    h.update(b"tasklock");
+    for p in parts {
+        h.update([0]);
+        h.update(p.as_bytes());
+    }
+    let d = h.finalize();
+    i64::from_be_bytes(d[..8].try_into().expect("8 bytes"))
+}
+
+fn to_json<T: Serialize>(v: &T, what: &str) -> Result<String> {
+    serde_json::to_string(v).map_err(|e| Error::Store(format!("cannot encode {what}: {e}")))
+}
+
+fn rfc3339(t: &Time) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+}
+
+/// Connect within the connect timeout, whatever the server does (a stopped server
+/// accepts TCP connections and never answers: the wait is bounded here too).
+fn connect(t: &Target) -> Result<Client> {
+    let mut cfg: postgres::Config = t.url.parse().map_err(|e| {
+        Error::Usage(format!(
+            "{}: {} is not a usable PostgreSQL URL: {e}",
+            t.source, t.masked
+        ))
+    })?;
+    let timeout = match cfg.get_connect_timeout() {
+        Some(d) => *d,
+        None => {
+            cfg.connect_timeout(CONNECT_TIMEOUT);
+            CONNECT_TIMEOUT
+        }
+    };
+    if cfg.get_application_name().is_none() {
+        // Which process a session belongs to, for operators (pg_stat_activity).
+        cfg.application_name(&format!("tasklock/{}", std::process::id()));
+    }
+    let options = match cfg.get_options() {
+        Some(o) => format!("{o} -c search_path={}", t.schema),
+        None => format!("-c search_path={}", t.schema),
+    };
+    cfg.options(&options);
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    std::thread::spawn(move || {
+        let _ = tx.send(cfg.connect(NoTls));
+    });
+    let fail = |why: String| {
+        Error::Store(format!(
+            "cannot connect to PostgreSQL at {} ({}): {why}",
+            t.masked, t.source
+        ))
+    };
+    match rx.recv_timeout(timeout + Duration::from_millis(500)) {
+        Ok(Ok(c)) => Ok(c),
+        Ok(Err(e)) => Err(fail(describe(&e))),
+        Err(_) => Err(fail(format!(
+            "no answer within {}",
+            crate::duration::format(timeout)
+        ))),
+    }
+}
+
+impl PgStore {
+    /// Connect, create or migrate the schema when needed, and judge time by the
+    /// server's clock from now on.
+    pub fn open(t: &Target) -> Result<PgStore> {
+        // One connection per process and target: a command that opens its store more
+        // than once (or early, to read the server's clock) connects once.
+        let cached = OPEN.with(|o| {
+            o.borrow()
+                .iter()
+                .find(|c| c.0 == t.url && c.1 == t.schema)
+                .map(|c| (c.2.clone(), c.3.clone(), c.4))
+        });
+        if let Some((conn, server_version, schema_version)) = cached {
+            return Ok(PgStore {
+                conn,
+                schema: t.schema.clone(),
+                lock_id: lock_id(&["project", &t.schema]),
+                server_version,
+                schema_version,
+                cfg: OnceCell::new(),
+            });
+        }
+        let store = Self::connect_new(t)?;
+        OPEN.with(|o| {
+            o.borrow_mut().push((
+                t.url.clone(),
+                t.schema.clone(),
+                store.conn.clone(),
+                store.server_version.clone(),
+                store.schema_version,
+            ))
+        });
+        Ok(store)
+    }
+
+    /// A connection of its own (not the process's shared one): for tests.
+    pub(crate) fn connect_new(t: &Target) -> Result<PgStore> {
+        let client = connect(t)?;
+        let conn = Rc::new(Conn {
+            client: RefCell::new(client),
+            url: t.masked.clone(),
+            in_tx: Cell::new(false),
+            failed: RefCell::new(None),
+            cache: RefCell::new(TxCache::default()),
+        });
+        let mut store = PgStore {
+            conn,
+            schema: t.schema.clone(),
+            lock_id: lock_id(&["project", &t.schema]),
+            server_version: String::new(),
+            schema_version: 0,
+            cfg: OnceCell::new(),
+        };
+        let mut migrated = false;
+        loop {
+            let before = std::time::SystemTime::now();
+            let probe = store.conn.client.borrow_mut().simple_query(
+                "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::int8, \
+                 current_setting('server_version'), \
+                 (SELECT max(version) FROM schema_version)",
+            );
+            let after = std::time::SystemTime::now();
+            let rows = match probe {
+                Ok(rows) => rows,
+                Err(e)
+                    if !migrated && matches!(code(&e), Some(UNDEFINED_TABLE | INVALID_SCHEMA)) =>
+                {
+                    store.migrate()?;
+                    migrated = true;
+                    continue;
+                }
+                Err(e) => {
+                    let closed = store.conn.client.borrow().is_closed() || connection_lost(&e);
+                    return Err(store
+                        .conn
+                        .fail("read its clock and schema version", &e, closed));
+                }
+            };
+            let row = rows
+                .iter()
+                .find_map(|m| match m {
+                    SimpleQueryMessage::Row(r) => Some(r),
+                    _ => None,
+                })
+                .ok_or_else(|| Error::Store(format!("PostgreSQL at {}: no answer", t.masked)))?;
+            let server_us: i64 = row.get(0).and_then(|v| v.parse().ok()).unwrap_or(0);
+            store.server_version = row.get(1).unwrap_or("").to_string();
+            let version: i32 = row.get(2).and_then(|v| v.parse().ok()).unwrap_or(0);
+            if version > schema::CURRENT {
+                return Err(Error::Store(format!(
+                    "the schema {} at {} is at version {version}, newer than this tasklock understands ({}); upgrade tasklock",
+                    t.schema,
+                    t.masked,
+                    schema::CURRENT
+                )));
+            }
+            if version < schema::CURRENT && !migrated {
+                store.migrate()?;
+                migrated = true;
+                continue;
+            }
+            store.schema_version = version;
+            // The server's clock, as of the middle of the round trip.
+            let mid = before + after.duration_since(before).unwrap_or_default() / 2;
+            let local = chrono::DateTime::<chrono::Utc>::from(mid);
+            if let Some(server) = chrono::DateTime::from_timestamp_micros(server_us) {
+                crate::clock::set_offset(server - local);
+            }
+            return Ok(store);
+        }
+    }
+
+    /// Create the schema, or bring it up to [`schema::CURRENT`], in one transaction under
+    /// the project's lock: a concurrent first run waits, then finds it done.
+    fn migrate(&self) -> Result<()> {
+        let s = &self.schema;
+        let g = self
+            .begin_inner(Some(Duration::from_secs(60)))?
+            .expect("waited");
+        self.conn.run("create the schema", |c| {
+            c.batch_execute(&schema::bootstrap(s))
+        })?;
+        let have: i32 = self.conn.run("read the schema version", |c| {
+            c.query_one(
+                &format!("SELECT coalesce(max(version), 0) FROM {s}.schema_version"),
+                &[],
+            )
+            .map(|r| r.get(0))
+        })?;
+        for v in (have + 1)..=schema::CURRENT {
+            self.conn
+                .run(&format!("migrate the schema to version {v}"), |c| {
+                    c.batch_execute(&schema::migration(s, v))?;
+                    c.execute(
+                        &format!(
+                            "INSERT INTO {s}.schema_version (version, tasklock) VALUES ($1, $2)"
+                        ),
+                        &[&v, &env!("CARGO_PKG_VERSION")],
+                    )
+                })?;
+        }
+        self.commit(g)
+    }
+
+    /// "PostgreSQL at postgres://u:***@host/db, schema tasklock".
+    pub fn describe(&self) -> String {
+        format!("PostgreSQL at {}, schema {}", self.conn.url, self.schema)
+    }
+
+    /// Run `f` on the connection (for checks and tests that need SQL of their own).
+    pub fn with_client<T>(
+        &self,
+        what: &str,
+        f: impl FnOnce(&mut Client) -> std::result::Result<T, postgres::Error>,
+    ) -> Result<T> {
+        self.conn.run(what, f)
+    }
+
+    pub fn url(&self) -> &str {
+        &self.conn.url
+    }
+
+    pub fn schema(&self) -> &str {
+        &self.schema
+    }
+
+    pub fn server_version(&self) -> &str {
+        &self.server_version
+    }
+
+    pub fn schema_version(&self) -> i32 {
+        self.schema_version
+    }
+
+    pub fn share_config(&self, cfg: &Config) {
+        let _ = self.cfg.set(cfg.clone());
+    }
+
+    /// The settings shared by the command (from `config.yaml` when there is a lock
+    /// directory), else the defaults.
+    pub fn config(&self) -> Result<Config> {
+        Ok(self.cfg.get().cloned().unwrap_or_default())
+    }
+
+    fn channel(&self, what: &str) -> String {
+        format!("{}.{what}", self.schema)
+    }
+
+    fn rows(
+        &self,
+        what: &str,
+        sql: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<Vec<postgres::Row>> {
+        self.conn.run(what, |c| c.query_typed(sql, params))
+    }
+
+    fn exec(&self, what: &str, sql: &str, params: &[(&(dyn ToSql + Sync), Type)]) -> Result<u64> {
+        self.conn
+            .run(what, |c| c.query_typed(sql, params).map(|r| r.len() as u64))
+    }
+
+    /// Every `data` of a query, as `T`; rows that do not decode are skipped (soft state,
+    /// as the file store skips damaged files).
+    fn all<T: DeserializeOwned>(
+        &self,
+        what: &str,
+        sql: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<Vec<T>> {
+        Ok(self
+            .rows(what, sql, params)?
+            .iter()
+            .filter_map(|r| serde_json::from_str(r.get::<_, &str>(0)).ok())
+            .collect())
+    }
+
+    fn one<T: DeserializeOwned>(
+        &self,
+        what: &str,
+        sql: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<Option<T>> {
+        Ok(self.all(what, sql, params)?.into_iter().next())
+    }
+
+    /// `BEGIN` and the project's transaction-scoped advisory lock: waiting for it up to
+    /// `guard_timeout` (`wait`), or `None` at once when another command holds it.
+    pub fn begin(&self, wait: bool) -> Result<Option<PgGuard>> {
+        let timeout = if wait {
+            Some(self.config().unwrap_or_default().guard_timeout)
+        } else {
+            None
+        };
+        self.begin_inner(timeout)
+    }
+
+    fn begin_inner(&self, wait: Option<Duration>) -> Result<Option<PgGuard>> {
+        if self.conn.in_tx.get() {
+            return Err(Error::Store(
+                "a PostgreSQL transaction was begun inside another (a bug in tasklock)".into(),
+            ));
+        }
+        let sql = match wait {
+            Some(t) => format!(
+                "BEGIN; SET LOCAL lock_timeout = {}; SELECT pg_advisory_xact_lock({})",
+                t.as_millis().max(1),
+                self.lock_id
+            ),
+            None => format!("BEGIN; SELECT pg_try_advisory_xact_lock({})", self.lock_id),
+        };
+        let mut client = self.conn.client.borrow_mut();
+        // A wait can be stopped, as the lock directory's can: by a signal (for the
+        // commands that catch them) or the command's own deadline. The lock query blocks,
+        // so a thread watches for those and cancels it.
+        let watch = wait.map(|_| WaitWatch::start(client.cancel_token()));
+        let result = client.simple_query(&sql);
+        if let Some(why) = watch.and_then(WaitWatch::finish) {
+            // Stopped: whatever the query came to (the lock may have been granted just
+            // before the cancel), the scope is not entered.
+            let _ = client.batch_execute("ROLLBACK");
+            return Err(Error::GuardWaitStopped {
+                path: PathBuf::from(format!(
+                    "the project in PostgreSQL at {} (schema {})",
+                    self.conn.url, self.schema
+                )),
+                why: why.into(),
+            });
+        }
+        let closed = client.is_closed() || result.as_ref().is_err_and(connection_lost);
+        let rows = match result {
+            Ok(rows) => rows,
+            Err(e) => {
+                let _ = client.batch_execute("ROLLBACK");
+                drop(client);
+                if code(&e) == Some(LOCK_NOT_AVAILABLE) {
+                    return Err(Error::Store(format!(
+                        "gave up after {} waiting for the project's lock in PostgreSQL at {} (schema {}); another tasklock holds it in a transaction that does not end (see pg_stat_activity); `guard_timeout` in config.yaml sets how long commands wait",
+                        crate::duration::format(wait.unwrap_or_default()),
+                        self.conn.url,
+                        self.schema
+                    )));
+                }
+                return Err(self.conn.fail("begin a transaction", &e, closed));
+            }
+        };
+        drop(client);
+        let granted = rows.iter().any(|m| match m {
+            SimpleQueryMessage::Row(r) => r.get(0) != Some("f"),
+            _ => false,
+        });
+        let guard = PgGuard {
+            conn: self.conn.clone(),
+            done: Cell::new(false),
+            changed: Cell::new(false),
+            audit: RefCell::new(Vec::new()),
+        };
+        self.conn.end_tx();
+        self.conn.in_tx.set(true);
+        if !granted {
+            // Dropping the guard rolls the empty transaction back.
+            return Ok(None);
+        }
+        Ok(Some(guard))
+    }
+
+    /// The audit table is bounded as the file store's log is: about `audit_keep + 1` times
+    /// `audit_max_size` bytes of events are kept, the oldest dropped first. Looked at
+    /// when the ids cross a multiple of [`AUDIT_TRIM_EVERY`] (the look is a scan of the
+    /// table), so it may pass the bound by that many events in between.
+    fn trim_audit(&self, added: usize) -> String {
+        let cfg = self.config().unwrap_or_default();
+        let budget = cfg
+            .audit_max_size
+            .saturating_mul(cfg.audit_keep as u64 + 1)
+            .min(i64::MAX as u64);
+        format!(
+            "DO $trim$ BEGIN \
+               IF (SELECT coalesce(max(id), 0) FROM audit) % {every} < {added} THEN \
+                 DELETE FROM audit WHERE id <= (\
+                   SELECT id FROM (SELECT id, sum(octet_length(data::text)) \
+                     OVER (ORDER BY id DESC) AS kept FROM audit) t \
+                   WHERE kept > {budget} ORDER BY id DESC LIMIT 1); \
+               END IF; \
+             END $trim$; ",
+            every = AUDIT_TRIM_EVERY,
+            added = added.min(AUDIT_TRIM_EVERY as usize),
+        )
+    }
+
+    /// `COMMIT`, with the notifications of what changed. An error if any statement of
+    /// the transaction failed (PostgreSQL would turn the COMMIT into a silent ROLLBACK):
+    /// then nothing of it was kept.
+    pub fn commit(&self, g: PgGuard) -> Result<()> {
+        g.done.set(true);
+        let failed = self.conn.failed.replace(None);
+        self.conn.end_tx();
+        let mut client = self.conn.client.borrow_mut();
+        if let Some(first) = failed {
+            let _ = client.batch_execute("ROLLBACK");
+            return Err(Error::Store(format!(
+                "PostgreSQL at {}: a step of this command failed ({first}), so none of its changes were kept",
+                self.conn.url
+            )));
+        }
+        // A statement before COMMIT in the same round trip: it fails if the transaction
+        // was aborted by anything not seen above, and COMMIT then never runs.
+        let mut sql = String::from("SELECT 1; ");
+        let events = g.audit.take();
+        if !events.is_empty() {
+            // One statement for every event, in order (ids follow it), as a dollar-quoted
+            // literal whose tag the JSON does not contain.
+            let json = format!("[{}]", events.join(","));
+            let mut tag = String::from("$tl$");
+            let mut n = 0;
+            while json.contains(&tag) {
+                n += 1;
+                tag = format!("$tl{n}$");
+            }
+            sql.push_str(&format!(
+                "INSERT INTO audit (ts, event, key, agent, data) \
+                 SELECT (e->>'ts')::timestamptz, e->>'event', e->>'key', e->>'agent', e \
+                 FROM jsonb_array_elements({tag}{json}{tag}::jsonb) WITH ORDINALITY AS t(e, n) \
+                 ORDER BY n; SELECT pg_notify('{}', ''); ",
+                self.channel("audit")
+            ));
+            sql.push_str(&self.trim_audit(events.len()));
+        }
+        if g.changed.get() {
+            sql.push_str(&format!(
+                "SELECT pg_notify('{}', ''); ",
+                self.channel("changes")
+            ));
+        }
+        sql.push_str("COMMIT");
+        match client.simple_query(&sql) {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                let closed = client.is_closed() || connection_lost(&e);
+                let _ = client.batch_execute("ROLLBACK");
+                let detail = describe(&e);
+                Err(Error::Store(if closed {
+                    format!(
+                        "lost the connection to PostgreSQL at {} while committing ({detail}); this command's changes may or may not have been kept: check with `tasklock status`",
+                        self.conn.url
+                    )
+                } else {
+                    format!(
+                        "PostgreSQL at {}: cannot commit ({detail}); none of this command's changes were kept",
+                        self.conn.url
+                    )
+                }))
+            }
+        }
+    }
+
+    pub fn next_token(&self, _g: &PgGuard) -> Result<u64> {
+        let rows = self.rows("take a fencing token", "SELECT nextval('tokens')", &[])?;
+        let t: i64 = rows
+            .first()
+            .map(|r| r.get(0))
+            .ok_or_else(|| Error::Store("nextval returned nothing".into()))?;
+        Ok(t as u64)
+    }
+}
+
+/// How many audit events between two looks at the audit table's size.
+pub const AUDIT_TRIM_EVERY: i64 = 64;
+
+/// The store's part of a [`Guard`]: a [`PgGuard`].
+fn pg(g: &Guard) -> &PgGuard {
+    g.get::<PgGuard>()
+}

@@ -1,0 +1,123 @@
+//! The [`Store`] trait, answered by the methods of [`PgStore`].
+
+use super::*;
+
+impl Store for PgStore {
+    fn describe(&self) -> String {
+        PgStore::describe(self)
+    }
+    fn share_config(&self, cfg: &Config) {
+        PgStore::share_config(self, cfg)
+    }
+    fn config(&self) -> Result<Config> {
+        PgStore::config(self)
+    }
+    fn read(&self, key: &str) -> Result<Slot> {
+        PgStore::read(self, key)
+    }
+    fn read_slots(&self, key: &str) -> Result<Vec<Slot>> {
+        PgStore::read_slots(self, key)
+    }
+    fn scan(&self) -> Result<Vec<Slot>> {
+        PgStore::scan(self)
+    }
+    fn read_queue(&self, key: &str) -> Result<Queue> {
+        PgStore::read_queue(self, key)
+    }
+    fn read_many(&self, g: &Guard, keys: &[String]) -> Result<Vec<(Slot, Queue)>> {
+        PgStore::read_many(self, pg(g), keys)
+    }
+    fn scan_queues(&self) -> Result<Vec<Queue>> {
+        PgStore::scan_queues(self)
+    }
+    fn read_agent(&self, id: &str) -> Result<Option<AgentEntry>> {
+        PgStore::read_agent(self, id)
+    }
+    fn scan_agents(&self) -> Result<Vec<AgentEntry>> {
+        PgStore::scan_agents(self)
+    }
+    fn read_ended(&self, key: &str) -> Result<Option<Ended>> {
+        PgStore::read_ended(self, key)
+    }
+    fn last_notes(&self, key: &str, n: usize) -> Result<Vec<Note>> {
+        PgStore::last_notes(self, key, n)
+    }
+    fn freezes(&self) -> Result<Vec<Freeze>> {
+        PgStore::freezes(self)
+    }
+    fn unread(&self, agent: &str) -> Result<Vec<Message>> {
+        PgStore::unread(self, agent)
+    }
+    fn mark_read(&self, agent: &str, id: &str) -> Result<bool> {
+        PgStore::mark_read(self, agent, id)
+    }
+    fn message(&self, agent: &str, id: &str) -> Result<Option<Message>> {
+        PgStore::message(self, agent, id)
+    }
+    fn audit_events(&self, each: &mut dyn FnMut(AuditEvent)) -> Result<usize> {
+        PgStore::audit_events(self, each)
+    }
+    fn follow_audit(&self) -> Result<Box<dyn crate::store::AuditFollow + '_>> {
+        Ok(Box::new(PgStore::follow_audit(self)?))
+    }
+    fn changes(&self) -> Result<Box<dyn crate::store::Changes + '_>> {
+        Ok(Box::new(PgStore::changes(self)?))
+    }
+    fn lock_watcher(&self, agent: &str) -> Result<Option<Held>> {
+        Ok(PgStore::lock_watcher(self, agent)?.map(|l| Box::new(l) as Held))
+    }
+    fn begin(&self, wait: bool) -> Result<Option<Guard>> {
+        Ok(PgStore::begin(self, wait)?.map(Guard::new))
+    }
+    fn commit(&self, g: Guard) -> Result<()> {
+        PgStore::commit(self, g.into_inner::<PgGuard>())
+    }
+    fn next_token(&self, g: &Guard) -> Result<u64> {
+        PgStore::next_token(self, pg(g))
+    }
+    fn insert(&self, g: &Guard, record: &Record) -> Result<()> {
+        PgStore::insert(self, pg(g), record)
+    }
+    fn replace(&self, g: &Guard, record: &Record) -> Result<()> {
+        PgStore::replace(self, pg(g), record)
+    }
+    fn remove(
+        &self,
+        g: &Guard,
+        key: &str,
+        slot: Option<u32>,
+        _paths: Option<&[String]>,
+    ) -> Result<()> {
+        PgStore::remove(self, pg(g), key, slot)
+    }
+    fn audit(&self, g: &Guard, event: &AuditEvent) -> Result<()> {
+        PgStore::audit(self, pg(g), event)
+    }
+    fn write_queue(&self, g: &Guard, q: &Queue) -> Result<()> {
+        PgStore::write_queue(self, pg(g), q)
+    }
+    fn send(&self, g: &Guard, msg: &Message) -> Result<()> {
+        PgStore::send(self, pg(g), msg)
+    }
+    fn record_delivery(&self, g: &Guard, agent: &str, id: &str, d: &Delivery) -> Result<()> {
+        PgStore::record_delivery(self, pg(g), agent, id, d)
+    }
+    fn write_agent(&self, g: &Guard, entry: &AgentEntry) -> Result<()> {
+        PgStore::write_agent(self, pg(g), entry)
+    }
+    fn remove_agent(&self, g: &Guard, id: &str) -> Result<()> {
+        PgStore::remove_agent(self, pg(g), id)
+    }
+    fn write_ended(&self, g: &Guard, ended: &Ended) -> Result<()> {
+        PgStore::write_ended(self, pg(g), ended)
+    }
+    fn append_note(&self, g: &Guard, key: &str, note: &Note) -> Result<()> {
+        PgStore::append_note(self, pg(g), key, note)
+    }
+    fn write_freeze(&self, g: &Guard, f: &Freeze) -> Result<()> {
+        PgStore::write_freeze(self, pg(g), f)
+    }
+    fn remove_freeze(&self, g: &Guard, pattern: &str) -> Result<Option<Freeze>> {
+        PgStore::remove_freeze(self, pg(g), pattern)
+    }
+}
