@@ -1,6 +1,7 @@
 //! tasklock: atomic task checkouts for coding agents working side by side.
 
 pub mod cli;
+pub mod clients;
 pub mod clock;
 pub mod commands;
 pub mod config;
@@ -9,7 +10,6 @@ pub mod duration;
 pub mod engine;
 pub mod error;
 pub mod identity;
-pub mod inject;
 pub mod key;
 pub mod liveness;
 #[cfg(feature = "mcp")]

@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::{Value, json};
 
-use tasklock::commands::init::ALLOWED_RULES;
+use tasklock::clients::hooks_json::ALLOWED_RULES;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tasklock");
 const INSTRUCTIONS: &str = include_str!("../templates/instructions.md");

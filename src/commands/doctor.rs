@@ -493,9 +493,9 @@ fn tasklock_groups(
         .filter(|g| {
             g["hooks"].as_array().is_some_and(|hs| {
                 hs.iter().any(|h| {
-                    h["command"]
-                        .as_str()
-                        .is_some_and(|c| super::init::calls_tasklock_hook(c, hook_event))
+                    h["command"].as_str().is_some_and(|c| {
+                        crate::clients::hooks_json::calls_tasklock_hook(c, hook_event)
+                    })
                 })
             })
         })
@@ -508,7 +508,7 @@ fn hooks_check(project: &Path) -> Check {
     let files = project_settings(project);
     let mut missing = Vec::new();
     let mut narrow = Vec::new();
-    for (event, hook_event) in super::init::HOOK_EVENTS {
+    for (event, hook_event) in crate::clients::hooks_json::HOOK_EVENTS {
         let matchers: Vec<Option<String>> = files
             .iter()
             .flat_map(|(_, v)| tasklock_groups(v, event, hook_event))
@@ -517,7 +517,7 @@ fn hooks_check(project: &Path) -> Check {
             missing.push(hook_event.to_string());
         } else if event == "PreToolUse"
             && !matchers.iter().any(|m| {
-                super::init::covers(
+                crate::clients::hooks_json::covers(
                     &m.as_deref().map_or(serde_json::Value::Null, Into::into),
                     &super::edit_gate::EDIT_MATCHER.into(),
                 )
@@ -571,7 +571,7 @@ fn permissions_check(project: &Path) -> Check {
     for (path, v) in project_settings(project) {
         for rule in v["permissions"]["allow"].as_array().into_iter().flatten() {
             if let Some(r) = rule.as_str()
-                && super::init::RUN_RULES.contains(&r)
+                && crate::clients::hooks_json::RUN_RULES.contains(&r)
             {
                 found.push(format!("{r} in {}", path.display()));
             }
@@ -655,7 +655,7 @@ fn duplicates_check(project: &Path, home: Option<&Path>) -> Check {
     }
     let plugins = tasklock_plugins(home);
     let hooked = project_settings(project).iter().any(|(_, v)| {
-        super::init::HOOK_EVENTS
+        crate::clients::hooks_json::HOOK_EVENTS
             .iter()
             .any(|(event, hook_event)| !tasklock_groups(v, event, hook_event).is_empty())
     });

@@ -331,7 +331,7 @@ fn pre_tool_use(payload: &Value, subagent: Option<&Subagent>) -> Option<String> 
         return None;
     }
     let command = payload["tool_input"]["command"].as_str()?;
-    let rewritten = crate::inject::inject_agent(command, &subagent.id)?;
+    let rewritten = crate::clients::inject::inject_agent(command, &subagent.id)?;
     let mut tool_input = payload["tool_input"].clone();
     tool_input["command"] = Value::String(rewritten);
     let v = json!({
