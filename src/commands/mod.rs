@@ -1,4 +1,7 @@
-//! One module per command family. Commands compute a [`Report`]; they never print.
+//! One module per command family. Each takes its arguments as one typed struct
+//! ([`crate::cli`]) in `execute(ctx, args)`, calls the engine, and returns a [`Report`];
+//! commands never print. They may import the engine, the stores, reports, clients and the
+//! basic layer; nothing below imports a command.
 
 pub mod agents;
 pub mod audit;

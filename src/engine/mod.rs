@@ -2,6 +2,9 @@
 //! dead or its lease is over, ending checkouts on a holder's behalf, queues and their
 //! handoff, how an ended checkout is remembered for the next holder. Commands parse
 //! their arguments, call in here and return a report.
+//!
+//! The engine imports the stores, `report.rs`, `liveness.rs`, `wake.rs` and the basic
+//! layer; never a command, the renderer or a client.
 
 pub mod claim;
 pub mod deliver;

@@ -1,4 +1,6 @@
-//! Turning reports and errors into text. Commands never print.
+//! Turning reports and errors into text. Commands never print. The renderer imports
+//! reports and the types they carry (store records, liveness states) and the basic
+//! layer; it decides nothing and calls neither the engine nor a store.
 
 pub mod markdown;
 

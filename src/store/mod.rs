@@ -1,4 +1,5 @@
-//! Where checkouts live: the [`Store`] trait, and the stores that implement it.
+//! Where checkouts live: the [`Store`] trait, and the stores that implement it. Stores
+//! import only the basic layer (errors, keys, settings, clock, the OS); never the engine.
 //!
 //! The store speaks in keys, agents, messages and events, never in paths: the rules
 //! (who may take a key, when a holder is dead, who is next in line) live in
