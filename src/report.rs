@@ -852,3 +852,15 @@ impl Report {
         })
     }
 }
+
+impl From<ReapReason> for crate::store::EndHow {
+    fn from(r: ReapReason) -> Self {
+        use crate::store::EndHow;
+        match r {
+            ReapReason::Timeout => EndHow::Timeout,
+            ReapReason::AgentDeath => EndHow::AgentDeath,
+            ReapReason::SessionEnd => EndHow::SessionEnd,
+            ReapReason::SubagentEnd => EndHow::SubagentEnd,
+        }
+    }
+}

@@ -125,7 +125,7 @@ pub fn run(ctx: &Ctx, discovery: Option<&Discovery>) -> Result<Report> {
 
     // Identity.
     // The PostgreSQL store, when one is selected: connection, server and schema.
-    checks.extend(crate::store::pg::doctor_checks(ctx.config().ok().as_ref()));
+    checks.extend(postgres_checks(ctx.config().ok().as_ref()));
     checks.push(match identity::resolve_id(ctx.agent_flag.as_deref()) {
         Ok((id, Source::UserAtHost)) => warn(
             "identity",
@@ -672,4 +672,76 @@ fn duplicates_check(project: &Path, home: Option<&Path>) -> Check {
     } else {
         warn("duplicates", problems.join("; "), Some(fixes.join("; ")))
     }
+}
+
+/// `doctor`'s checks of the PostgreSQL store, when one is selected (none otherwise):
+/// can it be reached, which server, which schema version.
+fn postgres_checks(cfg: Option<&crate::config::Config>) -> Vec<Check> {
+    let check = |status: &str, detail: String, fix: Option<&str>| Check {
+        name: "store".into(),
+        status: status.into(),
+        detail,
+        fix: fix.map(str::to_string),
+    };
+    let t = match crate::store::pg::selected(cfg) {
+        Ok(Some(t)) => t,
+        Ok(None) => return Vec::new(),
+        Err(e) => {
+            return vec![check(
+                "fail",
+                e.to_string(),
+                Some("fix TASKLOCK_URL or `store:` in config.yaml"),
+            )];
+        }
+    };
+    #[cfg(feature = "postgres")]
+    {
+        match crate::store::pg::PgStore::open(&t) {
+            Ok(s) => {
+                let skew = crate::clock::offset().unwrap_or_default();
+                let mut out = vec![check(
+                    "ok",
+                    format!(
+                        "PostgreSQL {} at {} ({}), schema {} at version {}",
+                        s.server_version(),
+                        t.masked,
+                        t.source,
+                        t.schema,
+                        s.schema_version()
+                    ),
+                    None,
+                )];
+                let ms = skew.num_milliseconds().abs();
+                if ms > 2000 {
+                    out.push(Check {
+                        name: "clock".into(),
+                        status: "warn".into(),
+                        detail: format!(
+                            "this machine's clock is {}s {} the PostgreSQL server's; tasklock judges leases by the server's clock",
+                            ms / 1000,
+                            if skew.num_milliseconds() > 0 { "behind" } else { "ahead of" }
+                        ),
+                        fix: Some("sync the clocks (NTP) so people reading times are not confused".into()),
+                    });
+                }
+                out
+            }
+            Err(e) => vec![check(
+                "fail",
+                e.to_string(),
+                Some(
+                    "start the server or fix the URL; unset TASKLOCK_URL (and `store:`) to use the lock directory",
+                ),
+            )],
+        }
+    }
+    #[cfg(not(feature = "postgres"))]
+    vec![check(
+        "fail",
+        format!(
+            "{} selects PostgreSQL ({}), but this tasklock was built without it",
+            t.source, t.masked
+        ),
+        Some("rebuild with `--features postgres`"),
+    )]
 }

@@ -153,15 +153,3 @@ pub enum EndHow {
     #[serde(other)]
     Other,
 }
-
-impl From<crate::report::ReapReason> for EndHow {
-    fn from(r: crate::report::ReapReason) -> Self {
-        use crate::report::ReapReason;
-        match r {
-            ReapReason::Timeout => EndHow::Timeout,
-            ReapReason::AgentDeath => EndHow::AgentDeath,
-            ReapReason::SessionEnd => EndHow::SessionEnd,
-            ReapReason::SubagentEnd => EndHow::SubagentEnd,
-        }
-    }
-}
