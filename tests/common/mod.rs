@@ -507,16 +507,22 @@ impl Stored<'_> {
         }
     }
 
-    /// Is it there?
+    /// Is it there? (Not yet, while the schema that will hold it is still being made.)
     pub fn exists(&self, dir: &Path) -> bool {
         if on_postgres() {
             let (table, col, id) = self.row();
-            return psql(
+            let schema = pg_schema(dir);
+            let made = psql(
                 dir,
-                &format!("SELECT count(*) FROM {table} WHERE {col} = {id}"),
-            )
-            .trim()
-                == "1";
+                &format!("SELECT to_regclass('{schema}.{table}') IS NOT NULL"),
+            );
+            return made.trim() == "t"
+                && psql(
+                    dir,
+                    &format!("SELECT count(*) FROM {table} WHERE {col} = {id}"),
+                )
+                .trim()
+                    == "1";
         }
         self.file(dir).exists()
     }
