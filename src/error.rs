@@ -52,6 +52,11 @@ pub enum Error {
         if *.wrong { "this command gave another one (TASKLOCK_SECRET)" } else { "this command gave none (TASKLOCK_SECRET is not set)" }
     )]
     SecretRefused { agent: String, wrong: bool },
+    /// A change in a scope that holds only some keys' locks touched something else: the
+    /// scope is abandoned and the command runs again under the project's lock
+    /// ([`crate::store::Store::begin_scoped`]). Never reaches the user.
+    #[error("a change needed the whole project's lock (retried under it)")]
+    Escalate,
 }
 
 impl Error {
@@ -71,7 +76,8 @@ impl Error {
             | Error::Corrupt { .. }
             | Error::Config { .. }
             | Error::Store(_)
-            | Error::GuardWaitStopped { .. } => EXIT_ERROR,
+            | Error::GuardWaitStopped { .. }
+            | Error::Escalate => EXIT_ERROR,
         }
     }
 
@@ -86,6 +92,7 @@ impl Error {
             Error::LockDir { .. } => "lock_dir",
             Error::GuardWaitStopped { .. } => "interrupted",
             Error::SecretRefused { .. } => "secret_refused",
+            Error::Escalate => "internal",
         }
     }
 }

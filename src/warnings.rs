@@ -26,6 +26,19 @@ pub fn after_change(what: &str, result: crate::error::Result<()>) {
     }
 }
 
+/// How many warnings there are now (see [`truncate`]).
+pub fn mark() -> usize {
+    WARNINGS.lock().unwrap_or_else(|e| e.into_inner()).len()
+}
+
+/// Forget the warnings said since `mark`: their change was abandoned and is made again.
+pub fn truncate(mark: usize) {
+    WARNINGS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .truncate(mark);
+}
+
 /// The warnings collected so far, leaving none.
 pub fn take() -> Vec<String> {
     std::mem::take(&mut *WARNINGS.lock().unwrap_or_else(|e| e.into_inner()))

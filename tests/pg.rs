@@ -29,6 +29,9 @@ mod liveness;
 #[path = "merge_queue.rs"]
 mod merge_queue;
 #[cfg(tasklock_pg_tests)]
+#[path = "mixed_race.rs"]
+mod mixed_race;
+#[cfg(tasklock_pg_tests)]
 #[path = "ops.rs"]
 mod ops;
 #[cfg(tasklock_pg_tests)]

@@ -23,10 +23,18 @@ pub fn run(
     req.paths = want.paths;
     req.slots = want.slots;
     let store = ctx.open_store()?;
-    store.transaction(|guard| {
-        let req = with_registered_pid(&*store, guard, req)?;
+    let work = |guard: &crate::store::Guard| {
+        let req = with_registered_pid(&*store, guard, req.clone())?;
         attempt(ctx, &*store, guard, &req, key, join).map(Report::Checkout)
-    })
+    };
+    if req.paths.is_empty() {
+        // A key alone: beside checkouts of other keys (escalated if it turns out to
+        // touch more: a queue, another key's checkout).
+        let locks = [key.to_string(), crate::engine::agent_lock(&req.agent.id)];
+        crate::engine::transaction_scoped(&*store, &locks, work)
+    } else {
+        store.transaction(work)
+    }
 }
 
 /// `run` checks out on behalf of its own process.
@@ -42,9 +50,10 @@ pub fn run_as(
     let mut req = Request::new(ctx, timeout, reason, Some(pid))?;
     req.slots = slots;
     let store = ctx.open_store()?;
-    store.transaction(|guard| {
+    let locks = [key.to_string(), crate::engine::agent_lock(&req.agent.id)];
+    crate::engine::transaction_scoped(&*store, &locks, |guard| {
         // The registered name applies; the process to watch stays this one.
-        let mut req = with_registered_pid(&*store, guard, req)?;
+        let mut req = with_registered_pid(&*store, guard, req.clone())?;
         req.agent.pid = Some(pid);
         req.agent.pid_start = crate::os::start_time(pid);
         attempt(ctx, &*store, guard, &req, key, Join::No).map(Report::Checkout)

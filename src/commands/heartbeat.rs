@@ -39,7 +39,9 @@ pub fn beat(
         .as_deref()
         .map(crate::secret::Proof::of)
         .transpose()?;
-    let entry = store.transaction(|guard| {
+    // The agent's own registry entry alone, beside every other agent's beat.
+    let own = [crate::engine::agent_lock(&agent.id)];
+    let entry = crate::engine::transaction_scoped(&*store, &own, |guard| {
         let entry = store.read_agent(&agent.id)?;
         // An agent bound to a secret beats only with it; one that is not yet bound is
         // bound by its first beat with a secret.
@@ -73,7 +75,9 @@ pub fn beat(
             first_seen: entry.as_ref().map(|e| e.first_seen).unwrap_or(ctx.now),
             last_heartbeat: Some(ctx.now),
             heartbeats: entry.as_ref().map(|e| e.heartbeats).unwrap_or(0) + 1,
-            status: status.or_else(|| entry.as_ref().and_then(|e| e.status.clone())),
+            status: status
+                .clone()
+                .or_else(|| entry.as_ref().and_then(|e| e.status.clone())),
             ended_at: None,
             ended_reason: None,
             // Where the session takes pushed messages: from the environment of its own
@@ -84,7 +88,9 @@ pub fn beat(
                     .filter(|e| same_boot && pid.is_none_or(|p| e.pid == Some(p)))
                     .and_then(|e| e.reach.clone())
             }),
-            parent: parent.or_else(|| entry.as_ref().and_then(|e| e.parent.clone())),
+            parent: parent
+                .clone()
+                .or_else(|| entry.as_ref().and_then(|e| e.parent.clone())),
             owner,
         };
         store.write_agent(guard, &entry)?;
@@ -118,21 +124,35 @@ pub fn beat(
     let mut frozen = Vec::new();
     let max_hold = to_chrono(judge.config()?.max_hold);
     if !todo.is_empty() {
-        store.transaction(|guard| {
+        // The keys to renew (and to end), beside changes to other keys; escalated when
+        // ending another's checkout has to tell it or hand the key on.
+        let mut locks: Vec<String> = todo.iter().map(|r| r.key.clone()).collect();
+        locks.push(crate::engine::agent_lock(&agent.id));
+        let held_before = held.clone();
+        crate::engine::transaction_scoped(&*store, &locks, |guard| {
+            // Run again under the project's lock if it escalates: from the start.
+            renewed.clear();
+            lost.clear();
+            ended.clear();
+            frozen.clear();
+            held.clone_from(&held_before);
             // One reaper: this agent's (and its subagents') lost leases end as timeouts,
             // others' checkouts as they may; what is left of this agent's is renewed.
             let me = agent.id.as_str();
-            let mine = |r: &Record| r.held_by(me) || crate::identity::is_subagent_of(&r.agent.id, me);
+            let mine =
+                |r: &Record| r.held_by(me) || crate::identity::is_subagent_of(&r.agent.id, me);
             let mut rule = |r: &Record, judge: &mut Judge| {
                 if mine(r) {
                     // Never revived: someone may already have acted on the lost lease.
-                    Ok(r.expired_for_holder(&ctx.now).then_some((ReapReason::Timeout, None)))
+                    Ok(r.expired_for_holder(&ctx.now)
+                        .then_some((ReapReason::Timeout, None)))
                 } else {
                     judge.reap_cause(r)
                 }
             };
             let keys = todo.iter().map(Record::id).collect();
-            for (_, settled) in reap_in(ctx, &*store, guard, &mut judge, keys, Some(me), &mut rule)? {
+            for (_, settled) in reap_in(ctx, &*store, guard, &mut judge, keys, Some(me), &mut rule)?
+            {
                 let r = match settled {
                     Settled::Ended { record, .. } if mine(&record) => {
                         held.retain(|k| *k != record.key);
@@ -152,61 +172,61 @@ pub fn beat(
                     Settled::Kept(_) => continue,
                 };
                 if needs_renewal(&r, &ctx.now) {
-                        if store.frozen(&r.key, &ctx.now)?.is_some() {
-                            frozen.push(r.key);
-                            continue;
-                        }
-                        // Automatic renewals stop at max_hold after the grant; the holder
-                        // is told once, when the last one is made.
-                        let cap = r.acquired_at + max_hold;
-                        if r.expires_at >= cap {
-                            continue;
-                        }
-                        // Never earlier than the current end, even with a clock far behind.
-                        let expires_at = (ctx.now + (r.expires_at - r.renewed_at))
-                            .max(r.expires_at)
-                            .min(cap);
-                        let fresh = Record {
-                            renewed_at: ctx.now.max(r.acquired_at),
-                            expires_at,
-                            ..r
-                        };
-                        store.replace(guard, &fresh)?;
+                    if store.frozen(&r.key, &ctx.now)?.is_some() {
+                        frozen.push(r.key);
+                        continue;
+                    }
+                    // Automatic renewals stop at max_hold after the grant; the holder
+                    // is told once, when the last one is made.
+                    let cap = r.acquired_at + max_hold;
+                    if r.expires_at >= cap {
+                        continue;
+                    }
+                    // Never earlier than the current end, even with a clock far behind.
+                    let expires_at = (ctx.now + (r.expires_at - r.renewed_at))
+                        .max(r.expires_at)
+                        .min(cap);
+                    let fresh = Record {
+                        renewed_at: ctx.now.max(r.acquired_at),
+                        expires_at,
+                        ..r
+                    };
+                    store.replace(guard, &fresh)?;
+                    crate::warnings::after_change(
+                        &format!(
+                            "`{}` was renewed, but the audit log was not written",
+                            fresh.key
+                        ),
+                        store.audit(guard, &ctx.event("renew", &fresh)),
+                    );
+                    if expires_at == cap {
+                        let body = format!(
+                            "held for max_hold ({}) since {}: automatic renewals stop and the lease ends {}; run `tasklock renew {}` if you are still working on it, else release it",
+                            crate::duration::format(judge.config()?.max_hold),
+                            crate::clock::rfc3339(&fresh.acquired_at),
+                            crate::clock::rfc3339(&cap),
+                            crate::error::shell_quote(&fresh.key),
+                        );
                         crate::warnings::after_change(
                             &format!(
-                                "`{}` was renewed, but the audit log was not written",
+                                "`{}` was renewed, but the max_hold message was not delivered",
                                 fresh.key
                             ),
-                            store.audit(guard, &ctx.event("renew", &fresh)),
+                            queue::notify(
+                                ctx,
+                                &*store,
+                                guard,
+                                &fresh.agent.id,
+                                None,
+                                crate::store::MessageKind::MaxHold,
+                                &fresh.key,
+                                &body,
+                            )
+                            .map(drop),
                         );
-                        if expires_at == cap {
-                            let body = format!(
-                                "held for max_hold ({}) since {}: automatic renewals stop and the lease ends {}; run `tasklock renew {}` if you are still working on it, else release it",
-                                crate::duration::format(judge.config()?.max_hold),
-                                crate::clock::rfc3339(&fresh.acquired_at),
-                                crate::clock::rfc3339(&cap),
-                                crate::error::shell_quote(&fresh.key),
-                            );
-                            crate::warnings::after_change(
-                                &format!(
-                                    "`{}` was renewed, but the max_hold message was not delivered",
-                                    fresh.key
-                                ),
-                                queue::notify(
-                                    ctx,
-                                    &*store,
-                                    guard,
-                                    &fresh.agent.id,
-                                    None,
-                                    crate::store::MessageKind::MaxHold,
-                                    &fresh.key,
-                                    &body,
-                                )
-                                .map(drop),
-                            );
-                        }
-                        renewed.push(fresh.key);
                     }
+                    renewed.push(fresh.key);
+                }
             }
             Ok(())
         })?;

@@ -31,7 +31,7 @@ pub fn run(
         }))
     };
     let Some(store) = ctx.existing_store()? else {
-        for key in keys {
+        for key in keys.clone() {
             results.push(KeyResult {
                 key,
                 outcome: Outcome::NoSuchCheckout,
@@ -68,71 +68,135 @@ pub fn run(
     };
     // Named in the audit of a force: read before the guard (it reads /etc/passwd).
     let user = force.then(|| crate::identity::UnixUser::current().name);
-    let guard = store.lock()?;
-    let mut judge = Judge::new(ctx, &*store);
-    let single = keys.len() == 1;
-    for key in keys {
-        let frozen = None;
-        let mut problem = None;
-        let slot = crate::engine::slots::read_mine(&*store, &key, &me)?;
-        let standing = match &slot {
-            Slot::Held(r) if r.held_by(&me) => crate::secret::standing_for(&me, r.owner.as_ref()),
-            _ => crate::secret::Standing::Unbound,
-        };
-        // A free key one only waits for (reserved for one, say): releasing it means
-        // leaving its queue.
-        let left = |key: &str| queue::leave(ctx, &*store, &guard, key, &me, "left");
-        let (outcome, checkout) = match slot {
-            Slot::Free if left(&key)? => (Outcome::LeftQueue, None),
-            Slot::Free => (Outcome::NoSuchCheckout, None),
-            Slot::Corrupt { path, problem } => {
-                if !force {
-                    let e = Error::Corrupt { key, path, problem };
-                    if single {
-                        return Err(e);
-                    }
-                    // Several keys: report it in its row and go on with the others.
-                    let Error::Corrupt { key, .. } = &e else {
-                        unreachable!()
-                    };
-                    results.push(KeyResult {
-                        key: key.clone(),
-                        outcome: Outcome::Corrupt,
-                        checkout: None,
-                        frozen: None,
-                        problem: Some(e.to_string()),
-                    });
-                    continue;
+    // Each key alone, beside changes to other keys; escalated to the project's lock
+    // when a release hands a key on or a force tells its holder.
+    let mut locks = keys.clone();
+    locks.push(crate::engine::agent_lock(&me));
+    let results = crate::engine::transaction_scoped(&*store, &locks, |guard| {
+        let mut results = Vec::new();
+        let mut judge = Judge::new(ctx, &*store);
+        let single = keys.len() == 1;
+        for key in keys.clone() {
+            let frozen = None;
+            let mut problem = None;
+            let slot = crate::engine::slots::read_mine(&*store, &key, &me)?;
+            let standing = match &slot {
+                Slot::Held(r) if r.held_by(&me) => {
+                    crate::secret::standing_for(&me, r.owner.as_ref())
                 }
-                store.remove(&guard, &key, None, None)?;
-                let mut ev = crate::store::AuditEvent::new(ctx.now, "force_release", &key, &me);
-                ev.reason = note.clone();
-                ev.detail = Some(format!("removed corrupt record: {problem}"));
-                crate::warnings::after_change(
-                    &format!(
-                        "the corrupt record of `{key}` was removed, but the audit log was not written"
-                    ),
-                    store.audit(&guard, &ev),
-                );
-                (Outcome::ForceReleased, None)
-            }
-            Slot::Held(r) if standing.refused() && !force => {
-                holder_refused(ctx, &*store, &guard, &r, "release")?;
-                (Outcome::SecretRefused, Some(CheckoutView::from(&r)))
-            }
-            Slot::Held(r) if r.held_by(&me) && !standing.refused() => {
-                if r.expired_for_holder(&ctx.now) {
-                    auto_release(ctx, &*store, &guard, &r, Some(&me), ReapReason::Timeout)?;
-                    (Outcome::LeaseLost, Some(CheckoutView::from(&r)))
-                } else {
-                    store.remove(&guard, &key, r.slot, Some(&r.paths))?;
-                    // Released: what follows is bookkeeping, and its failure a warning.
-                    let released = format!("`{key}` was released");
-                    let mut ev = ctx.event("release", &r);
+                _ => crate::secret::Standing::Unbound,
+            };
+            // A free key one only waits for (reserved for one, say): releasing it means
+            // leaving its queue.
+            let left = |key: &str| queue::leave(ctx, &*store, guard, key, &me, "left");
+            let (outcome, checkout) = match slot {
+                Slot::Free if left(&key)? => (Outcome::LeftQueue, None),
+                Slot::Free => (Outcome::NoSuchCheckout, None),
+                Slot::Corrupt { path, problem } => {
+                    if !force {
+                        let e = Error::Corrupt { key, path, problem };
+                        if single {
+                            return Err(e);
+                        }
+                        // Several keys: report it in its row and go on with the others.
+                        let Error::Corrupt { key, .. } = &e else {
+                            unreachable!()
+                        };
+                        results.push(KeyResult {
+                            key: key.clone(),
+                            outcome: Outcome::Corrupt,
+                            checkout: None,
+                            frozen: None,
+                            problem: Some(e.to_string()),
+                        });
+                        continue;
+                    }
+                    store.remove(guard, &key, None, None)?;
+                    let mut ev = crate::store::AuditEvent::new(ctx.now, "force_release", &key, &me);
                     ev.reason = note.clone();
+                    ev.detail = Some(format!("removed corrupt record: {problem}"));
+                    crate::warnings::after_change(
+                        &format!(
+                            "the corrupt record of `{key}` was removed, but the audit log was not written"
+                        ),
+                        store.audit(guard, &ev),
+                    );
+                    (Outcome::ForceReleased, None)
+                }
+                Slot::Held(r) if standing.refused() && !force => {
+                    holder_refused(ctx, &*store, guard, &r, "release")?;
+                    (Outcome::SecretRefused, Some(CheckoutView::from(&r)))
+                }
+                Slot::Held(r) if r.held_by(&me) && !standing.refused() => {
+                    if r.expired_for_holder(&ctx.now) {
+                        auto_release(ctx, &*store, guard, &r, Some(&me), ReapReason::Timeout)?;
+                        (Outcome::LeaseLost, Some(CheckoutView::from(&r)))
+                    } else {
+                        store.remove(guard, &key, r.slot, Some(&r.paths))?;
+                        // Released: what follows is bookkeeping, and its failure a warning.
+                        let released = format!("`{key}` was released");
+                        let mut ev = ctx.event("release", &r);
+                        ev.reason = note.clone();
+                        after_change(
+                            &format!("{released}, but the audit log was not written"),
+                            store.audit(guard, &ev),
+                        );
+                        after_change(
+                            &format!(
+                                "{released}, but how it ended was not recorded for its next holder"
+                            ),
+                            record_end(
+                                ctx,
+                                &*store,
+                                guard,
+                                &r,
+                                crate::store::EndHow::Released,
+                                None,
+                                None,
+                                note.clone(),
+                            ),
+                        );
+                        // A release note is the last checkpoint: the next holder reads it.
+                        after_change(
+                            &format!("{released}, but the note was not kept"),
+                            keep_note(ctx, &*store, guard, &r, &me, r.agent.name.clone(), &note),
+                        );
+                        after_change(
+                            &format!("{released}, but its queue was not updated"),
+                            queue::after_release(ctx, &*store, guard, &r, None),
+                        );
+                        (Outcome::Released, Some(CheckoutView::from(&r)))
+                    }
+                }
+                Slot::Held(r) if force && forcer.is_none() && judge.reap_reason(&r)?.is_none() => {
+                    let mut ev = ctx.event("refused", &r);
+                    ev.by = Some(me.clone());
+                    ev.reason = Some("force".into());
+                    ev.detail = Some(format!(
+                        "release --force of a live holder's checkout by {}, neither a person at a terminal nor holding the operator secret",
+                        user.as_deref().unwrap_or_default()
+                    ));
+                    store.audit(guard, &ev)?;
+                    problem = Some(format!(
+                        "--force refused: {} is alive and its lease has not run out. Only a person at a terminal or a caller with the operator secret (TASKLOCK_OPERATOR_SECRET) may take a live agent's checkout away.",
+                        r.agent.label()
+                    ));
+                    (Outcome::NotHolder, Some(CheckoutView::from(&r)))
+                }
+                Slot::Held(r) if force => {
+                    store.remove(guard, &key, r.slot, Some(&r.paths))?;
+                    let released = format!("`{key}` was force-released");
+                    let mut ev = ctx.event("force_release", &r);
+                    ev.by = Some(me.clone());
+                    ev.reason = note.clone();
+                    ev.detail = Some(format!(
+                        "by Unix user {}, as {}",
+                        user.as_deref().unwrap_or_default(),
+                        forcer.unwrap_or("its holder is gone or its lease ran out")
+                    ));
                     after_change(
                         &format!("{released}, but the audit log was not written"),
-                        store.audit(&guard, &ev),
+                        store.audit(guard, &ev),
                     );
                     after_change(
                         &format!(
@@ -141,121 +205,67 @@ pub fn run(
                         record_end(
                             ctx,
                             &*store,
-                            &guard,
+                            guard,
                             &r,
-                            crate::store::EndHow::Released,
+                            crate::store::EndHow::ForceReleased,
                             None,
-                            None,
+                            Some(me.clone()),
                             note.clone(),
                         ),
                     );
-                    // A release note is the last checkpoint: the next holder reads it.
+                    // Whoever takes the key next reads why it was taken away.
+                    let name = ctx.agent().ok().and_then(|a| a.name);
                     after_change(
                         &format!("{released}, but the note was not kept"),
-                        keep_note(ctx, &*store, &guard, &r, &me, r.agent.name.clone(), &note),
+                        keep_note(ctx, &*store, guard, &r, &me, name, &note),
+                    );
+                    let body = match &note {
+                        Some(n) => format!("{me} force-released your checkout: {n}"),
+                        None => format!("{me} force-released your checkout"),
+                    };
+                    after_change(
+                        &format!("{released}, but its holder was not told"),
+                        queue::notify(
+                            ctx,
+                            &*store,
+                            guard,
+                            &r.agent.id,
+                            Some(&me),
+                            crate::store::MessageKind::ForceReleased,
+                            &key,
+                            &body,
+                        )
+                        .map(drop),
                     );
                     after_change(
                         &format!("{released}, but its queue was not updated"),
-                        queue::after_release(ctx, &*store, &guard, &r, None),
+                        queue::after_release(ctx, &*store, guard, &r, None),
                     );
-                    (Outcome::Released, Some(CheckoutView::from(&r)))
+                    (Outcome::ForceReleased, Some(CheckoutView::from(&r)))
                 }
-            }
-            Slot::Held(r) if force && forcer.is_none() && judge.reap_reason(&r)?.is_none() => {
-                let mut ev = ctx.event("refused", &r);
-                ev.by = Some(me.clone());
-                ev.reason = Some("force".into());
-                ev.detail = Some(format!(
-                    "release --force of a live holder's checkout by {}, neither a person at a terminal nor holding the operator secret",
-                    user.as_deref().unwrap_or_default()
-                ));
-                store.audit(&guard, &ev)?;
-                problem = Some(format!(
-                    "--force refused: {} is alive and its lease has not run out. Only a person at a terminal or a caller with the operator secret (TASKLOCK_OPERATOR_SECRET) may take a live agent's checkout away.",
-                    r.agent.label()
-                ));
-                (Outcome::NotHolder, Some(CheckoutView::from(&r)))
-            }
-            Slot::Held(r) if force => {
-                store.remove(&guard, &key, r.slot, Some(&r.paths))?;
-                let released = format!("`{key}` was force-released");
-                let mut ev = ctx.event("force_release", &r);
-                ev.by = Some(me.clone());
-                ev.reason = note.clone();
-                ev.detail = Some(format!(
-                    "by Unix user {}, as {}",
-                    user.as_deref().unwrap_or_default(),
-                    forcer.unwrap_or("its holder is gone or its lease ran out")
-                ));
-                after_change(
-                    &format!("{released}, but the audit log was not written"),
-                    store.audit(&guard, &ev),
-                );
-                after_change(
-                    &format!("{released}, but how it ended was not recorded for its next holder"),
-                    record_end(
-                        ctx,
-                        &*store,
-                        &guard,
-                        &r,
-                        crate::store::EndHow::ForceReleased,
-                        None,
-                        Some(me.clone()),
-                        note.clone(),
-                    ),
-                );
-                // Whoever takes the key next reads why it was taken away.
-                let name = ctx.agent().ok().and_then(|a| a.name);
-                after_change(
-                    &format!("{released}, but the note was not kept"),
-                    keep_note(ctx, &*store, &guard, &r, &me, name, &note),
-                );
-                let body = match &note {
-                    Some(n) => format!("{me} force-released your checkout: {n}"),
-                    None => format!("{me} force-released your checkout"),
-                };
-                after_change(
-                    &format!("{released}, but its holder was not told"),
-                    queue::notify(
-                        ctx,
-                        &*store,
-                        &guard,
-                        &r.agent.id,
-                        Some(&me),
-                        crate::store::MessageKind::ForceReleased,
-                        &key,
-                        &body,
-                    )
-                    .map(drop),
-                );
-                after_change(
-                    &format!("{released}, but its queue was not updated"),
-                    queue::after_release(ctx, &*store, &guard, &r, None),
-                );
-                (Outcome::ForceReleased, Some(CheckoutView::from(&r)))
-            }
-            Slot::Held(r) if let Some(reason) = judge.reap_reason(&r)? => {
-                auto_release(ctx, &*store, &guard, &r, Some(&me), reason)?;
-                if left(&key)? {
-                    (Outcome::LeftQueue, None)
-                } else {
-                    (Outcome::NoSuchCheckout, None)
+                Slot::Held(r) if let Some(reason) = judge.reap_reason(&r)? => {
+                    auto_release(ctx, &*store, guard, &r, Some(&me), reason)?;
+                    if left(&key)? {
+                        (Outcome::LeftQueue, None)
+                    } else {
+                        (Outcome::NoSuchCheckout, None)
+                    }
                 }
-            }
-            // Another agent's live checkout: `release KEY` changes nothing (exit 4), so a
-            // mistaken release never costs a place in line; `--all` leaves the queue.
-            Slot::Held(_) if all && left(&key)? => (Outcome::LeftQueue, None),
-            Slot::Held(r) => (Outcome::NotHolder, Some(CheckoutView::from(&r))),
-        };
-        results.push(KeyResult {
-            key,
-            outcome,
-            checkout,
-            frozen,
-            problem,
-        });
-    }
-    store.commit(guard)?;
+                // Another agent's live checkout: `release KEY` changes nothing (exit 4), so a
+                // mistaken release never costs a place in line; `--all` leaves the queue.
+                Slot::Held(_) if all && left(&key)? => (Outcome::LeftQueue, None),
+                Slot::Held(r) => (Outcome::NotHolder, Some(CheckoutView::from(&r))),
+            };
+            results.push(KeyResult {
+                key,
+                outcome,
+                checkout,
+                frozen,
+                problem,
+            });
+        }
+        Ok(results)
+    })?;
     report(results)
 }
 

@@ -20,7 +20,7 @@ pub fn run(ctx: &Ctx, keys: Vec<String>, all: bool, timeout: Option<Duration>) -
         }))
     };
     let Some(store) = ctx.existing_store()? else {
-        for key in keys {
+        for key in keys.clone() {
             results.push(KeyResult {
                 key,
                 outcome: Outcome::NoSuchCheckout,
@@ -33,87 +33,93 @@ pub fn run(ctx: &Ctx, keys: Vec<String>, all: bool, timeout: Option<Duration>) -
     };
     // Found before taking the guard (a scan); each key is re-read under it.
     let keys = if all { held_keys(&*store, &me)? } else { keys };
-    let guard = store.lock()?;
-    let mut judge = Judge::new(ctx, &*store);
-    let single = keys.len() == 1;
-    for key in keys {
-        let mut frozen = None;
-        let (outcome, checkout) = match crate::engine::slots::read_mine(&*store, &key, &me)? {
-            Slot::Free => (Outcome::NoSuchCheckout, None),
-            Slot::Corrupt { path, problem } => {
-                let e = Error::Corrupt {
-                    key: key.clone(),
-                    path,
-                    problem,
-                };
-                if single {
-                    return Err(e);
-                }
-                // Several keys: report it in its row and go on with the others.
-                results.push(KeyResult {
-                    key,
-                    outcome: Outcome::Corrupt,
-                    checkout: None,
-                    frozen: None,
-                    problem: Some(e.to_string()),
-                });
-                continue;
-            }
-            Slot::Held(r)
-                if r.held_by(&me)
-                    && holder_refused(ctx, &*store, &guard, &r, "renew")?.is_some() =>
-            {
-                (Outcome::SecretRefused, Some(CheckoutView::from(&r)))
-            }
-            Slot::Held(r) if r.held_by(&me) => {
-                if r.expired_for_holder(&ctx.now) {
-                    // A lost lease is never revived: someone may already have acted on it.
-                    auto_release(ctx, &*store, &guard, &r, Some(&me), ReapReason::Timeout)?;
-                    (Outcome::LeaseLost, Some(CheckoutView::from(&r)))
-                } else if let Some(f) = store.frozen(&key, &ctx.now)? {
-                    // A freeze drains a key: the holder keeps it until its lease ends,
-                    // but cannot extend it while the freeze lasts.
-                    frozen = Some(f);
-                    (Outcome::Frozen, Some(CheckoutView::from(&r)))
-                } else {
-                    // Without --timeout the lease keeps its own length, as a heartbeat
-                    // renews it: a renewal never shortens a lease by surprise.
-                    // A clock far behind (a VM resumed, a bad NTP step) never moves the
-                    // lease backwards: never before the grant, and a plain renewal never
-                    // before the current end.
-                    let expires_at = match timeout {
-                        Some(t) => ctx.now + to_chrono(t),
-                        None => (ctx.now + (r.expires_at - r.renewed_at)).max(r.expires_at),
-                    }
-                    .max(r.acquired_at);
-                    let renewed = Record {
-                        renewed_at: ctx.now.max(r.acquired_at),
-                        expires_at,
-                        ..r
+    // Each key alone, beside changes to other keys; escalated to the project's lock
+    // when a release hands a key on or a force tells its holder.
+    let mut locks = keys.clone();
+    locks.push(crate::engine::agent_lock(&me));
+    let results = crate::engine::transaction_scoped(&*store, &locks, |guard| {
+        let mut results = Vec::new();
+        let mut judge = Judge::new(ctx, &*store);
+        let single = keys.len() == 1;
+        for key in keys.clone() {
+            let mut frozen = None;
+            let (outcome, checkout) = match crate::engine::slots::read_mine(&*store, &key, &me)? {
+                Slot::Free => (Outcome::NoSuchCheckout, None),
+                Slot::Corrupt { path, problem } => {
+                    let e = Error::Corrupt {
+                        key: key.clone(),
+                        path,
+                        problem,
                     };
-                    store.replace(&guard, &renewed)?;
-                    crate::warnings::after_change(
-                        &format!("`{key}` was renewed, but the audit log was not written"),
-                        store.audit(&guard, &ctx.event("renew", &renewed)),
-                    );
-                    (Outcome::Renewed, Some(CheckoutView::from(&renewed)))
+                    if single {
+                        return Err(e);
+                    }
+                    // Several keys: report it in its row and go on with the others.
+                    results.push(KeyResult {
+                        key,
+                        outcome: Outcome::Corrupt,
+                        checkout: None,
+                        frozen: None,
+                        problem: Some(e.to_string()),
+                    });
+                    continue;
                 }
-            }
-            Slot::Held(r) if let Some(reason) = judge.reap_reason(&r)? => {
-                auto_release(ctx, &*store, &guard, &r, Some(&me), reason)?;
-                (Outcome::NoSuchCheckout, None)
-            }
-            Slot::Held(r) => (Outcome::NotHolder, Some(CheckoutView::from(&r))),
-        };
-        results.push(KeyResult {
-            key,
-            outcome,
-            checkout,
-            frozen,
-            problem: None,
-        });
-    }
-    store.commit(guard)?;
+                Slot::Held(r)
+                    if r.held_by(&me)
+                        && holder_refused(ctx, &*store, guard, &r, "renew")?.is_some() =>
+                {
+                    (Outcome::SecretRefused, Some(CheckoutView::from(&r)))
+                }
+                Slot::Held(r) if r.held_by(&me) => {
+                    if r.expired_for_holder(&ctx.now) {
+                        // A lost lease is never revived: someone may already have acted on it.
+                        auto_release(ctx, &*store, guard, &r, Some(&me), ReapReason::Timeout)?;
+                        (Outcome::LeaseLost, Some(CheckoutView::from(&r)))
+                    } else if let Some(f) = store.frozen(&key, &ctx.now)? {
+                        // A freeze drains a key: the holder keeps it until its lease ends,
+                        // but cannot extend it while the freeze lasts.
+                        frozen = Some(f);
+                        (Outcome::Frozen, Some(CheckoutView::from(&r)))
+                    } else {
+                        // Without --timeout the lease keeps its own length, as a heartbeat
+                        // renews it: a renewal never shortens a lease by surprise.
+                        // A clock far behind (a VM resumed, a bad NTP step) never moves the
+                        // lease backwards: never before the grant, and a plain renewal never
+                        // before the current end.
+                        let expires_at = match timeout {
+                            Some(t) => ctx.now + to_chrono(t),
+                            None => (ctx.now + (r.expires_at - r.renewed_at)).max(r.expires_at),
+                        }
+                        .max(r.acquired_at);
+                        let renewed = Record {
+                            renewed_at: ctx.now.max(r.acquired_at),
+                            expires_at,
+                            ..r
+                        };
+                        store.replace(guard, &renewed)?;
+                        crate::warnings::after_change(
+                            &format!("`{key}` was renewed, but the audit log was not written"),
+                            store.audit(guard, &ctx.event("renew", &renewed)),
+                        );
+                        (Outcome::Renewed, Some(CheckoutView::from(&renewed)))
+                    }
+                }
+                Slot::Held(r) if let Some(reason) = judge.reap_reason(&r)? => {
+                    auto_release(ctx, &*store, guard, &r, Some(&me), reason)?;
+                    (Outcome::NoSuchCheckout, None)
+                }
+                Slot::Held(r) => (Outcome::NotHolder, Some(CheckoutView::from(&r))),
+            };
+            results.push(KeyResult {
+                key,
+                outcome,
+                checkout,
+                frozen,
+                problem: None,
+            });
+        }
+        Ok(results)
+    })?;
     report(results)
 }
 

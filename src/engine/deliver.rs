@@ -24,6 +24,18 @@ struct Pending {
 
 static PENDING: Mutex<Vec<Pending>> = Mutex::new(Vec::new());
 
+/// How many pushes wait for their change to be committed (see [`truncate`]).
+pub(crate) fn mark() -> usize {
+    PENDING.lock().map(|p| p.len()).unwrap_or_default()
+}
+
+/// Forget the pushes registered since `mark`: their change was abandoned.
+pub(crate) fn truncate(mark: usize) {
+    if let Ok(mut p) = PENDING.lock() {
+        p.truncate(mark);
+    }
+}
+
 /// Push message `id` of `agent` once the current change is committed.
 pub(crate) fn after_commit(ctx: &Ctx, agent: &str, id: &str) {
     if let Ok(mut p) = PENDING.lock() {

@@ -570,6 +570,35 @@ pub fn end_agent(
     })
 }
 
+/// Run `f` as a change of the store, first in a scope holding only `locks` (keys, and
+/// `agent:ID`; [`Store::begin_scoped`]), beside changes to other keys; when the work turns
+/// out to need more, what it did is abandoned (its warnings and pushes too) and it runs
+/// again under the whole project's lock ([`Store::transaction`]).
+pub fn transaction_scoped<T>(
+    store: &dyn Store,
+    locks: &[String],
+    mut f: impl FnMut(&Guard) -> Result<T>,
+) -> Result<T> {
+    let warned = crate::warnings::mark();
+    let pushes = deliver::mark();
+    let scoped = (|| {
+        let g = store.begin_scoped(locks, true)?.expect("waited for it");
+        let v = f(&g)?;
+        store.commit(g)?;
+        Ok(v)
+    })();
+    match scoped {
+        Err(crate::error::Error::Escalate) => {
+            crate::warnings::truncate(warned);
+            deliver::truncate(pushes);
+            store.transaction(f)
+        }
+        other => other,
+    }
+}
+
+pub use crate::store::agent_lock;
+
 /// How many of a key's notes `status` and a takeover show.
 pub const NOTES_SHOWN: usize = 3;
 

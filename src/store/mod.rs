@@ -211,6 +211,18 @@ pub trait Store {
     /// Enter the scope, waiting for it (`wait`), or `None` at once when it is busy.
     fn begin(&self, wait: bool) -> Result<Option<Guard>>;
 
+    /// Enter a scope that holds only the locks named in `locks` (keys, and `agent:ID` for
+    /// an agent's registry entry), beside every other such scope: changes to other keys
+    /// go on at the same time. A change it does not hold the lock for (another key, any
+    /// queue, paths, a freeze, a message) fails with [`crate::error::Error::Escalate`],
+    /// and so does the commit of a scope where one was refused, so that nothing of it
+    /// stands; [`crate::engine::transaction_scoped`] then runs the work again under the whole
+    /// project's lock. A store without such locks enters the whole scope (the default).
+    fn begin_scoped(&self, locks: &[String], wait: bool) -> Result<Option<Guard>> {
+        let _ = locks;
+        self.begin(wait)
+    }
+
     /// Make the scope's changes stand and leave it.
     fn commit(&self, g: Guard) -> Result<()>;
 
@@ -263,6 +275,12 @@ pub trait Store {
 
     /// Remove a freeze; returns it if there was one.
     fn remove_freeze(&self, g: &Guard, pattern: &str) -> Result<Option<Freeze>>;
+}
+
+/// The lock of an agent's registry entry, for a scope of some locks
+/// ([`Store::begin_scoped`]).
+pub fn agent_lock(id: &str) -> String {
+    format!("agent:{id}")
 }
 
 impl dyn Store + '_ {

@@ -384,3 +384,85 @@ fn the_audit_table_keeps_its_newest_events_within_the_configured_size() {
         "the oldest were dropped"
     );
 }
+
+/// A change to one key holds that key's lock (and the project's, shared): a change to
+/// another key goes on beside it, one to the same key waits, and a change that spans keys
+/// (a freeze) waits for it to end.
+#[test]
+fn a_change_to_one_key_does_not_wait_for_another_key() {
+    let e = Env::new();
+    e.ok("a", &["list"]); // the schema
+    let schema = pg_schema(&e.dir());
+    let id = |parts: &[&str]| {
+        let mut bytes = String::from("'tasklock'::bytea");
+        for p in parts {
+            bytes.push_str(&format!(
+                " || '\\x00'::bytea || convert_to('{}', 'UTF8')",
+                p.replace('\'', "''")
+            ));
+        }
+        format!("('x' || left(encode(sha256({bytes}), 'hex'), 16))::bit(64)::bigint")
+    };
+    let project = id(&["project", &schema]);
+    let slow = id(&["key", &schema, "slow"]);
+    // Another session is in the middle of a change to `slow`.
+    let base = std::env::var("TASKLOCK_TEST_PG_URL").unwrap();
+    let app = format!("holder-{schema}");
+    let mut holder = Command::new("psql")
+        .arg(&base)
+        .env("PGAPPNAME", &app)
+        .args(["-X", "-q", "-c"])
+        .arg(format!(
+            "BEGIN; SELECT pg_advisory_xact_lock_shared({project}); SELECT pg_advisory_xact_lock({slow}); SELECT pg_sleep(600);"
+        ))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("psql");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while psql(
+        &e.dir(),
+        &format!("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND ((classid::bigint << 32) | objid::bigint) = {slow}"),
+    )
+    .trim()
+        != "1"
+    {
+        assert!(Instant::now() < deadline, "psql never took the lock");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Waits for a lock give up after 3 s (else 60 s).
+    std::fs::create_dir_all(e.dir()).unwrap();
+    std::fs::write(e.dir().join("config.yaml"), "guard_timeout: 3s\n").unwrap();
+    let quick: [(&str, &str); 0] = [];
+    // Other keys: checked out, renewed, released; the agent beats.
+    for args in [
+        &["checkout", "fast", "--json"][..],
+        &["renew", "fast", "--json"],
+        &["heartbeat", "--json"],
+        &["release", "fast", "--json"],
+    ] {
+        let r = e.run_env(Some("b"), args, &quick);
+        assert_eq!(r.code, 0, "{args:?} waited for another key: {}", r.text());
+    }
+    // The same key waits (here until its time runs out).
+    let r = e.run_env(Some("c"), &["checkout", "slow", "--json"], &quick);
+    assert_eq!(r.code, 1, "{}", r.text());
+    assert!(
+        r.stderr.contains("gave up") || r.stdout.contains("gave up"),
+        "{}",
+        r.text()
+    );
+    // A change across keys waits for every change in progress.
+    let r = e.run_env(Some("c"), &["freeze", "other", "--for", "1m"], &quick);
+    assert_eq!(r.code, 1, "{}", r.text());
+    // The change to `slow` ends (its session is ended): the rest goes on.
+    psql(
+        &e.dir(),
+        &format!(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '{app}'"
+        ),
+    );
+    let _ = holder.wait();
+    e.ok("c", &["freeze", "other", "--for", "1m"]);
+    e.ok("c", &["checkout", "slow"]);
+}

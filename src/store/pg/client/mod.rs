@@ -235,6 +235,11 @@ pub struct PgGuard {
     conn: Rc<Conn>,
     done: Cell<bool>,
     changed: Cell<bool>,
+    /// A scope of some locks only ([`PgStore::begin_scoped`]): the keys (and `agent:ID`s)
+    /// it may change. `None`: the whole project's lock.
+    scope: Option<Vec<String>>,
+    /// A change outside the scope was refused: the commit refuses too.
+    escalated: Cell<bool>,
     /// Audit events of the transaction, as JSON: written with the COMMIT, in the same
     /// round trip (nothing reads the log inside a scope).
     audit: RefCell<Vec<String>>,
@@ -450,7 +455,7 @@ impl PgStore {
     fn migrate(&self) -> Result<()> {
         let s = &self.schema;
         let g = self
-            .begin_inner(Some(Duration::from_secs(60)))?
+            .begin_inner(Some(Duration::from_secs(60)), None)?
             .expect("waited");
         self.conn.run("create the schema", |c| {
             c.batch_execute(&schema::bootstrap(s))
@@ -567,22 +572,82 @@ impl PgStore {
         } else {
             None
         };
-        self.begin_inner(timeout)
+        self.begin_inner(timeout, None)
     }
 
-    fn begin_inner(&self, wait: Option<Duration>) -> Result<Option<PgGuard>> {
+    /// A transaction holding the project's lock shared (beside every other such one; a
+    /// change of the whole project waits for them all) and the lock of each of `locks`
+    /// exclusively, taken in one order so that two scopes never wait for each other.
+    pub fn begin_scoped(&self, locks: &[String], wait: bool) -> Result<Option<PgGuard>> {
+        let timeout = if wait {
+            Some(self.config().unwrap_or_default().guard_timeout)
+        } else {
+            None
+        };
+        self.begin_inner(timeout, Some(locks))
+    }
+
+    /// The advisory lock of one key (or `agent:ID`) of this project.
+    fn key_lock(&self, name: &str) -> i64 {
+        lock_id(&["key", &self.schema, name])
+    }
+
+    /// May a scope change what `lock` guards? A whole-project scope may change anything;
+    /// one of some locks only what they guard (and `paths_ok`: no record with paths,
+    /// which other keys' checkouts are judged against). A refusal marks the scope, so that
+    /// its commit refuses too, and the work runs again under the project's lock.
+    pub(super) fn allow(&self, g: &PgGuard, lock: Option<&str>, paths_ok: bool) -> Result<()> {
+        match &g.scope {
+            None => Ok(()),
+            Some(_) if g.escalated.get() => Err(Error::Escalate),
+            Some(locks) if paths_ok && lock.is_some_and(|l| locks.iter().any(|k| k == l)) => Ok(()),
+            Some(_) => {
+                g.escalated.set(true);
+                Err(Error::Escalate)
+            }
+        }
+    }
+
+    fn begin_inner(
+        &self,
+        wait: Option<Duration>,
+        scope: Option<&[String]>,
+    ) -> Result<Option<PgGuard>> {
         if self.conn.in_tx.get() {
             return Err(Error::Store(
                 "a PostgreSQL transaction was begun inside another (a bug in tasklock)".into(),
             ));
         }
-        let sql = match wait {
-            Some(t) => format!(
+        let sql = match (wait, scope) {
+            (Some(t), None) => format!(
                 "BEGIN; SET LOCAL lock_timeout = {}; SELECT pg_advisory_xact_lock({})",
                 t.as_millis().max(1),
                 self.lock_id
             ),
-            None => format!("BEGIN; SELECT pg_try_advisory_xact_lock({})", self.lock_id),
+            (None, None) => format!("BEGIN; SELECT pg_try_advisory_xact_lock({})", self.lock_id),
+            (wait, Some(locks)) => {
+                let mut ids: Vec<i64> = locks.iter().map(|l| self.key_lock(l)).collect();
+                ids.sort_unstable();
+                ids.dedup();
+                let mut sql = match wait {
+                    Some(t) => format!(
+                        "BEGIN; SET LOCAL lock_timeout = {}; SELECT pg_advisory_xact_lock_shared({})",
+                        t.as_millis().max(1),
+                        self.lock_id
+                    ),
+                    None => format!(
+                        "BEGIN; SELECT pg_try_advisory_xact_lock_shared({})",
+                        self.lock_id
+                    ),
+                };
+                for id in ids {
+                    sql.push_str(&match wait {
+                        Some(_) => format!("; SELECT pg_advisory_xact_lock({id})"),
+                        None => format!("; SELECT pg_try_advisory_xact_lock({id})"),
+                    });
+                }
+                sql
+            }
         };
         let mut client = self.conn.client.borrow_mut();
         // A wait can be stopped, as the lock directory's can: by a signal (for the
@@ -620,14 +685,20 @@ impl PgStore {
             }
         };
         drop(client);
-        let granted = rows.iter().any(|m| match m {
-            SimpleQueryMessage::Row(r) => r.get(0) != Some("f"),
-            _ => false,
+        // Every lock asked for (a try gives `f` for one that is busy).
+        let mut answers = rows.iter().filter_map(|m| match m {
+            SimpleQueryMessage::Row(r) => Some(r.get(0) != Some("f")),
+            _ => None,
         });
+        let granted = answers
+            .next()
+            .is_some_and(|first| first && answers.all(|a| a));
         let guard = PgGuard {
             conn: self.conn.clone(),
             done: Cell::new(false),
             changed: Cell::new(false),
+            scope: scope.map(<[String]>::to_vec),
+            escalated: Cell::new(false),
             audit: RefCell::new(Vec::new()),
         };
         self.conn.end_tx();
@@ -671,6 +742,10 @@ impl PgStore {
         let failed = self.conn.failed.replace(None);
         self.conn.end_tx();
         let mut client = self.conn.client.borrow_mut();
+        if g.escalated.get() {
+            let _ = client.batch_execute("ROLLBACK");
+            return Err(Error::Escalate);
+        }
         if let Some(first) = failed {
             let _ = client.batch_execute("ROLLBACK");
             return Err(Error::Store(format!(
@@ -682,6 +757,15 @@ impl PgStore {
         // was aborted by anything not seen above, and COMMIT then never runs.
         let mut sql = String::from("SELECT 1; ");
         let events = g.audit.take();
+        if g.scope.is_some() && !events.is_empty() {
+            // Scopes of some keys commit side by side: their events are numbered one
+            // commit at a time, so that a reader following the log (ids ascending) never
+            // sees a later id before an earlier one commits.
+            sql.push_str(&format!(
+                "SELECT pg_advisory_xact_lock({}); ",
+                lock_id(&["audit", &self.schema])
+            ));
+        }
         if !events.is_empty() {
             // One statement for every event, in order (ids follow it), as a dollar-quoted
             // literal whose tag the JSON does not contain.

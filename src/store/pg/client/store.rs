@@ -69,16 +69,25 @@ impl Store for PgStore {
     fn begin(&self, wait: bool) -> Result<Option<Guard>> {
         Ok(PgStore::begin(self, wait)?.map(Guard::new))
     }
+    fn begin_scoped(&self, locks: &[String], wait: bool) -> Result<Option<Guard>> {
+        Ok(PgStore::begin_scoped(self, locks, wait)?.map(Guard::new))
+    }
     fn commit(&self, g: Guard) -> Result<()> {
         PgStore::commit(self, g.into_inner::<PgGuard>())
     }
     fn next_token(&self, g: &Guard) -> Result<u64> {
+        // A scope that must run again draws no token it would waste.
+        if pg(g).escalated.get() {
+            return Err(crate::error::Error::Escalate);
+        }
         PgStore::next_token(self, pg(g))
     }
     fn insert(&self, g: &Guard, record: &Record) -> Result<()> {
+        self.allow(pg(g), Some(&record.key), record.paths.is_empty())?;
         PgStore::insert(self, pg(g), record)
     }
     fn replace(&self, g: &Guard, record: &Record) -> Result<()> {
+        self.allow(pg(g), Some(&record.key), record.paths.is_empty())?;
         PgStore::replace(self, pg(g), record)
     }
     fn remove(
@@ -86,38 +95,48 @@ impl Store for PgStore {
         g: &Guard,
         key: &str,
         slot: Option<u32>,
-        _paths: Option<&[String]>,
+        paths: Option<&[String]>,
     ) -> Result<()> {
+        self.allow(pg(g), Some(key), paths.is_some_and(<[String]>::is_empty))?;
         PgStore::remove(self, pg(g), key, slot)
     }
     fn audit(&self, g: &Guard, event: &AuditEvent) -> Result<()> {
         PgStore::audit(self, pg(g), event)
     }
     fn write_queue(&self, g: &Guard, q: &Queue) -> Result<()> {
+        // Queues are judged together (handoffs, deadlocks): only under the project's lock.
+        self.allow(pg(g), None, false)?;
         PgStore::write_queue(self, pg(g), q)
     }
     fn send(&self, g: &Guard, msg: &Message) -> Result<()> {
+        self.allow(pg(g), None, false)?;
         PgStore::send(self, pg(g), msg)
     }
     fn record_delivery(&self, g: &Guard, agent: &str, id: &str, d: &Delivery) -> Result<()> {
         PgStore::record_delivery(self, pg(g), agent, id, d)
     }
     fn write_agent(&self, g: &Guard, entry: &AgentEntry) -> Result<()> {
+        self.allow(pg(g), Some(&crate::store::agent_lock(&entry.id)), true)?;
         PgStore::write_agent(self, pg(g), entry)
     }
     fn remove_agent(&self, g: &Guard, id: &str) -> Result<()> {
+        self.allow(pg(g), None, false)?;
         PgStore::remove_agent(self, pg(g), id)
     }
     fn write_ended(&self, g: &Guard, ended: &Ended) -> Result<()> {
+        self.allow(pg(g), Some(&ended.key), true)?;
         PgStore::write_ended(self, pg(g), ended)
     }
     fn append_note(&self, g: &Guard, key: &str, note: &Note) -> Result<()> {
+        self.allow(pg(g), Some(key), true)?;
         PgStore::append_note(self, pg(g), key, note)
     }
     fn write_freeze(&self, g: &Guard, f: &Freeze) -> Result<()> {
+        self.allow(pg(g), None, false)?;
         PgStore::write_freeze(self, pg(g), f)
     }
     fn remove_freeze(&self, g: &Guard, pattern: &str) -> Result<Option<Freeze>> {
+        self.allow(pg(g), None, false)?;
         PgStore::remove_freeze(self, pg(g), pattern)
     }
 }
