@@ -22,7 +22,6 @@ pub mod report;
 pub mod secret;
 pub mod signals;
 pub mod store;
-pub mod wake;
 pub mod warnings;
 
 use std::ffi::OsString;

@@ -11,7 +11,7 @@ fn layer(module: &str) -> Option<u8> {
         "os" | "error" | "duration" | "signals" | "pack" | "clock" | "key" | "warnings"
         | "discover" | "paths" | "identity" | "secret" | "config" => 0,
         "store" => 1,
-        "liveness" | "wake" => 2,
+        "liveness" => 2,
         "report" => 3,
         "engine" | "render" | "clients" | "cli" => 4,
         "commands" => 5,

@@ -82,7 +82,7 @@ pub fn beat(
             ended_reason: None,
             // Where the session takes pushed messages: from the environment of its own
             // hooks and commands, else as recorded while its process is the same.
-            reach: crate::wake::reach_for(&agent.id).or_else(|| {
+            reach: crate::clients::wake::reach_for(&agent.id).or_else(|| {
                 entry
                     .as_ref()
                     .filter(|e| same_boot && pid.is_none_or(|p| e.pid == Some(p)))

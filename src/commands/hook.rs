@@ -103,9 +103,10 @@ pub fn run(
     if client == Client::Codex
         && subagent.is_none()
         && text(&payload["session_id"]).as_deref() == Some(session.as_str())
-        && let Some(reach) = agent_pid.and_then(|pid| crate::wake::codex_reach(&session, pid))
+        && let Some(reach) =
+            agent_pid.and_then(|pid| crate::clients::wake::codex_reach(&session, pid))
     {
-        crate::wake::set_hook_reach(reach);
+        crate::clients::wake::set_hook_reach(reach);
     }
     let session_name = name_flag
         .or_else(|| {
@@ -486,7 +487,7 @@ fn deliver(ctx: &Ctx, prompt: Option<&str>) -> Result<Option<String>> {
     };
     let pushed = |m: &Message| match &m.delivery {
         Some(d) if d.delivered && d.via == crate::store::Via::Codex.as_str() => {
-            prompt.is_some_and(|p| p.trim() == crate::wake::text(m).trim())
+            prompt.is_some_and(|p| p.trim() == crate::clients::wake::text(m).trim())
         }
         Some(d) => d.delivered,
         None => false,
@@ -511,7 +512,7 @@ fn message_line(m: &Message) -> String {
     format!(
         "- [{}] key {}: {}",
         m.kind,
-        crate::wake::quoted(&m.key, crate::wake::MAX_KEY),
-        crate::wake::quoted(&m.body, crate::wake::MAX_BODY)
+        crate::clients::wake::quoted(&m.key, crate::clients::wake::MAX_KEY),
+        crate::clients::wake::quoted(&m.body, crate::clients::wake::MAX_BODY)
     )
 }

@@ -111,7 +111,7 @@ fn deliver(store: &dyn Store, group: &[Pending]) -> Result<()> {
             let Some(reach) = entry.reach.clone() else {
                 continue;
             };
-            let ready = reachable(&entry).and_then(|()| crate::wake::check(&reach));
+            let ready = reachable(&entry).and_then(|()| crate::clients::wake::check(&reach));
             let at = clock::now()?;
             record(store, g, &msg, &reach, at, ready.clone().err())?;
             if ready.is_ok() {
@@ -127,7 +127,7 @@ fn deliver(store: &dyn Store, group: &[Pending]) -> Result<()> {
     // CPU; nothing of the command's own work is left to be slowed by it. A write that
     // fails after all replaces the record.
     for (msg, reach) in sends {
-        if let Err(e) = crate::wake::send(&reach, &crate::wake::text(&msg)) {
+        if let Err(e) = crate::clients::wake::send(&reach, &crate::clients::wake::text(&msg)) {
             store
                 .transaction(|g| record(store, g, &msg, &reach, clock::now()?, Some(e.clone())))?;
         }

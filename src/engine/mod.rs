@@ -3,8 +3,9 @@
 //! handoff, how an ended checkout is remembered for the next holder. Commands parse
 //! their arguments, call in here and return a report.
 //!
-//! The engine imports the stores, `report.rs`, `liveness.rs`, `wake.rs` and the basic
-//! layer; never a command, the renderer or a client.
+//! The engine imports the stores, `report.rs`, `liveness.rs`, the basic layer, and of the
+//! clients only `clients::wake` (pushing a message into a session); never a command or
+//! the renderer.
 
 pub mod claim;
 pub mod deliver;
