@@ -10,7 +10,7 @@ mod common;
 
 use std::collections::HashMap;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 
@@ -24,26 +24,6 @@ fn script_cmd(e: &Env, script: &str) -> Child {
         cmd.env("TASKLOCK_URL", u);
     }
     cmd.spawn().unwrap()
-}
-
-fn wait_all(children: Vec<(String, Child)>) {
-    let deadline = Instant::now() + Duration::from_secs(300);
-    for (name, mut c) in children {
-        loop {
-            if let Some(st) = c.try_wait().unwrap() {
-                let mut err = String::new();
-                use std::io::Read;
-                c.stderr.take().unwrap().read_to_string(&mut err).unwrap();
-                assert!(st.success(), "{name} failed: {err}");
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{name} still running after 300 s"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
 }
 
 #[test]
@@ -89,24 +69,11 @@ done"#,
         );
         children.push((a, script_cmd(&e, &script)));
     }
-    wait_all(children);
+    wait_all_ok(children, Duration::from_secs(300));
 
     // The shared key: one holder at a time, from the holders' own clocks.
-    let text = std::fs::read_to_string(&log).unwrap();
-    let mut events: Vec<(u128, bool, String)> = text
-        .lines()
-        .map(|l| {
-            let mut w = l.split(' ');
-            let enter = w.next().unwrap() == "enter";
-            (
-                w.next().unwrap().parse().unwrap(),
-                enter,
-                w.next().unwrap().into(),
-            )
-        })
-        .collect();
+    let events = inside_log(&log);
     assert_eq!(events.len(), CONTENDERS * SHARED_ROUNDS * 2);
-    events.sort_by_key(|(t, enter, _)| (*t, *enter));
     let mut inside: Option<String> = None;
     for (t, enter, who) in &events {
         if *enter {

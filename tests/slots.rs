@@ -8,7 +8,7 @@ mod common;
 
 use std::collections::BTreeSet;
 use std::process::{Child, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use serde_json::{Value, json};
@@ -471,45 +471,21 @@ fn thirty_two_processes_race_for_three_slots_and_never_more_than_three_are_insid
     let log = e.tmp.path().join("inside.log");
     const RACERS: usize = 32;
     const ROUNDS: usize = 4;
-    let mut children: Vec<(String, Child)> = (0..RACERS)
+    let children: Vec<(String, Child)> = (0..RACERS)
         .map(|i| {
             let a = format!("racer-{i:02}");
             let c = racer(&e, &a, ROUNDS, &log);
             (a, c)
         })
         .collect();
-    let deadline = Instant::now() + Duration::from_secs(300);
-    for (a, c) in &mut children {
-        loop {
-            if let Some(status) = c.try_wait().unwrap() {
-                let mut err = String::new();
-                use std::io::Read;
-                c.stderr.take().unwrap().read_to_string(&mut err).unwrap();
-                assert!(status.success(), "{a} failed: {err}");
-                break;
-            }
-            assert!(Instant::now() < deadline, "{a} still running after 300 s");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
+    wait_all_ok(children, Duration::from_secs(300));
     // Replay the holders' own log: at no moment more than 3 inside.
-    let text = std::fs::read_to_string(&log).unwrap();
-    let mut events: Vec<(u128, bool, String)> = text
-        .lines()
-        .map(|l| {
-            let mut w = l.split(' ');
-            let kind = w.next().unwrap();
-            let t: u128 = w.next().unwrap().parse().unwrap();
-            (t, kind == "enter", w.next().unwrap().to_string())
-        })
-        .collect();
+    let events = inside_log(&log);
     assert_eq!(
         events.len(),
         RACERS * ROUNDS * 2,
         "every round entered and left"
     );
-    // At equal times a leave comes first (it happened before the next grant).
-    events.sort_by_key(|(t, enter, _)| (*t, *enter));
     let mut inside = BTreeSet::new();
     let mut most = 0;
     for (t, enter, who) in &events {

@@ -30,7 +30,7 @@ pub fn run(
     if req.paths.is_empty() {
         // A key alone: beside checkouts of other keys (escalated if it turns out to
         // touch more: a queue, another key's checkout).
-        let locks = [key.to_string(), crate::engine::agent_lock(&req.agent.id)];
+        let locks = crate::engine::key_locks(&[key.to_string()], &req.agent.id);
         crate::engine::transaction_scoped(&*store, &locks, work)
     } else {
         store.transaction(work)
@@ -50,7 +50,7 @@ pub fn run_as(
     let mut req = Request::new(ctx, timeout, reason, Some(pid))?;
     req.slots = slots;
     let store = ctx.open_store()?;
-    let locks = [key.to_string(), crate::engine::agent_lock(&req.agent.id)];
+    let locks = crate::engine::key_locks(&[key.to_string()], &req.agent.id);
     crate::engine::transaction_scoped(&*store, &locks, |guard| {
         // The registered name applies; the process to watch stays this one.
         let mut req = with_registered_pid(&*store, guard, req.clone())?;

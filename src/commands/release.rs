@@ -70,8 +70,7 @@ pub fn run(
     let user = force.then(|| crate::identity::UnixUser::current().name);
     // Each key alone, beside changes to other keys; escalated to the project's lock
     // when a release hands a key on or a force tells its holder.
-    let mut locks = keys.clone();
-    locks.push(crate::engine::agent_lock(&me));
+    let locks = crate::engine::key_locks(&keys, &me);
     let results = crate::engine::transaction_scoped(&*store, &locks, |guard| {
         let mut results = Vec::new();
         let mut judge = Judge::new(ctx, &*store);

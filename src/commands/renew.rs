@@ -35,8 +35,7 @@ pub fn run(ctx: &Ctx, keys: Vec<String>, all: bool, timeout: Option<Duration>) -
     let keys = if all { held_keys(&*store, &me)? } else { keys };
     // Each key alone, beside changes to other keys; escalated to the project's lock
     // when a release hands a key on or a force tells its holder.
-    let mut locks = keys.clone();
-    locks.push(crate::engine::agent_lock(&me));
+    let locks = crate::engine::key_locks(&keys, &me);
     let results = crate::engine::transaction_scoped(&*store, &locks, |guard| {
         let mut results = Vec::new();
         let mut judge = Judge::new(ctx, &*store);

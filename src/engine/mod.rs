@@ -600,6 +600,14 @@ pub fn transaction_scoped<T>(
 
 pub use crate::store::agent_lock;
 
+/// The locks of a change to `keys` by `agent` (its registry entry too), for
+/// [`transaction_scoped`].
+pub fn key_locks(keys: &[String], agent: &str) -> Vec<String> {
+    let mut locks = keys.to_vec();
+    locks.push(agent_lock(agent));
+    locks
+}
+
 /// How many of a key's notes `status` and a takeover show.
 pub const NOTES_SHOWN: usize = 3;
 

@@ -212,29 +212,14 @@ pub fn attempt(
                     return Ok(r);
                 }
             }
-            // The holder checking out again keeps the same checkout (same token), extended
-            // by its own lease length, or to `--timeout` from now: never shortened.
-            let expires_at = if req.lease_given {
-                expires_at
+            let version = if added.is_empty() {
+                current.version
             } else {
-                now + (current.expires_at - current.renewed_at)
-            }
-            .max(current.expires_at)
-            // A clock behind the grant never ends a lease before it began.
-            .max(current.acquired_at);
-            let renewed = Record {
-                renewed_at: now.max(current.acquired_at),
-                expires_at,
-                reason: req.reason.clone().or(current.reason.clone()),
-                agent: current.agent.refreshed(agent),
-                paths: current.paths.iter().chain(&added).cloned().collect(),
-                version: if added.is_empty() {
-                    current.version
-                } else {
-                    crate::store::version_for(&added, None)
-                },
-                ..current
+                crate::store::version_for(&added, None)
             };
+            let mut renewed = renewed(req, current, now);
+            renewed.paths.extend(added.iter().cloned());
+            renewed.version = version;
             store.replace(guard, &renewed)?;
             if !added.is_empty() {
                 // What it may have queued for is its own now.
@@ -377,6 +362,26 @@ pub fn attempt(
     Ok(r)
 }
 
+/// The holder checking out again keeps the same checkout (same token), extended by its
+/// own lease length, or to `--timeout` from now: never shortened, and never ending before
+/// it began (a clock behind the grant).
+fn renewed(req: &Request, current: Record, now: crate::clock::Time) -> Record {
+    let expires_at = if req.lease_given {
+        now + to_chrono(req.lease)
+    } else {
+        now + (current.expires_at - current.renewed_at)
+    }
+    .max(current.expires_at)
+    .max(current.acquired_at);
+    Record {
+        renewed_at: now.max(current.acquired_at),
+        expires_at,
+        reason: req.reason.clone().or(current.reason.clone()),
+        agent: current.agent.refreshed(&req.agent),
+        ..current
+    }
+}
+
 /// One checkout attempt under the guard, of a key with slots: a free slot is granted
 /// to the caller unless the waiters ahead of it in the queue have them all reserved.
 fn attempt_slots(
@@ -414,21 +419,8 @@ fn attempt_slots(
         }
         set_capacity(ctx, store, guard, key, &mut h)?;
         // The holder checking out again keeps its slot (same token), renewed as a key's.
-        let expires_at = if req.lease_given {
-            now + to_chrono(req.lease)
-        } else {
-            now + (current.expires_at - current.renewed_at)
-        }
-        .max(current.expires_at)
-        .max(current.acquired_at);
-        let renewed = Record {
-            renewed_at: now.max(current.acquired_at),
-            expires_at,
-            reason: req.reason.clone().or(current.reason.clone()),
-            agent: current.agent.refreshed(agent),
-            slots: current.slot.map(|_| h.capacity),
-            ..current
-        };
+        let mut renewed = renewed(req, current, now);
+        renewed.slots = renewed.slot.map(|_| h.capacity);
         store.replace(guard, &renewed)?;
         crate::warnings::after_change(
             &format!(

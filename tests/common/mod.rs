@@ -611,3 +611,44 @@ impl Drop for AgentProcess {
         let _ = self.0.wait();
     }
 }
+
+/// Wait for every named child to exit successfully (failing the test with its stderr if
+/// one does not), within `limit` in all.
+pub fn wait_all_ok(children: Vec<(String, std::process::Child)>, limit: std::time::Duration) {
+    use std::io::Read;
+    let deadline = std::time::Instant::now() + limit;
+    for (name, mut c) in children {
+        loop {
+            if let Some(st) = c.try_wait().unwrap() {
+                let mut err = String::new();
+                if let Some(mut e) = c.stderr.take() {
+                    e.read_to_string(&mut err).unwrap();
+                }
+                assert!(st.success(), "{name} failed: {err}");
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{name} still running after {limit:?}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+}
+
+/// A log of `enter NANOS WHO` / `leave NANOS WHO` lines written by commands run under a
+/// lock, in time order (a leave before an enter at the same instant: it came first).
+pub fn inside_log(path: &Path) -> Vec<(u128, bool, String)> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut events: Vec<(u128, bool, String)> = text
+        .lines()
+        .map(|l| {
+            let mut w = l.split(' ');
+            let enter = w.next().unwrap() == "enter";
+            let t = w.next().unwrap().parse().unwrap();
+            (t, enter, w.next().unwrap().to_string())
+        })
+        .collect();
+    events.sort_by_key(|(t, enter, _)| (*t, *enter));
+    events
+}

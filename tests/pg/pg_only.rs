@@ -258,32 +258,8 @@ fn a_wait_for_the_project_lock_stops_at_the_deadline_or_a_signal() {
     e.ok("a", &["list"]); // the schema
     let schema = pg_schema(&e.dir());
     // Another session holds the project's lock (the id tasklock derives from the schema).
-    let id = format!(
-        "('x' || left(encode(sha256('tasklock'::bytea || '\\x00'::bytea || 'project'::bytea \
-         || '\\x00'::bytea || convert_to('{schema}', 'UTF8')), 'hex'), 16))::bit(64)::bigint"
-    );
-    let base = std::env::var("TASKLOCK_TEST_PG_URL").unwrap();
-    let mut holder = Command::new("psql")
-        .arg(&base)
-        .args(["-X", "-q", "-c"])
-        .arg(format!(
-            "BEGIN; SELECT pg_advisory_xact_lock({id}); SELECT pg_sleep(600);"
-        ))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("psql");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while psql(
-        &e.dir(),
-        &format!("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND ((classid::bigint << 32) | objid::bigint) = {id}"),
-    )
-    .trim()
-        != "1"
-    {
-        assert!(Instant::now() < deadline, "psql never took the lock");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let id = lock_sql(&["project", &schema]);
+    let (mut holder, _) = hold(&e, &format!("SELECT pg_advisory_xact_lock({id})"), &id);
 
     // The command's deadline: `--wait 1s` runs out waiting for the lock, a refusal like
     // any other that ran out of time (exit 2), not an error after `guard_timeout` (60s).
@@ -393,43 +369,16 @@ fn a_change_to_one_key_does_not_wait_for_another_key() {
     let e = Env::new();
     e.ok("a", &["list"]); // the schema
     let schema = pg_schema(&e.dir());
-    let id = |parts: &[&str]| {
-        let mut bytes = String::from("'tasklock'::bytea");
-        for p in parts {
-            bytes.push_str(&format!(
-                " || '\\x00'::bytea || convert_to('{}', 'UTF8')",
-                p.replace('\'', "''")
-            ));
-        }
-        format!("('x' || left(encode(sha256({bytes}), 'hex'), 16))::bit(64)::bigint")
-    };
-    let project = id(&["project", &schema]);
-    let slow = id(&["key", &schema, "slow"]);
+    let project = lock_sql(&["project", &schema]);
+    let slow = lock_sql(&["key", &schema, "slow"]);
     // Another session is in the middle of a change to `slow`.
-    let base = std::env::var("TASKLOCK_TEST_PG_URL").unwrap();
-    let app = format!("holder-{schema}");
-    let mut holder = Command::new("psql")
-        .arg(&base)
-        .env("PGAPPNAME", &app)
-        .args(["-X", "-q", "-c"])
-        .arg(format!(
-            "BEGIN; SELECT pg_advisory_xact_lock_shared({project}); SELECT pg_advisory_xact_lock({slow}); SELECT pg_sleep(600);"
-        ))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("psql");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while psql(
-        &e.dir(),
-        &format!("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND ((classid::bigint << 32) | objid::bigint) = {slow}"),
-    )
-    .trim()
-        != "1"
-    {
-        assert!(Instant::now() < deadline, "psql never took the lock");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let (mut holder, app) = hold(
+        &e,
+        &format!(
+            "SELECT pg_advisory_xact_lock_shared({project}); SELECT pg_advisory_xact_lock({slow})"
+        ),
+        &slow,
+    );
     // Waits for a lock give up after 3 s (else 60 s).
     std::fs::create_dir_all(e.dir()).unwrap();
     std::fs::write(e.dir().join("config.yaml"), "guard_timeout: 3s\n").unwrap();
@@ -465,4 +414,44 @@ fn a_change_to_one_key_does_not_wait_for_another_key() {
     let _ = holder.wait();
     e.ok("c", &["freeze", "other", "--for", "1m"]);
     e.ok("c", &["checkout", "slow"]);
+}
+
+/// The advisory lock id tasklock derives from `parts` (`lock_id` in the store), as SQL.
+fn lock_sql(parts: &[&str]) -> String {
+    let mut bytes = String::from("'tasklock'::bytea");
+    for p in parts {
+        bytes.push_str(&format!(
+            " || '\\x00'::bytea || convert_to('{}', 'UTF8')",
+            p.replace('\'', "''")
+        ));
+    }
+    format!("('x' || left(encode(sha256({bytes}), 'hex'), 16))::bit(64)::bigint")
+}
+
+/// Another session that runs `locks` in a transaction and then sleeps, holding them;
+/// returns once it holds the lock `id`, with its application name (to end it).
+fn hold(e: &Env, locks: &str, id: &str) -> (std::process::Child, String) {
+    let app = format!("holder-{}", pg_schema(&e.dir()));
+    let base = std::env::var("TASKLOCK_TEST_PG_URL").unwrap();
+    let holder = Command::new("psql")
+        .arg(&base)
+        .env("PGAPPNAME", &app)
+        .args(["-X", "-q", "-c"])
+        .arg(format!("BEGIN; {locks}; SELECT pg_sleep(600);"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("psql");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while psql(
+        &e.dir(),
+        &format!("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND ((classid::bigint << 32) | objid::bigint) = {id}"),
+    )
+    .trim()
+        != "1"
+    {
+        assert!(Instant::now() < deadline, "psql never took the lock");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (holder, app)
 }

@@ -567,24 +567,19 @@ impl PgStore {
     /// `BEGIN` and the project's transaction-scoped advisory lock: waiting for it up to
     /// `guard_timeout` (`wait`), or `None` at once when another command holds it.
     pub fn begin(&self, wait: bool) -> Result<Option<PgGuard>> {
-        let timeout = if wait {
-            Some(self.config().unwrap_or_default().guard_timeout)
-        } else {
-            None
-        };
-        self.begin_inner(timeout, None)
+        self.begin_inner(self.lock_wait(wait), None)
+    }
+
+    /// How long a begin waits for its locks: `guard_timeout`, or not at all.
+    fn lock_wait(&self, wait: bool) -> Option<Duration> {
+        wait.then(|| self.config().unwrap_or_default().guard_timeout)
     }
 
     /// A transaction holding the project's lock shared (beside every other such one; a
     /// change of the whole project waits for them all) and the lock of each of `locks`
     /// exclusively, taken in one order so that two scopes never wait for each other.
     pub fn begin_scoped(&self, locks: &[String], wait: bool) -> Result<Option<PgGuard>> {
-        let timeout = if wait {
-            Some(self.config().unwrap_or_default().guard_timeout)
-        } else {
-            None
-        };
-        self.begin_inner(timeout, Some(locks))
+        self.begin_inner(self.lock_wait(wait), Some(locks))
     }
 
     /// The advisory lock of one key (or `agent:ID`) of this project.
