@@ -501,7 +501,9 @@ fn thirty_two_processes_race_for_three_slots_and_never_more_than_three_are_insid
         );
         most = most.max(inside.len());
     }
-    assert_eq!(most, 3, "the three slots were used together");
+    // Overlap depends on the machine's load (the commands are short); more than one
+    // inside at once shows the slots are used side by side at all.
+    assert!(most >= 2, "never more than {most} inside at once");
     // No slot lost: every one is free again, and the audit shows each slot's grants
     // and releases alternating.
     assert!(holders(&e, "build").is_empty());
@@ -535,6 +537,14 @@ fn thirty_two_processes_race_for_three_slots_and_never_more_than_three_are_insid
     }
     assert_eq!(by_token.len(), RACERS * ROUNDS, "one grant per round");
     assert!(held.values().all(|h| !h), "every slot released: {held:?}");
+    // And the key still has all three: three agents get one each, a fourth none.
+    let mut got = BTreeSet::new();
+    for a in ["after-1", "after-2", "after-3"] {
+        let c = granted(&e, a, "build", &["--slots", "3"]);
+        got.insert(c["slot"].as_u64().unwrap());
+    }
+    assert_eq!(got, BTreeSet::from([1, 2, 3]));
+    assert_eq!(checkout(&e, "after-4", "build", &[]).0, HELD);
 }
 
 #[test]
