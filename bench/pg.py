@@ -25,6 +25,10 @@ as root; or use --url), and measures whole process invocations, as an agent sees
      fencing token was handed out twice and that every key was taken. N is 1000 and
      --drain (10000), or --drain-sizes; a drain still going after --drain-limit seconds (300) stops there
      and says how far it got.
+  4. changes of one key side by side (PostgreSQL): --agents agent processes each check
+     out, renew and release a key of their own --rounds times at once; changes per second,
+     for this build and, with --baseline-rev or --baseline, for that one, alternating two
+     runs each (a build where every change takes the project's one lock shows here).
 
 Needs Linux, Python 3.9+ (standard library only), cargo and PostgreSQL's server binaries
 (/usr/lib/postgresql/*/bin) unless --url is given. Figures: docs/performance.md.
@@ -67,7 +71,9 @@ def parse_args():
                    "(default 300)")
     p.add_argument("--stores", default="file,pg",
                    help="stores for benchmarks 2 and 3 (default file,pg)")
-    p.add_argument("--skip", default="", help="comma-separated benchmarks to skip: 1,2,3")
+    p.add_argument("--skip", default="", help="comma-separated benchmarks to skip: 1,2,3,4")
+    p.add_argument("--rounds", type=int, default=30,
+                   help="benchmark 4: checkout+renew+release rounds per agent (default 30)")
     p.add_argument("--tasklock", help="binary with the postgres feature to measure, skipping "
                    "the build")
     p.add_argument("--plain", help="the same without the feature (default: built, unless "
@@ -207,6 +213,26 @@ def hold(tl, store, keys, jobs=4):
         must(store.argv(tl, f"holder-{i % 50}", "checkout", keys[i]), store.env)
     with ThreadPoolExecutor(jobs) as ex:
         list(ex.map(take, range(len(keys))))
+
+
+# --- benchmark 4 --------------------------------------------------------------------------
+
+def side_by_side(tl, tmp, url, agents, rounds):
+    """Every agent changes only its own key, all at once: changes per second."""
+    store = Store("pg", tmp, url)
+    must(store.argv(tl, "setup", "list"), store.env)
+
+    def agent(i):
+        key = f"own-{i}"
+        for _ in range(rounds):
+            for args in (("checkout", key), ("renew", key), ("release", key)):
+                _, code = run(store.argv(tl, f"agent-{i}", *args), store.env)
+                if code != 0:
+                    sys.exit(f"bench: {args[0]} {key} exited {code}")
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(agents) as ex:
+        list(ex.map(agent, range(agents)))
+    return agents * rounds * 3 / (time.perf_counter() - t0)
 
 
 # --- benchmark 1 --------------------------------------------------------------------------
@@ -387,6 +413,21 @@ def main():
             print(f"3. backlog drain, {a.agents} agents, checkout --any until empty:")
             figures["drain"] = [drain(tl, k, tmp, url, n, a.agents, a.drain_limit)
                                 for n in sizes for k in kinds]
+        if "4" not in skip:
+            print(f"4. changes of one key side by side, {a.agents} agents x {a.rounds} "
+                  "rounds of checkout, renew, release (PostgreSQL):")
+            builds = [("this build", tl)] + ([("baseline", baseline)] if baseline else [])
+            rates = {name: [] for name, _ in builds}
+            for _ in range(2):
+                for name, binary in builds:
+                    rates[name].append(side_by_side(binary, tmp, url, a.agents, a.rounds))
+            figures["side_by_side"] = rates
+            for name, r in rates.items():
+                print(f"  {name:12} {statistics.median(r):7.0f} changes/s "
+                      f"(runs: {', '.join(f'{x:.0f}' for x in r)})")
+            if baseline:
+                ratio = statistics.median(rates["this build"]) / statistics.median(rates["baseline"])
+                print(f"  this build / baseline: {ratio:.2f}x")
     finally:
         if cluster:
             cluster.stop()
