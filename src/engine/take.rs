@@ -243,25 +243,9 @@ pub fn attempt(
         Slot::Held(current) => {
             // Our own lease ran out (never revived: a new token follows), or another
             // agent's lease is past its end plus the skew margin, or its holder is dead.
-            let ended = if current.held_by(&agent.id) {
-                Some((ReapReason::Timeout, None))
-            } else {
-                Judge::new(ctx, store).reap_cause(&current)?
-            };
-            match ended {
-                Some((reason, cause)) => {
-                    auto_release_for(
-                        ctx,
-                        store,
-                        guard,
-                        &current,
-                        Some(&agent.id),
-                        reason,
-                        Some(&agent.id),
-                    )?;
-                    let notes = store.last_notes(key, NOTES_SHOWN)?;
-                    took_over = Some(Reaped::new(&current, reason, cause, notes));
-                }
+            let mut judge = Judge::new(ctx, store);
+            match take_over(ctx, store, guard, &mut judge, &current, &agent.id)? {
+                Some(ended) => took_over = Some(ended),
                 None => {
                     let holder = KeyNow::HeldBy(&current.agent.id);
                     let mut q = queue::settle_key(ctx, store, guard, key, holder, None)?;
@@ -362,6 +346,30 @@ pub fn attempt(
     Ok(r)
 }
 
+/// A checkout in the way of `taker` that has ended (its own lease lapsed: never revived,
+/// a new token follows; another's lease past its end plus the skew margin, or its holder
+/// dead) is ended on the taker's behalf; returns what was ended, with the key's notes.
+fn take_over(
+    ctx: &Ctx,
+    store: &dyn Store,
+    guard: &Guard,
+    judge: &mut Judge,
+    r: &Record,
+    taker: &str,
+) -> Result<Option<Reaped>> {
+    let ended = if r.held_by(taker) {
+        Some((ReapReason::Timeout, None))
+    } else {
+        judge.reap_cause(r)?
+    };
+    let Some((reason, cause)) = ended else {
+        return Ok(None);
+    };
+    auto_release_for(ctx, store, guard, r, Some(taker), reason, Some(taker))?;
+    let notes = store.last_notes(&r.key, NOTES_SHOWN)?;
+    Ok(Some(Reaped::new(r, reason, cause, notes)))
+}
+
 /// The holder checking out again keeps the same checkout (same token), extended by its
 /// own lease length, or to `--timeout` from now: never shortened, and never ending before
 /// it began (a clock behind the grant).
@@ -440,26 +448,9 @@ fn attempt_slots(
     let mut judge = Judge::new(ctx, store);
     let mut live = Vec::with_capacity(h.records.len());
     for r in std::mem::take(&mut h.records) {
-        let ended = if r.held_by(&agent.id) {
-            Some((ReapReason::Timeout, None))
-        } else {
-            judge.reap_cause(&r)?
-        };
-        match ended {
-            Some((reason, cause)) => {
-                auto_release_for(
-                    ctx,
-                    store,
-                    guard,
-                    &r,
-                    Some(&agent.id),
-                    reason,
-                    Some(&agent.id),
-                )?;
-                if took_over.is_none() {
-                    let notes = store.last_notes(key, NOTES_SHOWN)?;
-                    took_over = Some(Reaped::new(&r, reason, cause, notes));
-                }
+        match take_over(ctx, store, guard, &mut judge, &r, &agent.id)? {
+            Some(ended) => {
+                took_over.get_or_insert(ended);
             }
             None => live.push(r),
         }
