@@ -488,7 +488,10 @@ class Fleet:
             if self.pending == 0:
                 self.done.notify_all()
         if nxt is not None:
-            self.ex.submit(self.work, nxt)
+            try:
+                self.ex.submit(self.work, nxt)
+            except RuntimeError:    # stopped: the executor takes no more work
+                self.work(nxt)      # (which, stopped, runs nothing and says so)
 
     def go(self, concurrency, settle):
         self.ex = ThreadPoolExecutor(concurrency)
@@ -616,6 +619,9 @@ def pct(xs, q):
 def figures(run, fleet, pre_tokens, sampler):
     a, d = run.a, run.a.duration
     ops = [o for o in fleet.ops if not o.skipped]
+    for o in ops:
+        if o.end is None and not o.error:
+            o.error = "not run (lost by the harness)"
     done = [o for o in ops if o.end is not None]
     errors = [o for o in ops if o.error]
     # An operation never run (--settle ran out) counts as infinitely late.
