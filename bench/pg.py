@@ -29,6 +29,13 @@ as root; or use --url), and measures whole process invocations, as an agent sees
      out, renew and release a key of their own --rounds times at once; changes per second,
      for this build and, with --baseline-rev or --baseline, for that one, alternating two
      runs each (a build where every change takes the project's one lock shows here).
+  5. a drain of the stored backlog: the N keys are added with `backlog add --file`, then
+     --agents agent processes claim with `checkout --next` until nothing is ready; the
+     same checks as 3. With --baseline(-rev), the baseline drains the same backlog with
+     `checkout --any` (benchmark 3) right before, in the same run. N: --next-sizes.
+  6. the cost of one claim against the size of the stored backlog: N keys added, then
+     --claim-runs claims by one agent, one at a time; the median claim, and the time
+     `backlog add` took. N: --flat-sizes (1000, 10000, 100000).
 
 Needs Linux, Python 3.9+ (standard library only), cargo and PostgreSQL's server binaries
 (/usr/lib/postgresql/*/bin) unless --url is given. Figures: docs/performance.md.
@@ -71,9 +78,15 @@ def parse_args():
                    "(default 300)")
     p.add_argument("--stores", default="file,pg",
                    help="stores for benchmarks 2 and 3 (default file,pg)")
-    p.add_argument("--skip", default="", help="comma-separated benchmarks to skip: 1,2,3,4")
+    p.add_argument("--skip", default="", help="comma-separated benchmarks to skip: 1,2,3,4,5,6")
     p.add_argument("--rounds", type=int, default=30,
                    help="benchmark 4: checkout+renew+release rounds per agent (default 30)")
+    p.add_argument("--next-sizes", default="1000,10000",
+                   help="backlog sizes of benchmark 5 (default 1000,10000)")
+    p.add_argument("--flat-sizes", default="1000,10000,100000",
+                   help="backlog sizes of benchmark 6 (default 1000,10000,100000)")
+    p.add_argument("--claim-runs", type=int, default=40,
+                   help="claims measured per size in benchmark 6 (default 40)")
     p.add_argument("--tasklock", help="binary with the postgres feature to measure, skipping "
                    "the build")
     p.add_argument("--plain", help="the same without the feature (default: built, unless "
@@ -339,6 +352,84 @@ def drain(tl, kind, tmp, url, n, agents, limit):
     return res
 
 
+# --- benchmarks 5 and 6 ------------------------------------------------------------------
+
+def add_backlog(tl, st, keys):
+    """`backlog add --file` of `keys`; the seconds it took."""
+    path = os.path.join(os.path.dirname(st.dir), f"backlog-{len(keys)}.txt")
+    with open(path, "w") as f:
+        f.write("\n".join(keys) + "\n")
+    t0 = time.perf_counter()
+    must(st.argv(tl, "setup", "backlog", "add", "--file", path), st.env)
+    return time.perf_counter() - t0
+
+
+def drain_next(tl, kind, tmp, url, n, agents, limit):
+    st = Store(kind, tmp, url)
+    keys = [f"job-{i:06d}" for i in range(n)]
+    must(st.argv(tl, "setup", "list"), st.env)
+    add_backlog(tl, st, keys)
+    deadline = time.perf_counter() + limit
+
+    def agent(i):
+        got = []
+        while time.perf_counter() < deadline:
+            argv = st.argv(tl, f"drainer-{i}", "checkout", "--json", "--next")
+            r = subprocess.run(argv, env=st.env, capture_output=True, text=True,
+                               stdin=subprocess.DEVNULL)
+            if r.returncode == 2:
+                return got
+            if r.returncode != 0:
+                raise RuntimeError(f"drainer-{i}: exit {r.returncode}: {r.stderr[-500:]}")
+            c = json.loads(r.stdout)["checkout"]
+            got.append((c["key"], c["token"]))
+        return got
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(agents) as ex:
+        results = list(ex.map(agent, range(agents)))
+    took = time.perf_counter() - t0
+    claims = [c for r in results for c in r]
+    keys_taken = [k for k, _ in claims]
+    tokens = [t for _, t in claims]
+    dup_keys = len(keys_taken) - len(set(keys_taken))
+    dup_tokens = len(tokens) - len(set(tokens))
+    left = n - len(set(keys_taken))
+    per_agent = sorted(len(r) for r in results)
+    res = {"store": kind, "keys": n, "agents": agents, "seconds": took,
+           "claims": len(claims), "claims_per_s": len(claims) / took,
+           "duplicate_keys": dup_keys, "duplicate_tokens": dup_tokens, "keys_left": left,
+           "claims_per_agent_min_max": [per_agent[0], per_agent[-1]]}
+    res["stopped_at_limit"] = left > 0 and took >= limit
+    ok = dup_keys == 0 and dup_tokens == 0 and (left == 0 or res["stopped_at_limit"])
+    print(f"  {kind:4} --next drain of {n:>6} keys by {agents} agents: {took:.1f} s, "
+          f"{res['claims_per_s']:.0f} claims/s, per agent {per_agent[0]}..{per_agent[-1]}, "
+          f"duplicate keys {dup_keys}, duplicate tokens {dup_tokens}, keys left {left}"
+          f"{' (stopped at --drain-limit)' if res['stopped_at_limit'] else ''}"
+          f"{'' if ok else '  <-- WRONG'}", flush=True)
+    if not ok:
+        sys.exit("bench: the drain handed out a key or a token twice, or left keys")
+    return res
+
+
+def flat(tl, kind, tmp, url, n, runs):
+    st = Store(kind, tmp, url)
+    must(st.argv(tl, "setup", "list"), st.env)
+    added = add_backlog(tl, st, [f"job-{i:06d}" for i in range(n)])
+    xs = []
+    for i in range(runs):
+        argv = st.argv(tl, "claimer", "checkout", "--next")
+        t, rc = run(argv, st.env)
+        if rc != 0:
+            must(argv, st.env)
+        xs.append(t)
+    med = statistics.median(xs)
+    print(f"  {kind:4} backlog of {n:>6} keys: one claim {ms(med)} (p90 {ms(bench.pct(xs, 90))}); "
+          f"`backlog add` of all {added:.1f} s", flush=True)
+    return {"store": kind, "keys": n, "claim_median_s": med, "claim_p90_s": bench.pct(xs, 90),
+            "add_s": added}
+
+
 # --- main ---------------------------------------------------------------------------------
 
 def main():
@@ -428,6 +519,25 @@ def main():
             if baseline:
                 ratio = statistics.median(rates["this build"]) / statistics.median(rates["baseline"])
                 print(f"  this build / baseline: {ratio:.2f}x")
+        if "5" not in skip:
+            print(f"5. stored backlog drain, {a.agents} agents, checkout --next until nothing "
+                  f"is ready{' (baseline: checkout --any, benchmark 3)' if baseline else ''}:")
+            figures["drain_next"] = []
+            for n in [int(x) for x in a.next_sizes.split(",") if x]:
+                for k in kinds:
+                    if baseline:
+                        old = drain(baseline, k, tmp, url, n, a.agents, a.drain_limit)
+                        old["binary"] = "baseline, --any"
+                        figures["drain_next"].append(old)
+                    new = drain_next(tl, k, tmp, url, n, a.agents, a.drain_limit)
+                    new["binary"] = "this build, --next"
+                    figures["drain_next"].append(new)
+        if "6" not in skip:
+            print(f"6. one checkout --next against the size of the backlog "
+                  f"({a.claim_runs} claims, median):")
+            figures["flat"] = [flat(tl, k, tmp, url, n, a.claim_runs)
+                               for n in [int(x) for x in a.flat_sizes.split(",") if x]
+                               for k in kinds]
     finally:
         if cluster:
             cluster.stop()

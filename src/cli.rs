@@ -119,13 +119,50 @@ pub enum Command {
     Note(NoteArgs),
     /// Check out KEY, run CMD renewing the lease, release when it ends
     Run(RunArgs),
+    /// The project's backlog of keys for `checkout --next`: show it, add keys, remove keys
+    Backlog(BacklogArgs),
+}
+
+/// The arguments of `backlog`.
+#[derive(Debug, Args)]
+pub struct BacklogArgs {
+    #[command(subcommand)]
+    pub action: Option<BacklogAction>,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum BacklogAction {
+    /// Show the counts, the next keys in line and the claims (the default)
+    Show,
+    /// Add keys at the end, in order; a key already in the backlog keeps its place
+    Add(BacklogAddArgs),
+    /// Remove keys from the backlog (claimed or not; a checkout of one stays as it is)
+    Remove(BacklogRemoveArgs),
+}
+
+/// The arguments of `backlog add`.
+#[derive(Debug, Args)]
+pub struct BacklogAddArgs {
+    #[arg(value_name = "KEY", required_unless_present = "file")]
+    pub keys: Vec<String>,
+    /// Read the keys from FILE, one a line (`-`: standard input); blank lines and lines
+    /// starting with `#` are skipped
+    #[arg(long, value_name = "FILE")]
+    pub file: Option<std::path::PathBuf>,
+}
+
+/// The arguments of `backlog remove`.
+#[derive(Debug, Args)]
+pub struct BacklogRemoveArgs {
+    #[arg(value_name = "KEY", required = true)]
+    pub keys: Vec<String>,
 }
 
 /// The arguments of `checkout`.
 #[derive(Debug, Args)]
 pub struct CheckoutArgs {
     /// The key; with --any, several keys in order of preference
-    #[arg(required_unless_present_any = ["wait", "paths"], value_name = "KEY")]
+    #[arg(required_unless_present_any = ["wait", "paths", "next"], value_name = "KEY")]
     pub keys: Vec<String>,
     /// Also take these repository paths (a file, a tree, or a glob: `src/parser/**`),
     /// with KEY or alone; all or nothing. Repeat for several.
@@ -150,6 +187,10 @@ pub struct CheckoutArgs {
     /// count the key keeps, else `slots:` in config.yaml, else 1)
     #[arg(long, value_name = "N", value_parser = slots, conflicts_with_all = ["paths", "any"])]
     pub slots: Option<u32>,
+    /// Claim the first key of the project's backlog that can be taken (see `tasklock
+    /// backlog`); exit 2 when every key is claimed, 3 when the backlog is empty
+    #[arg(long, conflicts_with_all = ["keys", "paths", "any", "queue", "wait", "slots"])]
+    pub next: bool,
 }
 
 /// The arguments of `release`.
@@ -170,6 +211,10 @@ pub struct ReleaseArgs {
     /// A note for the audit log and whoever comes next
     #[arg(long, value_name = "TEXT", allow_hyphen_values = true)]
     pub note: Option<String>,
+    /// The work is finished: also remove the key from the project's backlog (without it,
+    /// a key claimed with `checkout --next` goes back to the backlog in its old place)
+    #[arg(long, conflicts_with = "force")]
+    pub done: bool,
 }
 
 /// The arguments of `leave`.

@@ -129,6 +129,8 @@ pub enum Outcome {
     LeftQueue,
     /// `leave` of a key whose queue the agent is not in.
     NotQueued,
+    /// `checkout --next` with nothing in the backlog: every key was done or removed.
+    BacklogEmpty,
 }
 
 impl Outcome {
@@ -146,7 +148,9 @@ impl Outcome {
             | Outcome::LeftQueue => EXIT_OK,
             Outcome::Conflict | Outcome::Frozen | Outcome::AgentGone => EXIT_HELD,
             Outcome::Deadlock => EXIT_DEADLOCK,
-            Outcome::NoSuchCheckout | Outcome::NotQueued => EXIT_NO_SUCH_CHECKOUT,
+            Outcome::NoSuchCheckout | Outcome::NotQueued | Outcome::BacklogEmpty => {
+                EXIT_NO_SUCH_CHECKOUT
+            }
             Outcome::NotHolder
             | Outcome::SecretRefused
             | Outcome::StaleToken

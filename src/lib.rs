@@ -232,6 +232,7 @@ fn execute(cli: Cli) -> Result<report::Report, Error> {
         Command::Audit(a) => commands::audit::execute(&ctx, a, audit_agent),
         Command::Note(a) => commands::note::execute(&ctx, a),
         Command::Run(a) => commands::run::execute(&ctx, a),
+        Command::Backlog(a) => commands::backlog::execute(&ctx, a),
     }
 }
 
@@ -409,7 +410,13 @@ where
 fn creates_store(cmd: &Command) -> bool {
     matches!(
         cmd,
-        Command::Checkout(_) | Command::Heartbeat(_) | Command::Freeze(_) | Command::Run(_)
+        Command::Checkout(_)
+            | Command::Heartbeat(_)
+            | Command::Freeze(_)
+            | Command::Run(_)
+            | Command::Backlog(cli::BacklogArgs {
+                action: Some(cli::BacklogAction::Add(_))
+            })
     )
 }
 
@@ -426,7 +433,14 @@ fn normalize_keys(mut command: Command) -> Command {
         }
         Command::Release(cli::ReleaseArgs { keys, .. })
         | Command::Renew(cli::RenewArgs { keys, .. })
-        | Command::Leave(cli::LeaveArgs { keys, .. }) => keys.iter_mut().for_each(one),
+        | Command::Leave(cli::LeaveArgs { keys, .. })
+        | Command::Backlog(cli::BacklogArgs {
+            action:
+                Some(
+                    cli::BacklogAction::Add(cli::BacklogAddArgs { keys, .. })
+                    | cli::BacklogAction::Remove(cli::BacklogRemoveArgs { keys }),
+                ),
+        }) => keys.iter_mut().for_each(one),
         Command::Status(cli::StatusArgs { key })
         | Command::Verify(cli::VerifyArgs { key, .. })
         | Command::Note(cli::NoteArgs { key, .. })

@@ -257,6 +257,56 @@ pub struct AnyReport {
     pub refused: Vec<CheckoutReport>,
 }
 
+/// `checkout --next` that took nothing: the ready keys it could not take, and the
+/// backlog as it stands.
+#[derive(Debug, Serialize)]
+pub struct NextReport {
+    pub command: &'static str,
+    pub now: Time,
+    /// `conflict` (every key claimed or refused), `frozen` (every ready key frozen) or
+    /// `backlog_empty` (nothing left in it).
+    pub outcome: Outcome,
+    /// Ready keys that could not be taken (frozen, reserved for a queue's head, damaged).
+    pub refused: Vec<CheckoutReport>,
+    pub ready: u64,
+    pub claimed: u64,
+    /// The agents holding claims.
+    pub claimers: Vec<String>,
+}
+
+/// `backlog`, `backlog add`, `backlog remove`: what changed, and the backlog now.
+#[derive(Debug, Serialize)]
+pub struct BacklogReport {
+    pub command: &'static str,
+    pub now: Time,
+    /// `show`, `add` or `remove`.
+    pub action: &'static str,
+    /// `add`: keys added (those already in the backlog keep their place and are not
+    /// counted).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub added: Option<usize>,
+    /// `remove`: the keys removed (those not in the backlog are left out).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub removed: Option<Vec<String>>,
+    pub ready: u64,
+    pub claimed: u64,
+    /// The first ready keys, in the order `checkout --next` takes them.
+    pub next: Vec<BacklogKey>,
+    /// `show`: the claimed keys, in order.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub claims: Option<Vec<BacklogKey>>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct BacklogKey {
+    pub key: String,
+    /// Its place in line.
+    pub seq: u64,
+    /// Who claimed it (claims only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub claimed_by: Option<String>,
+}
+
 /// `inbox`: unread messages, oldest first.
 #[derive(Debug, Serialize)]
 pub struct InboxReport {
@@ -684,6 +734,8 @@ pub enum Report {
     Watch(WatchReport),
     Run(RunReport),
     Any(AnyReport),
+    Next(NextReport),
+    Backlog(BacklogReport),
     Inbox(InboxReport),
     Init(InitReport),
     Freeze(FreezeReport),
@@ -819,6 +871,8 @@ impl Report {
             Report::Watch(_) => 0,
             Report::Run(r) => r.exit_code,
             Report::Any(r) => r.outcome.exit_code(),
+            Report::Next(r) => r.outcome.exit_code(),
+            Report::Backlog(_) => 0,
             Report::Inbox(_)
             | Report::Init(_)
             | Report::Why(_)

@@ -14,6 +14,9 @@
 mod common;
 
 #[cfg(tasklock_pg_tests)]
+#[path = "backlog.rs"]
+mod backlog;
+#[cfg(tasklock_pg_tests)]
 #[path = "commit_guard.rs"]
 mod commit_guard;
 #[cfg(tasklock_pg_tests)]

@@ -34,6 +34,7 @@ pub const ALLOWED_RULES: &[&str] = &[
     "Bash(tasklock doctor *)",
     "Bash(tasklock freeze *)",
     "Bash(tasklock unfreeze *)",
+    "Bash(tasklock backlog *)",
     "Bash(tasklock --version)",
 ];
 

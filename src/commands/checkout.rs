@@ -64,6 +64,9 @@ pub fn run_as(
 pub fn execute(ctx: &Ctx, a: crate::cli::CheckoutArgs) -> Result<Report> {
     use crate::error::Error;
     use crate::key;
+    if a.next {
+        return super::claim::next(ctx, a.timeout, a.reason);
+    }
     let mut keys = a.keys;
     let wait = super::wait_or_key(&mut keys, a.wait)?;
     let paths = crate::engine::paths::resolve(ctx, &a.paths)?;

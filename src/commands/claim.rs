@@ -1,13 +1,15 @@
 //! `checkout --any KEY…`: the first key of the list that can be taken, found by the
-//! engine's claim-next ([`crate::engine::claim`]).
+//! engine's claim-next ([`crate::engine::claim`]); `checkout --next`: the first of the
+//! project's backlog ([`crate::engine::backlog`]).
 
 use std::time::Duration;
 
 use crate::engine::Ctx;
+use crate::engine::backlog::Next;
 use crate::engine::claim::{Claimed, claim_next};
 use crate::engine::take::Request;
 use crate::error::{Outcome, Result};
-use crate::report::{AnyReport, Report};
+use crate::report::{AnyReport, NextReport, Report};
 
 /// `checkout --any`: the first key of the list that can be taken, all under one guard so
 /// agents racing over the same list get different keys; found without a full attempt on
@@ -41,5 +43,49 @@ pub fn any(
             Outcome::Conflict
         },
         refused,
+    }))
+}
+
+/// `checkout --next`: the first key of the project's backlog that can be taken, under
+/// the project's scope (claims span keys: agents racing get different keys).
+pub fn next(ctx: &Ctx, timeout: Option<Duration>, reason: Option<String>) -> Result<Report> {
+    let req = Request::new(ctx, timeout, reason, None)?;
+    let Some(store) = ctx.existing_store()? else {
+        return Ok(Report::Next(NextReport {
+            command: "checkout",
+            now: ctx.now,
+            outcome: Outcome::BacklogEmpty,
+            refused: Vec::new(),
+            ready: 0,
+            claimed: 0,
+            claimers: Vec::new(),
+        }));
+    };
+    let next = store.transaction(|guard| {
+        let req = super::checkout::with_registered_pid(&*store, guard, req)?;
+        crate::engine::backlog::claim_next(ctx, &*store, guard, &req)
+    })?;
+    let (refused, summary) = match next {
+        Next::Taken(r) => return Ok(Report::Checkout(r)),
+        Next::Refused { refused, summary } => (refused, summary),
+    };
+    let outcome = if summary.ready == 0 && summary.claimed == 0 {
+        Outcome::BacklogEmpty
+    } else if summary.claimed == 0
+        && !refused.is_empty()
+        && refused.iter().all(|r| r.outcome == Outcome::Frozen)
+    {
+        Outcome::Frozen
+    } else {
+        Outcome::Conflict
+    };
+    Ok(Report::Next(NextReport {
+        command: "checkout",
+        now: ctx.now,
+        outcome,
+        refused,
+        ready: summary.ready,
+        claimed: summary.claimed,
+        claimers: summary.holders,
     }))
 }

@@ -5,6 +5,7 @@
 
 pub mod agents;
 pub mod audit;
+pub mod backlog;
 pub mod checkout;
 pub mod claim;
 pub mod doctor;

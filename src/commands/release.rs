@@ -8,11 +8,14 @@ use crate::report::{CheckoutView, KeyResult, KeysCommand, KeysReport, Report};
 use crate::store::{Slot, Store};
 use crate::warnings::after_change;
 
+/// `done`: the work on each key released is finished: it leaves the project's backlog
+/// (without it, a key claimed with `checkout --next` goes back there).
 pub fn run(
     ctx: &Ctx,
     keys: Vec<String>,
     all: bool,
     force: bool,
+    done: bool,
     note: Option<String>,
 ) -> Result<Report> {
     let keys = crate::key::validate_all(keys)?;
@@ -131,6 +134,10 @@ pub fn run(
                         auto_release(ctx, &*store, guard, &r, Some(&me), ReapReason::Timeout)?;
                         (Outcome::LeaseLost, Some(CheckoutView::from(&r)))
                     } else {
+                        if done {
+                            // First, so that the release does not give it back.
+                            store.backlog_remove(guard, std::slice::from_ref(&key))?;
+                        }
                         store.remove(guard, &key, r.slot, Some(&r.paths))?;
                         // Released: what follows is bookkeeping, and its failure a warning.
                         let released = format!("`{key}` was released");
@@ -340,7 +347,7 @@ pub fn leave(ctx: &Ctx, keys: Vec<String>, all: bool) -> Result<Report> {
 
 /// `release KEY…` / `release --all`.
 pub fn execute(ctx: &Ctx, a: crate::cli::ReleaseArgs) -> Result<Report> {
-    run(ctx, a.keys, a.all, a.force, a.note)
+    run(ctx, a.keys, a.all, a.force, a.done, a.note)
 }
 
 /// `leave KEY…` / `leave --all`.

@@ -190,7 +190,7 @@ pub fn run(
 
 /// Release KEY if we still hold it; `Ok(false)` when the lease was already gone.
 fn release_quietly(ctx: &Ctx, _agent: &str, key: &str) -> Result<bool> {
-    let r = release::run(ctx, vec![key.to_string()], false, false, None)?;
+    let r = release::run(ctx, vec![key.to_string()], false, false, false, None)?;
     Ok(r.exit_code() == 0)
 }
 

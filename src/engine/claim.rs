@@ -27,11 +27,12 @@ use std::collections::HashMap;
 
 use super::take::{Join, Request, attempt};
 use super::{Ctx, Judge};
+use crate::clock::Time;
 use crate::error::{Outcome, Result};
 use crate::report::CheckoutReport;
 use crate::store::{
-    AgentEntry, AuditEvent, AuditFollow, Changes, Delivery, Ended, FileStore, Freeze, Guard, Held,
-    Message, Note, Queue, Record, Slot, Store,
+    AgentEntry, AuditEvent, AuditFollow, BacklogClaim, BacklogEntry, BacklogSummary, Changes,
+    Delivery, Ended, FileStore, Freeze, Guard, Held, Message, Note, Queue, Record, Slot, Store,
 };
 
 /// Keys read by the first [`Store::read_many`]; each later one reads four times as many,
@@ -137,7 +138,7 @@ pub fn claim_next(
     }
     refusals.sort_by_key(|(i, _)| *i);
     let refused: Vec<CheckoutReport> = refusals.into_iter().map(|(_, r)| r).collect();
-    let ev = one_deny(ctx, req, &refused, view.denied.take());
+    let ev = one_deny(ctx, req, "checkout --any", &refused, view.denied.take());
     store.audit(guard, &ev)?;
     Ok(Claimed::Refused(refused))
 }
@@ -146,12 +147,13 @@ fn queue_is_empty(q: &Queue) -> bool {
     q.is_empty()
 }
 
-/// The one `deny` of a refused `--any`: `key`, `holder` and `reason` are those of the
+/// The one `deny` of a refused `--any` (or `--next`, as `command` says): `key`, `holder` and `reason` are those of the
 /// first key's refusal (as its own `deny` had them); `detail` says how many keys were
 /// refused and why, naming the first few.
-fn one_deny(
+pub(super) fn one_deny(
     ctx: &Ctx,
     req: &Request,
+    command: &str,
     refused: &[CheckoutReport],
     denied: Vec<AuditEvent>,
 ) -> AuditEvent {
@@ -193,7 +195,7 @@ fn one_deny(
         .filter(|r| r.outcome == Outcome::Corrupt)
         .count();
     ev.detail = Some(format!(
-        "checkout --any: none of {} key{} could be taken ({} frozen, {} held or reserved{}): {}",
+        "{command}: none of {} key{} could be taken ({} frozen, {} held or reserved{}): {}",
         refused.len(),
         if refused.len() == 1 { "" } else { "s" },
         frozen,
@@ -211,17 +213,17 @@ fn one_deny(
 /// bulk (records, queues) or once (registry entries, freezes) is served again until this
 /// view writes it, and `deny` events are kept (in [`Claiming::denied`]) instead of
 /// written. Everything else goes to the store.
-struct Claiming<'s> {
+pub(super) struct Claiming<'s> {
     inner: &'s dyn Store,
     slots: RefCell<HashMap<String, Slot>>,
     queues: RefCell<HashMap<String, Queue>>,
     agents: RefCell<HashMap<String, Option<AgentEntry>>>,
     freezes: RefCell<Option<Vec<Freeze>>>,
-    denied: RefCell<Vec<AuditEvent>>,
+    pub(super) denied: RefCell<Vec<AuditEvent>>,
 }
 
 impl<'s> Claiming<'s> {
-    fn new(inner: &'s dyn Store) -> Self {
+    pub(super) fn new(inner: &'s dyn Store) -> Self {
         Claiming {
             inner,
             slots: Default::default(),
@@ -233,7 +235,7 @@ impl<'s> Claiming<'s> {
     }
 
     /// Read `keys` in bulk and keep what was read.
-    fn read_ahead(&self, g: &Guard, keys: &[String]) -> Result<Vec<(Slot, Queue)>> {
+    pub(super) fn read_ahead(&self, g: &Guard, keys: &[String]) -> Result<Vec<(Slot, Queue)>> {
         let read = self.inner.read_many(g, keys)?;
         let mut slots = self.slots.borrow_mut();
         let mut queues = self.queues.borrow_mut();
@@ -411,5 +413,26 @@ impl Store for Claiming<'_> {
     fn remove_freeze(&self, g: &Guard, pattern: &str) -> Result<Option<Freeze>> {
         *self.freezes.borrow_mut() = None;
         self.inner.remove_freeze(g, pattern)
+    }
+    fn backlog_add(&self, g: &Guard, keys: &[String]) -> Result<usize> {
+        self.inner.backlog_add(g, keys)
+    }
+    fn backlog_remove(&self, g: &Guard, keys: &[String]) -> Result<Vec<String>> {
+        self.inner.backlog_remove(g, keys)
+    }
+    fn backlog_ready(&self, after: Option<u64>, n: usize) -> Result<Vec<BacklogEntry>> {
+        self.inner.backlog_ready(after, n)
+    }
+    fn backlog_claimed(&self) -> Result<Vec<BacklogEntry>> {
+        self.inner.backlog_claimed()
+    }
+    fn backlog_mark(&self, g: &Guard, key: &str, claim: Option<&BacklogClaim>) -> Result<()> {
+        self.inner.backlog_mark(g, key, claim)
+    }
+    fn backlog_rechecked(&self, g: &Guard, recheck: Option<Time>) -> Result<()> {
+        self.inner.backlog_rechecked(g, recheck)
+    }
+    fn backlog_summary(&self) -> Result<BacklogSummary> {
+        self.inner.backlog_summary()
     }
 }

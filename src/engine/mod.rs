@@ -7,6 +7,7 @@
 //! clients only `clients::wake` (pushing a message into a session); never a command or
 //! the renderer.
 
+pub mod backlog;
 pub mod claim;
 pub mod deliver;
 pub mod edits;

@@ -546,6 +546,12 @@ struct CheckoutArgs {
     /// (agents racing for the same list get different keys).
     #[serde(default)]
     any: Option<Vec<String>>,
+    /// Instead of `key`: claim the first key of the project's backlog that can be taken
+    /// (keys added with `tasklock backlog add`, in order). A conflict result when every
+    /// key is claimed; `backlog_empty` when none is left. Release it with `done: true`
+    /// when its work is finished.
+    #[serde(default)]
+    next: bool,
     /// Why you are taking it, shown to other agents.
     #[serde(default)]
     reason: Option<String>,
@@ -588,6 +594,10 @@ struct ReleaseArgs {
     /// A one-line note for the audit log and the next holder (what is done, what is not).
     #[serde(default)]
     note: Option<String>,
+    /// The work is finished: also take the keys out of the project's backlog (without
+    /// it, a key claimed with `next` goes back to the backlog for another agent).
+    #[serde(default)]
+    done: bool,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -802,6 +812,16 @@ fn command(tool: &str, args: Value) -> Option<Result<Vec<String>, String>> {
                 if let Some(n) = a.slots {
                     v.extend([s("--slots"), n.to_string()]);
                 }
+                if a.next {
+                    if a.key.is_some() || a.any.is_some() || !a.paths.is_empty() {
+                        return Err("`next` claims from the backlog: give no `key`, `any` or `paths`".into());
+                    }
+                    if a.queue || a.wait_seconds.is_some() || a.slots.is_some() {
+                        return Err("`next` takes no `queue`, `wait_seconds` or `slots`".into());
+                    }
+                    v.push(s("--next"));
+                    return Ok(v);
+                }
                 match (a.key, a.any) {
                     (Some(k), None) => v.extend([s("--"), k]),
                     (None, None) if !a.paths.is_empty() => {}
@@ -828,10 +848,15 @@ fn command(tool: &str, args: Value) -> Option<Result<Vec<String>, String>> {
             "release" | "renew" => {
                 let (keys, all, extra) = if tool == "release" {
                     let a: ReleaseArgs = parse(args)?;
-                    (a.keys, a.all, a.note.map(|n| [s("--note"), n]))
+                    let mut extra: Vec<String> =
+                        a.note.map(|n| vec![s("--note"), n]).unwrap_or_default();
+                    if a.done {
+                        extra.push(s("--done"));
+                    }
+                    (a.keys, a.all, Some(extra))
                 } else {
                     let a: RenewArgs = parse(args)?;
-                    (a.keys, a.all, a.timeout.map(|t| [s("--timeout"), t]))
+                    (a.keys, a.all, a.timeout.map(|t| vec![s("--timeout"), t]))
                 };
                 let mut v = vec![s(tool)];
                 v.extend(extra.into_iter().flatten());
@@ -992,6 +1017,20 @@ mod tests {
         assert!(command("nope", json!({})).is_none());
         let c = command("release", json!({"all": true, "note": "done"})).unwrap();
         assert_eq!(c.unwrap(), ["release", "--note", "done", "--all"]);
+        let c = command("release", json!({"keys": ["t1"], "done": true})).unwrap();
+        assert_eq!(c.unwrap(), ["release", "--done", "--", "t1"]);
+        let c = command("checkout", json!({"next": true, "reason": "r"})).unwrap();
+        assert_eq!(c.unwrap(), ["checkout", "--reason", "r", "--next"]);
+        assert!(
+            command("checkout", json!({"next": true, "key": "a"}))
+                .unwrap()
+                .is_err()
+        );
+        assert!(
+            command("checkout", json!({"next": true, "queue": true}))
+                .unwrap()
+                .is_err()
+        );
     }
 
     #[test]

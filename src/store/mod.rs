@@ -11,6 +11,7 @@
 //! ends with [`Store::commit`]; dropping a guard without committing abandons what a
 //! transactional store wrote in it (the file store's writes stand as they were made).
 
+pub mod backlog;
 pub mod file;
 pub mod freeze;
 pub mod pg;
@@ -27,6 +28,7 @@ use serde::{Deserialize, Serialize};
 use crate::clock::Time;
 use crate::config::Config;
 use crate::error::Result;
+pub use backlog::{BacklogClaim, BacklogEntry, BacklogSummary};
 pub use file::{
     FileStore, at, create_root, guard_deadline, guard_held, set_guard_deadline, sharing,
 };
@@ -275,6 +277,29 @@ pub trait Store {
 
     /// Remove a freeze; returns it if there was one.
     fn remove_freeze(&self, g: &Guard, pattern: &str) -> Result<Option<Freeze>>;
+
+    /// Add keys at the end of the backlog, in order; a key already in it keeps its place.
+    /// Returns how many were added.
+    fn backlog_add(&self, g: &Guard, keys: &[String]) -> Result<usize>;
+
+    /// Remove keys from the backlog; returns those that were in it.
+    fn backlog_remove(&self, g: &Guard, keys: &[String]) -> Result<Vec<String>>;
+
+    /// Up to `n` keys of the backlog ready to claim, after place `after`, in order.
+    fn backlog_ready(&self, after: Option<u64>, n: usize) -> Result<Vec<BacklogEntry>>;
+
+    /// Every claimed key of the backlog, in order (reads the whole backlog).
+    fn backlog_claimed(&self) -> Result<Vec<BacklogEntry>>;
+
+    /// Claim a key of the backlog for `claim.agent`, or move its claim; `None` gives it
+    /// back in its old place. A key not in the backlog is left alone.
+    fn backlog_mark(&self, g: &Guard, key: &str, claim: Option<&BacklogClaim>) -> Result<()>;
+
+    /// Every claim was looked at: none needs a look before `recheck`.
+    fn backlog_rechecked(&self, g: &Guard, recheck: Option<Time>) -> Result<()>;
+
+    /// The backlog in counts.
+    fn backlog_summary(&self) -> Result<BacklogSummary>;
 }
 
 /// The lock of an agent's registry entry, for a scope of some locks

@@ -300,18 +300,36 @@ pub(super) fn any(r: &AnyReport, inv: &Invocation) -> String {
     let mut out = String::new();
     let n = r.refused.len();
     let _ = writeln!(out, "Conflict: none of the {n} keys can be taken now.");
-    out.push_str("\n| Key | Held by | Lease ends | Queue |\n|---|---|---|---|\n");
-    for c in &r.refused {
+    out.push_str(&refusal_table(&r.refused, &r.now));
+    let _ = writeln!(
+        out,
+        "\nNext: work on something else, or queue for one key with {}.",
+        inv.code("checkout KEY --queue")
+    );
+    out
+}
+
+/// One row per refused key: who holds it (or for whom it is reserved), until when, and
+/// its queue.
+pub(super) fn refusal_table(refused: &[CheckoutReport], now: &Time) -> String {
+    let mut out = String::from("\n| Key | Held by | Lease ends | Queue |\n|---|---|---|---|\n");
+    for c in refused {
         let (who, ends) = match (&c.checkout, &c.reserved_for) {
-            (Some(h), _) => (h.agent.label(), with_relative(&h.expires_at, &r.now)),
+            (Some(h), _) => (h.agent.label(), with_relative(&h.expires_at, now)),
             (None, Some(res)) => (
                 format!("reserved for {}", res.agent),
-                with_relative(&res.until, &r.now),
+                with_relative(&res.until, now),
             ),
             (None, None) if c.outcome == Outcome::Corrupt => {
                 ("damaged record (skipped)".into(), "-".into())
             }
-            (None, None) => ("-".into(), "-".into()),
+            (None, None) => match &c.frozen {
+                Some(f) => (
+                    format!("frozen until {}", with_relative(&f.until, now)),
+                    "-".into(),
+                ),
+                None => ("-".into(), "-".into()),
+            },
         };
         let _ = writeln!(
             out,
@@ -322,11 +340,6 @@ pub(super) fn any(r: &AnyReport, inv: &Invocation) -> String {
             c.queue_length
         );
     }
-    let _ = writeln!(
-        out,
-        "\nNext: work on something else, or queue for one key with {}.",
-        inv.code("checkout KEY --queue")
-    );
     out
 }
 

@@ -11,6 +11,7 @@ use crate::report::*;
 use crate::store::{AuditEvent, EndHow, Freeze, MessageKind, Note};
 
 mod agents;
+mod backlog;
 mod checkout;
 mod commit;
 mod keys;
@@ -18,6 +19,7 @@ mod setup;
 mod state;
 
 use agents::*;
+use backlog::*;
 use checkout::*;
 use commit::*;
 use keys::*;
@@ -38,6 +40,8 @@ pub fn report(r: &Report, inv: &Invocation) -> String {
         Report::Watch(r) => watch(r),
         Report::Run(r) => run(r),
         Report::Any(r) => any(r, inv),
+        Report::Next(r) => next(r, inv),
+        Report::Backlog(r) => backlog(r, inv),
         Report::Inbox(r) => inbox(r),
         Report::Init(r) => init(r, inv),
         Report::Freeze(r) => freeze(r, inv),
@@ -249,6 +253,7 @@ fn outcome_words(o: Outcome) -> &'static str {
         Outcome::Corrupt => "corrupt record (see below)",
         Outcome::LeftQueue => "left its queue",
         Outcome::NotQueued => "not in its queue",
+        Outcome::BacklogEmpty => "the backlog is empty",
     }
 }
 

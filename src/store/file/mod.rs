@@ -16,6 +16,7 @@
 
 pub mod at;
 mod audit;
+mod backlog;
 mod changes;
 mod freeze;
 mod paths;
@@ -31,9 +32,11 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use super::{
-    AgentEntry, AuditEvent, AuditFollow, Changes, Delivery, Ended, FORMAT_VERSION, Freeze, Guard,
-    Held, MAX_RECORD_BYTES, Message, Note, Queue, Record, Slot, Store,
+    AgentEntry, AuditEvent, AuditFollow, BacklogClaim, BacklogEntry, BacklogSummary, Changes,
+    Delivery, Ended, FORMAT_VERSION, Freeze, Guard, Held, MAX_RECORD_BYTES, Message, Note, Queue,
+    Record, Slot, Store,
 };
+use crate::clock::Time;
 use crate::error::{Error, Result};
 use crate::key;
 pub use at::Dir;
@@ -624,6 +627,7 @@ impl FileStore {
             return self.remove_slot(key, n);
         }
         self.remove_record(g, key)?;
+        self.backlog_after_remove(g, key)?;
         if paths.is_some_and(<[String]>::is_empty) {
             return Ok(());
         }
@@ -1202,6 +1206,27 @@ impl Store for FileStore {
         FileStore::write_freeze(self, g.get(), f)
     }
 
+    fn backlog_add(&self, g: &Guard, keys: &[String]) -> Result<usize> {
+        FileStore::backlog_add(self, g.get(), keys)
+    }
+    fn backlog_remove(&self, g: &Guard, keys: &[String]) -> Result<Vec<String>> {
+        FileStore::backlog_remove(self, g.get(), keys)
+    }
+    fn backlog_ready(&self, after: Option<u64>, n: usize) -> Result<Vec<BacklogEntry>> {
+        FileStore::backlog_ready(self, after, n)
+    }
+    fn backlog_claimed(&self) -> Result<Vec<BacklogEntry>> {
+        FileStore::backlog_claimed(self)
+    }
+    fn backlog_mark(&self, g: &Guard, key: &str, claim: Option<&BacklogClaim>) -> Result<()> {
+        FileStore::backlog_mark(self, g.get(), key, claim)
+    }
+    fn backlog_rechecked(&self, g: &Guard, recheck: Option<Time>) -> Result<()> {
+        FileStore::backlog_rechecked(self, g.get(), recheck)
+    }
+    fn backlog_summary(&self) -> Result<BacklogSummary> {
+        FileStore::backlog_summary(self)
+    }
     fn remove_freeze(&self, g: &Guard, pattern: &str) -> Result<Option<Freeze>> {
         FileStore::remove_freeze(self, g.get(), pattern)
     }

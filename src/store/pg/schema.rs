@@ -11,9 +11,12 @@
 //!    `slots/<key>/<n>`), one row per slot held, apart from `records` so that a build
 //!    that knows no slots (and refuses a schema newer than its own) never reads one as
 //!    the record of its key. Their tokens come from the same `tokens` sequence.
+//! 3. `backlog`: the keys waiting for `checkout --next`, each with its place in line and
+//!    its claim; indexed so that the next ready key, the earliest recheck and the
+//!    claimers are found without reading the whole backlog.
 
 /// The newest schema version this build knows.
-pub const CURRENT: i32 = 2;
+pub const CURRENT: i32 = 3;
 
 /// Migration `i + 1` is `MIGRATIONS[i]`; `{s}` stands for the schema name.
 pub const MIGRATIONS: &[&str] = &[
@@ -83,6 +86,19 @@ CREATE TABLE {s}.slot_records (
     PRIMARY KEY (key, slot)
 );
 CREATE INDEX slot_records_agent ON {s}.slot_records (agent);
+"#,
+    // 3: the backlog of `checkout --next`.
+    r#"
+CREATE TABLE {s}.backlog (
+    key text PRIMARY KEY,
+    seq bigint NOT NULL UNIQUE,
+    agent text,
+    recheck timestamptz,
+    CHECK ((agent IS NULL) = (recheck IS NULL))
+);
+CREATE INDEX backlog_ready ON {s}.backlog (seq) WHERE agent IS NULL;
+CREATE INDEX backlog_recheck ON {s}.backlog (recheck) WHERE agent IS NOT NULL;
+CREATE INDEX backlog_agent ON {s}.backlog (agent) WHERE agent IS NOT NULL;
 "#,
 ];
 

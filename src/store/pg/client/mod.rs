@@ -28,6 +28,7 @@ use crate::store::{
 };
 
 mod audit;
+mod backlog;
 mod changes;
 mod history;
 mod inbox;

@@ -246,9 +246,13 @@ impl PgStore {
                 )
                 .map(|_| ());
         }
+        // A claimed key of the backlog is ready again once its record is gone.
         self.exec(
             "remove a record",
-            "DELETE FROM records WHERE key = $1 RETURNING 1",
+            "WITH d AS (DELETE FROM records WHERE key = $1 RETURNING 1), \
+             b AS (UPDATE backlog SET agent = NULL, recheck = NULL \
+                   WHERE key = $1 AND agent IS NOT NULL AND EXISTS (SELECT 1 FROM d)) \
+             SELECT 1 FROM d",
             &[(&key, Type::TEXT)],
         )
         .map(|_| ())

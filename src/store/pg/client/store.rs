@@ -1,6 +1,7 @@
 //! The [`Store`] trait, answered by the methods of [`PgStore`].
 
 use super::*;
+use crate::store::{BacklogClaim, BacklogEntry, BacklogSummary};
 
 impl Store for PgStore {
     fn describe(&self) -> String {
@@ -134,6 +135,35 @@ impl Store for PgStore {
     fn write_freeze(&self, g: &Guard, f: &Freeze) -> Result<()> {
         self.allow(pg(g), None, false)?;
         PgStore::write_freeze(self, pg(g), f)
+    }
+    fn backlog_add(&self, g: &Guard, keys: &[String]) -> Result<usize> {
+        self.allow(pg(g), None, false)?;
+        PgStore::backlog_add(self, pg(g), keys)
+    }
+    fn backlog_remove(&self, g: &Guard, keys: &[String]) -> Result<Vec<String>> {
+        // One key's own row: allowed in that key's scope (`release --done`).
+        match keys {
+            [one] => self.allow(pg(g), Some(one), true)?,
+            _ => self.allow(pg(g), None, false)?,
+        }
+        PgStore::backlog_remove(self, pg(g), keys)
+    }
+    fn backlog_ready(&self, after: Option<u64>, n: usize) -> Result<Vec<BacklogEntry>> {
+        PgStore::backlog_ready(self, after, n)
+    }
+    fn backlog_claimed(&self) -> Result<Vec<BacklogEntry>> {
+        PgStore::backlog_claimed(self)
+    }
+    fn backlog_mark(&self, g: &Guard, key: &str, claim: Option<&BacklogClaim>) -> Result<()> {
+        self.allow(pg(g), Some(key), true)?;
+        PgStore::backlog_mark(self, pg(g), key, claim)
+    }
+    fn backlog_rechecked(&self, _g: &Guard, _recheck: Option<Time>) -> Result<()> {
+        // The earliest recheck is read from the claims themselves.
+        Ok(())
+    }
+    fn backlog_summary(&self) -> Result<BacklogSummary> {
+        PgStore::backlog_summary(self)
     }
     fn remove_freeze(&self, g: &Guard, pattern: &str) -> Result<Option<Freeze>> {
         self.allow(pg(g), None, false)?;

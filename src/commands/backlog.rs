@@ -1,0 +1,125 @@
+//! `backlog`: the project's backlog of keys for `checkout --next`. `add` appends keys
+//! (from the command line, a file or standard input), `remove` takes them out, `show`
+//! (the default) prints the counts, the next keys in line and the claims.
+
+use std::io::Read;
+
+use crate::cli::{BacklogAction, BacklogArgs};
+use crate::engine::Ctx;
+use crate::error::{Error, Result};
+use crate::report::{BacklogKey, BacklogReport, Report};
+use crate::store::Store;
+
+/// Ready keys shown by `backlog`.
+const SHOWN: usize = 10;
+
+pub fn execute(ctx: &Ctx, a: BacklogArgs) -> Result<Report> {
+    match a.action.unwrap_or(BacklogAction::Show) {
+        BacklogAction::Show => {
+            let Some(store) = ctx.existing_store()? else {
+                return Ok(empty(ctx, "show"));
+            };
+            let claims = store
+                .backlog_claimed()?
+                .into_iter()
+                .map(|e| BacklogKey {
+                    key: e.key,
+                    seq: e.seq,
+                    claimed_by: e.claimed.map(|c| c.agent),
+                })
+                .collect();
+            report(ctx, &*store, "show", None, None, Some(claims))
+        }
+        BacklogAction::Add(add) => {
+            let mut keys = add.keys;
+            if let Some(file) = &add.file {
+                keys.extend(read_keys(file)?);
+            }
+            let keys = crate::key::validate_all(keys)?;
+            let store = ctx.open_store()?;
+            let added = store.transaction(|g| store.backlog_add(g, &keys))?;
+            report(ctx, &*store, "add", Some(added), None, None)
+        }
+        BacklogAction::Remove(rm) => {
+            let keys = crate::key::validate_all(rm.keys)?;
+            let Some(store) = ctx.existing_store()? else {
+                let mut r = empty(ctx, "remove");
+                if let Report::Backlog(b) = &mut r {
+                    b.removed = Some(Vec::new());
+                }
+                return Ok(r);
+            };
+            let removed = store.transaction(|g| store.backlog_remove(g, &keys))?;
+            report(ctx, &*store, "remove", None, Some(removed), None)
+        }
+    }
+}
+
+fn report(
+    ctx: &Ctx,
+    store: &dyn Store,
+    action: &'static str,
+    added: Option<usize>,
+    removed: Option<Vec<String>>,
+    claims: Option<Vec<BacklogKey>>,
+) -> Result<Report> {
+    let summary = store.backlog_summary()?;
+    let next = store
+        .backlog_ready(None, SHOWN)?
+        .into_iter()
+        .map(|e| BacklogKey {
+            key: e.key,
+            seq: e.seq,
+            claimed_by: None,
+        })
+        .collect();
+    Ok(Report::Backlog(BacklogReport {
+        command: "backlog",
+        now: ctx.now,
+        action,
+        added,
+        removed,
+        ready: summary.ready,
+        claimed: summary.claimed,
+        next,
+        claims,
+    }))
+}
+
+fn empty(ctx: &Ctx, action: &'static str) -> Report {
+    Report::Backlog(BacklogReport {
+        command: "backlog",
+        now: ctx.now,
+        action,
+        added: None,
+        removed: None,
+        ready: 0,
+        claimed: 0,
+        next: Vec::new(),
+        claims: (action == "show").then(Vec::new),
+    })
+}
+
+/// The keys of a file (or standard input for `-`), one a line, in NFC; blank lines and
+/// `#` comments skipped. A bad key names its line.
+fn read_keys(file: &std::path::Path) -> Result<Vec<String>> {
+    let mut text = String::new();
+    let read = if file.as_os_str() == "-" {
+        std::io::stdin().read_to_string(&mut text)
+    } else {
+        std::fs::File::open(file).and_then(|mut f| f.read_to_string(&mut text))
+    };
+    read.map_err(|e| Error::Usage(format!("cannot read keys from {}: {e}", file.display())))?;
+    let mut keys = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let k = crate::key::normalize(line);
+        crate::key::validate(&k)
+            .map_err(|e| Error::Usage(format!("{}, line {}: {e}", file.display(), i + 1)))?;
+        keys.push(k);
+    }
+    Ok(keys)
+}

@@ -1,0 +1,178 @@
+//! `checkout --next`: claim the first key of the project's backlog that can be taken.
+//!
+//! The store keeps the backlog as an index (see [`crate::store::backlog`]): the keys
+//! ready to claim, in order, and the keys claimed. A claim reads the first few ready keys
+//! and gives each the same judgement as `checkout --any` (a key held by someone else,
+//! whose holder is alive and within its lease, is passed over without an attempt; every
+//! other key gets the full [`attempt`]), so its cost does not grow with the backlog.
+//!
+//! The index may lag the checkouts, and is repaired as the claim meets the truth:
+//! - a ready key someone holds (taken by a plain `checkout`) is marked claimed by them;
+//! - a released, reaped or forced key is ready again (the stores do this when a record is
+//!   removed);
+//! - a claim whose lease ran out or whose claimer died is found by a sweep, which runs
+//!   only when nothing ready can be taken and a claim may have lapsed: its recheck time
+//!   (the lease end as last seen) has come, or one of the claimers is dead. The sweep
+//!   reads every claim; every other claim reads a constant number of keys.
+
+use super::claim::Claiming;
+use super::take::{Join, Request, attempt};
+use super::{Ctx, Judge};
+use crate::clock::Time;
+use crate::error::{Outcome, Result};
+use crate::report::CheckoutReport;
+use crate::store::record::BREAK_GRACE_SECS;
+use crate::store::{BacklogClaim, BacklogSummary, Guard, Record, Slot, Store};
+
+/// Ready keys read at a time.
+const BATCH: usize = 16;
+
+/// What `checkout --next` came to.
+#[allow(clippy::large_enum_variant)] // one per command, returned once
+pub enum Next {
+    Taken(CheckoutReport),
+    /// Nothing could be taken: the ready keys refused (frozen, reserved for a queue,
+    /// damaged), and the backlog as it stands.
+    Refused {
+        refused: Vec<CheckoutReport>,
+        summary: BacklogSummary,
+    },
+}
+
+/// The claim a record stands for, looked at again once its lease could be broken.
+fn claim_of(r: &Record) -> BacklogClaim {
+    BacklogClaim {
+        agent: r.agent.id.clone(),
+        recheck: r.expires_at + chrono::Duration::seconds(BREAK_GRACE_SECS),
+    }
+}
+
+/// Claim the first key of the backlog that `req` can take, under the project's scope.
+pub fn claim_next(ctx: &Ctx, store: &dyn Store, guard: &Guard, req: &Request) -> Result<Next> {
+    let view = Claiming::new(store);
+    let mut refused: Vec<CheckoutReport> = Vec::new();
+    if let Some(r) = take_ready(ctx, &view, guard, req, &mut refused)? {
+        return Ok(Next::Taken(r));
+    }
+    let summary = view.backlog_summary()?;
+    if summary.claimed > 0 && may_have_lapsed(ctx, &view, &summary)? && sweep(ctx, &view, guard)? {
+        refused.clear();
+        if let Some(r) = take_ready(ctx, &view, guard, req, &mut refused)? {
+            return Ok(Next::Taken(r));
+        }
+    }
+    if !refused.is_empty() {
+        let ev = super::claim::one_deny(ctx, req, "checkout --next", &refused, view.denied.take());
+        store.audit(guard, &ev)?;
+    }
+    let summary = view.backlog_summary()?;
+    Ok(Next::Refused { refused, summary })
+}
+
+/// Go through the ready keys in order until one is taken; refusals are kept in `refused`.
+fn take_ready(
+    ctx: &Ctx,
+    view: &Claiming<'_>,
+    guard: &Guard,
+    req: &Request,
+    refused: &mut Vec<CheckoutReport>,
+) -> Result<Option<CheckoutReport>> {
+    let me = req.agent.id.as_str();
+    let mut after = None;
+    loop {
+        let batch = view.backlog_ready(after, BATCH)?;
+        let Some(last) = batch.last() else {
+            return Ok(None);
+        };
+        after = Some(last.seq);
+        let keys: Vec<String> = batch.into_iter().map(|e| e.key).collect();
+        let read = view.read_ahead(guard, &keys)?;
+        let mut judge: Option<Judge> = None;
+        for (key, (slot, queue)) in keys.iter().zip(read) {
+            if let Slot::Held(r) = &slot
+                && !r.held_by(me)
+                && queue.is_empty()
+            {
+                let j = judge.get_or_insert_with(|| Judge::new(ctx, view));
+                if j.reap_cause(r)?.is_none() {
+                    // Taken by a plain checkout: the index learns who has it.
+                    view.backlog_mark(guard, key, Some(&claim_of(r)))?;
+                    continue;
+                }
+            }
+            judge = None;
+            let r = attempt(ctx, view, guard, req, key, Join::No)?;
+            if r.outcome.exit_code() == 0 {
+                if let Some(c) = &r.checkout {
+                    let claim = BacklogClaim {
+                        agent: me.to_string(),
+                        recheck: c.expires_at + chrono::Duration::seconds(BREAK_GRACE_SECS),
+                    };
+                    view.backlog_mark(guard, key, Some(&claim))?;
+                }
+                return Ok(Some(r));
+            }
+            match (&r.outcome, &r.checkout) {
+                (Outcome::Conflict, Some(h)) if h.agent.id != me => {
+                    let claim = BacklogClaim {
+                        agent: h.agent.id.clone(),
+                        recheck: h.expires_at + chrono::Duration::seconds(BREAK_GRACE_SECS),
+                    };
+                    view.backlog_mark(guard, key, Some(&claim))?;
+                }
+                // Frozen, reserved for a queue's head, damaged: it stays ready, in its place.
+                _ => {}
+            }
+            refused.push(r);
+        }
+    }
+}
+
+/// Has a claim's recheck time come, or is one of the claimers dead?
+fn may_have_lapsed(ctx: &Ctx, view: &Claiming<'_>, summary: &BacklogSummary) -> Result<bool> {
+    if summary.recheck.is_some_and(|t| t <= ctx.now) {
+        return Ok(true);
+    }
+    let mut judge = Judge::new(ctx, view);
+    let cfg = judge.config()?.clone();
+    for agent in &summary.holders {
+        if let Some(entry) = judge.entry(agent)?
+            && crate::liveness::judge_entry(&entry, &ctx.now, &cfg).dead()
+        {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Look at every claim: one whose key is free, or whose holder's checkout may be ended,
+/// is ready again; the others learn their holder and lease end. Returns whether any key
+/// became ready.
+fn sweep(ctx: &Ctx, view: &Claiming<'_>, guard: &Guard) -> Result<bool> {
+    let claims = view.backlog_claimed()?;
+    let keys: Vec<String> = claims.iter().map(|e| e.key.clone()).collect();
+    let read = view.read_ahead(guard, &keys)?;
+    let mut judge = Judge::new(ctx, view);
+    let mut next: Option<Time> = None;
+    let mut freed = false;
+    for (e, (slot, _)) in claims.iter().zip(read) {
+        let keep = match &slot {
+            Slot::Held(r) if judge.reap_cause(r)?.is_none() => Some(claim_of(r)),
+            _ => None,
+        };
+        match keep {
+            Some(c) => {
+                next = Some(next.map_or(c.recheck, |n| n.min(c.recheck)));
+                if e.claimed.as_ref() != Some(&c) {
+                    view.backlog_mark(guard, &e.key, Some(&c))?;
+                }
+            }
+            None => {
+                view.backlog_mark(guard, &e.key, None)?;
+                freed = true;
+            }
+        }
+    }
+    view.backlog_rechecked(guard, next)?;
+    Ok(freed)
+}

@@ -1,0 +1,352 @@
+//! The file store's backlog (see [`crate::store::backlog`]), in `backlog/`:
+//!
+//! - `state.json`: the next place in line to hand out (`tail`), the lowest place that may
+//!   still be pending (`head`), the counts, the earliest recheck and the claimers;
+//! - `members/<encoded key>`: each key's [`BacklogEntry`] (its place, its claim);
+//! - `pending/<seq>`: the keys never claimed since they were added, one file per place,
+//!   read from `head` on;
+//! - `returned/<seq>`: the keys given back after a claim (few), listed whole.
+//!
+//! Every operation reads and writes a constant number of files, whatever the length of
+//! the backlog, except [`FileStore::backlog_claimed`] (every member; the engine calls it
+//! only when nothing is ready and a claim may have lapsed) and skipping places left empty
+//! by keys removed before they were claimed. All of it changes under the guard.
+
+use std::collections::BTreeMap;
+use std::io::ErrorKind;
+
+use serde::{Deserialize, Serialize};
+
+use super::at::Dir;
+use super::registry::read_small;
+use super::{FileGuard, FileStore};
+use crate::clock::Time;
+use crate::error::{Error, Result};
+use crate::key;
+use crate::store::{BacklogClaim, BacklogEntry, BacklogSummary};
+
+const BACKLOG: &str = "backlog";
+const STATE: &str = "state.json";
+const MEMBERS: &str = "members";
+const PENDING: &str = "pending";
+const RETURNED: &str = "returned";
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct State {
+    head: u64,
+    tail: u64,
+    ready: u64,
+    claimed: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    recheck: Option<Time>,
+    /// Claims per claimer.
+    #[serde(default)]
+    holders: BTreeMap<String, u64>,
+}
+
+/// The backlog's directories, opened (or made) once per operation.
+struct Dirs {
+    top: Dir,
+    members: Dir,
+    pending: Dir,
+    returned: Dir,
+}
+
+impl FileStore {
+    fn backlog_dirs(&self, create: bool) -> Result<Option<Dirs>> {
+        let Some(top) = self.sub(BACKLOG, create)? else {
+            return Ok(None);
+        };
+        let sub = |name: &str| -> Result<Option<Dir>> {
+            top.sub(name, create)
+                .map_err(|e| Error::io(top.join(name), e))
+        };
+        let (Some(members), Some(pending), Some(returned)) =
+            (sub(MEMBERS)?, sub(PENDING)?, sub(RETURNED)?)
+        else {
+            return Ok(None);
+        };
+        Ok(Some(Dirs {
+            top,
+            members,
+            pending,
+            returned,
+        }))
+    }
+
+    fn backlog_state(&self, d: &Dirs) -> Result<State> {
+        match read_small(&d.top, STATE)? {
+            None => Ok(State::default()),
+            Some(b) => serde_json::from_slice(&b).map_err(|e| {
+                Error::Store(format!(
+                    "{} is damaged ({e}); remove the backlog directory by hand and add its keys again",
+                    d.top.join(STATE).display()
+                ))
+            }),
+        }
+    }
+
+    fn write_backlog_state(&self, g: &FileGuard, d: &Dirs, s: &State) -> Result<()> {
+        let bytes = serde_json::to_vec(s)
+            .map_err(|e| Error::Store(format!("cannot encode the backlog's state: {e}")))?;
+        self.publish_replace(g, &bytes, &d.top, STATE)
+    }
+
+    fn member(&self, d: &Dirs, key_name: &str) -> Result<Option<BacklogEntry>> {
+        let name = key::encode(key_name);
+        Ok(read_small(&d.members, &name)?
+            .and_then(|b| serde_json::from_slice::<BacklogEntry>(&b).ok())
+            .filter(|m| m.key == key_name))
+    }
+
+    fn write_member(&self, g: &FileGuard, d: &Dirs, m: &BacklogEntry) -> Result<()> {
+        let bytes = serde_json::to_vec(m)
+            .map_err(|e| Error::Store(format!("cannot encode a backlog entry: {e}")))?;
+        self.publish_replace(g, &bytes, &d.members, &key::encode(&m.key))
+    }
+
+    /// Add keys at the end of the backlog, in order; a key already in it keeps its place.
+    pub fn backlog_add(&self, g: &FileGuard, keys: &[String]) -> Result<usize> {
+        let d = self.backlog_dirs(true)?.expect("created");
+        let mut s = self.backlog_state(&d)?;
+        let mut added = 0;
+        for k in keys {
+            if self.member(&d, k)?.is_some() {
+                continue;
+            }
+            let m = BacklogEntry {
+                key: k.clone(),
+                seq: s.tail,
+                claimed: None,
+            };
+            self.publish_replace(g, k.as_bytes(), &d.pending, &m.seq.to_string())?;
+            self.write_member(g, &d, &m)?;
+            s.tail += 1;
+            s.ready += 1;
+            added += 1;
+        }
+        if added > 0 {
+            self.write_backlog_state(g, &d, &s)?;
+        }
+        Ok(added)
+    }
+
+    /// Remove keys from the backlog; returns those that were in it.
+    pub fn backlog_remove(&self, g: &FileGuard, keys: &[String]) -> Result<Vec<String>> {
+        let Some(d) = self.backlog_dirs(false)? else {
+            return Ok(Vec::new());
+        };
+        let mut s = self.backlog_state(&d)?;
+        let mut out = Vec::new();
+        for k in keys {
+            let Some(m) = self.member(&d, k)? else {
+                continue;
+            };
+            match &m.claimed {
+                Some(c) => {
+                    s.claimed = s.claimed.saturating_sub(1);
+                    drop_holder(&mut s, &c.agent);
+                }
+                None => {
+                    s.ready = s.ready.saturating_sub(1);
+                    unlink_quiet(&d.pending, &m.seq.to_string())?;
+                    unlink_quiet(&d.returned, &m.seq.to_string())?;
+                }
+            }
+            unlink_quiet(&d.members, &key::encode(k))?;
+            out.push(k.clone());
+        }
+        if !out.is_empty() {
+            self.advance_head(&d, &mut s);
+            self.write_backlog_state(g, &d, &s)?;
+        }
+        Ok(out)
+    }
+
+    /// Up to `n` ready keys after place `after`, in order.
+    pub fn backlog_ready(&self, after: Option<u64>, n: usize) -> Result<Vec<BacklogEntry>> {
+        let Some(d) = self.backlog_dirs(false)? else {
+            return Ok(Vec::new());
+        };
+        let s = self.backlog_state(&d)?;
+        let from = after.map_or(0, |a| a + 1);
+        // Given back: few (they come first in line, so they are claimed first), listed
+        // whole; only the first `n` are read.
+        let mut back: Vec<u64> = d
+            .returned
+            .entries()
+            .map_err(|e| Error::io(d.returned.path(), e))?
+            .into_iter()
+            .filter(|(_, is_dir)| !is_dir)
+            .filter_map(|(name, _)| name.parse::<u64>().ok())
+            .filter(|seq| *seq >= from)
+            .collect();
+        back.sort_unstable();
+        let mut out: Vec<BacklogEntry> = Vec::new();
+        for seq in back {
+            if out.len() == n {
+                break;
+            }
+            if let Some(k) = read_key(&d.returned, &seq.to_string())? {
+                out.push(BacklogEntry {
+                    key: k,
+                    seq,
+                    claimed: None,
+                });
+            }
+        }
+        // Never claimed: from the head on, up to `n` of them.
+        let mut taken = 0;
+        let mut seq = s.head.max(from);
+        while taken < n && seq < s.tail {
+            if let Some(k) = read_key(&d.pending, &seq.to_string())? {
+                out.push(BacklogEntry {
+                    key: k,
+                    seq,
+                    claimed: None,
+                });
+                taken += 1;
+            }
+            seq += 1;
+        }
+        out.sort_by_key(|e| e.seq);
+        out.truncate(n);
+        Ok(out)
+    }
+
+    /// Every claimed key, in order.
+    pub fn backlog_claimed(&self) -> Result<Vec<BacklogEntry>> {
+        let Some(d) = self.backlog_dirs(false)? else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        for (name, is_dir) in d
+            .members
+            .entries()
+            .map_err(|e| Error::io(d.members.path(), e))?
+        {
+            if is_dir {
+                continue;
+            }
+            if let Some(m) = read_small(&d.members, &name)?
+                .and_then(|b| serde_json::from_slice::<BacklogEntry>(&b).ok())
+                .filter(|m| m.claimed.is_some())
+            {
+                out.push(m);
+            }
+        }
+        out.sort_by_key(|e| e.seq);
+        Ok(out)
+    }
+
+    /// Claim a key of the backlog for `claim.agent` (or move its claim); `None` gives it
+    /// back, in its old place. A key not in the backlog is left alone.
+    pub fn backlog_mark(
+        &self,
+        g: &FileGuard,
+        key_name: &str,
+        claim: Option<&BacklogClaim>,
+    ) -> Result<()> {
+        let Some(d) = self.backlog_dirs(false)? else {
+            return Ok(());
+        };
+        let Some(mut m) = self.member(&d, key_name)? else {
+            return Ok(());
+        };
+        let mut s = self.backlog_state(&d)?;
+        let name = m.seq.to_string();
+        match (&m.claimed, claim) {
+            (None, None) => return Ok(()),
+            (None, Some(c)) => {
+                unlink_quiet(&d.pending, &name)?;
+                unlink_quiet(&d.returned, &name)?;
+                s.ready = s.ready.saturating_sub(1);
+                s.claimed += 1;
+                *s.holders.entry(c.agent.clone()).or_default() += 1;
+                self.advance_head(&d, &mut s);
+            }
+            (Some(old), Some(c)) => {
+                if old.agent != c.agent {
+                    drop_holder(&mut s, &old.agent);
+                    *s.holders.entry(c.agent.clone()).or_default() += 1;
+                }
+            }
+            (Some(old), None) => {
+                self.publish_replace(g, key_name.as_bytes(), &d.returned, &name)?;
+                s.claimed = s.claimed.saturating_sub(1);
+                s.ready += 1;
+                drop_holder(&mut s, &old.agent.clone());
+            }
+        }
+        if let Some(c) = claim {
+            s.recheck = Some(match s.recheck {
+                Some(r) if r < c.recheck => r,
+                _ => c.recheck,
+            });
+        }
+        m.claimed = claim.cloned();
+        self.write_member(g, &d, &m)?;
+        self.write_backlog_state(g, &d, &s)
+    }
+
+    /// The engine looked at every claim: none needs a look before `recheck`.
+    pub fn backlog_rechecked(&self, g: &FileGuard, recheck: Option<Time>) -> Result<()> {
+        let Some(d) = self.backlog_dirs(false)? else {
+            return Ok(());
+        };
+        let mut s = self.backlog_state(&d)?;
+        s.recheck = recheck;
+        self.write_backlog_state(g, &d, &s)
+    }
+
+    pub fn backlog_summary(&self) -> Result<BacklogSummary> {
+        let Some(d) = self.backlog_dirs(false)? else {
+            return Ok(BacklogSummary::default());
+        };
+        let s = self.backlog_state(&d)?;
+        Ok(BacklogSummary {
+            ready: s.ready,
+            claimed: s.claimed,
+            recheck: if s.claimed > 0 { s.recheck } else { None },
+            holders: s.holders.into_keys().collect(),
+        })
+    }
+
+    /// A record of `key_name` was removed: a claimed key of the backlog is ready again.
+    /// Costs one failed `stat` when the project has no backlog.
+    pub(super) fn backlog_after_remove(&self, g: &FileGuard, key_name: &str) -> Result<()> {
+        if self.dir.stat(BACKLOG).is_err() {
+            return Ok(());
+        }
+        self.backlog_mark(g, key_name, None)
+    }
+
+    /// Move `head` past places whose pending file is gone (claimed out of order, removed).
+    fn advance_head(&self, d: &Dirs, s: &mut State) {
+        while s.head < s.tail && d.pending.stat(&s.head.to_string()).is_err() {
+            s.head += 1;
+        }
+    }
+}
+
+fn drop_holder(s: &mut State, agent: &str) {
+    if let Some(n) = s.holders.get_mut(agent) {
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            s.holders.remove(agent);
+        }
+    }
+}
+
+/// The key written in a place file, `None` when the place is empty.
+fn read_key(dir: &Dir, name: &str) -> Result<Option<String>> {
+    Ok(read_small(dir, name)?.and_then(|b| String::from_utf8(b).ok()))
+}
+
+fn unlink_quiet(dir: &Dir, name: &str) -> Result<()> {
+    match dir.unlink(name) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::io(dir.join(name), e)),
+    }
+}

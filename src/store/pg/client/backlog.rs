@@ -1,0 +1,132 @@
+//! The backlog of `checkout --next` (`backlog`): one row per key, its place in line
+//! (`seq`) and its claim (`agent`, `recheck`). Partial indexes answer the next ready
+//! keys, the earliest recheck and the claimers without reading the whole table.
+
+use super::*;
+use crate::store::{BacklogClaim, BacklogEntry, BacklogSummary};
+
+/// A `timestamptz` column as microseconds since the epoch, and back.
+fn micros(t: &Time) -> i64 {
+    t.timestamp_micros()
+}
+
+fn time(us: i64) -> Result<Time> {
+    chrono::DateTime::from_timestamp_micros(us)
+        .ok_or_else(|| Error::Store(format!("a backlog claim has a time out of range ({us} µs)")))
+}
+
+fn entry(r: &postgres::Row) -> Result<BacklogEntry> {
+    let agent: Option<String> = r.get(2);
+    let recheck: Option<i64> = r.get(3);
+    Ok(BacklogEntry {
+        key: r.get(0),
+        seq: u64::try_from(r.get::<_, i64>(1)).unwrap_or(0),
+        claimed: match (agent, recheck) {
+            (Some(agent), Some(us)) => Some(BacklogClaim {
+                agent,
+                recheck: time(us)?,
+            }),
+            _ => None,
+        },
+    })
+}
+
+const ENTRY: &str = "key, seq, agent, (extract(epoch FROM recheck) * 1000000)::bigint AS recheck";
+
+impl PgStore {
+    pub fn backlog_add(&self, g: &PgGuard, keys: &[String]) -> Result<usize> {
+        g.changed.set(true);
+        let n = self.exec(
+            "add keys to the backlog",
+            "INSERT INTO backlog (key, seq) \
+             SELECT k, (SELECT coalesce(max(seq), 0) FROM backlog) + i \
+             FROM unnest($1::text[]) WITH ORDINALITY AS t(k, i) \
+             ON CONFLICT (key) DO NOTHING RETURNING 1",
+            &[(&keys, Type::TEXT_ARRAY)],
+        )?;
+        Ok(n as usize)
+    }
+
+    pub fn backlog_remove(&self, g: &PgGuard, keys: &[String]) -> Result<Vec<String>> {
+        g.changed.set(true);
+        let rows = self.rows(
+            "remove keys from the backlog",
+            "DELETE FROM backlog WHERE key = ANY($1::text[]) RETURNING key",
+            &[(&keys, Type::TEXT_ARRAY)],
+        )?;
+        let gone: std::collections::HashSet<String> = rows.iter().map(|r| r.get(0)).collect();
+        Ok(keys.iter().filter(|k| gone.contains(*k)).cloned().collect())
+    }
+
+    pub fn backlog_ready(&self, after: Option<u64>, n: usize) -> Result<Vec<BacklogEntry>> {
+        let after = after.map_or(-1, |a| i64::try_from(a).unwrap_or(i64::MAX));
+        let n = i64::try_from(n).unwrap_or(i64::MAX);
+        let sql = format!(
+            "SELECT {ENTRY} FROM backlog WHERE agent IS NULL AND seq > $1 ORDER BY seq LIMIT $2"
+        );
+        self.rows(
+            "read the backlog",
+            &sql,
+            &[(&after, Type::INT8), (&n, Type::INT8)],
+        )?
+        .iter()
+        .map(entry)
+        .collect()
+    }
+
+    pub fn backlog_claimed(&self) -> Result<Vec<BacklogEntry>> {
+        let sql = format!("SELECT {ENTRY} FROM backlog WHERE agent IS NOT NULL ORDER BY seq");
+        self.rows("read the backlog's claims", &sql, &[])?
+            .iter()
+            .map(entry)
+            .collect()
+    }
+
+    pub fn backlog_mark(&self, g: &PgGuard, key: &str, claim: Option<&BacklogClaim>) -> Result<()> {
+        g.changed.set(true);
+        let agent = claim.map(|c| c.agent.as_str());
+        let recheck = claim.map(|c| micros(&c.recheck));
+        self.exec(
+            "mark a key of the backlog",
+            "UPDATE backlog SET agent = $2, \
+             recheck = CASE WHEN $3::bigint IS NULL THEN NULL \
+                            ELSE to_timestamp($3::bigint / 1000000.0) END \
+             WHERE key = $1 RETURNING 1",
+            &[
+                (&key, Type::TEXT),
+                (&agent, Type::TEXT),
+                (&recheck, Type::INT8),
+            ],
+        )
+        .map(|_| ())
+    }
+
+    pub fn backlog_summary(&self) -> Result<BacklogSummary> {
+        let rows = self.rows(
+            "count the backlog",
+            "SELECT count(*) FILTER (WHERE agent IS NULL), \
+                    count(*) FILTER (WHERE agent IS NOT NULL), \
+                    (extract(epoch FROM min(recheck)) * 1000000)::bigint \
+             FROM backlog",
+            &[],
+        )?;
+        let r = &rows[0];
+        let holders = self.rows(
+            "read the backlog's claimers",
+            // One index probe per claimer, not a read of every claim.
+            "WITH RECURSIVE h(agent) AS ( \
+               (SELECT agent FROM backlog WHERE agent IS NOT NULL ORDER BY agent LIMIT 1) \
+               UNION ALL \
+               SELECT (SELECT b.agent FROM backlog b WHERE b.agent > h.agent \
+                       ORDER BY b.agent LIMIT 1) FROM h WHERE h.agent IS NOT NULL) \
+             SELECT agent FROM h WHERE agent IS NOT NULL",
+            &[],
+        )?;
+        Ok(BacklogSummary {
+            ready: u64::try_from(r.get::<_, i64>(0)).unwrap_or(0),
+            claimed: u64::try_from(r.get::<_, i64>(1)).unwrap_or(0),
+            recheck: r.get::<_, Option<i64>>(2).map(time).transpose()?,
+            holders: holders.iter().map(|h| h.get(0)).collect(),
+        })
+    }
+}

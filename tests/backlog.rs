@@ -1,0 +1,375 @@
+//! The project's backlog (`backlog add|remove|show`, `checkout --next`, `release --done`):
+//! keys claimed in order, racers never sharing a key, keys given back in their place,
+//! the index repaired when it lags the checkouts (a plain checkout, a lease run out, a
+//! dead claimer), frozen keys passed over, and the output.
+
+#[macro_use]
+mod common;
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::*;
+use serde_json::Value;
+
+const GRANTED: i32 = 0;
+const HELD: i32 = 2;
+const EMPTY: i32 = 3;
+const USAGE: i32 = 64;
+
+/// `checkout --next` as `agent`: its exit code and JSON.
+fn next(e: &Env, agent: &str) -> (i32, Value) {
+    let r = e.run(Some(agent), &["checkout", "--next", "--json"]);
+    (r.code, r.json())
+}
+
+/// The key `agent` claims next (the claim must be granted).
+fn claims(e: &Env, agent: &str) -> String {
+    let (code, j) = next(e, agent);
+    assert_eq!(code, GRANTED, "{agent}: {j}");
+    assert_eq!(j["outcome"], "granted", "{j}");
+    j["key"].as_str().unwrap().to_string()
+}
+
+fn show(e: &Env) -> Value {
+    e.ok("observer", &["backlog", "--json"]).json()
+}
+
+fn add(e: &Env, keys: &[&str]) -> Value {
+    let mut args = vec!["backlog", "add", "--json"];
+    args.extend_from_slice(keys);
+    e.ok("observer", &args).json()
+}
+
+#[test]
+fn keys_are_claimed_in_order_and_each_once() {
+    let e = Env::new();
+    let j = add(&e, &["t1", "t2", "t3"]);
+    assert_eq!(j["action"], "add");
+    assert_eq!(j["added"], 3);
+    assert_eq!(j["ready"], 3);
+    // Adding again keeps each key's place; only the new one goes at the end.
+    let j = add(&e, &["t2", "t4"]);
+    assert_eq!(j["added"], 1);
+    let order: Vec<&str> = j["next"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(order, ["t1", "t2", "t3", "t4"]);
+    assert_eq!(claims(&e, "a"), "t1");
+    assert_eq!(claims(&e, "b"), "t2");
+    assert_eq!(claims(&e, "a"), "t3");
+    let s = show(&e);
+    assert_eq!(
+        (s["ready"].as_u64(), s["claimed"].as_u64()),
+        (Some(1), Some(3))
+    );
+    let claimed: Vec<(&str, &str)> = s["claims"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["key"].as_str().unwrap(),
+                c["claimed_by"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(claimed, [("t1", "a"), ("t2", "b"), ("t3", "a")]);
+    // Each claim is a checkout like any other.
+    let st = e.ok("observer", &["status", "t2", "--json"]).json();
+    assert_eq!(st["checkout"]["agent"]["id"], "b", "{st}");
+}
+
+#[test]
+fn a_released_key_goes_back_in_its_place_and_done_takes_it_out() {
+    let e = Env::new();
+    add(&e, &["t1", "t2", "t3"]);
+    assert_eq!(claims(&e, "a"), "t1");
+    assert_eq!(claims(&e, "b"), "t2");
+    // Given back (not finished): first in line again, before t3.
+    e.ok("a", &["release", "t1"]);
+    assert_eq!(claims(&e, "c"), "t1");
+    // Finished: out of the backlog for good.
+    e.ok("b", &["release", "t2", "--done"]);
+    e.ok("c", &["release", "t1", "--done"]);
+    let s = show(&e);
+    assert_eq!(
+        (s["ready"].as_u64(), s["claimed"].as_u64()),
+        (Some(1), Some(0))
+    );
+    assert_eq!(s["next"][0]["key"], "t3");
+    assert_eq!(claims(&e, "a"), "t3");
+    // Every key claimed: exit 2, naming the claimers.
+    let (code, j) = next(&e, "b");
+    assert_eq!(code, HELD, "{j}");
+    assert_eq!(j["outcome"], "conflict");
+    assert_eq!(j["claimed"], 1);
+    assert_eq!(j["claimers"], serde_json::json!(["a"]));
+    e.ok("a", &["release", "t3", "--done"]);
+    // Nothing left at all: exit 3.
+    let (code, j) = next(&e, "b");
+    assert_eq!(code, EMPTY, "{j}");
+    assert_eq!(j["outcome"], "backlog_empty");
+    assert_eq!(
+        (j["ready"].as_u64(), j["claimed"].as_u64()),
+        (Some(0), Some(0))
+    );
+    // The audit log has the claims as acquires, and no deny for an empty backlog.
+    if !on_postgres() {
+        let log = audit(&e.dir());
+        let acquired = log.iter().filter(|v| v["event"] == "acquire").count();
+        assert_eq!(acquired, 4, "{log:?}");
+    }
+}
+
+#[test]
+fn a_key_taken_by_a_plain_checkout_is_passed_over_then_offered_again() {
+    let e = Env::new();
+    add(&e, &["t1", "t2"]);
+    e.ok("z", &["checkout", "t1"]);
+    assert_eq!(claims(&e, "a"), "t2");
+    // The backlog learned who holds t1.
+    let s = show(&e);
+    assert_eq!(s["claims"][0]["key"], "t1");
+    assert_eq!(s["claims"][0]["claimed_by"], "z");
+    // Once released it is ready again.
+    e.ok("z", &["release", "t1"]);
+    assert_eq!(claims(&e, "b"), "t1");
+    // A key removed while claimed stays checked out; releasing it does not bring it back.
+    let j = e
+        .ok("observer", &["backlog", "remove", "t1", "nope", "--json"])
+        .json();
+    assert_eq!(j["removed"], serde_json::json!(["t1"]));
+    e.ok("b", &["status", "t1"]);
+    e.ok("b", &["release", "t1"]);
+    let s = show(&e);
+    assert_eq!(
+        (s["ready"].as_u64(), s["claimed"].as_u64()),
+        (Some(0), Some(1))
+    );
+}
+
+#[test]
+fn a_claim_whose_lease_ran_out_is_claimed_again() {
+    let mut e = Env::new();
+    add(&e, &["t1", "t2"]);
+    let r = e.ok("a", &["checkout", "--next", "--timeout", "1m", "--json"]);
+    assert_eq!(r.json()["key"], "t1");
+    assert_eq!(claims(&e, "b"), "t2");
+    let (code, _) = next(&e, "c");
+    assert_eq!(code, HELD);
+    // Past a's lease: the next claim finds it lapsed and takes it over.
+    e.at("2026-01-01T00:05:00Z");
+    let (code, j) = next(&e, "c");
+    assert_eq!(code, GRANTED, "{j}");
+    assert_eq!(j["key"], "t1");
+    assert_eq!(j["took_over"]["agent"]["id"], "a", "{j}");
+    assert_eq!(j["took_over"]["reason"], "timeout", "{j}");
+    let s = show(&e);
+    let by: BTreeSet<(String, String)> = s["claims"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["key"].as_str().unwrap().to_string(),
+                c["claimed_by"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        by,
+        BTreeSet::from([("t1".into(), "c".into()), ("t2".into(), "b".into())])
+    );
+}
+
+#[test]
+fn a_dead_claimers_key_is_claimed_again() {
+    let e = Env::new();
+    add(&e, &["t1", "t2"]);
+    let mut p = AgentProcess::start();
+    e.ok("a", &["heartbeat", "--pid", &p.pid()]);
+    assert_eq!(claims(&e, "a"), "t1");
+    assert_eq!(claims(&e, "b"), "t2");
+    p.kill();
+    let (code, j) = next(&e, "c");
+    assert_eq!(code, GRANTED, "{j}");
+    assert_eq!(j["key"], "t1");
+    assert_eq!(j["took_over"]["reason"], "agent_death", "{j}");
+}
+
+#[test]
+fn frozen_keys_keep_their_place_and_are_passed_over() {
+    let e = Env::new();
+    add(&e, &["t1", "t2"]);
+    e.ok("op", &["freeze", "t1", "--for", "1h"]);
+    assert_eq!(claims(&e, "a"), "t2");
+    let (code, j) = next(&e, "b");
+    assert_eq!(code, HELD, "{j}");
+    assert_eq!(j["outcome"], "conflict", "{j}");
+    assert_eq!(j["refused"][0]["key"], "t1");
+    assert_eq!(j["refused"][0]["outcome"], "frozen");
+    e.ok("a", &["release", "t2", "--done"]);
+    // Only frozen keys left: exit 2, frozen.
+    let (code, j) = next(&e, "b");
+    assert_eq!(code, HELD, "{j}");
+    assert_eq!(j["outcome"], "frozen", "{j}");
+    snap!(e, "next_frozen", e.run(Some("b"), &["checkout", "--next"]));
+    e.ok("op", &["unfreeze", "t1"]);
+    assert_eq!(claims(&e, "b"), "t1");
+}
+
+#[test]
+fn keys_come_from_a_file_or_standard_input() {
+    let e = Env::new();
+    let list = e.tmp.path().join("keys.txt");
+    std::fs::write(&list, "# the sprint\nt1\n\n  t2  \nt1\n").unwrap();
+    let j = e
+        .ok(
+            "observer",
+            &["backlog", "add", "--file", list.to_str().unwrap(), "--json"],
+        )
+        .json();
+    assert_eq!(j["added"], 2);
+    let mut cmd = base_cmd(&e.now);
+    use_store(&mut cmd, &e.dir());
+    cmd.arg("--dir")
+        .arg(e.dir())
+        .args(["backlog", "add", "t0", "--file", "-", "--json"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    child.stdin.take().unwrap().write_all(b"t3\nt4\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["added"], 3);
+    let order: Vec<&str> = j["next"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(order, ["t1", "t2", "t0", "t3", "t4"]);
+    // A bad key names its line, and nothing is added.
+    std::fs::write(&list, "t9\nbad\tkey\n").unwrap();
+    let r = e.run(
+        Some("observer"),
+        &["backlog", "add", "--file", list.to_str().unwrap()],
+    );
+    assert_eq!(r.code, USAGE, "{}", r.text());
+    assert!(r.stderr.contains("line 2"), "{}", r.stderr);
+    assert_eq!(show(&e)["ready"], 5);
+    // Usage errors.
+    for args in [
+        &["backlog", "add"][..],
+        &["backlog", "remove"],
+        &["checkout", "--next", "t1"],
+        &["checkout", "--next", "--any"],
+        &["release", "t1", "--done", "--force"],
+    ] {
+        let r = e.run(Some("a"), args);
+        assert_eq!(r.code, USAGE, "{args:?}: {}", r.text());
+    }
+}
+
+#[test]
+fn output_for_agents() {
+    let e = Env::new();
+    snap!(e, "show_empty", e.run(Some("a"), &["backlog"]));
+    snap!(e, "next_empty", e.run(Some("a"), &["checkout", "--next"]));
+    snap!(
+        e,
+        "add",
+        e.run(Some("a"), &["backlog", "add", "t1", "t2", "t3"])
+    );
+    e.ok("a", &["checkout", "--next"]);
+    e.ok("b", &["checkout", "--next"]);
+    snap!(e, "show", e.run(Some("a"), &["backlog"]));
+    snap!(
+        e,
+        "remove",
+        e.run(Some("a"), &["backlog", "remove", "t3", "t9"])
+    );
+    snap!(
+        e,
+        "next_all_claimed",
+        e.run(Some("c"), &["checkout", "--next"])
+    );
+}
+
+/// Many processes claim from one backlog at once: every key is handed out exactly once,
+/// tokens are never reused, and claims end when the backlog has nothing ready.
+#[test]
+fn racing_claimers_never_share_a_key() {
+    const KEYS: usize = 120;
+    const CLAIMERS: usize = 12;
+    let e = Env::new();
+    let list = e.tmp.path().join("keys.txt");
+    let keys: Vec<String> = (0..KEYS).map(|i| format!("task-{i:03}")).collect();
+    std::fs::write(&list, keys.join("\n")).unwrap();
+    e.ok(
+        "observer",
+        &["backlog", "add", "--file", list.to_str().unwrap()],
+    );
+    let out_dir = e.tmp.path().join("claims");
+    std::fs::create_dir(&out_dir).unwrap();
+    let tl = env!("CARGO_BIN_EXE_tasklock");
+    let store = pg_url_for(&e.dir())
+        .map(|u| format!("TASKLOCK_URL='{u}' "))
+        .unwrap_or_default();
+    let mut children = Vec::new();
+    for c in 0..CLAIMERS {
+        // Each claimer claims until told nothing is ready (exit 2), logging each claim.
+        let script = format!(
+            r#"while :; do
+  out=$({store}{tl} --dir '{dir}' --agent claimer-{c} checkout --next --json)
+  rc=$?
+  [ $rc -eq 0 ] || break
+  printf '%s\n' "$out" >> '{out}/{c}'
+done
+[ $rc -eq 2 ] || {{ echo "exit $rc: $out" >&2; exit 1; }}"#,
+            dir = e.dir().display(),
+            out = out_dir.display(),
+        );
+        let mut cmd = std::process::Command::new("sh");
+        cmd.args(["-c", &script])
+            .env("TASKLOCK_NOW", &e.now)
+            .env_remove("TASKLOCK_AGENT")
+            .env_remove("TASKLOCK_DIR")
+            .env_remove("TASKLOCK_URL")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        children.push((format!("claimer-{c}"), cmd.spawn().unwrap()));
+    }
+    wait_all_ok(children, Duration::from_secs(240));
+    let mut seen_keys = BTreeSet::new();
+    let mut seen_tokens = BTreeSet::new();
+    let mut per_claimer = Vec::new();
+    for c in 0..CLAIMERS {
+        let text = std::fs::read_to_string(out_dir.join(c.to_string())).unwrap_or_default();
+        let mut n = 0;
+        for line in text.lines() {
+            let j: Value = serde_json::from_str(line).unwrap();
+            assert_eq!(j["outcome"], "granted", "{j}");
+            assert_eq!(j["checkout"]["agent"]["id"], format!("claimer-{c}"));
+            let key = j["key"].as_str().unwrap().to_string();
+            assert!(seen_keys.insert(key.clone()), "{key} handed out twice");
+            let token = j["checkout"]["token"].as_u64().unwrap();
+            assert!(seen_tokens.insert(token), "token {token} handed out twice");
+            n += 1;
+        }
+        per_claimer.push(n);
+    }
+    assert_eq!(seen_keys.len(), KEYS, "claims per claimer: {per_claimer:?}");
+    let s = show(&e);
+    assert_eq!(
+        (s["ready"].as_u64(), s["claimed"].as_u64()),
+        (Some(0), Some(KEYS as u64))
+    );
+}
