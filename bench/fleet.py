@@ -14,8 +14,10 @@ Claude Code session does; every step is a real `tasklock` process (posix_spawn, 
   - a hook beat every --beat-every (5 s, a tool call), as `tasklock hook post-tool-use` with
     the JSON a Claude Code hook gets on stdin ({"session_id": AGENT, "cwd": REPO, ...}), or
     `tasklock heartbeat` with --beat-cmd heartbeat;
-  - a task every --task-every (120 s): a claim, `checkout --any` over the shared backlog of
-    --backlog keys (its own shuffled order each time, as docs/postgres.md advises); then,
+  - a task every --task-every (120 s): a claim, `checkout --next` from the backlog of
+    --backlog keys kept in the store (`backlog add` at set-up; a release gives the key back),
+    or with --claim any `checkout --any` over the list (its own shuffled order each time);
+    then,
     --path-delay later and with probability --path-prob, a path checkout
     `checkout paths-AGENT --path 'src/areaK/**'` (K one of --areas areas, drawn per task;
     cwd is a git repository made for the run); and, --hold-fraction of the way through the
@@ -110,6 +112,9 @@ def parse_args():
                    "so some collide: exit 2)")
     p.add_argument("--backlog", type=int, default=2000,
                    help="keys in the shared backlog that claims take from (default 2000)")
+    p.add_argument("--claim", choices=["next", "any"], default="next",
+                   help="how a task is claimed: `checkout --next` from the stored backlog "
+                   "(default) or `checkout --any` over the list")
     p.add_argument("--jitter", type=float, default=0.5,
                    help="each interval is drawn from mean x (1 +- jitter) (default 0.5)")
     p.add_argument("--concurrency", type=int, default=32,
@@ -410,6 +415,9 @@ class Fleet:
             if run.a.beat_cmd == "heartbeat":
                 return run.argv(ag.name, "heartbeat"), None
             return run.hook_argv(), run.payload(ag.name)
+        if op.kind == "claim" and run.a.claim == "next":
+            return run.argv(ag.name, "checkout", "--json", "--next",
+                            "--reason", "fleet benchmark"), None
         if op.kind == "claim":
             keys = run.backlog[:]
             ag.rng.shuffle(keys)
@@ -528,6 +536,11 @@ def setup(run, pre, agents, concurrency):
             f.write(f"heartbeat_interval: {secs}s\n")
     # The schema (PostgreSQL) or the lock directory, before the agents come.
     must(run.argv("setup", "heartbeat"), run.env)
+    if run.a.claim == "next":
+        listing = os.path.join(run.tmp, "backlog.txt")
+        with open(listing, "w") as f:
+            f.write("\n".join(run.backlog) + "\n")
+        must(run.argv("setup", "backlog", "add", "--file", listing), run.env)
     jobs = max(1, min(8, concurrency))
     with ThreadPoolExecutor(jobs) as ex:
         list(ex.map(lambda ag: must(run.argv(ag.name, "heartbeat"), run.env), agents))
@@ -734,7 +747,7 @@ def report(results, a, tl, pg_version):
     print()
     print(f"Fleet benchmark: {a.duration:g} s per run; per agent a heartbeat every "
           f"{a.heartbeat_interval:g} s, a hook beat (`{'hook post-tool-use' if a.beat_cmd == 'hook' else 'heartbeat'}`) "
-          f"every {a.beat_every:g} s, a task (claim over {a.backlog} keys, "
+          f"every {a.beat_every:g} s, a task (claim with --{a.claim} over {a.backlog} keys, "
           f"path checkout p={a.path_prob:g}, release) every {a.task_every:g} s; jitter "
           f"+-{a.jitter:g}; at most {a.concurrency} invocations at once. "
           f"{os.cpu_count()} CPUs, {platform.release()}; {pg_version or 'no PostgreSQL'}.")

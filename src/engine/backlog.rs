@@ -2,7 +2,7 @@
 //!
 //! The store keeps the backlog as an index (see [`crate::store::backlog`]): the keys
 //! ready to claim, in order, and the keys claimed. A claim reads the first few ready keys
-//! and gives each the same judgement as `checkout --any` (a key held by someone else,
+//! (one, then 16 at a time) and gives each the same judgement as `checkout --any` (a key held by someone else,
 //! whose holder is alive and within its lease, is passed over without an attempt; every
 //! other key gets the full [`attempt`]), so its cost does not grow with the backlog.
 //!
@@ -24,7 +24,8 @@ use crate::report::CheckoutReport;
 use crate::store::record::BREAK_GRACE_SECS;
 use crate::store::{BacklogClaim, BacklogSummary, Guard, Record, Slot, Store};
 
-/// Ready keys read at a time.
+/// Ready keys read at a time, after the first alone: claims run one at a time, so the
+/// first ready key is nearly always free.
 const BATCH: usize = 16;
 
 /// What `checkout --next` came to.
@@ -79,8 +80,10 @@ fn take_ready(
 ) -> Result<Option<CheckoutReport>> {
     let me = req.agent.id.as_str();
     let mut after = None;
+    let mut n = 1;
     loop {
-        let batch = view.backlog_ready(after, BATCH)?;
+        let batch = view.backlog_ready(after, n)?;
+        n = BATCH;
         let Some(last) = batch.last() else {
             return Ok(None);
         };
