@@ -87,8 +87,11 @@ fn held(slots: Vec<Slot>) -> Vec<Record> {
 /// Write a row with SQL of its own, as damage or another build would.
 fn raw(s: &PgStore, sql: &str, data: &str) {
     let data = data.to_string();
-    s.with_client("write a row", |c| c.execute(sql, &[&data]))
-        .unwrap();
+    let sql = s.sql(sql);
+    s.with_client("write a row", |c| {
+        c.query_typed(&sql, &[(&data, postgres::types::Type::TEXT)])
+    })
+    .unwrap();
 }
 
 #[test]
@@ -168,17 +171,22 @@ fn the_scope_is_serial_and_try_does_not_wait() {
 fn a_killed_connection_keeps_nothing_and_says_so() {
     let Some((t, s)) = fresh("kill") else { return };
     let killer = PgStore::connect_new(&t).unwrap();
+    let g = s.begin(true).unwrap().unwrap();
+    s.insert(&g, &record("k", 1)).unwrap();
+    // The server session of the transaction (behind a pooler in transaction mode, the
+    // one it was given for this transaction).
     let pid: i32 = s
         .with_client("pid", |c| {
-            c.query_one("SELECT pg_backend_pid()", &[])
+            c.query_typed_one("SELECT pg_backend_pid()", &[])
                 .map(|r| r.get(0))
         })
         .unwrap();
-    let g = s.begin(true).unwrap().unwrap();
-    s.insert(&g, &record("k", 1)).unwrap();
     killer
         .with_client("kill", |c| {
-            c.execute("SELECT pg_terminate_backend($1)", &[&pid])
+            c.query_typed(
+                "SELECT pg_terminate_backend($1)",
+                &[(&pid, postgres::types::Type::INT4)],
+            )
         })
         .unwrap();
     std::thread::sleep(Duration::from_millis(100));
@@ -363,7 +371,7 @@ fn damaged_slot_rows_are_reported_as_corrupt() {
     let Some((_, s)) = fresh("slotbad") else {
         return;
     };
-    let insert = "INSERT INTO slot_records (key, slot, token, agent, expires_at, data) \
+    let insert = "INSERT INTO {s}.slot_records (key, slot, token, agent, expires_at, data) \
                   VALUES ($2, $3, 1, 'a', now(), $1::text::jsonb)";
     let json = |r: &Record| serde_json::to_string(r).unwrap();
     let rows: Vec<(u32, String)> = vec![
@@ -383,8 +391,15 @@ fn damaged_slot_rows_are_reported_as_corrupt() {
     for (n, data) in &rows {
         let data = data.clone();
         let n = *n as i32;
-        s.with_client("write a row", |c| c.execute(insert, &[&data, &"k", &n]))
-            .unwrap();
+        let insert = s.sql(insert);
+        s.with_client("write a row", |c| {
+            use postgres::types::Type;
+            c.query_typed(
+                &insert,
+                &[(&data, Type::TEXT), (&"k", Type::TEXT), (&n, Type::INT4)],
+            )
+        })
+        .unwrap();
     }
     let slots = s.read_slots("k").unwrap();
     assert_eq!(slots.len(), 6, "{slots:?}");
@@ -427,7 +442,7 @@ fn damaged_slot_rows_are_reported_as_corrupt() {
     // A slot's record in the place of the key's own is damage, never returned by read.
     raw(
         &s,
-        "INSERT INTO records (key, token, agent, expires_at, data) \
+        "INSERT INTO {s}.records (key, token, agent, expires_at, data) \
          VALUES ('k', 1, 'a', now(), $1::text::jsonb)",
         &json(&slot_record("k", 2, 1)),
     );
@@ -492,12 +507,12 @@ fn the_previous_schema_is_migrated_with_its_records_kept() {
     let old = serde_json::to_string(&record("k", 41)).unwrap();
     admin
         .with_client("write a version 1 record", |c| {
-            c.execute(
+            c.query_typed(
                 &format!(
                     "INSERT INTO {schema}.records (key, token, agent, expires_at, data) \
                      VALUES ('k', 41, 'a', now(), $1::text::jsonb)"
                 ),
-                &[&old],
+                &[(&old, postgres::types::Type::TEXT)],
             )
         })
         .unwrap();
@@ -508,7 +523,10 @@ fn the_previous_schema_is_migrated_with_its_records_kept() {
     assert_eq!(s.schema_version(), schema::CURRENT);
     let versions: Vec<i32> = s
         .with_client("read the versions", |c| {
-            c.query("SELECT version FROM schema_version ORDER BY version", &[])
+            c.query_typed(
+                &format!("SELECT version FROM {schema}.schema_version ORDER BY version"),
+                &[],
+            )
         })
         .unwrap()
         .iter()

@@ -25,7 +25,7 @@ impl PgAuditFollow<'_> {
     pub(super) fn fetch(&mut self) -> Result<Vec<AuditEvent>> {
         let rows = self.store.rows(
             "read the audit log",
-            "SELECT id, data::text FROM audit WHERE id > $1 ORDER BY id",
+            "SELECT id, data::text FROM {s}.audit WHERE id > $1 ORDER BY id",
             &[(&self.after, Type::INT8)],
         )?;
         if let Some(last) = rows.last() {
@@ -53,7 +53,7 @@ impl PgStore {
         loop {
             let rows = self.rows(
                 "read the audit log",
-                "SELECT id, data::text FROM audit WHERE id > $1 ORDER BY id LIMIT 10000",
+                "SELECT id, data::text FROM {s}.audit WHERE id > $1 ORDER BY id LIMIT 10000",
                 &[(&after, Type::INT8)],
             )?;
             let Some(last) = rows.last() else {

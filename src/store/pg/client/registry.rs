@@ -11,7 +11,7 @@ impl PgStore {
         let entry = self
             .one::<AgentEntry>(
                 "read an agent",
-                "SELECT data::text FROM agents WHERE id = $1",
+                "SELECT data::text FROM {s}.agents WHERE id = $1",
                 &[(&id, Type::TEXT)],
             )?
             .filter(|e| e.id == id);
@@ -24,7 +24,7 @@ impl PgStore {
 
     pub fn scan_agents(&self) -> Result<Vec<AgentEntry>> {
         let mut out: Vec<AgentEntry> =
-            self.all("read the agents", "SELECT data::text FROM agents", &[])?;
+            self.all("read the agents", "SELECT data::text FROM {s}.agents", &[])?;
         out.sort_by(|a, b| a.id.cmp(&b.id));
         Ok(out)
     }
@@ -53,7 +53,7 @@ impl PgStore {
         let data = to_json(entry, "agent entry")?;
         self.exec(
             "write an agent entry",
-            "INSERT INTO agents (id, data) VALUES ($1, $2::jsonb) \
+            "INSERT INTO {s}.agents (id, data) VALUES ($1, $2::jsonb) \
              ON CONFLICT (id) DO UPDATE SET data = excluded.data RETURNING 1",
             &[(&entry.id, Type::TEXT), (&data, Type::TEXT)],
         )
@@ -64,7 +64,7 @@ impl PgStore {
         self.conn.cache.borrow_mut().agents.remove(id);
         self.exec(
             "remove an agent entry",
-            "DELETE FROM agents WHERE id = $1 RETURNING 1",
+            "DELETE FROM {s}.agents WHERE id = $1 RETURNING 1",
             &[(&id, Type::TEXT)],
         )
         .map(|_| ())
