@@ -557,3 +557,114 @@ fn the_previous_schema_is_migrated_with_its_records_kept() {
         })
         .unwrap();
 }
+
+/// A PgBouncer in transaction mode in front of `TASKLOCK_TEST_PG_URL`'s server
+/// (`TASKLOCK_TEST_PGBOUNCER_URL`; `.ci/run` starts one). Without it the tests behind a
+/// pooler say so on stderr and pass.
+fn pooler_url() -> Option<String> {
+    match std::env::var("TASKLOCK_TEST_PGBOUNCER_URL") {
+        Ok(u) if !u.is_empty() => Some(u),
+        _ => {
+            eprintln!("TASKLOCK_TEST_PGBOUNCER_URL is not set: test behind PgBouncer skipped");
+            None
+        }
+    }
+}
+
+/// The store of `fresh(name)` reached through the pooler, with the direct URL as its
+/// session URL (`session`) or without one.
+fn pooled(name: &str, session: bool) -> Option<(Target, PgStore, PgStore)> {
+    let pooler = pooler_url()?;
+    let (direct, store) = fresh(name)?;
+    let sep = if pooler.contains('?') { '&' } else { '?' };
+    let mut t = Target::parse(
+        &format!("{pooler}{sep}schema={}", direct.schema),
+        "TASKLOCK_URL",
+    )
+    .unwrap();
+    if session {
+        t.set_session(&direct.url, "TASKLOCK_SESSION_URL").unwrap();
+    }
+    let s = PgStore::connect_new(&t).unwrap();
+    Some((t, s, store))
+}
+
+#[test]
+fn behind_a_pooler_the_session_url_keeps_watcher_locks_and_notifications() {
+    let Some((t, s, direct)) = pooled("pool_sess", true) else {
+        return;
+    };
+    let other = PgStore::connect_new(&t).unwrap();
+    // One watcher per agent, let go when dropped.
+    let held = s.lock_watcher("a").unwrap().expect("first");
+    assert!(other.lock_watcher("a").unwrap().is_none());
+    assert!(other.lock_watcher("b").unwrap().is_some());
+    drop(held);
+    assert!(other.lock_watcher("a").unwrap().is_some());
+
+    // A commit through the pooler wakes a waiter listening on the session URL.
+    let mut changes = other.changes().unwrap();
+    assert!(changes.listening());
+    let mut follow = other.follow_audit().unwrap();
+    assert!(follow.next(Duration::from_millis(10)).unwrap().is_empty());
+    let g = s.begin(true).unwrap().unwrap();
+    s.insert(&g, &record("k", 1)).unwrap();
+    let ev = crate::store::AuditEvent::new(record("k", 1).acquired_at, "acquire", "k", "a");
+    s.audit(&g, &ev).unwrap();
+    s.commit(g).unwrap();
+    let started = std::time::Instant::now();
+    changes.wait(Duration::from_secs(5));
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "woken by NOTIFY"
+    );
+    assert_eq!(follow.next(Duration::from_secs(5)).unwrap(), vec![ev]);
+    // What went through the pooler is the store's, as seen directly.
+    assert!(matches!(direct.read("k").unwrap(), Slot::Held(_)));
+}
+
+#[test]
+fn behind_a_pooler_without_a_session_url_a_watcher_is_refused_not_misplaced() {
+    let Some((t, s, _direct)) = pooled("pool_nosess", false) else {
+        return;
+    };
+    // Hold the server session the store was given when it connected in a transaction
+    // of another client, so its next statement runs in another one (as under load).
+    let pid = s.backend_pid();
+    let mut pins = Vec::new();
+    let pinned = (0..10).any(|_| {
+        let mut c = super::client::connect_for_tests(&t).unwrap();
+        c.batch_execute("BEGIN").unwrap();
+        let got: i32 = c
+            .query_typed_one("SELECT pg_backend_pid()", &[])
+            .unwrap()
+            .get(0);
+        pins.push(c);
+        got == pid
+    });
+    if !pinned {
+        eprintln!("the pooler did not hand out the store's server session again: skipped");
+        return;
+    }
+    let err = s.lock_watcher("a").err().expect("refused").to_string();
+    assert!(err.contains("TASKLOCK_SESSION_URL"), "{err}");
+    assert!(err.contains("transaction mode"), "{err}");
+    // A wait does not listen there (the notifications would reach a pooled session);
+    // it polls.
+    let changes = s.changes().unwrap();
+    assert!(!changes.listening());
+    // No watcher lock was left in any session.
+    drop(pins);
+    let id = super::client::lock_id_for_tests(&["watcher", &t.schema, "a"]);
+    let held: i64 = s
+        .with_client("count advisory locks", |c| {
+            c.query_typed_one(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' \
+                 AND ((classid::bigint << 32) | objid::bigint) = $1",
+                &[(&id, postgres::types::Type::INT8)],
+            )
+            .map(|r| r.get(0))
+        })
+        .unwrap();
+    assert_eq!(held, 0);
+}

@@ -140,6 +140,10 @@ struct Conn {
     client: RefCell<Client>,
     /// Where it connected (for connections of its own, such as a wait's cancel).
     target: Target,
+    /// The server session (`pg_backend_pid()`) it was given when it connected. A later
+    /// statement that runs in another one went through a pooler in transaction mode,
+    /// which keeps nothing of a session: then what needs one is refused or done without.
+    pid: Cell<i32>,
     /// The URL, password masked: for every message.
     url: String,
     in_tx: Cell<bool>,
@@ -159,6 +163,18 @@ struct TxCache {
 }
 
 impl Conn {
+    fn new(client: Client, t: &Target) -> Conn {
+        Conn {
+            client: RefCell::new(client),
+            target: t.clone(),
+            pid: Cell::new(0),
+            url: t.masked.clone(),
+            in_tx: Cell::new(false),
+            failed: RefCell::new(None),
+            cache: RefCell::new(TxCache::default()),
+        }
+    }
+
     /// The transaction ended (committed or rolled back): forget what it saw.
     fn end_tx(&self) {
         self.in_tx.set(false);
@@ -240,6 +256,8 @@ fn code(e: &postgres::Error) -> Option<&str> {
 
 /// Connection (URL, schema, connection, server version, schema version).
 type Opened = (String, String, Rc<Conn>, String, i32);
+/// A connection to a session URL (URL, schema, connection).
+type Session = (String, String, Rc<Conn>);
 
 thread_local! {
     /// The connections this process opened, kept for its lifetime. Never dropped: the
@@ -247,17 +265,28 @@ thread_local! {
     /// gone; the kernel closes the socket and the server ends the session.
     static OPEN: std::mem::ManuallyDrop<RefCell<Vec<Opened>>> =
         const { std::mem::ManuallyDrop::new(RefCell::new(Vec::new())) };
+    /// The connections to session URLs ([`PgStore::session_conn`]), by URL and schema;
+    /// kept as [`OPEN`]'s are.
+    static SESSIONS: std::mem::ManuallyDrop<RefCell<Vec<Session>>> =
+        const { std::mem::ManuallyDrop::new(RefCell::new(Vec::new())) };
 }
 
 /// Close the connections this thread keeps (for a process that runs many commands, such
 /// as `tasklock mcp`, after each one): the next command connects again.
 pub fn close_cached() {
     OPEN.with(|o| o.borrow_mut().clear());
+    SESSIONS.with(|o| o.borrow_mut().clear());
 }
 
 /// One PostgreSQL schema: one project's checkouts.
 pub struct PgStore {
     conn: Rc<Conn>,
+    /// Where what needs a session goes ([`Target::session`]); `None`: `conn`'s URL.
+    session: Option<Target>,
+    /// The connection to `session`, once opened: the process's ([`SESSIONS`]), or this
+    /// store's own for one made by [`PgStore::connect_new`].
+    session_conn: OnceCell<Rc<Conn>>,
+    shares_sessions: bool,
     schema: String,
     /// The transaction-scoped advisory lock that makes every change of this project serial.
     lock_id: i64,
@@ -320,6 +349,16 @@ fn lock_id(parts: &[&str]) -> i64 {
     }
     let d = h.finalize();
     i64::from_be_bytes(d[..8].try_into().expect("8 bytes"))
+}
+
+#[cfg(test)]
+pub(crate) fn lock_id_for_tests(parts: &[&str]) -> i64 {
+    lock_id(parts)
+}
+
+#[cfg(test)]
+pub(crate) fn connect_for_tests(t: &Target) -> Result<Client> {
+    connect(t)
 }
 
 fn to_json<T: Serialize>(v: &T, what: &str) -> Result<String> {
@@ -388,6 +427,9 @@ impl PgStore {
         if let Some((conn, server_version, schema_version)) = cached {
             return Ok(PgStore {
                 conn,
+                session: t.session.as_deref().cloned(),
+                session_conn: OnceCell::new(),
+                shares_sessions: true,
                 schema: t.schema.clone(),
                 lock_id: lock_id(&["project", &t.schema]),
                 server_version,
@@ -395,7 +437,8 @@ impl PgStore {
                 cfg: OnceCell::new(),
             });
         }
-        let store = Self::connect_new(t)?;
+        let mut store = Self::connect_new(t)?;
+        store.shares_sessions = true;
         OPEN.with(|o| {
             o.borrow_mut().push((
                 t.url.clone(),
@@ -411,16 +454,12 @@ impl PgStore {
     /// A connection of its own (not the process's shared one): for tests.
     pub(crate) fn connect_new(t: &Target) -> Result<PgStore> {
         let client = connect(t)?;
-        let conn = Rc::new(Conn {
-            client: RefCell::new(client),
-            target: t.clone(),
-            url: t.masked.clone(),
-            in_tx: Cell::new(false),
-            failed: RefCell::new(None),
-            cache: RefCell::new(TxCache::default()),
-        });
+        let conn = Rc::new(Conn::new(client, t));
         let mut store = PgStore {
             conn,
+            session: t.session.as_deref().cloned(),
+            session_conn: OnceCell::new(),
+            shares_sessions: false,
             schema: t.schema.clone(),
             lock_id: lock_id(&["project", &t.schema]),
             server_version: String::new(),
@@ -433,7 +472,7 @@ impl PgStore {
             let probe = store.conn.client.borrow_mut().simple_query(&format!(
                 "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::int8, \
                  current_setting('server_version'), \
-                 (SELECT max(version) FROM {}.schema_version)",
+                 (SELECT max(version) FROM {}.schema_version), pg_backend_pid()",
                 t.schema
             ));
             let after = std::time::SystemTime::now();
@@ -477,6 +516,10 @@ impl PgStore {
                 continue;
             }
             store.schema_version = version;
+            store
+                .conn
+                .pid
+                .set(row.get(3).and_then(|v| v.parse().ok()).unwrap_or(0));
             // The server's clock, as of the middle of the round trip.
             let mid = before + after.duration_since(before).unwrap_or_default() / 2;
             let local = chrono::DateTime::<chrono::Utc>::from(mid);
@@ -527,6 +570,77 @@ impl PgStore {
         self.commit(g)
     }
 
+    /// The connection for what needs a session of its own (a watcher's lock, `LISTEN`):
+    /// one to the session URL when there is one (opened on first use, kept for the
+    /// process), else the store's own.
+    fn session_conn(&self) -> Result<Rc<Conn>> {
+        let Some(t) = &self.session else {
+            return Ok(self.conn.clone());
+        };
+        if let Some(conn) = self.session_conn.get() {
+            return Ok(conn.clone());
+        }
+        let cached = SESSIONS.with(|s| {
+            s.borrow()
+                .iter()
+                .find(|c| self.shares_sessions && c.0 == t.url && c.1 == t.schema)
+                .map(|c| c.2.clone())
+        });
+        if let Some(conn) = cached {
+            let _ = self.session_conn.set(conn.clone());
+            return Ok(conn);
+        }
+        let conn = Rc::new(Conn::new(connect(t)?, t));
+        let rows = conn.run("reach tasklock's schema", |c| {
+            c.simple_query(&format!(
+                "SELECT pg_backend_pid(), to_regclass('{}.schema_version') IS NOT NULL",
+                t.schema
+            ))
+        })?;
+        let row = rows.iter().find_map(|m| match m {
+            SimpleQueryMessage::Row(r) => Some(r),
+            _ => None,
+        });
+        if row.and_then(|r| r.get(1)) != Some("t") {
+            return Err(Error::Store(format!(
+                "{} ({}) has no schema {}, which {} ({}) keeps: the session URL must reach the same database",
+                t.masked, t.source, t.schema, self.conn.url, self.conn.target.source
+            )));
+        }
+        conn.pid.set(
+            row.and_then(|r| r.get(0))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
+        );
+        if self.shares_sessions {
+            SESSIONS.with(|s| {
+                s.borrow_mut()
+                    .push((t.url.clone(), t.schema.clone(), conn.clone()))
+            });
+        }
+        let _ = self.session_conn.set(conn.clone());
+        Ok(conn)
+    }
+
+    /// `conn`'s statements reach different server sessions, so `what` (which needs one)
+    /// cannot be done there.
+    fn not_a_session(&self, conn: &Conn, what: &str) -> Error {
+        let fix = match &self.session {
+            None => format!(
+                "set {} (or `session_store:` beside `store:` in config.yaml) to a URL that keeps a session: the server itself, or a pooler in session mode",
+                super::SESSION_URL_ENV
+            ),
+            Some(t) => format!(
+                "{} must keep a session: the server itself, or a pooler in session mode",
+                t.source
+            ),
+        };
+        Error::Store(format!(
+            "PostgreSQL at {} ({}): {what}, which needs a session of its own, but statements sent there run in different server sessions (a connection pooler in transaction mode, such as PgBouncer's); {fix} (docs/postgres.md, \"Behind a connection pooler\")",
+            conn.url, conn.target.source
+        ))
+    }
+
     /// "PostgreSQL at postgres://u:***@host/db, schema tasklock".
     pub fn describe(&self) -> String {
         format!("PostgreSQL at {}, schema {}", self.conn.url, self.schema)
@@ -547,6 +661,12 @@ impl PgStore {
 
     pub fn schema(&self) -> &str {
         &self.schema
+    }
+
+    /// The server session this store's connection was given when it connected.
+    #[cfg(test)]
+    pub(crate) fn backend_pid(&self) -> i32 {
+        self.conn.pid.get()
     }
 
     pub fn server_version(&self) -> &str {
@@ -709,7 +829,11 @@ impl PgStore {
             Some(_) => {
                 let tag = wait_tag();
                 let sql = format!("/* {tag} */ {sql}");
-                (sql, Some(WaitWatch::start(self.conn.target.clone(), tag)))
+                let target = self
+                    .session
+                    .clone()
+                    .unwrap_or_else(|| self.conn.target.clone());
+                (sql, Some(WaitWatch::start(target, tag)))
             }
             None => (sql, None),
         };
