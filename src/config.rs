@@ -31,6 +31,9 @@ pub struct Config {
     /// `store: postgres://…`: keep everything in PostgreSQL instead of the lock
     /// directory (`TASKLOCK_URL` wins over it). `None`: the lock directory.
     pub store: Option<String>,
+    /// `session_store: postgres://…`, with `store:`: where connections that must keep a
+    /// session go when `store:` is a pooler in transaction mode (docs/postgres.md).
+    pub session_store: Option<String>,
     /// What the edit hook does when an agent edits a file another live agent's
     /// checkout covers.
     pub enforce: Enforce,
@@ -69,6 +72,7 @@ impl Default for Config {
             guard_timeout: Duration::from_secs(60),
             operator_secret_sha256: None,
             store: None,
+            session_store: None,
             enforce: Enforce::Deny,
             auto_checkout: false,
             slots: Vec::new(),
@@ -91,6 +95,7 @@ struct RawConfig {
     guard_timeout: Option<String>,
     operator_secret_sha256: Option<String>,
     store: Option<String>,
+    session_store: Option<String>,
     enforce: Option<String>,
     auto_checkout: Option<bool>,
     slots: Option<Vec<SlotsEntry>>,
@@ -265,6 +270,17 @@ impl Config {
             }
             c.store = Some(store.trim().to_string());
         }
+        if let Some(session) = raw.session_store.filter(|s| !s.trim().is_empty()) {
+            if !is_url(&session) {
+                return Err("session_store: a postgres:// or postgresql:// URL".into());
+            }
+            if c.store.is_none() {
+                return Err(
+                    "session_store: goes with store: (where the sessions of that store go)".into(),
+                );
+            }
+            c.session_store = Some(session.trim().to_string());
+        }
         for e in raw.slots.unwrap_or_default() {
             let key = crate::key::normalize(e.key.trim());
             let bare = key.strip_suffix('*').unwrap_or(&key);
@@ -298,7 +314,7 @@ impl Config {
     }
 }
 
-const SETTINGS: &str = "lease, heartbeat_interval, stalled_after, dead_after, handoff_grace, max_hold, audit_max_size, audit_keep, agent_retention, guard_timeout, store, enforce, auto_checkout";
+const SETTINGS: &str = "lease, heartbeat_interval, stalled_after, dead_after, handoff_grace, max_hold, audit_max_size, audit_keep, agent_retention, guard_timeout, store, session_store, enforce, auto_checkout";
 
 /// A YAML error in words that never quote the file: the parser's own messages can
 /// (`invalid type: string "…"`), and config.yaml may be a link to, or a copy of, a
@@ -430,6 +446,19 @@ mod tests {
         let c = Config::parse("lease: 1h\nhandoff_grace: 30s\n").unwrap();
         assert_eq!(c.lease, Duration::from_secs(3600));
         assert_eq!(c.handoff_grace, Duration::from_secs(30));
+    }
+
+    #[test]
+    fn a_session_store_goes_with_a_store() {
+        let c = Config::parse(
+            "store: postgres://u@bouncer:6432/db\nsession_store: postgres://u@db:5432/db\n",
+        )
+        .unwrap();
+        assert_eq!(c.session_store.as_deref(), Some("postgres://u@db:5432/db"));
+        let e = Config::parse("session_store: postgres://u@db/db\n").unwrap_err();
+        assert!(e.contains("goes with store:"), "{e}");
+        let e = Config::parse("store: postgres://h/db\nsession_store: db:5432\n").unwrap_err();
+        assert!(e.contains("session_store: a postgres://"), "{e}");
     }
 
     #[test]

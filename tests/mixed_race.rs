@@ -23,6 +23,9 @@ fn script_cmd(e: &Env, script: &str) -> Child {
     if let Some(u) = pg_url_for(&e.dir()) {
         cmd.env("TASKLOCK_URL", u);
     }
+    if let Some(u) = pg_session_url() {
+        cmd.env("TASKLOCK_SESSION_URL", u);
+    }
     cmd.spawn().unwrap()
 }
 

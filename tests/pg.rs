@@ -62,6 +62,9 @@ mod wake;
 #[cfg(tasklock_pg_tests)]
 #[path = "pg/pg_only.rs"]
 mod pg_only;
+#[cfg(tasklock_pg_tests)]
+#[path = "pg/pgbouncer.rs"]
+mod pgbouncer;
 
 /// Outside CI the PostgreSQL suites are optional (they need a server); in CI
 /// (`CI=true`, as `.ci/run` runs) they must not be skipped silently.

@@ -443,7 +443,10 @@ fn racer(e: &Env, agent: &str, rounds: usize, log: &std::path::Path) -> Child {
     let tl = env!("CARGO_BIN_EXE_tasklock");
     let store = pg_url_for(&e.dir())
         .map(|u| format!("TASKLOCK_URL='{u}' "))
-        .unwrap_or_default();
+        .unwrap_or_default()
+        + &pg_session_url()
+            .map(|u| format!("TASKLOCK_SESSION_URL='{u}' "))
+            .unwrap_or_default();
     let script = format!(
         r#"i=0
 while [ $i -lt {rounds} ]; do

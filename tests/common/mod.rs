@@ -163,6 +163,7 @@ pub fn base_cmd(now: &str) -> Command {
         .env_remove("TASKLOCK_SECRET")
         .env_remove("TASKLOCK_OPERATOR_SECRET")
         .env_remove("TASKLOCK_URL")
+        .env_remove("TASKLOCK_SESSION_URL")
         .stdin(Stdio::null());
     cmd
 }
@@ -195,11 +196,27 @@ pub fn pg_url_for(dir: &Path) -> Option<String> {
     Some(format!("{base}{sep}schema=t_{:016x}", h.finish()))
 }
 
+/// The session URL of the commands on PostgreSQL: `TASKLOCK_TEST_PG_SESSION_URL`, for a
+/// run of the suites through a pooler in transaction mode (`TASKLOCK_TEST_PG_URL` the
+/// pooler, this the server; docs/postgres.md, "Behind a connection pooler").
+pub fn pg_session_url() -> Option<String> {
+    if !on_postgres() {
+        return None;
+    }
+    std::env::var("TASKLOCK_TEST_PG_SESSION_URL")
+        .ok()
+        .filter(|u| !u.is_empty())
+}
+
 /// Point `cmd` at the store of the lock directory `dir` ([`pg_url_for`]).
 pub fn use_store(cmd: &mut Command, dir: &Path) {
     match pg_url_for(dir) {
         Some(url) => cmd.env("TASKLOCK_URL", url),
         None => cmd.env_remove("TASKLOCK_URL"),
+    };
+    match pg_session_url() {
+        Some(url) => cmd.env("TASKLOCK_SESSION_URL", url),
+        None => cmd.env_remove("TASKLOCK_SESSION_URL"),
     };
     if portable_os() {
         cmd.env("TASKLOCK_PORTABLE_OS", "1");

@@ -417,7 +417,7 @@ fn a_change_to_one_key_does_not_wait_for_another_key() {
 }
 
 /// The advisory lock id tasklock derives from `parts` (`lock_id` in the store), as SQL.
-fn lock_sql(parts: &[&str]) -> String {
+pub(crate) fn lock_sql(parts: &[&str]) -> String {
     let mut bytes = String::from("'tasklock'::bytea");
     for p in parts {
         bytes.push_str(&format!(
@@ -430,7 +430,7 @@ fn lock_sql(parts: &[&str]) -> String {
 
 /// Another session that runs `locks` in a transaction and then sleeps, holding them;
 /// returns once it holds the lock `id`, with its application name (to end it).
-fn hold(e: &Env, locks: &str, id: &str) -> (std::process::Child, String) {
+pub(crate) fn hold(e: &Env, locks: &str, id: &str) -> (std::process::Child, String) {
     let app = format!("holder-{}", pg_schema(&e.dir()));
     let base = std::env::var("TASKLOCK_TEST_PG_URL").unwrap();
     let holder = Command::new("psql")

@@ -17,6 +17,9 @@
 //!   [`crate::clock::set_offset`], so every host sharing the server agrees on leases.
 //! - Writes `NOTIFY` inside their transaction; `changes()` and `follow_audit()` `LISTEN`,
 //!   with their timeout as the fallback.
+//! - Behind a connection pooler in transaction mode (PgBouncer's), every statement works
+//!   as it is; what needs a session of its own (a watcher's lock, `LISTEN`) goes to the
+//!   session URL (`TASKLOCK_SESSION_URL`, `session_store:`) when there is one.
 
 #[cfg(feature = "postgres")]
 mod client;
@@ -39,6 +42,9 @@ use crate::error::{Error, Result};
 
 /// The environment variable that selects the PostgreSQL store.
 pub const URL_ENV: &str = "TASKLOCK_URL";
+/// Where connections that must keep a session go, when `TASKLOCK_URL` is a pooler in
+/// transaction mode: the server itself, or a pooler in session mode.
+pub const SESSION_URL_ENV: &str = "TASKLOCK_SESSION_URL";
 /// The schema used when the URL names none.
 pub const DEFAULT_SCHEMA: &str = "tasklock";
 /// How long connecting may take, unless the URL says (`connect_timeout=SECONDS`).
@@ -50,7 +56,14 @@ pub use crate::config::is_url;
 /// Where the PostgreSQL store is, when one is selected: `TASKLOCK_URL`, else `store:`
 /// in the settings. Connects to nothing. A `TASKLOCK_URL` that is not a PostgreSQL URL
 /// is a usage error.
+///
+/// The session URL comes from the same place as the URL: `TASKLOCK_SESSION_URL` with
+/// `TASKLOCK_URL`, `session_store:` with `store:` (so a `TASKLOCK_URL` never pairs with
+/// the session URL of another server named in the file).
 pub fn selected(cfg: Option<&Config>) -> Result<Option<Target>> {
+    let session_env = std::env::var_os(SESSION_URL_ENV)
+        .filter(|v| !v.is_empty())
+        .map(|v| v.to_string_lossy().into_owned());
     if let Some(v) = std::env::var_os(URL_ENV).filter(|v| !v.is_empty()) {
         let v = v.to_string_lossy().into_owned();
         if !is_url(&v) {
@@ -59,10 +72,31 @@ pub fn selected(cfg: Option<&Config>) -> Result<Option<Target>> {
                 mask(&v)
             )));
         }
-        return Target::parse(&v, URL_ENV).map(Some);
+        let mut t = Target::parse(&v, URL_ENV)?;
+        if let Some(s) = session_env {
+            if !is_url(&s) {
+                return Err(Error::Usage(format!(
+                    "{SESSION_URL_ENV} must be a postgres:// or postgresql:// URL; it is {}",
+                    mask(&s)
+                )));
+            }
+            t.set_session(&s, SESSION_URL_ENV)?;
+        }
+        return Ok(Some(t));
+    }
+    if session_env.is_some() {
+        return Err(Error::Usage(format!(
+            "{SESSION_URL_ENV} is set but {URL_ENV} is not: it names where the sessions of {URL_ENV}'s store go (for `store:` in config.yaml, use `session_store:` there)"
+        )));
     }
     match cfg.and_then(|c| c.store.as_deref()) {
-        Some(url) => Target::parse(url, "store: in config.yaml").map(Some),
+        Some(url) => {
+            let mut t = Target::parse(url, "store: in config.yaml")?;
+            if let Some(s) = cfg.and_then(|c| c.session_store.as_deref()) {
+                t.set_session(s, "session_store: in config.yaml")?;
+            }
+            Ok(Some(t))
+        }
         None => Ok(None),
     }
 }
@@ -113,6 +147,9 @@ pub struct Target {
     pub schema: String,
     /// What selected it (`TASKLOCK_URL`, `store: in config.yaml`).
     pub source: &'static str,
+    /// Where connections that must keep a session go (a watcher's lock, `LISTEN`), when
+    /// `url` may be a pooler in transaction mode; `None`: `url` keeps sessions.
+    pub session: Option<Box<Target>>,
 }
 
 impl Target {
@@ -146,7 +183,26 @@ impl Target {
             masked,
             schema,
             source,
+            session: None,
         })
+    }
+
+    /// Send what needs a session to `url` (selected by `source`). Its schema is this
+    /// target's: a `schema=` of its own must name the same one.
+    pub fn set_session(&mut self, url: &str, source: &'static str) -> Result<()> {
+        let mut s = Target::parse(url, source)?;
+        let named = url
+            .split_once('?')
+            .is_some_and(|(_, q)| q.split('&').any(|p| p.starts_with("schema=")));
+        if named && s.schema != self.schema {
+            return Err(Error::Usage(format!(
+                "{source}: {} names the schema {}, but {} names {}; the session URL reaches the same store, so leave `schema=` out of it",
+                s.masked, s.schema, self.masked, self.schema
+            )));
+        }
+        s.schema = self.schema.clone();
+        self.session = Some(Box::new(s));
+        Ok(())
     }
 }
 
@@ -234,5 +290,23 @@ mod url_tests {
         assert_eq!(t.schema, "tasklock");
         assert!(Target::parse("postgres://h/db?schema=Bad-Name", "x").is_err());
         assert!(Target::parse("postgres://h/db?schema=pg_catalog", "x").is_err());
+    }
+
+    #[test]
+    fn a_session_url_shares_the_schema() {
+        let mut t = Target::parse("postgres://u@bouncer:6432/db?schema=p1", "x").unwrap();
+        t.set_session("postgres://u:pw@db:5432/db?connect_timeout=2", "y")
+            .unwrap();
+        let s = t.session.as_ref().unwrap();
+        assert_eq!(s.schema, "p1");
+        assert_eq!(s.url, "postgres://u:pw@db:5432/db?connect_timeout=2");
+        assert_eq!(s.masked, "postgres://u:***@db:5432/db?connect_timeout=2");
+        assert_eq!(s.source, "y");
+        t.set_session("postgres://u@db/db?schema=p1", "y").unwrap();
+        let err = t
+            .set_session("postgres://u@db/db?schema=p2", "y")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("p2") && err.contains("p1"), "{err}");
     }
 }

@@ -87,8 +87,11 @@ fn held(slots: Vec<Slot>) -> Vec<Record> {
 /// Write a row with SQL of its own, as damage or another build would.
 fn raw(s: &PgStore, sql: &str, data: &str) {
     let data = data.to_string();
-    s.with_client("write a row", |c| c.execute(sql, &[&data]))
-        .unwrap();
+    let sql = s.sql(sql);
+    s.with_client("write a row", |c| {
+        c.query_typed(&sql, &[(&data, postgres::types::Type::TEXT)])
+    })
+    .unwrap();
 }
 
 #[test]
@@ -168,17 +171,22 @@ fn the_scope_is_serial_and_try_does_not_wait() {
 fn a_killed_connection_keeps_nothing_and_says_so() {
     let Some((t, s)) = fresh("kill") else { return };
     let killer = PgStore::connect_new(&t).unwrap();
+    let g = s.begin(true).unwrap().unwrap();
+    s.insert(&g, &record("k", 1)).unwrap();
+    // The server session of the transaction (behind a pooler in transaction mode, the
+    // one it was given for this transaction).
     let pid: i32 = s
         .with_client("pid", |c| {
-            c.query_one("SELECT pg_backend_pid()", &[])
+            c.query_typed_one("SELECT pg_backend_pid()", &[])
                 .map(|r| r.get(0))
         })
         .unwrap();
-    let g = s.begin(true).unwrap().unwrap();
-    s.insert(&g, &record("k", 1)).unwrap();
     killer
         .with_client("kill", |c| {
-            c.execute("SELECT pg_terminate_backend($1)", &[&pid])
+            c.query_typed(
+                "SELECT pg_terminate_backend($1)",
+                &[(&pid, postgres::types::Type::INT4)],
+            )
         })
         .unwrap();
     std::thread::sleep(Duration::from_millis(100));
@@ -363,7 +371,7 @@ fn damaged_slot_rows_are_reported_as_corrupt() {
     let Some((_, s)) = fresh("slotbad") else {
         return;
     };
-    let insert = "INSERT INTO slot_records (key, slot, token, agent, expires_at, data) \
+    let insert = "INSERT INTO {s}.slot_records (key, slot, token, agent, expires_at, data) \
                   VALUES ($2, $3, 1, 'a', now(), $1::text::jsonb)";
     let json = |r: &Record| serde_json::to_string(r).unwrap();
     let rows: Vec<(u32, String)> = vec![
@@ -383,8 +391,15 @@ fn damaged_slot_rows_are_reported_as_corrupt() {
     for (n, data) in &rows {
         let data = data.clone();
         let n = *n as i32;
-        s.with_client("write a row", |c| c.execute(insert, &[&data, &"k", &n]))
-            .unwrap();
+        let insert = s.sql(insert);
+        s.with_client("write a row", |c| {
+            use postgres::types::Type;
+            c.query_typed(
+                &insert,
+                &[(&data, Type::TEXT), (&"k", Type::TEXT), (&n, Type::INT4)],
+            )
+        })
+        .unwrap();
     }
     let slots = s.read_slots("k").unwrap();
     assert_eq!(slots.len(), 6, "{slots:?}");
@@ -427,7 +442,7 @@ fn damaged_slot_rows_are_reported_as_corrupt() {
     // A slot's record in the place of the key's own is damage, never returned by read.
     raw(
         &s,
-        "INSERT INTO records (key, token, agent, expires_at, data) \
+        "INSERT INTO {s}.records (key, token, agent, expires_at, data) \
          VALUES ('k', 1, 'a', now(), $1::text::jsonb)",
         &json(&slot_record("k", 2, 1)),
     );
@@ -492,12 +507,12 @@ fn the_previous_schema_is_migrated_with_its_records_kept() {
     let old = serde_json::to_string(&record("k", 41)).unwrap();
     admin
         .with_client("write a version 1 record", |c| {
-            c.execute(
+            c.query_typed(
                 &format!(
                     "INSERT INTO {schema}.records (key, token, agent, expires_at, data) \
                      VALUES ('k', 41, 'a', now(), $1::text::jsonb)"
                 ),
-                &[&old],
+                &[(&old, postgres::types::Type::TEXT)],
             )
         })
         .unwrap();
@@ -508,7 +523,10 @@ fn the_previous_schema_is_migrated_with_its_records_kept() {
     assert_eq!(s.schema_version(), schema::CURRENT);
     let versions: Vec<i32> = s
         .with_client("read the versions", |c| {
-            c.query("SELECT version FROM schema_version ORDER BY version", &[])
+            c.query_typed(
+                &format!("SELECT version FROM {schema}.schema_version ORDER BY version"),
+                &[],
+            )
         })
         .unwrap()
         .iter()
@@ -538,4 +556,115 @@ fn the_previous_schema_is_migrated_with_its_records_kept() {
             c.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
         })
         .unwrap();
+}
+
+/// A PgBouncer in transaction mode in front of `TASKLOCK_TEST_PG_URL`'s server
+/// (`TASKLOCK_TEST_PGBOUNCER_URL`; `.ci/run` starts one). Without it the tests behind a
+/// pooler say so on stderr and pass.
+fn pooler_url() -> Option<String> {
+    match std::env::var("TASKLOCK_TEST_PGBOUNCER_URL") {
+        Ok(u) if !u.is_empty() => Some(u),
+        _ => {
+            eprintln!("TASKLOCK_TEST_PGBOUNCER_URL is not set: test behind PgBouncer skipped");
+            None
+        }
+    }
+}
+
+/// The store of `fresh(name)` reached through the pooler, with the direct URL as its
+/// session URL (`session`) or without one.
+fn pooled(name: &str, session: bool) -> Option<(Target, PgStore, PgStore)> {
+    let pooler = pooler_url()?;
+    let (direct, store) = fresh(name)?;
+    let sep = if pooler.contains('?') { '&' } else { '?' };
+    let mut t = Target::parse(
+        &format!("{pooler}{sep}schema={}", direct.schema),
+        "TASKLOCK_URL",
+    )
+    .unwrap();
+    if session {
+        t.set_session(&direct.url, "TASKLOCK_SESSION_URL").unwrap();
+    }
+    let s = PgStore::connect_new(&t).unwrap();
+    Some((t, s, store))
+}
+
+#[test]
+fn behind_a_pooler_the_session_url_keeps_watcher_locks_and_notifications() {
+    let Some((t, s, direct)) = pooled("pool_sess", true) else {
+        return;
+    };
+    let other = PgStore::connect_new(&t).unwrap();
+    // One watcher per agent, let go when dropped.
+    let held = s.lock_watcher("a").unwrap().expect("first");
+    assert!(other.lock_watcher("a").unwrap().is_none());
+    assert!(other.lock_watcher("b").unwrap().is_some());
+    drop(held);
+    assert!(other.lock_watcher("a").unwrap().is_some());
+
+    // A commit through the pooler wakes a waiter listening on the session URL.
+    let mut changes = other.changes().unwrap();
+    assert!(changes.listening());
+    let mut follow = other.follow_audit().unwrap();
+    assert!(follow.next(Duration::from_millis(10)).unwrap().is_empty());
+    let g = s.begin(true).unwrap().unwrap();
+    s.insert(&g, &record("k", 1)).unwrap();
+    let ev = crate::store::AuditEvent::new(record("k", 1).acquired_at, "acquire", "k", "a");
+    s.audit(&g, &ev).unwrap();
+    s.commit(g).unwrap();
+    let started = std::time::Instant::now();
+    changes.wait(Duration::from_secs(5));
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "woken by NOTIFY"
+    );
+    assert_eq!(follow.next(Duration::from_secs(5)).unwrap(), vec![ev]);
+    // What went through the pooler is the store's, as seen directly.
+    assert!(matches!(direct.read("k").unwrap(), Slot::Held(_)));
+}
+
+#[test]
+fn behind_a_pooler_without_a_session_url_a_watcher_is_refused_not_misplaced() {
+    let Some((t, s, _direct)) = pooled("pool_nosess", false) else {
+        return;
+    };
+    // Hold the server session the store was given when it connected in a transaction
+    // of another client, so its next statement runs in another one (as under load).
+    let pid = s.backend_pid();
+    let mut pins = Vec::new();
+    let pinned = (0..10).any(|_| {
+        let mut c = super::client::connect_for_tests(&t).unwrap();
+        c.batch_execute("BEGIN").unwrap();
+        let got: i32 = c
+            .query_typed_one("SELECT pg_backend_pid()", &[])
+            .unwrap()
+            .get(0);
+        pins.push(c);
+        got == pid
+    });
+    if !pinned {
+        eprintln!("the pooler did not hand out the store's server session again: skipped");
+        return;
+    }
+    let err = s.lock_watcher("a").err().expect("refused").to_string();
+    assert!(err.contains("TASKLOCK_SESSION_URL"), "{err}");
+    assert!(err.contains("transaction mode"), "{err}");
+    // A wait does not listen there (the notifications would reach a pooled session);
+    // it polls.
+    let changes = s.changes().unwrap();
+    assert!(!changes.listening());
+    // No watcher lock was left in any session.
+    drop(pins);
+    let id = super::client::lock_id_for_tests(&["watcher", &t.schema, "a"]);
+    let held: i64 = s
+        .with_client("count advisory locks", |c| {
+            c.query_typed_one(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' \
+                 AND ((classid::bigint << 32) | objid::bigint) = $1",
+                &[(&id, postgres::types::Type::INT8)],
+            )
+            .map(|r| r.get(0))
+        })
+        .unwrap();
+    assert_eq!(held, 0);
 }

@@ -6,6 +6,8 @@ use super::*;
 pub struct PgAuditFollow<'a> {
     store: &'a PgStore,
     after: i64,
+    /// The connection that listens; `None`: none could (it polls).
+    listening: Option<Rc<Conn>>,
 }
 
 impl PgAuditFollow<'_> {
@@ -16,7 +18,10 @@ impl PgAuditFollow<'_> {
         if !events.is_empty() {
             return Ok(events);
         }
-        if self.store.wait_notification(timeout) {
+        if self
+            .store
+            .wait_notification(self.listening.as_deref(), timeout)
+        {
             return self.fetch();
         }
         Ok(Vec::new())
@@ -25,7 +30,7 @@ impl PgAuditFollow<'_> {
     pub(super) fn fetch(&mut self) -> Result<Vec<AuditEvent>> {
         let rows = self.store.rows(
             "read the audit log",
-            "SELECT id, data::text FROM audit WHERE id > $1 ORDER BY id",
+            "SELECT id, data::text FROM {s}.audit WHERE id > $1 ORDER BY id",
             &[(&self.after, Type::INT8)],
         )?;
         if let Some(last) = rows.last() {
@@ -53,7 +58,7 @@ impl PgStore {
         loop {
             let rows = self.rows(
                 "read the audit log",
-                "SELECT id, data::text FROM audit WHERE id > $1 ORDER BY id LIMIT 10000",
+                "SELECT id, data::text FROM {s}.audit WHERE id > $1 ORDER BY id LIMIT 10000",
                 &[(&after, Type::INT8)],
             )?;
             let Some(last) = rows.last() else {
@@ -72,10 +77,11 @@ impl PgStore {
     /// Follow the audit log: `LISTEN` first, so nothing committed after this call is
     /// missed.
     pub fn follow_audit(&self) -> Result<PgAuditFollow<'_>> {
-        self.listen(&self.channel("audit"))?;
+        let listening = self.listen(&self.channel("audit"))?;
         Ok(PgAuditFollow {
             store: self,
             after: 0,
+            listening,
         })
     }
 

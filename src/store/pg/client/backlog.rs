@@ -38,8 +38,8 @@ impl PgStore {
         g.changed.set(true);
         let n = self.exec(
             "add keys to the backlog",
-            "INSERT INTO backlog (key, seq) \
-             SELECT k, (SELECT coalesce(max(seq), 0) FROM backlog) + i \
+            "INSERT INTO {s}.backlog (key, seq) \
+             SELECT k, (SELECT coalesce(max(seq), 0) FROM {s}.backlog) + i \
              FROM unnest($1::text[]) WITH ORDINALITY AS t(k, i) \
              ON CONFLICT (key) DO NOTHING RETURNING 1",
             &[(&keys, Type::TEXT_ARRAY)],
@@ -51,7 +51,7 @@ impl PgStore {
         g.changed.set(true);
         let rows = self.rows(
             "remove keys from the backlog",
-            "DELETE FROM backlog WHERE key = ANY($1::text[]) RETURNING key",
+            "DELETE FROM {s}.backlog WHERE key = ANY($1::text[]) RETURNING key",
             &[(&keys, Type::TEXT_ARRAY)],
         )?;
         let gone: std::collections::HashSet<String> = rows.iter().map(|r| r.get(0)).collect();
@@ -62,7 +62,7 @@ impl PgStore {
         let after = after.map_or(-1, |a| i64::try_from(a).unwrap_or(i64::MAX));
         let n = i64::try_from(n).unwrap_or(i64::MAX);
         let sql = format!(
-            "SELECT {ENTRY} FROM backlog WHERE agent IS NULL AND seq > $1 ORDER BY seq LIMIT $2"
+            "SELECT {ENTRY} FROM {{s}}.backlog WHERE agent IS NULL AND seq > $1 ORDER BY seq LIMIT $2"
         );
         self.rows(
             "read the backlog",
@@ -75,7 +75,7 @@ impl PgStore {
     }
 
     pub fn backlog_claimed(&self) -> Result<Vec<BacklogEntry>> {
-        let sql = format!("SELECT {ENTRY} FROM backlog WHERE agent IS NOT NULL ORDER BY seq");
+        let sql = format!("SELECT {ENTRY} FROM {{s}}.backlog WHERE agent IS NOT NULL ORDER BY seq");
         self.rows("read the backlog's claims", &sql, &[])?
             .iter()
             .map(entry)
@@ -88,7 +88,7 @@ impl PgStore {
         let recheck = claim.map(|c| micros(&c.recheck));
         self.exec(
             "mark a key of the backlog",
-            "UPDATE backlog SET agent = $2, \
+            "UPDATE {s}.backlog SET agent = $2, \
              recheck = CASE WHEN $3::bigint IS NULL THEN NULL \
                             ELSE to_timestamp($3::bigint / 1000000.0) END \
              WHERE key = $1 RETURNING 1",
@@ -107,7 +107,7 @@ impl PgStore {
             "SELECT count(*) FILTER (WHERE agent IS NULL), \
                     count(*) FILTER (WHERE agent IS NOT NULL), \
                     (extract(epoch FROM min(recheck)) * 1000000)::bigint \
-             FROM backlog",
+             FROM {s}.backlog",
             &[],
         )?;
         let r = &rows[0];
@@ -115,9 +115,9 @@ impl PgStore {
             "read the backlog's claimers",
             // One index probe per claimer, not a read of every claim.
             "WITH RECURSIVE h(agent) AS ( \
-               (SELECT agent FROM backlog WHERE agent IS NOT NULL ORDER BY agent LIMIT 1) \
+               (SELECT agent FROM {s}.backlog WHERE agent IS NOT NULL ORDER BY agent LIMIT 1) \
                UNION ALL \
-               SELECT (SELECT b.agent FROM backlog b WHERE b.agent > h.agent \
+               SELECT (SELECT b.agent FROM {s}.backlog b WHERE b.agent > h.agent \
                        ORDER BY b.agent LIMIT 1) FROM h WHERE h.agent IS NOT NULL) \
              SELECT agent FROM h WHERE agent IS NOT NULL",
             &[],

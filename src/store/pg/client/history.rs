@@ -7,7 +7,7 @@ impl PgStore {
         Ok(self
             .one::<Ended>(
                 "read how a checkout ended",
-                "SELECT data::text FROM ended WHERE key = $1",
+                "SELECT data::text FROM {s}.ended WHERE key = $1",
                 &[(&key, Type::TEXT)],
             )?
             .filter(|e| e.key == key))
@@ -17,7 +17,7 @@ impl PgStore {
         let n = n as i64;
         let mut notes: Vec<Note> = self.all(
             "read notes",
-            "SELECT data::text FROM notes WHERE key = $1 ORDER BY id DESC LIMIT $2",
+            "SELECT data::text FROM {s}.notes WHERE key = $1 ORDER BY id DESC LIMIT $2",
             &[(&key, Type::TEXT), (&n, Type::INT8)],
         )?;
         notes.reverse();
@@ -29,8 +29,11 @@ impl PgStore {
         if in_tx && let Some(f) = &self.conn.cache.borrow().freezes {
             return Ok(f.clone());
         }
-        let mut out: Vec<Freeze> =
-            self.all("read the freezes", "SELECT data::text FROM freezes", &[])?;
+        let mut out: Vec<Freeze> = self.all(
+            "read the freezes",
+            "SELECT data::text FROM {s}.freezes",
+            &[],
+        )?;
         out.sort_by(|a, b| a.pattern.cmp(&b.pattern));
         if in_tx {
             self.conn.cache.borrow_mut().freezes = Some(out.clone());
@@ -51,7 +54,7 @@ impl PgStore {
         let token = ended.token as i64;
         self.exec(
             "record how a checkout ended",
-            "INSERT INTO ended (key, token, data) VALUES ($1, $2, $3::jsonb) \
+            "INSERT INTO {s}.ended (key, token, data) VALUES ($1, $2, $3::jsonb) \
              ON CONFLICT (key) DO UPDATE SET token = excluded.token, data = excluded.data RETURNING 1",
             &[
                 (&ended.key, Type::TEXT),
@@ -66,7 +69,7 @@ impl PgStore {
         let data = to_json(note, "note")?;
         self.exec(
             "append a note",
-            "INSERT INTO notes (key, data) VALUES ($1, $2::jsonb) RETURNING 1",
+            "INSERT INTO {s}.notes (key, data) VALUES ($1, $2::jsonb) RETURNING 1",
             &[(&key, Type::TEXT), (&data, Type::TEXT)],
         )
         .map(|_| ())
@@ -79,7 +82,7 @@ impl PgStore {
         let until = rfc3339(&f.until);
         self.exec(
             "write a freeze",
-            "INSERT INTO freezes (pattern, until, data) VALUES ($1, $2::timestamptz, $3::jsonb) \
+            "INSERT INTO {s}.freezes (pattern, until, data) VALUES ($1, $2::timestamptz, $3::jsonb) \
              ON CONFLICT (pattern) DO UPDATE SET until = excluded.until, data = excluded.data \
              RETURNING 1",
             &[
@@ -96,7 +99,7 @@ impl PgStore {
         self.conn.cache.borrow_mut().freezes = None;
         self.one(
             "remove a freeze",
-            "DELETE FROM freezes WHERE pattern = $1 RETURNING data::text",
+            "DELETE FROM {s}.freezes WHERE pattern = $1 RETURNING data::text",
             &[(&pattern, Type::TEXT)],
         )
     }

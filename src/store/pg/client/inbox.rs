@@ -6,7 +6,7 @@ impl PgStore {
     pub fn unread(&self, agent: &str) -> Result<Vec<Message>> {
         let mut out: Vec<Message> = self.all(
             "read the inbox",
-            "SELECT data::text FROM messages WHERE agent = $1 AND NOT read",
+            "SELECT data::text FROM {s}.messages WHERE agent = $1 AND NOT read",
             &[(&agent, Type::TEXT)],
         )?;
         out.sort_by(|a, b| (a.ts, &a.id).cmp(&(b.ts, &b.id)));
@@ -18,7 +18,7 @@ impl PgStore {
         Ok(self
             .all::<Message>(
                 "read a message",
-                "SELECT data::text FROM messages WHERE agent = $1 AND id = $2",
+                "SELECT data::text FROM {s}.messages WHERE agent = $1 AND id = $2",
                 &[(&agent, Type::TEXT), (&id, Type::TEXT)],
             )?
             .pop())
@@ -30,7 +30,7 @@ impl PgStore {
         let data = to_json(d, "delivery")?;
         self.exec(
             "record a delivery",
-            "UPDATE messages SET data = jsonb_set(data, '{delivery}', $3::jsonb) \
+            "UPDATE {s}.messages SET data = jsonb_set(data, '{delivery}', $3::jsonb) \
              WHERE agent = $1 AND id = $2 RETURNING 1",
             &[(&agent, Type::TEXT), (&id, Type::TEXT), (&data, Type::TEXT)],
         )
@@ -40,7 +40,7 @@ impl PgStore {
     pub fn mark_read(&self, agent: &str, id: &str) -> Result<bool> {
         let n = self.exec(
             "mark a message read",
-            "UPDATE messages SET read = true WHERE agent = $1 AND id = $2 AND NOT read RETURNING 1",
+            "UPDATE {s}.messages SET read = true WHERE agent = $1 AND id = $2 AND NOT read RETURNING 1",
             &[(&agent, Type::TEXT), (&id, Type::TEXT)],
         )?;
         Ok(n > 0)
@@ -51,7 +51,7 @@ impl PgStore {
         let ts = rfc3339(&msg.ts);
         self.exec(
             "deliver a message",
-            "INSERT INTO messages (agent, id, ts, data) VALUES ($1, $2, $3::timestamptz, $4::jsonb) \
+            "INSERT INTO {s}.messages (agent, id, ts, data) VALUES ($1, $2, $3::timestamptz, $4::jsonb) \
              ON CONFLICT (agent, id) DO UPDATE SET ts = excluded.ts, data = excluded.data, read = false \
              RETURNING 1",
             &[

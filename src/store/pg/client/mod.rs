@@ -42,6 +42,13 @@ pub use changes::PgChanges;
 
 /// Watches a blocking wait for the project's lock: when a signal arrives or the
 /// command's deadline ([`crate::store::guard_deadline`]) passes, it cancels the query.
+///
+/// The cancel is `pg_cancel_backend` on a connection of its own, of the session that
+/// runs the query marked with this wait's tag, not the protocol's cancel request: the
+/// `postgres` crate closes that request's socket without waiting for the server to
+/// answer, which makes PgBouncer 1.18 (Debian 12's) exit with "FATAL ... disconnect_client():
+/// bad client state: 0" (PgBouncer issue 801, fixed in later releases), taking every
+/// client of the pooler down with it.
 struct WaitWatch {
     /// The reason it cancelled, once it has; `done` once the wait ended by itself.
     state: std::sync::Arc<std::sync::Mutex<(bool, Option<&'static str>)>>,
@@ -51,7 +58,7 @@ struct WaitWatch {
 impl WaitWatch {
     const TICK: Duration = Duration::from_millis(50);
 
-    fn start(token: postgres::CancelToken) -> WaitWatch {
+    fn start(target: Target, tag: String) -> WaitWatch {
         let state = std::sync::Arc::new(std::sync::Mutex::new((false, None)));
         let seen = state.clone();
         let deadline = crate::store::guard_deadline();
@@ -75,7 +82,7 @@ impl WaitWatch {
                     // Decided under the lock, so the waiting side sees it.
                     s.1 = Some(why);
                     drop(s);
-                    let _ = token.cancel_query(NoTls);
+                    cancel_tagged(&target, &tag);
                     return;
                 }
             }
@@ -96,6 +103,34 @@ impl WaitWatch {
     }
 }
 
+/// A tag that marks one statement as this wait's (in a comment at its start), for
+/// [`cancel_tagged`] to find it in `pg_stat_activity`: unique to this process and call.
+fn wait_tag() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!(
+        "tasklock-wait-{}-{}-{nanos}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Cancel the statement tagged `tag` wherever it runs (on a pooler in transaction mode,
+/// whichever server session it was given), over a new connection. Best effort: when it
+/// cannot connect, the wait ends at its lock timeout instead.
+fn cancel_tagged(target: &Target, tag: &str) {
+    if let Ok(mut c) = connect(target) {
+        let _ = c.simple_query(&format!(
+            "SELECT pg_cancel_backend(pid) FROM pg_stat_activity \
+             WHERE pid <> pg_backend_pid() AND state = 'active' AND query LIKE '/* {tag} */%'"
+        ));
+    }
+}
+
 /// SQLSTATEs looked at.
 const UNDEFINED_TABLE: &str = "42P01";
 const INVALID_SCHEMA: &str = "3F000";
@@ -104,6 +139,12 @@ const LOCK_NOT_AVAILABLE: &str = "55P03";
 /// The connection and what the open transaction has seen.
 struct Conn {
     client: RefCell<Client>,
+    /// Where it connected (for connections of its own, such as a wait's cancel).
+    target: Target,
+    /// The server session (`pg_backend_pid()`) it was given when it connected. A later
+    /// statement that runs in another one went through a pooler in transaction mode,
+    /// which keeps nothing of a session: then what needs one is refused or done without.
+    pid: Cell<i32>,
     /// The URL, password masked: for every message.
     url: String,
     in_tx: Cell<bool>,
@@ -123,6 +164,18 @@ struct TxCache {
 }
 
 impl Conn {
+    fn new(client: Client, t: &Target) -> Conn {
+        Conn {
+            client: RefCell::new(client),
+            target: t.clone(),
+            pid: Cell::new(0),
+            url: t.masked.clone(),
+            in_tx: Cell::new(false),
+            failed: RefCell::new(None),
+            cache: RefCell::new(TxCache::default()),
+        }
+    }
+
     /// The transaction ended (committed or rolled back): forget what it saw.
     fn end_tx(&self) {
         self.in_tx.set(false);
@@ -204,6 +257,8 @@ fn code(e: &postgres::Error) -> Option<&str> {
 
 /// Connection (URL, schema, connection, server version, schema version).
 type Opened = (String, String, Rc<Conn>, String, i32);
+/// A connection to a session URL (URL, schema, connection).
+type Session = (String, String, Rc<Conn>);
 
 thread_local! {
     /// The connections this process opened, kept for its lifetime. Never dropped: the
@@ -211,17 +266,28 @@ thread_local! {
     /// gone; the kernel closes the socket and the server ends the session.
     static OPEN: std::mem::ManuallyDrop<RefCell<Vec<Opened>>> =
         const { std::mem::ManuallyDrop::new(RefCell::new(Vec::new())) };
+    /// The connections to session URLs ([`PgStore::session_conn`]), by URL and schema;
+    /// kept as [`OPEN`]'s are.
+    static SESSIONS: std::mem::ManuallyDrop<RefCell<Vec<Session>>> =
+        const { std::mem::ManuallyDrop::new(RefCell::new(Vec::new())) };
 }
 
 /// Close the connections this thread keeps (for a process that runs many commands, such
 /// as `tasklock mcp`, after each one): the next command connects again.
 pub fn close_cached() {
     OPEN.with(|o| o.borrow_mut().clear());
+    SESSIONS.with(|o| o.borrow_mut().clear());
 }
 
 /// One PostgreSQL schema: one project's checkouts.
 pub struct PgStore {
     conn: Rc<Conn>,
+    /// Where what needs a session goes ([`Target::session`]); `None`: `conn`'s URL.
+    session: Option<Target>,
+    /// The connection to `session`, once opened: the process's ([`SESSIONS`]), or this
+    /// store's own for one made by [`PgStore::connect_new`].
+    session_conn: OnceCell<Rc<Conn>>,
+    shares_sessions: bool,
     schema: String,
     /// The transaction-scoped advisory lock that makes every change of this project serial.
     lock_id: i64,
@@ -268,7 +334,7 @@ pub struct WatcherLock {
 impl Drop for WatcherLock {
     fn drop(&mut self) {
         if let Ok(mut c) = self.conn.client.try_borrow_mut() {
-            let _ = c.execute("SELECT pg_advisory_unlock($1)", &[&self.id]);
+            let _ = c.query_typed("SELECT pg_advisory_unlock($1)", &[(&self.id, Type::INT8)]);
         }
     }
 }
@@ -284,6 +350,16 @@ fn lock_id(parts: &[&str]) -> i64 {
     }
     let d = h.finalize();
     i64::from_be_bytes(d[..8].try_into().expect("8 bytes"))
+}
+
+#[cfg(test)]
+pub(crate) fn lock_id_for_tests(parts: &[&str]) -> i64 {
+    lock_id(parts)
+}
+
+#[cfg(test)]
+pub(crate) fn connect_for_tests(t: &Target) -> Result<Client> {
+    connect(t)
 }
 
 fn to_json<T: Serialize>(v: &T, what: &str) -> Result<String> {
@@ -314,11 +390,9 @@ fn connect(t: &Target) -> Result<Client> {
         // Which process a session belongs to, for operators (pg_stat_activity).
         cfg.application_name(&format!("tasklock/{}", std::process::id()));
     }
-    let options = match cfg.get_options() {
-        Some(o) => format!("{o} -c search_path={}", t.schema),
-        None => format!("-c search_path={}", t.schema),
-    };
-    cfg.options(&options);
+    // No `options` startup parameter (it used to set `search_path`): a pooler such as
+    // PgBouncer refuses it, and in transaction mode would not keep it for the session
+    // anyway. Every statement names its schema instead (`{s}.records`, see `sql`).
     let (tx, rx) = std::sync::mpsc::sync_channel(1);
     std::thread::spawn(move || {
         let _ = tx.send(cfg.connect(NoTls));
@@ -354,6 +428,9 @@ impl PgStore {
         if let Some((conn, server_version, schema_version)) = cached {
             return Ok(PgStore {
                 conn,
+                session: t.session.as_deref().cloned(),
+                session_conn: OnceCell::new(),
+                shares_sessions: true,
                 schema: t.schema.clone(),
                 lock_id: lock_id(&["project", &t.schema]),
                 server_version,
@@ -361,7 +438,8 @@ impl PgStore {
                 cfg: OnceCell::new(),
             });
         }
-        let store = Self::connect_new(t)?;
+        let mut store = Self::connect_new(t)?;
+        store.shares_sessions = true;
         OPEN.with(|o| {
             o.borrow_mut().push((
                 t.url.clone(),
@@ -377,15 +455,12 @@ impl PgStore {
     /// A connection of its own (not the process's shared one): for tests.
     pub(crate) fn connect_new(t: &Target) -> Result<PgStore> {
         let client = connect(t)?;
-        let conn = Rc::new(Conn {
-            client: RefCell::new(client),
-            url: t.masked.clone(),
-            in_tx: Cell::new(false),
-            failed: RefCell::new(None),
-            cache: RefCell::new(TxCache::default()),
-        });
+        let conn = Rc::new(Conn::new(client, t));
         let mut store = PgStore {
             conn,
+            session: t.session.as_deref().cloned(),
+            session_conn: OnceCell::new(),
+            shares_sessions: false,
             schema: t.schema.clone(),
             lock_id: lock_id(&["project", &t.schema]),
             server_version: String::new(),
@@ -395,11 +470,12 @@ impl PgStore {
         let mut migrated = false;
         loop {
             let before = std::time::SystemTime::now();
-            let probe = store.conn.client.borrow_mut().simple_query(
+            let probe = store.conn.client.borrow_mut().simple_query(&format!(
                 "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::int8, \
                  current_setting('server_version'), \
-                 (SELECT max(version) FROM schema_version)",
-            );
+                 (SELECT max(version) FROM {}.schema_version), pg_backend_pid()",
+                t.schema
+            ));
             let after = std::time::SystemTime::now();
             let rows = match probe {
                 Ok(rows) => rows,
@@ -441,6 +517,10 @@ impl PgStore {
                 continue;
             }
             store.schema_version = version;
+            store
+                .conn
+                .pid
+                .set(row.get(3).and_then(|v| v.parse().ok()).unwrap_or(0));
             // The server's clock, as of the middle of the round trip.
             let mid = before + after.duration_since(before).unwrap_or_default() / 2;
             let local = chrono::DateTime::<chrono::Utc>::from(mid);
@@ -458,11 +538,19 @@ impl PgStore {
         let g = self
             .begin_inner(Some(Duration::from_secs(60)), None)?
             .expect("waited");
+        // Waiting for an advisory lock does not make the server session read the catalog
+        // changes committed meanwhile (a lock on a table does): without this first read of
+        // `pg_namespace`, a session that waited while another first run created the schema
+        // can still think it missing, and fail creating it again (duplicate key). Seen with
+        // PgBouncer, whose server sessions are warm and start at once.
         self.conn.run("create the schema", |c| {
-            c.batch_execute(&schema::bootstrap(s))
+            c.batch_execute(&format!(
+                "SELECT FROM pg_catalog.pg_namespace LIMIT 0; {}",
+                schema::bootstrap(s)
+            ))
         })?;
         let have: i32 = self.conn.run("read the schema version", |c| {
-            c.query_one(
+            c.query_typed_one(
                 &format!("SELECT coalesce(max(version), 0) FROM {s}.schema_version"),
                 &[],
             )
@@ -472,15 +560,86 @@ impl PgStore {
             self.conn
                 .run(&format!("migrate the schema to version {v}"), |c| {
                     c.batch_execute(&schema::migration(s, v))?;
-                    c.execute(
+                    c.query_typed(
                         &format!(
                             "INSERT INTO {s}.schema_version (version, tasklock) VALUES ($1, $2)"
                         ),
-                        &[&v, &env!("CARGO_PKG_VERSION")],
+                        &[(&v, Type::INT4), (&env!("CARGO_PKG_VERSION"), Type::TEXT)],
                     )
                 })?;
         }
         self.commit(g)
+    }
+
+    /// The connection for what needs a session of its own (a watcher's lock, `LISTEN`):
+    /// one to the session URL when there is one (opened on first use, kept for the
+    /// process), else the store's own.
+    fn session_conn(&self) -> Result<Rc<Conn>> {
+        let Some(t) = &self.session else {
+            return Ok(self.conn.clone());
+        };
+        if let Some(conn) = self.session_conn.get() {
+            return Ok(conn.clone());
+        }
+        let cached = SESSIONS.with(|s| {
+            s.borrow()
+                .iter()
+                .find(|c| self.shares_sessions && c.0 == t.url && c.1 == t.schema)
+                .map(|c| c.2.clone())
+        });
+        if let Some(conn) = cached {
+            let _ = self.session_conn.set(conn.clone());
+            return Ok(conn);
+        }
+        let conn = Rc::new(Conn::new(connect(t)?, t));
+        let rows = conn.run("reach tasklock's schema", |c| {
+            c.simple_query(&format!(
+                "SELECT pg_backend_pid(), to_regclass('{}.schema_version') IS NOT NULL",
+                t.schema
+            ))
+        })?;
+        let row = rows.iter().find_map(|m| match m {
+            SimpleQueryMessage::Row(r) => Some(r),
+            _ => None,
+        });
+        if row.and_then(|r| r.get(1)) != Some("t") {
+            return Err(Error::Store(format!(
+                "{} ({}) has no schema {}, which {} ({}) keeps: the session URL must reach the same database",
+                t.masked, t.source, t.schema, self.conn.url, self.conn.target.source
+            )));
+        }
+        conn.pid.set(
+            row.and_then(|r| r.get(0))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
+        );
+        if self.shares_sessions {
+            SESSIONS.with(|s| {
+                s.borrow_mut()
+                    .push((t.url.clone(), t.schema.clone(), conn.clone()))
+            });
+        }
+        let _ = self.session_conn.set(conn.clone());
+        Ok(conn)
+    }
+
+    /// `conn`'s statements reach different server sessions, so `what` (which needs one)
+    /// cannot be done there.
+    fn not_a_session(&self, conn: &Conn, what: &str) -> Error {
+        let fix = match &self.session {
+            None => format!(
+                "set {} (or `session_store:` beside `store:` in config.yaml) to a URL that keeps a session: the server itself, or a pooler in session mode",
+                super::SESSION_URL_ENV
+            ),
+            Some(t) => format!(
+                "{} must keep a session: the server itself, or a pooler in session mode",
+                t.source
+            ),
+        };
+        Error::Store(format!(
+            "PostgreSQL at {} ({}): {what}, which needs a session of its own, but statements sent there run in different server sessions (a connection pooler in transaction mode, such as PgBouncer's); {fix} (docs/postgres.md, \"Behind a connection pooler\")",
+            conn.url, conn.target.source
+        ))
     }
 
     /// "PostgreSQL at postgres://u:***@host/db, schema tasklock".
@@ -505,6 +664,12 @@ impl PgStore {
         &self.schema
     }
 
+    /// The server session this store's connection was given when it connected.
+    #[cfg(test)]
+    pub(crate) fn backend_pid(&self) -> i32 {
+        self.conn.pid.get()
+    }
+
     pub fn server_version(&self) -> &str {
         &self.server_version
     }
@@ -527,18 +692,31 @@ impl PgStore {
         format!("{}.{what}", self.schema)
     }
 
+    /// `sql` with `{s}` standing for this store's schema. Every statement names its
+    /// tables so (`{s}.records`): nothing depends on the session's `search_path`, which a
+    /// connection pooler in transaction mode does not keep.
+    pub(crate) fn sql(&self, sql: &str) -> String {
+        sql.replace("{s}", &self.schema)
+    }
+
+    /// Rows of one statement, sent unnamed (`query_typed`: Parse, Bind, Execute and Sync
+    /// in one round trip), so nothing of it outlives the statement on the server session:
+    /// a pooler in transaction mode may give the next statement another one.
     fn rows(
         &self,
         what: &str,
         sql: &str,
         params: &[(&(dyn ToSql + Sync), Type)],
     ) -> Result<Vec<postgres::Row>> {
-        self.conn.run(what, |c| c.query_typed(sql, params))
+        let sql = self.sql(sql);
+        self.conn.run(what, |c| c.query_typed(&sql, params))
     }
 
     fn exec(&self, what: &str, sql: &str, params: &[(&(dyn ToSql + Sync), Type)]) -> Result<u64> {
-        self.conn
-            .run(what, |c| c.query_typed(sql, params).map(|r| r.len() as u64))
+        let sql = self.sql(sql);
+        self.conn.run(what, |c| {
+            c.query_typed(&sql, params).map(|r| r.len() as u64)
+        })
     }
 
     /// Every `data` of a query, as `T`; rows that do not decode are skipped (soft state,
@@ -645,11 +823,22 @@ impl PgStore {
                 sql
             }
         };
-        let mut client = self.conn.client.borrow_mut();
         // A wait can be stopped, as the lock directory's can: by a signal (for the
         // commands that catch them) or the command's own deadline. The lock query blocks,
-        // so a thread watches for those and cancels it.
-        let watch = wait.map(|_| WaitWatch::start(client.cancel_token()));
+        // so a thread watches for those and cancels it, found by its tag.
+        let (sql, watch) = match wait {
+            Some(_) => {
+                let tag = wait_tag();
+                let sql = format!("/* {tag} */ {sql}");
+                let target = self
+                    .session
+                    .clone()
+                    .unwrap_or_else(|| self.conn.target.clone());
+                (sql, Some(WaitWatch::start(target, tag)))
+            }
+            None => (sql, None),
+        };
+        let mut client = self.conn.client.borrow_mut();
         let result = client.simple_query(&sql);
         if let Some(why) = watch.and_then(WaitWatch::finish) {
             // Stopped: whatever the query came to (the lock may have been granted just
@@ -718,13 +907,14 @@ impl PgStore {
             .min(i64::MAX as u64);
         format!(
             "DO $trim$ BEGIN \
-               IF (SELECT coalesce(max(id), 0) FROM audit) % {every} < {added} THEN \
-                 DELETE FROM audit WHERE id <= (\
+               IF (SELECT coalesce(max(id), 0) FROM {s}.audit) % {every} < {added} THEN \
+                 DELETE FROM {s}.audit WHERE id <= (\
                    SELECT id FROM (SELECT id, sum(octet_length(data::text)) \
-                     OVER (ORDER BY id DESC) AS kept FROM audit) t \
+                     OVER (ORDER BY id DESC) AS kept FROM {s}.audit) t \
                    WHERE kept > {budget} ORDER BY id DESC LIMIT 1); \
                END IF; \
              END $trim$; ",
+            s = self.schema,
             every = AUDIT_TRIM_EVERY,
             added = added.min(AUDIT_TRIM_EVERY as usize),
         )
@@ -773,11 +963,12 @@ impl PgStore {
                 tag = format!("$tl{n}$");
             }
             sql.push_str(&format!(
-                "INSERT INTO audit (ts, event, key, agent, data) \
+                "INSERT INTO {s}.audit (ts, event, key, agent, data) \
                  SELECT (e->>'ts')::timestamptz, e->>'event', e->>'key', e->>'agent', e \
                  FROM jsonb_array_elements({tag}{json}{tag}::jsonb) WITH ORDINALITY AS t(e, n) \
                  ORDER BY n; SELECT pg_notify('{}', ''); ",
-                self.channel("audit")
+                self.channel("audit"),
+                s = self.schema,
             ));
             sql.push_str(&self.trim_audit(events.len()));
         }
@@ -810,7 +1001,7 @@ impl PgStore {
     }
 
     pub fn next_token(&self, _g: &PgGuard) -> Result<u64> {
-        let rows = self.rows("take a fencing token", "SELECT nextval('tokens')", &[])?;
+        let rows = self.rows("take a fencing token", "SELECT nextval('{s}.tokens')", &[])?;
         let t: i64 = rows
             .first()
             .map(|r| r.get(0))

@@ -7,7 +7,7 @@ impl PgStore {
         Ok(self
             .one::<Queue>(
                 "read a queue",
-                "SELECT data::text FROM queues WHERE key = $1",
+                "SELECT data::text FROM {s}.queues WHERE key = $1",
                 &[(&key, Type::TEXT)],
             )?
             .filter(|q| q.key == key)
@@ -16,7 +16,7 @@ impl PgStore {
 
     pub fn scan_queues(&self) -> Result<Vec<Queue>> {
         let mut out: Vec<Queue> =
-            self.all("read the queues", "SELECT data::text FROM queues", &[])?;
+            self.all("read the queues", "SELECT data::text FROM {s}.queues", &[])?;
         out.sort_by(|a, b| a.key.cmp(&b.key));
         Ok(out)
     }
@@ -27,7 +27,7 @@ impl PgStore {
             return self
                 .exec(
                     "remove a queue",
-                    "DELETE FROM queues WHERE key = $1 RETURNING 1",
+                    "DELETE FROM {s}.queues WHERE key = $1 RETURNING 1",
                     &[(&q.key, Type::TEXT)],
                 )
                 .map(|_| ());
@@ -35,7 +35,7 @@ impl PgStore {
         let data = to_json(q, "queue")?;
         self.exec(
             "write a queue",
-            "INSERT INTO queues (key, data) VALUES ($1, $2::jsonb) \
+            "INSERT INTO {s}.queues (key, data) VALUES ($1, $2::jsonb) \
              ON CONFLICT (key) DO UPDATE SET data = excluded.data RETURNING 1",
             &[(&q.key, Type::TEXT), (&data, Type::TEXT)],
         )

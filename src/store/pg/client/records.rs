@@ -18,7 +18,7 @@ impl PgStore {
     pub fn read(&self, key: &str) -> Result<Slot> {
         let rows = self.rows(
             "read a record",
-            "SELECT data::text FROM records WHERE key = $1",
+            "SELECT data::text FROM {s}.records WHERE key = $1",
             &[(&key, Type::TEXT)],
         )?;
         Ok(match rows.first() {
@@ -31,7 +31,7 @@ impl PgStore {
     pub fn read_slots(&self, key: &str) -> Result<Vec<Slot>> {
         let rows = self.rows(
             "read the records of slots",
-            "SELECT slot, data::text FROM slot_records WHERE key = $1 ORDER BY slot",
+            "SELECT slot, data::text FROM {s}.slot_records WHERE key = $1 ORDER BY slot",
             &[(&key, Type::TEXT)],
         )?;
         Ok(rows
@@ -86,8 +86,8 @@ impl PgStore {
     pub fn scan(&self) -> Result<Vec<Slot>> {
         let rows = self.rows(
             "read the records",
-            "SELECT key, NULL::integer, data::text FROM records \
-             UNION ALL SELECT key, slot, data::text FROM slot_records",
+            "SELECT key, NULL::integer, data::text FROM {s}.records \
+             UNION ALL SELECT key, slot, data::text FROM {s}.slot_records",
             &[],
         )?;
         let mut out: Vec<(ScanOrder, Slot)> = rows
@@ -112,7 +112,7 @@ impl PgStore {
             "read records and queues",
             "SELECT r.data::text, q.data::text \
              FROM unnest($1::text[]) WITH ORDINALITY AS t(key, n) \
-             LEFT JOIN records r ON r.key = t.key LEFT JOIN queues q ON q.key = t.key \
+             LEFT JOIN {s}.records r ON r.key = t.key LEFT JOIN {s}.queues q ON q.key = t.key \
              ORDER BY t.n",
             &[(&keys, Type::TEXT_ARRAY)],
         )?;
@@ -184,13 +184,13 @@ impl PgStore {
                 ))
             })?;
             let sql = if replace {
-                "INSERT INTO slot_records (key, slot, token, agent, expires_at, data) \
+                "INSERT INTO {s}.slot_records (key, slot, token, agent, expires_at, data) \
                  VALUES ($1, $2, $3, $4, $5::timestamptz, $6::jsonb) \
                  ON CONFLICT (key, slot) DO UPDATE SET token = excluded.token, \
                  agent = excluded.agent, expires_at = excluded.expires_at, data = excluded.data \
                  RETURNING 1"
             } else {
-                "INSERT INTO slot_records (key, slot, token, agent, expires_at, data) \
+                "INSERT INTO {s}.slot_records (key, slot, token, agent, expires_at, data) \
                  VALUES ($1, $2, $3, $4, $5::timestamptz, $6::jsonb) \
                  ON CONFLICT (key, slot) DO NOTHING RETURNING 1"
             };
@@ -208,12 +208,12 @@ impl PgStore {
             );
         }
         let sql = if replace {
-            "INSERT INTO records (key, token, agent, expires_at, data) \
+            "INSERT INTO {s}.records (key, token, agent, expires_at, data) \
              VALUES ($1, $2, $3, $4::timestamptz, $5::jsonb) \
              ON CONFLICT (key) DO UPDATE SET token = excluded.token, agent = excluded.agent, \
              expires_at = excluded.expires_at, data = excluded.data RETURNING 1"
         } else {
-            "INSERT INTO records (key, token, agent, expires_at, data) \
+            "INSERT INTO {s}.records (key, token, agent, expires_at, data) \
              VALUES ($1, $2, $3, $4::timestamptz, $5::jsonb) \
              ON CONFLICT (key) DO NOTHING RETURNING 1"
         };
@@ -241,7 +241,7 @@ impl PgStore {
             return self
                 .exec(
                     "remove the record of a slot",
-                    "DELETE FROM slot_records WHERE key = $1 AND slot = $2 RETURNING 1",
+                    "DELETE FROM {s}.slot_records WHERE key = $1 AND slot = $2 RETURNING 1",
                     &[(&key, Type::TEXT), (&slot, Type::INT4)],
                 )
                 .map(|_| ());
@@ -249,8 +249,8 @@ impl PgStore {
         // A claimed key of the backlog is ready again once its record is gone.
         self.exec(
             "remove a record",
-            "WITH d AS (DELETE FROM records WHERE key = $1 RETURNING 1), \
-             b AS (UPDATE backlog SET agent = NULL, recheck = NULL \
+            "WITH d AS (DELETE FROM {s}.records WHERE key = $1 RETURNING 1), \
+             b AS (UPDATE {s}.backlog SET agent = NULL, recheck = NULL \
                    WHERE key = $1 AND agent IS NOT NULL AND EXISTS (SELECT 1 FROM d)) \
              SELECT 1 FROM d",
             &[(&key, Type::TEXT)],

@@ -11,7 +11,7 @@ impl PgStore {
         let entry = self
             .one::<AgentEntry>(
                 "read an agent",
-                "SELECT data::text FROM agents WHERE id = $1",
+                "SELECT data::text FROM {s}.agents WHERE id = $1",
                 &[(&id, Type::TEXT)],
             )?
             .filter(|e| e.id == id);
@@ -24,7 +24,7 @@ impl PgStore {
 
     pub fn scan_agents(&self) -> Result<Vec<AgentEntry>> {
         let mut out: Vec<AgentEntry> =
-            self.all("read the agents", "SELECT data::text FROM agents", &[])?;
+            self.all("read the agents", "SELECT data::text FROM {s}.agents", &[])?;
         out.sort_by(|a, b| a.id.cmp(&b.id));
         Ok(out)
     }
@@ -32,20 +32,31 @@ impl PgStore {
     /// One `heartbeat --watch` per agent: a session-scoped advisory lock, which ends
     /// with the watcher's connection (never a checkout's lock). `None`: another
     /// watcher has it.
+    ///
+    /// Taken on the session URL's connection when there is one. It is only taken in the
+    /// server session the connection was given when it connected: a statement that runs
+    /// in another went through a pooler in transaction mode, where the lock would stay
+    /// with a pooled session after the watcher ends (and be "held" by whoever gets that
+    /// session next), so the watcher is refused, naming the fix. (A pooler that happens
+    /// to hand back the same session cannot be told from a direct connection.)
     pub fn lock_watcher(&self, agent: &str) -> Result<Option<WatcherLock>> {
         let id = lock_id(&["watcher", &self.schema, agent]);
-        let rows = self.rows(
-            "lock the agent's watcher",
-            "SELECT pg_try_advisory_lock($1)",
-            &[(&id, Type::INT8)],
-        )?;
-        Ok(rows
-            .first()
-            .is_some_and(|r| r.get::<_, bool>(0))
-            .then(|| WatcherLock {
-                conn: self.conn.clone(),
-                id,
-            }))
+        let conn = self.session_conn()?;
+        let pid = conn.pid.get();
+        let rows = conn.run("lock the agent's watcher", |c| {
+            c.query_typed(
+                "SELECT CASE WHEN pg_backend_pid() = $2 THEN pg_try_advisory_lock($1) END",
+                &[(&id, Type::INT8), (&pid, Type::INT4)],
+            )
+        })?;
+        match rows.first().and_then(|r| r.get::<_, Option<bool>>(0)) {
+            None => Err(self.not_a_session(
+                &conn,
+                "`heartbeat --watch` holds the agent's watcher lock for as long as it runs",
+            )),
+            Some(false) => Ok(None),
+            Some(true) => Ok(Some(WatcherLock { conn, id })),
+        }
     }
 
     pub fn write_agent(&self, _g: &PgGuard, entry: &AgentEntry) -> Result<()> {
@@ -53,7 +64,7 @@ impl PgStore {
         let data = to_json(entry, "agent entry")?;
         self.exec(
             "write an agent entry",
-            "INSERT INTO agents (id, data) VALUES ($1, $2::jsonb) \
+            "INSERT INTO {s}.agents (id, data) VALUES ($1, $2::jsonb) \
              ON CONFLICT (id) DO UPDATE SET data = excluded.data RETURNING 1",
             &[(&entry.id, Type::TEXT), (&data, Type::TEXT)],
         )
@@ -64,7 +75,7 @@ impl PgStore {
         self.conn.cache.borrow_mut().agents.remove(id);
         self.exec(
             "remove an agent entry",
-            "DELETE FROM agents WHERE id = $1 RETURNING 1",
+            "DELETE FROM {s}.agents WHERE id = $1 RETURNING 1",
             &[(&id, Type::TEXT)],
         )
         .map(|_| ())
