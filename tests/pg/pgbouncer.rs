@@ -104,6 +104,15 @@ fn the_commands_run_through_pgbouncer_in_transaction_mode() {
     refused(&e, p, "c", &["checkout", "k", "--wait", "1s"]);
     ok(&e, p, "a", &["release", "k"]);
     ok(&e, p, "b", &["release", "k2"]);
+    // The backlog: added, claimed in order, given back and finished.
+    ok(&e, p, "a", &["backlog", "add", "t1", "t2"]);
+    let next = ok(&e, p, "b", &["checkout", "--next", "--json"]).json();
+    assert_eq!(next["key"], "t1", "{next}");
+    ok(&e, p, "b", &["release", "t1", "--done"]);
+    let next = ok(&e, p, "c", &["checkout", "--next", "--json"]).json();
+    assert_eq!(next["key"], "t2", "{next}");
+    ok(&e, p, "c", &["release", "t2", "--done"]);
+    assert_eq!(run(&e, p, "c", &["checkout", "--next"]).code, 3);
     ok(&e, p, "a", &["agents"]);
     let log = ok(&e, p, "a", &["audit", "--json"]);
     assert!(log.stdout.contains("\"release\""), "{}", log.text());
