@@ -117,6 +117,31 @@ pub unsafe fn die_with_parent(parent: i32) {
     unsafe { dispatch!(die_with_parent(parent)) }
 }
 
+/// The whole of a small text file (a procfs file, `/etc/passwd`): open, read until the
+/// end, close; `None` when it cannot be read or is not UTF-8, as
+/// `std::fs::read_to_string(path).ok()`. That one first asks the file's size, which procfs
+/// gives as 0, and then reads in small steps: six to eight calls for `/proc/1/stat` where
+/// this takes four.
+pub fn read_text(path: impl AsRef<std::path::Path>) -> Option<String> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path).ok()?;
+    let mut buf = vec![0u8; 4096];
+    let mut len = 0;
+    loop {
+        if len == buf.len() {
+            buf.resize(len * 2, 0);
+        }
+        match f.read(&mut buf[len..]) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+    buf.truncate(len);
+    String::from_utf8(buf).ok()
+}
+
 /// Eight random hex digits.
 pub fn random_hex() -> Option<String> {
     use std::io::Read;
