@@ -304,7 +304,10 @@ impl Dir {
     /// directory (as the directory listing says; unknown counts as not).
     pub fn entries(&self) -> io::Result<Vec<(String, bool)>> {
         let mut out = Vec::new();
-        for entry in rustix::fs::Dir::read_from(&self.fd)? {
+        // A descriptor of its own for the listing (its own position), opened with the
+        // flags this one has: what `Dir::read_from` does after asking them with F_GETFL.
+        let fd = rustix::fs::openat(&self.fd, ".", DIR_FLAGS, Mode::empty())?;
+        for entry in rustix::fs::Dir::new(fd)? {
             let entry = entry?;
             let name = entry.file_name().to_bytes();
             if name == b"." || name == b".." {
