@@ -145,6 +145,13 @@ mod tests {
         true
     }
 
+    /// clap checks a command's definition when it builds it; with subcommands built
+    /// only when they run (`defer` in cli.rs), this builds and checks them all.
+    #[test]
+    fn every_subcommand_definition_is_sound() {
+        <Cli as clap::CommandFactory>::command().debug_assert();
+    }
+
     #[test]
     fn the_common_command_lines_are_read_as_clap_reads_them() {
         for words in [
