@@ -69,7 +69,12 @@ fn watch_interval(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+// Each subcommand's arguments are built only when that subcommand runs (`defer`): a
+// command then builds one argument list instead of all of them, a tenth of its start-up
+// (docs/performance.md). So the argument structs below carry plain comments, not doc
+// comments: a deferred struct's doc comment would replace the subcommand's help line.
 #[derive(Debug, Subcommand)]
+#[command(defer = true)]
 pub enum Command {
     /// Atomically take KEY (re-checkout by the holder renews the lease)
     Checkout(CheckoutArgs),
@@ -158,7 +163,7 @@ pub struct BacklogRemoveArgs {
     pub keys: Vec<String>,
 }
 
-/// The arguments of `checkout`.
+// The arguments of `checkout`.
 #[derive(Debug, Args)]
 pub struct CheckoutArgs {
     /// The key; with --any, several keys in order of preference
@@ -193,7 +198,7 @@ pub struct CheckoutArgs {
     pub next: bool,
 }
 
-/// The arguments of `release`.
+// The arguments of `release`.
 #[derive(Debug, Args)]
 pub struct ReleaseArgs {
     #[arg(
@@ -217,7 +222,7 @@ pub struct ReleaseArgs {
     pub done: bool,
 }
 
-/// The arguments of `leave`.
+// The arguments of `leave`.
 #[derive(Debug, Args)]
 pub struct LeaveArgs {
     #[arg(
@@ -231,7 +236,7 @@ pub struct LeaveArgs {
     pub all: bool,
 }
 
-/// The arguments of `renew`.
+// The arguments of `renew`.
 #[derive(Debug, Args)]
 pub struct RenewArgs {
     #[arg(
@@ -248,13 +253,13 @@ pub struct RenewArgs {
     pub timeout: Option<Duration>,
 }
 
-/// The arguments of `status`.
+// The arguments of `status`.
 #[derive(Debug, Args)]
 pub struct StatusArgs {
     pub key: String,
 }
 
-/// The arguments of `list`.
+// The arguments of `list`.
 #[derive(Debug, Args)]
 pub struct ListArgs {
     /// Only this agent's checkouts
@@ -262,7 +267,7 @@ pub struct ListArgs {
     pub mine: bool,
 }
 
-/// The arguments of `verify`.
+// The arguments of `verify`.
 #[derive(Debug, Args)]
 pub struct VerifyArgs {
     pub key: String,
@@ -270,7 +275,7 @@ pub struct VerifyArgs {
     pub token: u64,
 }
 
-/// The arguments of `heartbeat`.
+// The arguments of `heartbeat`.
 #[derive(Debug, Args)]
 pub struct HeartbeatArgs {
     /// A short free text shown in `tasklock agents`
@@ -295,7 +300,7 @@ pub struct HeartbeatArgs {
     pub after_beat: bool,
 }
 
-/// The arguments of `agents`.
+// The arguments of `agents`.
 #[derive(Debug, Args)]
 pub struct AgentsArgs {
     /// Every agent in the registry, not only live and recently ended ones
@@ -303,7 +308,7 @@ pub struct AgentsArgs {
     pub all: bool,
 }
 
-/// The arguments of `inbox`.
+// The arguments of `inbox`.
 #[derive(Debug, Args)]
 pub struct InboxArgs {
     /// Leave the messages unread
@@ -311,7 +316,7 @@ pub struct InboxArgs {
     pub peek: bool,
 }
 
-/// The arguments of `init`.
+// The arguments of `init`.
 #[derive(Debug, Args)]
 pub struct InitArgs {
     /// Show what would change without changing anything
@@ -327,7 +332,7 @@ pub struct InitArgs {
     pub git_hook: bool,
 }
 
-/// The arguments of `setup`.
+// The arguments of `setup`.
 #[derive(Debug, Args)]
 pub struct SetupArgs {
     /// Put the skills here instead of ~/.claude/skills
@@ -347,7 +352,7 @@ pub struct SetupArgs {
     pub dry_run: bool,
 }
 
-/// The arguments of `hook`.
+// The arguments of `hook`.
 #[derive(Debug, Args)]
 pub struct HookArgs {
     /// session-start, user-prompt-submit, pre-tool-use, post-tool-use, stop, subagent-start,
@@ -355,7 +360,7 @@ pub struct HookArgs {
     pub event: Option<String>,
 }
 
-/// The arguments of `freeze`.
+// The arguments of `freeze`.
 #[derive(Debug, Args)]
 pub struct FreezeArgs {
     /// A key, or a prefix ending in `*`
@@ -368,13 +373,13 @@ pub struct FreezeArgs {
     pub reason: Option<String>,
 }
 
-/// The arguments of `unfreeze`.
+// The arguments of `unfreeze`.
 #[derive(Debug, Args)]
 pub struct UnfreezeArgs {
     pub key: String,
 }
 
-/// The arguments of `why`.
+// The arguments of `why`.
 #[derive(Debug, Args)]
 pub struct WhyArgs {
     #[arg(required_unless_present = "paths", value_name = "KEY")]
@@ -384,7 +389,7 @@ pub struct WhyArgs {
     pub paths: Vec<String>,
 }
 
-/// The arguments of `audit`.
+// The arguments of `audit`.
 #[derive(Debug, Args)]
 pub struct AuditArgs {
     /// Only events from the last DUR
@@ -401,7 +406,7 @@ pub struct AuditArgs {
     pub follow: bool,
 }
 
-/// The arguments of `stage`.
+// The arguments of `stage`.
 #[derive(Debug, Args)]
 pub struct StageArgs {
     /// List the files without staging them
@@ -409,7 +414,7 @@ pub struct StageArgs {
     pub dry_run: bool,
 }
 
-/// The arguments of `note`.
+// The arguments of `note`.
 #[derive(Debug, Args)]
 pub struct NoteArgs {
     pub key: String,
@@ -418,7 +423,7 @@ pub struct NoteArgs {
     pub text: String,
 }
 
-/// The arguments of `run`.
+// The arguments of `run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// The key (may also follow --wait: `run --wait KEY -- CMD`)

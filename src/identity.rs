@@ -46,8 +46,7 @@ impl UnixUser {
     pub fn current() -> UnixUser {
         // SAFETY: geteuid has no preconditions.
         let uid = unsafe { libc::geteuid() };
-        let name = std::fs::read_to_string("/etc/passwd")
-            .ok()
+        let name = crate::os::read_text("/etc/passwd")
             .and_then(|text| {
                 text.lines().find_map(|l| {
                     let mut f = l.split(':');

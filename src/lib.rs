@@ -1,5 +1,6 @@
 //! tasklock: atomic task checkouts for coding agents working side by side.
 
+pub mod argv;
 pub mod cli;
 pub mod clients;
 pub mod clock;
@@ -49,7 +50,7 @@ where
 }
 
 fn run_command(args: Vec<OsString>) -> i32 {
-    let cli = match Cli::try_parse_from(&args) {
+    let cli = match parse_args(&args) {
         Ok(cli) => cli,
         Err(e)
             if subcommand(&args) == Some("hook")
@@ -328,7 +329,7 @@ where
     T: Into<OsString> + Clone,
 {
     let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
-    let cli = match Cli::try_parse_from(&args) {
+    let cli = match parse_args(&args) {
         Ok(cli)
             if !matches!(
                 cli.command,
@@ -401,6 +402,15 @@ where
         markdown,
         json,
         error_kind,
+    }
+}
+
+/// The command line as clap reads it: the most frequent ones without building clap's
+/// command tree ([`argv`]), every other one, and every error, by clap.
+fn parse_args(args: &[OsString]) -> Result<Cli, clap::Error> {
+    match argv::parse(args) {
+        Some(cli) => Ok(cli),
+        None => Cli::try_parse_from(args),
     }
 }
 

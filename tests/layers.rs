@@ -13,7 +13,7 @@ fn layer(module: &str) -> Option<u8> {
         "store" => 1,
         "liveness" => 2,
         "report" => 3,
-        "engine" | "render" | "clients" | "cli" => 4,
+        "engine" | "render" | "clients" | "cli" | "argv" => 4,
         "commands" => 5,
         "mcp" | "lib" | "main" | "bin" => 6,
         _ => return None,

@@ -345,7 +345,20 @@ pub(crate) fn settle_key(
     key_now: KeyNow<'_>,
     taker: Option<&str>,
 ) -> Result<Queue> {
-    let mut q = store.read_queue(key)?;
+    let q = store.read_queue(key)?;
+    settle_read(ctx, store, g, key, q, key_now, taker)
+}
+
+/// [`settle_key`] for `q`, `key`'s queue as read under this guard and not changed since.
+pub(crate) fn settle_read(
+    ctx: &Ctx,
+    store: &dyn Store,
+    g: &Guard,
+    key: &str,
+    mut q: Queue,
+    key_now: KeyNow<'_>,
+    taker: Option<&str>,
+) -> Result<Queue> {
     if q.is_empty() {
         return Ok(q);
     }

@@ -149,11 +149,17 @@ pub fn attempt(
         return Ok(r);
     }
     let own = store.read(key)?;
+    // The queue as read for its slots, kept for honouring it below when nothing since
+    // could have changed it.
+    let mut read_queue = None;
     if req.paths.is_empty() {
         let asked = slots::asked(&ctx.config().unwrap_or_default(), key, req.slots);
         // A key with slots, or one asked to have them: its holders are read together.
         let queued = if asked.is_none() {
-            store.read_queue(key)?.slots
+            let q = store.read_queue(key)?;
+            let slots = q.slots;
+            read_queue = Some(q);
+            slots
         } else {
             None
         };
@@ -292,8 +298,13 @@ pub fn attempt(
         }
     }
 
-    // The key is free: honour the queue.
-    let mut q = queue::settle_key(ctx, store, guard, key, KeyNow::Free, Some(&agent.id))?;
+    // The key is free: honour the queue. Read above unless a take-over (which hands the
+    // key on through the queue) or path checks came between.
+    let taker = Some(agent.id.as_str());
+    let mut q = match read_queue.filter(|_| took_over.is_none() && req.paths.is_empty()) {
+        Some(q) => queue::settle_read(ctx, store, guard, key, q, KeyNow::Free, taker)?,
+        None => queue::settle_key(ctx, store, guard, key, KeyNow::Free, taker)?,
+    };
     match q.reservation().cloned() {
         Some(res) if res.agent != agent.id => {
             let mut r = refuse(

@@ -7,8 +7,7 @@ use std::time::Duration;
 use super::ProcInfo;
 
 fn read_trimmed(path: &str) -> Option<String> {
-    std::fs::read_to_string(path)
-        .ok()
+    super::read_text(path)
         .map(|s| s.trim().to_string())
         .filter(|s| !s.is_empty())
 }
@@ -16,7 +15,7 @@ fn read_trimmed(path: &str) -> Option<String> {
 /// From `/proc/PID/stat`: the command name (field 2, as `/proc/PID/comm` has it), state,
 /// parent and start time in clock ticks since boot (fields 3, 4 and 22). One read.
 pub(super) fn process(pid: u32) -> Option<ProcInfo> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let stat = super::read_text(format!("/proc/{pid}/stat"))?;
     // The command name (field 2) may contain spaces and parentheses; the fields after
     // it start after the last ')'.
     let open = stat.find('(')?;
@@ -40,6 +39,21 @@ pub(super) fn exe(pid: u32) -> Option<PathBuf> {
 }
 
 pub(super) fn hostname() -> Option<String> {
+    // One call: uname's node name is what /proc/sys/kernel/hostname shows (this UTS
+    // namespace's). A name that is empty, not UTF-8 or would be trimmed is read from
+    // procfs as before, so every name comes out as it did.
+    // SAFETY: uname fills the zeroed struct, whose fields are NUL-terminated on success.
+    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+    if unsafe { libc::uname(&mut u) } == 0 {
+        // SAFETY: nodename is NUL-terminated after a successful uname.
+        let name = unsafe { std::ffi::CStr::from_ptr(u.nodename.as_ptr()) };
+        if let Ok(n) = name.to_str()
+            && !n.is_empty()
+            && n.trim() == n
+        {
+            return Some(n.to_string());
+        }
+    }
     read_trimmed("/proc/sys/kernel/hostname")
 }
 

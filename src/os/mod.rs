@@ -117,6 +117,75 @@ pub unsafe fn die_with_parent(parent: i32) {
     unsafe { dispatch!(die_with_parent(parent)) }
 }
 
+/// What Rust's runtime sets up before `main` and tasklock relies on, for the binary that
+/// starts without it (`src/main.rs`, glibc Linux): file descriptors 0, 1 and 2 open (on
+/// `/dev/null` when one is closed, so no file tasklock opens becomes its standard output),
+/// and SIGPIPE ignored (a closed pipe is an error to handle, not a kill). Done as std
+/// does it.
+///
+/// # Safety
+/// Call it once, first thing in `main`, before any other thread exists.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+pub unsafe fn start_process() {
+    // SAFETY: plain system calls on the standard descriptors and the signal disposition,
+    // before anything else runs (the caller's promise).
+    unsafe {
+        let mut fds = [0, 1, 2].map(|fd| libc::pollfd {
+            fd,
+            events: 0,
+            revents: 0,
+        });
+        let polled = loop {
+            if libc::poll(fds.as_mut_ptr(), 3, 0) != -1 {
+                break true;
+            }
+            match *libc::__errno_location() {
+                libc::EINTR => {}
+                // Resource limits or a short allocation can keep poll from working: ask
+                // each descriptor instead.
+                libc::EINVAL | libc::EAGAIN | libc::ENOMEM => break false,
+                _ => libc::abort(),
+            }
+        };
+        for (fd, p) in (0..3).zip(fds) {
+            let closed = if polled {
+                p.revents & libc::POLLNVAL != 0
+            } else {
+                libc::fcntl(fd, libc::F_GETFD) == -1 && *libc::__errno_location() == libc::EBADF
+            };
+            if closed && libc::open(c"/dev/null".as_ptr(), libc::O_RDWR, 0) == -1 {
+                libc::abort();
+            }
+        }
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
+}
+
+/// The whole of a small text file (a procfs file, `/etc/passwd`): open, read until the
+/// end, close; `None` when it cannot be read or is not UTF-8, as
+/// `std::fs::read_to_string(path).ok()`. That one first asks the file's size, which procfs
+/// gives as 0, and then reads in small steps: six to eight calls for `/proc/1/stat` where
+/// this takes four.
+pub fn read_text(path: impl AsRef<std::path::Path>) -> Option<String> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path).ok()?;
+    let mut buf = vec![0u8; 4096];
+    let mut len = 0;
+    loop {
+        if len == buf.len() {
+            buf.resize(len * 2, 0);
+        }
+        match f.read(&mut buf[len..]) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+    buf.truncate(len);
+    String::from_utf8(buf).ok()
+}
+
 /// Eight random hex digits.
 pub fn random_hex() -> Option<String> {
     use std::io::Read;

@@ -217,6 +217,12 @@ impl Dir {
     /// Open `name` for reading and writing, creating it when missing; only a regular
     /// file is accepted.
     pub fn open_rw(&self, name: &str, append: bool) -> io::Result<File> {
+        self.open_rw_stat(name, append).map(|(file, _)| file)
+    }
+
+    /// As [`Dir::open_rw`], with the file's metadata as it was checked (the size as
+    /// opened; the device and inode, which an open file keeps).
+    pub fn open_rw_stat(&self, name: &str, append: bool) -> io::Result<(File, std::fs::Metadata)> {
         let mut flags = OFlags::RDWR | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
         if append {
             flags |= OFlags::APPEND;
@@ -240,12 +246,17 @@ impl Dir {
                 Err(e) => return Err(e.into()),
             }
         };
-        let file = regular(File::from(fd))?;
+        let file = File::from(fd);
+        let meta = file.metadata()?;
+        if !meta.is_file() {
+            return Err(not_a_regular_file());
+        }
         // Back to blocking: a regular file never blocks on O_NONBLOCK anyway, and the
-        // flag must not leak into what std expects of the file.
-        let fl = rustix::fs::fcntl_getfl(&file)?;
-        rustix::fs::fcntl_setfl(&file, fl - OFlags::NONBLOCK)?;
-        Ok(file)
+        // flag must not leak into what std expects of the file. F_SETFL sets only the
+        // status flags (append, non-blocking, and ones never asked for here), so the flags
+        // opened with, less O_NONBLOCK, need not be asked for with F_GETFL first.
+        rustix::fs::fcntl_setfl(&file, flags & OFlags::APPEND)?;
+        Ok((file, meta))
     }
 
     /// `stat` of `name` itself (a symlink is not followed).
@@ -293,7 +304,10 @@ impl Dir {
     /// directory (as the directory listing says; unknown counts as not).
     pub fn entries(&self) -> io::Result<Vec<(String, bool)>> {
         let mut out = Vec::new();
-        for entry in rustix::fs::Dir::read_from(&self.fd)? {
+        // A descriptor of its own for the listing (its own position), opened with the
+        // flags this one has: what `Dir::read_from` does after asking them with F_GETFL.
+        let fd = rustix::fs::openat(&self.fd, ".", DIR_FLAGS, Mode::empty())?;
+        for entry in rustix::fs::Dir::new(fd)? {
             let entry = entry?;
             let name = entry.file_name().to_bytes();
             if name == b"." || name == b".." {

@@ -234,9 +234,10 @@ impl FileStore {
                 Err(std::fs::TryLockError::Error(_)) => None,
             };
             // `.guard` too, for older versions that lock only it.
-            let file = self
+            // Its device and inode, which the open file keeps, as opened.
+            let (file, held) = self
                 .dir
-                .open_rw(GUARD, false)
+                .open_rw_stat(GUARD, false)
                 .map_err(|e| Error::io(&path, symlink_hint(e)))?;
             let file = if wait {
                 self.wait_for_guard(file, &path)?
@@ -249,7 +250,6 @@ impl FileStore {
             };
             // The file locked must still be the one at the path: one deleted or
             // replaced meanwhile is locked by nobody else, so start again.
-            let held = file.metadata().map_err(|e| Error::io(&path, e))?;
             let same = self
                 .dir
                 .stat(GUARD)

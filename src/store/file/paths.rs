@@ -36,8 +36,9 @@ impl FileStore {
         if !meta.is_file() || meta.len() > MAX_INDEX_BYTES {
             return None;
         }
-        let mut bytes = Vec::with_capacity(meta.len() as usize);
-        f.read_to_end(&mut bytes).ok()?;
+        let mut bytes = Vec::with_capacity(meta.len() as usize + 1);
+        // Through `take`: a `File`'s read_to_end asks the size and position again.
+        (&mut f).take(u64::MAX).read_to_end(&mut bytes).ok()?;
         serde_json::from_slice::<Index>(&bytes)
             .ok()
             .filter(|i| i.version == 1)

@@ -187,8 +187,12 @@ pub(crate) fn read_small(dir: &Dir, name: &str) -> Result<Option<Vec<u8>>> {
     if !meta.is_file() || meta.len() > super::MAX_RECORD_BYTES {
         return Ok(None);
     }
-    let mut bytes = Vec::with_capacity(meta.len() as usize);
-    file.read_to_end(&mut bytes)
+    let mut bytes = Vec::with_capacity(meta.len() as usize + 1);
+    // Through `take`, whose read_to_end does not ask the size and position again (a
+    // `File`'s does: two more calls); no limit, as before.
+    (&mut file)
+        .take(u64::MAX)
+        .read_to_end(&mut bytes)
         .map_err(|e| Error::io(&path, e))?;
     Ok(Some(bytes))
 }
@@ -203,10 +207,11 @@ pub(crate) fn read_small(dir: &Dir, name: &str) -> Result<Option<Vec<u8>>> {
 pub(crate) fn append_line(dir: &Dir, name: &str, line: &[u8]) -> Result<()> {
     use std::os::unix::fs::FileExt;
     let path = dir.join(name);
-    let mut f = dir
-        .open_rw(name, true)
+    // The size as opened: every append runs under the guard.
+    let (mut f, meta) = dir
+        .open_rw_stat(name, true)
         .map_err(|e| Error::io(&path, super::symlink_hint(e)))?;
-    let len = f.metadata().map_err(|e| Error::io(&path, e))?.len();
+    let len = meta.len();
     if len > 0 {
         let mut last = [0u8; 1];
         f.read_exact_at(&mut last, len - 1)
