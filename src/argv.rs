@@ -106,12 +106,14 @@ pub fn parse(args: &[OsString]) -> Option<Cli> {
             wait: None,
             any: false,
             slots: None,
+            next: false,
         }),
         "release" if !positional.is_empty() => Command::Release(ReleaseArgs {
             keys: positional,
             all: false,
             force: flag("--force"),
             note: value("--note"),
+            done: false,
         }),
         "hook" if positional.len() <= 1 => Command::Hook(HookArgs {
             event: positional.pop(),
