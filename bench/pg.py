@@ -296,6 +296,37 @@ def bench_any(tl, kind, tmp, url, a):
     return out
 
 
+def drained(kind, n, agents, limit, agent, label):
+    """Run `agent(i)` for every agent at once; each returns the (key, token) pairs it
+    claimed. Checks that no key and no token was handed out twice and that every key was
+    taken (unless stopped at --drain-limit); prints and returns the figures."""
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(agents) as ex:
+        results = list(ex.map(agent, range(agents)))
+    took = time.perf_counter() - t0
+    claims = [c for r in results for c in r]
+    keys_taken = [k for k, _ in claims]
+    tokens = [t for _, t in claims]
+    dup_keys = len(keys_taken) - len(set(keys_taken))
+    dup_tokens = len(tokens) - len(set(tokens))
+    left = n - len(set(keys_taken))
+    per_agent = sorted(len(r) for r in results)
+    res = {"store": kind, "keys": n, "agents": agents, "seconds": took,
+           "claims": len(claims), "claims_per_s": len(claims) / took,
+           "duplicate_keys": dup_keys, "duplicate_tokens": dup_tokens, "keys_left": left,
+           "claims_per_agent_min_max": [per_agent[0], per_agent[-1]]}
+    res["stopped_at_limit"] = left > 0 and took >= limit
+    ok = dup_keys == 0 and dup_tokens == 0 and (left == 0 or res["stopped_at_limit"])
+    print(f"  {kind:4} {label} of {n:>6} keys by {agents} agents: {took:.1f} s, "
+          f"{res['claims_per_s']:.0f} claims/s, per agent {per_agent[0]}..{per_agent[-1]}, "
+          f"duplicate keys {dup_keys}, duplicate tokens {dup_tokens}, keys left {left}"
+          f"{' (stopped at --drain-limit)' if res['stopped_at_limit'] else ''}"
+          f"{'' if ok else '  <-- WRONG'}", flush=True)
+    if not ok:
+        sys.exit("bench: the drain handed out a key or a token twice, or left keys")
+    return res
+
+
 # --- benchmark 3 --------------------------------------------------------------------------
 
 def drain(tl, kind, tmp, url, n, agents, limit):
@@ -325,31 +356,7 @@ def drain(tl, kind, tmp, url, n, agents, limit):
             mine.remove(c["key"])
         return got
 
-    t0 = time.perf_counter()
-    with ThreadPoolExecutor(agents) as ex:
-        results = list(ex.map(agent, range(agents)))
-    took = time.perf_counter() - t0
-    claims = [c for r in results for c in r]
-    keys_taken = [k for k, _ in claims]
-    tokens = [t for _, t in claims]
-    dup_keys = len(keys_taken) - len(set(keys_taken))
-    dup_tokens = len(tokens) - len(set(tokens))
-    left = n - len(set(keys_taken))
-    per_agent = sorted(len(r) for r in results)
-    res = {"store": kind, "keys": n, "agents": agents, "seconds": took,
-           "claims": len(claims), "claims_per_s": len(claims) / took,
-           "duplicate_keys": dup_keys, "duplicate_tokens": dup_tokens, "keys_left": left,
-           "claims_per_agent_min_max": [per_agent[0], per_agent[-1]]}
-    res["stopped_at_limit"] = left > 0 and took >= limit
-    ok = dup_keys == 0 and dup_tokens == 0 and (left == 0 or res["stopped_at_limit"])
-    print(f"  {kind:4} drain of {n:>5} keys by {agents} agents: {took:.1f} s, "
-          f"{res['claims_per_s']:.0f} claims/s, per agent {per_agent[0]}..{per_agent[-1]}, "
-          f"duplicate keys {dup_keys}, duplicate tokens {dup_tokens}, keys left {left}"
-          f"{' (stopped at --drain-limit)' if res['stopped_at_limit'] else ''}"
-          f"{'' if ok else '  <-- WRONG'}", flush=True)
-    if not ok:
-        sys.exit("bench: the drain handed out a key or a token twice, or left keys")
-    return res
+    return drained(kind, n, agents, limit, agent, "drain")
 
 
 # --- benchmarks 5 and 6 ------------------------------------------------------------------
@@ -385,31 +392,7 @@ def drain_next(tl, kind, tmp, url, n, agents, limit):
             got.append((c["key"], c["token"]))
         return got
 
-    t0 = time.perf_counter()
-    with ThreadPoolExecutor(agents) as ex:
-        results = list(ex.map(agent, range(agents)))
-    took = time.perf_counter() - t0
-    claims = [c for r in results for c in r]
-    keys_taken = [k for k, _ in claims]
-    tokens = [t for _, t in claims]
-    dup_keys = len(keys_taken) - len(set(keys_taken))
-    dup_tokens = len(tokens) - len(set(tokens))
-    left = n - len(set(keys_taken))
-    per_agent = sorted(len(r) for r in results)
-    res = {"store": kind, "keys": n, "agents": agents, "seconds": took,
-           "claims": len(claims), "claims_per_s": len(claims) / took,
-           "duplicate_keys": dup_keys, "duplicate_tokens": dup_tokens, "keys_left": left,
-           "claims_per_agent_min_max": [per_agent[0], per_agent[-1]]}
-    res["stopped_at_limit"] = left > 0 and took >= limit
-    ok = dup_keys == 0 and dup_tokens == 0 and (left == 0 or res["stopped_at_limit"])
-    print(f"  {kind:4} --next drain of {n:>6} keys by {agents} agents: {took:.1f} s, "
-          f"{res['claims_per_s']:.0f} claims/s, per agent {per_agent[0]}..{per_agent[-1]}, "
-          f"duplicate keys {dup_keys}, duplicate tokens {dup_tokens}, keys left {left}"
-          f"{' (stopped at --drain-limit)' if res['stopped_at_limit'] else ''}"
-          f"{'' if ok else '  <-- WRONG'}", flush=True)
-    if not ok:
-        sys.exit("bench: the drain handed out a key or a token twice, or left keys")
-    return res
+    return drained(kind, n, agents, limit, agent, "--next drain")
 
 
 def flat(tl, kind, tmp, url, n, runs):
