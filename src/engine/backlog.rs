@@ -40,12 +40,18 @@ pub enum Next {
     },
 }
 
-/// The claim a record stands for, looked at again once its lease could be broken.
-fn claim_of(r: &Record) -> BacklogClaim {
+/// `agent`'s claim of a checkout whose lease ends at `expires_at`, looked at again once
+/// that lease could be broken.
+fn claim(agent: &str, expires_at: Time) -> BacklogClaim {
     BacklogClaim {
-        agent: r.agent.id.clone(),
-        recheck: r.expires_at + chrono::Duration::seconds(BREAK_GRACE_SECS),
+        agent: agent.to_string(),
+        recheck: expires_at + chrono::Duration::seconds(BREAK_GRACE_SECS),
     }
+}
+
+/// The claim a record stands for.
+fn claim_of(r: &Record) -> BacklogClaim {
+    claim(&r.agent.id, r.expires_at)
 }
 
 /// Claim the first key of the backlog that `req` can take, under the project's scope.
@@ -107,21 +113,13 @@ fn take_ready(
             let r = attempt(ctx, view, guard, req, key, Join::No)?;
             if r.outcome.exit_code() == 0 {
                 if let Some(c) = &r.checkout {
-                    let claim = BacklogClaim {
-                        agent: me.to_string(),
-                        recheck: c.expires_at + chrono::Duration::seconds(BREAK_GRACE_SECS),
-                    };
-                    view.backlog_mark(guard, key, Some(&claim))?;
+                    view.backlog_mark(guard, key, Some(&claim(me, c.expires_at)))?;
                 }
                 return Ok(Some(r));
             }
             match (&r.outcome, &r.checkout) {
                 (Outcome::Conflict, Some(h)) if h.agent.id != me => {
-                    let claim = BacklogClaim {
-                        agent: h.agent.id.clone(),
-                        recheck: h.expires_at + chrono::Duration::seconds(BREAK_GRACE_SECS),
-                    };
-                    view.backlog_mark(guard, key, Some(&claim))?;
+                    view.backlog_mark(guard, key, Some(&claim(&h.agent.id, h.expires_at)))?;
                 }
                 // Frozen, reserved for a queue's head, damaged: it stays ready, in its place.
                 _ => {}

@@ -275,7 +275,7 @@ impl FileStore {
                 self.publish_replace(g, key_name.as_bytes(), &d.returned, &name)?;
                 s.claimed = s.claimed.saturating_sub(1);
                 s.ready += 1;
-                drop_holder(&mut s, &old.agent.clone());
+                drop_holder(&mut s, &old.agent);
             }
         }
         if let Some(c) = claim {
