@@ -37,6 +37,15 @@ fn show(e: &Env) -> Value {
     e.ok("observer", &["backlog", "--json"]).json()
 }
 
+/// The keys of a `next` (or `claims`) array, in order.
+fn keys_of(list: &Value) -> Vec<&str> {
+    list.as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["key"].as_str().unwrap())
+        .collect()
+}
+
 fn add(e: &Env, keys: &[&str]) -> Value {
     let mut args = vec!["backlog", "add", "--json"];
     args.extend_from_slice(keys);
@@ -53,12 +62,7 @@ fn keys_are_claimed_in_order_and_each_once() {
     // Adding again keeps each key's place; only the new one goes at the end.
     let j = add(&e, &["t2", "t4"]);
     assert_eq!(j["added"], 1);
-    let order: Vec<&str> = j["next"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|k| k["key"].as_str().unwrap())
-        .collect();
+    let order = keys_of(&j["next"]);
     assert_eq!(order, ["t1", "t2", "t3", "t4"]);
     assert_eq!(claims(&e, "a"), "t1");
     assert_eq!(claims(&e, "b"), "t2");
@@ -214,6 +218,7 @@ fn frozen_keys_keep_their_place_and_are_passed_over() {
     assert_eq!(j["outcome"], "conflict", "{j}");
     assert_eq!(j["refused"][0]["key"], "t1");
     assert_eq!(j["refused"][0]["outcome"], "frozen");
+    snap!(e, "next_refused", e.run(Some("b"), &["checkout", "--next"]));
     e.ok("a", &["release", "t2", "--done"]);
     // Only frozen keys left: exit 2, frozen.
     let (code, j) = next(&e, "b");
@@ -249,12 +254,7 @@ fn keys_come_from_a_file_or_standard_input() {
     assert!(out.status.success());
     let j: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(j["added"], 3);
-    let order: Vec<&str> = j["next"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|k| k["key"].as_str().unwrap())
-        .collect();
+    let order = keys_of(&j["next"]);
     assert_eq!(order, ["t1", "t2", "t0", "t3", "t4"]);
     // A bad key names its line, and nothing is added.
     std::fs::write(&list, "t9\nbad\tkey\n").unwrap();

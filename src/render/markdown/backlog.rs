@@ -38,10 +38,13 @@ pub(super) fn next(r: &NextReport, inv: &Invocation) -> String {
             out.push_str(&refusal_table(&r.refused, &r.now));
         }
         _ => {
+            let ready = match r.refused.len() {
+                1 => "the one key ready in the backlog cannot".to_string(),
+                n => format!("none of the {n} keys ready in the backlog can"),
+            };
             let _ = writeln!(
                 out,
-                "Conflict: none of the {} keys ready in the backlog can be taken now ({} claimed{claimers}).",
-                r.refused.len(),
+                "Conflict: {ready} be taken now ({} claimed{claimers}).",
                 r.claimed
             );
             out.push_str(&refusal_table(&r.refused, &r.now));
