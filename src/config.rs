@@ -11,6 +11,9 @@ use crate::error::{Error, Result};
 pub struct Config {
     pub lease: Duration,
     pub heartbeat_interval: Duration,
+    /// A heartbeat looks at every other agent's checkouts (a sweep) at most this often in
+    /// the project; zero: on every beat.
+    pub sweep_interval: Duration,
     pub stalled_after: Duration,
     pub dead_after: Duration,
     pub handoff_grace: Duration,
@@ -62,6 +65,7 @@ impl Default for Config {
         Config {
             lease: Duration::from_secs(30 * 60),
             heartbeat_interval: Duration::from_secs(60),
+            sweep_interval: Duration::from_secs(10),
             stalled_after: Duration::from_secs(3 * 60),
             dead_after: Duration::from_secs(10 * 60),
             handoff_grace: Duration::from_secs(2 * 60),
@@ -85,6 +89,7 @@ impl Default for Config {
 struct RawConfig {
     lease: Option<String>,
     heartbeat_interval: Option<String>,
+    sweep_interval: Option<String>,
     stalled_after: Option<String>,
     dead_after: Option<String>,
     handoff_grace: Option<String>,
@@ -226,6 +231,17 @@ impl Config {
             "heartbeat_interval",
             raw.heartbeat_interval,
         )?;
+        if let Some(v) = raw.sweep_interval {
+            // Zero is allowed here alone: every beat sweeps.
+            let t = v.trim();
+            let unit = t.trim_start_matches('0');
+            c.sweep_interval =
+                if t.starts_with('0') && ["", "ms", "s", "m", "h", "d"].contains(&unit) {
+                    Duration::ZERO
+                } else {
+                    crate::duration::parse(&v).map_err(|e| format!("sweep_interval: {e}"))?
+                };
+        }
         set(&mut c.stalled_after, "stalled_after", raw.stalled_after)?;
         set(&mut c.dead_after, "dead_after", raw.dead_after)?;
         set(&mut c.handoff_grace, "handoff_grace", raw.handoff_grace)?;
@@ -314,7 +330,7 @@ impl Config {
     }
 }
 
-const SETTINGS: &str = "lease, heartbeat_interval, stalled_after, dead_after, handoff_grace, max_hold, audit_max_size, audit_keep, agent_retention, guard_timeout, store, session_store, enforce, auto_checkout";
+const SETTINGS: &str = "lease, heartbeat_interval, sweep_interval, stalled_after, dead_after, handoff_grace, max_hold, audit_max_size, audit_keep, agent_retention, guard_timeout, store, session_store, enforce, auto_checkout";
 
 /// A YAML error in words that never quote the file: the parser's own messages can
 /// (`invalid type: string "…"`), and config.yaml may be a link to, or a copy of, a
@@ -482,6 +498,27 @@ mod tests {
         assert!(e.contains("lease"), "{e}");
         let e = Config::parse("heartbeat_interval: 10ms\n").unwrap_err();
         assert!(e.contains("heartbeat_interval"), "{e}");
+    }
+
+    #[test]
+    fn sweep_interval_may_be_zero() {
+        assert_eq!(Config::default().sweep_interval, Duration::from_secs(10));
+        for (text, want) in [
+            ("sweep_interval: 30s\n", Duration::from_secs(30)),
+            ("sweep_interval: 0s\n", Duration::ZERO),
+            ("sweep_interval: 0\n", Duration::ZERO),
+            ("sweep_interval: 00m\n", Duration::ZERO),
+        ] {
+            assert_eq!(Config::parse(text).unwrap().sweep_interval, want, "{text}");
+        }
+        for bad in [
+            "sweep_interval: soon\n",
+            "sweep_interval: 0x\n",
+            "sweep_interval: s\n",
+        ] {
+            let e = Config::parse(bad).unwrap_err();
+            assert!(e.contains("sweep_interval"), "{bad}: {e}");
+        }
     }
 
     #[test]

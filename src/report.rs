@@ -542,6 +542,9 @@ pub struct HeartbeatReport {
     pub ended: Vec<EndedCheckout>,
     /// Keys of this agent a freeze kept from being renewed.
     pub frozen: Vec<String>,
+    /// Whether this beat looked at every other agent's checkouts (the project's sweep,
+    /// at most once per `sweep_interval`); `ended` is empty when it did not.
+    pub swept: bool,
 }
 
 #[derive(Debug, Serialize)]

@@ -484,6 +484,41 @@ fn rfc3339_helper_is_right() {
     assert_eq!(rfc3339(4_107_542_399), "2100-02-28T23:59:59Z");
 }
 
+/// A fleet's beats take turns at the sweep (the look at every other agent's checkouts):
+/// of many beats racing at one moment exactly one sweeps, and the next turn comes
+/// `sweep_interval` (10 s by default) after it.
+#[test]
+fn racing_beats_take_one_sweep_per_interval() {
+    const BEATS: usize = 12;
+    let td = tempfile::tempdir().unwrap();
+    let dir = td.path().join("locks");
+    let ready = td.path().join("ready");
+    let body = r#"exec "$TL" heartbeat --agent "$1" --dir "$D" --json </dev/null"#;
+    for (now, turns) in [
+        ("2026-01-01T00:00:00Z", 1),
+        ("2026-01-01T00:00:09Z", 0),
+        ("2026-01-01T00:00:10Z", 1),
+        ("2026-01-01T00:00:25Z", 1),
+    ] {
+        let cmds = (0..BEATS)
+            .map(|i| {
+                let mut c = gated_sh(&ready, &dir, body, &[&format!("a{i}")]);
+                c.env("TASKLOCK_NOW", now);
+                c
+            })
+            .collect();
+        let outs = run_gated(&ready, cmds);
+        let swept = outs
+            .iter()
+            .filter(|o| {
+                expect_code(o, 0, &format!("a beat at {now}"));
+                json(o)["swept"].as_bool().expect("swept is a boolean")
+            })
+            .count();
+        assert_eq!(swept, turns, "beats at {now} that swept");
+    }
+}
+
 #[test]
 fn stale_breakers_exactly_one_wins() {
     const TRIALS: usize = 300;

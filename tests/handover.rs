@@ -116,7 +116,7 @@ fn a_checkout_ended_by_a_third_agents_list_still_reaches_the_next_holder() {
 
 #[test]
 fn a_dead_agents_checkout_ended_by_a_heartbeat_reaches_the_next_holder() {
-    let e = Env::new();
+    let mut e = Env::new();
     let mut sleep = Command::new("sleep")
         .arg("30")
         .stdin(Stdio::null())
@@ -128,7 +128,9 @@ fn a_dead_agents_checkout_ended_by_a_heartbeat_reaches_the_next_holder() {
     e.ok("a", &["note", "k", "migrations 1-3 applied"]);
     sleep.kill().unwrap();
     sleep.wait().unwrap();
-    // A third agent's heartbeat meets the dead holder's checkout and ends it.
+    // A third agent's heartbeat, the first after the sweep interval, meets the dead
+    // holder's checkout and ends it.
+    e.at("2026-01-01T00:00:10Z");
     let h = e.ok("c", &["heartbeat", "--json"]).json();
     assert_eq!(h["ended"][0]["key"], "k");
     let j = e.ok("b", &["checkout", "k", "--json"]).json();

@@ -227,11 +227,13 @@ fn heartbeat_never_revives_a_lost_lease() {
 
 #[test]
 fn heartbeat_of_anyone_releases_dead_agents_checkouts() {
-    let e = Env::new();
+    let mut e = Env::new();
     let mut a = AgentProcess::start();
     e.ok("agent-a", &["heartbeat", "--pid", &a.pid()]);
     e.ok("agent-a", &["checkout", "task-1"]);
     a.kill();
+    // The first beat once sweep_interval (10 s) has passed since agent-a's first beat.
+    e.at("2026-01-01T00:00:10Z");
     let r = e.ok("agent-b", &["heartbeat"]);
     snap!(e, "heartbeat_ended_a_dead_agents_checkout", r);
     assert_eq!(holder(&e, "task-1"), Value::Null);
@@ -243,11 +245,113 @@ fn heartbeat_of_anyone_releases_dead_agents_checkouts() {
     let mut a = AgentProcess::start();
     e.ok("agent-a", &["heartbeat", "--pid", &a.pid()]);
     a.kill();
+    e.at("2026-01-01T00:00:20Z");
     let j = e.ok("agent-b", &["heartbeat", "--json"]).json();
     assert_eq!(j["ended"][0]["key"], "task-1");
     assert_eq!(j["ended"][0]["agent"], "agent-a");
     assert_eq!(j["ended"][0]["reason"], "agent_death");
     assert_eq!(holder(&e, "task-1"), Value::Null);
+}
+
+/// Between two sweeps a beat reads only its agent's checkouts: a dead holder's checkout
+/// waits for the first beat `sweep_interval` after the last sweep.
+#[test]
+fn a_dead_holder_waits_for_the_next_sweep() {
+    let mut e = Env::new();
+    let mut a = AgentProcess::start();
+    let first = e
+        .ok("agent-a", &["heartbeat", "--pid", &a.pid(), "--json"])
+        .json();
+    assert_eq!(
+        first["swept"], true,
+        "the project's first beat sweeps: {first}"
+    );
+    e.ok("agent-a", &["checkout", "task-1"]);
+    a.kill();
+    // 9 s later (the default interval is 10 s): agent-b's beat leaves task-1 alone.
+    e.at("2026-01-01T00:00:09Z");
+    let j = e.ok("agent-b", &["heartbeat", "--json"]).json();
+    assert_eq!(j["swept"], false, "{j}");
+    assert_eq!(j["ended"], serde_json::json!([]), "{j}");
+    assert!(auto_releases(&e).is_empty());
+    // The first beat 10 s after the last sweep sweeps and ends it.
+    e.at("2026-01-01T00:00:10Z");
+    let j = e.ok("agent-b", &["heartbeat", "--json"]).json();
+    assert_eq!(j["swept"], true, "{j}");
+    assert_eq!(j["ended"][0]["key"], "task-1", "{j}");
+    assert_eq!(j["ended"][0]["reason"], "agent_death");
+    assert_eq!(auto_releases(&e).len(), 1);
+    // Within the interval of that sweep, no other beat sweeps.
+    e.at("2026-01-01T00:00:19Z");
+    let j = e.ok("agent-c", &["heartbeat", "--json"]).json();
+    assert_eq!(j["swept"], false, "{j}");
+}
+
+/// A beat that does not sweep still renews its agent's leases and its subagents', and
+/// reports what the agent holds; it does not end others' lapsed checkouts.
+#[test]
+fn a_beat_without_a_sweep_renews_its_own_and_its_subagents() {
+    let mut e = Env::new();
+    e.configure("sweep_interval: 1h\n");
+    assert_eq!(
+        e.ok("agent-b", &["heartbeat", "--json"]).json()["swept"],
+        true
+    );
+    e.ok("agent-b", &["checkout", "task-2", "--timeout", "10m"]);
+    e.ok(
+        "agent-b/helper",
+        &["checkout", "task-3", "--timeout", "10m"],
+    );
+    e.ok("agent-b2", &["checkout", "task-5", "--timeout", "10m"]);
+    e.ok("agent-c", &["checkout", "task-4", "--timeout", "1m"]);
+    e.at("2026-01-01T00:06:00Z");
+    let j = e.ok("agent-b", &["heartbeat", "--json"]).json();
+    assert_eq!(j["swept"], false, "{j}");
+    assert_eq!(j["renewed"], serde_json::json!(["task-2", "task-3"]), "{j}");
+    assert_eq!(
+        j["agent"]["checkouts"],
+        serde_json::json!(["task-2"]),
+        "{j}"
+    );
+    // agent-c's lease ran out 5 minutes ago: left to the next sweep, or to whoever meets it.
+    assert_eq!(j["ended"], serde_json::json!([]), "{j}");
+    assert_eq!(holder(&e, "task-4"), Value::Null);
+    let j = e
+        .run(Some("observer"), &["status", "task-5", "--json"])
+        .json();
+    assert_eq!(
+        j["checkout"]["expires_at"], "2026-01-01T00:10:00Z",
+        "not agent-b's: {j}"
+    );
+}
+
+/// `sweep_interval: 0s`: every beat sweeps. A sweep recorded far ahead of a beat's clock
+/// (a clock that ran ahead) does not hold sweeps back.
+#[test]
+fn sweeps_on_every_beat_and_past_a_clock_that_ran_ahead() {
+    let e = Env::new();
+    e.configure("sweep_interval: 0s\n");
+    for _ in 0..2 {
+        assert_eq!(
+            e.ok("agent-a", &["heartbeat", "--json"]).json()["swept"],
+            true
+        );
+    }
+    let mut e = Env::new();
+    e.at("2026-01-01T01:00:00Z");
+    assert_eq!(
+        e.ok("agent-a", &["heartbeat", "--json"]).json()["swept"],
+        true
+    );
+    e.at(T0);
+    assert_eq!(
+        e.ok("agent-b", &["heartbeat", "--json"]).json()["swept"],
+        true
+    );
+    assert_eq!(
+        e.ok("agent-b", &["heartbeat", "--json"]).json()["swept"],
+        false
+    );
 }
 
 #[test]

@@ -39,9 +39,10 @@ pub fn beat(
         .as_deref()
         .map(crate::secret::Proof::of)
         .transpose()?;
+    let sweep_every = ctx.config()?.sweep_interval;
     // The agent's own registry entry alone, beside every other agent's beat.
     let own = [crate::engine::agent_lock(&agent.id)];
-    let entry = crate::engine::transaction_scoped(&*store, &own, |guard| {
+    let beat = crate::engine::transaction_scoped(&*store, &own, |guard| {
         let entry = store.read_agent(&agent.id)?;
         // An agent bound to a secret beats only with it; one that is not yet bound is
         // bound by its first beat with a secret.
@@ -94,19 +95,36 @@ pub fn beat(
             owner,
         };
         store.write_agent(guard, &entry)?;
-        Ok(Ok(entry))
+        // Whether this beat looks at the other agents' checkouts too: at most one beat
+        // in the project per `sweep_interval` does, so that a fleet's beats cost each
+        // what the agent holds, not what the fleet holds.
+        let sweep = sweep_every.is_zero() || store.sweep_turn(guard, &ctx.now, sweep_every)?;
+        Ok(Ok((entry, sweep)))
     })?;
-    let entry = entry.map_err(|s| crate::error::Error::SecretRefused {
+    let (entry, swept) = beat.map_err(|s| crate::error::Error::SecretRefused {
         agent: agent.id.clone(),
         wrong: s == crate::secret::Standing::WrongSecret,
     })?;
     let mut judge = Judge::new(ctx, &*store);
-    // The scan runs outside the guard, so a beat over many checkouts never holds up the
+    // The reads run outside the guard, so a beat over many checkouts never holds up the
     // others; only the records that need a change are re-read and changed under it.
+    let records: Vec<Record> = if swept {
+        let all: Vec<Record> = store
+            .scan()?
+            .into_iter()
+            .filter_map(|s| match s {
+                Slot::Held(r) => Some(r),
+                _ => None,
+            })
+            .collect();
+        judge.expect(&all)?;
+        all
+    } else {
+        store.held_by(&agent.id, true)?
+    };
     let mut held = Vec::new();
     let mut todo = Vec::new();
-    for slot in store.scan()? {
-        let Slot::Held(r) = slot else { continue };
+    for r in records {
         if r.held_by(&agent.id) || crate::identity::is_subagent_of(&r.agent.id, &agent.id) {
             if r.held_by(&agent.id) {
                 held.push(r.key.clone());
@@ -241,6 +259,7 @@ pub fn beat(
         lost,
         ended,
         frozen,
+        swept,
     }))
 }
 

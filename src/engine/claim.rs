@@ -283,6 +283,9 @@ impl Store for Claiming<'_> {
     fn scan(&self) -> Result<Vec<Slot>> {
         self.inner.scan()
     }
+    fn held_by(&self, agent: &str, subagents: bool) -> Result<Vec<Record>> {
+        self.inner.held_by(agent, subagents)
+    }
     fn read_queue(&self, key: &str) -> Result<Queue> {
         if let Some(q) = self.queues.borrow().get(key) {
             return Ok(q.clone());
@@ -413,6 +416,14 @@ impl Store for Claiming<'_> {
     fn remove_freeze(&self, g: &Guard, pattern: &str) -> Result<Option<Freeze>> {
         *self.freezes.borrow_mut() = None;
         self.inner.remove_freeze(g, pattern)
+    }
+    fn sweep_turn(
+        &self,
+        g: &Guard,
+        now: &crate::clock::Time,
+        every: std::time::Duration,
+    ) -> Result<bool> {
+        self.inner.sweep_turn(g, now, every)
     }
     fn backlog_add(&self, g: &Guard, keys: &[String]) -> Result<usize> {
         self.inner.backlog_add(g, keys)

@@ -299,8 +299,14 @@ pub struct Judge<'a> {
     store: &'a dyn Store,
     cfg: Option<Config>,
     entries: HashMap<String, Option<AgentEntry>>,
+    /// `entries` holds the whole registry: an id not in it has no entry.
+    whole: bool,
     _scope: liveness::Judging,
 }
+
+/// Above this many holders to judge, one read of the whole registry costs less than one
+/// read per holder.
+const REGISTRY_READ_WHOLE: usize = 16;
 
 impl<'a> Judge<'a> {
     pub fn new(ctx: &'a Ctx, store: &'a dyn Store) -> Self {
@@ -309,6 +315,7 @@ impl<'a> Judge<'a> {
             store,
             cfg: None,
             entries: HashMap::new(),
+            whole: false,
             _scope: liveness::Judging::begin(),
         }
     }
@@ -320,7 +327,27 @@ impl<'a> Judge<'a> {
         Ok(self.cfg.as_ref().expect("just set"))
     }
 
+    /// About to judge the holders of `records`: when they are many, the registry is read
+    /// whole, in one read, instead of one entry at a time.
+    pub fn expect<'r>(&mut self, records: impl IntoIterator<Item = &'r Record>) -> Result<()> {
+        let holders: std::collections::HashSet<&str> =
+            records.into_iter().map(|r| r.agent.id.as_str()).collect();
+        if !self.whole && holders.len() > REGISTRY_READ_WHOLE {
+            self.entries = self
+                .store
+                .scan_agents()?
+                .into_iter()
+                .map(|e| (e.id.clone(), Some(e)))
+                .collect();
+            self.whole = true;
+        }
+        Ok(())
+    }
+
     pub fn entry(&mut self, id: &str) -> Result<Option<AgentEntry>> {
+        if self.whole && !self.entries.contains_key(id) {
+            return Ok(None);
+        }
         if !self.entries.contains_key(id) {
             let e = self.store.read_agent(id)?;
             self.entries.insert(id.to_string(), e);
@@ -331,6 +358,7 @@ impl<'a> Judge<'a> {
     /// Forget cached entries (after the guard is taken, to judge on fresh data).
     pub fn refresh(&mut self) {
         self.entries.clear();
+        self.whole = false;
         self._scope.forget();
     }
 
@@ -451,7 +479,12 @@ pub fn scan_reaping(
 ) -> Result<Scanned> {
     let mut kept = Vec::new();
     let mut candidates = Vec::new();
-    for slot in store.scan()? {
+    let slots = store.scan()?;
+    judge.expect(slots.iter().filter_map(|s| match s {
+        Slot::Held(r) => Some(r),
+        _ => None,
+    }))?;
+    for slot in slots {
         match &slot {
             Slot::Held(r) if judge.reap_reason(r)?.is_some() => candidates.push(r.id()),
             _ => kept.push(slot),
@@ -615,12 +648,9 @@ pub const NOTES_SHOWN: usize = 3;
 /// The keys `agent_id` holds (expired ones included, so they can be reported as lost).
 pub fn held_keys(store: &dyn Store, agent_id: &str) -> Result<Vec<String>> {
     Ok(store
-        .scan()?
+        .held_by(agent_id, false)?
         .into_iter()
-        .filter_map(|slot| match slot {
-            Slot::Held(r) if r.held_by(agent_id) => Some(r.key),
-            _ => None,
-        })
+        .map(|r| r.key)
         .collect())
 }
 

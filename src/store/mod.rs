@@ -136,6 +136,26 @@ pub trait Store {
     /// records of keys, then the records of slots.
     fn scan(&self) -> Result<Vec<Slot>>;
 
+    /// The checkouts held by `agent` (records of keys and of slots) and, with
+    /// `subagents`, by its subagents (`<agent>/…`) too, in [`Store::scan`]'s order.
+    /// Damaged records are nobody's. The default reads every record; a store with an
+    /// index of holders reads only these.
+    fn held_by(&self, agent: &str, subagents: bool) -> Result<Vec<Record>> {
+        Ok(self
+            .scan()?
+            .into_iter()
+            .filter_map(|s| match s {
+                Slot::Held(r)
+                    if r.held_by(agent)
+                        || (subagents && crate::identity::is_subagent_of(&r.agent.id, agent)) =>
+                {
+                    Some(r)
+                }
+                _ => None,
+            })
+            .collect())
+    }
+
     /// The key and patterns of every checkout that covers paths, possibly with entries
     /// whose record has gone since (readers judge the record itself), never missing one.
     fn path_index(&self) -> Result<Vec<(String, Vec<String>)>> {
@@ -278,6 +298,14 @@ pub trait Store {
     /// Remove a freeze; returns it if there was one.
     fn remove_freeze(&self, g: &Guard, pattern: &str) -> Result<Option<Freeze>>;
 
+    /// Whether the project is due a sweep (a look at every other agent's checkouts by a
+    /// heartbeat): true when no sweep is recorded `every` or less before `now` (nor one
+    /// more than `every` after it: a clock that ran ahead does not stop sweeps). Then
+    /// `now` is recorded as the last sweep, so that of beats racing for one turn, one
+    /// gets it (on the lock directory, the guard serializes them; on PostgreSQL, one
+    /// statement decides).
+    fn sweep_turn(&self, g: &Guard, now: &Time, every: Duration) -> Result<bool>;
+
     /// Add keys at the end of the backlog, in order; a key already in it keeps its place.
     /// Returns how many were added.
     fn backlog_add(&self, g: &Guard, keys: &[String]) -> Result<usize>;
@@ -300,6 +328,14 @@ pub trait Store {
 
     /// The backlog in counts.
     fn backlog_summary(&self) -> Result<BacklogSummary>;
+}
+
+/// The rule of [`Store::sweep_turn`] for a store that reads the last sweep's time
+/// itself: due when there is none, when it is `every` or more before `now`, or when it
+/// is more than `every` after `now`.
+pub fn sweep_due(last: Option<&Time>, now: &Time, every: Duration) -> bool {
+    let every = crate::duration::to_chrono(every);
+    last.is_none_or(|t| *now >= *t + every || *t > *now + every)
 }
 
 /// The lock of an agent's registry entry, for a scope of some locks

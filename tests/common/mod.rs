@@ -68,6 +68,19 @@ impl Env {
         self.operator = true;
         self
     }
+    /// Add lines to the lock directory's config.yaml (made if missing).
+    pub fn configure(&self, lines: &str) -> &Self {
+        use std::io::Write;
+        std::fs::create_dir_all(self.dir()).unwrap();
+        std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(self.dir().join("config.yaml"))
+            .unwrap()
+            .write_all(lines.as_bytes())
+            .unwrap();
+        self
+    }
     pub fn at(&mut self, now: &str) -> &mut Self {
         self.now = now.into();
         self

@@ -222,7 +222,7 @@ fn every_command_of_a_project_shares_one_schema_and_one_token_sequence() {
     assert!(!e.dir().join("keys").exists());
     assert_eq!(
         psql(&e.dir(), "SELECT max(version) FROM schema_version").trim(),
-        "3"
+        "4"
     );
 }
 
@@ -243,7 +243,7 @@ fn doctor_reports_the_server_and_the_schema() {
     let detail = store["detail"].as_str().unwrap();
     assert!(detail.starts_with("PostgreSQL "), "{detail}");
     assert!(
-        detail.contains(&format!("schema {} at version 3", pg_schema(&e.dir()))),
+        detail.contains(&format!("schema {} at version 4", pg_schema(&e.dir()))),
         "{detail}"
     );
 }

@@ -1221,6 +1221,9 @@ impl Store for FileStore {
     fn backlog_mark(&self, g: &Guard, key: &str, claim: Option<&BacklogClaim>) -> Result<()> {
         FileStore::backlog_mark(self, g.get(), key, claim)
     }
+    fn sweep_turn(&self, g: &Guard, now: &Time, every: std::time::Duration) -> Result<bool> {
+        FileStore::sweep_turn(self, g.get(), now, every)
+    }
     fn backlog_rechecked(&self, g: &Guard, recheck: Option<Time>) -> Result<()> {
         FileStore::backlog_rechecked(self, g.get(), recheck)
     }

@@ -13,6 +13,8 @@ const ENDED: &str = "ended";
 const AGENTS: &str = "agents";
 const NOTES: &str = "notes";
 const WATCHERS: &str = "watchers";
+/// The time of the project's last sweep ([`crate::store::Store::sweep_turn`]).
+const SWEPT: &str = "swept";
 /// Notes files are read from the end; this bounds what a read ever loads.
 const NOTES_TAIL_BYTES: u64 = 64 * 1024;
 
@@ -57,6 +59,29 @@ impl FileStore {
             .collect();
         out.sort_by(|a, b| a.id.cmp(&b.id));
         Ok(out)
+    }
+
+    /// See [`crate::store::Store::sweep_turn`]. `swept` holds the last sweep's time (RFC
+    /// 3339); a missing or unreadable one counts as none.
+    pub fn sweep_turn(
+        &self,
+        g: &FileGuard,
+        now: &crate::clock::Time,
+        every: std::time::Duration,
+    ) -> Result<bool> {
+        let last = read_small(&self.dir, SWEPT)?
+            .and_then(|b| String::from_utf8(b).ok())
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t.trim()).ok())
+            .map(|t| t.with_timezone(&chrono::Utc));
+        if !crate::store::sweep_due(last.as_ref(), now, every) {
+            return Ok(false);
+        }
+        let text = format!(
+            "{}\n",
+            now.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+        );
+        self.publish_replace(g, text.as_bytes(), &self.dir, SWEPT)?;
+        Ok(true)
     }
 
     /// Record how a key's checkout ended (replacing the previous fact).

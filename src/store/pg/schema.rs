@@ -16,7 +16,7 @@
 //!    claimers are found without reading the whole backlog.
 
 /// The newest schema version this build knows.
-pub const CURRENT: i32 = 3;
+pub const CURRENT: i32 = 4;
 
 /// Migration `i + 1` is `MIGRATIONS[i]`; `{s}` stands for the schema name.
 pub const MIGRATIONS: &[&str] = &[
@@ -99,6 +99,13 @@ CREATE TABLE {s}.backlog (
 CREATE INDEX backlog_ready ON {s}.backlog (seq) WHERE agent IS NULL;
 CREATE INDEX backlog_recheck ON {s}.backlog (recheck) WHERE agent IS NOT NULL;
 CREATE INDEX backlog_agent ON {s}.backlog (agent) WHERE agent IS NOT NULL;
+"#,
+    // 4: the time of the last sweep.
+    r#"
+CREATE TABLE {s}.sweeps (
+    one boolean PRIMARY KEY DEFAULT true CHECK (one),
+    at timestamptz NOT NULL
+);
 "#,
 ];
 

@@ -105,6 +105,40 @@ impl PgStore {
         Ok(out.into_iter().map(|(_, s)| s).collect())
     }
 
+    /// See [`crate::store::Store::held_by`]: one statement; `agent = $1` alone is
+    /// answered by the `agent` indexes, with subagents by a scan of the rows (the prefix
+    /// cannot use an index under every collation), on the server.
+    pub fn held_by(&self, agent: &str, subagents: bool) -> Result<Vec<Record>> {
+        let prefix = subagents.then(|| format!("{agent}/"));
+        let rows = self.rows(
+            "read an agent's records",
+            "SELECT key, NULL::integer, data::text FROM {s}.records \
+             WHERE agent = $1 OR left(agent, length($2)) = $2 \
+             UNION ALL SELECT key, slot, data::text FROM {s}.slot_records \
+             WHERE agent = $1 OR left(agent, length($2)) = $2",
+            &[(&agent, Type::TEXT), (&prefix, Type::TEXT)],
+        )?;
+        let mut out: Vec<(ScanOrder, Record)> = rows
+            .iter()
+            .filter_map(|r| {
+                let key: &str = r.get(0);
+                let slot: Option<i32> = r.get(1);
+                match self.judge(key, slot, r.get(2)) {
+                    Slot::Held(rec)
+                        if rec.held_by(agent)
+                            || (subagents
+                                && crate::identity::is_subagent_of(&rec.agent.id, agent)) =>
+                    {
+                        Some(((slot.is_some(), crate::key::encode(key), slot), rec))
+                    }
+                    _ => None,
+                }
+            })
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(out.into_iter().map(|(_, r)| r).collect())
+    }
+
     /// The slots and queues of `keys`, in order, in one query: the list is sent as an
     /// array and joined against `records` and `queues` by their primary keys.
     pub fn read_many(&self, _g: &PgGuard, keys: &[String]) -> Result<Vec<(Slot, Queue)>> {

@@ -29,6 +29,28 @@ impl PgStore {
         Ok(out)
     }
 
+    /// See [`crate::store::Store::sweep_turn`]: one statement takes the turn (or finds
+    /// it taken), so racing beats never both get it.
+    pub fn sweep_turn(&self, now: &Time, every: std::time::Duration) -> Result<bool> {
+        let every = crate::duration::to_chrono(every);
+        let micros = |t: Time| t.timestamp_micros();
+        let (now, before, after) = (micros(*now), micros(*now - every), micros(*now + every));
+        let won = self.exec(
+            "take the sweep's turn",
+            "INSERT INTO {s}.sweeps (one, at) VALUES (true, to_timestamp($1::bigint / 1000000.0)) \
+             ON CONFLICT (one) DO UPDATE SET at = excluded.at \
+             WHERE {s}.sweeps.at <= to_timestamp($2::bigint / 1000000.0) \
+                OR {s}.sweeps.at > to_timestamp($3::bigint / 1000000.0) \
+             RETURNING 1",
+            &[
+                (&now, Type::INT8),
+                (&before, Type::INT8),
+                (&after, Type::INT8),
+            ],
+        )?;
+        Ok(won > 0)
+    }
+
     /// One `heartbeat --watch` per agent: a session-scoped advisory lock, which ends
     /// with the watcher's connection (never a checkout's lock). `None`: another
     /// watcher has it.

@@ -158,6 +158,12 @@ impl Store for PgStore {
         self.allow(pg(g), Some(key), true)?;
         PgStore::backlog_mark(self, pg(g), key, claim)
     }
+    fn sweep_turn(&self, _g: &Guard, now: &Time, every: std::time::Duration) -> Result<bool> {
+        PgStore::sweep_turn(self, now, every)
+    }
+    fn held_by(&self, agent: &str, subagents: bool) -> Result<Vec<Record>> {
+        PgStore::held_by(self, agent, subagents)
+    }
     fn backlog_rechecked(&self, _g: &Guard, _recheck: Option<Time>) -> Result<()> {
         // The earliest recheck is read from the claims themselves.
         Ok(())
