@@ -150,6 +150,10 @@ fn prune(ctx: &Ctx, store: &dyn Store, ids: &[String]) -> Result<BTreeSet<String
         if busy.contains(id) {
             continue;
         }
+        // An agent beating right now is not dead: left for a later look.
+        if !store.lock_agent(&guard, id, false)? {
+            continue;
+        }
         let Some(entry) = store.read_agent(id)? else {
             continue;
         };

@@ -43,6 +43,8 @@ pub fn beat(
     // The agent's own registry entry alone, beside every other agent's beat.
     let own = [crate::engine::agent_lock(&agent.id)];
     let beat = crate::engine::transaction_scoped(&*store, &own, |guard| {
+        // Escalated to the project's scope, the entry's own lock is still needed.
+        store.lock_agent(guard, &agent.id, true)?;
         let entry = store.read_agent(&agent.id)?;
         // An agent bound to a secret beats only with it; one that is not yet bound is
         // bound by its first beat with a secret.

@@ -387,6 +387,7 @@ fn session_start(
         let proof = crate::secret::Proof::of(&secret)?;
         let store = ctx.open_store()?;
         store.transaction(|g| {
+            store.lock_agent(g, agent, true)?;
             if let Some(mut e) = store.read_agent(agent)? {
                 e.owner = Some(proof);
                 store.write_agent(g, &e)?;

@@ -395,6 +395,9 @@ impl Store for Claiming<'_> {
     fn record_delivery(&self, g: &Guard, agent: &str, id: &str, d: &Delivery) -> Result<()> {
         self.inner.record_delivery(g, agent, id, d)
     }
+    fn lock_agent(&self, g: &Guard, id: &str, wait: bool) -> Result<bool> {
+        self.inner.lock_agent(g, id, wait)
+    }
     fn write_agent(&self, g: &Guard, entry: &AgentEntry) -> Result<()> {
         self.agents.borrow_mut().remove(&entry.id);
         self.inner.write_agent(g, entry)

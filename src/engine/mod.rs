@@ -582,6 +582,7 @@ pub fn end_agent(
         let mut rule = |r: &Record, _: &mut Judge| Ok(ends(&r.agent.id).then_some((reason, None)));
         let settled = reap_in(ctx, &*store, g, &mut judge, mine, None, &mut rule)?;
         for id in &agents {
+            store.lock_agent(g, id, true)?;
             if let Some(mut entry) = store.read_agent(id)?
                 && entry.ended_at.is_none()
             {

@@ -89,6 +89,11 @@ pub struct Want {
 pub fn with_registered_pid(store: &dyn Store, guard: &Guard, mut req: Request) -> Result<Request> {
     if let Some(mut entry) = store.read_agent(&req.agent.id)? {
         if entry.ended_at.is_some() {
+            // Changed under its own lock, read again (a beat may have revived it).
+            store.lock_agent(guard, &req.agent.id, true)?;
+            entry = store.read_agent(&req.agent.id)?.unwrap_or(entry);
+        }
+        if entry.ended_at.is_some() {
             // The process it had is gone: forget it until it registers a new one.
             entry.ended_at = None;
             entry.ended_reason = None;

@@ -235,7 +235,8 @@ pub trait Store {
 
     /// Enter a scope that holds only the locks named in `locks` (keys, and `agent:ID` for
     /// an agent's registry entry), beside every other such scope: changes to other keys
-    /// go on at the same time. A change it does not hold the lock for (another key, any
+    /// go on at the same time. A scope of `agent:ID` locks alone (a heartbeat's) also runs
+    /// beside project scopes, which take [`Store::lock_agent`] for the entries they change. A change it does not hold the lock for (another key, any
     /// queue, paths, a freeze, a message) fails with [`crate::error::Error::Escalate`],
     /// and so does the commit of a scope where one was refused, so that nothing of it
     /// stands; [`crate::engine::transaction_scoped`] then runs the work again under the whole
@@ -247,6 +248,17 @@ pub trait Store {
 
     /// Make the scope's changes stand and leave it.
     fn commit(&self, g: Guard) -> Result<()>;
+
+    /// Before a project scope reads an agent's registry entry to change it: wait for the
+    /// entry's own lock. A scope of registry entries alone (`agent:ID` locks only: a
+    /// heartbeat) runs beside project scopes on a store with such locks, so a project
+    /// scope must hold this lock to change an entry. Nothing to do elsewhere (the
+    /// default; a key scope holds its entries' locks from its start). Without `wait`,
+    /// false when a beat holds it now.
+    fn lock_agent(&self, g: &Guard, id: &str, wait: bool) -> Result<bool> {
+        let _ = (g, id, wait);
+        Ok(true)
+    }
 
     // ---- Changes: inside the scope ----
 
@@ -341,8 +353,11 @@ pub fn sweep_due(last: Option<&Time>, now: &Time, every: Duration) -> bool {
 /// The lock of an agent's registry entry, for a scope of some locks
 /// ([`Store::begin_scoped`]).
 pub fn agent_lock(id: &str) -> String {
-    format!("agent:{id}")
+    format!("{AGENT_LOCK_PREFIX}{id}")
 }
+
+/// How the locks of registry entries begin.
+pub const AGENT_LOCK_PREFIX: &str = "agent:";
 
 impl dyn Store + '_ {
     /// Enter the transaction scope, waiting for it.

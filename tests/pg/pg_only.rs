@@ -416,6 +416,65 @@ fn a_change_to_one_key_does_not_wait_for_another_key() {
     e.ok("c", &["checkout", "slow"]);
 }
 
+/// A heartbeat changes its agent's registry entry under the entry's own lock alone: it
+/// goes on while a change across keys holds the project, and waits only for its own
+/// agent. A change across keys takes an entry's lock before it changes the entry:
+/// forgetting a dead agent passes over one whose entry is locked (it is beating).
+#[test]
+fn a_beat_takes_its_agents_lock_and_not_the_projects() {
+    let mut e = Env::new();
+    e.ok("b", &["heartbeat"]); // the schema, and the project's first sweep
+    let schema = pg_schema(&e.dir());
+    std::fs::create_dir_all(e.dir()).unwrap();
+    std::fs::write(e.dir().join("config.yaml"), "guard_timeout: 3s\n").unwrap();
+    let project = lock_sql(&["project", &schema]);
+    let (mut holder, app) = hold(
+        &e,
+        &format!("SELECT pg_advisory_xact_lock({project})"),
+        &project,
+    );
+    let j = e.ok("b", &["heartbeat", "--json"]).json();
+    assert_eq!(j["swept"], false, "{j}");
+    assert_eq!(j["agent"]["heartbeats"], 2, "{j}");
+    let r = e.run(Some("c"), &["checkout", "k", "--json"]);
+    assert_eq!(r.code, 1, "a checkout waits for the project: {}", r.text());
+    let dir = e.dir();
+    let end = |app: &str| {
+        psql(
+            &dir,
+            &format!(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '{app}'"
+            ),
+        )
+    };
+    end(&app);
+    let _ = holder.wait();
+
+    // Agent `gone` beat 25 hours ago: dead, and past agent_retention (24h).
+    e.at("2025-12-30T23:00:00Z");
+    e.ok("gone", &["heartbeat"]);
+    e.at(T0);
+    let gone = lock_sql(&["key", &schema, "agent:gone"]);
+    let (mut holder, app) = hold(&e, &format!("SELECT pg_advisory_xact_lock({gone})"), &gone);
+    e.ok("b", &["heartbeat"]);
+    let r = e.run(Some("gone"), &["heartbeat", "--json"]);
+    assert_eq!(
+        r.code,
+        1,
+        "gone's own beat waits for its lock: {}",
+        r.text()
+    );
+    let j = e.run(None, &["agents", "--all", "--json"]).json();
+    assert_eq!(
+        j["pruned"], 0,
+        "an entry being changed is not forgotten: {j}"
+    );
+    end(&app);
+    let _ = holder.wait();
+    let j = e.run(None, &["agents", "--all", "--json"]).json();
+    assert_eq!(j["pruned"], 1, "{j}");
+}
+
 /// The advisory lock id tasklock derives from `parts` (`lock_id` in the store), as SQL.
 pub(crate) fn lock_sql(parts: &[&str]) -> String {
     let mut bytes = String::from("'tasklock'::bytea");

@@ -22,6 +22,7 @@ use super::{CONNECT_TIMEOUT, Target, schema};
 use crate::clock::Time;
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::store::AGENT_LOCK_PREFIX;
 use crate::store::{
     AgentEntry, AuditEvent, Delivery, Ended, FORMAT_VERSION, Freeze, Guard, Held, Message, Note,
     Queue, Record, Slot, Store,
@@ -766,6 +767,29 @@ impl PgStore {
         lock_id(&["key", &self.schema, name])
     }
 
+    /// See [`crate::store::Store::lock_agent`]: in a project scope, the lock of the
+    /// agent's registry entry, which a beat holds while it changes the entry (and no
+    /// project lock); its cached entry is forgotten, so that the next read is fresh.
+    pub fn lock_agent(&self, g: &PgGuard, id: &str, wait: bool) -> Result<bool> {
+        if g.scope.is_some() {
+            // A key scope holds the entries it may change from its start.
+            return Ok(true);
+        }
+        let lock = self.key_lock(&crate::store::agent_lock(id));
+        self.conn.cache.borrow_mut().agents.remove(id);
+        let sql = if wait {
+            "SELECT true FROM (SELECT pg_advisory_xact_lock($1)) AS l"
+        } else {
+            "SELECT pg_try_advisory_xact_lock($1)"
+        };
+        let rows = self.rows(
+            "lock an agent's registry entry",
+            sql,
+            &[(&lock, Type::INT8)],
+        )?;
+        Ok(rows.first().is_some_and(|r| r.get::<_, bool>(0)))
+    }
+
     /// May a scope change what `lock` guards? A whole-project scope may change anything;
     /// one of some locks only what they guard (and `paths_ok`: no record with paths,
     /// which other keys' checkouts are judged against). A refusal marks the scope, so that
@@ -803,17 +827,24 @@ impl PgStore {
                 let mut ids: Vec<i64> = locks.iter().map(|l| self.key_lock(l)).collect();
                 ids.sort_unstable();
                 ids.dedup();
+                // A scope of registry entries alone takes no project lock: project scopes
+                // take the lock of each entry they change (`lock_agent`).
+                let agents_only = locks.iter().all(|l| l.starts_with(AGENT_LOCK_PREFIX));
                 let mut sql = match wait {
-                    Some(t) => format!(
-                        "BEGIN; SET LOCAL lock_timeout = {}; SELECT pg_advisory_xact_lock_shared({})",
-                        t.as_millis().max(1),
-                        self.lock_id
-                    ),
-                    None => format!(
-                        "BEGIN; SELECT pg_try_advisory_xact_lock_shared({})",
-                        self.lock_id
-                    ),
+                    Some(t) => format!("BEGIN; SET LOCAL lock_timeout = {}", t.as_millis().max(1)),
+                    None => "BEGIN".to_string(),
                 };
+                if !agents_only {
+                    sql.push_str(&match wait {
+                        Some(_) => {
+                            format!("; SELECT pg_advisory_xact_lock_shared({})", self.lock_id)
+                        }
+                        None => format!(
+                            "; SELECT pg_try_advisory_xact_lock_shared({})",
+                            self.lock_id
+                        ),
+                    });
+                }
                 for id in ids {
                     sql.push_str(&match wait {
                         Some(_) => format!("; SELECT pg_advisory_xact_lock({id})"),

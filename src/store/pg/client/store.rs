@@ -116,6 +116,9 @@ impl Store for PgStore {
     fn record_delivery(&self, g: &Guard, agent: &str, id: &str, d: &Delivery) -> Result<()> {
         PgStore::record_delivery(self, pg(g), agent, id, d)
     }
+    fn lock_agent(&self, g: &Guard, id: &str, wait: bool) -> Result<bool> {
+        PgStore::lock_agent(self, pg(g), id, wait)
+    }
     fn write_agent(&self, g: &Guard, entry: &AgentEntry) -> Result<()> {
         self.allow(pg(g), Some(&crate::store::agent_lock(&entry.id)), true)?;
         PgStore::write_agent(self, pg(g), entry)
