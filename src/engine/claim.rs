@@ -286,6 +286,9 @@ impl Store for Claiming<'_> {
     fn held_by(&self, agent: &str, subagents: bool) -> Result<Vec<Record>> {
         self.inner.held_by(agent, subagents)
     }
+    fn path_index(&self) -> Result<Vec<(String, Vec<String>)>> {
+        self.inner.path_index()
+    }
     fn read_queue(&self, key: &str) -> Result<Queue> {
         if let Some(q) = self.queues.borrow().get(key) {
             return Ok(q.clone());

@@ -335,6 +335,68 @@ fn slot_records_round_trip_apart_from_the_key_record() {
     assert_eq!(held(s.read_slots("k").unwrap()), [renewed]);
 }
 
+/// A beat's reads: an agent's records (and its subagents'), by the `agent` column; the
+/// records with paths, for path checkouts; and the turn at the sweep, one per interval.
+#[test]
+fn an_agents_records_the_path_index_and_the_sweeps_turn() {
+    let Some((_, s)) = fresh("held") else { return };
+    let by = |key: &str, agent: &str, token: u64| {
+        let mut r = record(key, token);
+        r.agent.id = agent.into();
+        r
+    };
+    let paths = vec!["src/a/**".to_string()];
+    let with_paths = Record {
+        version: crate::store::version_for(&paths, None),
+        paths: paths.clone(),
+        ..by("p", "b", 5)
+    };
+    let mut slot = slot_record("s", 2, 6);
+    slot.agent.id = "a/helper".into();
+    let g = s.begin(true).unwrap().unwrap();
+    for r in [
+        by("k1", "a", 1),
+        by("k2", "a/sub", 2),
+        by("k3", "ab", 3),
+        by("k4", "a%", 4),
+        with_paths.clone(),
+        slot.clone(),
+    ] {
+        s.insert(&g, &r).unwrap();
+    }
+    s.commit(g).unwrap();
+    let keys = |agent: &str, subagents: bool| -> Vec<(String, Option<u32>)> {
+        s.held_by(agent, subagents)
+            .unwrap()
+            .iter()
+            .map(Record::id)
+            .collect()
+    };
+    assert_eq!(keys("a", false), [("k1".to_string(), None)]);
+    assert_eq!(
+        keys("a", true),
+        [
+            ("k1".to_string(), None),
+            ("k2".to_string(), None),
+            ("s".to_string(), Some(2))
+        ]
+    );
+    assert_eq!(keys("a%", true), [("k4".to_string(), None)]);
+    assert!(keys("nobody", true).is_empty());
+    assert_eq!(s.path_index().unwrap(), [("p".to_string(), paths)]);
+
+    let t0 = record("x", 1).acquired_at;
+    let every = Duration::from_secs(10);
+    let turn = |t: crate::clock::Time| s.sweep_turn(&t, every).unwrap();
+    assert!(turn(t0), "no sweep yet");
+    assert!(!turn(t0));
+    assert!(!turn(t0 + chrono::Duration::seconds(9)));
+    assert!(turn(t0 + chrono::Duration::seconds(10)));
+    // Recorded more than the interval ahead (a clock ahead): not in the way.
+    assert!(turn(t0 - chrono::Duration::hours(1)));
+    assert!(!turn(t0 - chrono::Duration::hours(1)));
+}
+
 #[test]
 fn an_occupied_slot_cannot_be_inserted_into() {
     let Some((_, s)) = fresh("slotbusy") else {

@@ -105,6 +105,27 @@ impl PgStore {
         Ok(out.into_iter().map(|(_, s)| s).collect())
     }
 
+    /// See [`crate::store::Store::path_index`]: the key and patterns of the records with
+    /// paths alone, picked out on the server (a path checkout runs under the project's
+    /// lock: it must not read every record of a fleet).
+    pub fn path_index(&self) -> Result<Vec<(String, Vec<String>)>> {
+        let rows = self.rows(
+            "read the records with paths",
+            "SELECT key, (data->'paths')::text FROM {s}.records \
+             WHERE jsonb_typeof(data->'paths') = 'array' AND data->'paths' <> '[]'::jsonb \
+             UNION ALL SELECT key, (data->'paths')::text FROM {s}.slot_records \
+             WHERE jsonb_typeof(data->'paths') = 'array' AND data->'paths' <> '[]'::jsonb",
+            &[],
+        )?;
+        Ok(rows
+            .iter()
+            .filter_map(|r| {
+                let paths: Vec<String> = serde_json::from_str(r.get(1)).ok()?;
+                Some((r.get::<_, String>(0), paths))
+            })
+            .collect())
+    }
+
     /// See [`crate::store::Store::held_by`]: one statement; `agent = $1` alone is
     /// answered by the `agent` indexes, with subagents by a scan of the rows (the prefix
     /// cannot use an index under every collation), on the server.

@@ -164,6 +164,9 @@ impl Store for PgStore {
     fn sweep_turn(&self, _g: &Guard, now: &Time, every: std::time::Duration) -> Result<bool> {
         PgStore::sweep_turn(self, now, every)
     }
+    fn path_index(&self) -> Result<Vec<(String, Vec<String>)>> {
+        PgStore::path_index(self)
+    }
     fn held_by(&self, agent: &str, subagents: bool) -> Result<Vec<Record>> {
         PgStore::held_by(self, agent, subagents)
     }
