@@ -125,6 +125,9 @@ def parse_args():
     p.add_argument("--pg-url", default=os.environ.get("TASKLOCK_TEST_PG_URL") or None,
                    help="PostgreSQL server; each run gets a fresh schema fleet_* in it "
                    "(default TASKLOCK_TEST_PG_URL; else a throwaway cluster)")
+    p.add_argument("--session-url", default=None,
+                   help="with --pg-url a pooler (PgBouncer in transaction mode): the server "
+                   "itself, as TASKLOCK_SESSION_URL, the setup docs/postgres.md describes")
     p.add_argument("--pg-sample", type=float, default=0.25,
                    help="sample pg_stat_activity every this many seconds through psql "
                    "(default 0.25; 0 for never)")
@@ -298,6 +301,8 @@ class Run:
             sep = "&" if "?" in url else "?"
             self.url = f"{url}{sep}schema={self.schema}"
             self.env["TASKLOCK_URL"] = self.url
+            if a.session_url:
+                self.env["TASKLOCK_SESSION_URL"] = a.session_url
         self.agents = [f"fleet-{i:04d}" for i in range(n)]
         self.backlog = [f"task-{i:05d}" for i in range(a.backlog)]
         self.areas = a.areas or 4 * n
@@ -560,13 +565,16 @@ def setup(run, pre, agents, concurrency):
 
 
 class Sampler:
-    """pg_stat_activity through one psql process running `\\watch`. Only the sessions of
-    this fleet's processes count (a session is named `tasklock/<pid>`); sessions of other
-    tasklock processes on the server (tests, another benchmark) are counted apart."""
+    """pg_stat_activity through one psql process running `\\watch`. Sessions named
+    `tasklock/<pid>` count when the pid is one of this fleet's processes; behind a pooler
+    with --session-url every command's sessions are named `tasklock` and all count (run it
+    on a server no other tasklock uses at the time). Other sessions are counted apart."""
     SQL = ("SELECT extract(epoch from clock_timestamp()) || '|' || coalesce(string_agg("
-           "substr(application_name, 10) || ':' || coalesce(state, '') || ':' || "
+           "coalesce(nullif(substr(application_name, 10), ''), 'store') || ':' || "
+           "coalesce(state, '') || ':' || "
            "coalesce(wait_event_type, '') || ':' || coalesce(wait_event, ''), ','), '') "
-           "FROM pg_stat_activity WHERE application_name LIKE 'tasklock/%'")
+           "FROM pg_stat_activity WHERE application_name = 'tasklock' "
+           "OR application_name LIKE 'tasklock/%'")
 
     def __init__(self, url, every):
         self.rows = []
@@ -593,7 +601,7 @@ class Sampler:
             mine = other = active = waiting = advisory = idle_tx = 0
             for s in filter(None, sessions.split(",")):
                 pid, state, wtype, wevent = (s.split(":") + ["", "", ""])[:4]
-                if not pid.isdigit() or int(pid) not in LIVE:
+                if pid != "store" and (not pid.isdigit() or int(pid) not in LIVE):
                     other += 1
                     continue
                 mine += 1

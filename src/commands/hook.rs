@@ -481,9 +481,9 @@ fn beat_and_deliver(
 /// push is what started this turn, or was read between tool calls), and one handed to
 /// Codex's queue when it is this turn's prompt. Other messages handed to Codex's queue are
 /// given here as well (whether Codex took them is not known; if it did, they also come as
-/// a turn of their own).
+/// a turn of their own). Only after the agent's beat, which checked its secret.
 fn deliver(ctx: &Ctx, prompt: Option<&str>) -> Result<Option<String>> {
-    let Report::Inbox(r) = inbox::run(ctx, false)? else {
+    let Report::Inbox(r) = inbox::after_beat(ctx)? else {
         unreachable!("inbox returns an inbox report")
     };
     let pushed = |m: &Message| match &m.delivery {

@@ -169,7 +169,9 @@ fn a_stopped_wait_for_the_project_lock_leaves_pgbouncer_running() {
     let deadline = Instant::now() + Duration::from_secs(30);
     while psql(
         &e.dir(),
-        &format!("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'tasklock/{pid}' AND wait_event_type = 'Lock'"),
+        // Behind a pooler every command's sessions are named `tasklock`: found by the tag
+        // its wait for a lock carries.
+        &format!("SELECT count(*) FROM pg_stat_activity WHERE query LIKE '/* tasklock-wait-{pid}-%' AND application_name = 'tasklock' AND wait_event_type = 'Lock'"),
     )
     .trim()
         != "1"

@@ -124,7 +124,7 @@ fn wait_tag() -> String {
 /// whichever server session it was given), over a new connection. Best effort: when it
 /// cannot connect, the wait ends at its lock timeout instead.
 fn cancel_tagged(target: &Target, tag: &str) {
-    if let Ok(mut c) = connect(target) {
+    if let Ok(mut c) = connect(target, &session_name()) {
         let _ = c.simple_query(&format!(
             "SELECT pg_cancel_backend(pid) FROM pg_stat_activity \
              WHERE pid <> pg_backend_pid() AND state = 'active' AND query LIKE '/* {tag} */%'"
@@ -360,7 +360,20 @@ pub(crate) fn lock_id_for_tests(parts: &[&str]) -> i64 {
 
 #[cfg(test)]
 pub(crate) fn connect_for_tests(t: &Target) -> Result<Client> {
-    connect(t)
+    connect(t, &session_name())
+}
+
+/// The `application_name` of a command's connection to a store behind a pooler (one with
+/// a session URL): one name for all, because a pooler in transaction mode sends `SET
+/// application_name` whenever it gives a server session to a client with another name,
+/// which with a name per process is nearly every transaction (a quarter of the
+/// statements of a fleet's beats).
+const STORE_SESSION: &str = "tasklock";
+
+/// The `application_name` of a connection straight to the server (the store without a
+/// session URL, or the session URL itself): the process's, for operators.
+fn session_name() -> String {
+    format!("tasklock/{}", std::process::id())
 }
 
 fn to_json<T: Serialize>(v: &T, what: &str) -> Result<String> {
@@ -373,7 +386,9 @@ fn rfc3339(t: &Time) -> String {
 
 /// Connect within the connect timeout, whatever the server does (a stopped server
 /// accepts TCP connections and never answers: the wait is bounded here too).
-fn connect(t: &Target) -> Result<Client> {
+///
+/// `name` is the session's `application_name` unless the URL sets one.
+fn connect(t: &Target, name: &str) -> Result<Client> {
     let mut cfg: postgres::Config = t.url.parse().map_err(|e| {
         Error::Usage(format!(
             "{}: {} is not a usable PostgreSQL URL: {e}",
@@ -388,8 +403,7 @@ fn connect(t: &Target) -> Result<Client> {
         }
     };
     if cfg.get_application_name().is_none() {
-        // Which process a session belongs to, for operators (pg_stat_activity).
-        cfg.application_name(&format!("tasklock/{}", std::process::id()));
+        cfg.application_name(name);
     }
     // No `options` startup parameter (it used to set `search_path`): a pooler such as
     // PgBouncer refuses it, and in transaction mode would not keep it for the session
@@ -455,7 +469,11 @@ impl PgStore {
 
     /// A connection of its own (not the process's shared one): for tests.
     pub(crate) fn connect_new(t: &Target) -> Result<PgStore> {
-        let client = connect(t)?;
+        let name = match t.session {
+            Some(_) => STORE_SESSION.to_string(),
+            None => session_name(),
+        };
+        let client = connect(t, &name)?;
         let conn = Rc::new(Conn::new(client, t));
         let mut store = PgStore {
             conn,
@@ -592,7 +610,7 @@ impl PgStore {
             let _ = self.session_conn.set(conn.clone());
             return Ok(conn);
         }
-        let conn = Rc::new(Conn::new(connect(t)?, t));
+        let conn = Rc::new(Conn::new(connect(t, &session_name())?, t));
         let rows = conn.run("reach tasklock's schema", |c| {
             c.simple_query(&format!(
                 "SELECT pg_backend_pid(), to_regclass('{}.schema_version') IS NOT NULL",
