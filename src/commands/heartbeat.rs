@@ -127,7 +127,7 @@ pub fn beat(
     let mut held = Vec::new();
     let mut todo = Vec::new();
     for r in records {
-        if r.held_by(&agent.id) || crate::identity::is_subagent_of(&r.agent.id, &agent.id) {
+        if r.held_by_or_under(&agent.id, true) {
             if r.held_by(&agent.id) {
                 held.push(r.key.clone());
             }
@@ -159,8 +159,7 @@ pub fn beat(
             // One reaper: this agent's (and its subagents') lost leases end as timeouts,
             // others' checkouts as they may; what is left of this agent's is renewed.
             let me = agent.id.as_str();
-            let mine =
-                |r: &Record| r.held_by(me) || crate::identity::is_subagent_of(&r.agent.id, me);
+            let mine = |r: &Record| r.held_by_or_under(me, true);
             let mut rule = |r: &Record, judge: &mut Judge| {
                 if mine(r) {
                     // Never revived: someone may already have acted on the lost lease.

@@ -145,12 +145,7 @@ pub trait Store {
             .scan()?
             .into_iter()
             .filter_map(|s| match s {
-                Slot::Held(r)
-                    if r.held_by(agent)
-                        || (subagents && crate::identity::is_subagent_of(&r.agent.id, agent)) =>
-                {
-                    Some(r)
-                }
+                Slot::Held(r) if r.held_by_or_under(agent, subagents) => Some(r),
                 _ => None,
             })
             .collect())

@@ -70,6 +70,12 @@ impl Record {
         self.agent.id == agent_id
     }
 
+    /// Held by `agent_id` or, with `subagents`, by one of its subagents (`<agent_id>/…`).
+    pub fn held_by_or_under(&self, agent_id: &str, subagents: bool) -> bool {
+        self.held_by(agent_id)
+            || (subagents && crate::identity::is_subagent_of(&self.agent.id, agent_id))
+    }
+
     /// Which checkout this is: its key, and its slot of a key with slots.
     pub fn id(&self) -> (String, Option<u32>) {
         (self.key.clone(), self.slot)

@@ -56,15 +56,7 @@ impl Env {
     /// Configure an operator secret for the lock directory and run every later command
     /// with it: the caller may then `release --force` a live holder's checkout.
     pub fn as_operator(&mut self) -> &mut Self {
-        use std::io::Write;
-        std::fs::create_dir_all(self.dir()).unwrap();
-        std::fs::OpenOptions::new()
-            .append(true)
-            .create(true)
-            .open(self.dir().join("config.yaml"))
-            .unwrap()
-            .write_all(format!("operator_secret_sha256: {OPERATOR_SHA256}\n").as_bytes())
-            .unwrap();
+        self.configure(&format!("operator_secret_sha256: {OPERATOR_SHA256}\n"));
         self.operator = true;
         self
     }

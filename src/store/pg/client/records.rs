@@ -90,6 +90,11 @@ impl PgStore {
              UNION ALL SELECT key, slot, data::text FROM {s}.slot_records",
             &[],
         )?;
+        Ok(self.in_scan_order(&rows))
+    }
+
+    /// Rows of `key, slot, data` as judged slots, in the order of [`PgStore::scan`].
+    fn in_scan_order(&self, rows: &[postgres::Row]) -> Vec<Slot> {
         let mut out: Vec<(ScanOrder, Slot)> = rows
             .iter()
             .map(|r| {
@@ -102,7 +107,7 @@ impl PgStore {
             })
             .collect();
         out.sort_by(|a, b| a.0.cmp(&b.0));
-        Ok(out.into_iter().map(|(_, s)| s).collect())
+        out.into_iter().map(|(_, s)| s).collect()
     }
 
     /// See [`crate::store::Store::path_index`]: the key and patterns of the records with
@@ -139,25 +144,14 @@ impl PgStore {
              WHERE agent = $1 OR left(agent, length($2)) = $2",
             &[(&agent, Type::TEXT), (&prefix, Type::TEXT)],
         )?;
-        let mut out: Vec<(ScanOrder, Record)> = rows
-            .iter()
-            .filter_map(|r| {
-                let key: &str = r.get(0);
-                let slot: Option<i32> = r.get(1);
-                match self.judge(key, slot, r.get(2)) {
-                    Slot::Held(rec)
-                        if rec.held_by(agent)
-                            || (subagents
-                                && crate::identity::is_subagent_of(&rec.agent.id, agent)) =>
-                    {
-                        Some(((slot.is_some(), crate::key::encode(key), slot), rec))
-                    }
-                    _ => None,
-                }
+        Ok(self
+            .in_scan_order(&rows)
+            .into_iter()
+            .filter_map(|s| match s {
+                Slot::Held(r) if r.held_by_or_under(agent, subagents) => Some(r),
+                _ => None,
             })
-            .collect();
-        out.sort_by(|a, b| a.0.cmp(&b.0));
-        Ok(out.into_iter().map(|(_, r)| r).collect())
+            .collect())
     }
 
     /// The slots and queues of `keys`, in order, in one query: the list is sent as an
