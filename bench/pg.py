@@ -99,6 +99,8 @@ def parse_args():
                    "(e.g. a --no-default-features build); repeatable")
     p.add_argument("--url", help="an existing server (postgres://…); schemas bench_* are "
                    "created in it. Default: a throwaway cluster")
+    p.add_argument("--session-url", help="with --url a pooler (PgBouncer in transaction "
+                   "mode): the server itself, as TASKLOCK_SESSION_URL (docs/postgres.md)")
     p.add_argument("--fsync", choices=["on", "off"], default="on",
                    help="fsync of the throwaway cluster (default on, as a real server)")
     p.add_argument("--json-out", metavar="FILE", help="also write every figure to FILE")
@@ -187,6 +189,7 @@ class Store:
     """Where a command keeps its checkouts: a lock directory, plus a schema when on
     PostgreSQL (a fresh one per Store)."""
     count = 0
+    session_url = None
 
     def __init__(self, kind, tmp, url):
         Store.count += 1
@@ -196,6 +199,8 @@ class Store:
         self.env = dict(bench.ENV)
         if kind == "pg":
             self.env["TASKLOCK_URL"] = f"{url}?schema=bench_{os.getpid()}_{Store.count}"
+            if Store.session_url:
+                self.env["TASKLOCK_SESSION_URL"] = Store.session_url
 
     def argv(self, tl, agent, *args):
         return [tl, *args, "--dir", self.dir, "--agent", agent]
@@ -417,6 +422,7 @@ def flat(tl, kind, tmp, url, n, runs):
 
 def main():
     a = parse_args()
+    Store.session_url = a.session_url
     rng = random.Random(SEED)
     skip = set(filter(None, a.skip.split(",")))
     tl = a.tasklock or build("postgres")
