@@ -233,14 +233,8 @@ impl Config {
         )?;
         if let Some(v) = raw.sweep_interval {
             // Zero is allowed here alone: every beat sweeps.
-            let t = v.trim();
-            let unit = t.trim_start_matches('0');
             c.sweep_interval =
-                if t.starts_with('0') && ["", "ms", "s", "m", "h", "d"].contains(&unit) {
-                    Duration::ZERO
-                } else {
-                    crate::duration::parse(&v).map_err(|e| format!("sweep_interval: {e}"))?
-                };
+                crate::duration::parse_or_zero(&v).map_err(|e| format!("sweep_interval: {e}"))?;
         }
         set(&mut c.stalled_after, "stalled_after", raw.stalled_after)?;
         set(&mut c.dead_after, "dead_after", raw.dead_after)?;

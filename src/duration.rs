@@ -4,6 +4,19 @@ use std::time::Duration;
 
 /// Parse a duration. Every number needs a unit, and the total must be positive.
 pub fn parse(input: &str) -> Result<Duration, String> {
+    parse_with(input, false)
+}
+
+/// As [`parse`], where zero (`0`, `0s`, `0m`, …) is allowed too: for a setting where it
+/// means "every time".
+pub fn parse_or_zero(input: &str) -> Result<Duration, String> {
+    if input.trim() == "0" {
+        return Ok(Duration::ZERO);
+    }
+    parse_with(input, true)
+}
+
+fn parse_with(input: &str, allow_zero: bool) -> Result<Duration, String> {
     let s = input.trim();
     if s.is_empty() {
         return Err("empty duration; write it like 90s, 30m, 2h or 1h30m".into());
@@ -50,7 +63,7 @@ pub fn parse(input: &str) -> Result<Duration, String> {
             .checked_add(number.saturating_mul(unit_ms))
             .ok_or_else(|| format!("invalid duration {input:?}: too large"))?;
     }
-    if total == 0 {
+    if total == 0 && !allow_zero {
         return Err(format!(
             "invalid duration {input:?}: must be longer than zero"
         ));

@@ -111,14 +111,7 @@ pub fn beat(
     // The reads run outside the guard, so a beat over many checkouts never holds up the
     // others; only the records that need a change are re-read and changed under it.
     let records: Vec<Record> = if swept {
-        let all: Vec<Record> = store
-            .scan()?
-            .into_iter()
-            .filter_map(|s| match s {
-                Slot::Held(r) => Some(r),
-                _ => None,
-            })
-            .collect();
+        let all: Vec<Record> = store.scan()?.into_iter().filter_map(Slot::held).collect();
         judge.expect(&all)?;
         all
     } else {

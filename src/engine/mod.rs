@@ -480,10 +480,7 @@ pub fn scan_reaping(
     let mut kept = Vec::new();
     let mut candidates = Vec::new();
     let slots = store.scan()?;
-    judge.expect(slots.iter().filter_map(|s| match s {
-        Slot::Held(r) => Some(r),
-        _ => None,
-    }))?;
+    judge.expect(slots.iter().filter_map(Slot::as_held))?;
     for slot in slots {
         match &slot {
             Slot::Held(r) if judge.reap_reason(r)?.is_some() => candidates.push(r.id()),

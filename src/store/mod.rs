@@ -55,6 +55,24 @@ pub enum Slot {
     },
 }
 
+impl Slot {
+    /// The record, when the slot holds one.
+    pub fn held(self) -> Option<Record> {
+        match self {
+            Slot::Held(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    /// As [`Slot::held`], borrowed.
+    pub fn as_held(&self) -> Option<&Record> {
+        match self {
+            Slot::Held(r) => Some(r),
+            _ => None,
+        }
+    }
+}
+
 /// Proof that the caller is inside the store's transaction scope; every change takes
 /// one. What it holds belongs to the store that made it.
 pub struct Guard {
@@ -144,10 +162,8 @@ pub trait Store {
         Ok(self
             .scan()?
             .into_iter()
-            .filter_map(|s| match s {
-                Slot::Held(r) if r.held_by_or_under(agent, subagents) => Some(r),
-                _ => None,
-            })
+            .filter_map(Slot::held)
+            .filter(|r| r.held_by_or_under(agent, subagents))
             .collect())
     }
 
@@ -231,8 +247,9 @@ pub trait Store {
     /// Enter a scope that holds only the locks named in `locks` (keys, and `agent:ID` for
     /// an agent's registry entry), beside every other such scope: changes to other keys
     /// go on at the same time. A scope of `agent:ID` locks alone (a heartbeat's) also runs
-    /// beside project scopes, which take [`Store::lock_agent`] for the entries they change. A change it does not hold the lock for (another key, any
-    /// queue, paths, a freeze, a message) fails with [`crate::error::Error::Escalate`],
+    /// beside project scopes, which take [`Store::lock_agent`] for the entries they
+    /// change. A change it does not hold the lock for (another key, any queue, paths, a
+    /// freeze, a message) fails with [`crate::error::Error::Escalate`],
     /// and so does the commit of a scope where one was refused, so that nothing of it
     /// stands; [`crate::engine::transaction_scoped`] then runs the work again under the whole
     /// project's lock. A store without such locks enters the whole scope (the default).

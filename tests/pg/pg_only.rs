@@ -425,8 +425,7 @@ fn a_beat_takes_its_agents_lock_and_not_the_projects() {
     let mut e = Env::new();
     e.ok("b", &["heartbeat"]); // the schema, and the project's first sweep
     let schema = pg_schema(&e.dir());
-    std::fs::create_dir_all(e.dir()).unwrap();
-    std::fs::write(e.dir().join("config.yaml"), "guard_timeout: 3s\n").unwrap();
+    e.configure("guard_timeout: 3s\n");
     let project = lock_sql(&["project", &schema]);
     let (mut holder, app) = hold(
         &e,

@@ -834,44 +834,38 @@ impl PgStore {
                 "a PostgreSQL transaction was begun inside another (a bug in tasklock)".into(),
             ));
         }
-        let sql = match (wait, scope) {
-            (Some(t), None) => format!(
-                "BEGIN; SET LOCAL lock_timeout = {}; SELECT pg_advisory_xact_lock({})",
-                t.as_millis().max(1),
-                self.lock_id
+        // Waiting (up to `wait`), or trying once: `f` for a lock that is busy.
+        let (mut sql, try_) = match wait {
+            Some(t) => (
+                format!("BEGIN; SET LOCAL lock_timeout = {}", t.as_millis().max(1)),
+                "",
             ),
-            (None, None) => format!("BEGIN; SELECT pg_try_advisory_xact_lock({})", self.lock_id),
-            (wait, Some(locks)) => {
+            None => ("BEGIN".to_string(), "try_"),
+        };
+        match scope {
+            None => sql.push_str(&format!(
+                "; SELECT pg_{try_}advisory_xact_lock({})",
+                self.lock_id
+            )),
+            Some(locks) => {
                 let mut ids: Vec<i64> = locks.iter().map(|l| self.key_lock(l)).collect();
                 ids.sort_unstable();
                 ids.dedup();
                 // A scope of registry entries alone takes no project lock: project scopes
                 // take the lock of each entry they change (`lock_agent`).
-                let agents_only = locks.iter().all(|l| l.starts_with(AGENT_LOCK_PREFIX));
-                let mut sql = match wait {
-                    Some(t) => format!("BEGIN; SET LOCAL lock_timeout = {}", t.as_millis().max(1)),
-                    None => "BEGIN".to_string(),
-                };
+                let agents_only =
+                    !locks.is_empty() && locks.iter().all(|l| l.starts_with(AGENT_LOCK_PREFIX));
                 if !agents_only {
-                    sql.push_str(&match wait {
-                        Some(_) => {
-                            format!("; SELECT pg_advisory_xact_lock_shared({})", self.lock_id)
-                        }
-                        None => format!(
-                            "; SELECT pg_try_advisory_xact_lock_shared({})",
-                            self.lock_id
-                        ),
-                    });
+                    sql.push_str(&format!(
+                        "; SELECT pg_{try_}advisory_xact_lock_shared({})",
+                        self.lock_id
+                    ));
                 }
                 for id in ids {
-                    sql.push_str(&match wait {
-                        Some(_) => format!("; SELECT pg_advisory_xact_lock({id})"),
-                        None => format!("; SELECT pg_try_advisory_xact_lock({id})"),
-                    });
+                    sql.push_str(&format!("; SELECT pg_{try_}advisory_xact_lock({id})"));
                 }
-                sql
             }
-        };
+        }
         // A wait can be stopped, as the lock directory's can: by a signal (for the
         // commands that catch them) or the command's own deadline. The lock query blocks,
         // so a thread watches for those and cancels it, found by its tag.

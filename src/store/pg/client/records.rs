@@ -147,10 +147,8 @@ impl PgStore {
         Ok(self
             .in_scan_order(&rows)
             .into_iter()
-            .filter_map(|s| match s {
-                Slot::Held(r) if r.held_by_or_under(agent, subagents) => Some(r),
-                _ => None,
-            })
+            .filter_map(Slot::held)
+            .filter(|r| r.held_by_or_under(agent, subagents))
             .collect())
     }
 
