@@ -46,8 +46,8 @@ pub fn any(
     }))
 }
 
-/// `checkout --next`: the first key of the project's backlog that can be taken, under
-/// the project's scope (claims span keys: agents racing get different keys).
+/// `checkout --next`: the first key of the project's backlog that can be taken; agents
+/// racing get different keys.
 pub fn next(ctx: &Ctx, timeout: Option<Duration>, reason: Option<String>) -> Result<Report> {
     let req = Request::new(ctx, timeout, reason, None)?;
     let Some(store) = ctx.existing_store()? else {
@@ -61,10 +61,21 @@ pub fn next(ctx: &Ctx, timeout: Option<Duration>, reason: Option<String>) -> Res
             claimers: Vec::new(),
         }));
     };
-    let next = store.transaction(|guard| {
-        let req = super::checkout::with_registered_pid(&*store, guard, req)?;
-        crate::engine::backlog::claim_next(ctx, &*store, guard, &req)
-    })?;
+    // Beside other claims where the store can (keys taken one by one under their own
+    // locks); under the project's lock when nothing ready can be taken, or elsewhere.
+    let locks = [crate::engine::agent_lock(&req.agent.id)];
+    let next = crate::engine::escalating(
+        &*store,
+        || store.begin_claim(&locks),
+        |guard, by_key| {
+            let req = super::checkout::with_registered_pid(&*store, guard, req.clone())?;
+            if by_key {
+                crate::engine::backlog::claim_by_key(ctx, &*store, guard, &req).map(Next::Taken)
+            } else {
+                crate::engine::backlog::claim_next(ctx, &*store, guard, &req)
+            }
+        },
+    )?;
     let (refused, summary) = match next {
         Next::Taken(r) => return Ok(Report::Checkout(r)),
         Next::Refused { refused, summary } => (refused, summary),

@@ -19,10 +19,10 @@ use super::claim::Claiming;
 use super::take::{Join, Request, attempt};
 use super::{Ctx, Judge};
 use crate::clock::Time;
-use crate::error::{Outcome, Result};
+use crate::error::{Error, Outcome, Result};
 use crate::report::CheckoutReport;
 use crate::store::record::BREAK_GRACE_SECS;
-use crate::store::{BacklogClaim, BacklogSummary, Guard, Record, Slot, Store};
+use crate::store::{BacklogClaim, BacklogEntry, BacklogSummary, Guard, Record, Slot, Store};
 
 /// Ready keys read at a time, after the first alone: claims run one at a time, so the
 /// first ready key is nearly always free.
@@ -58,13 +58,13 @@ fn claim_of(r: &Record) -> BacklogClaim {
 pub fn claim_next(ctx: &Ctx, store: &dyn Store, guard: &Guard, req: &Request) -> Result<Next> {
     let view = Claiming::new(store);
     let mut refused: Vec<CheckoutReport> = Vec::new();
-    if let Some(r) = take_ready(ctx, &view, guard, req, &mut refused)? {
+    if let Some(r) = take_ready(ctx, &view, guard, req, &mut refused, ready_in_order(&view))? {
         return Ok(Next::Taken(r));
     }
     let summary = view.backlog_summary()?;
     if summary.claimed > 0 && may_have_lapsed(ctx, &view, &summary)? && sweep(ctx, &view, guard)? {
         refused.clear();
-        if let Some(r) = take_ready(ctx, &view, guard, req, &mut refused)? {
+        if let Some(r) = take_ready(ctx, &view, guard, req, &mut refused, ready_in_order(&view))? {
             return Ok(Next::Taken(r));
         }
     }
@@ -76,20 +76,51 @@ pub fn claim_next(ctx: &Ctx, store: &dyn Store, guard: &Guard, req: &Request) ->
     Ok(Next::Refused { refused, summary })
 }
 
-/// Go through the ready keys in order until one is taken; refusals are kept in `refused`.
+/// Claim a key of the backlog in a scope of [`Store::begin_claim`], beside other claims
+/// and changes of other keys: the ready keys are taken one at a time
+/// ([`Store::backlog_take`] passes over those other scopes are changing) and judged as
+/// in [`claim_next`]. Anything more (nothing ready could be taken: the summary, a
+/// sweep, a refusal to audit) escalates, and [`claim_next`] decides under the
+/// project's lock.
+pub fn claim_by_key(
+    ctx: &Ctx,
+    store: &dyn Store,
+    guard: &Guard,
+    req: &Request,
+) -> Result<CheckoutReport> {
+    let view = Claiming::new(store);
+    let mut refused = Vec::new();
+    let source = |after: Option<u64>| Ok(view.backlog_take(guard, after)?.into_iter().collect());
+    take_ready(ctx, &view, guard, req, &mut refused, source)?.ok_or(Error::Escalate)
+}
+
+/// The ready keys after a place, one and then [`BATCH`] at a time, under the project's
+/// scope.
+fn ready_in_order<'v>(
+    view: &'v Claiming<'_>,
+) -> impl FnMut(Option<u64>) -> Result<Vec<BacklogEntry>> + 'v {
+    let mut n = 1;
+    move |after| {
+        let batch = view.backlog_ready(after, n);
+        n = BATCH;
+        batch
+    }
+}
+
+/// Go through the ready keys in order, as `source` gives them after a place, until one
+/// is taken; refusals are kept in `refused`.
 fn take_ready(
     ctx: &Ctx,
     view: &Claiming<'_>,
     guard: &Guard,
     req: &Request,
     refused: &mut Vec<CheckoutReport>,
+    mut source: impl FnMut(Option<u64>) -> Result<Vec<BacklogEntry>>,
 ) -> Result<Option<CheckoutReport>> {
     let me = req.agent.id.as_str();
     let mut after = None;
-    let mut n = 1;
     loop {
-        let batch = view.backlog_ready(after, n)?;
-        n = BATCH;
+        let batch = source(after)?;
         let Some(last) = batch.last() else {
             return Ok(None);
         };

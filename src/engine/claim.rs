@@ -315,6 +315,9 @@ impl Store for Claiming<'_> {
     fn last_notes(&self, key: &str, n: usize) -> Result<Vec<Note>> {
         self.inner.last_notes(key, n)
     }
+    fn history(&self, key: &str, n: usize) -> Result<(Option<Ended>, Vec<Note>)> {
+        self.inner.history(key, n)
+    }
     fn freezes(&self) -> Result<Vec<Freeze>> {
         if let Some(f) = self.freezes.borrow().as_ref() {
             return Ok(f.clone());
@@ -439,6 +442,9 @@ impl Store for Claiming<'_> {
     }
     fn backlog_ready(&self, after: Option<u64>, n: usize) -> Result<Vec<BacklogEntry>> {
         self.inner.backlog_ready(after, n)
+    }
+    fn backlog_take(&self, g: &Guard, after: Option<u64>) -> Result<Option<BacklogEntry>> {
+        self.inner.backlog_take(g, after)
     }
     fn backlog_claimed(&self) -> Result<Vec<BacklogEntry>> {
         self.inner.backlog_claimed()

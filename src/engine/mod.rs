@@ -255,10 +255,10 @@ pub fn record_end(
 }
 
 /// What the next holder of `key` (about to get `token`) should know; `None` when nothing
-/// is known. Two small reads: the key's ended fact and the tail of its notes.
+/// is known: the key's ended fact and the tail of its notes.
 pub fn previous(store: &dyn Store, key: &str, token: u64) -> Result<Option<Box<Previous>>> {
-    let ended = store.read_ended(key)?.filter(|e| e.token < token);
-    let notes = store.last_notes(key, NOTES_SHOWN)?;
+    let (ended, notes) = store.history(key, NOTES_SHOWN)?;
+    let ended = ended.filter(|e| e.token < token);
     if ended.is_none() && notes.is_empty() {
         return Ok(None);
     }
@@ -612,11 +612,32 @@ pub fn transaction_scoped<T>(
     locks: &[String],
     mut f: impl FnMut(&Guard) -> Result<T>,
 ) -> Result<T> {
+    escalating(
+        store,
+        || {
+            Ok(Some(
+                store.begin_scoped(locks, true)?.expect("waited for it"),
+            ))
+        },
+        |g, _| f(g),
+    )
+}
+
+/// Run `f` in the scope `begin` enters (`f` is told `true`), and when the work turns out
+/// to need more, or `begin` enters none, from the start under the whole project's lock
+/// (told `false`); what the first run did is abandoned, its warnings and pushes too.
+pub fn escalating<T>(
+    store: &dyn Store,
+    begin: impl FnOnce() -> Result<Option<Guard>>,
+    mut f: impl FnMut(&Guard, bool) -> Result<T>,
+) -> Result<T> {
     let warned = crate::warnings::mark();
     let pushes = deliver::mark();
     let scoped = (|| {
-        let g = store.begin_scoped(locks, true)?.expect("waited for it");
-        let v = f(&g)?;
+        let Some(g) = begin()? else {
+            return Err(crate::error::Error::Escalate);
+        };
+        let v = f(&g, true)?;
         store.commit(g)?;
         Ok(v)
     })();
@@ -624,7 +645,7 @@ pub fn transaction_scoped<T>(
         Err(crate::error::Error::Escalate) => {
             crate::warnings::truncate(warned);
             deliver::truncate(pushes);
-            store.transaction(f)
+            store.transaction(|g| f(g, false))
         }
         other => other,
     }

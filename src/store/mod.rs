@@ -204,6 +204,12 @@ pub trait Store {
     /// The last `n` notes of a key, oldest first.
     fn last_notes(&self, key: &str, n: usize) -> Result<Vec<Note>>;
 
+    /// A key's history as its next holder is told it: how its last checkout ended and
+    /// its last `n` notes, oldest first (in one read where the store can).
+    fn history(&self, key: &str, n: usize) -> Result<(Option<Ended>, Vec<Note>)> {
+        Ok((self.read_ended(key)?, self.last_notes(key, n)?))
+    }
+
     /// Every freeze on record (active or not), by pattern.
     fn freezes(&self) -> Result<Vec<Freeze>>;
 
@@ -256,6 +262,16 @@ pub trait Store {
     fn begin_scoped(&self, locks: &[String], wait: bool) -> Result<Option<Guard>> {
         let _ = locks;
         self.begin(wait)
+    }
+
+    /// Enter a scope for claiming from the backlog (`checkout --next`) beside changes of
+    /// other keys: a scope of `locks` (as [`Store::begin_scoped`], the project's lock
+    /// shared even for `agent:ID` locks alone) to which [`Store::backlog_take`] adds the
+    /// keys it takes. `None` on a store where every change holds the whole project: the
+    /// claim runs in [`Store::begin`]'s scope (the default).
+    fn begin_claim(&self, locks: &[String]) -> Result<Option<Guard>> {
+        let _ = locks;
+        Ok(None)
     }
 
     /// Make the scope's changes stand and leave it.
@@ -339,6 +355,17 @@ pub trait Store {
 
     /// Up to `n` keys of the backlog ready to claim, after place `after`, in order.
     fn backlog_ready(&self, after: Option<u64>, n: usize) -> Result<Vec<BacklogEntry>>;
+
+    /// In a scope of [`Store::begin_claim`]: the first key of the backlog ready to claim,
+    /// after place `after`, whose lock no other scope holds; its lock is taken without
+    /// waiting and added to the scope. Keys being changed in other scopes (another claim
+    /// on them) are passed over. `None` when no ready key is left to try.
+    fn backlog_take(&self, g: &Guard, after: Option<u64>) -> Result<Option<BacklogEntry>> {
+        let _ = (g, after);
+        Err(crate::error::Error::Store(
+            "this store claims only under the project's lock (a bug in tasklock)".into(),
+        ))
+    }
 
     /// Every claimed key of the backlog, in order (reads the whole backlog).
     fn backlog_claimed(&self) -> Result<Vec<BacklogEntry>>;

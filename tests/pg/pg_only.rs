@@ -416,6 +416,54 @@ fn a_change_to_one_key_does_not_wait_for_another_key() {
     e.ok("c", &["checkout", "slow"]);
 }
 
+/// A claim from the backlog takes its key under that key's lock, beside changes of other
+/// keys: it passes over a key another change holds (taking the next in line), and waits
+/// for a change across keys.
+#[test]
+fn a_claim_passes_over_a_key_being_changed() {
+    let e = Env::new();
+    e.ok("o", &["backlog", "add", "k1", "k2", "k3"]);
+    let schema = pg_schema(&e.dir());
+    e.configure("guard_timeout: 3s\n");
+    let project = lock_sql(&["project", &schema]);
+    let k1 = lock_sql(&["key", &schema, "k1"]);
+    let end = |app: &str| {
+        psql(
+            &e.dir(),
+            &format!(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '{app}'"
+            ),
+        )
+    };
+    // Another session is in the middle of a change to `k1`, the first in line.
+    let (mut holder, app) = hold(
+        &e,
+        &format!(
+            "SELECT pg_advisory_xact_lock_shared({project}); SELECT pg_advisory_xact_lock({k1})"
+        ),
+        &k1,
+    );
+    let j = e.ok("a", &["checkout", "--next", "--json"]).json();
+    assert_eq!(j["key"], "k2", "{j}");
+    end(&app);
+    let _ = holder.wait();
+    let j = e.ok("b", &["checkout", "--next", "--json"]).json();
+    assert_eq!(j["key"], "k1", "back in its place: {j}");
+    // A change across keys holds the project: claims wait for it (here until they give up).
+    let (mut holder, app) = hold(
+        &e,
+        &format!("SELECT pg_advisory_xact_lock({project})"),
+        &project,
+    );
+    let r = e.run(Some("c"), &["checkout", "--next", "--json"]);
+    assert_eq!(r.code, 1, "{}", r.text());
+    assert!(r.text().contains("gave up"), "{}", r.text());
+    end(&app);
+    let _ = holder.wait();
+    let j = e.ok("c", &["checkout", "--next", "--json"]).json();
+    assert_eq!(j["key"], "k3", "{j}");
+}
+
 /// A heartbeat changes its agent's registry entry under the entry's own lock alone: it
 /// goes on while a change across keys holds the project, and waits only for its own
 /// agent. A change across keys takes an entry's lock before it changes the entry:

@@ -397,6 +397,62 @@ fn an_agents_records_the_path_index_and_the_sweeps_turn() {
     assert!(!turn(t0 - chrono::Duration::hours(1)));
 }
 
+/// A claim takes the first ready key whose lock is free, by the same lock id as a
+/// change of that key computes (here, on the server), and may change only what it took.
+#[test]
+fn claims_take_ready_keys_whose_locks_are_free() {
+    let Some((t, s)) = fresh("take") else { return };
+    for key in ["k1", "ключ/ü", "a b", "agent:x"] {
+        let sql = format!(
+            "SELECT {} FROM (VALUES ($2::text)) AS v(k)",
+            PgStore::key_lock_sql("v.k", "$1")
+        );
+        let prefix = s.key_lock_prefix();
+        let row = s
+            .with_client("hash", |c| c.query_one(&sql, &[&prefix, &key]))
+            .unwrap();
+        assert_eq!(row.get::<_, i64>(0), s.key_lock(key), "{key}");
+    }
+    let keys: Vec<String> = ["k1", "k2", "k3"].map(String::from).to_vec();
+    let g = s.begin(true).unwrap().unwrap();
+    s.backlog_add(&g, &keys).unwrap();
+    s.commit(g).unwrap();
+    let other = PgStore::connect_new(&t).unwrap();
+    let key = |e: Option<crate::store::BacklogEntry>| e.map(|e| (e.key, e.seq));
+    let g1 = s.begin_claim(&["agent:a".into()]).unwrap().unwrap();
+    assert_eq!(
+        key(s.backlog_take(&g1, None).unwrap()),
+        Some(("k1".into(), 1))
+    );
+    let g2 = other.begin_claim(&["agent:b".into()]).unwrap().unwrap();
+    assert_eq!(
+        key(other.backlog_take(&g2, None).unwrap()),
+        Some(("k2".into(), 2)),
+        "k1 is being claimed: passed over"
+    );
+    // The claim may change the key it took, and nothing else.
+    other.allow(&g2, Some("k2"), true).unwrap();
+    assert!(matches!(
+        other.allow(&g2, Some("k3"), true),
+        Err(Error::Escalate)
+    ));
+    drop(g2);
+    // A change of the key being claimed waits for the claim; of another key, not.
+    let third = PgStore::connect_new(&t).unwrap();
+    assert!(third.begin_scoped(&["k1".into()], false).unwrap().is_none());
+    let g3 = third.begin_scoped(&["k3".into()], false).unwrap().unwrap();
+    drop(g3);
+    // The project's lock waits for the claim too.
+    assert!(third.begin(false).unwrap().is_none());
+    s.commit(g1).unwrap();
+    let g1 = s.begin_claim(&["agent:a".into()]).unwrap().unwrap();
+    assert_eq!(
+        key(s.backlog_take(&g1, Some(2)).unwrap()),
+        Some(("k3".into(), 3))
+    );
+    assert_eq!(key(s.backlog_take(&g1, Some(3)).unwrap()), None);
+}
+
 #[test]
 fn an_occupied_slot_cannot_be_inserted_into() {
     let Some((_, s)) = fresh("slotbusy") else {

@@ -24,6 +24,34 @@ impl PgStore {
         Ok(notes)
     }
 
+    /// [`PgStore::read_ended`] and [`PgStore::last_notes`] in one statement.
+    pub fn history(&self, key: &str, n: usize) -> Result<(Option<Ended>, Vec<Note>)> {
+        let n = n as i64;
+        let rows = self.rows(
+            "read a key's history",
+            "SELECT NULL::bigint, data::text FROM {s}.ended WHERE key = $1 \
+             UNION ALL \
+             (SELECT id, data::text FROM {s}.notes WHERE key = $1 ORDER BY id DESC LIMIT $2)",
+            &[(&key, Type::TEXT), (&n, Type::INT8)],
+        )?;
+        let mut ended = None;
+        let mut notes = Vec::new();
+        for r in &rows {
+            let data: &str = r.get(1);
+            match r.get::<_, Option<i64>>(0) {
+                None => {
+                    ended = serde_json::from_str::<Ended>(data)
+                        .ok()
+                        .filter(|e| e.key == key)
+                }
+                Some(id) => notes.extend(serde_json::from_str::<Note>(data).ok().map(|n| (id, n))),
+            }
+        }
+        notes.sort_by_key(|(id, _)| *id);
+        let notes = notes.into_iter().map(|(_, n)| n).collect();
+        Ok((ended, notes))
+    }
+
     pub fn freezes(&self) -> Result<Vec<Freeze>> {
         let in_tx = self.conn.in_tx.get();
         if in_tx && let Some(f) = &self.conn.cache.borrow().freezes {

@@ -162,6 +162,8 @@ struct Conn {
 struct TxCache {
     agents: std::collections::HashMap<String, Option<AgentEntry>>,
     freezes: Option<Vec<Freeze>>,
+    /// Keys seen to have no slot records, under a lock that keeps them so.
+    no_slots: std::collections::HashSet<String>,
 }
 
 impl Conn {
@@ -304,8 +306,8 @@ pub struct PgGuard {
     done: Cell<bool>,
     changed: Cell<bool>,
     /// A scope of some locks only ([`PgStore::begin_scoped`]): the keys (and `agent:ID`s)
-    /// it may change. `None`: the whole project's lock.
-    scope: Option<Vec<String>>,
+    /// it may change (a claim's grows as it takes keys). `None`: the whole project's lock.
+    scope: Option<RefCell<Vec<String>>>,
     /// A change outside the scope was refused: the commit refuses too.
     escalated: Cell<bool>,
     /// Audit events of the transaction, as JSON: written with the COMMIT, in the same
@@ -555,7 +557,7 @@ impl PgStore {
     fn migrate(&self) -> Result<()> {
         let s = &self.schema;
         let g = self
-            .begin_inner(Some(Duration::from_secs(60)), None)?
+            .begin_inner(Some(Duration::from_secs(60)), None, false)?
             .expect("waited");
         // Waiting for an advisory lock does not make the server session read the catalog
         // changes committed meanwhile (a lock on a table does): without this first read of
@@ -765,7 +767,7 @@ impl PgStore {
     /// `BEGIN` and the project's transaction-scoped advisory lock: waiting for it up to
     /// `guard_timeout` (`wait`), or `None` at once when another command holds it.
     pub fn begin(&self, wait: bool) -> Result<Option<PgGuard>> {
-        self.begin_inner(self.lock_wait(wait), None)
+        self.begin_inner(self.lock_wait(wait), None, false)
     }
 
     /// How long a begin waits for its locks: `guard_timeout`, or not at all.
@@ -777,11 +779,45 @@ impl PgStore {
     /// change of the whole project waits for them all) and the lock of each of `locks`
     /// exclusively, taken in one order so that two scopes never wait for each other.
     pub fn begin_scoped(&self, locks: &[String], wait: bool) -> Result<Option<PgGuard>> {
-        self.begin_inner(self.lock_wait(wait), Some(locks))
+        self.begin_inner(self.lock_wait(wait), Some(locks), false)
+    }
+
+    /// A key scope for a claim from the backlog: the project's lock shared and `locks`,
+    /// waiting for them; [`PgStore::backlog_take`] adds the keys it takes.
+    pub fn begin_claim(&self, locks: &[String]) -> Result<Option<PgGuard>> {
+        self.begin_inner(self.lock_wait(true), Some(locks), true)
+    }
+
+    /// Add a key whose lock this scope has just taken to what it may change.
+    pub(super) fn hold(&self, g: &PgGuard, key: &str) {
+        if let Some(locks) = &g.scope {
+            locks.borrow_mut().push(key.to_string());
+        }
+    }
+
+    /// The SQL expression of [`PgStore::key_lock`] for the key in `column`, given
+    /// [`PgStore::key_lock_prefix`] as the bytea parameter `param`: the lock id computed
+    /// by the server, for locks taken in a query that picks its keys.
+    pub(super) fn key_lock_sql(column: &str, param: &str) -> String {
+        format!(
+            "('x' || encode(substring(sha256({param}::bytea || convert_to({column}, 'UTF8')) \
+             FROM 1 FOR 8), 'hex'))::bit(64)::bigint"
+        )
+    }
+
+    /// What [`lock_id`] hashes before a key's name.
+    pub(super) fn key_lock_prefix(&self) -> Vec<u8> {
+        let mut p = b"tasklock".to_vec();
+        for part in ["key", &self.schema] {
+            p.push(0);
+            p.extend_from_slice(part.as_bytes());
+        }
+        p.push(0);
+        p
     }
 
     /// The advisory lock of one key (or `agent:ID`) of this project.
-    fn key_lock(&self, name: &str) -> i64 {
+    pub(super) fn key_lock(&self, name: &str) -> i64 {
         lock_id(&["key", &self.schema, name])
     }
 
@@ -816,7 +852,11 @@ impl PgStore {
         match &g.scope {
             None => Ok(()),
             Some(_) if g.escalated.get() => Err(Error::Escalate),
-            Some(locks) if paths_ok && lock.is_some_and(|l| locks.iter().any(|k| k == l)) => Ok(()),
+            Some(locks)
+                if paths_ok && lock.is_some_and(|l| locks.borrow().iter().any(|k| k == l)) =>
+            {
+                Ok(())
+            }
             Some(_) => {
                 g.escalated.set(true);
                 Err(Error::Escalate)
@@ -828,6 +868,7 @@ impl PgStore {
         &self,
         wait: Option<Duration>,
         scope: Option<&[String]>,
+        claim: bool,
     ) -> Result<Option<PgGuard>> {
         if self.conn.in_tx.get() {
             return Err(Error::Store(
@@ -853,8 +894,10 @@ impl PgStore {
                 ids.dedup();
                 // A scope of registry entries alone takes no project lock: project scopes
                 // take the lock of each entry they change (`lock_agent`).
-                let agents_only =
-                    !locks.is_empty() && locks.iter().all(|l| l.starts_with(AGENT_LOCK_PREFIX));
+                // A claim's keys come later: it holds the project shared from the start.
+                let agents_only = !claim
+                    && !locks.is_empty()
+                    && locks.iter().all(|l| l.starts_with(AGENT_LOCK_PREFIX));
                 if !agents_only {
                     sql.push_str(&format!(
                         "; SELECT pg_{try_}advisory_xact_lock_shared({})",
@@ -925,7 +968,7 @@ impl PgStore {
             conn: self.conn.clone(),
             done: Cell::new(false),
             changed: Cell::new(false),
-            scope: scope.map(<[String]>::to_vec),
+            scope: scope.map(|l| RefCell::new(l.to_vec())),
             escalated: Cell::new(false),
             audit: RefCell::new(Vec::new()),
         };
@@ -942,24 +985,18 @@ impl PgStore {
     /// `audit_max_size` bytes of events are kept, the oldest dropped first. Looked at
     /// when the ids cross a multiple of [`AUDIT_TRIM_EVERY`] (the look is a scan of the
     /// table), so it may pass the bound by that many events in between.
-    fn trim_audit(&self, added: usize) -> String {
+    fn trim_audit(&self) -> String {
         let cfg = self.config().unwrap_or_default();
         let budget = cfg
             .audit_max_size
             .saturating_mul(cfg.audit_keep as u64 + 1)
             .min(i64::MAX as u64);
         format!(
-            "DO $trim$ BEGIN \
-               IF (SELECT coalesce(max(id), 0) FROM {s}.audit) % {every} < {added} THEN \
-                 DELETE FROM {s}.audit WHERE id <= (\
-                   SELECT id FROM (SELECT id, sum(octet_length(data::text)) \
-                     OVER (ORDER BY id DESC) AS kept FROM {s}.audit) t \
-                   WHERE kept > {budget} ORDER BY id DESC LIMIT 1); \
-               END IF; \
-             END $trim$; ",
+            "DELETE FROM {s}.audit WHERE id <= (\
+               SELECT id FROM (SELECT id, sum(octet_length(data::text)) \
+                 OVER (ORDER BY id DESC) AS kept FROM {s}.audit) t \
+               WHERE kept > {budget} ORDER BY id DESC LIMIT 1)",
             s = self.schema,
-            every = AUDIT_TRIM_EVERY,
-            added = added.min(AUDIT_TRIM_EVERY as usize),
         )
     }
 
@@ -1009,11 +1046,10 @@ impl PgStore {
                 "INSERT INTO {s}.audit (ts, event, key, agent, data) \
                  SELECT (e->>'ts')::timestamptz, e->>'event', e->>'key', e->>'agent', e \
                  FROM jsonb_array_elements({tag}{json}{tag}::jsonb) WITH ORDINALITY AS t(e, n) \
-                 ORDER BY n; SELECT pg_notify('{}', ''); ",
+                 ORDER BY n RETURNING id AS {AUDIT_ID}; SELECT pg_notify('{}', ''); ",
                 self.channel("audit"),
                 s = self.schema,
             ));
-            sql.push_str(&self.trim_audit(events.len()));
         }
         if g.changed.get() {
             sql.push_str(&format!(
@@ -1023,7 +1059,30 @@ impl PgStore {
         }
         sql.push_str("COMMIT");
         match client.simple_query(&sql) {
-            Ok(_) => Ok(()),
+            Ok(answers) => {
+                // The ids of the events: when they cross a multiple of AUDIT_TRIM_EVERY, a
+                // look at the table's size, in a statement of its own (planned only then).
+                let newest = answers
+                    .iter()
+                    .filter_map(|m| match m {
+                        SimpleQueryMessage::Row(r) if r.columns()[0].name() == AUDIT_ID => {
+                            r.get(0).and_then(|id| id.parse::<i64>().ok())
+                        }
+                        _ => None,
+                    })
+                    .max();
+                let added = events.len().min(AUDIT_TRIM_EVERY as usize) as i64;
+                if newest.is_some_and(|id| id % AUDIT_TRIM_EVERY < added)
+                    && let Err(e) = client.batch_execute(&self.trim_audit())
+                {
+                    crate::warnings::warn(format!(
+                        "the audit table in PostgreSQL at {} was not trimmed to its bound ({}); the next look will",
+                        self.conn.url,
+                        describe(&e)
+                    ));
+                }
+                Ok(())
+            }
             Err(e) => {
                 let closed = client.is_closed() || connection_lost(&e);
                 let _ = client.batch_execute("ROLLBACK");
@@ -1055,6 +1114,9 @@ impl PgStore {
 
 /// How many audit events between two looks at the audit table's size.
 pub const AUDIT_TRIM_EVERY: i64 = 64;
+
+/// The column name of the ids of the events a commit adds.
+const AUDIT_ID: &str = "tasklock_audit_id";
 
 /// The store's part of a [`Guard`]: a [`PgGuard`].
 fn pg(g: &Guard) -> &PgGuard {

@@ -29,6 +29,9 @@ impl PgStore {
 
     /// The records of the slots of `key` held now, in slot order, damaged ones included.
     pub fn read_slots(&self, key: &str) -> Result<Vec<Slot>> {
+        if self.conn.in_tx.get() && self.conn.cache.borrow().no_slots.contains(key) {
+            return Ok(Vec::new());
+        }
         let rows = self.rows(
             "read the records of slots",
             "SELECT slot, data::text FROM {s}.slot_records WHERE key = $1 ORDER BY slot",
@@ -153,16 +156,32 @@ impl PgStore {
     }
 
     /// The slots and queues of `keys`, in order, in one query: the list is sent as an
-    /// array and joined against `records` and `queues` by their primary keys.
-    pub fn read_many(&self, _g: &PgGuard, keys: &[String]) -> Result<Vec<(Slot, Queue)>> {
-        let rows = self.rows(
-            "read records and queues",
-            "SELECT r.data::text, q.data::text \
-             FROM unnest($1::text[]) WITH ORDINALITY AS t(key, n) \
-             LEFT JOIN {s}.records r ON r.key = t.key LEFT JOIN {s}.queues q ON q.key = t.key \
-             ORDER BY t.n",
-            &[(&keys, Type::TEXT_ARRAY)],
-        )?;
+    /// array and joined against `records` and `queues` by their primary keys (one key,
+    /// the claim of a backlog's: looked up directly, a statement quicker to plan).
+    pub fn read_many(&self, g: &PgGuard, keys: &[String]) -> Result<Vec<(Slot, Queue)>> {
+        let has_slots = "EXISTS (SELECT 1 FROM {s}.slot_records s WHERE s.key = t.key)";
+        let rows = match keys {
+            [key] => self.rows(
+                "read a record and its queue",
+                &format!(
+                    "SELECT (SELECT data::text FROM {{s}}.records WHERE key = t.key), \
+                            (SELECT data::text FROM {{s}}.queues WHERE key = t.key), {has_slots} \
+                     FROM (SELECT $1::text AS key) AS t"
+                ),
+                &[(key, Type::TEXT)],
+            )?,
+            _ => self.rows(
+                "read records and queues",
+                &format!(
+                    "SELECT r.data::text, q.data::text, {has_slots} \
+                     FROM unnest($1::text[]) WITH ORDINALITY AS t(key, n) \
+                     LEFT JOIN {{s}}.records r ON r.key = t.key \
+                     LEFT JOIN {{s}}.queues q ON q.key = t.key \
+                     ORDER BY t.n"
+                ),
+                &[(&keys, Type::TEXT_ARRAY)],
+            )?,
+        };
         if rows.len() != keys.len() {
             return Err(Error::Store(format!(
                 "PostgreSQL at {}: asked for {} keys, got {} rows",
@@ -171,10 +190,20 @@ impl PgStore {
                 rows.len()
             )));
         }
+        // That a key has no slot records is kept for the transaction (a checkout's look
+        // for them) where no other scope can add one: the key's lock is held.
+        let locked = |k: &String| match &g.scope {
+            None => true,
+            Some(locks) => locks.borrow().contains(k),
+        };
+        let mut cache = self.conn.cache.borrow_mut();
         Ok(keys
             .iter()
             .zip(rows)
             .map(|(k, row)| {
+                if !row.get::<_, bool>(2) && locked(k) {
+                    cache.no_slots.insert(k.clone());
+                }
                 let slot = match row.get::<_, Option<&str>>(0) {
                     None => Slot::Free,
                     Some(data) => self.slot(k, data),
@@ -219,6 +248,9 @@ impl PgStore {
     /// row of `slot_records`); `replace` or only where there is none. The rows written.
     pub(super) fn upsert_record(&self, g: &PgGuard, r: &Record, replace: bool) -> Result<u64> {
         g.changed.set(true);
+        if r.slot.is_some() {
+            self.conn.cache.borrow_mut().no_slots.remove(&r.key);
+        }
         let data = to_json(r, "record")?;
         let token = r.token as i64;
         let expires = rfc3339(&r.expires_at);

@@ -43,6 +43,9 @@ impl Store for PgStore {
     fn last_notes(&self, key: &str, n: usize) -> Result<Vec<Note>> {
         PgStore::last_notes(self, key, n)
     }
+    fn history(&self, key: &str, n: usize) -> Result<(Option<Ended>, Vec<Note>)> {
+        PgStore::history(self, key, n)
+    }
     fn freezes(&self) -> Result<Vec<Freeze>> {
         PgStore::freezes(self)
     }
@@ -72,6 +75,9 @@ impl Store for PgStore {
     }
     fn begin_scoped(&self, locks: &[String], wait: bool) -> Result<Option<Guard>> {
         Ok(PgStore::begin_scoped(self, locks, wait)?.map(Guard::new))
+    }
+    fn begin_claim(&self, locks: &[String]) -> Result<Option<Guard>> {
+        Ok(PgStore::begin_claim(self, locks)?.map(Guard::new))
     }
     fn commit(&self, g: Guard) -> Result<()> {
         PgStore::commit(self, g.into_inner::<PgGuard>())
@@ -153,6 +159,9 @@ impl Store for PgStore {
     }
     fn backlog_ready(&self, after: Option<u64>, n: usize) -> Result<Vec<BacklogEntry>> {
         PgStore::backlog_ready(self, after, n)
+    }
+    fn backlog_take(&self, g: &Guard, after: Option<u64>) -> Result<Option<BacklogEntry>> {
+        PgStore::backlog_take(self, pg(g), after)
     }
     fn backlog_claimed(&self) -> Result<Vec<BacklogEntry>> {
         PgStore::backlog_claimed(self)
