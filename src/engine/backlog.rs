@@ -14,6 +14,11 @@
 //!   only when nothing ready can be taken and a claim may have lapsed: its recheck time
 //!   (the lease end as last seen) has come, or one of the claimers is dead. The sweep
 //!   reads every claim; every other claim reads a constant number of keys.
+//!
+//! On a store with key scopes (PostgreSQL) a claim first runs in a claim scope
+//! ([`claim_by_key`]): keys are taken one at a time under their own locks, passing over
+//! those other claims are taking, so claims run side by side; only a claim that can take
+//! nothing ready goes on to the project's scope and the rest of the above.
 
 use super::claim::Claiming;
 use super::take::{Join, Request, attempt};
@@ -24,8 +29,8 @@ use crate::report::CheckoutReport;
 use crate::store::record::BREAK_GRACE_SECS;
 use crate::store::{BacklogClaim, BacklogEntry, BacklogSummary, Guard, Record, Slot, Store};
 
-/// Ready keys read at a time, after the first alone: claims run one at a time, so the
-/// first ready key is nearly always free.
+/// Ready keys read at a time, after the first alone: under the project's scope claims
+/// run one at a time, so the first ready key is nearly always free.
 const BATCH: usize = 16;
 
 /// What `checkout --next` came to.
