@@ -371,9 +371,6 @@ where
     };
     let _ = warnings::take();
     let result = execute(cli);
-    // A PostgreSQL connection is kept for one command only here (the caller runs many,
-    // on threads that come and go).
-    store::pg::close_cached();
     let (exit_code, mut markdown, json, error_kind) = match result {
         Ok(report) => (
             report.exit_code(),

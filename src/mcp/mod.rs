@@ -55,13 +55,51 @@ const INBOX_EVERY: Duration = Duration::from_secs(2);
 /// How often the client process (and a termination signal) is checked.
 const CLIENT_EVERY: Duration = Duration::from_millis(200);
 
-/// Commands run one at a time: warnings are collected process-wide, and an agent's own
-/// calls have no reason to race each other.
-static EXEC: Mutex<()> = Mutex::new(());
+/// Work for the command thread.
+type Job = Box<dyn FnOnce() + Send>;
 
-fn exec(args: Vec<OsString>) -> Called {
-    let _one = EXEC.lock().unwrap_or_else(|e| e.into_inner());
-    crate::call(args)
+/// The one thread the server's commands run on, one at a time (warnings are collected
+/// process-wide, and an agent's own calls have no reason to race each other). Being one
+/// thread, it keeps one PostgreSQL connection for all of them (the store keeps its
+/// connections per thread), instead of connecting for each.
+static COMMANDS: OnceLock<std::sync::mpsc::Sender<Job>> = OnceLock::new();
+
+fn commands() -> &'static std::sync::mpsc::Sender<Job> {
+    COMMANDS.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel::<Job>();
+        let spawned = std::thread::Builder::new()
+            .name("tasklock-commands".into())
+            .spawn(move || {
+                for job in rx {
+                    // A command that panics fails its call, not the ones after it.
+                    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+                }
+            });
+        if let Err(e) = spawned {
+            eprintln!("tasklock mcp: cannot start the command thread: {e}");
+        }
+        tx
+    })
+}
+
+/// Run `f` on the command thread and wait for its result; `None` if it could not run or
+/// did not finish.
+fn on_commands_blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    commands()
+        .send(Box::new(move || {
+            let _ = tx.send(f());
+        }))
+        .ok()?;
+    rx.recv().ok()
+}
+
+/// [`on_commands_blocking`] without holding up the runtime.
+async fn on_commands<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    tokio::task::spawn_blocking(move || on_commands_blocking(f))
+        .await
+        .ok()
+        .flatten()
 }
 
 /// Serve MCP on stdin/stdout until stdin closes or the client process is gone; returns
@@ -113,7 +151,7 @@ pub fn serve(dir: Option<PathBuf>, agent: Option<String>, name: Option<String>) 
                     continue;
                 };
                 let s = watcher.clone();
-                let _ = tokio::task::spawn_blocking(move || s.end(reason)).await;
+                let _ = on_commands(move || s.end(reason)).await;
                 std::process::exit(EXIT_OK);
             }
         });
@@ -184,18 +222,25 @@ impl Server {
             .ok()
             .filter(|(_, s)| *s != crate::identity::Source::UserAtHost)
             .map(|(id, _)| id);
-        let made = match given {
-            Some(id) => self.named(id, None, false),
-            None => match crate::commands::hook::session_of_this_process(self.0.dir.as_deref()) {
+        let made = if let Some(id) = given {
+            self.named(id, None, false)
+        } else {
+            let dir = self.0.dir.clone();
+            let session = on_commands_blocking(move || {
+                crate::commands::hook::session_of_this_process(dir.as_deref())
+            })
+            .flatten();
+            match session {
                 Some((id, name)) => self.named(id, name, false),
                 None => {
                     let client = slug(client_name.unwrap_or("client"));
                     self.named(format!("mcp-{client}-{}", random_hex()), None, true)
                 }
-            },
+            }
         };
         // Under the session's own process the server acts for the session as its hooks do.
-        crate::commands::hook::prove_if_child_of(self.0.dir.as_deref(), &made.id);
+        let (dir, id) = (self.0.dir.clone(), made.id.clone());
+        on_commands_blocking(move || crate::commands::hook::prove_if_child_of(dir.as_deref(), &id));
         *me = Some(made.clone());
         made
     }
@@ -233,19 +278,18 @@ impl Server {
             return me;
         }
         let dir = self.0.dir.clone();
-        let found = tokio::task::spawn_blocking(move || {
-            crate::commands::hook::session_of_this_process(dir.as_deref())
-        })
-        .await
-        .ok()
-        .flatten();
+        let found =
+            on_commands(move || crate::commands::hook::session_of_this_process(dir.as_deref()))
+                .await
+                .flatten();
         let Some((id, name)) = found else { return me };
         let session = self.named(id, name, false);
-        crate::commands::hook::prove_if_child_of(self.0.dir.as_deref(), &session.id);
+        let (dir, id) = (self.0.dir.clone(), session.id.clone());
+        on_commands(move || crate::commands::hook::prove_if_child_of(dir.as_deref(), &id)).await;
         *self.0.me.lock().unwrap_or_else(|e| e.into_inner()) = Some(session.clone());
         let s = self.clone();
         let old = me.clone();
-        let _ = tokio::task::spawn_blocking(move || s.end_as(&old, ReapReason::SessionEnd)).await;
+        let _ = on_commands(move || s.end_as(&old, ReapReason::SessionEnd)).await;
         self.beat(&session).await;
         session
     }
@@ -282,9 +326,15 @@ impl Server {
 
     async fn run(&self, me: &Me, args: Vec<String>) -> Called {
         let argv = self.argv(me, args);
-        match tokio::task::spawn_blocking(move || exec(argv)).await {
-            Ok(called) => called,
-            Err(e) => internal(&format!("the command did not finish: {e}")),
+        // The server lives on: what the command queued to push goes now, not at exit.
+        let called = on_commands(move || {
+            let called = crate::call(argv);
+            crate::engine::deliver::flush();
+            called
+        });
+        match called.await {
+            Some(called) => called,
+            None => internal("the command did not finish"),
         }
     }
 
@@ -318,8 +368,8 @@ impl Server {
         }
     }
 
+    /// On the command thread.
     fn end_as(&self, me: &Me, reason: ReapReason) {
-        let _one = EXEC.lock().unwrap_or_else(|e| e.into_inner());
         let result = crate::discover::discover(self.0.dir.as_deref())
             .and_then(|d| d.for_reading())
             .and_then(|dir| {
@@ -977,8 +1027,6 @@ impl ServerHandler for Server {
             Some(Err(message)) => usage(&message),
             Some(Ok(cmd)) => self.run(&me, cmd).await,
         };
-        // The server lives on: push what the call wrote now, not when it exits.
-        crate::engine::deliver::flush();
         Ok(tool_result(called).into())
     }
 }

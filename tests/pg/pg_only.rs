@@ -561,3 +561,105 @@ pub(crate) fn hold(e: &Env, locks: &str, id: &str) -> (std::process::Child, Stri
     }
     (holder, app)
 }
+
+/// `tasklock mcp` runs every tool call on one connection (one server session for them
+/// all, where a command would connect each time), and replaces it when it was closed
+/// between calls.
+#[cfg(feature = "mcp")]
+#[test]
+fn the_mcp_server_keeps_one_connection_and_replaces_a_closed_one() {
+    use std::io::{BufRead, BufReader, Write};
+    if pg_session_url().is_some() {
+        // Through a pooler (the suite run behind PgBouncer): server sessions are the
+        // pooler's to hand out, so there is no one session to look at.
+        return;
+    }
+    let e = Env::new();
+    e.ok("a", &["list"]); // the schema
+    let mut server = Command::new(env!("CARGO_BIN_EXE_tasklock"))
+        .arg("--dir")
+        .arg(e.dir())
+        .args(["--agent", "mcp-one", "mcp"])
+        .env("TASKLOCK_URL", pg_url_for(&e.dir()).unwrap())
+        .env_remove("TASKLOCK_SESSION_URL")
+        .env_remove("TASKLOCK_NOW")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = server.id();
+    let mut stdin = server.stdin.take().unwrap();
+    let mut stdout = BufReader::new(server.stdout.take().unwrap());
+    let mut id = 0;
+    let mut request = |method: &str, params: serde_json::Value| -> serde_json::Value {
+        id += 1;
+        let msg =
+            serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        writeln!(stdin, "{msg}").unwrap();
+        stdin.flush().unwrap();
+        loop {
+            let mut line = String::new();
+            assert!(stdout.read_line(&mut line).unwrap() > 0, "the server ended");
+            let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+            if v["id"] == id {
+                return v;
+            }
+        }
+    };
+    let init = request(
+        "initialize",
+        serde_json::json!({"protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "test", "version": "1"}}),
+    );
+    assert_eq!(init["result"]["serverInfo"]["name"], "tasklock", "{init}");
+    let mut call = |tool: &str, args: serde_json::Value| {
+        let r = request(
+            "tools/call",
+            serde_json::json!({"name": tool, "arguments": args}),
+        );
+        assert_ne!(r["result"]["isError"], true, "{tool}: {r}");
+        r
+    };
+    // The server sessions of this process, by their name.
+    let sessions = || -> Vec<String> {
+        psql(
+            &e.dir(),
+            &format!(
+                "SELECT pid FROM pg_stat_activity WHERE application_name = 'tasklock/{pid}' ORDER BY pid"
+            ),
+        )
+        .lines()
+        .map(str::to_string)
+        .collect()
+    };
+    call("checkout", serde_json::json!({"key": "k1"}));
+    let first = sessions();
+    assert_eq!(first.len(), 1, "{first:?}");
+    for key in ["k2", "k3"] {
+        call("checkout", serde_json::json!({"key": key}));
+    }
+    call("list", serde_json::json!({}));
+    call("release", serde_json::json!({"keys": ["k1"]}));
+    assert_eq!(sessions(), first, "every call on the first connection");
+    // The session is ended from outside (a server restart, an idle timeout): after a
+    // moment, the next call connects again and works.
+    psql(
+        &e.dir(),
+        &format!("SELECT pg_terminate_backend({})", first[0]),
+    );
+    std::thread::sleep(Duration::from_millis(1200));
+    let r = call("release", serde_json::json!({"keys": ["k2"]}));
+    assert!(r.to_string().contains("k2"), "{r}");
+    let second = sessions();
+    assert_eq!(second.len(), 1, "{second:?}");
+    assert_ne!(second, first);
+    drop(stdin);
+    let _ = server.wait();
+    let list = e.run(Some("observer"), &["list", "--json"]).json();
+    assert_eq!(
+        list["checkouts"].as_array().unwrap().len(),
+        0,
+        "ended with its session: {list}"
+    );
+}

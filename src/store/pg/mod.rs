@@ -29,11 +29,7 @@ pub mod schema;
 mod tests;
 
 #[cfg(feature = "postgres")]
-pub use client::{PgAuditFollow, PgChanges, PgGuard, PgStore, WatcherLock, close_cached};
-
-/// Without the store there is nothing to close.
-#[cfg(not(feature = "postgres"))]
-pub fn close_cached() {}
+pub use client::{PgAuditFollow, PgChanges, PgGuard, PgStore, WatcherLock};
 
 use std::time::Duration;
 

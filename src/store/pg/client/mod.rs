@@ -152,6 +152,9 @@ struct Conn {
     /// The first statement that failed in the open transaction: PostgreSQL aborts the
     /// transaction there, and COMMIT would silently roll it back.
     failed: RefCell<Option<String>>,
+    /// When it last sent anything: a connection kept idle for longer is looked at again
+    /// before it is used ([`PgStore::open`]).
+    used: Cell<std::time::Instant>,
     /// Reads made inside the open transaction that no other process can change before
     /// it ends (every change of the project holds its advisory lock), kept until then.
     cache: RefCell<TxCache>,
@@ -176,6 +179,7 @@ impl Conn {
             in_tx: Cell::new(false),
             failed: RefCell::new(None),
             cache: RefCell::new(TxCache::default()),
+            used: Cell::new(std::time::Instant::now()),
         }
     }
 
@@ -194,6 +198,7 @@ impl Conn {
         f: impl FnOnce(&mut Client) -> std::result::Result<T, postgres::Error>,
     ) -> Result<T> {
         let mut client = self.client.borrow_mut();
+        self.used.set(std::time::Instant::now());
         match f(&mut client) {
             Ok(v) => Ok(v),
             Err(e) => {
@@ -273,13 +278,6 @@ thread_local! {
     /// kept as [`OPEN`]'s are.
     static SESSIONS: std::mem::ManuallyDrop<RefCell<Vec<Session>>> =
         const { std::mem::ManuallyDrop::new(RefCell::new(Vec::new())) };
-}
-
-/// Close the connections this thread keeps (for a process that runs many commands, such
-/// as `tasklock mcp`, after each one): the next command connects again.
-pub fn close_cached() {
-    OPEN.with(|o| o.borrow_mut().clear());
-    SESSIONS.with(|o| o.borrow_mut().clear());
 }
 
 /// One PostgreSQL schema: one project's checkouts.
@@ -443,7 +441,7 @@ impl PgStore {
                 .map(|c| (c.2.clone(), c.3.clone(), c.4))
         });
         if let Some((conn, server_version, schema_version)) = cached {
-            return Ok(PgStore {
+            let mut store = PgStore {
                 conn,
                 session: t.session.as_deref().cloned(),
                 session_conn: OnceCell::new(),
@@ -453,7 +451,16 @@ impl PgStore {
                 server_version,
                 schema_version,
                 cfg: OnceCell::new(),
-            });
+            };
+            // Used a moment ago (the same command opening its store again): as it is.
+            // Idle for longer (a long-running process between commands): looked at
+            // again, which also reads the clock anew; one that was closed meanwhile (a
+            // server restarted, a session ended) is replaced by a new connection.
+            if store.conn.used.get().elapsed() < LOOK_AGAIN_AFTER || store.look(t, true).is_ok() {
+                return Ok(store);
+            }
+            let dead = store.conn.clone();
+            OPEN.with(|o| o.borrow_mut().retain(|c| !Rc::ptr_eq(&c.2, &dead)));
         }
         let mut store = Self::connect_new(t)?;
         store.shares_sessions = true;
@@ -489,67 +496,70 @@ impl PgStore {
             cfg: OnceCell::new(),
         };
         let mut migrated = false;
-        loop {
-            let before = std::time::SystemTime::now();
-            let probe = store.conn.client.borrow_mut().simple_query(&format!(
-                "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::int8, \
-                 current_setting('server_version'), \
-                 (SELECT max(version) FROM {}.schema_version), pg_backend_pid()",
-                t.schema
-            ));
-            let after = std::time::SystemTime::now();
-            let rows = match probe {
-                Ok(rows) => rows,
-                Err(e)
-                    if !migrated && matches!(code(&e), Some(UNDEFINED_TABLE | INVALID_SCHEMA)) =>
-                {
-                    store.migrate()?;
-                    migrated = true;
-                    continue;
-                }
-                Err(e) => {
-                    let closed = store.conn.client.borrow().is_closed() || connection_lost(&e);
-                    return Err(store
-                        .conn
-                        .fail("read its clock and schema version", &e, closed));
-                }
-            };
-            let row = rows
-                .iter()
-                .find_map(|m| match m {
-                    SimpleQueryMessage::Row(r) => Some(r),
-                    _ => None,
-                })
-                .ok_or_else(|| Error::Store(format!("PostgreSQL at {}: no answer", t.masked)))?;
-            let server_us: i64 = row.get(0).and_then(|v| v.parse().ok()).unwrap_or(0);
-            store.server_version = row.get(1).unwrap_or("").to_string();
-            let version: i32 = row.get(2).and_then(|v| v.parse().ok()).unwrap_or(0);
-            if version > schema::CURRENT {
-                return Err(Error::Store(format!(
-                    "the schema {} at {} is at version {version}, newer than this tasklock understands ({}); upgrade tasklock",
-                    t.schema,
-                    t.masked,
-                    schema::CURRENT
-                )));
-            }
-            if version < schema::CURRENT && !migrated {
-                store.migrate()?;
-                migrated = true;
-                continue;
-            }
-            store.schema_version = version;
-            store
-                .conn
-                .pid
-                .set(row.get(3).and_then(|v| v.parse().ok()).unwrap_or(0));
-            // The server's clock, as of the middle of the round trip.
-            let mid = before + after.duration_since(before).unwrap_or_default() / 2;
-            let local = chrono::DateTime::<chrono::Utc>::from(mid);
-            if let Some(server) = chrono::DateTime::from_timestamp_micros(server_us) {
-                crate::clock::set_offset(server - local);
-            }
-            return Ok(store);
+        while !store.look(t, migrated)? {
+            store.migrate()?;
+            migrated = true;
         }
+        Ok(store)
+    }
+
+    /// Read the server's clock (the command's "now" from here on), its version, the
+    /// schema's version and the server session. `Ok(false)`: the schema is missing or
+    /// older than this build, and not `migrated` yet.
+    fn look(&mut self, t: &Target, migrated: bool) -> Result<bool> {
+        let before = std::time::SystemTime::now();
+        let probe = self.conn.client.borrow_mut().simple_query(&format!(
+            "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::int8, \
+             current_setting('server_version'), \
+             (SELECT max(version) FROM {}.schema_version), pg_backend_pid()",
+            t.schema
+        ));
+        let after = std::time::SystemTime::now();
+        self.conn.used.set(std::time::Instant::now());
+        let rows = match probe {
+            Ok(rows) => rows,
+            Err(e) if !migrated && matches!(code(&e), Some(UNDEFINED_TABLE | INVALID_SCHEMA)) => {
+                return Ok(false);
+            }
+            Err(e) => {
+                let closed = self.conn.client.borrow().is_closed() || connection_lost(&e);
+                return Err(self
+                    .conn
+                    .fail("read its clock and schema version", &e, closed));
+            }
+        };
+        let row = rows
+            .iter()
+            .find_map(|m| match m {
+                SimpleQueryMessage::Row(r) => Some(r),
+                _ => None,
+            })
+            .ok_or_else(|| Error::Store(format!("PostgreSQL at {}: no answer", t.masked)))?;
+        let server_us: i64 = row.get(0).and_then(|v| v.parse().ok()).unwrap_or(0);
+        self.server_version = row.get(1).unwrap_or("").to_string();
+        let version: i32 = row.get(2).and_then(|v| v.parse().ok()).unwrap_or(0);
+        if version > schema::CURRENT {
+            return Err(Error::Store(format!(
+                "the schema {} at {} is at version {version}, newer than this tasklock understands ({}); upgrade tasklock",
+                t.schema,
+                t.masked,
+                schema::CURRENT
+            )));
+        }
+        if version < schema::CURRENT && !migrated {
+            return Ok(false);
+        }
+        self.schema_version = version;
+        self.conn
+            .pid
+            .set(row.get(3).and_then(|v| v.parse().ok()).unwrap_or(0));
+        // The server's clock, as of the middle of the round trip.
+        let mid = before + after.duration_since(before).unwrap_or_default() / 2;
+        let local = chrono::DateTime::<chrono::Utc>::from(mid);
+        if let Some(server) = chrono::DateTime::from_timestamp_micros(server_us) {
+            crate::clock::set_offset(server - local);
+        }
+        Ok(true)
     }
 
     /// Create the schema, or bring it up to [`schema::CURRENT`], in one transaction under
@@ -1111,6 +1121,9 @@ impl PgStore {
         Ok(t as u64)
     }
 }
+
+/// A kept connection idle for this long is looked at before it is used again.
+const LOOK_AGAIN_AFTER: Duration = Duration::from_secs(1);
 
 /// How many audit events between two looks at the audit table's size.
 pub const AUDIT_TRIM_EVERY: i64 = 64;
