@@ -612,15 +612,8 @@ pub fn transaction_scoped<T>(
     locks: &[String],
     mut f: impl FnMut(&Guard) -> Result<T>,
 ) -> Result<T> {
-    escalating(
-        store,
-        || {
-            Ok(Some(
-                store.begin_scoped(locks, true)?.expect("waited for it"),
-            ))
-        },
-        |g, _| f(g),
-    )
+    // Waiting, the scope is always entered; were it not, the project's lock would do.
+    escalating(store, || store.begin_scoped(locks, true), |g, _| f(g))
 }
 
 /// Run `f` in the scope `begin` enters (`f` is told `true`), and when the work turns out

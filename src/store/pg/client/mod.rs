@@ -452,11 +452,14 @@ impl PgStore {
                 schema_version,
                 cfg: OnceCell::new(),
             };
-            // Used a moment ago (the same command opening its store again): as it is.
-            // Idle for longer (a long-running process between commands): looked at
-            // again, which also reads the clock anew; one that was closed meanwhile (a
-            // server restarted, a session ended) is replaced by a new connection.
-            if store.conn.used.get().elapsed() < LOOK_AGAIN_AFTER || store.look(t, true).is_ok() {
+            // Used a moment ago (the same command opening its store again), or inside a
+            // transaction: as it is. Idle for longer (a long-running process between
+            // commands): looked at again, which also reads the clock anew; one that was
+            // closed meanwhile (a server restarted, a session ended) is replaced.
+            if store.conn.in_tx.get()
+                || store.conn.used.get().elapsed() < LOOK_AGAIN_AFTER
+                || store.look(t, true).is_ok()
+            {
                 return Ok(store);
             }
             let dead = store.conn.clone();
