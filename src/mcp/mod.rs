@@ -225,12 +225,7 @@ impl Server {
         let made = if let Some(id) = given {
             self.named(id, None, false)
         } else {
-            let dir = self.0.dir.clone();
-            let session = on_commands_blocking(move || {
-                crate::commands::hook::session_of_this_process(dir.as_deref())
-            })
-            .flatten();
-            match session {
+            match on_commands_blocking(self.find_session()).flatten() {
                 Some((id, name)) => self.named(id, name, false),
                 None => {
                     let client = slug(client_name.unwrap_or("client"));
@@ -239,8 +234,7 @@ impl Server {
             }
         };
         // Under the session's own process the server acts for the session as its hooks do.
-        let (dir, id) = (self.0.dir.clone(), made.id.clone());
-        on_commands_blocking(move || crate::commands::hook::prove_if_child_of(dir.as_deref(), &id));
+        on_commands_blocking(self.prove_if_child_of(&made.id));
         *me = Some(made.clone());
         made
     }
@@ -277,15 +271,10 @@ impl Server {
         if !me.made_up {
             return me;
         }
-        let dir = self.0.dir.clone();
-        let found =
-            on_commands(move || crate::commands::hook::session_of_this_process(dir.as_deref()))
-                .await
-                .flatten();
+        let found = on_commands(self.find_session()).await.flatten();
         let Some((id, name)) = found else { return me };
         let session = self.named(id, name, false);
-        let (dir, id) = (self.0.dir.clone(), session.id.clone());
-        on_commands(move || crate::commands::hook::prove_if_child_of(dir.as_deref(), &id)).await;
+        on_commands(self.prove_if_child_of(&session.id)).await;
         *self.0.me.lock().unwrap_or_else(|e| e.into_inner()) = Some(session.clone());
         let s = self.clone();
         let old = me.clone();
@@ -366,6 +355,20 @@ impl Server {
         if let Some(me) = self.current() {
             self.end_as(&me, reason);
         }
+    }
+
+    /// The session whose registered process runs this server: a job for the command
+    /// thread.
+    fn find_session(&self) -> impl FnOnce() -> Option<(String, Option<String>)> + Send + 'static {
+        let dir = self.0.dir.clone();
+        move || crate::commands::hook::session_of_this_process(dir.as_deref())
+    }
+
+    /// Act for `id` as its hooks do when this server runs under its process: a job for
+    /// the command thread.
+    fn prove_if_child_of(&self, id: &str) -> impl FnOnce() + Send + 'static {
+        let (dir, id) = (self.0.dir.clone(), id.to_string());
+        move || crate::commands::hook::prove_if_child_of(dir.as_deref(), &id)
     }
 
     /// On the command thread.

@@ -313,6 +313,16 @@ pub struct PgGuard {
     audit: RefCell<Vec<String>>,
 }
 
+impl PgGuard {
+    /// Does the scope hold `lock` (a key, or `agent:ID`)? The project's scope holds all.
+    pub(super) fn holds(&self, lock: &str) -> bool {
+        match &self.scope {
+            None => true,
+            Some(locks) => locks.borrow().iter().any(|k| k == lock),
+        }
+    }
+}
+
 impl Drop for PgGuard {
     fn drop(&mut self) {
         if self.done.get() {
@@ -340,17 +350,22 @@ impl Drop for WatcherLock {
     }
 }
 
-/// A 64-bit advisory lock id for `parts` (the first 8 bytes of their SHA-256).
+/// A 64-bit advisory lock id for `parts`: the first 8 bytes of the SHA-256 of
+/// [`lock_bytes`].
 fn lock_id(parts: &[&str]) -> i64 {
     use sha2::{Digest, Sha256};
-    let mut h = Sha256::new();
-    h.update(b"tasklock");
-    for p in parts {
-        h.update([0]);
-        h.update(p.as_bytes());
-    }
-    let d = h.finalize();
+    let d = Sha256::digest(lock_bytes(parts));
     i64::from_be_bytes(d[..8].try_into().expect("8 bytes"))
+}
+
+/// What a lock id hashes: `tasklock`, then each part after a zero byte.
+fn lock_bytes(parts: &[&str]) -> Vec<u8> {
+    let mut b = b"tasklock".to_vec();
+    for p in parts {
+        b.push(0);
+        b.extend_from_slice(p.as_bytes());
+    }
+    b
 }
 
 #[cfg(test)]
@@ -818,15 +833,9 @@ impl PgStore {
         )
     }
 
-    /// What [`lock_id`] hashes before a key's name.
+    /// What [`PgStore::key_lock`] hashes before a key's name (its last part, empty).
     pub(super) fn key_lock_prefix(&self) -> Vec<u8> {
-        let mut p = b"tasklock".to_vec();
-        for part in ["key", &self.schema] {
-            p.push(0);
-            p.extend_from_slice(part.as_bytes());
-        }
-        p.push(0);
-        p
+        lock_bytes(&["key", &self.schema, ""])
     }
 
     /// The advisory lock of one key (or `agent:ID`) of this project.
@@ -865,11 +874,7 @@ impl PgStore {
         match &g.scope {
             None => Ok(()),
             Some(_) if g.escalated.get() => Err(Error::Escalate),
-            Some(locks)
-                if paths_ok && lock.is_some_and(|l| locks.borrow().iter().any(|k| k == l)) =>
-            {
-                Ok(())
-            }
+            Some(_) if paths_ok && lock.is_some_and(|l| g.holds(l)) => Ok(()),
             Some(_) => {
                 g.escalated.set(true);
                 Err(Error::Escalate)

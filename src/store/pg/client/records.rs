@@ -192,16 +192,12 @@ impl PgStore {
         }
         // That a key has no slot records is kept for the transaction (a checkout's look
         // for them) where no other scope can add one: the key's lock is held.
-        let locked = |k: &String| match &g.scope {
-            None => true,
-            Some(locks) => locks.borrow().contains(k),
-        };
         let mut cache = self.conn.cache.borrow_mut();
         Ok(keys
             .iter()
             .zip(rows)
             .map(|(k, row)| {
-                if !row.get::<_, bool>(2) && locked(k) {
+                if !row.get::<_, bool>(2) && g.holds(k) {
                     cache.no_slots.insert(k.clone());
                 }
                 let slot = match row.get::<_, Option<&str>>(0) {
