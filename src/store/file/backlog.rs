@@ -11,9 +11,16 @@
 //! the backlog, except [`FileStore::backlog_claimed`] (every member; the engine calls it
 //! only when nothing is ready and a claim may have lapsed) and skipping places left empty
 //! by keys removed before they were claimed. All of it changes under the guard.
+//!
+//! A change of more than one file is a [`Change`]: its steps are written first, whole, as
+//! `tmp/backlog.journal`, then made, then the journal is removed. A process killed
+//! between leaves the journal, and the next command to take the guard makes the change
+//! again ([`FileStore::backlog_replay`], from the sweep of `tmp/`) before anything reads
+//! the backlog under it: every step writes a whole file or removes one, so making it twice
+//! is making it once. A change of the backlog is thus made whole or not at all.
 
-use std::collections::BTreeMap;
-use std::io::ErrorKind;
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{ErrorKind, Read};
 
 use serde::{Deserialize, Serialize};
 
@@ -30,6 +37,77 @@ const STATE: &str = "state.json";
 const MEMBERS: &str = "members";
 const PENDING: &str = "pending";
 const RETURNED: &str = "returned";
+/// In `tmp/`: the backlog change being made (see the module's doc).
+pub(super) const JOURNAL: &str = "backlog.journal";
+/// Keys added by one change at most: a longer `backlog add` is several changes, each
+/// made whole, in order (its journal stays small).
+const ADD_CHUNK: usize = 512;
+
+/// Where a step of a [`Change`] writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum Part {
+    /// `state.json`.
+    State,
+    Members,
+    Pending,
+    Returned,
+}
+
+/// One step: write `data` whole as `name` in `part`, or remove `name` (`data` absent).
+#[derive(Debug, Serialize, Deserialize)]
+struct Step {
+    part: Part,
+    name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    data: Option<String>,
+}
+
+/// The files one backlog change writes and removes, made together.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Change {
+    steps: Vec<Step>,
+    /// Places whose `pending/` file this change removes (for [`FileStore::advance_head`]).
+    #[serde(skip)]
+    unpended: BTreeSet<u64>,
+}
+
+impl Change {
+    fn write(&mut self, part: Part, name: String, data: String) {
+        self.steps.push(Step {
+            part,
+            name,
+            data: Some(data),
+        });
+    }
+
+    fn remove(&mut self, part: Part, name: String) {
+        if part == Part::Pending
+            && let Ok(seq) = name.parse()
+        {
+            self.unpended.insert(seq);
+        }
+        self.steps.push(Step {
+            part,
+            name,
+            data: None,
+        });
+    }
+
+    fn member(&mut self, m: &BacklogEntry) -> Result<()> {
+        let text = serde_json::to_string(m)
+            .map_err(|e| Error::Store(format!("cannot encode a backlog entry: {e}")))?;
+        self.write(Part::Members, key::encode(&m.key), text);
+        Ok(())
+    }
+
+    fn state(&mut self, s: &State) -> Result<()> {
+        let text = serde_json::to_string(s)
+            .map_err(|e| Error::Store(format!("cannot encode the backlog's state: {e}")))?;
+        self.write(Part::State, STATE.to_string(), text);
+        Ok(())
+    }
+}
 
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct State {
@@ -86,10 +164,61 @@ impl FileStore {
         }
     }
 
-    fn write_backlog_state(&self, g: &FileGuard, d: &Dirs, s: &State) -> Result<()> {
-        let bytes = serde_json::to_vec(s)
-            .map_err(|e| Error::Store(format!("cannot encode the backlog's state: {e}")))?;
-        self.publish_replace(g, &bytes, &d.top, STATE)
+    /// Make `c`: through the journal when it has more than one step.
+    fn make(&self, g: &FileGuard, d: &Dirs, c: &Change) -> Result<()> {
+        let journal = c.steps.len() > 1;
+        if journal {
+            let bytes = serde_json::to_vec(c)
+                .map_err(|e| Error::Store(format!("cannot encode a backlog change: {e}")))?;
+            self.publish_replace(g, &bytes, &g.tmp, JOURNAL)?;
+        }
+        self.make_steps(g, d, &c.steps)?;
+        if journal {
+            unlink_quiet(&g.tmp, JOURNAL)?;
+        }
+        Ok(())
+    }
+
+    fn make_steps(&self, g: &FileGuard, d: &Dirs, steps: &[Step]) -> Result<()> {
+        for st in steps {
+            let dir = match st.part {
+                Part::State => &d.top,
+                Part::Members => &d.members,
+                Part::Pending => &d.pending,
+                Part::Returned => &d.returned,
+            };
+            match &st.data {
+                Some(text) => self.publish_replace(g, text.as_bytes(), dir, &st.name)?,
+                None => unlink_quiet(dir, &st.name)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// A journal left in `tmp/` by a process killed in the middle of a backlog change:
+    /// make that change again, then remove the journal. One that cannot be read was cut
+    /// short while it was written, before any of its steps was made: it is removed.
+    pub(super) fn backlog_replay(&self, g: &FileGuard) -> Result<()> {
+        let path = g.tmp.join(JOURNAL);
+        let mut bytes = Vec::new();
+        match g.tmp.open_regular(JOURNAL) {
+            Ok(Some(mut f)) => {
+                f.read_to_end(&mut bytes).map_err(|e| Error::io(&path, e))?;
+            }
+            Ok(None) => return Ok(()),
+            // A directory or other non-file in its place: not ours; the sweep leaves it.
+            Err(_) => return Ok(()),
+        }
+        let steps = serde_json::from_slice::<Change>(&bytes)
+            .ok()
+            .map(|c| c.steps)
+            .filter(|steps| steps.iter().all(safe_step));
+        if let Some(steps) = steps
+            && let Some(d) = self.backlog_dirs(true)?
+        {
+            self.make_steps(g, &d, &steps)?;
+        }
+        unlink_quiet(&g.tmp, JOURNAL)
     }
 
     fn member(&self, d: &Dirs, key_name: &str) -> Result<Option<BacklogEntry>> {
@@ -99,34 +228,33 @@ impl FileStore {
             .filter(|m| m.key == key_name))
     }
 
-    fn write_member(&self, g: &FileGuard, d: &Dirs, m: &BacklogEntry) -> Result<()> {
-        let bytes = serde_json::to_vec(m)
-            .map_err(|e| Error::Store(format!("cannot encode a backlog entry: {e}")))?;
-        self.publish_replace(g, &bytes, &d.members, &key::encode(&m.key))
-    }
-
     /// Add keys at the end of the backlog, in order; a key already in it keeps its place.
     pub fn backlog_add(&self, g: &FileGuard, keys: &[String]) -> Result<usize> {
         let d = self.backlog_dirs(true)?.expect("created");
         let mut s = self.backlog_state(&d)?;
+        let mut seen = BTreeSet::new();
         let mut added = 0;
-        for k in keys {
-            if self.member(&d, k)?.is_some() {
-                continue;
+        for chunk in keys.chunks(ADD_CHUNK) {
+            let mut c = Change::default();
+            for k in chunk {
+                if !seen.insert(k.as_str()) || self.member(&d, k)?.is_some() {
+                    continue;
+                }
+                let m = BacklogEntry {
+                    key: k.clone(),
+                    seq: s.tail,
+                    claimed: None,
+                };
+                c.write(Part::Pending, m.seq.to_string(), k.clone());
+                c.member(&m)?;
+                s.tail += 1;
+                s.ready += 1;
+                added += 1;
             }
-            let m = BacklogEntry {
-                key: k.clone(),
-                seq: s.tail,
-                claimed: None,
-            };
-            self.publish_replace(g, k.as_bytes(), &d.pending, &m.seq.to_string())?;
-            self.write_member(g, &d, &m)?;
-            s.tail += 1;
-            s.ready += 1;
-            added += 1;
-        }
-        if added > 0 {
-            self.write_backlog_state(g, &d, &s)?;
+            if !c.steps.is_empty() {
+                c.state(&s)?;
+                self.make(g, &d, &c)?;
+            }
         }
         Ok(added)
     }
@@ -137,28 +265,35 @@ impl FileStore {
             return Ok(Vec::new());
         };
         let mut s = self.backlog_state(&d)?;
+        let mut seen = BTreeSet::new();
         let mut out = Vec::new();
-        for k in keys {
-            let Some(m) = self.member(&d, k)? else {
-                continue;
-            };
-            match &m.claimed {
-                Some(c) => {
-                    s.claimed = s.claimed.saturating_sub(1);
-                    drop_holder(&mut s, &c.agent);
+        for chunk in keys.chunks(ADD_CHUNK) {
+            let mut c = Change::default();
+            for k in chunk {
+                if !seen.insert(k.as_str()) {
+                    continue;
                 }
-                None => {
-                    s.ready = s.ready.saturating_sub(1);
-                    unlink_quiet(&d.pending, &m.seq.to_string())?;
-                    unlink_quiet(&d.returned, &m.seq.to_string())?;
+                let Some(m) = self.member(&d, k)? else {
+                    continue;
+                };
+                match &m.claimed {
+                    Some(cl) => {
+                        s.claimed = s.claimed.saturating_sub(1);
+                        drop_holder(&mut s, &cl.agent);
+                    }
+                    None => s.ready = s.ready.saturating_sub(1),
                 }
+                // Both places, whatever the member says: no entry outlives its member.
+                c.remove(Part::Members, key::encode(k));
+                c.remove(Part::Pending, m.seq.to_string());
+                c.remove(Part::Returned, m.seq.to_string());
+                out.push(k.clone());
             }
-            unlink_quiet(&d.members, &key::encode(k))?;
-            out.push(k.clone());
-        }
-        if !out.is_empty() {
-            self.advance_head(&d, &mut s);
-            self.write_backlog_state(g, &d, &s)?;
+            if !c.steps.is_empty() {
+                self.advance_head(&d, &mut s, &c);
+                c.state(&s)?;
+                self.make(g, &d, &c)?;
+            }
         }
         Ok(out)
     }
@@ -254,39 +389,41 @@ impl FileStore {
             return Ok(());
         };
         let mut s = self.backlog_state(&d)?;
+        let mut c = Change::default();
         let name = m.seq.to_string();
         match (&m.claimed, claim) {
             (None, None) => return Ok(()),
-            (None, Some(c)) => {
-                unlink_quiet(&d.pending, &name)?;
-                unlink_quiet(&d.returned, &name)?;
+            (None, Some(cl)) => {
+                c.remove(Part::Pending, name.clone());
+                c.remove(Part::Returned, name);
                 s.ready = s.ready.saturating_sub(1);
                 s.claimed += 1;
-                *s.holders.entry(c.agent.clone()).or_default() += 1;
-                self.advance_head(&d, &mut s);
+                *s.holders.entry(cl.agent.clone()).or_default() += 1;
+                self.advance_head(&d, &mut s, &c);
             }
-            (Some(old), Some(c)) => {
-                if old.agent != c.agent {
+            (Some(old), Some(cl)) => {
+                if old.agent != cl.agent {
                     drop_holder(&mut s, &old.agent);
-                    *s.holders.entry(c.agent.clone()).or_default() += 1;
+                    *s.holders.entry(cl.agent.clone()).or_default() += 1;
                 }
             }
             (Some(old), None) => {
-                self.publish_replace(g, key_name.as_bytes(), &d.returned, &name)?;
+                c.write(Part::Returned, name, key_name.to_string());
                 s.claimed = s.claimed.saturating_sub(1);
                 s.ready += 1;
                 drop_holder(&mut s, &old.agent);
             }
         }
-        if let Some(c) = claim {
+        if let Some(cl) = claim {
             s.recheck = Some(match s.recheck {
-                Some(r) if r < c.recheck => r,
-                _ => c.recheck,
+                Some(r) if r < cl.recheck => r,
+                _ => cl.recheck,
             });
         }
         m.claimed = claim.cloned();
-        self.write_member(g, &d, &m)?;
-        self.write_backlog_state(g, &d, &s)
+        c.member(&m)?;
+        c.state(&s)?;
+        self.make(g, &d, &c)
     }
 
     /// The engine looked at every claim: none needs a look before `recheck`.
@@ -296,7 +433,9 @@ impl FileStore {
         };
         let mut s = self.backlog_state(&d)?;
         s.recheck = recheck;
-        self.write_backlog_state(g, &d, &s)
+        let mut c = Change::default();
+        c.state(&s)?;
+        self.make(g, &d, &c)
     }
 
     pub fn backlog_summary(&self) -> Result<BacklogSummary> {
@@ -321,9 +460,12 @@ impl FileStore {
         self.backlog_mark(g, key_name, None)
     }
 
-    /// Move `head` past places whose pending file is gone (claimed out of order, removed).
-    fn advance_head(&self, d: &Dirs, s: &mut State) {
-        while s.head < s.tail && d.pending.stat(&s.head.to_string()).is_err() {
+    /// Move `head` past places whose pending file is gone (claimed out of order, removed),
+    /// or goes with `c`.
+    fn advance_head(&self, d: &Dirs, s: &mut State, c: &Change) {
+        while s.head < s.tail
+            && (c.unpended.contains(&s.head) || d.pending.stat(&s.head.to_string()).is_err())
+        {
             s.head += 1;
         }
     }
@@ -341,6 +483,13 @@ fn drop_holder(s: &mut State, agent: &str) {
 /// The key written in a place file, `None` when the place is empty.
 fn read_key(dir: &Dir, name: &str) -> Result<Option<String>> {
     Ok(read_small(dir, name)?.and_then(|b| String::from_utf8(b).ok()))
+}
+
+/// A step of a journal names a file of the backlog, never another path.
+fn safe_step(st: &Step) -> bool {
+    let n = st.name.as_str();
+    let plain = !n.is_empty() && n != "." && n != ".." && !n.contains(['/', '\0']);
+    plain && (st.part != Part::State || n == STATE)
 }
 
 fn unlink_quiet(dir: &Dir, name: &str) -> Result<()> {

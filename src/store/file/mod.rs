@@ -357,17 +357,26 @@ impl FileStore {
     }
 
     /// Every temp file is written under the guard, so while we hold it any temp file is
-    /// debris of a process that died mid-write.
+    /// debris of a process that died mid-write; the backlog's journal is a change such a
+    /// process was making, made again here.
     fn sweep_tmp(&self, g: &FileGuard) -> Result<()> {
         let entries = g.tmp.entries().map_err(|e| Error::io(g.tmp.path(), e))?;
+        let mut journal = false;
         for (name, is_dir) in entries {
             if is_dir {
                 // Not ours (we only write files here); leave it rather than fail.
                 continue;
             }
+            if name == backlog::JOURNAL {
+                journal = true;
+                continue;
+            }
             g.tmp
                 .unlink(&name)
                 .map_err(|e| Error::io(g.tmp.join(&name), e))?;
+        }
+        if journal {
+            self.backlog_replay(g)?;
         }
         Ok(())
     }
@@ -613,8 +622,8 @@ impl FileStore {
         })
     }
 
-    /// Remove a key's record (or the damaged file in its place).
-    /// Remove a key's record; the path index is touched only when the record covered
+    /// Remove a key's record (or the damaged file in its place), or one slot's; a key of
+    /// the backlog is ready again. The path index is touched only when the record covered
     /// paths (or may have: `paths` unknown), so a release of a key alone reads nothing more.
     pub fn remove(
         &self,
@@ -623,11 +632,14 @@ impl FileStore {
         slot: Option<u32>,
         paths: Option<&[String]>,
     ) -> Result<()> {
+        // The backlog first: killed in between, the key is ready while still held, and
+        // the next claim learns its holder (never the other way round: claimed by a
+        // holder that is gone, until its lease would have ended).
+        self.backlog_after_remove(g, key)?;
         if let Some(n) = slot {
             return self.remove_slot(key, n);
         }
         self.remove_record(g, key)?;
-        self.backlog_after_remove(g, key)?;
         if paths.is_some_and(<[String]>::is_empty) {
             return Ok(());
         }

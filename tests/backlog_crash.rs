@@ -1,0 +1,287 @@
+//! The lock directory's backlog survives a command killed at any of its file changes:
+//! `backlog add`, `checkout --next`, `release`, `release --done` and `backlog remove` are
+//! each killed (strace's fault injection, SIGKILL) at every write, rename, link, unlink
+//! and mkdir they make, one at a time, and after each crash the agents' ordinary commands
+//! (the killed one tried again, then a worker draining the backlog) do every key exactly
+//! once: none lost, none handed out after it was done or removed, and `checkout --next`
+//! reaches exit 3. (PostgreSQL's backlog is transactional: not at issue here.) Linux
+//! only: it needs strace (`.ci/run` installs it).
+#![cfg(target_os = "linux")]
+
+#[macro_use]
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use common::*;
+use serde_json::Value;
+
+/// Every system call with which the store changes a file or directory.
+const CHANGES: [&str; 11] = [
+    "write",
+    "pwrite64",
+    "rename",
+    "renameat",
+    "renameat2",
+    "link",
+    "linkat",
+    "unlink",
+    "unlinkat",
+    "mkdir",
+    "mkdirat",
+];
+
+const KEYS: [&str; 3] = ["t1", "t2", "t3"];
+
+/// Run tasklock in the lock directory `dir` as `agent` at `now`; its exit code and JSON.
+fn tl(dir: &Path, now: &str, agent: &str, args: &[&str]) -> (i32, Value) {
+    let mut cmd = base_cmd(now);
+    cmd.arg("--dir")
+        .arg(dir)
+        .args(["--agent", agent, "--json"])
+        .args(args);
+    let r = exec(cmd);
+    let j = serde_json::from_str(&r.stdout).unwrap_or(Value::Null);
+    (r.code, j)
+}
+
+/// A copy of the lock directory of `from` (`from/.locks`), in a directory of its own.
+fn copy(from: &Path) -> tempfile::TempDir {
+    let to = tempfile::tempdir().unwrap();
+    let ok = Command::new("cp")
+        .arg("-a")
+        .arg(from.join(".locks"))
+        .arg(to.path())
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    to
+}
+
+/// The command as strace runs it: traced (`-f`, output to `log`), killed at the `when`-th
+/// call of `call` if given.
+fn traced(dir: &Path, agent: &str, args: &[&str], log: &Path, kill: Option<(&str, usize)>) -> i32 {
+    let mut cmd = Command::new("strace");
+    cmd.args(["-f", "-qq", "-o"]).arg(log);
+    cmd.arg(format!("-etrace={}", CHANGES.join(",")));
+    if let Some((call, when)) = kill {
+        cmd.arg(format!("-einject={call}:signal=KILL:when={when}"));
+    }
+    let bin = env!("CARGO_BIN_EXE_tasklock");
+    let status = cmd
+        .arg(bin)
+        .arg("--dir")
+        .arg(dir)
+        .args(["--agent", agent, "--json"])
+        .args(args)
+        .env("TASKLOCK_NOW", T0)
+        .env_remove("TASKLOCK_AGENT")
+        .env_remove("TASKLOCK_DIR")
+        .env_remove("TASKLOCK_URL")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("strace is needed (apt-get install strace; .ci/run installs it)");
+    match status.signal() {
+        Some(9) => -9,
+        Some(s) => panic!("{args:?} ended by signal {s}"),
+        None => status.code().unwrap(),
+    }
+}
+
+/// How many times the command makes each call of [`CHANGES`], run whole on a copy of
+/// the lock directory.
+fn calls(template: &Path, agent: &str, args: &[&str]) -> BTreeMap<String, usize> {
+    let t = copy(template);
+    let log = t.path().join("strace.log");
+    let code = traced(&t.path().join(".locks"), agent, args, &log, None);
+    assert_eq!(code, 0, "{args:?} without a crash");
+    let mut n = BTreeMap::new();
+    for line in std::fs::read_to_string(&log).unwrap().lines() {
+        // "PID call(args) = result", or "PID <... call resumed> …" for the end of one.
+        let Some(rest) = line.split_once(' ').map(|(_, r)| r.trim_start()) else {
+            continue;
+        };
+        if let Some((name, _)) = rest.split_once('(')
+            && CHANGES.contains(&name)
+        {
+            *n.entry(name.to_string()).or_default() += 1;
+        }
+    }
+    n
+}
+
+/// One command to crash, on a lock directory set up by `setup`, and what must be done in
+/// the end.
+struct Case {
+    name: &'static str,
+    setup: &'static [(&'static str, &'static [&'static str])],
+    agent: &'static str,
+    args: &'static [&'static str],
+    /// Keys that must be done by the drain (the others leave the backlog by the
+    /// command itself or its retry).
+    expected: &'static [&'static str],
+}
+
+const CASES: [Case; 5] = [
+    Case {
+        name: "backlog add",
+        setup: &[],
+        agent: "o",
+        args: &["backlog", "add", "t1", "t2", "t3"],
+        expected: &KEYS,
+    },
+    Case {
+        name: "checkout --next",
+        setup: &[("o", &["backlog", "add", "t1", "t2", "t3"])],
+        agent: "a",
+        args: &["checkout", "--next"],
+        expected: &KEYS,
+    },
+    Case {
+        name: "release",
+        setup: &[
+            ("o", &["backlog", "add", "t1", "t2", "t3"]),
+            ("a", &["checkout", "--next"]),
+        ],
+        agent: "a",
+        args: &["release", "t1"],
+        expected: &KEYS,
+    },
+    Case {
+        name: "release --done",
+        setup: &[
+            ("o", &["backlog", "add", "t1", "t2", "t3"]),
+            ("a", &["checkout", "--next"]),
+        ],
+        agent: "a",
+        args: &["release", "t1", "--done"],
+        expected: &["t2", "t3"],
+    },
+    Case {
+        name: "backlog remove",
+        setup: &[
+            ("o", &["backlog", "add", "t1", "t2", "t3"]),
+            ("a", &["checkout", "--next"]),
+        ],
+        agent: "o",
+        args: &["backlog", "remove", "t1", "t2"],
+        expected: &["t3"],
+    },
+];
+
+/// After a crash of `case`'s command: the killed agent tries it again, as an agent whose
+/// command died would; then a worker claims, and releases `--done`, until `--next` exits
+/// 3, moving the clock past every lease when it is told that everything is claimed (a
+/// claim of the killed command that its agent never learned of lapses then). Returns
+/// what went wrong, if anything.
+fn recover(dir: &Path, case: &Case) -> Result<(), String> {
+    let mut done: BTreeSet<String> = BTreeSet::new();
+    let (code, j) = tl(dir, T0, case.agent, case.args);
+    match (case.name, code) {
+        (_, 0) => {}
+        // The crash had released it already (3: no such checkout).
+        ("release" | "release --done", 3) => {}
+        _ => return Err(format!("the retry exits {code}: {j}")),
+    }
+    if case.name == "checkout --next"
+        && let Some(k) = j["key"].as_str()
+    {
+        let (code, r) = tl(dir, T0, "a", &["release", k, "--done"]);
+        if code != 0 {
+            return Err(format!("a's release of {k} exits {code}: {r}"));
+        }
+        done.insert(k.to_string());
+    }
+    if case.name == "backlog remove" {
+        // a's claim of t1 (removed) ends: t1 must not come back.
+        tl(dir, T0, "a", &["release", "t1"]);
+    }
+    let mut now = chrono::DateTime::parse_from_rfc3339(T0).unwrap();
+    let mut lapses = 0;
+    for _ in 0..20 {
+        let at = now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        let (code, j) = tl(dir, &at, "w", &["checkout", "--next"]);
+        match code {
+            0 => {
+                let k = j["key"].as_str().unwrap().to_string();
+                if done.contains(&k) {
+                    return Err(format!("{k} handed out again after it was done: {j}"));
+                }
+                if !case.expected.contains(&k.as_str()) {
+                    return Err(format!("{k} handed out after it left the backlog: {j}"));
+                }
+                let (code, r) = tl(dir, &at, "w", &["release", &k, "--done"]);
+                if code != 0 {
+                    return Err(format!("the release of {k} exits {code}: {r}"));
+                }
+                done.insert(k);
+            }
+            2 if lapses < 2 => {
+                lapses += 1;
+                now += chrono::Duration::hours(2);
+            }
+            3 => {
+                let want: BTreeSet<String> = case.expected.iter().map(|k| k.to_string()).collect();
+                if done != want {
+                    return Err(format!("done {done:?}, expected {want:?}"));
+                }
+                let (_, s) = tl(dir, &at, "o", &["backlog"]);
+                if (s["ready"].as_u64(), s["claimed"].as_u64()) != (Some(0), Some(0)) {
+                    return Err(format!("--next exits 3 with a backlog left: {s}"));
+                }
+                return Ok(());
+            }
+            _ => return Err(format!("--next exits {code}: {j}; done so far {done:?}")),
+        }
+    }
+    Err(format!("--next never exits 3; done {done:?}"))
+}
+
+fn crash_everywhere(case: &Case) -> Vec<String> {
+    let template = tempfile::tempdir().unwrap();
+    let dir = template.path().join(".locks");
+    std::fs::create_dir(&dir).unwrap();
+    for (agent, args) in case.setup {
+        let (code, j) = tl(&dir, T0, agent, args);
+        assert_eq!(code, 0, "{args:?}: {j}");
+    }
+    let calls = calls(template.path(), case.agent, case.args);
+    assert!(calls.contains_key("renameat"), "{}: {calls:?}", case.name);
+    let mut failures = Vec::new();
+    for (call, n) in &calls {
+        for when in 1..=*n {
+            let t = copy(template.path());
+            let dir = t.path().join(".locks");
+            let log = t.path().join("strace.log");
+            let code = traced(&dir, case.agent, case.args, &log, Some((call, when)));
+            assert_eq!(code, -9, "{} not killed at {call} #{when}", case.name);
+            if let Err(e) = recover(&dir, case) {
+                failures.push(format!("{} killed at {call} #{when}: {e}", case.name));
+            }
+        }
+    }
+    failures
+}
+
+#[test]
+fn a_command_killed_at_any_file_change_never_breaks_the_backlog() {
+    if file_store_only("a_command_killed_at_any_file_change_never_breaks_the_backlog") {
+        return;
+    }
+    let failures: Vec<String> = std::thread::scope(|s| {
+        let handles: Vec<_> = CASES
+            .iter()
+            .map(|case| s.spawn(move || crash_everywhere(case)))
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect()
+    });
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
