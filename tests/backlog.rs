@@ -373,3 +373,33 @@ done
         (Some(0), Some(KEYS as u64))
     );
 }
+
+/// A key with slots in the backlog: when its claimer lets go of its slot while another
+/// agent holds one, the key is given back at once (a slot is free), not kept claimed by
+/// the agent that let go until its lease would have ended.
+#[test]
+fn a_released_slot_gives_its_key_back() {
+    let e = Env::new();
+    e.configure("slots:\n  - key: build\n    slots: 2\n");
+    add(&e, &["build"]);
+    assert_eq!(claims(&e, "a"), "build");
+    e.ok("b", &["checkout", "build"]);
+    e.ok("a", &["release", "build"]);
+    let s = show(&e);
+    assert_eq!(
+        (s["ready"].as_u64(), s["claimed"].as_u64()),
+        (Some(1), Some(0)),
+        "{s}"
+    );
+    // The free slot is claimed at once.
+    let (code, j) = next(&e, "c");
+    assert_eq!(code, GRANTED, "{j}");
+    assert_eq!(j["key"], "build");
+    let s = show(&e);
+    assert_eq!(s["claims"][0]["claimed_by"], "c", "{s}");
+    // Done: the backlog is empty, though b still holds its slot.
+    e.ok("c", &["release", "build", "--done"]);
+    e.ok("b", &["release", "build"]);
+    let (code, j) = next(&e, "d");
+    assert_eq!(code, EMPTY, "{j}");
+}

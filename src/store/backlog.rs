@@ -7,8 +7,8 @@
 //! checkouts (a key claimed by a plain `checkout`, a lease that ran out, a dead
 //! claimer): the engine re-reads every key it hands out and repairs the index as it
 //! goes (see `engine::backlog`). One rule the stores keep themselves: when a key's
-//! checkout record is removed (released, reaped, forced), a claimed key of the backlog
-//! becomes ready again, in its old place.
+//! checkout record, or the record of one of its slots, is removed (released, reaped,
+//! forced), a claimed key of the backlog becomes ready again, in its old place.
 
 use serde::{Deserialize, Serialize};
 

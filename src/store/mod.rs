@@ -301,8 +301,8 @@ pub trait Store {
     fn replace(&self, g: &Guard, record: &Record) -> Result<()>;
 
     /// Remove a key's record, or with `slot` the record of that slot of it (or the damage
-    /// in its place). `paths`: the paths the removed record covered (`None` when unknown:
-    /// damage), for a store that indexes them.
+    /// in its place); a claimed key of the backlog is ready again. `paths`: the paths the
+    /// removed record covered (`None` when unknown: damage), for a store that indexes them.
     fn remove(
         &self,
         g: &Guard,

@@ -313,10 +313,14 @@ impl PgStore {
             let Some(slot) = slot_number(n) else {
                 return Ok(());
             };
+            // As for a record: a claimed key of the backlog is ready again.
             return self
                 .exec(
                     "remove the record of a slot",
-                    "DELETE FROM {s}.slot_records WHERE key = $1 AND slot = $2 RETURNING 1",
+                    "WITH d AS (DELETE FROM {s}.slot_records WHERE key = $1 AND slot = $2 RETURNING 1), \
+                     b AS (UPDATE {s}.backlog SET agent = NULL, recheck = NULL \
+                           WHERE key = $1 AND agent IS NOT NULL AND EXISTS (SELECT 1 FROM d)) \
+                     SELECT 1 FROM d",
                     &[(&key, Type::TEXT), (&slot, Type::INT4)],
                 )
                 .map(|_| ());
