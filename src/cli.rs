@@ -150,8 +150,8 @@ pub enum BacklogAction {
 pub struct BacklogAddArgs {
     #[arg(value_name = "KEY", required_unless_present = "file")]
     pub keys: Vec<String>,
-    /// Read the keys from FILE, one a line (`-`: standard input); blank lines and lines
-    /// starting with `#` are skipped
+    /// Read the keys from FILE, one a line (`-`: standard input; at most 16 MiB); blank
+    /// lines and lines starting with `#` are skipped
     #[arg(long, value_name = "FILE")]
     pub file: Option<std::path::PathBuf>,
 }

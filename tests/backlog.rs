@@ -403,3 +403,56 @@ fn a_released_slot_gives_its_key_back() {
     let (code, j) = next(&e, "d");
     assert_eq!(code, EMPTY, "{j}");
 }
+
+/// `backlog add --file` of an endless input (`/dev/zero`, `yes |`) stops at its bound
+/// with a usage error instead of reading until memory runs out.
+#[test]
+fn an_endless_file_of_keys_is_refused_at_its_bound() {
+    let e = Env::new();
+    let tl = env!("CARGO_BIN_EXE_tasklock");
+    let store = pg_url_for(&e.dir())
+        .map(|u| format!("TASKLOCK_URL='{u}' "))
+        .unwrap_or_default();
+    let dir = e.dir().display().to_string();
+    for (what, script) in [
+        (
+            "/dev/zero",
+            format!("{store}{tl} --dir '{dir}' --agent o backlog add --file /dev/zero --json"),
+        ),
+        (
+            "yes |",
+            format!("yes | {store}{tl} --dir '{dir}' --agent o backlog add --file - --json"),
+        ),
+    ] {
+        // Under 4 GiB of address space, so that a command reading without bound fails
+        // quickly instead of taking the machine's memory.
+        let script = format!("ulimit -v 4194304 && {script}");
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", &script])
+            .env("TASKLOCK_NOW", &e.now)
+            .env_remove("TASKLOCK_URL")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let start = std::time::Instant::now();
+        while child.try_wait().unwrap().is_none() {
+            if start.elapsed() > Duration::from_secs(30) {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("{what}: still reading after 30 s");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(USAGE), "{what}: {out:?}");
+        let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(j["error"]["kind"], "usage", "{what}: {j}");
+        let m = j["error"]["message"].as_str().unwrap();
+        assert!(m.contains("more than 16 MiB"), "{what}: {m}");
+    }
+    // Nothing was added.
+    let (code, j) = next(&e, "a");
+    assert_eq!(code, EMPTY, "{j}");
+}

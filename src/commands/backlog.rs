@@ -100,16 +100,35 @@ fn empty(ctx: &Ctx, action: &'static str) -> Report {
     })
 }
 
+/// The most a `--file` of keys may hold: room for about a million keys, and a bound on
+/// what an endless input (`/dev/zero`, `yes |`) can make the command read.
+const MAX_KEYS_FILE: u64 = 16 << 20;
+
 /// The keys of a file (or standard input for `-`), one a line, in NFC; blank lines and
-/// `#` comments skipped. A bad key names its line.
+/// `#` comments skipped. A bad key names its line; more than [`MAX_KEYS_FILE`] bytes is
+/// refused, having read no more than that.
 fn read_keys(file: &std::path::Path) -> Result<Vec<String>> {
-    let mut text = String::new();
+    let mut bytes = Vec::new();
     let read = if file.as_os_str() == "-" {
-        std::io::stdin().read_to_string(&mut text)
+        std::io::stdin()
+            .lock()
+            .take(MAX_KEYS_FILE + 1)
+            .read_to_end(&mut bytes)
     } else {
-        std::fs::File::open(file).and_then(|mut f| f.read_to_string(&mut text))
+        std::fs::File::open(file).and_then(|f| f.take(MAX_KEYS_FILE + 1).read_to_end(&mut bytes))
     };
-    read.map_err(|e| Error::Usage(format!("cannot read keys from {}: {e}", file.display())))?;
+    let cannot = |e: &dyn std::fmt::Display| {
+        Error::Usage(format!("cannot read keys from {}: {e}", file.display()))
+    };
+    read.map_err(|e| cannot(&e))?;
+    if bytes.len() as u64 > MAX_KEYS_FILE {
+        return Err(Error::Usage(format!(
+            "{} holds more than {} MiB of keys; add them in parts of at most that size",
+            file.display(),
+            MAX_KEYS_FILE >> 20
+        )));
+    }
+    let text = String::from_utf8(bytes).map_err(|_| cannot(&"it is not UTF-8"))?;
     let mut keys = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let line = line.trim();
