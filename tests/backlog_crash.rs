@@ -285,3 +285,31 @@ fn a_command_killed_at_any_file_change_never_breaks_the_backlog() {
     });
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// A journal planted in `tmp/` (anyone who can write to the lock directory can) that
+/// names a path outside the backlog is deleted unread, and one cut short changes
+/// nothing; neither stops the next command.
+#[test]
+fn a_planted_or_cut_journal_changes_nothing_outside_the_backlog() {
+    if file_store_only("a_planted_or_cut_journal_changes_nothing_outside_the_backlog") {
+        return;
+    }
+    let e = Env::new();
+    e.ok("o", &["backlog", "add", "t1"]);
+    let victim = e.tmp.path().join("victim");
+    std::fs::write(&victim, "keep").unwrap();
+    let journal = e.dir().join("tmp").join("backlog.journal");
+    for text in [
+        r#"{"steps":[{"part":"members","name":"../../../victim"},{"part":"pending","name":"0"}]}"#,
+        r#"{"steps":[{"part":"state","name":"../../victim","data":"x"}]}"#,
+        r#"{"steps":[{"part":"pending","name":"0"},{"part":"mem"#,
+    ] {
+        std::fs::write(&journal, text).unwrap();
+        let r = e.run(Some("a"), &["checkout", "--next", "--json"]);
+        assert_eq!(r.code, 0, "{text}: {}", r.text());
+        assert_eq!(r.json()["key"], "t1", "{text}: the backlog was not touched");
+        assert!(!journal.exists(), "{text}: the journal stays");
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+        e.ok("a", &["release", "t1"]);
+    }
+}
