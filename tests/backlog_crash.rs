@@ -312,4 +312,10 @@ fn a_planted_or_cut_journal_changes_nothing_outside_the_backlog() {
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
         e.ok("a", &["release", "t1"]);
     }
+    // A FIFO in its place is never opened for a blocking read.
+    let ok = Command::new("mkfifo").arg(&journal).status().unwrap();
+    assert!(ok.success());
+    let r = e.run(Some("a"), &["checkout", "--next", "--json"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    assert!(!journal.exists());
 }

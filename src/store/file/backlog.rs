@@ -42,6 +42,9 @@ pub(super) const JOURNAL: &str = "backlog.journal";
 /// Keys added by one change at most: a longer `backlog add` is several changes, each
 /// made whole, in order (its journal stays small).
 const ADD_CHUNK: usize = 512;
+/// Larger than any journal a change writes (one of [`ADD_CHUNK`] keys of 512 bytes is
+/// under 1 MiB): a bigger file in its place was not written by tasklock, and is not read.
+const MAX_JOURNAL: u64 = 64 << 20;
 
 /// Where a step of a [`Change`] writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -197,20 +200,28 @@ impl FileStore {
 
     /// A journal left in `tmp/` by a process killed in the middle of a backlog change:
     /// make that change again, then remove the journal. One that cannot be read was cut
-    /// short while it was written, before any of its steps was made: it is removed.
+    /// short while it was written, before any of its steps was made: it is removed, as
+    /// is one that names a file outside the backlog or is too large to be ours.
     pub(super) fn backlog_replay(&self, g: &FileGuard) -> Result<()> {
         let path = g.tmp.join(JOURNAL);
         let mut bytes = Vec::new();
         match g.tmp.open_regular(JOURNAL) {
-            Ok(Some(mut f)) => {
-                f.read_to_end(&mut bytes).map_err(|e| Error::io(&path, e))?;
+            Ok(Some(f)) => {
+                f.take(MAX_JOURNAL + 1)
+                    .read_to_end(&mut bytes)
+                    .map_err(|e| Error::io(&path, e))?;
             }
             Ok(None) => return Ok(()),
-            // A directory or other non-file in its place: not ours; the sweep leaves it.
-            Err(_) => return Ok(()),
+            // A FIFO, socket or link in its place: not ours, removed as the sweep would
+            // (a directory stays, as in the sweep).
+            Err(_) => {
+                let _ = g.tmp.unlink(JOURNAL);
+                return Ok(());
+            }
         }
-        let steps = serde_json::from_slice::<Change>(&bytes)
-            .ok()
+        let steps = (bytes.len() as u64 <= MAX_JOURNAL)
+            .then(|| serde_json::from_slice::<Change>(&bytes).ok())
+            .flatten()
             .map(|c| c.steps)
             .filter(|steps| steps.iter().all(safe_step));
         if let Some(steps) = steps
