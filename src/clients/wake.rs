@@ -204,12 +204,19 @@ fn send_claude(reach: &Reach, text: &str) -> Result<(), String> {
     })
     .to_string()
         + "\n";
-    write_line(path, line.as_bytes()).map_err(|e| match e.raw_os_error() {
-        Some(libc::ECONNREFUSED) => "the session is gone: its socket refuses connections".into(),
-        Some(libc::EAGAIN) | Some(libc::ETIMEDOUT) => {
-            "the session did not take the message in time (busy or stopped)".into()
-        }
-        _ => format!("cannot write to the session's socket: {e}"),
+    write_line(path, line.as_bytes()).map_err(|e| match e {
+        WriteError::OtherUser(uid) => format!(
+            "the session belongs to another Unix user (uid {uid}); it reads the message at its next prompt"
+        ),
+        WriteError::Io(e) => match e.raw_os_error() {
+            Some(libc::ECONNREFUSED) => {
+                "the session is gone: its socket refuses connections".into()
+            }
+            Some(libc::EAGAIN) | Some(libc::ETIMEDOUT) => {
+                "the session did not take the message in time (busy or stopped)".into()
+            }
+            _ => format!("cannot write to the session's socket: {e}"),
+        },
     })
 }
 
@@ -318,13 +325,42 @@ fn trusted_program(path: &Path, me: u32, my_group: u32) -> Result<(), String> {
     Ok(())
 }
 
-fn write_line(path: &Path, line: &[u8]) -> std::io::Result<()> {
+/// Why a line was not written: the connection could not be made or used, or whoever
+/// listens at the other end is not this Unix user.
+enum WriteError {
+    Io(std::io::Error),
+    OtherUser(u32),
+}
+
+impl From<std::io::Error> for WriteError {
+    fn from(e: std::io::Error) -> Self {
+        WriteError::Io(e)
+    }
+}
+
+impl From<rustix::io::Errno> for WriteError {
+    fn from(e: rustix::io::Errno) -> Self {
+        WriteError::Io(e.into())
+    }
+}
+
+/// The path was judged (a socket of this user) under the lock, but it is connected to
+/// by name later, and the name may lead elsewhere by then (a link to another user's
+/// socket put in its place): the listener at the other end is checked before a byte is
+/// written, by the credentials the kernel keeps for the connection.
+fn write_line(path: &Path, line: &[u8]) -> Result<(), WriteError> {
     use rustix::net::{AddressFamily, SocketAddrUnix, SocketType, sockopt};
+    use std::os::fd::AsFd;
     let fd = rustix::net::socket(AddressFamily::UNIX, SocketType::STREAM, None)?;
     // Bounds connect (a full backlog) and the write (a full buffer) alike.
     sockopt::set_socket_timeout(&fd, sockopt::Timeout::Send, Some(SEND_TIMEOUT))?;
     let addr = SocketAddrUnix::new(path)?;
     rustix::net::connect(&fd, &addr)?;
+    let peer = crate::os::peer_uid(fd.as_fd())?;
+    // SAFETY: geteuid has no preconditions.
+    if peer != unsafe { libc::geteuid() } {
+        return Err(WriteError::OtherUser(peer));
+    }
     let mut stream = std::os::unix::net::UnixStream::from(fd);
     stream.write_all(line)?;
     // The session reads to the end of the line; closing says there is no more.
