@@ -122,7 +122,7 @@ pub enum Command {
     Mcp,
     /// Append a checkpoint to KEY's history (holder only)
     Note(NoteArgs),
-    /// Check out KEY, run CMD renewing the lease, release when it ends
+    /// Check out KEY, run CMD renewing the lease, release when it ends (a KEY you hold stays held)
     Run(RunArgs),
     /// The project's backlog of keys for `checkout --next`: show it, add keys, remove keys
     Backlog(BacklogArgs),

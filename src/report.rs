@@ -584,6 +584,9 @@ pub struct RunReport {
     /// Set when the lease was lost while CMD ran (for example the machine slept).
     pub lease_lost: bool,
     pub released: bool,
+    /// The agent held the key before `run` began: the command ran under that checkout,
+    /// which stays held.
+    pub kept: bool,
     pub exit_code: i32,
 }
 

@@ -394,6 +394,109 @@ fn run_holds_the_key_under_its_own_pid_while_cmd_runs() {
     assert_released(&e, "task-x");
 }
 
+/// As [`live`], on the test's store (PostgreSQL with `TASKLOCK_TEST_STORE=postgres`).
+fn live_on_store(e: &Env, agent: &str, args: &[&str]) -> Run {
+    let mut c = live(e, agent);
+    use_store(&mut c, &e.dir());
+    c.args(args);
+    exec(c)
+}
+
+#[test]
+fn run_on_a_key_the_agent_holds_runs_under_that_checkout_and_leaves_it_held() {
+    let e = Env::new();
+    let agent_process = sleeper();
+    let pid = agent_process.pid();
+    let r = live_on_store(&e, "agent-a", &["heartbeat", "--pid", &pid.to_string()]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    let r = live_on_store(&e, "agent-a", &["checkout", "task-k", "--json"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    let token = r.json()["checkout"]["token"].as_u64().unwrap();
+    let held = |what: &str| {
+        let j = live_on_store(&e, "observer", &["status", "task-k", "--json"]).json();
+        assert_eq!(j["outcome"], "held", "{what}: {j}");
+        assert_eq!(j["checkout"]["token"], token, "{what}: {j}");
+        assert_eq!(j["checkout"]["agent"]["id"], "agent-a", "{what}: {j}");
+        assert_eq!(
+            j["checkout"]["agent"]["pid"], pid,
+            "{what}: still bound to the agent's own process: {j}"
+        );
+    };
+
+    // The command runs under the checkout the agent has, bound to its own process.
+    let cmd = sh_with_tasklock(
+        &e,
+        r#""$0" --dir "$1" --agent observer status task-k --json"#,
+    );
+    let mut args = vec!["--json", "run", "task-k", "--"];
+    args.extend(cmd.iter().map(String::as_str));
+    let r = live_on_store(&e, "agent-a", &args);
+    assert_eq!(r.code, 0, "{}", r.text());
+    let inside: Value = serde_json::from_str(&r.stdout).expect("CMD's output is run's stdout");
+    assert_eq!(inside["checkout"]["token"], token, "{inside}");
+    assert_eq!(inside["checkout"]["agent"]["pid"], pid, "{inside}");
+    let s = summary(&r);
+    assert_eq!(s["token"], token, "{s}");
+    assert_eq!(s["kept"], true, "{s}");
+    assert_eq!(s["released"], false, "{s}");
+    assert_eq!(s["lease_lost"], false, "{s}");
+    assert_eq!(s["exit_code"], 0, "{s}");
+    held("after a command that succeeded");
+
+    // Whatever way the command ends, the checkout stays: a failure, a command that cannot
+    // be started.
+    let r = live_on_store(
+        &e,
+        "agent-a",
+        &["--json", "run", "task-k", "--", "sh", "-c", "exit 3"],
+    );
+    assert_eq!(
+        (r.code, &summary(&r)["kept"]),
+        (3, &Value::Bool(true)),
+        "{}",
+        r.text()
+    );
+    held("after a command that failed");
+    let r = live_on_store(&e, "agent-a", &["run", "task-k", "--", "/nonexistent/cmd"]);
+    assert_eq!(r.code, 127, "{}", r.text());
+    held("after a command that could not start");
+    let r = live_on_store(
+        &e,
+        "agent-a",
+        &["--json", "run", "task-k", "--wait", "5s", "--", "true"],
+    );
+    assert_eq!(
+        (r.code, &summary(&r)["kept"]),
+        (0, &Value::Bool(true)),
+        "{}",
+        r.text()
+    );
+    held("after run --wait");
+    let releases = audit(&e.dir())
+        .iter()
+        .filter(|v| v["key"] == "task-k" && v["event"] == "release")
+        .count();
+    assert_eq!(releases, 0);
+
+    // A key `run` takes itself is released when the command ends, as always.
+    let r = live_on_store(&e, "agent-a", &["--json", "run", "task-o", "--", "true"]);
+    let s = summary(&r);
+    assert_eq!(
+        (s["kept"].clone(), s["released"].clone()),
+        (Value::Bool(false), Value::Bool(true))
+    );
+    let j = live_on_store(&e, "observer", &["status", "task-o", "--json"]).json();
+    assert_eq!(j["outcome"], "free", "{j}");
+
+    // In markdown, it says the checkout stays.
+    e.ok("agent-b", &["checkout", "task-m"]);
+    let r = e.run(None, &["--agent", "agent-b", "run", "task-m", "--", "true"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    assert!(r.stderr.contains("stays checked out"), "{}", r.text());
+    snap!(e, "run_kept_summary", r);
+    drop(agent_process);
+}
+
 #[test]
 fn run_releases_after_cmd_is_killed_by_a_signal() {
     for (sig, code) in [("TERM", 143), ("KILL", 137), ("INT", 130)] {

@@ -342,6 +342,121 @@ fn config_gives_keys_their_slots() {
     assert!(r.text().contains("slots"), "{}", r.text());
 }
 
+/// Every checkout of the key, from `list`: never more than its slots.
+fn listed(e: &Env, key: &str) -> usize {
+    let list = e.run(Some("observer"), &["list", "--json"]).json();
+    list["checkouts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["key"] == key)
+        .count()
+}
+
+#[test]
+fn a_key_with_slots_takes_no_path_and_never_gets_a_holder_more() {
+    let e = Env::new();
+    granted(&e, "a", "build", &["--slots", "2"]);
+    granted(&e, "b", "build", &[]);
+    // Full: a checkout with a path is refused as the README says, not a third holder.
+    let r = e.run(Some("c"), &["checkout", "build", "--path", "src/x"]);
+    assert_eq!(r.code, USAGE, "{}", r.text());
+    assert!(
+        r.stderr.contains("a key with slots takes no --path"),
+        "{}",
+        r.text()
+    );
+    let j = e
+        .run(
+            Some("c"),
+            &["checkout", "build", "--path", "src/x", "--json"],
+        )
+        .json();
+    assert_eq!(j["error"]["kind"], "usage", "{j}");
+    assert_eq!(j["error"]["exit_code"], USAGE, "{j}");
+    for extra in [&["--queue"][..], &["--wait", "1s"]] {
+        let mut args = vec!["checkout", "build", "--path", "src/x"];
+        args.extend_from_slice(extra);
+        let r = e.run(Some("c"), &args);
+        assert_eq!(r.code, USAGE, "{extra:?}: {}", r.text());
+    }
+    assert_eq!(listed(&e, "build"), 2);
+    assert!(
+        status(&e, "build")["queue"]["waiters"]
+            .as_array()
+            .is_none_or(Vec::is_empty)
+    );
+    // With a slot free, and by a holder of a slot, it is refused all the same.
+    e.ok("b", &["release", "build"]);
+    for agent in ["c", "a"] {
+        let r = e.run(Some(agent), &["checkout", "build", "--path", "src/x"]);
+        assert_eq!(r.code, USAGE, "{agent}: {}", r.text());
+    }
+    assert_eq!(holders(&e, "build"), [(1, "a".to_string())]);
+    // A key that config.yaml gives slots takes none either, even while nobody holds it;
+    // checkouts of paths alone are never given slots by a pattern that matches their key.
+    std::fs::create_dir_all(e.dir()).unwrap();
+    std::fs::write(
+        e.dir().join("config.yaml"),
+        "slots:\n  - key: test-db\n    slots: 2\n  - key: \"*\"\n    slots: 3\n",
+    )
+    .unwrap();
+    let r = e.run(Some("c"), &["checkout", "test-db", "--path", "db/**"]);
+    assert_eq!(r.code, USAGE, "{}", r.text());
+    let c = e.ok("c", &["checkout", "--path", "db/**", "--json"]).json();
+    assert_eq!(c["outcome"], "granted", "{c}");
+    assert!(c["checkout"]["slot"].is_null(), "{c}");
+    assert_eq!(listed(&e, "test-db"), 0);
+}
+
+#[test]
+fn a_plain_checkout_keeps_the_count_the_key_has() {
+    let e = Env::new();
+    std::fs::create_dir_all(e.dir()).unwrap();
+    std::fs::write(
+        e.dir().join("config.yaml"),
+        "slots:\n  - key: build\n    slots: 2\n",
+    )
+    .unwrap();
+    granted(&e, "a", "build", &["--slots", "4"]);
+    granted(&e, "b", "build", &[]);
+    granted(&e, "c", "build", &[]);
+    // Past config.yaml's 2: the key has 4, so a plain checkout takes the fourth.
+    let d = granted(&e, "d", "build", &[]);
+    assert_eq!(
+        (d["slot"].as_u64(), d["slots"].as_u64()),
+        (Some(4), Some(4))
+    );
+    // Full, the next one is refused, saying 4; a holder checking out again renews.
+    let (code, j) = checkout(&e, "e", "build", &["--queue"]);
+    assert_eq!(code, HELD, "{j}");
+    assert_eq!(j["slots"], 4, "{j}");
+    let (code, j) = checkout(&e, "a", "build", &[]);
+    assert_eq!(
+        (code, &j["outcome"]),
+        (GRANTED, &json!("already_held")),
+        "{j}"
+    );
+    assert_eq!(j["checkout"]["slots"], 4, "{j}");
+    // The waiter's plain checkout once a slot frees keeps 4 too.
+    e.ok("b", &["release", "build"]);
+    assert_eq!(granted(&e, "e", "build", &[])["slots"], 4);
+    let s = status(&e, "build");
+    assert_eq!(s["slots"], 4, "{s}");
+    assert_eq!(holders(&e, "build").len(), 4);
+    let log = audit(&e.dir());
+    assert!(
+        events(&log, "slots").is_empty(),
+        "{:?}",
+        events(&log, "slots")
+    );
+    // Once nobody holds or waits, config.yaml's count applies again.
+    for a in ["a", "c", "d", "e"] {
+        e.ok(a, &["release", "build"]);
+    }
+    assert_eq!(granted(&e, "f", "build", &[])["slots"], 2);
+}
+
 #[test]
 fn bad_slot_counts_are_usage_errors() {
     let e = Env::new();

@@ -52,12 +52,35 @@ pub fn run_as(
     let store = ctx.open_store()?;
     let locks = crate::engine::key_locks(&[key.to_string()], &req.agent.id);
     crate::engine::transaction_scoped(&*store, &locks, |guard| {
-        // The registered name applies; the process to watch stays this one.
+        // The registered name applies; the process to watch is this one.
         let mut req = with_registered_pid(&*store, guard, req.clone())?;
-        req.agent.pid = Some(pid);
-        req.agent.pid_start = crate::os::start_time(pid);
+        bind_to(ctx, &*store, key, &mut req, pid)?;
         attempt(ctx, &*store, guard, &req, key, Join::No).map(Report::Checkout)
     })
+}
+
+/// `run`'s checkout ends when process `pid` (`run` itself) dies; but a checkout the agent
+/// holds already is not `run`'s: it keeps the process it is bound to (and `run` leaves it
+/// held when the command ends). Decided under the scope that takes the key.
+pub(crate) fn bind_to(
+    ctx: &Ctx,
+    store: &dyn crate::store::Store,
+    key: &str,
+    req: &mut Request,
+    pid: u32,
+) -> Result<()> {
+    use crate::store::Slot;
+    match crate::engine::slots::read_mine(store, key, &req.agent.id)? {
+        Slot::Held(r) if r.held_by(&req.agent.id) && !r.expired_for_holder(&ctx.now) => {
+            req.agent.pid = r.agent.pid;
+            req.agent.pid_start = r.agent.pid_start;
+        }
+        _ => {
+            req.agent.pid = Some(pid);
+            req.agent.pid_start = crate::os::start_time(pid);
+        }
+    }
+    Ok(())
 }
 
 /// `checkout`: one key (or paths alone), `--queue`, `--wait`, or `--any` over several.

@@ -53,6 +53,9 @@ pub fn run(
         return Ok(Report::Checkout(denied));
     };
     let token = held.token;
+    // The agent held the key before: the command runs under that checkout, which `run`
+    // did not take and so does not release.
+    let kept = c.outcome == crate::error::Outcome::AlreadyHeld;
     let lease = (held.expires_at - held.renewed_at)
         .to_std()
         .unwrap_or(Duration::from_secs(60));
@@ -60,8 +63,17 @@ pub fn run(
     crate::signals::install();
     if let Some(sig) = crate::signals::received() {
         // Asked to stop before CMD started: do not start it.
-        let _ = release_quietly(ctx, &agent, key);
-        return Ok(finish(ctx, key, token, None, false, true, 128 + sig));
+        let released = !kept && release_quietly(ctx, &agent, key).unwrap_or(false);
+        return Ok(finish(
+            ctx,
+            key,
+            token,
+            None,
+            false,
+            released,
+            kept,
+            128 + sig,
+        ));
     }
     let mut command = Command::new(program);
     command.args(args);
@@ -84,7 +96,7 @@ pub fn run(
     let mut child = match command.spawn() {
         Ok(c) => c,
         Err(e) => {
-            let _ = release_quietly(ctx, &agent, key);
+            let released = !kept && release_quietly(ctx, &agent, key).unwrap_or(false);
             let code = if e.kind() == std::io::ErrorKind::NotFound {
                 127
             } else {
@@ -94,7 +106,7 @@ pub fn run(
                 "tasklock run: cannot run {}: {e}",
                 program.to_string_lossy()
             );
-            return Ok(finish(ctx, key, token, None, false, true, code));
+            return Ok(finish(ctx, key, token, None, false, released, kept, code));
         }
     };
     let target = if interactive {
@@ -165,8 +177,14 @@ pub fn run(
         (None, Some(sig)) => 128 + sig,
         _ => 1,
     };
-    let released = release_quietly(&ctx.at_now(&agent)?, &agent, key)?;
-    let lost = lost.load(Ordering::SeqCst) || !released;
+    let end = ctx.at_now(&agent)?;
+    let (released, still_ours) = if kept {
+        (false, still_held(&end, &agent, key, token)?)
+    } else {
+        let released = release_quietly(&end, &agent, key)?;
+        (released, released)
+    };
+    let lost = lost.load(Ordering::SeqCst) || !still_ours;
     if lost {
         eprintln!(
             "tasklock run: the lease on {key} (token {token}) was lost before the command ended."
@@ -184,7 +202,18 @@ pub fn run(
         Some(cmd_exit),
         lost,
         released,
+        kept,
         code,
+    ))
+}
+
+/// Does `agent` still hold `key` under `token`, its lease not over?
+fn still_held(ctx: &Ctx, agent: &str, key: &str, token: u64) -> Result<bool> {
+    let store = ctx.open_store()?;
+    Ok(matches!(
+        crate::engine::slots::read_mine(&*store, key, agent)?,
+        crate::store::Slot::Held(r)
+            if r.held_by(agent) && r.token == token && !r.expired_for_holder(&ctx.now)
     ))
 }
 
@@ -194,6 +223,7 @@ fn release_quietly(ctx: &Ctx, _agent: &str, key: &str) -> Result<bool> {
     Ok(r.exit_code() == 0)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn finish(
     ctx: &Ctx,
     key: &str,
@@ -201,6 +231,7 @@ fn finish(
     cmd_exit: Option<i32>,
     lease_lost: bool,
     released: bool,
+    kept: bool,
     exit_code: i32,
 ) -> Report {
     Report::Run(RunReport {
@@ -211,6 +242,7 @@ fn finish(
         cmd_exit,
         lease_lost,
         released,
+        kept,
         exit_code,
     })
 }

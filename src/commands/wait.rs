@@ -120,8 +120,7 @@ fn wait_loop(
         let report = store.transaction(|guard| {
             let mut req = checkout::with_registered_pid(store, guard, req.clone())?;
             if own_process {
-                req.agent.pid = Some(pid);
-                req.agent.pid_start = crate::os::start_time(pid);
+                checkout::bind_to(&now_ctx, store, key, &mut req, pid)?;
             }
             checkout::attempt(&now_ctx, store, guard, &req, key, Join::Wait(pid))
         })?;

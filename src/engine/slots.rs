@@ -23,9 +23,23 @@ pub fn validate(n: u32) -> Result<u32> {
     }
 }
 
-/// How many slots the caller asks `key` to have: `--slots`, else config.yaml's `slots:`.
-pub fn asked(cfg: &Config, key: &str, flag: Option<u32>) -> Option<u32> {
-    flag.or_else(|| cfg.slots_for(key))
+/// How many slots config.yaml's `slots:` gives `key`. Never a checkout of paths' own key
+/// (`path:…`, made up by `checkout --path`): a key with slots takes no paths.
+pub fn configured(cfg: &Config, key: &str) -> Option<u32> {
+    if key.starts_with(crate::key::PATH_KEY_PREFIX) {
+        return None;
+    }
+    cfg.slots_for(key)
+}
+
+/// The refusal of paths asked for with a key that has slots: the key's holders are
+/// counted by slot, and a checkout with paths would be one more beside them.
+pub fn no_paths(key: &str, capacity: u32) -> Error {
+    Error::Usage(format!(
+        "`{key}` is a key with slots ({capacity}), and a key with slots takes no --path; \
+         check the paths out on a key of their own (`tasklock checkout --path PATTERN`), \
+         or take a slot of `{key}` without --path"
+    ))
 }
 
 /// Everyone who holds a key with slots now.
@@ -44,17 +58,22 @@ pub struct Holders {
 
 impl Holders {
     /// The holders of `key` if it has slots: some are held, its queue keeps a count, or
-    /// the caller asks for slots (`asked`, more than one). `None` for a key without.
-    /// `own` is the key's own record as read.
+    /// the caller asks for slots (`flag`: `--slots`; `configured`: config.yaml's, see
+    /// [`configured`]; more than one). `None` for a key without. `own` is the key's own
+    /// record as read. The count is the one asked for with `--slots`, else the one the
+    /// key keeps (its holders', its queue's), else config.yaml's, else 1: a plain checkout
+    /// never changes the count a key has.
     pub fn read_asked(
         store: &dyn Store,
         key: &str,
         own: &Slot,
         queued: Option<u32>,
-        asked: Option<u32>,
+        flag: Option<u32>,
+        configured: Option<u32>,
     ) -> Result<Option<Holders>> {
         let slots = store.read_slots(key)?;
-        if slots.is_empty() && queued.is_none() && asked.is_none_or(|n| n <= 1) {
+        let many = |n: Option<u32>| n.is_some_and(|n| n > 1);
+        if slots.is_empty() && queued.is_none() && !many(flag) && !many(configured) {
             return Ok(None);
         }
         let mut records = Vec::with_capacity(slots.len() + 1);
@@ -76,7 +95,7 @@ impl Holders {
             .and_then(|r| r.slots)
             .or(queued);
         Ok(Some(Holders {
-            capacity: asked.or(stored).unwrap_or(1),
+            capacity: flag.or(stored).or(configured).unwrap_or(1),
             records,
             corrupt,
             stored,
@@ -90,7 +109,7 @@ impl Holders {
         q: Option<&crate::store::Queue>,
         own: &Slot,
     ) -> Result<Option<Holders>> {
-        Self::read_asked(store, key, own, q.and_then(|q| q.slots), None)
+        Self::read_asked(store, key, own, q.and_then(|q| q.slots), None, None)
     }
 
     /// Slots nobody holds.

@@ -157,20 +157,22 @@ pub fn attempt(
     // The queue as read for its slots, kept for honouring it below when nothing since
     // could have changed it.
     let mut read_queue = None;
-    if req.paths.is_empty() {
-        let asked = slots::asked(&ctx.config().unwrap_or_default(), key, req.slots);
-        // A key with slots, or one asked to have them: its holders are read together.
-        let queued = if asked.is_none() {
-            let q = store.read_queue(key)?;
-            let slots = q.slots;
-            read_queue = Some(q);
-            slots
-        } else {
-            None
-        };
-        if let Some(h) = slots::Holders::read_asked(store, key, &own, queued, asked)? {
-            return attempt_slots(ctx, store, guard, req, key, join, h);
+    // A key with slots, or one asked to have them: its holders are read together. Without
+    // `--slots` the count it keeps (its queue's too) wins over config.yaml's.
+    let configured = slots::configured(&ctx.config().unwrap_or_default(), key);
+    let queued = if req.slots.is_none() {
+        let q = store.read_queue(key)?;
+        let slots = q.slots;
+        read_queue = Some(q);
+        slots
+    } else {
+        None
+    };
+    if let Some(h) = slots::Holders::read_asked(store, key, &own, queued, req.slots, configured)? {
+        if !req.paths.is_empty() {
+            return Err(slots::no_paths(key, h.capacity));
         }
+        return attempt_slots(ctx, store, guard, req, key, join, h);
     }
     match own {
         Slot::Corrupt { path, problem } => {

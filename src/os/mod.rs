@@ -186,6 +186,26 @@ pub fn read_text(path: impl AsRef<std::path::Path>) -> Option<String> {
     String::from_utf8(buf).ok()
 }
 
+/// The user id of the process at the other end of a connected Unix socket (the one that
+/// bound and listens on it): what the kernel recorded, whatever name was connected to.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub fn peer_uid(socket: std::os::fd::BorrowedFd<'_>) -> std::io::Result<u32> {
+    Ok(rustix::net::sockopt::socket_peercred(socket)?.uid.as_raw())
+}
+
+/// The user id of the process at the other end of a connected Unix socket (the one that
+/// bound and listens on it): what the kernel recorded, whatever name was connected to.
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+pub fn peer_uid(socket: std::os::fd::BorrowedFd<'_>) -> std::io::Result<u32> {
+    use std::os::fd::AsRawFd;
+    let (mut uid, mut gid) = (0, 0);
+    // SAFETY: the descriptor is open for the call; uid and gid are valid out pointers.
+    if unsafe { libc::getpeereid(socket.as_raw_fd(), &mut uid, &mut gid) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(uid)
+}
+
 /// Eight random hex digits.
 pub fn random_hex() -> Option<String> {
     use std::io::Read;

@@ -259,7 +259,11 @@ pub(super) fn run(r: &RunReport) -> String {
         Some(c) => format!("the command exited with {c}"),
         None => "the command could not be started".into(),
     };
-    let released = if r.released {
+    let released = if r.kept && !r.lease_lost {
+        "kept: it was yours before `run`, and stays checked out"
+    } else if r.kept {
+        "it was yours before `run`, but is no longer held"
+    } else if r.released {
         "released"
     } else {
         "not released (it was no longer ours)"
