@@ -20,7 +20,7 @@ pub struct Cli {
     pub command: Command,
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Args, Clone)]
 pub struct Global {
     /// Output format
     #[arg(long, global = true, value_enum)]
@@ -118,6 +118,8 @@ pub enum Command {
     GuardCommit,
     /// Stage (`git add`) exactly the files you edited last, as the edit hook recorded them
     Stage(StageArgs),
+    /// The fleet, live: checkouts, agents, waits, freezes and events as they change
+    Top(TopArgs),
     /// MCP server on stdin/stdout: the checkout tools for MCP clients (one server = one agent)
     Mcp,
     /// Append a checkpoint to KEY's history (holder only)
@@ -444,4 +446,17 @@ pub struct RunArgs {
     /// The command and its arguments, after `--`
     #[arg(last = true, required = true, value_name = "CMD")]
     pub cmd: Vec<std::ffi::OsString>,
+}
+
+#[derive(Args, Debug)]
+pub struct TopArgs {
+    /// Look only: no force-release or freeze from the view
+    #[arg(long)]
+    pub read_only: bool,
+    /// Print one frame (with --json: the fleet as JSON) and exit
+    #[arg(long)]
+    pub once: bool,
+    /// The frame's size for --once, as COLUMNSxROWS (default 120x40)
+    #[arg(long, value_name = "COLSxROWS")]
+    pub size: Option<String>,
 }
