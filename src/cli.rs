@@ -118,8 +118,14 @@ pub enum Command {
     GuardCommit,
     /// Stage (`git add`) exactly the files you edited last, as the edit hook recorded them
     Stage(StageArgs),
-    /// The fleet, live: checkouts, agents, waits, freezes and events as they change
-    Top(TopArgs),
+    /// The fleet, live, in the terminal: checkouts, agents, waits, freezes and events as
+    /// they change (`tasklock top --help` for its options)
+    #[command(disable_help_flag = true)]
+    Top(ViewArgs),
+    /// The fleet, live, in the browser: a page served on loopback, with a timeline
+    /// (`tasklock ui --help` for its options)
+    #[command(disable_help_flag = true)]
+    Ui(ViewArgs),
     /// MCP server on stdin/stdout: the checkout tools for MCP clients (one server = one agent)
     Mcp,
     /// Append a checkpoint to KEY's history (holder only)
@@ -448,15 +454,13 @@ pub struct RunArgs {
     pub cmd: Vec<std::ffi::OsString>,
 }
 
+/// `tasklock top` and `tasklock ui`: their options go to the views' binary as they are.
 #[derive(Args, Debug)]
-pub struct TopArgs {
-    /// Look only: no force-release or freeze from the view
-    #[arg(long)]
-    pub read_only: bool,
-    /// Print one frame (with --json: the fleet as JSON) and exit
-    #[arg(long)]
-    pub once: bool,
-    /// The frame's size for --once, as COLUMNSxROWS (default 120x40)
-    #[arg(long, value_name = "COLSxROWS")]
-    pub size: Option<String>,
+pub struct ViewArgs {
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "OPTIONS"
+    )]
+    pub args: Vec<std::ffi::OsString>,
 }

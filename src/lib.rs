@@ -23,8 +23,8 @@ pub mod report;
 pub mod secret;
 pub mod signals;
 pub mod store;
-#[cfg(feature = "top")]
-pub mod top;
+#[cfg(feature = "view")]
+pub mod view;
 pub mod warnings;
 
 use std::ffi::OsString;
@@ -109,7 +109,10 @@ fn run_command(args: Vec<OsString>) -> i32 {
         return mcp_server(&cli.global);
     }
     if let Command::Top(a) = &cli.command {
-        return top_view(&cli.global, a);
+        return view(&cli.global, "top", a);
+    }
+    if let Command::Ui(a) = &cli.command {
+        return view(&cli.global, "ui", a);
     }
     if let Command::Audit(cli::AuditArgs {
         since,
@@ -226,7 +229,7 @@ fn execute(cli: Cli) -> Result<report::Report, Error> {
         Command::Agents(a) => commands::agents::execute(&ctx, a),
         Command::Inbox(a) => commands::inbox::execute(&ctx, a),
         Command::Init(a) => commands::init::execute(&ctx, a),
-        Command::Hook(_) | Command::Mcp | Command::Top(_) | Command::Setup(_) => {
+        Command::Hook(_) | Command::Mcp | Command::Top(_) | Command::Ui(_) | Command::Setup(_) => {
             unreachable!("handled before")
         }
         Command::Freeze(a) => commands::freeze::execute(&ctx, a),
@@ -255,29 +258,20 @@ fn mcp_server(global: &cli::Global) -> i32 {
     )
 }
 
-/// `tasklock top`: the live view, the binary `tasklock-top` beside this one, for the same
-/// reason (its terminal code stays out of the commands agents run on every tool call).
-fn top_view(global: &cli::Global, a: &cli::TopArgs) -> i32 {
-    let mut extra: Vec<OsString> = Vec::new();
-    if a.read_only {
-        extra.push("--read-only".into());
-    }
-    if a.once {
-        extra.push("--once".into());
-    }
-    if let Some(s) = &a.size {
-        extra.push("--size".into());
-        extra.push(s.into());
-    }
+/// `tasklock top` and `tasklock ui`: the views, the binary `tasklock-view` beside this one,
+/// for the same reason (their terminal and HTTP code stay out of the commands agents run
+/// on every tool call).
+fn view(global: &cli::Global, word: &str, a: &cli::ViewArgs) -> i32 {
+    let mut extra: Vec<OsString> = a.args.clone();
     if global.json || global.format == Some(FormatArg::Json) {
         extra.push("--json".into());
     }
     exec_beside(
-        TOP_BINARY,
-        "top",
+        VIEW_BINARY,
+        word,
         global,
         &extra,
-        "the live view is the binary tasklock-top, installed beside tasklock by install.sh (and built with the default `top` feature)",
+        "the views are the binary tasklock-view, installed beside tasklock by install.sh (and built with the default `view` feature)",
     )
 }
 
@@ -325,8 +319,8 @@ fn exec_beside(
     EXIT_ERROR
 }
 
-/// The live view's binary, beside `tasklock`.
-pub const TOP_BINARY: &str = "tasklock-top";
+/// The views' binary (`tasklock top`, `tasklock ui`), beside `tasklock`.
+pub const VIEW_BINARY: &str = "tasklock-view";
 
 /// The MCP server's binary, beside `tasklock`.
 pub const MCP_BINARY: &str = "tasklock-mcp";

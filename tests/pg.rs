@@ -59,6 +59,9 @@ mod slots;
 #[path = "top.rs"]
 mod top;
 #[cfg(tasklock_pg_tests)]
+#[path = "ui.rs"]
+mod ui;
+#[cfg(tasklock_pg_tests)]
 #[path = "wake.rs"]
 mod wake;
 

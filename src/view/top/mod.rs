@@ -1,6 +1,4 @@
-//! `tasklock top`: the fleet, live, in the terminal. A binary of its own
-//! (`tasklock-top`), so that the commands agents run on every tool call never load its
-//! terminal code.
+//! `tasklock top`: the fleet, live, in the terminal.
 //!
 //! Threads: the store's watcher reads a snapshot (`engine::fleet`) and the new audit
 //! events each time the store says something changed (inotify or kqueue on the lock
@@ -18,26 +16,18 @@ use std::time::Duration;
 
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
+use super::{EVENTS_KEPT, REFRESH, context, recent_events, store_of};
 use crate::cli::Global;
 use crate::clock;
 use crate::engine::Ctx;
 use crate::engine::fleet::{self, Fleet, FleetAgent, FleetCheckout};
 use crate::error::{EXIT_OK, EXIT_USAGE, Error, Result};
-use crate::store::{AuditEvent, Store};
-
-/// The binary `tasklock top` runs, beside `tasklock`.
-pub const BINARY: &str = "tasklock-top";
-
-/// How many audit events the view keeps.
-const EVENTS_KEPT: usize = 500;
-/// Leases run down and heartbeats age without the store changing: a fresh look at
-/// least this often.
-const REFRESH: Duration = Duration::from_secs(1);
+use crate::store::AuditEvent;
 
 #[derive(clap::Parser, Debug)]
 #[command(
-    name = "tasklock-top",
-    about = "The fleet, live: checkouts, agents, waits, freezes and events (run by `tasklock top`)"
+    name = "tasklock top",
+    about = "The fleet, live: checkouts, agents, waits, freezes and events"
 )]
 pub struct Args {
     #[command(flatten)]
@@ -66,11 +56,8 @@ fn size(s: &str) -> std::result::Result<(u16, u16), String> {
     Ok((parse(c)?, parse(r)?))
 }
 
-/// `tasklock-top [top] [--read-only] [--once [--json] [--size CxR]]`.
-pub fn main(mut args: Vec<std::ffi::OsString>) -> i32 {
-    if args.get(1).is_some_and(|a| a == "top") {
-        args.remove(1);
-    }
+/// `tasklock top [--read-only] [--once [--json] [--size CxR]]`.
+pub fn main(args: Vec<std::ffi::OsString>) -> i32 {
     let a = match <Args as clap::Parser>::try_parse_from(args) {
         Ok(a) => a,
         Err(e) => {
@@ -99,42 +86,6 @@ pub fn main(mut args: Vec<std::ffi::OsString>) -> i32 {
             e.exit_code()
         }
     }
-}
-
-fn context(global: &Global) -> Result<Ctx> {
-    let dir = crate::discover::discover(global.dir.as_deref())?.for_reading()?;
-    let mut ctx = Ctx {
-        dir,
-        now: clock::now()?,
-        agent_flag: global.agent.clone(),
-        name_flag: global.name.clone(),
-        cfg: Default::default(),
-    };
-    if crate::store::pg::open_early(ctx.config().ok().as_ref())? {
-        ctx.now = clock::now()?;
-    }
-    Ok(ctx)
-}
-
-fn store_of(ctx: &Ctx) -> Result<Box<dyn Store>> {
-    ctx.existing_store()?.ok_or_else(|| {
-        Error::Usage(format!(
-            "no lock directory at {} yet: nothing to show (`tasklock init` sets one up)",
-            ctx.dir.display()
-        ))
-    })
-}
-
-/// The last `EVENTS_KEPT` events of the audit log, oldest first.
-fn recent_events(store: &dyn Store) -> Result<VecDeque<AuditEvent>> {
-    let mut events = VecDeque::new();
-    store.audit_events(&mut |e| {
-        if events.len() == EVENTS_KEPT {
-            events.pop_front();
-        }
-        events.push_back(e);
-    })?;
-    Ok(events)
 }
 
 fn once(a: &Args, json: bool) -> Result<()> {
@@ -260,7 +211,7 @@ impl App {
             message: None,
             error: None,
             color,
-            can_act: may_act(a, ctx),
+            can_act: super::may_act(a.read_only, &a.global, ctx),
             quit: false,
         }
     }
@@ -551,27 +502,6 @@ impl App {
     }
 }
 
-/// Force-release and freeze are for a person at the terminal (or a caller holding the
-/// operator secret), never for an agent's identity, and never with `--read-only`. The
-/// commands judge again when they run.
-fn may_act(a: &Args, ctx: &Ctx) -> std::result::Result<(), String> {
-    if a.read_only {
-        return Err("--read-only".into());
-    }
-    let operator = crate::secret::is_operator(
-        ctx.config()
-            .ok()
-            .and_then(|c| c.operator_secret_sha256)
-            .as_deref(),
-    );
-    match crate::identity::resolve_id(a.global.agent.as_deref()) {
-        _ if operator => Ok(()),
-        Ok((_, crate::identity::Source::UserAtHost)) if std::io::stdin().is_terminal() => Ok(()),
-        Ok((id, _)) => Err(format!("started as agent {id}")),
-        Err(_) => Err("no person at a terminal".into()),
-    }
-}
-
 /// The store's watcher: a snapshot and the new events each time something changes.
 fn watch(global: Global, tx: Sender<Msg>) {
     let run = || -> Result<()> {
@@ -628,26 +558,7 @@ fn work(global: Global, jobs: Receiver<Job>, tx: Sender<Msg>) {
                     .map_err(|e| e.to_string());
                 Msg::Notes(key, notes)
             }
-            Job::Run(args) => {
-                let mut argv: Vec<String> = vec!["tasklock".into()];
-                argv.extend(args);
-                if let Some(d) = &global.dir {
-                    argv.push("--dir".into());
-                    argv.push(d.display().to_string());
-                }
-                if let Some(a) = &global.agent {
-                    argv.push("--agent".into());
-                    argv.push(a.clone());
-                }
-                let called = crate::call(argv);
-                crate::engine::deliver::flush();
-                let first = called.markdown.lines().next().unwrap_or("").to_string();
-                Msg::Done(if called.exit_code == 0 {
-                    first
-                } else {
-                    format!("refused (exit {}): {first}", called.exit_code)
-                })
-            }
+            Job::Run(args) => Msg::Done(super::act(&global, args).1),
         };
         if tx.send(msg).is_err() {
             return;
