@@ -20,7 +20,7 @@ pub struct Cli {
     pub command: Command,
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Args, Clone)]
 pub struct Global {
     /// Output format
     #[arg(long, global = true, value_enum)]
@@ -118,6 +118,14 @@ pub enum Command {
     GuardCommit,
     /// Stage (`git add`) exactly the files you edited last, as the edit hook recorded them
     Stage(StageArgs),
+    /// The fleet, live, in the terminal: checkouts, agents, waits, freezes and events as
+    /// they change (`tasklock top --help` for its options)
+    #[command(disable_help_flag = true)]
+    Top(ViewArgs),
+    /// The fleet, live, in the browser: a page served on loopback, with a timeline
+    /// (`tasklock ui --help` for its options)
+    #[command(disable_help_flag = true)]
+    Ui(ViewArgs),
     /// MCP server on stdin/stdout: the checkout tools for MCP clients (one server = one agent)
     Mcp,
     /// Append a checkpoint to KEY's history (holder only)
@@ -444,4 +452,15 @@ pub struct RunArgs {
     /// The command and its arguments, after `--`
     #[arg(last = true, required = true, value_name = "CMD")]
     pub cmd: Vec<std::ffi::OsString>,
+}
+
+/// `tasklock top` and `tasklock ui`: their options go to the views' binary as they are.
+#[derive(Args, Debug)]
+pub struct ViewArgs {
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "OPTIONS"
+    )]
+    pub args: Vec<std::ffi::OsString>,
 }

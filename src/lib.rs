@@ -23,6 +23,8 @@ pub mod report;
 pub mod secret;
 pub mod signals;
 pub mod store;
+#[cfg(feature = "view")]
+pub mod view;
 pub mod warnings;
 
 use std::ffi::OsString;
@@ -105,6 +107,12 @@ fn run_command(args: Vec<OsString>) -> i32 {
     }
     if let Command::Mcp = &cli.command {
         return mcp_server(&cli.global);
+    }
+    if let Command::Top(a) = &cli.command {
+        return view(&cli.global, "top", a);
+    }
+    if let Command::Ui(a) = &cli.command {
+        return view(&cli.global, "ui", a);
     }
     if let Command::Audit(cli::AuditArgs {
         since,
@@ -221,7 +229,7 @@ fn execute(cli: Cli) -> Result<report::Report, Error> {
         Command::Agents(a) => commands::agents::execute(&ctx, a),
         Command::Inbox(a) => commands::inbox::execute(&ctx, a),
         Command::Init(a) => commands::init::execute(&ctx, a),
-        Command::Hook(_) | Command::Mcp | Command::Setup(_) => {
+        Command::Hook(_) | Command::Mcp | Command::Top(_) | Command::Ui(_) | Command::Setup(_) => {
             unreachable!("handled before")
         }
         Command::Freeze(a) => commands::freeze::execute(&ctx, a),
@@ -241,24 +249,58 @@ fn execute(cli: Cli) -> Result<report::Report, Error> {
 /// process (so the client's child is still the server). A binary of its own, so that
 /// the other commands do not pay at start-up for its async runtime and SDK.
 fn mcp_server(global: &cli::Global) -> i32 {
+    exec_beside(
+        MCP_BINARY,
+        "mcp",
+        global,
+        &[],
+        "the MCP server is the binary tasklock-mcp, installed beside tasklock by install.sh (and built with the default `mcp` feature)",
+    )
+}
+
+/// `tasklock top` and `tasklock ui`: the views, the binary `tasklock-view` beside this one,
+/// for the same reason (their terminal and HTTP code stay out of the commands agents run
+/// on every tool call).
+fn view(global: &cli::Global, word: &str, a: &cli::ViewArgs) -> i32 {
+    let mut extra: Vec<OsString> = a.args.clone();
+    if global.json || global.format == Some(FormatArg::Json) {
+        extra.push("--json".into());
+    }
+    exec_beside(
+        VIEW_BINARY,
+        word,
+        global,
+        &extra,
+        "the views are the binary tasklock-view, installed beside tasklock by install.sh (and built with the default `view` feature)",
+    )
+}
+
+/// Replace this process with `binary` (beside this one), passing the global options on.
+fn exec_beside(
+    binary: &str,
+    word: &str,
+    global: &cli::Global,
+    extra: &[OsString],
+    what: &str,
+) -> i32 {
     use std::os::unix::process::CommandExt;
-    let server = match std::env::current_exe() {
-        Ok(exe) => exe.with_file_name(MCP_BINARY),
+    let path = match std::env::current_exe() {
+        Ok(exe) => exe.with_file_name(binary),
         Err(e) => {
             emit_stderr(&format!(
-                "tasklock mcp: cannot find this binary's path: {e}\n"
+                "tasklock {word}: cannot find this binary's path: {e}\n"
             ));
             return EXIT_ERROR;
         }
     };
-    let mut cmd = std::process::Command::new(&server);
-    // Seen as `tasklock mcp …` in process listings, as before the server had a binary.
+    let mut cmd = std::process::Command::new(&path);
+    // Seen as `tasklock WORD …` in process listings.
     cmd.arg0(
         std::env::args_os()
             .next()
             .unwrap_or_else(|| "tasklock".into()),
     )
-    .arg("mcp");
+    .arg(word);
     if let Some(d) = &global.dir {
         cmd.arg("--dir").arg(d);
     }
@@ -268,13 +310,17 @@ fn mcp_server(global: &cli::Global) -> i32 {
     if let Some(n) = &global.name {
         cmd.arg("--name").arg(n);
     }
+    cmd.args(extra);
     let err = cmd.exec();
     emit_stderr(&format!(
-        "tasklock mcp: cannot start {} ({err}): the MCP server is the binary {MCP_BINARY}, installed beside tasklock by install.sh (and built with the default `mcp` feature)\n",
-        server.display()
+        "tasklock {word}: cannot start {} ({err}): {what}\n",
+        path.display()
     ));
     EXIT_ERROR
 }
+
+/// The views' binary (`tasklock top`, `tasklock ui`), beside `tasklock`.
+pub const VIEW_BINARY: &str = "tasklock-view";
 
 /// The MCP server's binary, beside `tasklock`.
 pub const MCP_BINARY: &str = "tasklock-mcp";

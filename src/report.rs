@@ -447,7 +447,7 @@ pub struct VerifyReport {
 }
 
 /// One row of `tasklock agents` (and the caller's own row in `heartbeat`).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct AgentRow {
     pub id: String,
     pub name: Option<String>,

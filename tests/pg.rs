@@ -56,6 +56,12 @@ mod queue_paths;
 #[path = "slots.rs"]
 mod slots;
 #[cfg(tasklock_pg_tests)]
+#[path = "top.rs"]
+mod top;
+#[cfg(tasklock_pg_tests)]
+#[path = "ui.rs"]
+mod ui;
+#[cfg(tasklock_pg_tests)]
 #[path = "wake.rs"]
 mod wake;
 

@@ -11,6 +11,7 @@ pub mod backlog;
 pub mod claim;
 pub mod deliver;
 pub mod edits;
+pub mod fleet;
 pub mod paths;
 pub mod queue;
 pub mod slots;

@@ -1,0 +1,288 @@
+//! The fleet as it is now, for the live views (`tasklock top`): every checkout, agent,
+//! queue, wait and freeze, read from the store with no scope taken and nothing written,
+//! and judged as the commands judge them. Where a command that met a checkout would end
+//! it (lease over, holder dead), the view says so (`ending`) instead of ending it:
+//! looking must never change what it looks at.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+
+use super::{Ctx, Judge};
+use crate::clock::Time;
+use crate::error::Result;
+use crate::liveness::{self, Cause, State};
+use crate::report::{AgentRow, CheckoutView, QueueView, ReapReason};
+use crate::store::{Freeze, Slot, Store};
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Fleet {
+    pub now: Time,
+    /// Which store this is (the lock directory's path, or the PostgreSQL project).
+    pub store: String,
+    /// Every checkout, by key then slot.
+    pub checkouts: Vec<FleetCheckout>,
+    /// Agents that are alive, stalled, hold something, wait for something, or died in the
+    /// last hour: live ones first.
+    pub agents: Vec<FleetAgent>,
+    /// Keys with a queue or a reservation.
+    pub queues: BTreeMap<String, QueueView>,
+    /// Who waits for whom: one edge per queued agent and agent in its way.
+    pub waits: Vec<Wait>,
+    /// Agents whose waits go round in a circle (each such circle, as agent ids).
+    pub cycles: Vec<Vec<String>>,
+    pub freezes: Vec<Freeze>,
+    /// Records the store could not read.
+    pub corrupt: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct FleetCheckout {
+    #[serde(flatten)]
+    pub view: CheckoutView,
+    /// The holder as judged now.
+    pub holder_state: State,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub holder_cause: Option<Cause>,
+    /// The next command to meet this checkout will end it, and why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ending: Option<ReapReason>,
+    /// Agents queued for its key.
+    pub queued: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct FleetAgent {
+    #[serde(flatten)]
+    pub row: AgentRow,
+    /// Keys it is queued for (or has reserved for it).
+    pub waiting_for: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Wait {
+    pub waiter: String,
+    pub key: String,
+    /// The agent in its way: a holder of the key, or the agent it is reserved for.
+    pub blocker: String,
+}
+
+/// How long a dead agent that holds nothing stays in view.
+const DEAD_SHOWN_SECS: i64 = 3600;
+
+/// Read the fleet. Takes no scope and writes nothing.
+pub fn snapshot(ctx: &Ctx, store: &dyn Store) -> Result<Fleet> {
+    let mut judge = Judge::new(ctx, store);
+    let slots = store.scan()?;
+    judge.expect(slots.iter().filter_map(Slot::as_held))?;
+    let queues_raw = store.scan_queues()?;
+    let mut queued_by_key: BTreeMap<String, usize> = BTreeMap::new();
+    let mut queues = BTreeMap::new();
+    for q in &queues_raw {
+        if q.is_empty() {
+            continue;
+        }
+        queued_by_key.insert(q.key.clone(), q.waiters.len());
+        queues.insert(q.key.clone(), QueueView::from_queue(q));
+    }
+
+    let mut checkouts = Vec::new();
+    let mut corrupt = 0;
+    let mut held: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut holders: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut renewed: BTreeMap<String, Time> = BTreeMap::new();
+    let mut unregistered = BTreeMap::new();
+    for slot in slots {
+        let r = match slot {
+            Slot::Held(r) => r,
+            Slot::Corrupt { .. } => {
+                corrupt += 1;
+                continue;
+            }
+            Slot::Free => continue,
+        };
+        let j = judge.holder(&r)?;
+        let ending = judge.reap_reason(&r)?;
+        held.entry(r.agent.id.clone())
+            .or_default()
+            .push(r.key.clone());
+        holders
+            .entry(r.key.clone())
+            .or_default()
+            .push(r.agent.id.clone());
+        let last = renewed.entry(r.agent.id.clone()).or_insert(r.renewed_at);
+        *last = (*last).max(r.renewed_at);
+        if judge.entry(&r.agent.id)?.is_none() {
+            unregistered.entry(r.agent.id.clone()).or_insert(r.clone());
+        }
+        checkouts.push(FleetCheckout {
+            view: CheckoutView::from(&r),
+            holder_state: j.state,
+            holder_cause: j.cause,
+            ending,
+            queued: queued_by_key.get(&r.key).copied().unwrap_or(0),
+        });
+    }
+    checkouts.sort_by(|a, b| (&a.view.key, a.view.slot).cmp(&(&b.view.key, b.view.slot)));
+
+    // Waits: each waiter waits for the holders of its key, or for the agent the key is
+    // reserved for when it is not that agent.
+    let mut waits = Vec::new();
+    let mut waiting_for: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for q in &queues_raw {
+        let mut blockers: Vec<String> = holders.get(&q.key).cloned().unwrap_or_default();
+        blockers.extend(q.reservations.iter().map(|r| r.agent.clone()));
+        for r in &q.reservations {
+            waiting_for
+                .entry(r.agent.clone())
+                .or_default()
+                .insert(q.key.clone());
+        }
+        for w in &q.waiters {
+            waiting_for
+                .entry(w.agent.clone())
+                .or_default()
+                .insert(q.key.clone());
+            for b in &blockers {
+                let edge = Wait {
+                    waiter: w.agent.clone(),
+                    key: q.key.clone(),
+                    blocker: b.clone(),
+                };
+                if *b != w.agent && !waits.contains(&edge) {
+                    waits.push(edge);
+                }
+            }
+        }
+    }
+    let cycles = cycles(&waits);
+
+    let cfg = judge.config()?.clone();
+    let mut agents = Vec::new();
+    let mut seen = BTreeSet::new();
+    for entry in store.scan_agents()? {
+        let mut judged = entry.clone();
+        if let (Some(beat), Some(r)) = (judged.last_heartbeat, renewed.get(&entry.id))
+            && *r > beat
+        {
+            judged.last_heartbeat = Some(*r);
+        }
+        let j = liveness::judge_entry(&judged, &ctx.now, &cfg);
+        let keys = held.get(&entry.id).cloned().unwrap_or_default();
+        let waits_on: Vec<String> = waiting_for
+            .get(&entry.id)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default();
+        let last_sign = [judged.last_heartbeat, judged.ended_at]
+            .into_iter()
+            .flatten()
+            .fold(judged.first_seen, Time::max);
+        let recent = ctx.now - last_sign < chrono::Duration::seconds(DEAD_SHOWN_SECS);
+        if j.dead() && keys.is_empty() && waits_on.is_empty() && !recent {
+            continue;
+        }
+        seen.insert(entry.id.clone());
+        agents.push(FleetAgent {
+            row: AgentRow::new(&entry, j, keys),
+            waiting_for: waits_on,
+        });
+    }
+    for (id, keys) in &held {
+        if seen.contains(id) {
+            continue;
+        }
+        if let Some(r) = unregistered.get(id) {
+            agents.push(FleetAgent {
+                row: AgentRow::unregistered(r, keys.clone()),
+                waiting_for: waiting_for
+                    .get(id)
+                    .map(|s| s.iter().cloned().collect())
+                    .unwrap_or_default(),
+            });
+        }
+    }
+    let rank = |s: State| match s {
+        State::Alive => 0,
+        State::Stalled => 1,
+        State::Dead => 2,
+    };
+    agents.sort_by(|a, b| {
+        rank(a.row.state)
+            .cmp(&rank(b.row.state))
+            .then_with(|| a.row.id.cmp(&b.row.id))
+    });
+    let mut freezes = store.freezes()?;
+    freezes.retain(|f| f.until > ctx.now);
+    freezes.sort_by(|a, b| a.pattern.cmp(&b.pattern));
+    Ok(Fleet {
+        now: ctx.now,
+        store: store.describe(),
+        checkouts,
+        agents,
+        queues,
+        waits,
+        cycles,
+        freezes,
+        corrupt,
+    })
+}
+
+/// The circles of the waits-for graph between agents, each once, starting from its
+/// smallest id.
+pub fn cycles(waits: &[Wait]) -> Vec<Vec<String>> {
+    let mut next: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    for w in waits {
+        next.entry(&w.waiter).or_default().insert(&w.blocker);
+    }
+    let mut found: BTreeSet<Vec<String>> = BTreeSet::new();
+    // Small graphs (the agents of one project): a depth-first walk from every agent,
+    // keeping only circles whose smallest member is where the walk started.
+    for &start in next.keys() {
+        let mut path = vec![start];
+        walk(start, &next, &mut path, &mut found);
+    }
+    found.into_iter().collect()
+}
+
+fn walk<'a>(
+    start: &'a str,
+    next: &BTreeMap<&'a str, BTreeSet<&'a str>>,
+    path: &mut Vec<&'a str>,
+    found: &mut BTreeSet<Vec<String>>,
+) {
+    if found.len() >= 64 || path.len() > 64 {
+        return;
+    }
+    let at = *path.last().expect("never empty");
+    for &n in next.get(at).into_iter().flatten() {
+        if n == start {
+            found.insert(path.iter().map(|s| s.to_string()).collect());
+        } else if n > start && !path.contains(&n) {
+            path.push(n);
+            walk(start, next, path, found);
+            path.pop();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn w(a: &str, b: &str) -> Wait {
+        Wait {
+            waiter: a.into(),
+            key: format!("{a}->{b}"),
+            blocker: b.into(),
+        }
+    }
+
+    #[test]
+    fn finds_each_circle_once_from_its_smallest_member() {
+        let waits = [w("b", "c"), w("c", "b"), w("a", "b"), w("d", "e")];
+        assert_eq!(cycles(&waits), vec![vec!["b".to_string(), "c".to_string()]]);
+        let ring = [w("c", "a"), w("a", "b"), w("b", "c")];
+        assert_eq!(cycles(&ring), vec![vec!["a", "b", "c"]]);
+        assert!(cycles(&[w("a", "b"), w("b", "d")]).is_empty());
+    }
+}

@@ -1,0 +1,133 @@
+//! The views of the fleet: `tasklock top` (the terminal) and `tasklock ui` (a page in the
+//! browser). They are the binary `tasklock-view`, beside `tasklock`, so that the commands
+//! agents run on every tool call never load their terminal or HTTP code. Both are built
+//! on `engine::fleet::snapshot`, read with no lock taken and nothing written, and woken by
+//! the store's own change signal.
+
+pub mod timeline;
+pub mod top;
+pub mod ui;
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use crate::cli::Global;
+use crate::clock;
+use crate::engine::Ctx;
+use crate::error::{EXIT_USAGE, Error, Result};
+use crate::store::{AuditEvent, Store};
+
+/// The binary `tasklock top` and `tasklock ui` run, beside `tasklock`.
+pub const BINARY: &str = "tasklock-view";
+
+/// How many audit events a view keeps.
+const EVENTS_KEPT: usize = 2000;
+/// Leases run down and heartbeats age without the store changing: a fresh look at
+/// least this often.
+const REFRESH: Duration = Duration::from_secs(1);
+
+/// `tasklock-view top …` or `tasklock-view ui …`.
+pub fn main(mut args: Vec<std::ffi::OsString>) -> i32 {
+    let which = args.get(1).and_then(|a| a.to_str()).map(str::to_string);
+    match which.as_deref() {
+        Some(v @ ("top" | "ui")) => {
+            // Parsed as `tasklock top …` / `tasklock ui …`.
+            let first = std::ffi::OsString::from(format!("tasklock {v}"));
+            args.splice(0..2, [first]);
+            if v == "top" {
+                top::main(args)
+            } else {
+                ui::main(args)
+            }
+        }
+        _ => {
+            eprintln!("tasklock-view: run it as `tasklock top` or `tasklock ui`");
+            EXIT_USAGE
+        }
+    }
+}
+
+fn context(global: &Global) -> Result<Ctx> {
+    let dir = crate::discover::discover(global.dir.as_deref())?.for_reading()?;
+    let mut ctx = Ctx {
+        dir,
+        now: clock::now()?,
+        agent_flag: global.agent.clone(),
+        name_flag: global.name.clone(),
+        cfg: Default::default(),
+    };
+    if crate::store::pg::open_early(ctx.config().ok().as_ref())? {
+        ctx.now = clock::now()?;
+    }
+    Ok(ctx)
+}
+
+fn store_of(ctx: &Ctx) -> Result<Box<dyn Store>> {
+    ctx.existing_store()?.ok_or_else(|| {
+        Error::Usage(format!(
+            "no lock directory at {} yet: nothing to show (`tasklock init` sets one up)",
+            ctx.dir.display()
+        ))
+    })
+}
+
+/// The last `EVENTS_KEPT` events of the audit log, oldest first.
+fn recent_events(store: &dyn Store) -> Result<VecDeque<AuditEvent>> {
+    let mut events = VecDeque::new();
+    store.audit_events(&mut |e| {
+        if events.len() == EVENTS_KEPT {
+            events.pop_front();
+        }
+        events.push_back(e);
+    })?;
+    Ok(events)
+}
+
+/// Force-release and freeze are for a person at the terminal that started the view (or
+/// a caller holding the operator secret), never for an agent's identity, and never when
+/// read-only. The commands judge again when they run.
+fn may_act(read_only: bool, global: &Global, ctx: &Ctx) -> std::result::Result<(), String> {
+    use std::io::IsTerminal;
+    if read_only {
+        return Err("--read-only".into());
+    }
+    let operator = crate::secret::is_operator(
+        ctx.config()
+            .ok()
+            .and_then(|c| c.operator_secret_sha256)
+            .as_deref(),
+    );
+    match crate::identity::resolve_id(global.agent.as_deref()) {
+        _ if operator => Ok(()),
+        Ok((_, crate::identity::Source::UserAtHost)) if std::io::stdin().is_terminal() => Ok(()),
+        Ok((id, _)) => Err(format!("started as agent {id}")),
+        Err(_) => Err("no person at a terminal".into()),
+    }
+}
+
+/// Run a command line of tasklock's (`args` without the program name) as the person
+/// who started the view: under the command's own rules, audited as the command is.
+/// The first line of what it says, and whether it succeeded.
+fn act(global: &Global, args: Vec<String>) -> (bool, String) {
+    let mut argv: Vec<String> = vec!["tasklock".into()];
+    argv.extend(args);
+    if let Some(d) = &global.dir {
+        argv.push("--dir".into());
+        argv.push(d.display().to_string());
+    }
+    if let Some(a) = &global.agent {
+        argv.push("--agent".into());
+        argv.push(a.clone());
+    }
+    let called = crate::call(argv);
+    crate::engine::deliver::flush();
+    let first = called.markdown.lines().next().unwrap_or("").to_string();
+    if called.exit_code == 0 {
+        (true, first)
+    } else {
+        (
+            false,
+            format!("refused (exit {}): {first}", called.exit_code),
+        )
+    }
+}

@@ -1,0 +1,550 @@
+//! A picture of how the work flowed: for each key, the holds (coloured by agent), the
+//! waits in its queue, deaths and force-releases, and freezes, over a window of time;
+//! and where the time went (held against waited, the most contended keys). Built from
+//! the audit log's events and the fleet as it is now; drawn as SVG, with every key,
+//! name and reason escaped as text.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write;
+
+use serde::Serialize;
+
+use crate::clock::Time;
+use crate::engine::fleet::Fleet;
+use crate::store::AuditEvent;
+
+/// At most this many keys are drawn: the busiest.
+pub const MAX_ROWS: usize = 40;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Timeline {
+    pub start: Time,
+    pub end: Time,
+    pub rows: Vec<KeyRow>,
+    /// Agents in the order they first appear, with their colour.
+    pub agents: Vec<AgentColour>,
+    /// Where the time went, per agent.
+    pub agent_time: Vec<AgentTime>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct AgentColour {
+    pub id: String,
+    pub colour: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct KeyRow {
+    pub key: String,
+    pub holds: Vec<Span>,
+    pub waits: Vec<Span>,
+    pub marks: Vec<Mark>,
+    pub frozen: Vec<(Time, Time)>,
+    /// Seconds held, summed over holds (slots count each).
+    pub held_secs: i64,
+    /// Seconds agents spent queued for it.
+    pub waited_secs: i64,
+    /// Queue joins and refusals: how contended it was.
+    pub contention: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Span {
+    pub agent: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token: Option<u64>,
+    pub from: Time,
+    pub to: Time,
+    /// Still going at the end of the window.
+    pub open: bool,
+    /// How it ended, when it did: `release`, `auto_release`, `force_release`, `acquire`
+    /// (a wait that was granted), `dequeue`, …
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ended_by: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Mark {
+    pub at: Time,
+    /// `death`, `force_release`, `handoff` or `deadlock`.
+    pub kind: &'static str,
+    pub agent: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct AgentTime {
+    pub id: String,
+    pub held_secs: i64,
+    pub waited_secs: i64,
+}
+
+fn secs(a: Time, b: Time) -> i64 {
+    (b - a).num_seconds().max(0)
+}
+
+/// The timeline of the window `[start, end]`.
+pub fn build(events: &[AuditEvent], fleet: Option<&Fleet>, start: Time, end: Time) -> Timeline {
+    let mut rows: BTreeMap<String, KeyRow> = BTreeMap::new();
+    // Open holds by (key, token), and open waits by (key, agent).
+    let mut holding: HashMap<(String, Option<u64>), (String, Time)> = HashMap::new();
+    let mut waiting: HashMap<(String, String), Time> = HashMap::new();
+    let mut freezes: Vec<(String, Time, Time)> = Vec::new();
+    let mut order: Vec<String> = Vec::new();
+    let seen_agent = |order: &mut Vec<String>, a: &str| {
+        if !a.is_empty() && !order.iter().any(|x| x == a) {
+            order.push(a.to_string());
+        }
+    };
+    for e in events {
+        if e.ts > end {
+            break;
+        }
+        let key = e.key.as_str();
+        match e.event.as_str() {
+            "acquire" => {
+                seen_agent(&mut order, &e.agent);
+                holding.insert((key.into(), e.token), (e.agent.clone(), e.ts));
+                if let Some(since) = waiting.remove(&(key.into(), e.agent.clone())) {
+                    let r = row(&mut rows, key);
+                    r.waits.push(Span {
+                        agent: e.agent.clone(),
+                        token: None,
+                        from: since,
+                        to: e.ts,
+                        open: false,
+                        ended_by: Some("acquire".into()),
+                    });
+                }
+            }
+            "release" | "auto_release" | "force_release" => {
+                let found = holding.remove(&(key.into(), e.token)).or_else(|| {
+                    let k = holding
+                        .iter()
+                        .find(|((k, _), (a, _))| k == key && *a == e.agent)
+                        .map(|(k, _)| k.clone())?;
+                    holding.remove(&k)
+                });
+                let r = row(&mut rows, key);
+                if let Some((agent, from)) = found {
+                    r.holds.push(Span {
+                        agent,
+                        token: e.token,
+                        from,
+                        to: e.ts,
+                        open: false,
+                        ended_by: Some(e.event.clone()),
+                    });
+                }
+                if e.event == "force_release" {
+                    r.marks.push(Mark {
+                        at: e.ts,
+                        kind: "force_release",
+                        agent: e.agent.clone(),
+                    });
+                } else if e.event == "auto_release" && e.reason.as_deref() == Some("agent_death") {
+                    r.marks.push(Mark {
+                        at: e.ts,
+                        kind: "death",
+                        agent: e.agent.clone(),
+                    });
+                }
+            }
+            "queue" => {
+                seen_agent(&mut order, &e.agent);
+                waiting.entry((key.into(), e.agent.clone())).or_insert(e.ts);
+                row(&mut rows, key).contention += 1;
+            }
+            "deny" => row(&mut rows, key).contention += 1,
+            "dequeue" | "leave" | "deadlock" => {
+                if let Some(since) = waiting.remove(&(key.into(), e.agent.clone())) {
+                    let r = row(&mut rows, key);
+                    r.waits.push(Span {
+                        agent: e.agent.clone(),
+                        token: None,
+                        from: since,
+                        to: e.ts,
+                        open: false,
+                        ended_by: Some(e.event.clone()),
+                    });
+                }
+                if e.event == "deadlock" {
+                    row(&mut rows, key).marks.push(Mark {
+                        at: e.ts,
+                        kind: "deadlock",
+                        agent: e.agent.clone(),
+                    });
+                }
+            }
+            "notify" if e.detail.as_deref() == Some("reserved") => {
+                row(&mut rows, key).marks.push(Mark {
+                    at: e.ts,
+                    kind: "handoff",
+                    agent: e.agent.clone(),
+                });
+            }
+            "freeze" => {
+                let until = e
+                    .detail
+                    .as_deref()
+                    .and_then(|d| d.strip_prefix("until "))
+                    .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+                    .map(|t| t.with_timezone(&chrono::Utc))
+                    .unwrap_or(end);
+                freezes.push((e.key.clone(), e.ts, until));
+            }
+            "unfreeze" => {
+                for f in freezes.iter_mut().filter(|f| f.0 == e.key && f.2 > e.ts) {
+                    f.2 = e.ts;
+                }
+            }
+            _ => {}
+        }
+    }
+    // What is still held or waited for runs to the end; checkouts older than the log
+    // (or than the events kept) come from the fleet.
+    for ((key, token), (agent, from)) in holding {
+        row(&mut rows, &key).holds.push(Span {
+            agent,
+            token,
+            from,
+            to: end,
+            open: true,
+            ended_by: None,
+        });
+    }
+    if let Some(fl) = fleet {
+        for c in &fl.checkouts {
+            let r = row(&mut rows, &c.view.key);
+            if !r
+                .holds
+                .iter()
+                .any(|h| h.open && h.token == Some(c.view.token))
+            {
+                seen_agent(&mut order, &c.view.agent.id);
+                r.holds.push(Span {
+                    agent: c.view.agent.id.clone(),
+                    token: Some(c.view.token),
+                    from: c.view.acquired_at,
+                    to: end,
+                    open: true,
+                    ended_by: None,
+                });
+            }
+        }
+    }
+    for ((key, agent), from) in waiting {
+        row(&mut rows, &key).waits.push(Span {
+            agent,
+            token: None,
+            from,
+            to: end,
+            open: true,
+            ended_by: None,
+        });
+    }
+    // Clip to the window; drop what lies wholly before it.
+    let mut agent_time: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+    let mut out: Vec<KeyRow> = Vec::new();
+    for (_, mut r) in rows {
+        let clip = |spans: &mut Vec<Span>| {
+            spans.retain(|s| s.to >= start);
+            for s in spans.iter_mut() {
+                s.from = s.from.max(start);
+            }
+            spans.sort_by_key(|s| s.from);
+        };
+        clip(&mut r.holds);
+        clip(&mut r.waits);
+        r.marks.retain(|m| m.at >= start);
+        r.frozen = freezes
+            .iter()
+            .filter(|(p, _, until)| covers(p, &r.key) && *until >= start)
+            .map(|(_, from, until)| ((*from).max(start), (*until).min(end)))
+            .collect();
+        r.held_secs = r.holds.iter().map(|s| secs(s.from, s.to)).sum();
+        r.waited_secs = r.waits.iter().map(|s| secs(s.from, s.to)).sum();
+        for s in &r.holds {
+            agent_time.entry(s.agent.clone()).or_default().0 += secs(s.from, s.to);
+        }
+        for s in &r.waits {
+            agent_time.entry(s.agent.clone()).or_default().1 += secs(s.from, s.to);
+        }
+        if r.holds.is_empty() && r.waits.is_empty() && r.marks.is_empty() {
+            continue;
+        }
+        out.push(r);
+    }
+    // The busiest keys, then by name.
+    out.sort_by(|a, b| {
+        (b.held_secs + b.waited_secs, b.contention)
+            .cmp(&(a.held_secs + a.waited_secs, a.contention))
+            .then_with(|| a.key.cmp(&b.key))
+    });
+    out.truncate(MAX_ROWS);
+    out.sort_by(|a, b| a.key.cmp(&b.key));
+    let agents = order
+        .iter()
+        .map(|id| AgentColour {
+            id: id.clone(),
+            colour: colour(id),
+        })
+        .collect();
+    let mut agent_time: Vec<AgentTime> = agent_time
+        .into_iter()
+        .map(|(id, (h, w))| AgentTime {
+            id,
+            held_secs: h,
+            waited_secs: w,
+        })
+        .collect();
+    agent_time.sort_by(|a, b| b.held_secs.cmp(&a.held_secs).then(a.id.cmp(&b.id)));
+    Timeline {
+        start,
+        end,
+        rows: out,
+        agents,
+        agent_time,
+    }
+}
+
+fn row<'a>(rows: &'a mut BTreeMap<String, KeyRow>, key: &str) -> &'a mut KeyRow {
+    rows.entry(key.to_string()).or_insert_with(|| KeyRow {
+        key: key.to_string(),
+        holds: Vec::new(),
+        waits: Vec::new(),
+        marks: Vec::new(),
+        frozen: Vec::new(),
+        held_secs: 0,
+        waited_secs: 0,
+        contention: 0,
+    })
+}
+
+fn covers(pattern: &str, key: &str) -> bool {
+    match pattern.strip_suffix('*') {
+        Some(prefix) => key.starts_with(prefix),
+        None => pattern == key,
+    }
+}
+
+/// A colour of its own for each agent, the same on every page and file.
+pub fn colour(id: &str) -> String {
+    use sha2::Digest;
+    let h = sha2::Sha256::digest(id.as_bytes());
+    let hue = u16::from_be_bytes([h[0], h[1]]) % 360;
+    format!("hsl({hue} 60% 50%)")
+}
+
+/// Text for XML, attributes included.
+pub fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '&' => out.push_str("&amp;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            // Not allowed in XML 1.0 at all: shown, not dropped.
+            c if (c as u32) < 0x20 && c != '\t' => {
+                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+            }
+            // Bidirectional overrides would reorder what follows them.
+            '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}' => {
+                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn short(secs: i64) -> String {
+    match secs {
+        s if s < 100 => format!("{s}s"),
+        s if s < 6000 => format!("{}m", s / 60),
+        s => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
+    }
+}
+
+/// The timeline as an SVG document.
+pub fn svg(t: &Timeline) -> String {
+    const W: f64 = 1200.0;
+    const LABEL: f64 = 240.0;
+    const ROW: f64 = 24.0;
+    const TOP: f64 = 40.0;
+    let width = W - LABEL - 20.0;
+    let span = (t.end - t.start).num_milliseconds().max(1) as f64;
+    let x = |at: Time| LABEL + (at - t.start).num_milliseconds().max(0) as f64 / span * width;
+    let legend_rows = t.agents.len().div_ceil(6).max(1);
+    let height = TOP + ROW * t.rows.len().max(1) as f64 + 30.0 + 20.0 * legend_rows as f64 + 10.0;
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        r##"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{height}" viewBox="0 0 {W} {height}" font-family="system-ui, sans-serif" font-size="12">"##
+    );
+    let _ = write!(
+        s,
+        r##"<rect width="100%" height="100%" fill="#fff"/><text x="10" y="20" font-size="14" font-weight="bold">tasklock: {} to {} UTC</text>"##,
+        t.start.format("%Y-%m-%d %H:%M:%S"),
+        t.end.format("%H:%M:%S")
+    );
+    // Time ticks: about six across.
+    for i in 0..=6 {
+        let at = t.start + chrono::Duration::milliseconds((span as i64) * i / 6);
+        let xx = x(at);
+        let _ = write!(
+            s,
+            r##"<line x1="{xx:.1}" y1="{TOP}" x2="{xx:.1}" y2="{:.1}" stroke="#ddd"/><text x="{xx:.1}" y="{:.1}" text-anchor="middle" fill="#666">{}</text>"##,
+            TOP + ROW * t.rows.len().max(1) as f64,
+            TOP - 6.0,
+            at.format("%H:%M:%S")
+        );
+    }
+    if t.rows.is_empty() {
+        let _ = write!(
+            s,
+            r##"<text x="{LABEL}" y="{:.1}" fill="#666">Nothing held or waited for in this window.</text>"##,
+            TOP + 16.0
+        );
+    }
+    for (i, r) in t.rows.iter().enumerate() {
+        let y = TOP + ROW * i as f64;
+        let label: String = r.key.chars().take(34).collect();
+        let _ = write!(
+            s,
+            r##"<g><title>{} · held {} · waited {} · {} queue joins and refusals</title><text x="10" y="{:.1}">{}{}</text></g>"##,
+            escape(&r.key),
+            short(r.held_secs),
+            short(r.waited_secs),
+            r.contention,
+            y + 16.0,
+            escape(&label),
+            if r.key.chars().count() > 34 {
+                "…"
+            } else {
+                ""
+            }
+        );
+        for (from, to) in &r.frozen {
+            let _ = write!(
+                s,
+                r##"<rect class="freeze" x="{:.1}" y="{y:.1}" width="{:.1}" height="{ROW}" fill="#9cf" fill-opacity="0.25"><title>frozen</title></rect>"##,
+                x(*from),
+                (x(*to) - x(*from)).max(1.0)
+            );
+        }
+        for h in &r.holds {
+            let _ = write!(
+                s,
+                r##"<rect class="hold" x="{:.1}" y="{:.1}" width="{:.1}" height="{:.1}" rx="2" fill="{}"><title>{} held it{} for {}{}</title></rect>"##,
+                x(h.from),
+                y + 3.0,
+                (x(h.to) - x(h.from)).max(1.5),
+                ROW - 10.0,
+                colour(&h.agent),
+                escape(&h.agent),
+                h.token.map(|t| format!(" (token {t})")).unwrap_or_default(),
+                short(secs(h.from, h.to)),
+                match (&h.ended_by, h.open) {
+                    (_, true) => ", still held".to_string(),
+                    (Some(e), _) => format!(", ended by {}", escape(e)),
+                    _ => String::new(),
+                }
+            );
+        }
+        for w in &r.waits {
+            let _ = write!(
+                s,
+                r##"<rect class="wait" x="{:.1}" y="{:.1}" width="{:.1}" height="4" fill="{}" fill-opacity="0.6"><title>{} waited {}</title></rect>"##,
+                x(w.from),
+                y + ROW - 6.0,
+                (x(w.to) - x(w.from)).max(1.5),
+                colour(&w.agent),
+                escape(&w.agent),
+                short(secs(w.from, w.to))
+            );
+        }
+        for m in &r.marks {
+            let (glyph, fill, what) = match m.kind {
+                "death" => ("✕", "#c00", "died"),
+                "force_release" => ("▼", "#e80", "was force-released"),
+                "deadlock" => ("⟳", "#c00", "was told of a deadlock"),
+                _ => ("•", "#333", "was handed the key"),
+            };
+            let _ = write!(
+                s,
+                r##"<text class="mark {}" x="{:.1}" y="{:.1}" text-anchor="middle" fill="{fill}" font-weight="bold">{glyph}<title>{} {what} at {}</title></text>"##,
+                m.kind,
+                x(m.at),
+                y + 16.0,
+                escape(&m.agent),
+                m.at.format("%H:%M:%S")
+            );
+        }
+    }
+    // The agents' colours, six to a line.
+    let ly = TOP + ROW * t.rows.len().max(1) as f64 + 30.0;
+    for (i, a) in t.agents.iter().enumerate() {
+        let lx = 10.0 + (i % 6) as f64 * 195.0;
+        let yy = ly + (i / 6) as f64 * 20.0;
+        let name: String = a.id.chars().take(26).collect();
+        let _ = write!(
+            s,
+            r##"<rect x="{lx:.1}" y="{:.1}" width="12" height="12" fill="{}"/><text x="{:.1}" y="{yy:.1}">{}</text>"##,
+            yy - 10.0,
+            a.colour,
+            lx + 16.0,
+            escape(&name)
+        );
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(ts: i64, event: &str, key: &str, agent: &str, token: Option<u64>) -> AuditEvent {
+        let mut e = AuditEvent::new(
+            chrono::DateTime::from_timestamp(ts, 0).unwrap(),
+            event,
+            key,
+            agent,
+        );
+        e.token = token;
+        e
+    }
+
+    #[test]
+    fn holds_waits_and_deaths_from_the_log() {
+        let t0 = chrono::DateTime::from_timestamp(0, 0).unwrap();
+        let events = vec![
+            ev(10, "acquire", "k", "a", Some(1)),
+            ev(20, "queue", "k", "b", None),
+            {
+                let mut e = ev(40, "auto_release", "k", "a", Some(1));
+                e.reason = Some("agent_death".into());
+                e
+            },
+            ev(41, "acquire", "k", "b", Some(2)),
+        ];
+        let t = build(&events, None, t0, t0 + chrono::Duration::seconds(100));
+        assert_eq!(t.rows.len(), 1);
+        let r = &t.rows[0];
+        assert_eq!(r.holds.len(), 2);
+        assert_eq!((r.holds[0].agent.as_str(), r.held_secs), ("a", 30 + 59));
+        assert!(r.holds[1].open);
+        assert_eq!(r.waits.len(), 1);
+        assert_eq!(r.waited_secs, 21);
+        assert_eq!(r.marks[0].kind, "death");
+        assert_eq!(r.contention, 1);
+    }
+
+    #[test]
+    fn text_in_the_picture_is_escaped() {
+        assert_eq!(escape("<script>&\"'"), "&lt;script&gt;&amp;&quot;&#39;");
+        assert_eq!(escape("a\u{202e}b\u{1b}"), "a\\u{202e}b\\u{1b}");
+    }
+}

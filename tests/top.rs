@@ -1,0 +1,561 @@
+//! `tasklock top`: the fleet drawn from the store (one frame with `--once`, snapshotted;
+//! the fleet as JSON), nothing written by looking, hostile text drawn inert, and the live
+//! view in a real terminal (tmux): changes made by other processes appear, a resize is
+//! redrawn, a force-release needs a person and a confirmation, `q` and SIGTERM give the
+//! terminal back. Runs on PostgreSQL too (tests/pg.rs includes it).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Env, T0};
+
+const T14M: &str = "2026-01-01T00:14:00Z";
+const T15M: &str = "2026-01-01T00:15:00Z";
+
+/// A fleet with a bit of everything: a checkout with a reason, a path checkout, a queue,
+/// a key with slots, a freeze, and a holder that stopped beating.
+fn fleet(env: &mut Env) {
+    // One sweep of dead holders an hour: the beats at T14M do not end the dead ones'
+    // checkouts, so the view meets them still held.
+    env.configure("sweep_interval: 1h\n");
+    env.at(T0);
+    env.ok("alice", &["heartbeat", "--status", "shipping"]);
+    env.ok(
+        "alice",
+        &[
+            "checkout",
+            "deploy://api-prod",
+            "--name",
+            "researcher",
+            "--reason",
+            "ship 1.2",
+            "--timeout",
+            "1h",
+        ],
+    );
+    env.ok("bob", &["heartbeat"]);
+    env.ok(
+        "bob",
+        &["checkout", "k2", "--path", "src/**", "--timeout", "1h"],
+    );
+    let q = env.run(Some("carol"), &["checkout", "deploy://api-prod", "--queue"]);
+    assert_eq!(q.code, 2, "{}", q.text());
+    env.ok(
+        "dave",
+        &["checkout", "build", "--slots", "2", "--timeout", "1h"],
+    );
+    env.ok(
+        "alice",
+        &["freeze", "prod*", "--for", "2h", "--reason", "release week"],
+    );
+    env.ok("carol", &["heartbeat"]);
+    env.ok("dave", &["heartbeat"]);
+    // Alice and bob stop beating: at T15M they are dead (silent), their leases still run.
+    env.at(T14M);
+    env.ok("carol", &["heartbeat"]);
+    env.ok("dave", &["heartbeat"]);
+    env.at(T15M);
+}
+
+/// Snapshot a frame: the same file when tests/pg.rs runs this one on PostgreSQL. The
+/// store's name (a temp path, or a PostgreSQL schema) ends the header line.
+fn frame_snapshot(name: &str, frame: &str) {
+    let mut settings = insta::Settings::clone_current();
+    settings.add_filter(r" · (the lock directory|PostgreSQL at) .*", " · [STORE]");
+    settings.set_prepend_module_to_snapshot(false);
+    settings.bind(|| insta::assert_snapshot!(format!("top__{name}"), frame));
+}
+
+#[test]
+fn one_frame_shows_the_fleet() {
+    let mut env = Env::new();
+    fleet(&mut env);
+    let r = env.run(None, &["top", "--once", "--size", "132x34"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    let text = r.stdout.clone();
+    // The facts, whatever the layout.
+    for fact in [
+        "deploy://api-prod",
+        "researcher (alice)",
+        "ending: holder dead",
+        "src/**",
+        "1/2",
+        "carol waits for alice on deploy://api-prod",
+        "frozen: prod* for 1h more (release week)",
+        "dead: silent",
+        "shipping",
+    ] {
+        assert!(text.contains(fact), "no {fact:?} in:\n{text}");
+    }
+    frame_snapshot("top_frame_132x34", &text);
+}
+
+#[test]
+fn a_small_terminal_shows_the_pane_in_focus() {
+    let mut env = Env::new();
+    fleet(&mut env);
+    let r = env.run(None, &["top", "--once", "--size", "60x12"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    let lines: Vec<&str> = r.stdout.lines().collect();
+    assert_eq!(lines.len(), 12, "{}", r.stdout);
+    assert!(
+        lines.iter().all(|l| l.chars().count() <= 60),
+        "{}",
+        r.stdout
+    );
+    assert!(r.stdout.contains("Checkouts (3)"), "{}", r.stdout);
+    assert!(!r.stdout.contains("Agents ("), "{}", r.stdout);
+    frame_snapshot("top_frame_60x12", &r.stdout);
+}
+
+#[test]
+fn the_fleet_as_json() {
+    let mut env = Env::new();
+    fleet(&mut env);
+    let j = env.run(None, &["top", "--once", "--json"]).json();
+    assert_eq!(j["now"], "2026-01-01T00:15:00Z");
+    let keys: Vec<&str> = j["checkouts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys, ["build", "deploy://api-prod", "k2"]);
+    let deploy = &j["checkouts"][1];
+    assert_eq!(deploy["agent"]["id"], "alice");
+    assert_eq!(deploy["holder_state"], "dead");
+    assert_eq!(deploy["holder_cause"], "silent");
+    assert_eq!(deploy["ending"], "agent_death");
+    assert_eq!(deploy["queued"], 1);
+    assert_eq!(j["checkouts"][0]["slots"], 2);
+    assert_eq!(
+        j["waits"],
+        serde_json::json!([{"waiter": "carol", "key": "deploy://api-prod", "blocker": "alice"}])
+    );
+    assert_eq!(j["cycles"], serde_json::json!([]));
+    assert_eq!(j["freezes"][0]["pattern"], "prod*");
+    let agents: Vec<(&str, &str)> = j["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| (a["id"].as_str().unwrap(), a["state"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        agents,
+        [
+            ("carol", "alive"),
+            ("dave", "alive"),
+            ("alice", "dead"),
+            ("bob", "dead")
+        ]
+    );
+    assert_eq!(
+        j["agents"][0]["waiting_for"],
+        serde_json::json!(["deploy://api-prod"])
+    );
+}
+
+#[test]
+fn looking_writes_nothing() {
+    let mut env = Env::new();
+    fleet(&mut env);
+    let audit_before = env.run(None, &["audit", "--json"]).stdout.lines().count();
+    // Alice is dead: any command that meets her checkout ends it. The view only says so.
+    for _ in 0..2 {
+        let j = env.run(None, &["top", "--once", "--json"]).json();
+        assert_eq!(j["checkouts"][1]["ending"], "agent_death");
+        env.run(None, &["top", "--once"]);
+    }
+    let audit_after = env.run(None, &["audit", "--json"]).stdout.lines().count();
+    assert!(audit_before >= 5, "{audit_before}");
+    assert_eq!(audit_before, audit_after, "the view wrote to the audit log");
+    // A command does end it.
+    let list = env.run(Some("carol"), &["list", "--json"]).json();
+    assert!(
+        list["checkouts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["key"] != "deploy://api-prod"),
+        "{list}"
+    );
+}
+
+#[test]
+fn hostile_text_is_drawn_inert() {
+    let env = Env::new();
+    let long = format!("k{}", "x".repeat(511));
+    let bidi = "invoice\u{202e}fdp.exe";
+    env.ok(
+        "mallory",
+        &["heartbeat", "--status", &format!("status {bidi}")],
+    );
+    env.ok(
+        "mallory",
+        &[
+            "checkout",
+            "**bold** | table | <script>alert(1)</script>",
+            "--reason",
+            bidi,
+        ],
+    );
+    env.ok("mallory", &["checkout", &long]);
+    // Commands refuse control characters in text; a hand-edited record is drawn inert too.
+    env.ok("mallory", &["checkout", "edited", "--reason", "plain"]);
+    let hostile = "\u{1b}[2J\u{1b}]0;pwned\u{7}wipe";
+    common::Stored::Record("edited").edit(&env.dir(), |v| v["reason"] = hostile.into());
+    let r = env.run(None, &["top", "--once", "--size", "200x40"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    assert!(!r.stdout.contains('\u{1b}'), "an escape reached the screen");
+    assert!(!r.stdout.contains('\u{7}'), "a bell reached the screen");
+    assert!(
+        !r.stdout.contains('\u{202e}'),
+        "a bidi override reached the screen"
+    );
+    assert!(
+        r.stdout.contains("\\u{1b}[2J\\u{1b}]0;pwned"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout.contains("**bold** | table | <script>"),
+        "{}",
+        r.stdout
+    );
+    // JSON keeps the text as it is: it is data there.
+    let j = env.run(None, &["top", "--once", "--json"]).json();
+    let reasons: Vec<&str> = j["checkouts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["reason"].as_str())
+        .collect();
+    assert_eq!(reasons, [bidi, hostile]);
+    // The longest key fits its cell: the frame keeps its width.
+    assert!(r.stdout.lines().all(|l| l.chars().count() <= 200));
+}
+
+#[test]
+fn bad_arguments_are_usage_errors() {
+    let env = Env::new();
+    env.ok("a", &["checkout", "k"]);
+    let r = env.run(None, &["top", "--once", "--size", "huge"]);
+    assert_eq!(r.code, 64, "{}", r.text());
+    assert!(r.stderr.contains("COLUMNSxROWS"), "{}", r.text());
+    // Not a terminal, and not --once: said plainly, not a garbled screen.
+    let r = env.run(None, &["top"]);
+    assert_eq!(r.code, 64, "{}", r.text());
+    assert!(r.stderr.contains("--once"), "{}", r.text());
+    let r = env.run(None, &["top", "--json"]);
+    assert_eq!(r.code, 64, "{}", r.text());
+}
+
+// ---- The live view, in tmux ----
+
+struct Tmux {
+    socket: PathBuf,
+    _home: tempfile::TempDir,
+}
+
+const SESSION: &str = "top";
+
+impl Tmux {
+    /// `tasklock top ARGS` in a detached tmux session of `cols`×`rows` on a tmux server
+    /// of its own; the shell around it prints `EXITED <code>` when it ends.
+    fn start(env: &Env, args: &str, extra_env: &[(&str, &str)], cols: u16, rows: u16) -> Tmux {
+        let ok = Command::new("tmux")
+            .arg("-V")
+            .stdout(Stdio::null())
+            .status();
+        assert!(
+            ok.is_ok_and(|s| s.success()),
+            "`tmux` is not available: the live view is tested in tmux (apt-get install tmux)"
+        );
+        let home = tempfile::tempdir().unwrap();
+        let socket = home.path().join("tmux.sock");
+        let bin = env!("CARGO_BIN_EXE_tasklock");
+        let mut script = String::from(
+            "unset TASKLOCK_AGENT TASKLOCK_AGENT_NAME CLAUDE_CODE_SESSION_ID CODEX_THREAD_ID TASKLOCK_NOW TASKLOCK_OPERATOR_SECRET TASKLOCK_URL TASKLOCK_SESSION_URL; ",
+        );
+        let mut cmd = Command::new("true");
+        common::use_store(&mut cmd, &env.dir());
+        for (k, v) in cmd.get_envs() {
+            if let Some(v) = v {
+                script.push_str(&format!(
+                    "export {}='{}'; ",
+                    k.to_string_lossy(),
+                    v.to_string_lossy()
+                ));
+            }
+        }
+        for (k, v) in extra_env {
+            script.push_str(&format!("export {k}='{v}'; "));
+        }
+        script.push_str(&format!(
+            "'{bin}' top --dir '{}' {args}; echo EXITED $?; sleep 600",
+            env.dir().display()
+        ));
+        let t = Tmux {
+            socket,
+            _home: home,
+        };
+        t.ok(&[
+            "-f",
+            "/dev/null",
+            "new-session",
+            "-d",
+            "-s",
+            SESSION,
+            "-x",
+            &cols.to_string(),
+            "-y",
+            &rows.to_string(),
+            "sh",
+            "-c",
+            &script,
+        ]);
+        t
+    }
+
+    fn run(&self, args: &[&str]) -> std::process::Output {
+        Command::new("tmux")
+            .arg("-S")
+            .arg(&self.socket)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run tmux")
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "tmux {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn screen(&self) -> String {
+        self.ok(&["capture-pane", "-p", "-t", SESSION])
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        for k in keys {
+            self.ok(&["send-keys", "-t", SESSION, k]);
+        }
+    }
+
+    /// Wait (at most 10 s) until the screen satisfies `ok`; the screen then.
+    fn until(&self, what: &str, ok: impl Fn(&str) -> bool) -> String {
+        let start = Instant::now();
+        loop {
+            let s = self.screen();
+            if ok(&s) {
+                return s;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "never saw {what}; the screen:\n{s}"
+            );
+            std::thread::sleep(Duration::from_millis(40));
+        }
+    }
+
+    fn shows(&self, text: &str) -> String {
+        self.until(text, |s| s.contains(text))
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self.run(&["kill-server"]);
+    }
+}
+
+/// The live view reads the real clock: so do the commands of these tests ([`real`]).
+fn live_env() -> Env {
+    Env::new()
+}
+
+/// A command with the real clock (the Env's pinned one is blanked).
+fn real(env: &Env, agent: &str, args: &[&str]) -> common::Run {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tasklock"));
+    common::use_store(&mut cmd, &env.dir());
+    cmd.env_remove("TASKLOCK_NOW")
+        .env_remove("TASKLOCK_AGENT")
+        .env_remove("CLAUDE_CODE_SESSION_ID")
+        .env_remove("CODEX_THREAD_ID")
+        .stdin(Stdio::null())
+        .arg("--dir")
+        .arg(env.dir())
+        .args(args)
+        .args(["--agent", agent]);
+    common::exec(cmd)
+}
+
+fn real_ok(env: &Env, agent: &str, args: &[&str]) -> common::Run {
+    let r = real(env, agent, args);
+    assert!(r.code == 0, "{args:?}: {}", r.text());
+    r
+}
+
+/// A process that can be killed to make an agent die.
+fn sleeper() -> std::process::Child {
+    Command::new("sleep")
+        .arg("600")
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+fn alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+#[test]
+fn live_view_follows_other_processes_and_gives_the_terminal_back() {
+    let env = live_env();
+    real_ok(&env, "seed", &["checkout", "seed-key"]);
+    let t = Tmux::start(&env, "", &[], 120, 40);
+    t.shows("seed-key");
+
+    // A checkout, a queue join, a death and a release, each made by another process.
+    real_ok(
+        &env,
+        "alice",
+        &["checkout", "task-7", "--reason", "fix the flaky test"],
+    );
+    t.shows("task-7");
+    assert_eq!(
+        real(&env, "bob", &["checkout", "task-7", "--queue"]).code,
+        2
+    );
+    t.shows("bob waits for alice on task-7");
+
+    let mut child = sleeper();
+    let pid = child.id().to_string();
+    real_ok(&env, "carol", &["heartbeat", "--pid", &pid]);
+    real_ok(&env, "carol", &["checkout", "deploy"]);
+    let s = t.shows("deploy");
+    assert!(s.contains("carol"), "{s}");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    t.shows("dead: process_gone");
+    t.shows("ending: holder dead");
+
+    real_ok(&env, "alice", &["release", "task-7"]);
+    // The key is handed to bob, the head of its queue: the reservation shows, the wait goes.
+    t.until("task-7 released", |s| {
+        !s.contains("bob waits for alice") && s.contains("release task-7 alice")
+    });
+
+    // Filter, then a key's detail.
+    t.keys(&["/", "s", "e", "e", "d", "Enter"]);
+    let s = t.shows("filter: seed");
+    assert!(!s.contains("deploy "), "{s}");
+    t.keys(&["Enter"]);
+    t.shows("No notes for the next holder.");
+    t.keys(&["Escape", "/", "Escape"]);
+
+    // Resized small: one pane, redrawn.
+    t.ok(&["resize-window", "-t", SESSION, "-x", "60", "-y", "12"]);
+    t.until("the small layout", |s| {
+        s.contains("Checkouts (") && !s.contains("Agents (")
+    });
+    t.ok(&["resize-window", "-t", SESSION, "-x", "120", "-y", "40"]);
+    t.shows("Agents (");
+
+    // q: the screen before the view comes back, and the exit code is 0.
+    t.keys(&["q"]);
+    let s = t.shows("EXITED 0");
+    assert!(
+        !s.contains("Checkouts ("),
+        "the alternate screen was not left:\n{s}"
+    );
+}
+
+#[test]
+fn live_view_force_release_needs_a_person_and_a_yes() {
+    let env = live_env();
+    real_ok(&env, "alice", &["checkout", "hot-key"]);
+
+    // Started with an agent's identity: read-only, and the key stays held.
+    let t = Tmux::start(&env, "", &[("TASKLOCK_AGENT", "some-agent")], 120, 40);
+    t.shows("read-only (started as agent some-agent)");
+    t.keys(&["r"]);
+    t.shows("read-only: started as agent some-agent");
+    drop(t);
+
+    // A person: asked first; "n" keeps it, "y" releases it, audited as forced.
+    let t = Tmux::start(&env, "", &[], 120, 40);
+    t.shows("hot-key");
+    t.keys(&["r"]);
+    t.shows("Force-release hot-key?");
+    t.keys(&["n"]);
+    t.shows("cancelled");
+    assert!(real(&env, "alice", &["verify", "hot-key", "--token", "1"]).code == 0);
+    t.keys(&["r"]);
+    t.shows("Force-release hot-key?");
+    t.keys(&["y"]);
+    t.shows("force_release hot-key");
+    let mut audit = Command::new(env!("CARGO_BIN_EXE_tasklock"));
+    common::use_store(&mut audit, &env.dir());
+    audit
+        .env_remove("TASKLOCK_NOW")
+        .stdin(Stdio::null())
+        .arg("--dir")
+        .arg(env.dir());
+    audit.args(["audit", "--json", "--key", "hot-key"]);
+    let log = common::exec(audit).stdout;
+    let forced: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|e| e["event"] == "force_release")
+        .collect();
+    assert_eq!(forced.len(), 1, "{log}");
+    assert!(
+        forced[0]["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("as a person at a terminal")),
+        "{log}"
+    );
+    assert_eq!(
+        real(&env, "alice", &["verify", "hot-key", "--token", "1"]).code,
+        3
+    );
+
+    // --read-only: no action even for a person.
+    drop(t);
+    real_ok(&env, "alice", &["checkout", "hot-key"]);
+    let t = Tmux::start(&env, "--read-only", &[], 120, 40);
+    t.shows("read-only (--read-only)");
+    t.keys(&["r"]);
+    t.shows("read-only: --read-only");
+
+    // SIGTERM gives the terminal back too.
+    let pids = t.ok(&["list-panes", "-t", SESSION, "-F", "#{pane_pid}"]);
+    let shell: u32 = pids.trim().parse().unwrap();
+    let view = children_of(shell)
+        .into_iter()
+        .next()
+        .expect("the view runs under the shell");
+    assert!(alive(view));
+    // SAFETY: a plain kill(2) of a pid this test found.
+    unsafe { libc::kill(view as i32, libc::SIGTERM) };
+    let s = t.shows("EXITED");
+    assert!(!s.contains("Checkouts ("), "{s}");
+}
+
+fn children_of(pid: u32) -> Vec<u32> {
+    let path = format!("/proc/{pid}/task/{pid}/children");
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}

@@ -1,0 +1,750 @@
+//! `tasklock ui`: the page and its door. Over plain HTTP: nothing without the token, no
+//! other Host, no change from another origin or without the page's token, the security
+//! headers on every answer, server-sent events that carry a change made by another
+//! process, a timeline that escapes what agents wrote. In a real browser (Debian's
+//! Chromium, headless, through chromedriver): the page shows the store, an update
+//! arrives from another process, a key made of HTML and script stays text, a page of
+//! another origin cannot force a release, and a person's force-release works. Runs on
+//! PostgreSQL too (tests/pg.rs includes it).
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::Env;
+use serde_json::{Value, json};
+
+/// `tasklock ui` on a free loopback port, with the real clock.
+struct Ui {
+    child: Child,
+    port: u16,
+    token: String,
+}
+
+impl Ui {
+    fn start(env: &Env, extra: &[&str]) -> Ui {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tasklock"));
+        common::use_store(&mut cmd, &env.dir());
+        for v in [
+            "TASKLOCK_NOW",
+            "TASKLOCK_AGENT",
+            "CLAUDE_CODE_SESSION_ID",
+            "CODEX_THREAD_ID",
+            "TASKLOCK_OPERATOR_SECRET",
+        ] {
+            cmd.env_remove(v);
+        }
+        if env.operator {
+            cmd.env("TASKLOCK_OPERATOR_SECRET", common::OPERATOR_SECRET);
+        }
+        cmd.arg("--dir")
+            .arg(env.dir())
+            .args(["ui", "--no-open"])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        let mut child = cmd.spawn().expect("start tasklock ui");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let url = line
+            .trim()
+            .strip_prefix("tasklock ui: ")
+            .unwrap_or_else(|| panic!("no URL in {line:?}"))
+            .to_string();
+        let rest = url.strip_prefix("http://127.0.0.1:").expect("on loopback");
+        let (port, token) = rest.split_once("/?token=").unwrap();
+        Ui {
+            child,
+            port: port.parse().unwrap(),
+            token: token.to_string(),
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/?token={}", self.port, self.token)
+    }
+
+    fn cookie(&self) -> String {
+        format!("tasklock_ui={}", self.token)
+    }
+
+    /// One HTTP request; its status line, headers and body.
+    fn http(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Answer {
+        http(self.port, method, path, headers, body)
+    }
+
+    fn get(&self, path: &str) -> Answer {
+        let host = format!("127.0.0.1:{}", self.port);
+        self.http(
+            "GET",
+            path,
+            &[("Host", &host), ("Cookie", &self.cookie())],
+            "",
+        )
+    }
+}
+
+impl Drop for Ui {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct Answer {
+    status: u16,
+    head: String,
+    body: String,
+}
+
+impl Answer {
+    fn header(&self, name: &str) -> Option<String> {
+        self.head.lines().find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
+        })
+    }
+}
+
+fn http(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Answer {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    // Starting Chromium on a busy machine can take a while.
+    s.set_read_timeout(Some(Duration::from_secs(180))).unwrap();
+    let mut req = format!("{method} {path} HTTP/1.1\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str(&format!(
+        "Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    ));
+    s.write_all(req.as_bytes()).unwrap();
+    // Read the head, then the body by its length (chromedriver keeps connections open),
+    // chunk by chunk, or to the end.
+    let mut r = BufReader::new(s);
+    let mut head = String::new();
+    loop {
+        let mut line = String::new();
+        if r.read_line(&mut line).unwrap() == 0 || line == "\r\n" {
+            break;
+        }
+        head.push_str(&line);
+    }
+    let find = |name: &str| {
+        head.lines().find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
+        })
+    };
+    let body = if let Some(n) = find("content-length").and_then(|n| n.parse::<usize>().ok()) {
+        let mut b = vec![0u8; n];
+        r.read_exact(&mut b).unwrap();
+        String::from_utf8_lossy(&b).into_owned()
+    } else if find("transfer-encoding").is_some_and(|t| t.eq_ignore_ascii_case("chunked")) {
+        let mut out = Vec::new();
+        loop {
+            let mut size = String::new();
+            r.read_line(&mut size).unwrap();
+            let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+            let mut b = vec![0u8; n + 2];
+            r.read_exact(&mut b).unwrap();
+            if n == 0 {
+                break;
+            }
+            out.extend_from_slice(&b[..n]);
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    } else {
+        let mut b = Vec::new();
+        r.read_to_end(&mut b).unwrap();
+        String::from_utf8_lossy(&b).into_owned()
+    };
+    let head = head.trim_end().to_string();
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    Answer { status, head, body }
+}
+
+/// A command with the real clock, as `agent`.
+fn real_ok(env: &Env, agent: &str, args: &[&str]) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tasklock"));
+    common::use_store(&mut cmd, &env.dir());
+    cmd.env_remove("TASKLOCK_NOW")
+        .env_remove("TASKLOCK_AGENT")
+        .env_remove("CLAUDE_CODE_SESSION_ID")
+        .env_remove("CODEX_THREAD_ID")
+        .stdin(Stdio::null())
+        .arg("--dir")
+        .arg(env.dir())
+        .args(args)
+        .args(["--agent", agent]);
+    let r = common::exec(cmd);
+    assert!(r.code == 0 || r.code == 2, "{args:?}: {}", r.text());
+}
+
+fn held(env: &Env, key: &str) -> bool {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tasklock"));
+    common::use_store(&mut cmd, &env.dir());
+    cmd.env_remove("TASKLOCK_NOW")
+        .stdin(Stdio::null())
+        .arg("--dir")
+        .arg(env.dir())
+        .args(["top", "--once", "--json"]);
+    let j: Value = serde_json::from_str(&common::exec(cmd).stdout).unwrap();
+    j["checkouts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|c| c["key"] == key)
+}
+
+const HOSTILE: &str = "<img src=x onerror=\"document.title='pwned'\">";
+
+#[test]
+fn the_door_is_locked() {
+    let env = Env::new();
+    real_ok(&env, "alice", &["checkout", "task-1"]);
+    let ui = Ui::start(&env, &[]);
+    let host = format!("127.0.0.1:{}", ui.port);
+
+    // No token, a wrong one, another Host: refused, and nothing of the store is said.
+    for (path, headers) in [
+        ("/", vec![("Host", host.as_str())]),
+        ("/api/fleet", vec![("Host", host.as_str())]),
+        ("/events", vec![("Host", host.as_str())]),
+        ("/timeline.svg", vec![("Host", host.as_str())]),
+        ("/?token=0123", vec![("Host", host.as_str())]),
+        (
+            "/api/fleet",
+            vec![("Host", "evil.example:80"), ("Cookie", &ui.cookie())],
+        ),
+        ("/api/fleet", vec![("Cookie", &ui.cookie())]),
+    ] {
+        let a = ui.http("GET", path, &headers, "");
+        assert_eq!(a.status, 403, "{path} {headers:?}: {}", a.head);
+        assert!(!a.body.contains("task-1"), "{}", a.body);
+    }
+
+    // The printed URL: its token becomes a cookie only scripts of no page can read, and
+    // leaves the URL.
+    let a = ui.http(
+        "GET",
+        &format!("/?token={}", ui.token),
+        &[("Host", &host)],
+        "",
+    );
+    assert_eq!(a.status, 303, "{}", a.head);
+    assert_eq!(a.header("Location").as_deref(), Some("/"));
+    let cookie = a.header("Set-Cookie").unwrap();
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+
+    // With the cookie: the page, under a policy that allows no inline script.
+    let a = ui.get("/");
+    assert_eq!(a.status, 200, "{}", a.head);
+    let csp = a.header("Content-Security-Policy").unwrap();
+    assert!(
+        csp.contains("script-src 'self'") && !csp.contains("unsafe-inline"),
+        "{csp}"
+    );
+    assert_eq!(a.header("X-Frame-Options").as_deref(), Some("DENY"));
+    assert!(a.header("Access-Control-Allow-Origin").is_none());
+    assert!(!a.body.contains("<script>"), "no inline script: {}", a.body);
+    for asset in ["/app.js", "/app.css"] {
+        let a = ui.get(asset);
+        assert_eq!(a.status, 200, "{asset}");
+        assert!(a.header("Content-Security-Policy").is_some());
+    }
+
+    // Changes: not from another origin, not without the page's token, not as a form.
+    let body = json!({"key": "task-1"}).to_string();
+    let own = format!("http://{host}");
+    for headers in [
+        vec![
+            ("Origin", "http://evil.example"),
+            ("X-Tasklock-Token", ui.token.as_str()),
+            ("Content-Type", "application/json"),
+        ],
+        vec![
+            ("Origin", own.as_str()),
+            ("Content-Type", "application/json"),
+        ],
+        vec![
+            ("Origin", own.as_str()),
+            ("X-Tasklock-Token", ui.token.as_str()),
+            ("Content-Type", "application/x-www-form-urlencoded"),
+        ],
+        vec![
+            ("X-Tasklock-Token", ui.token.as_str()),
+            ("Content-Type", "application/json"),
+        ],
+    ] {
+        let c = ui.cookie();
+        let mut h = vec![("Host", host.as_str()), ("Cookie", c.as_str())];
+        h.extend(headers.iter().copied());
+        let a = ui.http("POST", "/api/release", &h, &body);
+        assert!(matches!(a.status, 403 | 415), "{headers:?}: {}", a.head);
+        assert!(held(&env, "task-1"));
+    }
+    // A CORS preflight gets no permission.
+    let a = ui.http(
+        "OPTIONS",
+        "/api/release",
+        &[("Host", &host), ("Origin", "http://evil.example")],
+        "",
+    );
+    assert!(
+        a.header("Access-Control-Allow-Origin").is_none(),
+        "{}",
+        a.head
+    );
+    assert!(a.status >= 400);
+
+    // Started without a person at a terminal (stdin is not one here): read-only, said.
+    let c = ui.cookie();
+    let a = ui.http(
+        "POST",
+        "/api/release",
+        &[
+            ("Host", &host),
+            ("Cookie", &c),
+            ("Origin", &own),
+            ("X-Tasklock-Token", &ui.token),
+            ("Content-Type", "application/json"),
+        ],
+        &body,
+    );
+    assert_eq!(a.status, 403, "{}", a.head);
+    let j: Value = serde_json::from_str(&a.body).unwrap();
+    assert_eq!(j["ok"], false);
+    assert!(j["message"].as_str().unwrap().contains("read-only"), "{j}");
+    assert!(held(&env, "task-1"));
+}
+
+#[test]
+fn events_carry_changes_made_elsewhere() {
+    let env = Env::new();
+    real_ok(&env, "alice", &["checkout", "task-1"]);
+    let ui = Ui::start(&env, &[]);
+    let mut s = TcpStream::connect(("127.0.0.1", ui.port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        s,
+        "GET /events HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nCookie: {}\r\n\r\n",
+        ui.port,
+        ui.cookie()
+    )
+    .unwrap();
+    let mut r = BufReader::new(s);
+    let mut next_doc = || -> Value {
+        loop {
+            let mut line = String::new();
+            assert!(r.read_line(&mut line).unwrap() > 0, "the stream ended");
+            if let Some(d) = line.strip_prefix("data: ") {
+                return serde_json::from_str(d.trim()).unwrap();
+            }
+        }
+    };
+    let keys = |d: &Value| -> Vec<String> {
+        d["fleet"]["checkouts"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|c| c["key"].as_str().unwrap().to_string())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let start = Instant::now();
+    let mut d = next_doc();
+    while keys(&d).is_empty() {
+        d = next_doc();
+    }
+    assert_eq!(keys(&d), ["task-1"]);
+    assert_eq!(d["can_act"], "no person at a terminal");
+
+    real_ok(
+        &env,
+        "bob",
+        &["checkout", HOSTILE, "--reason", "<b>bold</b>"],
+    );
+    real_ok(&env, "carol", &["checkout", "task-1", "--queue"]);
+    loop {
+        d = next_doc();
+        let ks = keys(&d);
+        if ks.contains(&HOSTILE.to_string()) && !d["fleet"]["waits"].as_array().unwrap().is_empty()
+        {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "no update: {d}");
+    }
+    assert_eq!(d["fleet"]["waits"][0]["waiter"], "carol");
+    assert!(
+        d["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["event"] == "queue" && e["agent"] == "carol"),
+        "{d}"
+    );
+
+    // The timeline: the hostile key is text in the picture, never markup.
+    let svg = ui.get("/timeline.svg?since=600");
+    assert_eq!(svg.status, 200);
+    assert_eq!(svg.header("Content-Type").as_deref(), Some("image/svg+xml"));
+    assert!(svg.body.starts_with("<svg"), "{}", svg.body);
+    assert!(!svg.body.contains("<img"), "{}", svg.body);
+    assert!(svg.body.contains("&lt;img src=x onerror="), "{}", svg.body);
+    assert!(svg.body.contains("class=\"hold\""));
+    assert!(svg.body.contains("class=\"wait\""));
+    let saved = ui.get("/timeline.svg?since=600&download=1");
+    assert!(
+        saved
+            .header("Content-Disposition")
+            .unwrap()
+            .contains("attachment")
+    );
+}
+
+#[test]
+fn the_timeline_as_a_file() {
+    let mut env = Env::new();
+    env.at("2026-01-01T00:00:00Z");
+    env.ok("alice", &["checkout", "task-1"]);
+    env.run(Some("bob"), &["checkout", "task-1", "--queue"]);
+    env.at("2026-01-01T00:10:00Z");
+    env.ok("alice", &["release", "task-1"]);
+    env.at("2026-01-01T00:12:00Z");
+    env.ok("bob", &["checkout", "task-1"]);
+    env.ok("alice", &["checkout", "deploy-api"]);
+    env.ok("alice", &["freeze", "deploy*", "--for", "5m"]);
+    env.at("2026-01-01T00:20:00Z");
+    let file = env.tmp.path().join("t.svg");
+    let r = env.run(
+        None,
+        &["ui", "--svg", file.to_str().unwrap(), "--since", "30m"],
+    );
+    assert_eq!(r.code, 0, "{}", r.text());
+    let svg = std::fs::read_to_string(&file).unwrap();
+    assert!(svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""));
+    // alice held task-1 for 10m; bob waited 12m and holds it since.
+    assert!(
+        svg.contains("alice held it (token 1) for 10m, ended by release"),
+        "{svg}"
+    );
+    assert!(svg.contains("bob waited 12m"), "{svg}");
+    assert!(
+        svg.contains("bob held it (token 2) for 8m, still held"),
+        "{svg}"
+    );
+    assert!(svg.contains("class=\"freeze\""), "{svg}");
+    let bad = env.run(None, &["ui", "--svg", "/nonexistent/dir/t.svg"]);
+    assert_eq!(bad.code, 1, "{}", bad.text());
+    let bad = env.run(None, &["ui", "--since", "forever"]);
+    assert_eq!(bad.code, 64, "{}", bad.text());
+}
+
+// ---- In a real browser ----
+
+/// chromedriver on a free port, and one headless Chromium session.
+struct Browser {
+    driver: Child,
+    port: u16,
+    session: String,
+    _profile: tempfile::TempDir,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Browser {
+    fn start() -> Browser {
+        let found = Command::new("chromedriver")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(
+            found,
+            "chromedriver is not installed: the page is tested in Debian's Chromium \
+             (apt-get install chromium chromium-driver; .ci/run does it)"
+        );
+        let port = free_port();
+        let driver = Command::new("chromedriver")
+            .arg(format!("--port={port}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "chromedriver never listened"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let profile = tempfile::tempdir().unwrap();
+        let mut b = Browser {
+            driver,
+            port,
+            session: String::new(),
+            _profile: profile,
+        };
+        let caps = json!({"capabilities": {"alwaysMatch": {
+            "browserName": "chrome",
+            "goog:chromeOptions": {
+                "binary": "/usr/bin/chromium",
+                "args": ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                    "--no-first-run", "--window-size=1400,1300",
+                    format!("--user-data-dir={}", b._profile.path().display())],
+            }
+        }}});
+        let v = b.call("POST", "/session", Some(caps));
+        b.session = v["sessionId"].as_str().expect("a session").to_string();
+        b
+    }
+
+    fn call(&self, method: &str, path: &str, body: Option<Value>) -> Value {
+        let body = body.map(|b| b.to_string()).unwrap_or_default();
+        let host = format!("127.0.0.1:{}", self.port);
+        let a = http(
+            self.port,
+            method,
+            path,
+            &[("Host", &host), ("Content-Type", "application/json")],
+            &body,
+        );
+        let body = a.body;
+        let v: Value = serde_json::from_str(&body)
+            .unwrap_or_else(|e| panic!("chromedriver said ({e}): {body}"));
+        assert!(
+            v["value"].get("error").is_none(),
+            "{method} {path}: {}",
+            v["value"]
+        );
+        v["value"].clone()
+    }
+
+    fn go(&self, url: &str) {
+        self.call(
+            "POST",
+            &format!("/session/{}/url", self.session),
+            Some(json!({ "url": url })),
+        );
+    }
+
+    fn js(&self, script: &str) -> Value {
+        self.call(
+            "POST",
+            &format!("/session/{}/execute/sync", self.session),
+            Some(json!({"script": script, "args": []})),
+        )
+    }
+
+    fn js_async(&self, script: &str) -> Value {
+        self.call(
+            "POST",
+            &format!("/session/{}/execute/async", self.session),
+            Some(json!({"script": script, "args": []})),
+        )
+    }
+
+    /// Wait (20 s at most) until `script` returns true.
+    fn until(&self, what: &str, script: &str) {
+        let start = Instant::now();
+        while self.js(script) != Value::Bool(true) {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "never saw {what}; the page says: {}",
+                self.js("return document.body.innerText")
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn screenshot(&self) -> Vec<u8> {
+        let v = self.call(
+            "GET",
+            &format!("/session/{}/screenshot", self.session),
+            None,
+        );
+        base64_decode(v.as_str().unwrap())
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        if !self.session.is_empty() {
+            let _ = http(
+                self.port,
+                "DELETE",
+                &format!("/session/{}", self.session),
+                &[("Host", &format!("127.0.0.1:{}", self.port))],
+                "",
+            );
+        }
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+fn base64_decode(s: &str) -> Vec<u8> {
+    let val = |c: u8| -> u32 {
+        match c {
+            b'A'..=b'Z' => (c - b'A') as u32,
+            b'a'..=b'z' => (c - b'a' + 26) as u32,
+            b'0'..=b'9' => (c - b'0' + 52) as u32,
+            b'+' => 62,
+            b'/' => 63,
+            _ => 0,
+        }
+    };
+    let bytes: Vec<u8> = s.bytes().filter(|c| !c.is_ascii_whitespace()).collect();
+    let mut out = Vec::with_capacity(bytes.len() * 3 / 4);
+    for chunk in bytes.chunks(4) {
+        let pad = chunk.iter().filter(|&&c| c == b'=').count();
+        let n = chunk.iter().fold(0u32, |acc, &c| {
+            (acc << 6) | if c == b'=' { 0 } else { val(c) }
+        });
+        let n = n << (6 * (4 - chunk.len()));
+        let b = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
+        out.extend_from_slice(&b[..3 - pad]);
+    }
+    out
+}
+
+#[test]
+fn the_page_in_a_real_browser() {
+    let mut env = Env::new();
+    // The operator secret lets this test's server act although no person started it.
+    env.as_operator();
+    real_ok(
+        &env,
+        "alice",
+        &["checkout", "task-1", "--reason", "fix the flaky test"],
+    );
+    real_ok(
+        &env,
+        "bob",
+        &[
+            "checkout",
+            HOSTILE,
+            "--reason",
+            "<script>document.title='pwned'</script>",
+        ],
+    );
+    real_ok(&env, "carol", &["checkout", "task-1", "--queue"]);
+    // Forces are made in the name of whoever started the page.
+    let ui = Ui::start(&env, &["--agent", "ops"]);
+    let b = Browser::start();
+
+    // Without the token: refused, nothing shown.
+    b.go(&format!("http://127.0.0.1:{}/", ui.port));
+    let text = b.js("return document.body.innerText");
+    assert!(text.as_str().unwrap().contains("needs its token"), "{text}");
+
+    // With it: the store, as text.
+    b.go(&ui.url());
+    b.until(
+        "the checkouts",
+        "return document.querySelector('#checkouts tbody').innerText.includes('task-1')",
+    );
+    b.until(
+        "carol's wait",
+        "return document.querySelector('#waits').innerText.includes('carol waits for alice on task-1')",
+    );
+    let row = b.js("return document.querySelector('#checkouts tbody').innerText");
+    assert!(row.as_str().unwrap().contains(HOSTILE), "{row}");
+    assert!(
+        row.as_str().unwrap().contains("fix the flaky test"),
+        "{row}"
+    );
+    assert_eq!(
+        b.js("return document.querySelectorAll('#checkouts img, #checkouts script, #checkouts b').length"),
+        json!(0)
+    );
+    assert_eq!(b.js("return document.title"), json!("tasklock"));
+    // The URL kept no token.
+    assert_eq!(b.js("return location.search"), json!(""));
+
+    // An update made by another process arrives by itself.
+    real_ok(
+        &env,
+        "dave",
+        &["checkout", "deploy-api", "--reason", "pushed"],
+    );
+    b.until(
+        "dave's checkout",
+        "return document.querySelector('#checkouts tbody').innerText.includes('deploy-api')",
+    );
+    // The timeline picture loaded (an image the browser drew, not an error).
+    b.until(
+        "the timeline",
+        "const i = document.getElementById('timeline'); return i.complete && i.naturalWidth > 100",
+    );
+
+    // A page of another origin cannot force a release, whatever it sends.
+    b.go("data:text/html,<p>another site</p>");
+    let res = b.js_async(&format!(
+        "const done = arguments[arguments.length - 1];
+         fetch('http://127.0.0.1:{}/api/release', {{method: 'POST', credentials: 'include',
+             headers: {{'Content-Type': 'application/json', 'X-Tasklock-Token': 'guess'}},
+             body: JSON.stringify({{key: 'task-1'}})}})
+           .then(r => done('answered ' + r.status), e => done('blocked: ' + e));",
+        ui.port
+    ));
+    assert!(res.as_str().unwrap().starts_with("blocked"), "{res}");
+    assert!(held(&env, "task-1"));
+
+    // The person's own page: force-release after a confirmation.
+    b.go(&ui.url());
+    b.until(
+        "the buttons",
+        "return document.querySelectorAll('#checkouts button.act').length > 0",
+    );
+    let shot = b.screenshot();
+    assert_eq!(&shot[..8], b"\x89PNG\r\n\x1a\n");
+    let out = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("ui.png");
+    std::fs::write(&out, &shot).unwrap();
+    if std::env::var_os("TASKLOCK_UPDATE_SCREENSHOT").is_some() {
+        std::fs::write(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/ui.png"),
+            &shot,
+        )
+        .unwrap();
+    }
+    b.js("window.confirm = () => true; \
+          const rows = [...document.querySelectorAll('#checkouts tbody tr')]; \
+          rows.find(r => r.cells[0].textContent === 'deploy-api').querySelector('button.act').click();");
+    b.until(
+        "the release",
+        "return !document.querySelector('#checkouts tbody').innerText.includes('deploy-api')",
+    );
+    assert!(!held(&env, "deploy-api"));
+    let msg = b.js("return document.getElementById('message').textContent");
+    assert!(
+        msg.as_str()
+            .unwrap()
+            .contains("Force-released `deploy-api`"),
+        "{msg}"
+    );
+}
