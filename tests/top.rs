@@ -460,6 +460,8 @@ fn live_view_follows_other_processes_and_gives_the_terminal_back() {
     assert!(!s.contains("deploy "), "{s}");
     t.keys(&["Enter"]);
     t.shows("No notes for the next holder.");
+    // `why`, in the view's own words.
+    t.shows("- seed holds it (token 1)");
     t.keys(&["Escape", "/", "Escape"]);
 
     // Resized small: one pane, redrawn.

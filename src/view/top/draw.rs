@@ -568,7 +568,7 @@ fn detail(f: &mut Frame, app: &App, d: &Detail, area: Rect, st: &Styles, now: Ti
     let mut lines: Vec<Line> = Vec::new();
     let title;
     match d {
-        Detail::Key { key, notes } => {
+        Detail::Key { key, notes, why } => {
             title = format!(" {} ", cut(&inert(key), 60));
             let held: Vec<&FleetCheckout> = app
                 .fleet
@@ -633,6 +633,13 @@ fn detail(f: &mut Frame, app: &App, d: &Detail, area: Rect, st: &Styles, now: Ti
                     fr.until.format("%H:%M:%S"),
                     inert(&fr.by)
                 )));
+            }
+            if !why.is_empty() {
+                lines.push(Line::from(""));
+                lines.push(Line::from(Span::styled("Why", st.title())));
+                for w in why {
+                    lines.push(Line::from(format!("  {}", inert(w))));
+                }
             }
             lines.push(Line::from(""));
             match notes {

@@ -157,6 +157,8 @@ enum Detail {
     Key {
         key: String,
         notes: Option<std::result::Result<Vec<String>, String>>,
+        /// What `tasklock why KEY` says of it, line by line.
+        why: Vec<String>,
     },
     Agent {
         id: String,
@@ -174,7 +176,11 @@ enum Job {
 enum Msg {
     Fleet(Box<Fleet>, Vec<AuditEvent>),
     StoreError(String),
-    Notes(String, std::result::Result<Vec<String>, String>),
+    Notes(
+        String,
+        std::result::Result<Vec<String>, String>,
+        Vec<String>,
+    ),
     Done(String),
     Input(Event),
 }
@@ -435,6 +441,7 @@ impl App {
                     self.detail = Some(Detail::Key {
                         key: key.clone(),
                         notes: None,
+                        why: Vec::new(),
                     });
                     return Some(Job::Notes(key));
                 }
@@ -487,11 +494,16 @@ impl App {
                 }
             }
             Msg::StoreError(e) => self.error = Some(e),
-            Msg::Notes(key, notes) => {
-                if let Some(Detail::Key { key: k, notes: n }) = &mut self.detail
+            Msg::Notes(key, notes, why) => {
+                if let Some(Detail::Key {
+                    key: k,
+                    notes: n,
+                    why: w,
+                }) = &mut self.detail
                     && *k == key
                 {
                     *n = Some(notes);
+                    *w = why;
                 }
             }
             Msg::Done(text) => self.message = Some(text),
@@ -556,7 +568,8 @@ fn work(global: Global, jobs: Receiver<Job>, tx: Sender<Msg>) {
                         Ok(out)
                     })
                     .map_err(|e| e.to_string());
-                Msg::Notes(key, notes)
+                let why = why_lines(&global, &key);
+                Msg::Notes(key, notes, why)
             }
             Job::Run(args) => Msg::Done(super::act(&global, args).1),
         };
@@ -620,4 +633,24 @@ fn live(a: &Args) -> Result<()> {
     })();
     ratatui::restore();
     result
+}
+
+/// `tasklock why KEY` (which reads and writes nothing), its words without markup.
+fn why_lines(global: &Global, key: &str) -> Vec<String> {
+    let mut argv: Vec<String> = vec!["tasklock".into(), "why".into(), key.into()];
+    if let Some(d) = &global.dir {
+        argv.push("--dir".into());
+        argv.push(d.display().to_string());
+    }
+    if let Some(a) = &global.agent {
+        argv.push("--agent".into());
+        argv.push(a.clone());
+    }
+    crate::call(argv)
+        .markdown
+        .lines()
+        .map(|l| l.replace('`', "").trim().to_string())
+        .filter(|l| !l.is_empty())
+        .take(12)
+        .collect()
 }
