@@ -1305,3 +1305,69 @@ fn the_skills_installed_are_the_binarys_own() {
         assert_eq!(fs::read(&skill).unwrap(), repo_skill(&name), "{name}");
     }
 }
+
+/// The archive carries the licence files, and two archives made from one commit and one
+/// binary are the same bytes, whatever the umask and temporary directory (fixed times,
+/// modes and owners, sorted members, `gzip -n`).
+#[test]
+fn archives_carry_the_licences_and_are_reproducible() {
+    let home = Home::new();
+    let (dir, archive, built) = release_dir(&home);
+    let again = home.join("again");
+    fs::create_dir_all(home.join("tmp2")).unwrap();
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg("umask 077; exec sh \"$0\" \"$1\"")
+        .arg(Path::new(REPO).join("scripts/dist.sh"))
+        .arg(&again)
+        .env("TASKLOCK_DIST_BINARY", &built)
+        .env("TMPDIR", home.join("tmp2"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (a, b) = (
+        fs::read(dir.join(&archive)).unwrap(),
+        fs::read(again.join(&archive)).unwrap(),
+    );
+    assert!(a == b, "two archives of one commit differ");
+    assert_eq!(
+        fs::read(dir.join(format!("{archive}.sha256"))).unwrap(),
+        fs::read(again.join(format!("{archive}.sha256"))).unwrap()
+    );
+
+    let list = Command::new("tar")
+        .args(["--numeric-owner", "-tvzf"])
+        .arg(dir.join(&archive))
+        .output()
+        .unwrap();
+    let list = String::from_utf8_lossy(&list.stdout);
+    let top = archive.trim_end_matches(".tar.gz");
+    for line in list.lines() {
+        assert!(line.contains(" 0/0 "), "owner not 0/0: {line}");
+    }
+    let unpacked = home.join("unpacked");
+    fs::create_dir_all(&unpacked).unwrap();
+    let st = Command::new("tar")
+        .arg("-xzf")
+        .arg(dir.join(&archive))
+        .current_dir(&unpacked)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    for licence in ["LICENSE-MIT", "LICENSE-APACHE"] {
+        let want = fs::read(Path::new(REPO).join(licence)).unwrap();
+        assert!(
+            String::from_utf8_lossy(&want).contains("tasklock contributors"),
+            "{licence}"
+        );
+        assert_eq!(
+            fs::read(unpacked.join(top).join(licence)).ok(),
+            Some(want),
+            "{licence} in the archive:\n{list}"
+        );
+    }
+}
