@@ -213,6 +213,59 @@ fn npm_install_brings_the_archives_binary_and_it_runs() {
     );
     let shims = path_without_node(tmp.path());
     first_checkout(&shims.display().to_string(), tmp.path(), &tasklock);
+
+    // The uninstall the README gives for npm: `tasklock setup --uninstall`, then `npm
+    // uninstall -g tasklock`; nothing of tasklock is left in HOME or the prefix.
+    let home = tmp.path().join("user-home");
+    std::fs::create_dir_all(&home).unwrap();
+    for args in [&["setup"][..], &["setup", "--uninstall"]] {
+        let out = Command::new(&tasklock)
+            .args(args)
+            .env_clear()
+            .env("PATH", &shims)
+            .env("HOME", &home)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "tasklock {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let out = Command::new(node.join("npm"))
+        .args(["uninstall", "-g", "--prefix"])
+        .arg(&prefix)
+        .arg("tasklock")
+        .env_clear()
+        .env("HOME", &home)
+        .env("PATH", format!("{}:/usr/bin:/bin", node.display()))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!tasklock.exists() && !tasklock.is_symlink(), "bin/tasklock");
+    let left: Vec<_> = walk(&home)
+        .into_iter()
+        .filter(|p| !p.starts_with(home.join(".npm")) && !p.ends_with(".local/share"))
+        .filter(|p| *p != home.join(".local"))
+        .collect();
+    assert!(left.is_empty(), "left in HOME: {left:?}");
+}
+
+/// Every path under `dir`.
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        out.push(e.path());
+        if e.file_type().unwrap().is_dir() {
+            out.extend(walk(&e.path()));
+        }
+    }
+    out
 }
 
 /// The release workflow builds each platform's binary once (scripts/dist.sh, every store,

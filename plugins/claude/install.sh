@@ -754,7 +754,8 @@ fi
 skills_src=$here/skills
 pack=$(mktemp -d "${TMPDIR:-/tmp}/tasklock-pack.XXXXXX") ||
     die "cannot create a temporary directory in ${TMPDIR:-/tmp}"
-if "$source_bin" setup --skills-dir "$pack/skills" --no-agents >/dev/null 2>&1; then
+# (XDG_DATA_HOME: setup's receipt of this temporary copy goes there too.)
+if XDG_DATA_HOME=$pack "$source_bin" setup --skills-dir "$pack/skills" --no-agents >/dev/null 2>&1; then
     skills_src=$pack/skills
 fi
 say "Skills:"
