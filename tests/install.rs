@@ -1053,8 +1053,8 @@ fn piped_into_sh_it_clones_builds_installs_and_cleans_up() {
         let skill = home.join(".claude/skills").join(&name).join("SKILL.md");
         assert_eq!(
             fs::read(&skill).unwrap(),
-            fs::read(origin.join("skills").join(&name).join("SKILL.md")).unwrap(),
-            "{name}: the fetched repository's skill"
+            repo_skill(&name),
+            "{name}: the built binary's skill"
         );
         assert!(
             home.join(".agents/skills").join(&name).is_symlink(),

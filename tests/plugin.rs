@@ -364,6 +364,21 @@ fn plugin_installs_from_a_git_url_and_copies_only_itself() {
     );
     plugin_install(&home, tmp.path());
     assert_only_the_plugin_was_copied(&home);
+
+    // The uninstall the README gives.
+    let mut cmd = claude_cmd(&home, None);
+    cmd.args(["plugin", "uninstall", "tasklock@tasklock"])
+        .current_dir(tmp.path());
+    run_ok(
+        cmd,
+        "claude plugin uninstall tasklock@tasklock",
+        COMMAND_TIMEOUT,
+    );
+    let installed = read_json(&home.join(".claude/plugins/installed_plugins.json"));
+    assert!(
+        installed["plugins"].get("tasklock@tasklock").is_none(),
+        "{installed}"
+    );
 }
 
 #[test]
