@@ -1198,6 +1198,20 @@ fn piped_into_sh_it_installs_the_release_archive_without_a_toolchain() {
     let left: Vec<_> = fs::read_dir(home.join("tmp")).unwrap().flatten().collect();
     assert!(left.is_empty(), "left in TMPDIR: {left:?}");
     assert!(receipt_paths(&home).contains(&bin));
+
+    // The uninstall the README gives for a piped install: `… | sh -s -- --uninstall`.
+    let path = path_without_cargo(&home);
+    let sh = find_on(&path, "sh").expect("sh on PATH");
+    let mut cmd = shell_as_for_install(&home, &sh);
+    cmd.args(["-s", "--", "--uninstall"])
+        .current_dir(home.path())
+        .env("XDG_BIN_HOME", home.join("bin"))
+        .env("PATH", &path);
+    let out = feed_install_sh(cmd);
+    assert_eq!(out.code, 0, "{}", out.text());
+    assert!(!bin.exists(), "{}", out.text());
+    assert!(!home.join(".claude/skills").exists(), "{}", out.text());
+    assert!(!home.join(".local/share/tasklock/install-receipt").exists());
 }
 
 #[test]
