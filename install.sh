@@ -5,22 +5,29 @@
 #                [--project] [--force] [--dry-run] [--from-source | --download]
 #   ./install.sh --binary-only [--prefix DIR] [--download]
 #   ./install.sh --uninstall [--dry-run]
-#   curl -fsSL https://raw.githubusercontent.com/tasklock/tasklock/main/install.sh | sh
+#   curl -fsSL https://github.com/tasklock/tasklock/releases/latest/download/install.sh | sh
+#   curl -fsSL …/install.sh | sh -s -- --uninstall        (options after `sh -s --`)
+#
+# This script belongs to one release (tasklock_version below, kept equal to Cargo.toml's
+# by the tests) and installs that release only: the archive of its tag, or, built from
+# source, its tag.
 #
 # Where the binary comes from:
 #   - in a checkout of the source: built from it (cargo build --release --locked);
 #   - unpacked from a release archive (tasklock-TARGET.tar.gz): the binary beside it;
 #   - anywhere else (piped into sh, or copied elsewhere): the release archive for this
-#     platform, downloaded from $TASKLOCK_RELEASE_URL (default: the project's latest
-#     GitHub release) with its .sha256, verified (a wrong checksum stops everything,
-#     nothing installed), no Rust toolchain needed. With --from-source
-#     (TASKLOCK_FROM_SOURCE=1), or when no archive fits the platform, it fetches the
-#     source instead: `git clone --depth 1` of $TASKLOCK_REPO (default
-#     https://github.com/tasklock/tasklock.git; any URL or path git accepts), at
-#     $TASKLOCK_REF if set (a branch or tag), and builds it.
-#   - with --download (TASKLOCK_DOWNLOAD=1), the release archive even in a checkout: the
-#     Claude Code plugin, a copy of the repository, brings its binary so (bin/tasklock).
+#     platform, downloaded from $TASKLOCK_RELEASE_URL (default: this script's release on
+#     GitHub) with its .sha256, verified: a wrong, missing or unreadable checksum stops
+#     everything, nothing installed. No Rust toolchain needed. Only with --from-source
+#     (TASKLOCK_FROM_SOURCE=1), or when no archive is made for the platform at all, it
+#     fetches the source instead: `git clone --depth 1` of $TASKLOCK_REPO (default
+#     https://github.com/tasklock/tasklock.git; any URL or path git accepts) at
+#     $TASKLOCK_REF (default: this release's tag, vVERSION), and builds it.
+#   - with --download (TASKLOCK_DOWNLOAD=1), the release archive even in a checkout.
 # --binary-only installs the binaries and nothing else (no skills, no links).
+# --no-receipt records nothing in the receipt: the Claude Code plugin's launcher brings
+# its own binary so (plugins/claude/bin/tasklock), and --uninstall leaves it alone.
+# Every refusal says what to run next, as this script was started (from a file, or piped).
 # Downloads and clones go to a temporary directory that is removed when the script ends,
 # however it ends. The script is POSIX sh throughout (dash, busybox sh, bash).
 #
@@ -71,6 +78,9 @@
 # 64 usage error.
 set -eu
 
+tasklock_version=0.1.0
+script_url=https://github.com/tasklock/tasklock/releases/download/v$tasklock_version/install.sh
+
 tab=$(printf '\t')
 nl='
 '
@@ -78,9 +88,31 @@ nl='
 say() { printf '%s\n' "$*"; }
 warn() { printf 'install.sh: %s\n' "$*" >&2; }
 die() { warn "$*"; exit 1; }
+
+# quote WORD: WORD as the shell reads it back.
+quote() {
+    case $1 in
+        '' | *[!A-Za-z0-9_./:=@%+,-]*) printf "'%s'" "$(printf '%s' "$1" | sed "s/'/'\\\\''/g")" ;;
+        *) printf '%s' "$1" ;;
+    esac
+}
+# Started from a file (sh install.sh), or piped into sh (then $0 is the shell)?
+from_file=0
+if [ -f "$0" ] && grep -q '^tasklock_version=' "$0" 2>/dev/null; then from_file=1; fi
+# again [ARGS...]: the command that runs this script again with ARGS, the way it was
+# started: `sh FILE ARGS` from a file, `curl … | sh -s -- ARGS` when piped into sh.
+again() {
+    if [ "$from_file" = 1 ]; then
+        printf 'sh %s' "$(quote "$0")"
+        [ $# -eq 0 ] || printf ' %s' "$@"
+    else
+        printf 'curl -fsSL %s | sh' "$script_url"
+        [ $# -eq 0 ] || { printf ' -s --'; printf ' %s' "$@"; }
+    fi
+}
 usage_error() {
     warn "$*"
-    printf '%s\n' "Run ./install.sh --help for the options." >&2
+    printf '%s\n' "Run $(again --help) for the options." >&2
     exit 64
 }
 
@@ -111,15 +143,18 @@ Options:
                      downloading the release archive
   --download         in a checkout too: download the release archive instead of building
   --binary-only      install the binaries only: no skills, no links
+  --no-receipt       record nothing in the receipt (--uninstall then leaves it alone)
   -h, --help         show this help
 
-Run from anywhere else (or piped: curl -fsSL .../install.sh | sh), it downloads the
-release archive for this platform and its SHA-256 sum, and installs it only if they match:
+Run from anywhere else (or piped: curl -fsSL .../install.sh | sh, options after
+`sh -s --`), it downloads the release archive of this script's version for this platform
+and its SHA-256 sum, and installs it only if they match (a missing sum is refused too):
   TASKLOCK_RELEASE_URL=URL  where the archives are (default
-                     https://github.com/tasklock/tasklock/releases/latest/download)
-With --from-source, or when no archive fits, it clones the source and builds it:
+                     https://github.com/tasklock/tasklock/releases/download/vVERSION)
+With --from-source, or when no archive is made for the platform, it clones the source
+and builds it:
   TASKLOCK_REPO=URL  the repository (default https://github.com/tasklock/tasklock.git)
-  TASKLOCK_REF=REF   a branch or tag of it (default: its default branch)
+  TASKLOCK_REF=REF   a branch or tag of it (default: this release's tag, vVERSION)
 
 Environment: TASKLOCK_INSTALL_BINARY=PATH installs that binary instead of building.
 Exit status: 0 done, 1 error, 64 usage error.
@@ -146,7 +181,7 @@ need_value() {
 }
 
 bindir='' skills_dir='' agents_dir='' no_agents=0 project=0 force=0 dry_run=0 uninstall=0
-binary_only=0
+binary_only=0 no_receipt=0 given_args=$*
 from_source=${TASKLOCK_FROM_SOURCE:-0} download=${TASKLOCK_DOWNLOAD:-0}
 while [ $# -gt 0 ]; do
     case $1 in
@@ -164,6 +199,7 @@ while [ $# -gt 0 ]; do
         --from-source) from_source=1; shift ;;
         --download) download=1; shift ;;
         --binary-only) binary_only=1; shift ;;
+        --no-receipt) no_receipt=1; shift ;;
         -h|--help) usage; exit 0 ;;
         --) shift; [ $# -eq 0 ] || usage_error "unexpected argument: $1" ;;
         -*) usage_error "unknown option: $1" ;;
@@ -314,7 +350,7 @@ fi
 # Where releases are published: the one place to change it. TASKLOCK_RELEASE_URL
 # overrides it (a mirror, a fork, a directory served for tests); the archives are
 # RELEASE_URL/tasklock-TARGET.tar.gz with RELEASE_URL/tasklock-TARGET.tar.gz.sha256.
-default_release_url=https://github.com/tasklock/tasklock/releases/latest/download
+default_release_url=https://github.com/tasklock/tasklock/releases/download/v$tasklock_version
 release_url=${TASKLOCK_RELEASE_URL:-$default_release_url}
 default_repo=https://github.com/tasklock/tasklock.git
 repo_url=${TASKLOCK_REPO:-$default_repo}
@@ -325,7 +361,7 @@ repo_url=${TASKLOCK_REPO:-$default_repo}
 # checkout); `source` clones the source and builds it (--from-source, or when no archive
 # fits this platform).
 here='' mode=release
-if [ -f "$0" ]; then
+if [ "$from_file" = 1 ]; then
     here=$(CDPATH='' cd -- "$(dirname -- "$0")" && pwd -P)
     if [ -f "$here/Cargo.toml" ] && [ -d "$here/skills" ]; then
         mode=checkout
@@ -360,7 +396,7 @@ fetch() {
         wget -q -T 20 -O "$2" "$1" || _rc=$?
         case $_rc in 0) return 0 ;; 8) return 2 ;; *) return 1 ;; esac
     else
-        die "neither curl nor wget is on PATH: install one of them to download tasklock, or run ./install.sh --from-source from a clone"
+        die "neither curl nor wget is on PATH to download tasklock with; nothing was installed. Next: install curl, then run $(again $given_args)"
     fi
 }
 
@@ -381,12 +417,12 @@ target=''
 if [ "$mode" = release ]; then
     target=$(platform)
     if [ -z "$target" ]; then
-        say "No release archive fits this platform ($(uname -s) $(uname -m)): building from source."
+        say "No release archive is made for this platform ($(uname -s) $(uname -m)): building tasklock $tasklock_version from source."
         mode=source
     fi
 fi
 if [ "$mode" = source ] && ! command -v git >/dev/null 2>&1; then
-    die "git not found on PATH: install.sh clones $repo_url with git to build from source. Install git, or run ./install.sh from a clone."
+    die "git not found on PATH: install.sh clones $repo_url with git to build from source. Next: install git, then run $(again $given_args)"
 fi
 
 if [ -z "$bindir" ]; then
@@ -421,7 +457,7 @@ elif [ "$mode" = unpacked ]; then
 elif [ "$mode" = release ]; then
     :
 elif ! command -v cargo >/dev/null 2>&1; then
-    die "cargo not found on PATH. Install Rust from https://rustup.rs (curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh), open a new shell and run ./install.sh again."
+    die "cargo not found on PATH, and it is needed to build from source. Next: install Rust from https://rustup.rs (curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh), open a new shell and run $(again $given_args)"
 fi
 
 changed=0 unchanged=0 kept=0
@@ -434,7 +470,7 @@ cleanup() {
 finish() {
     _status=$?
     cleanup
-    if [ "$dry_run" = 0 ] && [ -n "$entries" ]; then
+    if [ "$dry_run" = 0 ] && [ "$no_receipt" = 0 ] && [ -n "$entries" ]; then
         if ! { ensure_dir "$receipt_dir" && write_receipt; }; then _status=1; fi
     fi
     exit "$_status"
@@ -565,13 +601,14 @@ if [ "$mode" = release ] && [ -z "$source_bin" ]; then
     rc=0
     fetch "$release_url/$archive.sha256" "$fetched/$archive.sha256" || rc=$?
     if [ "$rc" = 1 ]; then
-        die "cannot download $release_url/$archive.sha256 (no network, or the server is down); try again, set TASKLOCK_RELEASE_URL, or build from a clone with --from-source"
+        die "cannot download the checksum $release_url/$archive.sha256 (no network, or the server is down): nothing was installed, since the archive could not be verified. Next: try again later ($(again $given_args)), or set TASKLOCK_RELEASE_URL to a mirror of the release"
     elif [ "$rc" = 2 ]; then
-        if command -v cargo >/dev/null 2>&1; then
-            say "No release archive for $target at $release_url: building from source."
-            mode=source here=''
+        # No checksum: never install what cannot be verified, and never quietly install
+        # another version instead. Say which of the two is missing.
+        if fetch "$release_url/$archive" "$fetched/$archive"; then
+            die "the checksum $release_url/$archive.sha256 is missing: $archive cannot be verified, so nothing was installed. Next: set TASKLOCK_RELEASE_URL to a release that has it, or build tasklock $tasklock_version from source: $(again --from-source $given_args)"
         else
-            die "no release archive for $target at $release_url (set TASKLOCK_RELEASE_URL), and no cargo to build from source with (https://rustup.rs)"
+            die "no release archive for $target at $release_url (neither $archive nor its .sha256 is there): nothing was installed. Next: set TASKLOCK_RELEASE_URL to where the v$tasklock_version release is, or build it from source: $(again --from-source $given_args)"
         fi
     else
         fetch "$release_url/$archive" "$fetched/$archive" ||
@@ -579,10 +616,10 @@ if [ "$mode" = release ] && [ -z "$source_bin" ]; then
         want=$(awk 'NR == 1 { print $1 }' "$fetched/$archive.sha256")
         got=$(sha256 "$fetched/$archive")
         case $want in
-            *[!0-9a-f]* | '') die "$release_url/$archive.sha256 holds no SHA-256 sum; nothing was installed" ;;
+            *[!0-9a-f]* | '') die "$release_url/$archive.sha256 holds no SHA-256 sum: $archive cannot be verified, so nothing was installed. Next: set TASKLOCK_RELEASE_URL to a release whose checksum is whole, or build from source: $(again --from-source $given_args)" ;;
         esac
         [ "$got" = "$want" ] ||
-            die "the checksum of $archive does not match: expected $want, got $got. The download is damaged or was tampered with; nothing was installed."
+            die "the checksum of $archive does not match: expected $want, got $got. The download is damaged or was tampered with; nothing was installed. Next: try again later ($(again $given_args)); if it keeps failing, report it"
         say "Verified: SHA-256 $got"
         mkdir "$fetched/unpacked"
         (cd "$fetched/unpacked" && gzip -dc "../$archive" | tar -xf -) ||
@@ -601,15 +638,10 @@ if [ "$mode" = source ] && [ -z "$here" ]; then
         die "git not found on PATH: install.sh clones $repo_url with git to build from source"
     [ -n "$fetched" ] || fetched=$(mktemp -d "${TMPDIR:-/tmp}/tasklock-install.XXXXXX") ||
         die "cannot create a temporary directory in ${TMPDIR:-/tmp}"
-    if [ -n "${TASKLOCK_REF:-}" ]; then
-        say "Fetching: git clone --depth 1 --branch $TASKLOCK_REF $repo_url (into $fetched, removed afterwards)"
-        git clone -q --depth 1 --branch "$TASKLOCK_REF" -- "$repo_url" "$fetched/tasklock" ||
-            die "git clone of $repo_url at $TASKLOCK_REF failed (output above); set TASKLOCK_REPO or TASKLOCK_REF"
-    else
-        say "Fetching: git clone --depth 1 $repo_url (into $fetched, removed afterwards)"
-        git clone -q --depth 1 -- "$repo_url" "$fetched/tasklock" ||
-            die "git clone of $repo_url failed (output above); set TASKLOCK_REPO to the repository's URL or path"
-    fi
+    ref=${TASKLOCK_REF:-v$tasklock_version}
+    say "Fetching: git clone --depth 1 --branch $ref $repo_url (into $fetched, removed afterwards)"
+    git clone -q --depth 1 --branch "$ref" -- "$repo_url" "$fetched/tasklock" ||
+        die "git clone of $repo_url at $ref failed (output above): nothing was installed. Next: set TASKLOCK_REPO to the repository's URL or path (and TASKLOCK_REF to a tag of it), then run $(again $given_args)"
     here=$fetched/tasklock
     if [ ! -f "$here/Cargo.toml" ] || [ ! -d "$here/skills" ]; then
         die "$repo_url is not a tasklock repository: no Cargo.toml and skills/ in it"
@@ -722,7 +754,8 @@ fi
 skills_src=$here/skills
 pack=$(mktemp -d "${TMPDIR:-/tmp}/tasklock-pack.XXXXXX") ||
     die "cannot create a temporary directory in ${TMPDIR:-/tmp}"
-if "$source_bin" setup --skills-dir "$pack/skills" --no-agents >/dev/null 2>&1; then
+# (XDG_DATA_HOME: setup's receipt of this temporary copy goes there too.)
+if XDG_DATA_HOME=$pack "$source_bin" setup --skills-dir "$pack/skills" --no-agents >/dev/null 2>&1; then
     skills_src=$pack/skills
 fi
 say "Skills:"
@@ -806,9 +839,9 @@ $skills
 EOF
     if [ -n "$twice" ]; then
         if [ "$project" = 1 ]; then
-            warn "the skills $twice are also installed for your user in $other_skills: Claude Code lists each twice in the model's context. Keep one: ./install.sh --uninstall removes the global install (then run ./install.sh --project again)"
+            warn "the skills $twice are also installed for your user in $other_skills: Claude Code lists each twice in the model's context. Keep one: $(again --uninstall) removes the global install (then run $(again --project) again)"
         else
-            warn "the skills $twice are also in this project's $other_skills: Claude Code lists each twice in the model's context there. Keep one: delete the project's copies, or use only ./install.sh --project"
+            warn "the skills $twice are also in this project's $other_skills: Claude Code lists each twice in the model's context there. Keep one: delete the project's copies, or use only $(again --project)"
         fi
     fi
 fi
@@ -829,7 +862,7 @@ if [ -n "$plugin" ]; then
     if [ "$project" = 1 ]; then
         warn "the tasklock plugin is enabled for your user and \`tasklock init\` wires the same hooks into this project: Claude Code runs each hook twice, and lists the skills twice. Use the plugin or --project, not both (/plugin disable tasklock@tasklock)"
     else
-        warn "the tasklock plugin is enabled for your user and brings the same skills: Claude Code lists each twice. Use the plugin or install.sh, not both (/plugin disable tasklock@tasklock, or ./install.sh --uninstall)"
+        warn "the tasklock plugin is enabled for your user and brings the same skills: Claude Code lists each twice. Use the plugin or install.sh, not both (/plugin disable tasklock@tasklock, or $(again --uninstall))"
     fi
 fi
 

@@ -19,6 +19,14 @@
 # store included, start slower; non-PIE, the binary with it starts as fast as one without
 # (docs/performance.md). TASKLOCK_DIST_BINARY=PATH packages that prebuilt tasklock (and
 # the tasklock-mcp beside it, if any) instead of building: for tests.
+#
+# This archive's binary is the one every channel delivers: scripts/npm.sh packs the npm
+# platform package from it, install.sh and the Claude Code plugin's launcher download it.
+#
+# Reproducible: two runs on one commit with one binary write the same bytes. Every member
+# has the time SOURCE_DATE_EPOCH (default: the commit time of HEAD), owner and group 0,
+# mode 644 or 755; members are in byte order of their names; gzip -n stores no name or
+# time.
 set -eu
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -53,15 +61,31 @@ if [ -x "$(dirname "$bin")/tasklock-mcp" ]; then
 fi
 cp -R "$here/skills" "$stage/$name/skills"
 cp "$here/install.sh" "$here/README.md" "$stage/$name/"
-for f in "$here"/LICENSE*; do
-    if [ -f "$f" ]; then cp "$f" "$stage/$name/"; fi
+for f in LICENSE-MIT LICENSE-APACHE; do
+    [ -f "$here/$f" ] || { echo "dist.sh: $here/$f is missing: the archive must carry the licence" >&2; exit 1; }
+    cp "$here/$f" "$stage/$name/"
 done
-chmod 755 "$stage/$name/tasklock" "$stage/$name/install.sh"
+
+# Fixed modes and times, whatever the umask and the clock.
+epoch=${SOURCE_DATE_EPOCH:-$(git -C "$here" log -1 --format=%ct 2>/dev/null || true)}
+case $epoch in '' | *[!0-9]*) echo "dist.sh: set SOURCE_DATE_EPOCH (seconds): $here is not a git checkout" >&2; exit 1 ;; esac
+stamp=$(TZ=UTC date -d "@$epoch" +%Y%m%d%H%M.%S 2>/dev/null || TZ=UTC date -r "$epoch" +%Y%m%d%H%M.%S)
+find "$stage/$name" -type d -exec chmod 755 {} +
+find "$stage/$name" -type f -exec chmod 644 {} +
+for f in tasklock tasklock-mcp install.sh; do
+    if [ -f "$stage/$name/$f" ]; then chmod 755 "$stage/$name/$f"; fi
+done
+find "$stage/$name" -exec env TZ=UTC touch -h -t "$stamp" {} +
 
 mkdir -p "$out"
 archive=$name.tar.gz
-# Reproducible member order and owners; gzip -n leaves out the name and time.
-(cd "$stage" && tar -cf - "$name" | gzip -n -9 >"$out/$archive.tmp")
+(cd "$stage" && find "$name" -print | LC_ALL=C sort >"$stage/members")
+if tar --version 2>/dev/null | grep -q 'GNU tar'; then
+    set -- --format=ustar --owner=0 --group=0 --numeric-owner --no-recursion -T "$stage/members"
+else
+    set -- --format=ustar --uid 0 --gid 0 --uname '' --gname '' --numeric-owner --no-xattrs --no-mac-metadata -n -T "$stage/members"
+fi
+(cd "$stage" && tar -cf - "$@" | gzip -n -9 >"$out/$archive.tmp")
 mv "$out/$archive.tmp" "$out/$archive"
 if command -v sha256sum >/dev/null 2>&1; then
     sum=$(sha256sum "$out/$archive" | cut -d' ' -f1)

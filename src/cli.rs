@@ -358,6 +358,9 @@ pub struct SetupArgs {
     /// Show what would change without changing anything
     #[arg(long)]
     pub dry_run: bool,
+    /// Remove the skills and links setup installed (listed in its receipt), and nothing else
+    #[arg(long, conflicts_with_all = ["force", "skills_dir", "agents_dir", "no_agents"])]
+    pub uninstall: bool,
 }
 
 // The arguments of `hook`.

@@ -76,6 +76,7 @@ fn run_command(args: Vec<OsString>) -> i32 {
             _ => Vec::new(),
         },
         tools: false,
+        anonymous: cli.global.agent.is_none() && identity::resolve_id(None).is_err(),
     };
     let format = if cli.global.json || cli.global.format == Some(FormatArg::Json) {
         Format::Json
@@ -414,6 +415,7 @@ where
         agent: cli.global.agent.clone(),
         cmd: Vec::new(),
         tools: true,
+        anonymous: false,
     };
     let _ = warnings::take();
     let result = execute(cli);

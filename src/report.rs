@@ -787,8 +787,13 @@ pub struct SetupReport {
     /// The version of tasklock whose skills these are.
     pub version: &'static str,
     pub dry_run: bool,
-    /// One per skill file and link: `created`, `updated`, `unchanged` or `kept` (with
-    /// `--dry-run`: what would happen).
+    /// `--uninstall`: the changes are `removed` or `kept`.
+    pub uninstall: bool,
+    /// The receipt listing what setup installed (read by `--uninstall`).
+    pub receipt: Option<String>,
+    /// One per skill file and link: `created`, `updated`, `unchanged` or `kept`; with
+    /// `--uninstall`, one per path of the receipt: `removed` or `kept` (with `--dry-run`:
+    /// what would happen).
     pub changes: Vec<Change>,
 }
 

@@ -1,10 +1,11 @@
 //! `install.sh` run for real in a throwaway HOME (with a space in its path): what it
 //! installs, that a second run changes nothing, `--dry-run`, the directory flags,
 //! `--project`, `--uninstall` and its receipt, and its errors. The build is skipped with
-//! `TASKLOCK_INSTALL_BINARY`, pointed at the binary cargo built for these tests, except
-//! when the script is piped into `sh` with no checkout around it: then it clones
-//! `TASKLOCK_REPO` and builds for real (about 2 min cold, 40 s once the shared target
-//! directory `target/install-fetch` is warm, measured on 2 cores).
+//! `TASKLOCK_INSTALL_BINARY`, pointed at the binary cargo built for these tests; when the
+//! script is piped into `sh` to build from source, it clones `TASKLOCK_REPO` for real and
+//! runs a stand-in `cargo` that records its arguments and yields that binary (a release
+//! build with LTO takes minutes on 2 cores). Release archives are made from it with
+//! `scripts/dist.sh` and served on loopback, with no cargo on PATH.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
@@ -890,7 +891,9 @@ fn missing_cargo_is_a_clear_error() {
     let out = exec(cmd);
     assert_eq!(out.code, 1, "{}", out.text());
     assert!(
-        out.stderr.contains("rustup.rs") && out.stderr.contains("cargo"),
+        out.stderr.contains("rustup.rs")
+            && out.stderr.contains("cargo")
+            && out.stderr.contains(&format!("run sh {REPO}/install.sh")),
         "{}",
         out.text()
     );
@@ -929,15 +932,13 @@ fn install_and_uninstall_under_dash_and_bash() {
 
 /// `curl -fsSL …/install.sh | sh` as a user runs it: the script on sh's stdin, started in a
 /// directory that is no checkout, with a HOME, XDG_BIN_HOME and TMPDIR of its own.
-/// TASKLOCK_REPO points at `origin`; the build is real (`cargo build --release --locked`),
-/// in a target directory kept under cargo's, so later runs only rebuild tasklock itself.
+/// TASKLOCK_REPO points at `origin`; `cargo` is the stand-in of `fake_cargo`, its calls
+/// logged in HOME/cargo.log.
 fn piped(home: &Home, origin: &str, extra: &[(&str, &str)]) -> (Out, std::time::Duration) {
     let tmpdir = home.join("tmp");
     fs::create_dir_all(&tmpdir).unwrap();
-    let target = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .parent()
-        .unwrap()
-        .join("install-fetch");
+    let target = home.join("target");
+    let path = fake_cargo(&home.join("fake-cargo"));
     // Not `sh install.sh`: `sh` alone, reading the script from stdin.
     let mut cmd = shell_as_for_install(home, Path::new("sh"));
     cmd.current_dir(home.path())
@@ -947,7 +948,10 @@ fn piped(home: &Home, origin: &str, extra: &[(&str, &str)]) -> (Out, std::time::
         .env("TASKLOCK_REPO", origin)
         .env("XDG_BIN_HOME", home.join("bin"))
         .env("TMPDIR", &tmpdir)
-        .env("CARGO_TARGET_DIR", &target);
+        .env("CARGO_TARGET_DIR", &target)
+        .env("PATH", &path)
+        .env("FAKE_CARGO_LOG", home.join("cargo.log"))
+        .env("FAKE_BUILD_OUTPUT", BIN);
     for (k, v) in extra {
         cmd.env(k, v);
     }
@@ -1001,7 +1005,21 @@ fn origin_clone(home: &Home) -> PathBuf {
         .status()
         .expect("git is needed for this test");
     assert!(st.success(), "git clone {REPO}");
+    tag_release(&origin);
     origin
+}
+
+/// Tag HEAD of `repo` as this version's release (`vVERSION`), which install.sh clones
+/// when it builds from source.
+fn tag_release(repo: &Path) {
+    let st = Command::new("git")
+        .args(["tag", &format!("v{}", env!("CARGO_PKG_VERSION"))])
+        .current_dir(repo)
+        .env_remove("GIT_DIR")
+        .env_remove("GIT_WORK_TREE")
+        .status()
+        .unwrap();
+    assert!(st.success(), "git tag in {}", repo.display());
 }
 
 #[test]
@@ -1010,16 +1028,22 @@ fn piped_into_sh_it_clones_builds_installs_and_cleans_up() {
     let origin = origin_clone(&home);
     let url = format!("file://{}", origin.display());
     let (out, took) = piped(&home, &url, &[]);
-    eprintln!("install.sh | sh (clone and release build) took {took:?}");
+    eprintln!("install.sh | sh (clone and build) took {took:?}");
     assert_eq!(out.code, 0, "{}", out.text());
     assert!(
-        out.stdout
-            .contains(&format!("Fetching: git clone --depth 1 {url}"))
-            && out.stdout.contains("cargo build --release --locked"),
+        out.stdout.contains(&format!(
+            "Fetching: git clone --depth 1 --branch v{} {url}",
+            env!("CARGO_PKG_VERSION")
+        )) && out.stdout.contains("cargo build --release --locked"),
         "{}",
         out.text()
     );
 
+    let builds = fs::read_to_string(home.join("cargo.log")).unwrap();
+    assert!(
+        builds.starts_with("build --release --locked"),
+        "cargo ran: {builds}"
+    );
     let bin = home.join("bin/tasklock");
     assert_eq!(
         version_of(&bin),
@@ -1029,8 +1053,8 @@ fn piped_into_sh_it_clones_builds_installs_and_cleans_up() {
         let skill = home.join(".claude/skills").join(&name).join("SKILL.md");
         assert_eq!(
             fs::read(&skill).unwrap(),
-            fs::read(origin.join("skills").join(&name).join("SKILL.md")).unwrap(),
-            "{name}: the fetched repository's skill"
+            repo_skill(&name),
+            "{name}: the built binary's skill"
         );
         assert!(
             home.join(".agents/skills").join(&name).is_symlink(),
@@ -1076,6 +1100,7 @@ fn piped_into_sh_a_bad_repository_fails_clearly_and_cleans_up() {
             .unwrap();
         assert!(st.success());
     }
+    tag_release(&other);
     let (out, _) = piped(&home, &format!("file://{}", other.display()), &[]);
     assert_eq!(out.code, 1, "{}", out.text());
     assert!(
@@ -1173,6 +1198,20 @@ fn piped_into_sh_it_installs_the_release_archive_without_a_toolchain() {
     let left: Vec<_> = fs::read_dir(home.join("tmp")).unwrap().flatten().collect();
     assert!(left.is_empty(), "left in TMPDIR: {left:?}");
     assert!(receipt_paths(&home).contains(&bin));
+
+    // The uninstall the README gives for a piped install: `… | sh -s -- --uninstall`.
+    let path = path_without_cargo(&home);
+    let sh = find_on(&path, "sh").expect("sh on PATH");
+    let mut cmd = shell_as_for_install(&home, &sh);
+    cmd.args(["-s", "--", "--uninstall"])
+        .current_dir(home.path())
+        .env("XDG_BIN_HOME", home.join("bin"))
+        .env("PATH", &path);
+    let out = feed_install_sh(cmd);
+    assert_eq!(out.code, 0, "{}", out.text());
+    assert!(!bin.exists(), "{}", out.text());
+    assert!(!home.join(".claude/skills").exists(), "{}", out.text());
+    assert!(!home.join(".local/share/tasklock/install-receipt").exists());
 }
 
 #[test]
@@ -1215,8 +1254,10 @@ fn a_tampered_archive_or_a_wrong_checksum_installs_nothing() {
     assert!(!home.join("bin").exists());
 }
 
+/// No release at the URL: refused, nothing built or installed, and the message says what
+/// to run next in the words of a piped install (`curl … | sh -s -- --from-source`).
 #[test]
-fn no_archive_for_the_platform_and_no_cargo_is_a_clear_error() {
+fn no_release_at_the_url_is_refused_with_what_to_run_next() {
     let home = Home::new();
     let empty = home.join("empty-release");
     fs::create_dir_all(&empty).unwrap();
@@ -1225,11 +1266,130 @@ fn no_archive_for_the_platform_and_no_cargo_is_a_clear_error() {
     assert_eq!(out.code, 1, "{}", out.text());
     assert!(
         out.stderr.contains("no release archive for")
-            && out.stderr.contains("TASKLOCK_RELEASE_URL"),
+            && out.stderr.contains("nothing was installed")
+            && out.stderr.contains("TASKLOCK_RELEASE_URL")
+            && out.stderr.contains(&format!(
+                "releases/download/v{}/install.sh | sh -s -- --from-source",
+                env!("CARGO_PKG_VERSION")
+            )),
         "{}",
         out.text()
     );
     assert!(!home.join("bin").exists());
+}
+
+/// The archive is there but its checksum is not: refused as unverifiable, even with cargo
+/// at hand (which is not run: no build of another version instead), from a pipe and from
+/// a file, each told what to run in its own words.
+#[test]
+fn a_missing_checksum_is_refused_and_nothing_else_is_installed() {
+    let home = Home::new();
+    let (dir, archive, _) = release_dir(&home);
+    fs::remove_file(dir.join(format!("{archive}.sha256"))).unwrap();
+    let url = release::serve(dir);
+    let log = home.join("cargo.log");
+    let path = fake_cargo(&home.join("fake-cargo"));
+
+    let mut cmd = shell_as_for_install(&home, Path::new("sh"));
+    cmd.current_dir(home.path())
+        .env_remove("TASKLOCK_INSTALL_BINARY")
+        .env_remove("TASKLOCK_FROM_SOURCE")
+        .env("TASKLOCK_RELEASE_URL", &url)
+        .env("XDG_BIN_HOME", home.join("bin"))
+        .env("FAKE_CARGO_LOG", &log)
+        .env("PATH", &path);
+    let out = feed_install_sh(cmd);
+    assert_eq!(out.code, 1, "{}", out.text());
+    assert!(
+        out.stderr
+            .contains(&format!("the checksum {url}/{archive}.sha256 is missing"))
+            && out.stderr.contains("nothing was installed")
+            && out.stderr.contains("| sh -s -- --from-source"),
+        "{}",
+        out.text()
+    );
+
+    // From a file outside a checkout: the same refusal, worded for that file.
+    let script = home.join("dl/install.sh");
+    fs::create_dir_all(script.parent().unwrap()).unwrap();
+    fs::copy(Path::new(REPO).join("install.sh"), &script).unwrap();
+    let mut cmd = shell_as_for_install(&home, Path::new("sh"));
+    cmd.arg(&script)
+        .current_dir(home.path())
+        .env_remove("TASKLOCK_INSTALL_BINARY")
+        .env_remove("TASKLOCK_FROM_SOURCE")
+        .env("TASKLOCK_RELEASE_URL", &url)
+        .env("XDG_BIN_HOME", home.join("bin"))
+        .env("FAKE_CARGO_LOG", &log)
+        .env("PATH", &path)
+        .stdin(Stdio::null());
+    let out = exec(cmd);
+    assert_eq!(out.code, 1, "{}", out.text());
+    assert!(
+        out.stderr.contains("is missing")
+            && out
+                .stderr
+                .contains(&format!("sh '{}' --from-source", script.display())),
+        "{}",
+        out.text()
+    );
+    assert!(
+        !log.exists(),
+        "cargo was run: {:?}",
+        fs::read_to_string(&log)
+    );
+    assert!(!home.join("bin").exists(), "nothing installed");
+    assert!(!home.join(".claude").exists(), "no skills");
+    assert!(!home.join(".local/share/tasklock/install-receipt").exists());
+}
+
+/// A platform no archive is made for builds from source; with no cargo, the refusal
+/// says so and what to run next, piped.
+#[test]
+fn an_unknown_platform_without_cargo_is_told_what_to_run() {
+    let home = Home::new();
+    let path = path_without_cargo(&home);
+    let uname = home.join("uname-shim");
+    fs::create_dir_all(&uname).unwrap();
+    fs::write(
+        uname.join("uname"),
+        "#!/bin/sh\ncase $1 in -s) echo Plan9 ;; -m) echo mips ;; *) echo Plan9 ;; esac\n",
+    )
+    .unwrap();
+    fs::set_permissions(uname.join("uname"), fs::Permissions::from_mode(0o755)).unwrap();
+    let mut joined = uname.into_os_string();
+    joined.push(":");
+    joined.push(&path);
+    let sh = find_on(&path, "sh").expect("sh on PATH");
+    let mut cmd = shell_as_for_install(&home, &sh);
+    cmd.current_dir(home.path())
+        .env_remove("TASKLOCK_INSTALL_BINARY")
+        .env_remove("TASKLOCK_FROM_SOURCE")
+        .env("XDG_BIN_HOME", home.join("bin"))
+        .env("PATH", &joined);
+    let out = feed_install_sh(cmd);
+    assert_eq!(out.code, 1, "{}", out.text());
+    assert!(
+        out.stdout
+            .contains("No release archive is made for this platform (Plan9 mips)")
+            && out.stderr.contains("cargo not found")
+            && out.stderr.contains("install.sh | sh")
+            && !out.stderr.contains("./install.sh"),
+        "{}",
+        out.text()
+    );
+    assert!(!home.join("bin").exists());
+}
+
+/// install.sh installs its own release: its version is the crate's.
+#[test]
+fn install_sh_belongs_to_this_version() {
+    let text = fs::read_to_string(Path::new(REPO).join("install.sh")).unwrap();
+    assert!(
+        text.lines()
+            .any(|l| l == format!("tasklock_version={}", env!("CARGO_PKG_VERSION"))),
+        "set tasklock_version in install.sh to Cargo.toml's version"
+    );
 }
 
 #[test]
@@ -1303,5 +1463,71 @@ fn the_skills_installed_are_the_binarys_own() {
     for name in repo_skills() {
         let skill = home.join(".claude/skills").join(&name).join("SKILL.md");
         assert_eq!(fs::read(&skill).unwrap(), repo_skill(&name), "{name}");
+    }
+}
+
+/// The archive carries the licence files, and two archives made from one commit and one
+/// binary are the same bytes, whatever the umask and temporary directory (fixed times,
+/// modes and owners, sorted members, `gzip -n`).
+#[test]
+fn archives_carry_the_licences_and_are_reproducible() {
+    let home = Home::new();
+    let (dir, archive, built) = release_dir(&home);
+    let again = home.join("again");
+    fs::create_dir_all(home.join("tmp2")).unwrap();
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg("umask 077; exec sh \"$0\" \"$1\"")
+        .arg(Path::new(REPO).join("scripts/dist.sh"))
+        .arg(&again)
+        .env("TASKLOCK_DIST_BINARY", &built)
+        .env("TMPDIR", home.join("tmp2"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (a, b) = (
+        fs::read(dir.join(&archive)).unwrap(),
+        fs::read(again.join(&archive)).unwrap(),
+    );
+    assert!(a == b, "two archives of one commit differ");
+    assert_eq!(
+        fs::read(dir.join(format!("{archive}.sha256"))).unwrap(),
+        fs::read(again.join(format!("{archive}.sha256"))).unwrap()
+    );
+
+    let list = Command::new("tar")
+        .args(["--numeric-owner", "-tvzf"])
+        .arg(dir.join(&archive))
+        .output()
+        .unwrap();
+    let list = String::from_utf8_lossy(&list.stdout);
+    let top = archive.trim_end_matches(".tar.gz");
+    for line in list.lines() {
+        assert!(line.contains(" 0/0 "), "owner not 0/0: {line}");
+    }
+    let unpacked = home.join("unpacked");
+    fs::create_dir_all(&unpacked).unwrap();
+    let st = Command::new("tar")
+        .arg("-xzf")
+        .arg(dir.join(&archive))
+        .current_dir(&unpacked)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    for licence in ["LICENSE-MIT", "LICENSE-APACHE"] {
+        let want = fs::read(Path::new(REPO).join(licence)).unwrap();
+        assert!(
+            String::from_utf8_lossy(&want).contains("tasklock contributors"),
+            "{licence}"
+        );
+        assert_eq!(
+            fs::read(unpacked.join(top).join(licence)).ok(),
+            Some(want),
+            "{licence} in the archive:\n{list}"
+        );
     }
 }

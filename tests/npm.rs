@@ -1,9 +1,12 @@
 //! The npm channel: `scripts/npm.sh` packs the main package and this platform's binary
-//! package; both tarballs are installed with `npm install -g` into a fresh prefix and
-//! HOME, offline, with no cargo on PATH, and the installed `tasklock` checks a task out.
+//! package from the release archive `scripts/dist.sh` wrote; both tarballs are installed
+//! with `npm install -g` into a fresh prefix and HOME, offline, with no cargo on PATH
+//! (with install scripts and without), and the installed `tasklock` checks a task out.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+
+mod release;
 
 const REPO: &str = env!("CARGO_MANIFEST_DIR");
 const BIN: &str = env!("CARGO_BIN_EXE_tasklock");
@@ -23,19 +26,17 @@ fn node_dir() -> Option<PathBuf> {
     found
 }
 
-/// Pack the npm packages from a stripped copy of the binary under test; returns the
-/// main tarball and the platform tarball.
-fn pack(tmp: &Path) -> (PathBuf, PathBuf) {
-    let built = tmp.join("built");
-    std::fs::create_dir_all(&built).unwrap();
-    let bin = built.join("tasklock");
-    std::fs::copy(BIN, &bin).unwrap();
-    assert!(Command::new("strip").arg(&bin).status().unwrap().success());
+/// The release archive of the binary under test (`scripts/dist.sh`), and the npm packages
+/// `scripts/npm.sh` packs from it; returns the main tarball, the platform tarball and the
+/// archive's own `tasklock`, unpacked.
+fn pack(tmp: &Path) -> (PathBuf, PathBuf, Vec<u8>) {
+    let (dir, archive, _) = release::dir(&tmp.join("dist"), Path::new(BIN));
     let out = Command::new("sh")
         .arg(Path::new(REPO).join("scripts/npm.sh"))
+        .arg("--archive")
+        .arg(dir.join(&archive))
         .arg(tmp.join("packages"))
-        .env("TASKLOCK_DIST_BINARY", &bin)
-        .env("TMPDIR", tmp)
+        .env("TMPDIR", tmp.join("dist/tmp"))
         .output()
         .unwrap();
     assert!(
@@ -58,7 +59,22 @@ fn pack(tmp: &Path) -> (PathBuf, PathBuf) {
         .find(|p| *p != &main)
         .expect("the platform package")
         .clone();
-    (main, platform)
+    let unpacked = tmp.join("unpacked");
+    std::fs::create_dir_all(&unpacked).unwrap();
+    let st = Command::new("tar")
+        .arg("-xzf")
+        .arg(dir.join(&archive))
+        .current_dir(&unpacked)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let binary = std::fs::read(
+        unpacked
+            .join(archive.trim_end_matches(".tar.gz"))
+            .join("tasklock"),
+    )
+    .unwrap();
+    (main, platform, binary)
 }
 
 /// `npm install -g` of the tarballs into `prefix`, offline, HOME fresh, no cargo.
@@ -99,8 +115,9 @@ fn npm_install(node: &Path, tmp: &Path, prefix: &Path, tarballs: &[&Path], extra
     );
 }
 
-/// A first checkout through the installed command, in a fresh git repository.
-fn first_checkout(node: &Path, tmp: &Path, tasklock: &Path) {
+/// A first checkout through the installed command, in a fresh git repository, with PATH
+/// `path`.
+fn first_checkout(path: &str, tmp: &Path, tasklock: &Path) {
     let project = tmp.join(format!("project-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&project);
     std::fs::create_dir_all(&project).unwrap();
@@ -116,7 +133,7 @@ fn first_checkout(node: &Path, tmp: &Path, tasklock: &Path) {
         .args(["checkout", "demo-task", "--agent", "demo", "--json"])
         .current_dir(&project)
         .env_clear()
-        .env("PATH", format!("{}:/usr/bin:/bin", node.display()))
+        .env("PATH", path)
         .env("HOME", tmp)
         .stdin(Stdio::null())
         .output()
@@ -131,26 +148,48 @@ fn first_checkout(node: &Path, tmp: &Path, tasklock: &Path) {
     assert_eq!(j["outcome"], "granted", "{j}");
 }
 
+/// A PATH of `sh` alone: in npm's global layout the sh launcher runs no other program
+/// (no node, no readlink) before it execs the binary.
+fn path_without_node(tmp: &Path) -> PathBuf {
+    let shims = tmp.join("shims-no-node");
+    std::fs::create_dir_all(&shims).unwrap();
+    let sh = ["/usr/bin/sh", "/bin/sh"]
+        .iter()
+        .map(Path::new)
+        .find(|p| p.exists())
+        .expect("sh in /usr/bin or /bin");
+    let link = shims.join("sh");
+    if !link.exists() {
+        std::os::unix::fs::symlink(sh, link).unwrap();
+    }
+    shims
+}
+
 #[test]
-fn npm_install_brings_the_prebuilt_binary_and_it_runs() {
+fn npm_install_brings_the_archives_binary_and_it_runs() {
     let Some(node) = node_dir() else { return };
     let tmp = tempfile::tempdir().unwrap();
-    let (main, platform) = pack(tmp.path());
+    let (main, platform, archived) = pack(tmp.path());
 
-    // With install scripts (the default): npm's link runs the native binary itself.
+    // With install scripts (the default): npm's link runs the native binary itself, the
+    // very bytes of the release archive.
     let prefix = tmp.path().join("prefix");
     npm_install(&node, tmp.path(), &prefix, &[&platform, &main], &[]);
     let tasklock = prefix.join("bin/tasklock");
     let real = std::fs::canonicalize(&tasklock).unwrap();
-    let head = std::fs::read(&real).unwrap();
     assert!(
-        !head.starts_with(b"#!"),
-        "the launcher was replaced by the binary: {}",
+        std::fs::read(&real).unwrap() == archived,
+        "{} is not the release archive's binary",
         real.display()
     );
-    first_checkout(&node, tmp.path(), &tasklock);
+    first_checkout(
+        &format!("{}:/usr/bin:/bin", node.display()),
+        tmp.path(),
+        &tasklock,
+    );
 
-    // With install scripts skipped, the Node launcher runs the same binary.
+    // With install scripts skipped, a sh launcher execs the platform package's binary,
+    // the archive's too, with no Node on PATH.
     let prefix = tmp.path().join("prefix-no-scripts");
     npm_install(
         &node,
@@ -161,6 +200,103 @@ fn npm_install_brings_the_prebuilt_binary_and_it_runs() {
     );
     let tasklock = prefix.join("bin/tasklock");
     let head = std::fs::read(std::fs::canonicalize(&tasklock).unwrap()).unwrap();
-    assert!(head.starts_with(b"#!/usr/bin/env node"), "the launcher");
-    first_checkout(&node, tmp.path(), &tasklock);
+    assert!(head.starts_with(b"#!/bin/sh"), "the sh launcher");
+    let plat = std::fs::read_dir(prefix.join("lib/node_modules/@tasklock"))
+        .unwrap()
+        .flatten()
+        .next()
+        .expect("the platform package")
+        .path();
+    assert!(
+        std::fs::read(plat.join("bin/tasklock")).unwrap() == archived,
+        "the platform package's binary is not the release archive's"
+    );
+    let shims = path_without_node(tmp.path());
+    first_checkout(&shims.display().to_string(), tmp.path(), &tasklock);
+
+    // The uninstall the README gives for npm: `tasklock setup --uninstall`, then `npm
+    // uninstall -g tasklock`; nothing of tasklock is left in HOME or the prefix.
+    let home = tmp.path().join("user-home");
+    std::fs::create_dir_all(&home).unwrap();
+    for args in [&["setup"][..], &["setup", "--uninstall"]] {
+        let out = Command::new(&tasklock)
+            .args(args)
+            .env_clear()
+            .env("PATH", &shims)
+            .env("HOME", &home)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "tasklock {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let out = Command::new(node.join("npm"))
+        .args(["uninstall", "-g", "--prefix"])
+        .arg(&prefix)
+        .arg("tasklock")
+        .env_clear()
+        .env("HOME", &home)
+        .env("PATH", format!("{}:/usr/bin:/bin", node.display()))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!tasklock.exists() && !tasklock.is_symlink(), "bin/tasklock");
+    let left: Vec<_> = walk(&home)
+        .into_iter()
+        .filter(|p| !p.starts_with(home.join(".npm")) && !p.ends_with(".local/share"))
+        .filter(|p| *p != home.join(".local"))
+        .collect();
+    assert!(left.is_empty(), "left in HOME: {left:?}");
+}
+
+/// Every path under `dir`.
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        out.push(e.path());
+        if e.file_type().unwrap().is_dir() {
+            out.extend(walk(&e.path()));
+        }
+    }
+    out
+}
+
+/// The release workflow builds each platform's binary once (scripts/dist.sh, every store,
+/// static non-PIE on Linux) and packs the npm platform package from that archive; npm.sh
+/// builds nothing of its own.
+#[test]
+fn the_release_packs_npm_from_the_archive_it_built() {
+    let read = |p: &str| std::fs::read_to_string(Path::new(REPO).join(p)).unwrap();
+    let workflow = read(".github/workflows/release.yml");
+    let npm_runs: Vec<&str> = workflow
+        .lines()
+        .filter(|l| l.contains("run: ") && l.contains("scripts/npm.sh"))
+        .collect();
+    assert_eq!(
+        npm_runs.iter().map(|l| l.trim()).collect::<Vec<_>>(),
+        [
+            "- run: sh scripts/npm.sh --archive dist/tasklock-${{ matrix.target }}.tar.gz dist/npm",
+            "- run: sh scripts/npm.sh --main-only dist/npm",
+        ],
+        "{workflow}"
+    );
+    assert!(
+        workflow.contains("TASKLOCK_DIST_TARGET=${{ matrix.target }} sh scripts/dist.sh dist"),
+        "{workflow}"
+    );
+    let npm = read("scripts/npm.sh");
+    assert!(!npm.contains("cargo "), "npm.sh builds nothing itself");
+    let dist = read("scripts/dist.sh");
+    assert!(
+        dist.contains("cargo build --release --locked --features postgres")
+            && dist.contains("-C target-feature=+crt-static -C relocation-model=static"),
+        "dist.sh builds the release binary: every store, static non-PIE"
+    );
 }

@@ -560,7 +560,14 @@ fn hooks_check(project: &Path) -> Check {
     } else {
         ok(
             "hooks",
-            format!("{} wires all four hooks", settings.display()),
+            format!(
+                "{} wires all {} of tasklock's hooks ({})",
+                settings.display(),
+                crate::clients::hooks_json::HOOK_EVENTS.len(),
+                crate::clients::hooks_json::HOOK_EVENTS
+                    .map(|(event, _)| event)
+                    .join(", ")
+            ),
         )
     }
 }

@@ -24,6 +24,9 @@ pub struct Invocation {
     /// For the MCP server: suggest tool calls (`checkout {"key":"K","queue":true}`)
     /// instead of command lines, which the session could not run as its agent.
     pub tools: bool,
+    /// The caller has no identity (no `--agent`, none in the environment, not a
+    /// terminal): a hint meant for a holder names it with `--agent`, or it could not run.
+    pub anonymous: bool,
 }
 
 impl Invocation {
@@ -54,6 +57,18 @@ impl Invocation {
     /// `tasklock ARGS KEY …` as a code span, KEY shell-quoted.
     pub fn cmd(&self, args: &str, key: &str) -> String {
         self.code(&format!("{args} {}", shell_quote(key)))
+    }
+
+    /// The flags for a command the holder `agent` runs: its `--agent` when the caller
+    /// has no identity of its own.
+    pub fn for_holder(&self, agent: &str) -> Invocation {
+        Invocation {
+            agent: match &self.agent {
+                None if self.anonymous => Some(agent.to_string()),
+                given => given.clone(),
+            },
+            ..self.clone()
+        }
     }
 
     /// The same flags without `--agent`: for a command meant for another agent.

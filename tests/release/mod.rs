@@ -39,6 +39,7 @@ pub fn dir(work: &Path, bin: &Path) -> (PathBuf, String, PathBuf) {
     (dir, archive, packed)
 }
 
+#[allow(dead_code)] // tests/npm.rs packs a release but serves none
 /// Serve `dir` over HTTP on loopback (GET only; 404 for what is not there) until the
 /// test ends. Returns the base URL.
 pub fn serve(dir: PathBuf) -> String {

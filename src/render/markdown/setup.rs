@@ -3,6 +3,9 @@
 use super::*;
 
 pub(super) fn setup(r: &crate::report::SetupReport, inv: &Invocation) -> String {
+    if r.uninstall {
+        return setup_uninstall(r, inv);
+    }
     let changed = r
         .changes
         .iter()
@@ -41,6 +44,39 @@ pub(super) fn setup(r: &crate::report::SetupReport, inv: &Invocation) -> String 
             "Next: new Claude Code and Codex sessions load the skills; in each project, {} wires the hooks.",
             inv.code("init")
         )
+    };
+    let _ = writeln!(out, "\n{next}");
+    out
+}
+
+/// `setup --uninstall`: what it removed of the receipt's paths, and what it kept.
+fn setup_uninstall(r: &crate::report::SetupReport, inv: &Invocation) -> String {
+    let removed = r.changes.iter().filter(|c| c.action == "removed").count();
+    let kept = r.changes.len() - removed;
+    let receipt = r.receipt.as_deref().unwrap_or("its receipt");
+    if r.changes.is_empty() {
+        return format!(
+            "Nothing to remove: no path installed by `tasklock setup` is listed in {}.\n\nNext: remove the binary the way it was installed (see the README's Uninstall).\n",
+            code(receipt)
+        );
+    }
+    let mut out = if r.dry_run {
+        format!(
+            "Dry run: `tasklock setup --uninstall` would remove {removed} of the {} paths setup installed.\n",
+            r.changes.len()
+        )
+    } else {
+        format!(
+            "Uninstalled what `tasklock setup` installed: {removed} paths removed, {kept} kept.\n"
+        )
+    };
+    changes_table(&mut out, "Path", &r.changes, r.dry_run);
+    let next = if r.dry_run {
+        format!("Next: run {} to apply.", inv.code("setup --uninstall"))
+    } else if kept > 0 {
+        "Next: the paths kept hold what you wrote or changed, and are yours now; delete them by hand if you do not want them. Then remove the binary the way it was installed (see the README's Uninstall).".to_string()
+    } else {
+        "Next: remove the binary the way it was installed (see the README's Uninstall); hooks that `tasklock init` wrote into projects stay there.".to_string()
     };
     let _ = writeln!(out, "\n{next}");
     out

@@ -40,7 +40,7 @@ pub(super) fn status(r: &StatusReport, inv: &Invocation) -> String {
             let _ = writeln!(
                 out,
                 "\nNext: if it is yours, {} when done; otherwise pick another task.",
-                inv.cmd("release", &r.key)
+                inv.for_holder(&c.agent.id).cmd("release", &r.key)
             );
         }
         None => {

@@ -126,7 +126,7 @@ pub fn open_early(cfg: Option<&Config>) -> Result<bool> {
 pub fn from_env_or_config(cfg: Option<&Config>) -> Result<Option<Box<dyn crate::store::Store>>> {
     match selected(cfg)? {
         Some(t) => Err(Error::Store(format!(
-            "{} selects the PostgreSQL store ({}), but this tasklock was built without it; install the prebuilt binary, which has it (`curl -fsSL https://raw.githubusercontent.com/tasklock/tasklock/main/install.sh | sh`), or build with `cargo build --release --features postgres` (or `TASKLOCK_FEATURES=postgres ./install.sh`), or unset it to use the lock directory",
+            "{} selects the PostgreSQL store ({}), but this tasklock was built without it; install the prebuilt binary, which has it (`curl -fsSL https://github.com/tasklock/tasklock/releases/latest/download/install.sh | sh`), or build with `cargo build --release --features postgres` (or `TASKLOCK_FEATURES=postgres ./install.sh`), or unset it to use the lock directory",
             t.source, t.masked
         ))),
         None => Ok(None),
