@@ -463,3 +463,98 @@ fn stage_takes_the_last_editors_files_subagents_included() {
     let r = tl(&env, &top, None, &["stage"]);
     assert_eq!(r.code, 64, "{}", r.text());
 }
+
+/// Edits through a link from outside the repository, and of files whose names hold a
+/// tab, a newline or U+202E, are recorded as the files they change: another agent's
+/// commit of them is refused, and their editor's `stage` takes them.
+#[test]
+fn edits_through_links_and_of_odd_names_are_recorded() {
+    let (env, top) = repo();
+    session_event(&env, &top, "sess-a", "session-start");
+    session_event(&env, &top, "sess-b", "session-start");
+    let elsewhere = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(top.join("src"), elsewhere.path().join("alias")).unwrap();
+    let via = elsewhere.path().join("alias/b.rs");
+    edit_as(
+        &env,
+        &top,
+        "sess-b",
+        None,
+        via.to_str().unwrap(),
+        "b, by B\n",
+    );
+    let odd = ["src/tab\there.rs", "src/new\nline.rs", "src/\u{202e}txt.rs"];
+    for f in odd {
+        edit_as(&env, &top, "sess-b", None, f, "odd, by B\n");
+    }
+    let recs = records(&top);
+    let mut want: Vec<&str> = odd.to_vec();
+    want.push("src/b.rs");
+    want.sort();
+    assert_eq!(
+        recs.iter()
+            .map(|r| r["file"].as_str().unwrap())
+            .collect::<Vec<_>>(),
+        want
+    );
+    assert!(recs.iter().all(|r| r["agent"] == "sess-b"), "{recs:?}");
+
+    // A stages everything and commits: refused, B's four files named.
+    git(&top, &["add", "-A"]);
+    let before = head(&top);
+    let r = commit(&env, &top, Some("sess-a"), "everything");
+    assert_ne!(r.code, 0, "{}", r.text());
+    assert_eq!(head(&top), before, "nothing was committed");
+    let j = tl(&env, &top, Some("sess-a"), &["guard-commit", "--json"]).json();
+    let mut refused: Vec<&str> = j["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["file"].as_str().unwrap())
+        .collect();
+    refused.sort();
+    assert_eq!(refused, want, "{j}");
+    // B's `stage` takes them.
+    git(&top, &["reset", "-q"]);
+    let j = tl(&env, &top, Some("sess-b"), &["stage", "--json"]).json();
+    assert_eq!(j["staged"], 4, "{j}");
+}
+
+/// `stage` finds the caller's edits however git spells their names: decomposed (NFD) on
+/// disk while recorded in NFC, and in a repository with `core.ignorecase` (recorded in
+/// lower case, named by git as they are cased on disk).
+#[test]
+fn stage_finds_own_edits_in_nfd_and_where_case_is_ignored() {
+    let (env, top) = repo();
+    let nfd = "src/cafe\u{301}.rs";
+    edit_as(&env, &top, "sess-a", None, nfd, "x\n");
+    git(&top, &["config", "core.ignorecase", "true"]);
+    edit_as(&env, &top, "sess-a", None, "src/Mixed.RS", "y\n");
+    let files: Vec<String> = records(&top)
+        .iter()
+        .map(|r| r["file"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(files, ["src/café.rs", "src/mixed.rs"]);
+    let j = tl(&env, &top, Some("sess-a"), &["stage", "--json"]).json();
+    let got: Vec<&str> = j["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["file"].as_str().unwrap())
+        .collect();
+    assert_eq!(got, ["src/Mixed.RS", nfd], "{j}");
+    assert_eq!(j["staged"], 2, "{j}");
+    let index = git(
+        &top,
+        &[
+            "-c",
+            "core.quotepath=false",
+            "diff",
+            "--cached",
+            "--name-only",
+        ],
+    );
+    let mut index: Vec<&str> = index.lines().collect();
+    index.sort();
+    assert_eq!(index, ["src/Mixed.RS", nfd]);
+}
