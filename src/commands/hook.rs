@@ -77,7 +77,7 @@ pub fn run(
             .map_err(|e| Error::io(".", e))
     };
     if event == "pre-tool-use" {
-        if let Some((files, flavor)) = edit_gate::edited_files(&payload) {
+        if let Some(edited) = edit_gate::edited_files(&payload) {
             // An edit: judged against the path checkouts (none without a lock directory).
             let cwd = project()?;
             let dir = match crate::discover::explicit(global_dir.as_deref())
@@ -89,7 +89,21 @@ pub fn run(
             let authorize_session = |store: &dyn crate::store::Store| {
                 authorize(&session, store.read_agent(&session)?.as_ref())
             };
-            return edit_gate::judge(dir, &cwd, &agent, &files, flavor, &authorize_session);
+            let verdict = edit_gate::judge(dir, &cwd, &agent, &edited, &authorize_session);
+            // An edit no PostToolUse will follow (a patch applied through Codex's shell)
+            // is recorded now, unless it was refused. A failing gate allows the edit
+            // (below), so it is recorded then too.
+            if edited.record_when_allowed && !verdict.as_ref().is_ok_and(|v| v.denied) {
+                let now = crate::clock::now()?;
+                for file in &edited.files {
+                    if let Err(e) = edit_gate::record_edit(&cwd, &agent, file, &now) {
+                        eprintln!(
+                            "tasklock hook pre-tool-use: the edit of {file} was not recorded: {e}"
+                        );
+                    }
+                }
+            }
+            return verdict.map(|v| v.output);
         }
         // Needs no lock directory: it only rewrites the command.
         return Ok(pre_tool_use(&payload, subagent.as_ref()));
@@ -143,8 +157,9 @@ pub fn run(
     }
     authorize(&session, registered.as_ref())?;
     if event == "post-tool-use"
-        && let Some((files, _)) = edit_gate::edited_files(&payload)
+        && let Some(edited) = edit_gate::edited_files(&payload)
     {
+        let files = edited.files;
         // The edit happened (PostToolUse follows only a tool call that succeeded): record
         // who made it, for the commit guard and `tasklock stage`. A failure here must not
         // cost the session its heartbeat.
