@@ -558,3 +558,151 @@ fn stage_finds_own_edits_in_nfd_and_where_case_is_ignored() {
     index.sort();
     assert_eq!(index, ["src/Mixed.RS", nfd]);
 }
+
+/// Run `cmd` with `stdin`, killed after `limit`: (the run, how long it took), or a
+/// failure naming `what` when it did not end in time (the wait it makes is unbounded).
+fn bounded(
+    mut cmd: Command,
+    stdin: &str,
+    limit: std::time::Duration,
+    what: &str,
+) -> (Run, std::time::Duration) {
+    let started = std::time::Instant::now();
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} still waited after {limit:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    let run = Run {
+        code: out.status.code().unwrap(),
+        stdout: String::from_utf8(out.stdout).unwrap(),
+        stderr: String::from_utf8(out.stderr).unwrap(),
+    };
+    (run, started.elapsed())
+}
+
+/// A process stopped while holding the edit records' lock hangs nothing: the edit hook
+/// gives up after `guard_timeout` (from config.yaml here), still allows the edit, and
+/// tells the user and the model that it was not recorded, naming the stopped holder;
+/// `tasklock stage` gives up on its clean-up (TASKLOCK_GUARD_TIMEOUT here) and stages.
+#[test]
+fn a_stopped_holder_of_the_edit_lock_hangs_no_hook() {
+    let (env, top) = repo();
+    edit_as(&env, &top, "sess-a", None, "src/a.rs", "A\n");
+    let lock = top.join(".git/tasklock/edits/.lock");
+    let holder = Holder(
+        Command::new("flock")
+            .arg("-o")
+            .arg(&lock)
+            .args(["sleep", "60"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("flock(1) from util-linux"),
+    );
+    let held = || {
+        !Command::new("flock")
+            .arg("-n")
+            .arg(&lock)
+            .arg("true")
+            .status()
+            .unwrap()
+            .success()
+    };
+    let t = std::time::Instant::now();
+    while !held() {
+        assert!(t.elapsed().as_secs() < 10, "flock never took the lock");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let pid = holder.0.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-STOP", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    std::fs::write(top.join(".locks/config.yaml"), "guard_timeout: 1s\n").unwrap();
+
+    let path = top.join("src/b.rs");
+    std::fs::write(&path, "B\n").unwrap();
+    let payload = json!({
+        "session_id": "sess-b", "cwd": top, "hook_event_name": "PostToolUse",
+        "tool_name": "Write", "tool_input": {"file_path": path, "content": "B\n"},
+    });
+    let mut cmd = base_cmd(&env.now);
+    use_store(&mut cmd, &top.join(".locks"));
+    cmd.args(["hook", "post-tool-use"]).current_dir(&top);
+    let (r, took) = bounded(
+        cmd,
+        &payload.to_string(),
+        std::time::Duration::from_secs(20),
+        "the hook",
+    );
+    assert_eq!(r.code, 0, "{}", r.text());
+    assert!(took < std::time::Duration::from_secs(4), "took {took:?}");
+    assert!(
+        r.stderr.contains("gave up after 1s")
+            && r.stderr.contains(&format!("pid {pid}"))
+            && r.stderr.contains("stopped"),
+        "{}",
+        r.text()
+    );
+    let v = r.json();
+    let told = v["systemMessage"].as_str().unwrap_or_default();
+    assert!(
+        told.contains("not recorded") && told.contains("src/b.rs`"),
+        "{v}"
+    );
+    assert_eq!(
+        v["hookSpecificOutput"]["hookEventName"], "PostToolUse",
+        "{v}"
+    );
+    assert!(
+        v["hookSpecificOutput"]["additionalContext"]
+            .as_str()
+            .unwrap()
+            .contains("git add -- FILE"),
+        "{v}"
+    );
+    assert!(records(&top).iter().all(|r| r["file"] != "src/b.rs"));
+
+    std::fs::write(top.join(".locks/config.yaml"), "").unwrap();
+    let mut cmd = base_cmd(&env.now);
+    use_store(&mut cmd, &top.join(".locks"));
+    cmd.args(["stage", "--json"])
+        .current_dir(&top)
+        .env("TASKLOCK_AGENT", "sess-a")
+        .env("TASKLOCK_GUARD_TIMEOUT", "1s");
+    let (r, took) = bounded(cmd, "", std::time::Duration::from_secs(20), "stage");
+    assert_eq!(r.code, 0, "{}", r.text());
+    assert!(took < std::time::Duration::from_secs(4), "took {took:?}");
+    assert!(r.stderr.contains("gave up after 1s"), "{}", r.text());
+    assert_eq!(r.json()["staged"], 1, "{}", r.text());
+}
+
+/// A child killed (and reaped) when the test ends, however it ends.
+struct Holder(std::process::Child);
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

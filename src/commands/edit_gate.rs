@@ -82,6 +82,8 @@ pub struct Verdict {
     pub output: Option<String>,
     /// The edit was refused.
     pub denied: bool,
+    /// `guard_timeout` of the lock directory's config.yaml, when it was read.
+    pub guard_timeout: Option<std::time::Duration>,
 }
 
 /// The files an editing tool call edits, and how to answer. `None`: not an editing
@@ -227,13 +229,18 @@ pub fn judge(
         return Ok(Verdict::default());
     };
     let cfg = ctx.config()?;
+    let guard_timeout = Some(cfg.guard_timeout);
+    let verdict = |said: Vec<Said>| Verdict {
+        guard_timeout,
+        ..verdict(said, flavor)
+    };
     if let Some(why) = edited.unknown {
         // A shell patch whose files cannot be told: refused (or warned about) while any
         // path checkout is held, since any of them might be in it.
         if cfg.enforce == Enforce::Off || epaths::Coverage::load(&*store)?.is_empty() {
-            return Ok(Verdict::default());
+            return Ok(verdict(Vec::new()));
         }
-        return Ok(verdict(vec![unknown_patch(cfg.enforce, why)], flavor));
+        return Ok(verdict(vec![unknown_patch(cfg.enforce, why)]));
     }
     let root = epaths::root(&ctx, cwd);
     let mut judged: Vec<Judged> = Vec::new();
@@ -276,7 +283,7 @@ pub fn judge(
             });
         }
         if said.iter().any(|s| matches!(s, Said::Deny(..))) {
-            return Ok(verdict(said, flavor));
+            return Ok(verdict(said));
         }
     }
     for j in &judged {
@@ -296,18 +303,19 @@ pub fn judge(
                 let refused = matches!(s, Said::Deny(..));
                 said.push(s);
                 if refused {
-                    return Ok(verdict(said, flavor));
+                    return Ok(verdict(said));
                 }
             }
         }
     }
-    Ok(verdict(said, flavor))
+    Ok(verdict(said))
 }
 
 fn verdict(said: Vec<Said>, flavor: Flavor) -> Verdict {
     Verdict {
         denied: said.iter().any(|s| matches!(s, Said::Deny(..))),
         output: render(said, flavor),
+        guard_timeout: None,
     }
 }
 
@@ -473,7 +481,13 @@ fn auto_checkout(
 /// worktree that holds it (the one of `cwd`, or another worktree of its repository
 /// reached through a link or an absolute path). A file outside the repository is not
 /// recorded.
-pub fn record_edit(cwd: &Path, agent: &str, file: &str, now: &Time) -> Result<()> {
+pub fn record_edit(
+    cwd: &Path,
+    agent: &str,
+    file: &str,
+    now: &Time,
+    wait: std::time::Duration,
+) -> Result<()> {
     let Some(root) = crate::paths::roots(cwd).map(|r| r.worktree) else {
         return Ok(());
     };
@@ -490,18 +504,21 @@ pub fn record_edit(cwd: &Path, agent: &str, file: &str, now: &Time) -> Result<()
             agent: agent.to_string(),
             at: *now,
         },
+        wait,
     )
 }
 
 /// Forget the edits of `agent` and its subagents in the worktree of `cwd` (its session
 /// ended), and every entry past the retention.
-pub fn forget_edits(cwd: &Path, agent: &str, now: &Time) -> Result<()> {
+pub fn forget_edits(cwd: &Path, agent: &str, now: &Time, wait: std::time::Duration) -> Result<()> {
     let Some(dir) = crate::paths::roots(cwd).and_then(|r| edits::dir(&r.worktree)) else {
         return Ok(());
     };
-    edits::forget(&dir, &mut |e| {
-        edits::is_own(&e.agent, agent) || e.expired(now)
-    })?;
+    edits::forget(
+        &dir,
+        &mut |e| edits::is_own(&e.agent, agent) || e.expired(now),
+        wait,
+    )?;
     Ok(())
 }
 

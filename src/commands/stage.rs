@@ -46,7 +46,12 @@ pub fn run(ctx: &Ctx, dry_run: bool) -> Result<Report> {
     if !dry_run {
         crate::warnings::after_change(
             "old edit records were not forgotten",
-            edits::forget(&dir, &mut |e| e.expired(&now)).map(drop),
+            edits::forget(
+                &dir,
+                &mut |e| e.expired(&now),
+                edits::wait_for(ctx.config().ok().map(|c| c.guard_timeout), false),
+            )
+            .map(drop),
         );
     }
     if mine.is_empty() {
