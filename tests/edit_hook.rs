@@ -905,6 +905,13 @@ fn a_codex_shell_patch_is_judged_as_the_tool() {
         let r = hook(&env, &top, &shell("bob", &top, command));
         assert_eq!(r.stdout, "", "{command}: {}", r.text());
     }
+    // Text that names the program and carries patch headers without running it is judged
+    // (a false alarm is cheaper than a miss), but it is no edit to record.
+    let notes = "cat > notes.md <<'EOF'\nrun apply_patch with:\n*** Update File: src/b/y.rs\nEOF\n";
+    let r = hook(&env, &top, &shell("bob", &top, notes));
+    assert_eq!(r.stdout, "", "{}", r.text());
+    let notes = notes.replace("src/b/y.rs", "src/a.rs");
+    assert!(denied(&hook(&env, &top, &shell("bob", &top, &notes))).is_some());
     assert_eq!(records(&top).len(), 1);
     // A patch read from elsewhere: which files it changes cannot be told.
     for command in [

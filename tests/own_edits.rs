@@ -505,6 +505,11 @@ fn edits_through_links_and_of_odd_names_are_recorded() {
     let r = commit(&env, &top, Some("sess-a"), "everything");
     assert_ne!(r.code, 0, "{}", r.text());
     assert_eq!(head(&top), before, "nothing was committed");
+    // In markdown the hidden characters are shown as code points, the table intact, and
+    // the unstage command quotes them as `$'…'`.
+    let guard = tl(&env, &top, Some("sess-a"), &["guard-commit"]);
+    assert_eq!(guard.code, 2, "{}", guard.text());
+    snap!(env, "odd_names", guard);
     let j = tl(&env, &top, Some("sess-a"), &["guard-commit", "--json"]).json();
     let mut refused: Vec<&str> = j["files"]
         .as_array()

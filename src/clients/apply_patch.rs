@@ -24,6 +24,9 @@ pub struct ShellPatch {
     /// read from elsewhere (`apply_patch < p.diff`, a pipe), or a `cd` goes to a place
     /// only the shell knows (`cd "$DIR"`, `cd -`).
     pub unknown: Option<&'static str>,
+    /// The command runs the program (in command position); else it only names it and
+    /// carries patch headers, which are judged but may be no edit at all.
+    pub invoked: bool,
 }
 
 /// The patch's text is not in the command.
@@ -67,6 +70,7 @@ pub fn shell_patch(command: &str) -> Option<ShellPatch> {
             files,
             dirs: Vec::new(),
             unknown: None,
+            invoked: false,
         });
     };
     let unknown = if dirs.iter().any(Option::is_none) {
@@ -80,6 +84,7 @@ pub fn shell_patch(command: &str) -> Option<ShellPatch> {
         files,
         dirs: dirs.into_iter().flatten().collect(),
         unknown,
+        invoked: true,
     })
 }
 
@@ -435,9 +440,11 @@ mod tests {
         ] {
             assert_eq!(sp(cmd), None, "{cmd:?}");
         }
-        // Named with a patch it carries: judged by the patch.
+        // Named with a patch it carries: judged by the patch, but not run.
         let cmd = format!("echo '{PATCH}' > p; echo apply_patch");
         assert_eq!(files(&cmd).0, ["src/a.rs"]);
+        assert!(!sp(&cmd).unwrap().invoked);
+        assert!(sp(&format!("apply_patch '{PATCH}'")).unwrap().invoked);
     }
 
     #[test]

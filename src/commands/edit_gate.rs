@@ -166,7 +166,8 @@ fn shell_edit(input: &Value) -> Option<Edited> {
         files: patch.files.iter().map(|f| join(&base, f)).collect(),
         flavor: Flavor::Codex,
         unknown: patch.unknown,
-        record_when_allowed: true,
+        // Only a patch the command really applies is an edit to record.
+        record_when_allowed: patch.invoked,
     })
 }
 
