@@ -660,6 +660,7 @@ fn a_codex_patch_of_a_file_another_session_checked_out_is_denied() {
     let shell_a = "cd src && apply_patch <<'PATCH'\n*** Begin Patch\n*** Update File: a.rs\n@@\n-a-old\n+a-from-shell\n*** End Patch\nPATCH\n";
     let shell_arg_a = "applypatch '*** Begin Patch\n*** Update File: src/a.rs\n@@\n-a-old\n+a-from-arg\n*** End Patch\n'";
     let shell_c = "apply_patch <<'PATCH'\n*** Begin Patch\n*** Update File: src/c.rs\n@@\n-c-old\n+c-new\n*** End Patch\nPATCH\n";
+    let shell_workdir_a = "apply_patch <<'PATCH'\n*** Begin Patch\n*** Update File: a.rs\n@@\n-a-old\n+a-from-workdir\n*** End Patch\nPATCH\n";
     std::fs::write(project.join("src/c.rs"), "c-old\n").unwrap();
     let stub_b = CodexStub::start(CodexScript {
         commands: vec![
@@ -669,9 +670,14 @@ fn a_codex_patch_of_a_file_another_session_checked_out_is_denied() {
             shell_a.into(),
             shell_arg_a.into(),
             shell_c.into(),
+            // The shell's own working directory for the command.
+            e2e::Script::tool_call(
+                "exec_command",
+                serde_json::json!({ "cmd": shell_workdir_a, "workdir": "src" }),
+            ),
         ],
         // Live until its edits are looked at (a session's end forgets them).
-        hold_after: Some(5),
+        hold_after: Some(6),
         sessions: 2,
         ..CodexScript::default()
     });
@@ -683,7 +689,7 @@ fn a_codex_patch_of_a_file_another_session_checked_out_is_denied() {
         codex_cmd(&home_b, &project, "Edit both files."),
         "codex exec (b)",
     );
-    let b_done = stub_b.wait_outputs("call_5", 1, SESSION_TIMEOUT);
+    let b_done = stub_b.wait_outputs("call_6", 1, SESSION_TIMEOUT);
     let edits = edit_records(&project);
     stub_b.release();
     let out_b = b.wait(SESSION_TIMEOUT);
@@ -749,7 +755,7 @@ fn a_codex_patch_of_a_file_another_session_checked_out_is_denied() {
     );
 
     // The routes around the tool are denied the same way; the file is as it was.
-    for call in ["call_2", "call_3", "call_4"] {
+    for call in ["call_2", "call_3", "call_4", "call_6"] {
         let out = stub_b.outputs_of(call).into_values().next();
         let out = out.unwrap_or_else(|| panic!("no output of B's {call}\n{}", context()));
         for part in [
