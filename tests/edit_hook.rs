@@ -937,3 +937,46 @@ fn records(top: &Path) -> Vec<Value> {
         .map(|e| serde_json::from_slice(&std::fs::read(e.path()).unwrap()).unwrap())
         .collect()
 }
+
+/// An absolute path into another worktree of the same repository is that worktree's file
+/// (all worktrees share one layout, and one lock directory): judged by its path there.
+#[test]
+fn a_file_of_another_worktree_is_judged_by_its_path_there() {
+    let (env, top) = repo();
+    std::fs::write(top.join("src/held.txt"), "x\n").unwrap();
+    let git = |args: &[&str]| {
+        let ok = std::process::Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+            .args(args)
+            .current_dir(&top)
+            .output()
+            .unwrap();
+        assert!(ok.status.success(), "{args:?}: {ok:?}");
+    };
+    git(&["add", "src/held.txt"]);
+    git(&["commit", "-q", "-m", "held"]);
+    let elsewhere = tempfile::tempdir().unwrap();
+    let other = elsewhere.path().join("wt2");
+    git(&["worktree", "add", "-q", "--detach", other.to_str().unwrap()]);
+    ok(&env, &top, "alice", &["checkout", "--path", "src/held.txt"]);
+    let r = hook(
+        &env,
+        &top,
+        &edit("bob", &top, "Write", &other.join("src/held.txt")),
+    );
+    let reason = denied(&r).unwrap_or_else(|| panic!("allowed: {}", r.text()));
+    assert!(reason.contains("`src/held.txt`"), "{reason}");
+    // Another repository is not ours to judge.
+    let stranger = tempfile::tempdir().unwrap();
+    std::process::Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(stranger.path())
+        .status()
+        .unwrap();
+    let r = hook(
+        &env,
+        &top,
+        &edit("bob", &top, "Write", &stranger.path().join("src/held.txt")),
+    );
+    assert_eq!(r.stdout, "", "{}", r.text());
+}
