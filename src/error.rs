@@ -168,8 +168,40 @@ pub fn newer_format(problem: &str) -> bool {
     problem.contains("newer than this tasklock understands")
 }
 
-/// Quote a string for a POSIX shell command line when it needs quoting.
+/// Characters that make text display as something it is not (`key::deceptive`, which
+/// keys and patterns refuse): bidi embeddings and overrides (U+202A–U+202E), bidi
+/// isolates (U+2066–U+2069), zero-width space and joiners (U+200B–U+200D) and the
+/// zero-width no-break space (U+FEFF).
+pub fn deceptive(c: char) -> bool {
+    matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{200B}'..='\u{200D}' | '\u{FEFF}')
+}
+
+/// Quote a string for a POSIX shell command line when it needs quoting. One holding a
+/// control or deceptive character (a file name can) is written `$'…'` with those
+/// characters escaped, as bash, zsh and ksh read it, so that it shows what it is and is
+/// still the same name when run.
 pub fn shell_quote(s: &str) -> String {
+    if s.chars().any(|c| c.is_control() || deceptive(c)) {
+        let mut out = String::from("$'");
+        for c in s.chars() {
+            match c {
+                '\\' => out.push_str("\\\\"),
+                '\'' => out.push_str("\\'"),
+                '\n' => out.push_str("\\n"),
+                '\t' => out.push_str("\\t"),
+                '\r' => out.push_str("\\r"),
+                c if c.is_control() && (c as u32) < 0x80 => {
+                    out.push_str(&format!("\\x{:02x}", c as u32));
+                }
+                c if c.is_control() || deceptive(c) => {
+                    out.push_str(&format!("\\u{:04x}", c as u32));
+                }
+                c => out.push(c),
+            }
+        }
+        out.push('\'');
+        return out;
+    }
     let plain = !s.is_empty()
         && s.bytes().all(|b| {
             b.is_ascii_alphanumeric()
@@ -234,6 +266,25 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[cfg(test)]
 mod split_tests {
     use super::{shell_quote, shell_split};
+
+    #[test]
+    fn names_with_hidden_characters_are_quoted_so_bash_reads_them_back() {
+        for name in ["a\tb", "new\nline", "\u{202e}txt.rs", "it's\u{7}\\x"] {
+            let quoted = shell_quote(name);
+            assert!(quoted.starts_with("$'"), "{quoted}");
+            assert!(
+                !quoted
+                    .chars()
+                    .any(|c| c.is_control() || super::deceptive(c)),
+                "{quoted:?}"
+            );
+            let out = std::process::Command::new("bash")
+                .args(["-c", &format!("printf %s {quoted}")])
+                .output()
+                .unwrap();
+            assert_eq!(String::from_utf8(out.stdout).unwrap(), name, "{quoted}");
+        }
+    }
 
     #[test]
     fn shell_split_reads_what_shell_quote_writes() {

@@ -39,7 +39,7 @@ pub fn normalize(key: &str) -> String {
 /// joiners (U+200B–U+200D) and the zero-width no-break space (U+FEFF). Two keys that
 /// look the same in every table must be the same key.
 pub fn deceptive(c: char) -> bool {
-    matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{200B}'..='\u{200D}' | '\u{FEFF}')
+    crate::error::deceptive(c)
 }
 
 /// How the key of a checkout of paths alone begins.

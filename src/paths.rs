@@ -737,11 +737,140 @@ fn lexical(p: &Path) -> PathBuf {
 }
 
 /// Normalise the path of one file (as an edit hook or a commit guard sees it) to the
-/// form [`matches`] takes: relative to `root`, `/`-separated, NFC, links resolved.
-/// Wildcard characters in it are just characters.
+/// form [`matches`] takes: relative to the top of its worktree, `/`-separated, NFC (and
+/// folded where the repository ignores case), every link resolved. Wildcard characters
+/// in it are just characters. See [`locate_file`].
 pub fn normalize_file(root: &Path, cwd: &Path, path: &str) -> Result<String, PathError> {
-    let p = normalize(root, cwd, &escape(path))?;
-    Ok(p.literal_prefix())
+    locate_file(root, cwd, path).map(|(_, rel)| rel)
+}
+
+/// Where the file an edit names really is: the top of the worktree that holds it and its
+/// path there, in the form [`matches`] takes.
+///
+/// The path (relative to `cwd`, or absolute) is resolved on disk as the kernel resolves
+/// it for the edit: every symbolic link along it, the last one too, and each `..` after
+/// the directory it follows is known (`/elsewhere/alias/x` with `alias -> <repo>/src` is
+/// `src/x`; so is `../<repo>/src/x` from next to the repository). From the first missing
+/// segment on it is taken as written. The file is judged in `root` (the caller's
+/// worktree) when it is there, else in the other worktree of the same repository that
+/// holds it (all worktrees share one layout); anywhere else it is [`PathError::Outside`].
+///
+/// Unlike a pattern, a file name may hold any character but NUL: control and
+/// direction-changing characters are kept (a file called `a\tb` is still a file someone
+/// can edit and commit).
+pub fn locate_file(root: &Path, cwd: &Path, path: &str) -> Result<(PathBuf, String), PathError> {
+    if path.is_empty() {
+        return Err(PathError::Empty);
+    }
+    if path.len() > MAX_PATTERN_BYTES {
+        return Err(PathError::TooLong(short(path), path.len()));
+    }
+    if path.contains('\0') {
+        return Err(PathError::Control(path.into(), 0));
+    }
+    let real = real_path(cwd, path)?;
+    let canon = |r: &Path| {
+        r.canonicalize()
+            .map_err(|e| PathError::Io(r.display().to_string(), e.to_string()))
+    };
+    let canon_root = canon(root)?;
+    if let Ok(rel) = real.strip_prefix(&canon_root) {
+        return Ok((root.to_path_buf(), file_rel(root, rel, path)?));
+    }
+    // Another worktree of the same repository?
+    let main =
+        |r: &Path| crate::discover::main_worktree_root(r).and_then(|m| m.canonicalize().ok());
+    if let Some(other) = roots(&real)
+        && main(&other.worktree).is_some()
+        && main(&other.worktree) == main(root)
+        && let Ok(top) = canon(&other.worktree)
+        && let Ok(rel) = real.strip_prefix(&top)
+    {
+        let rel = file_rel(&other.worktree, rel, path)?;
+        return Ok((other.worktree, rel));
+    }
+    Err(PathError::Outside(path.into(), root.display().to_string()))
+}
+
+/// `path` made absolute from `cwd` and resolved as `realpath` does, except that a tail
+/// that does not exist (yet) is kept as written.
+fn real_path(cwd: &Path, path: &str) -> Result<PathBuf, PathError> {
+    let mut here = if path.starts_with('/') {
+        PathBuf::from("/")
+    } else {
+        cwd.canonicalize().unwrap_or_else(|_| lexical(cwd))
+    };
+    let parts = |p: &Path| -> Vec<std::ffi::OsString> {
+        p.components()
+            .filter_map(|c| match c {
+                Component::Normal(n) => Some(n.to_os_string()),
+                Component::ParentDir => Some("..".into()),
+                _ => None,
+            })
+            .collect()
+    };
+    let mut todo: VecDeque<std::ffi::OsString> = parts(Path::new(path)).into();
+    let mut missing = false;
+    let mut links = 0;
+    while let Some(part) = todo.pop_front() {
+        if part == ".." {
+            here.pop();
+            continue;
+        }
+        let next = here.join(&part);
+        if missing {
+            here = next;
+            continue;
+        }
+        match std::fs::symlink_metadata(&next) {
+            Ok(m) if m.file_type().is_symlink() => {
+                links += 1;
+                if links > MAX_LINKS {
+                    return Err(PathError::Io(
+                        path.into(),
+                        "too many levels of symbolic links".into(),
+                    ));
+                }
+                let target = std::fs::read_link(&next)
+                    .map_err(|e| PathError::Io(next.display().to_string(), e.to_string()))?;
+                if target.is_absolute() {
+                    here = PathBuf::from("/");
+                }
+                for p in parts(&target).into_iter().rev() {
+                    todo.push_front(p);
+                }
+            }
+            Ok(_) => here = next,
+            Err(_) => {
+                missing = true;
+                here = next;
+            }
+        }
+    }
+    Ok(here)
+}
+
+/// A file's path below its worktree top `root`, as text: `/`-separated, NFC, folded
+/// where the repository ignores case.
+fn file_rel(root: &Path, rel: &Path, input: &str) -> Result<String, PathError> {
+    let mut segs: Vec<String> = Vec::new();
+    for c in rel.components() {
+        if let Component::Normal(n) = c {
+            let n = n
+                .to_str()
+                .ok_or_else(|| PathError::NotUtf8(input.into(), rel.display().to_string()))?;
+            segs.push(n.to_string());
+        }
+    }
+    if segs.is_empty() {
+        return Err(PathError::RootItself(input.into()));
+    }
+    let text = crate::key::normalize(&segs.join("/"));
+    Ok(if ignores_case(root) {
+        fold_case(&text)
+    } else {
+        text
+    })
 }
 
 // ---------------------------------------------------------------------------------------

@@ -602,14 +602,26 @@ fn an_idle_codex_session_is_queued_its_turn_and_takes_the_key() {
 /// The edit gate in Codex: session A checks out `src/a.rs` and stays live (its stub holds
 /// its next answer); session B's model patches `src/a.rs` with `apply_patch`, which the
 /// PreToolUse hook denies with a reason naming A that the model reads in the call's
-/// output, and then `src/b.rs`, which goes through.
+/// output, and then `src/b.rs`, which goes through. Then the routes around the tool: a
+/// patch of `../project/src/a.rs`, and `apply_patch` run as a shell command (a heredoc
+/// after `cd src &&`, and the argument form as `applypatch`), all denied with the file
+/// unchanged; and a shell patch of an unclaimed file, applied and recorded as B's edit.
 #[test]
 fn a_codex_patch_of_a_file_another_session_checked_out_is_denied() {
     let (tmp, project) = initialised_project();
-    let hooks = std::fs::read_to_string(project.join(".codex/hooks.json")).unwrap();
-    assert!(
-        hooks.contains("apply_patch"),
-        "init wires the edit gate: {hooks}"
+    let hooks: Value =
+        serde_json::from_str(&std::fs::read_to_string(project.join(".codex/hooks.json")).unwrap())
+            .unwrap();
+    let matchers: Vec<&str> = hooks["hooks"]["PreToolUse"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|g| g["matcher"].as_str())
+        .collect();
+    assert_eq!(
+        matchers,
+        ["apply_patch", "Bash"],
+        "init wires the edit gate for the tool and the shell"
     );
     std::fs::create_dir_all(project.join("src")).unwrap();
     std::fs::write(project.join("src/a.rs"), "a-old\n").unwrap();
@@ -643,22 +655,44 @@ fn a_codex_patch_of_a_file_another_session_checked_out_is_denied() {
     let patch_a =
         "*** Begin Patch\n*** Update File: src/a.rs\n@@\n-a-old\n+a-from-b\n*** End Patch\n";
     let patch_b = "*** Begin Patch\n*** Update File: src/b.rs\n@@\n-b-old\n+b-new\n*** End Patch\n";
+    // Around the tool: the same file through `..`, and apply_patch as a shell command.
+    let patch_up = "*** Begin Patch\n*** Update File: ../project/src/a.rs\n@@\n-a-old\n+a-from-up\n*** End Patch\n";
+    let shell_a = "cd src && apply_patch <<'PATCH'\n*** Begin Patch\n*** Update File: a.rs\n@@\n-a-old\n+a-from-shell\n*** End Patch\nPATCH\n";
+    let shell_arg_a = "applypatch '*** Begin Patch\n*** Update File: src/a.rs\n@@\n-a-old\n+a-from-arg\n*** End Patch\n'";
+    let shell_c = "apply_patch <<'PATCH'\n*** Begin Patch\n*** Update File: src/c.rs\n@@\n-c-old\n+c-new\n*** End Patch\nPATCH\n";
+    let shell_workdir_a = "apply_patch <<'PATCH'\n*** Begin Patch\n*** Update File: a.rs\n@@\n-a-old\n+a-from-workdir\n*** End Patch\nPATCH\n";
+    std::fs::write(project.join("src/c.rs"), "c-old\n").unwrap();
     let stub_b = CodexStub::start(CodexScript {
         commands: vec![
             custom_call("apply_patch", patch_a),
             custom_call("apply_patch", patch_b),
+            custom_call("apply_patch", patch_up),
+            shell_a.into(),
+            shell_arg_a.into(),
+            shell_c.into(),
+            // The shell's own working directory for the command.
+            e2e::Script::tool_call(
+                "exec_command",
+                serde_json::json!({ "cmd": shell_workdir_a, "workdir": "src" }),
+            ),
         ],
+        // Live until its edits are looked at (a session's end forgets them).
+        hold_after: Some(6),
+        sessions: 2,
         ..CodexScript::default()
     });
     let home_b = tmp.path().join("home-b");
     std::fs::create_dir_all(&home_b).unwrap();
     codex_home(&home_b, &project, &stub_b);
     offer_apply_patch(&home_b);
-    let out_b = Running::spawn(
+    let b = Running::spawn(
         codex_cmd(&home_b, &project, "Edit both files."),
         "codex exec (b)",
-    )
-    .wait(SESSION_TIMEOUT);
+    );
+    let b_done = stub_b.wait_outputs("call_6", 1, SESSION_TIMEOUT);
+    let edits = edit_records(&project);
+    stub_b.release();
+    let out_b = b.wait(SESSION_TIMEOUT);
     stub_a.release();
     let out_a = a.wait(SESSION_TIMEOUT);
     let context = || {
@@ -672,7 +706,7 @@ fn a_codex_patch_of_a_file_another_session_checked_out_is_denied() {
         )
     };
     assert!(
-        out_a.status.success() && out_b.status.success(),
+        b_done && out_a.status.success() && out_b.status.success(),
         "{}",
         context()
     );
@@ -719,4 +753,64 @@ fn a_codex_patch_of_a_file_another_session_checked_out_is_denied() {
         std::fs::read_to_string(project.join("src/b.rs")).unwrap(),
         "b-new\n"
     );
+
+    // The routes around the tool are denied the same way; the file is as it was.
+    for call in ["call_2", "call_3", "call_4", "call_6"] {
+        let out = stub_b.outputs_of(call).into_values().next();
+        let out = out.unwrap_or_else(|| panic!("no output of B's {call}\n{}", context()));
+        for part in [
+            "tasklock: `src/a.rs` is checked out by another agent",
+            &format!("`{thread_a}`"),
+        ] {
+            assert!(
+                out.contains(part),
+                "{call}: {part:?} not in B's output: {out}\n{}",
+                context()
+            );
+        }
+    }
+    assert_eq!(
+        std::fs::read_to_string(project.join("src/a.rs")).unwrap(),
+        "a-old\n"
+    );
+    // A shell patch of an unclaimed file is applied, and recorded as B's edit (for the
+    // commit guard and `tasklock stage`) while B lives, as a tool patch is.
+    let (thread_b, applied) = stub_b.outputs_of("call_5").into_iter().next().unwrap();
+    assert!(!applied.contains("blocked"), "{applied}\n{}", context());
+    assert_eq!(
+        std::fs::read_to_string(project.join("src/c.rs")).unwrap(),
+        "c-new\n",
+        "{}",
+        context()
+    );
+    for (file, by) in [("src/b.rs", &thread_b), ("src/c.rs", &thread_b)] {
+        assert!(
+            edits.iter().any(|(f, a)| f == file && a == by),
+            "{file} not recorded as {by}'s edit: {edits:?}\n{}",
+            context()
+        );
+    }
+    assert!(
+        !edits.iter().any(|(f, _)| f == "src/a.rs"),
+        "a denied edit is recorded: {edits:?}"
+    );
+}
+
+/// `(file, agent)` of every edit record of the project's worktree.
+fn edit_records(project: &Path) -> Vec<(String, String)> {
+    let dir = project.join(".git/tasklock/edits");
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+        .filter_map(|e| {
+            let v: Value = serde_json::from_str(&std::fs::read_to_string(e.path()).ok()?).ok()?;
+            Some((
+                v["file"].as_str()?.to_string(),
+                v["agent"].as_str()?.to_string(),
+            ))
+        })
+        .collect()
 }

@@ -742,3 +742,241 @@ fn a_malformed_codex_patch_is_left_to_codex() {
     let reason = denied(&r).expect("src/z.rs is alice's");
     assert!(reason.contains("`src/z.rs`"), "{reason}");
 }
+
+/// The file an edit really changes is judged, however its path is written: through a
+/// link from outside the repository, `..` back into it from next to it, `..` after a
+/// link inside it, and from a session whose directory is itself reached through a link
+/// (as `/tmp -> /private/tmp` on macOS).
+#[test]
+fn paths_through_links_and_dotdot_are_the_file_they_change() {
+    let (env, top) = repo();
+    std::fs::write(top.join("src/held.txt"), "x\n").unwrap();
+    ok(&env, &top, "alice", &["checkout", "--path", "src/held.txt"]);
+    let elsewhere = tempfile::tempdir().unwrap();
+    let out = elsewhere.path();
+    std::os::unix::fs::symlink(top.join("src"), out.join("alias")).unwrap();
+    std::os::unix::fs::symlink(&top, out.join("repo")).unwrap();
+    std::fs::create_dir_all(top.join("src/a/deep")).unwrap();
+    std::os::unix::fs::symlink(top.join("src/a/deep"), top.join("d")).unwrap();
+    let name = top.file_name().unwrap().to_str().unwrap();
+    for file in [
+        out.join("alias/held.txt"),
+        out.join("repo/src/held.txt"),
+        // `d` is `src/a/deep`: up twice is `src`.
+        top.join("d/../../held.txt"),
+        top.join(format!("../{name}/src/held.txt")),
+    ] {
+        let r = hook(&env, &top, &edit("bob", &top, "Write", &file));
+        let reason =
+            denied(&r).unwrap_or_else(|| panic!("{} was allowed: {}", file.display(), r.text()));
+        assert!(reason.contains("`src/held.txt`"), "{reason}");
+    }
+    // The session itself works through the link.
+    let cwd = out.join("repo");
+    let r = hook(
+        &env,
+        &cwd,
+        &edit("bob", &cwd, "Write", &cwd.join("src/held.txt")),
+    );
+    assert!(denied(&r).is_some(), "{}", r.text());
+    // A Codex patch of `../<repo>/src/held.txt`, relative to the session's directory.
+    for (cwd, file) in [
+        (top.clone(), format!("../{name}/src/held.txt")),
+        (top.join("src/a"), "../../d/../../held.txt".to_string()),
+    ] {
+        let text = format!("*** Begin Patch\n*** Update File: {file}\n@@\n-x\n+y\n*** End Patch\n");
+        let r = hook(&env, &cwd, &patch("bob", &cwd, &text));
+        assert!(denied(&r).is_some(), "{file}: {}", r.text());
+    }
+    // Outside the repository, even through `..`, is still not judged.
+    let r = hook(
+        &env,
+        &top,
+        &edit("bob", &top, "Write", &top.join("d/../../../../x.txt")),
+    );
+    assert_eq!(r.stdout, "", "{}", r.text());
+}
+
+/// A file name with a tab, a newline or a direction-changing character is a file like
+/// any other: covered by a checkout, an edit of it is refused.
+#[test]
+fn odd_file_names_are_judged() {
+    let (env, top) = repo();
+    ok(&env, &top, "alice", &["checkout", "--path", "src/a"]);
+    for name in [
+        "tab\there.rs",
+        "new\nline.rs",
+        "\u{202e}sr.exe",
+        "bell\u{7}.rs",
+    ] {
+        let file = top.join("src/a").join(name);
+        let r = hook(&env, &top, &edit("bob", &top, "Write", &file));
+        let reason = denied(&r).unwrap_or_else(|| panic!("{name:?} was allowed: {}", r.text()));
+        assert_eq!(r.stderr, "", "{}", r.text());
+        // Shown with its hidden characters as code points, quoted for the shell so
+        // that they are still there.
+        assert!(
+            !reason.chars().any(|c| c.is_control() || c == '\u{202e}'),
+            "{reason:?}"
+        );
+        assert!(reason.contains("--path $'src/a/"), "{reason}");
+    }
+}
+
+fn shell(session: &str, cwd: &Path, command: &str) -> Value {
+    let mut v = patch(session, cwd, "");
+    v["tool_name"] = json!("Bash");
+    v["tool_input"] = json!({ "command": command });
+    v
+}
+
+/// Codex applies a patch the model runs as a shell command (`apply_patch <<'PATCH'`, the
+/// argument form, `applypatch`, after `cd DIR &&`) and reports it as `Bash`: the gate
+/// judges it as the tool, and records an allowed one at once (no PostToolUse follows).
+/// Other commands pass with no output; a patch whose text is not in the command is
+/// refused while paths are checked out.
+#[test]
+fn a_codex_shell_patch_is_judged_as_the_tool() {
+    let (env, top) = repo();
+    ok(
+        &env,
+        &top,
+        "alice",
+        &["checkout", "--path", "src/a.rs", "--reason", "lexer fix"],
+    );
+    let body =
+        |f: &str| format!("*** Begin Patch\n*** Update File: {f}\n@@\n-x\n+y\n*** End Patch");
+    for (cwd, command) in [
+        (
+            top.clone(),
+            format!("apply_patch <<'PATCH'\n{}\nPATCH\n", body("src/a.rs")),
+        ),
+        (
+            top.clone(),
+            format!("cd src && apply_patch <<'EOF'\n{}\nEOF", body("a.rs")),
+        ),
+        (top.clone(), format!("applypatch '{}'", body("src/a.rs"))),
+        (
+            top.join("src/b"),
+            format!("cd .. && apply_patch \"{}\"", body("a.rs")),
+        ),
+        (
+            top.clone(),
+            format!(
+                "echo go; cat <<'P' | apply_patch\n{}\nP\n",
+                body("src/a.rs")
+            ),
+        ),
+    ] {
+        let r = hook(&env, &cwd, &shell("bob", &cwd, &command));
+        let reason = denied(&r).unwrap_or_else(|| panic!("allowed: {command}\n{}", r.text()));
+        assert!(
+            reason.contains("`src/a.rs`") && reason.contains("`alice`"),
+            "{reason}"
+        );
+        // Codex's answer: the decision only.
+        assert_eq!(r.json().as_object().unwrap().len(), 1, "{}", r.stdout);
+    }
+    assert!(records(&top).is_empty(), "a refused patch is not recorded");
+    // One of bob's own files: allowed, and recorded as bob's edit at once.
+    let r = hook(
+        &env,
+        &top,
+        &shell(
+            "bob",
+            &top,
+            &format!("cd src && apply_patch <<'PATCH'\n{}\nPATCH", body("b/x.rs")),
+        ),
+    );
+    assert_eq!(r.stdout, "", "{}", r.text());
+    let recs = records(&top);
+    assert_eq!(recs.len(), 1, "{recs:?}");
+    assert_eq!(
+        (&recs[0]["file"], &recs[0]["agent"]),
+        (&json!("src/b/x.rs"), &json!("bob"))
+    );
+    // Ordinary commands are not edits: no output, nothing recorded.
+    for command in [
+        "ls -la",
+        "grep -rn apply_patch src",
+        "cargo test",
+        "echo '*** Update File: src/a.rs'",
+    ] {
+        let r = hook(&env, &top, &shell("bob", &top, command));
+        assert_eq!(r.stdout, "", "{command}: {}", r.text());
+    }
+    // Text that names the program and carries patch headers without running it is judged
+    // (a false alarm is cheaper than a miss), but it is no edit to record.
+    let notes = "cat > notes.md <<'EOF'\nrun apply_patch with:\n*** Update File: src/b/y.rs\nEOF\n";
+    let r = hook(&env, &top, &shell("bob", &top, notes));
+    assert_eq!(r.stdout, "", "{}", r.text());
+    let notes = notes.replace("src/b/y.rs", "src/a.rs");
+    assert!(denied(&hook(&env, &top, &shell("bob", &top, &notes))).is_some());
+    assert_eq!(records(&top).len(), 1);
+    // A patch read from elsewhere: which files it changes cannot be told.
+    for command in [
+        "apply_patch < /tmp/p.diff",
+        "cd \"$D\" && apply_patch <<'P'\n*** Begin Patch\n*** Update File: x\n*** End Patch\nP",
+    ] {
+        let r = hook(&env, &top, &shell("bob", &top, command));
+        let reason = denied(&r).unwrap_or_else(|| panic!("allowed: {command}\n{}", r.text()));
+        assert!(reason.contains("cannot tell which files"), "{reason}");
+    }
+    // … which matters only while paths are checked out.
+    ok(&env, &top, "alice", &["release", "--all"]);
+    let r = hook(&env, &top, &shell("bob", &top, "apply_patch < /tmp/p.diff"));
+    assert_eq!(r.stdout, "", "{}", r.text());
+}
+
+fn records(top: &Path) -> Vec<Value> {
+    let Ok(it) = std::fs::read_dir(top.join(".git/tasklock/edits")) else {
+        return Vec::new();
+    };
+    it.flatten()
+        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+        .map(|e| serde_json::from_slice(&std::fs::read(e.path()).unwrap()).unwrap())
+        .collect()
+}
+
+/// An absolute path into another worktree of the same repository is that worktree's file
+/// (all worktrees share one layout, and one lock directory): judged by its path there.
+#[test]
+fn a_file_of_another_worktree_is_judged_by_its_path_there() {
+    let (env, top) = repo();
+    std::fs::write(top.join("src/held.txt"), "x\n").unwrap();
+    let git = |args: &[&str]| {
+        let ok = std::process::Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+            .args(args)
+            .current_dir(&top)
+            .output()
+            .unwrap();
+        assert!(ok.status.success(), "{args:?}: {ok:?}");
+    };
+    git(&["add", "src/held.txt"]);
+    git(&["commit", "-q", "-m", "held"]);
+    let elsewhere = tempfile::tempdir().unwrap();
+    let other = elsewhere.path().join("wt2");
+    git(&["worktree", "add", "-q", "--detach", other.to_str().unwrap()]);
+    ok(&env, &top, "alice", &["checkout", "--path", "src/held.txt"]);
+    let r = hook(
+        &env,
+        &top,
+        &edit("bob", &top, "Write", &other.join("src/held.txt")),
+    );
+    let reason = denied(&r).unwrap_or_else(|| panic!("allowed: {}", r.text()));
+    assert!(reason.contains("`src/held.txt`"), "{reason}");
+    // Another repository is not ours to judge.
+    let stranger = tempfile::tempdir().unwrap();
+    std::process::Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(stranger.path())
+        .status()
+        .unwrap();
+    let r = hook(
+        &env,
+        &top,
+        &edit("bob", &top, "Write", &stranger.path().join("src/held.txt")),
+    );
+    assert_eq!(r.stdout, "", "{}", r.text());
+}

@@ -1333,13 +1333,16 @@ fn init_wires_codex_hooks_and_agents_md_keeping_what_is_there() {
         after["hooks"]["PreToolUse"][0], mine["hooks"]["PreToolUse"][0],
         "the user's PreToolUse hook is kept, first"
     );
+    // The edit gate: Codex's apply_patch tool, and its shell (where a model may run
+    // apply_patch as a command), beside the user's own Bash hook.
     assert_eq!(
         after["hooks"]["PreToolUse"][1]["matcher"], "apply_patch",
-        "the edit gate is wired for Codex's apply_patch only: {text}"
+        "{text}"
     );
+    assert_eq!(after["hooks"]["PreToolUse"][2]["matcher"], "Bash", "{text}");
     assert_eq!(
         after["hooks"]["PreToolUse"].as_array().unwrap().len(),
-        2,
+        3,
         "{text}"
     );
     assert_eq!(
@@ -1347,7 +1350,12 @@ fn init_wires_codex_hooks_and_agents_md_keeping_what_is_there() {
         "the user's Stop hook is kept, first"
     );
     for (event, command) in CODEX_HOOKS {
-        assert_eq!(count_hooks(&after, event, command), 1, "{event}: {text}");
+        let groups = if event == "PreToolUse" { 2 } else { 1 };
+        assert_eq!(
+            count_hooks(&after, event, command),
+            groups,
+            "{event}: {text}"
+        );
     }
 
     // AGENTS.md (Codex's instructions) is created like CLAUDE.md.
@@ -1364,6 +1372,16 @@ fn init_wires_codex_hooks_and_agents_md_keeping_what_is_there() {
         "{again:?}"
     );
     assert_eq!(read(&repo.join(".codex/hooks.json")), text);
+
+    // A project set up before the shell was gated (apply_patch only) gets the Bash group
+    // added, and nothing else.
+    let mut old = after.clone();
+    old["hooks"]["PreToolUse"].as_array_mut().unwrap().pop();
+    std::fs::write(repo.join(".codex/hooks.json"), old.to_string()).unwrap();
+    let r = init(&repo, &["--json"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    let again: Value = serde_json::from_str(&read(&repo.join(".codex/hooks.json"))).unwrap();
+    assert_eq!(again["hooks"]["PreToolUse"], after["hooks"]["PreToolUse"]);
 }
 
 #[test]

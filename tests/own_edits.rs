@@ -463,3 +463,251 @@ fn stage_takes_the_last_editors_files_subagents_included() {
     let r = tl(&env, &top, None, &["stage"]);
     assert_eq!(r.code, 64, "{}", r.text());
 }
+
+/// Edits through a link from outside the repository, and of files whose names hold a
+/// tab, a newline or U+202E, are recorded as the files they change: another agent's
+/// commit of them is refused, and their editor's `stage` takes them.
+#[test]
+fn edits_through_links_and_of_odd_names_are_recorded() {
+    let (env, top) = repo();
+    session_event(&env, &top, "sess-a", "session-start");
+    session_event(&env, &top, "sess-b", "session-start");
+    let elsewhere = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(top.join("src"), elsewhere.path().join("alias")).unwrap();
+    let via = elsewhere.path().join("alias/b.rs");
+    edit_as(
+        &env,
+        &top,
+        "sess-b",
+        None,
+        via.to_str().unwrap(),
+        "b, by B\n",
+    );
+    let odd = ["src/tab\there.rs", "src/new\nline.rs", "src/\u{202e}txt.rs"];
+    for f in odd {
+        edit_as(&env, &top, "sess-b", None, f, "odd, by B\n");
+    }
+    let recs = records(&top);
+    let mut want: Vec<&str> = odd.to_vec();
+    want.push("src/b.rs");
+    want.sort();
+    assert_eq!(
+        recs.iter()
+            .map(|r| r["file"].as_str().unwrap())
+            .collect::<Vec<_>>(),
+        want
+    );
+    assert!(recs.iter().all(|r| r["agent"] == "sess-b"), "{recs:?}");
+
+    // A stages everything and commits: refused, B's four files named.
+    git(&top, &["add", "-A"]);
+    let before = head(&top);
+    let r = commit(&env, &top, Some("sess-a"), "everything");
+    assert_ne!(r.code, 0, "{}", r.text());
+    assert_eq!(head(&top), before, "nothing was committed");
+    // In markdown the hidden characters are shown as code points, the table intact, and
+    // the unstage command quotes them as `$'…'`.
+    let guard = tl(&env, &top, Some("sess-a"), &["guard-commit"]);
+    assert_eq!(guard.code, 2, "{}", guard.text());
+    snap!(env, "odd_names", guard);
+    let j = tl(&env, &top, Some("sess-a"), &["guard-commit", "--json"]).json();
+    let mut refused: Vec<&str> = j["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["file"].as_str().unwrap())
+        .collect();
+    refused.sort();
+    assert_eq!(refused, want, "{j}");
+    // B's `stage` takes them.
+    git(&top, &["reset", "-q"]);
+    let j = tl(&env, &top, Some("sess-b"), &["stage", "--json"]).json();
+    assert_eq!(j["staged"], 4, "{j}");
+}
+
+/// `stage` finds the caller's edits however git spells their names: decomposed (NFD) on
+/// disk while recorded in NFC, and in a repository with `core.ignorecase` (recorded in
+/// lower case, named by git as they are cased on disk).
+#[test]
+fn stage_finds_own_edits_in_nfd_and_where_case_is_ignored() {
+    let (env, top) = repo();
+    let nfd = "src/cafe\u{301}.rs";
+    edit_as(&env, &top, "sess-a", None, nfd, "x\n");
+    git(&top, &["config", "core.ignorecase", "true"]);
+    edit_as(&env, &top, "sess-a", None, "src/Mixed.RS", "y\n");
+    let files: Vec<String> = records(&top)
+        .iter()
+        .map(|r| r["file"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(files, ["src/café.rs", "src/mixed.rs"]);
+    let j = tl(&env, &top, Some("sess-a"), &["stage", "--json"]).json();
+    let got: Vec<&str> = j["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["file"].as_str().unwrap())
+        .collect();
+    assert_eq!(got, ["src/Mixed.RS", nfd], "{j}");
+    assert_eq!(j["staged"], 2, "{j}");
+    let index = git(
+        &top,
+        &[
+            "-c",
+            "core.quotepath=false",
+            "diff",
+            "--cached",
+            "--name-only",
+        ],
+    );
+    let mut index: Vec<&str> = index.lines().collect();
+    index.sort();
+    assert_eq!(index, ["src/Mixed.RS", nfd]);
+}
+
+/// Run `cmd` with `stdin`, killed after `limit`: (the run, how long it took), or a
+/// failure naming `what` when it did not end in time (the wait it makes is unbounded).
+fn bounded(
+    mut cmd: Command,
+    stdin: &str,
+    limit: std::time::Duration,
+    what: &str,
+) -> (Run, std::time::Duration) {
+    let started = std::time::Instant::now();
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} still waited after {limit:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    let run = Run {
+        code: out.status.code().unwrap(),
+        stdout: String::from_utf8(out.stdout).unwrap(),
+        stderr: String::from_utf8(out.stderr).unwrap(),
+    };
+    (run, started.elapsed())
+}
+
+/// A process stopped while holding the edit records' lock hangs nothing: the edit hook
+/// gives up after `guard_timeout` (from config.yaml here), still allows the edit, and
+/// tells the user and the model that it was not recorded, naming the stopped holder;
+/// `tasklock stage` gives up on its clean-up (TASKLOCK_GUARD_TIMEOUT here) and stages.
+#[test]
+fn a_stopped_holder_of_the_edit_lock_hangs_no_hook() {
+    let (env, top) = repo();
+    edit_as(&env, &top, "sess-a", None, "src/a.rs", "A\n");
+    let lock = top.join(".git/tasklock/edits/.lock");
+    let holder = Holder(
+        Command::new("flock")
+            .arg("-o")
+            .arg(&lock)
+            .args(["sleep", "60"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("flock(1) from util-linux"),
+    );
+    let held = || {
+        !Command::new("flock")
+            .arg("-n")
+            .arg(&lock)
+            .arg("true")
+            .status()
+            .unwrap()
+            .success()
+    };
+    let t = std::time::Instant::now();
+    while !held() {
+        assert!(t.elapsed().as_secs() < 10, "flock never took the lock");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let pid = holder.0.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-STOP", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    std::fs::write(top.join(".locks/config.yaml"), "guard_timeout: 1s\n").unwrap();
+
+    let path = top.join("src/b.rs");
+    std::fs::write(&path, "B\n").unwrap();
+    let payload = json!({
+        "session_id": "sess-b", "cwd": top, "hook_event_name": "PostToolUse",
+        "tool_name": "Write", "tool_input": {"file_path": path, "content": "B\n"},
+    });
+    let mut cmd = base_cmd(&env.now);
+    use_store(&mut cmd, &top.join(".locks"));
+    cmd.args(["hook", "post-tool-use"]).current_dir(&top);
+    let (r, took) = bounded(
+        cmd,
+        &payload.to_string(),
+        std::time::Duration::from_secs(20),
+        "the hook",
+    );
+    assert_eq!(r.code, 0, "{}", r.text());
+    assert!(took < std::time::Duration::from_secs(4), "took {took:?}");
+    assert!(
+        r.stderr.contains("gave up after 1s")
+            && r.stderr.contains(&format!("pid {pid}"))
+            && r.stderr.contains("stopped"),
+        "{}",
+        r.text()
+    );
+    let v = r.json();
+    let told = v["systemMessage"].as_str().unwrap_or_default();
+    assert!(
+        told.contains("not recorded") && told.contains("src/b.rs`"),
+        "{v}"
+    );
+    assert_eq!(
+        v["hookSpecificOutput"]["hookEventName"], "PostToolUse",
+        "{v}"
+    );
+    assert!(
+        v["hookSpecificOutput"]["additionalContext"]
+            .as_str()
+            .unwrap()
+            .contains("git add -- FILE"),
+        "{v}"
+    );
+    assert!(records(&top).iter().all(|r| r["file"] != "src/b.rs"));
+
+    std::fs::write(top.join(".locks/config.yaml"), "").unwrap();
+    let mut cmd = base_cmd(&env.now);
+    use_store(&mut cmd, &top.join(".locks"));
+    cmd.args(["stage", "--json"])
+        .current_dir(&top)
+        .env("TASKLOCK_AGENT", "sess-a")
+        .env("TASKLOCK_GUARD_TIMEOUT", "1s");
+    let (r, took) = bounded(cmd, "", std::time::Duration::from_secs(20), "stage");
+    assert_eq!(r.code, 0, "{}", r.text());
+    assert!(took < std::time::Duration::from_secs(4), "took {took:?}");
+    assert!(r.stderr.contains("gave up after 1s"), "{}", r.text());
+    assert_eq!(r.json()["staged"], 1, "{}", r.text());
+}
+
+/// A child killed (and reaped) when the test ends, however it ends.
+struct Holder(std::process::Child);
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

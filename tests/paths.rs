@@ -313,6 +313,25 @@ fn normalize_file_for_hooks() {
     assert!(matches(&pat("src/parser"), &f("", "p/x.rs").unwrap()));
     assert!(f("", "/etc/passwd").is_err());
     assert!(f("", "out/x").is_err());
+    // Resolved on disk as the edit will be: `..` after a link leaves where the link
+    // leads, and a path from outside through `..` or a link back in is inside.
+    assert_eq!(f("", "p/../x.rs").unwrap(), "src/x.rs");
+    let name = r.root.file_name().unwrap().to_str().unwrap();
+    assert_eq!(f("src", &format!("../../{name}/src/a")).unwrap(), "src/a");
+    let outside = r.root.parent().unwrap().join("outside");
+    std::os::unix::fs::symlink(r.root.join("src"), outside.join("alias")).unwrap();
+    let via = outside.join("alias/parser/x.rs");
+    assert_eq!(f("", via.to_str().unwrap()).unwrap(), "src/parser/x.rs");
+    assert_eq!(
+        normalize_file(&r.root, &outside, "alias/y").unwrap(),
+        "src/y"
+    );
+    // A file name may hold any character but NUL.
+    for odd in ["a\tb", "new\nline", "\u{202e}rt", "\u{7}"] {
+        assert_eq!(f("src", odd).unwrap(), format!("src/{odd}"));
+    }
+    assert!(f("", "a\0b").is_err());
+    assert!(f("", "").is_err());
 }
 
 #[test]

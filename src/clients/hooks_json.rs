@@ -63,8 +63,8 @@ pub const HOOK_EVENTS: [(&str, &str); 7] = [
 
 /// Codex's hook events (in `.codex/hooks.json`, Claude Code's format) and the
 /// `tasklock hook` event wired to each. Codex 0.169 has no subagent events, and its
-/// commands carry their own identity (`CODEX_THREAD_ID`), so PreToolUse is wired for
-/// `apply_patch` only: the edit gate.
+/// commands carry their own identity (`CODEX_THREAD_ID`), so PreToolUse is wired only
+/// for the edit gate: `apply_patch`, and `Bash` (a patch applied as a shell command).
 pub const CODEX_HOOK_EVENTS: [(&str, &str); 6] = [
     ("SessionStart", "session-start"),
     ("UserPromptSubmit", "user-prompt-submit"),

@@ -4,6 +4,7 @@
 //! decides about checkouts: commands and the engine's delivery call it. It imports the
 //! basic layer and store types (where a session is reached), nothing above them.
 
+pub mod apply_patch;
 pub mod codex;
 pub mod git_hook;
 pub mod hooks_json;

@@ -1,6 +1,6 @@
 //! The edit hook: Claude Code's PreToolUse for the file-editing tools (Edit, Write,
 //! MultiEdit, NotebookEdit) and Codex's for `apply_patch` (every file the patch adds,
-//! updates, deletes or moves to). Path checkouts are enforced where edits happen: an edit of
+//! updates, deletes or moves to), called as the tool or run as a shell command. Path checkouts are enforced where edits happen: an edit of
 //! a file another live agent has checked out is refused (or warned about, as
 //! `enforce:` in config.yaml says), an edit inside the agent's own checkout is allowed
 //! and stamped (for the pre-commit guard), and an unclaimed file is left alone or
@@ -52,11 +52,44 @@ pub enum Flavor {
     Codex,
 }
 
-/// The files an editing tool call edits, as given (absolute in Claude Code's input,
-/// relative to the session's directory or absolute in a Codex patch), and how to answer.
-/// `None`: not an editing tool. An `apply_patch` call whose patch names no file gives an
-/// empty list (Codex refuses such a patch itself).
-pub fn edited_files(payload: &Value) -> Option<(Vec<String>, Flavor)> {
+/// The shell tools whose commands may apply a patch: Codex reports its shell (and a patch
+/// applied through it) as `Bash`, as Claude Code names its own; the others are the names
+/// Codex's shell tools have had.
+pub const SHELL_TOOLS: [&str; 4] = ["Bash", "shell", "exec_command", "local_shell"];
+
+/// The hook matcher for the shell (`tasklock init` wires it in `.codex/hooks.json` beside
+/// `apply_patch`, so that a patch applied as a command reaches the gate).
+pub const SHELL_MATCHER: &str = "Bash";
+
+/// What an editing tool call edits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Edited {
+    /// The files, as given: absolute in Claude Code's input, relative to the session's
+    /// directory or absolute in a Codex patch (with the `cd` before a shell patch applied).
+    pub files: Vec<String>,
+    pub flavor: Flavor,
+    /// A shell command applies a patch whose files cannot be told from it: why.
+    pub unknown: Option<&'static str>,
+    /// Record the edit when the gate allows it: Codex runs no PostToolUse hook after a
+    /// patch applied through the shell, so there is no later moment to record it.
+    pub record_when_allowed: bool,
+}
+
+/// What the gate says about one edit.
+#[derive(Debug, Default)]
+pub struct Verdict {
+    /// The hook's output; none: allowed, nothing to say.
+    pub output: Option<String>,
+    /// The edit was refused.
+    pub denied: bool,
+    /// `guard_timeout` of the lock directory's config.yaml, when it was read.
+    pub guard_timeout: Option<std::time::Duration>,
+}
+
+/// The files an editing tool call edits, and how to answer. `None`: not an editing
+/// tool, or a shell command that applies no patch. An `apply_patch` call whose patch
+/// names no file gives an empty list (Codex refuses such a patch itself).
+pub fn edited_files(payload: &Value) -> Option<Edited> {
     let tool = payload["tool_name"].as_str()?;
     if tool == PATCH_TOOL {
         let input = &payload["tool_input"];
@@ -68,42 +101,80 @@ pub fn edited_files(payload: &Value) -> Option<(Vec<String>, Flavor)> {
             .or_else(|| input["command"].as_array()?.last()?.as_str())
             .or_else(|| input["patch"].as_str())
             .unwrap_or_default();
-        return Some((patched_files(patch), Flavor::Codex));
+        return Some(Edited {
+            files: patched_files(patch),
+            flavor: Flavor::Codex,
+            unknown: None,
+            record_when_allowed: false,
+        });
+    }
+    if SHELL_TOOLS.contains(&tool) {
+        return shell_edit(&payload["tool_input"]);
     }
     let (_, field) = EDIT_TOOLS.iter().find(|(t, _)| *t == tool)?;
     let file = payload["tool_input"][*field]
         .as_str()
         .filter(|s| !s.is_empty())?;
-    Some((vec![file.to_string()], Flavor::Claude))
+    Some(Edited {
+        files: vec![file.to_string()],
+        flavor: Flavor::Claude,
+        unknown: None,
+        record_when_allowed: false,
+    })
 }
 
-/// The files a patch in Codex's `apply_patch` format touches: the paths of its
-/// `*** Add File:`, `*** Update File:`, `*** Delete File:` and `*** Move to:` lines, in
-/// order, each once. Lines are trimmed as Codex's own parser does; anything else is
-/// ignored, so a malformed patch gives what it names (perhaps nothing), never an error.
-pub fn patched_files(patch: &str) -> Vec<String> {
-    const HEADERS: [&str; 4] = [
-        "*** Add File:",
-        "*** Update File:",
-        "*** Delete File:",
-        "*** Move to:",
-    ];
-    let mut files: Vec<String> = Vec::new();
-    for line in patch.lines() {
-        let line = line.trim();
-        let Some(path) = HEADERS
-            .iter()
-            .find_map(|h| line.strip_prefix(h))
-            .map(str::trim)
-            .filter(|p| !p.is_empty())
-        else {
-            continue;
-        };
-        if !files.iter().any(|f| f == path) {
-            files.push(path.to_string());
+/// A shell command that applies a patch (Codex's `apply_patch` run as a command): its
+/// files, relative to the directory the patch is applied in (`workdir` of the call, then
+/// each `cd` before it). The answer is Codex's (the decision only), which Claude Code
+/// reads as well.
+fn shell_edit(input: &Value) -> Option<Edited> {
+    use crate::clients::apply_patch as ap;
+    let patch = match &input["command"] {
+        Value::String(script) => ap::shell_patch(script)?,
+        Value::Array(argv) => {
+            let argv: Vec<&str> = argv.iter().filter_map(Value::as_str).collect();
+            match argv.as_slice() {
+                // `bash -lc SCRIPT`, `sh -c SCRIPT`.
+                [_, flag, script] if flag.starts_with('-') && flag.ends_with('c') => {
+                    ap::shell_patch(script)?
+                }
+                _ => ap::shell_patch(&argv.join(" "))?,
+            }
         }
+        _ => return None,
+    };
+    let home = std::env::var("HOME").unwrap_or_default();
+    let expand = |d: &str| -> String {
+        match d.strip_prefix('~') {
+            Some("") => home.clone(),
+            Some(rest) if rest.starts_with('/') => format!("{home}{rest}"),
+            _ => d.to_string(),
+        }
+    };
+    let join = |base: &str, next: &str| -> String {
+        if base.is_empty() || next.starts_with('/') {
+            next.to_string()
+        } else {
+            format!("{}/{next}", base.trim_end_matches('/'))
+        }
+    };
+    let mut base = input["workdir"].as_str().unwrap_or_default().to_string();
+    for d in &patch.dirs {
+        base = join(&base, &expand(d));
     }
-    files
+    Some(Edited {
+        files: patch.files.iter().map(|f| join(&base, f)).collect(),
+        flavor: Flavor::Codex,
+        unknown: patch.unknown,
+        // Only a patch the command really applies is an edit to record.
+        record_when_allowed: patch.invoked,
+    })
+}
+
+/// The files a patch in Codex's `apply_patch` format touches
+/// ([`crate::clients::apply_patch::patch_files`]).
+pub fn patched_files(patch: &str) -> Vec<String> {
+    crate::clients::apply_patch::patch_files(patch)
 }
 
 /// Another agent's live checkout covering the file.
@@ -134,18 +205,19 @@ struct Judged {
 /// from it (`None`: there is none, so nothing is checked out). A file covered by another
 /// live agent's checkout refuses the whole edit (with `enforce: deny`), and then nothing
 /// is stamped or checked out; else the files inside the agent's own checkouts are stamped.
-/// Returns the hook's output (none: allowed, nothing to say).
 pub fn judge(
     dir: Option<PathBuf>,
     cwd: &Path,
     agent: &str,
-    files: &[String],
-    flavor: Flavor,
+    edited: &Edited,
     authorize: &dyn Fn(&dyn crate::store::Store) -> Result<()>,
-) -> Result<Option<String>> {
-    let Some(dir) = dir else { return Ok(None) };
-    if files.is_empty() {
-        return Ok(None);
+) -> Result<Verdict> {
+    let Some(dir) = dir else {
+        return Ok(Verdict::default());
+    };
+    let (files, flavor) = (&edited.files, edited.flavor);
+    if files.is_empty() && edited.unknown.is_none() {
+        return Ok(Verdict::default());
     }
     let ctx = Ctx {
         dir,
@@ -155,9 +227,22 @@ pub fn judge(
         cfg: Default::default(),
     };
     let Some(store) = ctx.existing_store()? else {
-        return Ok(None);
+        return Ok(Verdict::default());
     };
     let cfg = ctx.config()?;
+    let guard_timeout = Some(cfg.guard_timeout);
+    let verdict = |said: Vec<Said>| Verdict {
+        guard_timeout,
+        ..verdict(said, flavor)
+    };
+    if let Some(why) = edited.unknown {
+        // A shell patch whose files cannot be told: refused (or warned about) while any
+        // path checkout is held, since any of them might be in it.
+        if cfg.enforce == Enforce::Off || epaths::Coverage::load(&*store)?.is_empty() {
+            return Ok(verdict(Vec::new()));
+        }
+        return Ok(verdict(vec![unknown_patch(cfg.enforce, why)]));
+    }
     let root = epaths::root(&ctx, cwd);
     let mut judged: Vec<Judged> = Vec::new();
     let mut judge = Judge::new(&ctx, &*store);
@@ -199,7 +284,7 @@ pub fn judge(
             });
         }
         if said.iter().any(|s| matches!(s, Said::Deny(..))) {
-            return Ok(render(said, flavor));
+            return Ok(verdict(said));
         }
     }
     for j in &judged {
@@ -219,12 +304,20 @@ pub fn judge(
                 let refused = matches!(s, Said::Deny(..));
                 said.push(s);
                 if refused {
-                    return Ok(render(said, flavor));
+                    return Ok(verdict(said));
                 }
             }
         }
     }
-    Ok(render(said, flavor))
+    Ok(verdict(said))
+}
+
+fn verdict(said: Vec<Said>, flavor: Flavor) -> Verdict {
+    Verdict {
+        denied: said.iter().any(|s| matches!(s, Said::Deny(..))),
+        output: render(said, flavor),
+        guard_timeout: None,
+    }
 }
 
 /// The hook output for what was said about the files: a deny if any file is refused
@@ -295,7 +388,8 @@ fn auto_checkout(
     {
         stamp(root, agent, rel, &r.key, c.token, ctx)?;
         return Ok(Some(Said::Context(format!(
-            "tasklock: `{rel}` was checked out for you as `{}` (auto_checkout); release it with `tasklock release {}` when you are done with the file.",
+            "tasklock: `{}` was checked out for you as `{}` (auto_checkout); release it with `tasklock release {}` when you are done with the file.",
+            shown(rel),
             r.key,
             crate::error::shell_quote(&r.key)
         ))));
@@ -354,7 +448,8 @@ fn auto_checkout(
     let data = hook_data(rel, &holders);
     let what = if blockers.is_empty() {
         format!(
-            "the automatic checkout of `{rel}` was refused ({})",
+            "the automatic checkout of `{}` was refused ({})",
+            shown(rel),
             serde_json::to_value(r.outcome)
                 .ok()
                 .and_then(|v| v.as_str().map(str::to_string))
@@ -362,7 +457,8 @@ fn auto_checkout(
         )
     } else {
         format!(
-            "the automatic checkout of `{rel}` was refused: {}",
+            "the automatic checkout of `{}` was refused: {}",
+            shown(rel),
             blockers.join("; ")
         )
     };
@@ -383,12 +479,20 @@ fn auto_checkout(
 }
 
 /// Record that `agent` edited `file` (as the tool named it), in the edit records of the
-/// worktree of `cwd`. A file outside the repository is not recorded.
-pub fn record_edit(cwd: &Path, agent: &str, file: &str, now: &Time) -> Result<()> {
+/// worktree that holds it (the one of `cwd`, or another worktree of its repository
+/// reached through a link or an absolute path). A file outside the repository is not
+/// recorded.
+pub fn record_edit(
+    cwd: &Path,
+    agent: &str,
+    file: &str,
+    now: &Time,
+    wait: std::time::Duration,
+) -> Result<()> {
     let Some(root) = crate::paths::roots(cwd).map(|r| r.worktree) else {
         return Ok(());
     };
-    let Ok(rel) = crate::paths::normalize_file(&root, cwd, file) else {
+    let Ok((root, rel)) = crate::paths::locate_file(&root, cwd, file) else {
         return Ok(());
     };
     let Some(dir) = edits::dir(&root) else {
@@ -401,18 +505,21 @@ pub fn record_edit(cwd: &Path, agent: &str, file: &str, now: &Time) -> Result<()
             agent: agent.to_string(),
             at: *now,
         },
+        wait,
     )
 }
 
 /// Forget the edits of `agent` and its subagents in the worktree of `cwd` (its session
 /// ended), and every entry past the retention.
-pub fn forget_edits(cwd: &Path, agent: &str, now: &Time) -> Result<()> {
+pub fn forget_edits(cwd: &Path, agent: &str, now: &Time, wait: std::time::Duration) -> Result<()> {
     let Some(dir) = crate::paths::roots(cwd).and_then(|r| edits::dir(&r.worktree)) else {
         return Ok(());
     };
-    edits::forget(&dir, &mut |e| {
-        edits::is_own(&e.agent, agent) || e.expired(now)
-    })?;
+    edits::forget(
+        &dir,
+        &mut |e| edits::is_own(&e.agent, agent) || e.expired(now),
+        wait,
+    )?;
     Ok(())
 }
 
@@ -497,6 +604,12 @@ fn hook_data(rel: &str, holders: &[HolderData]) -> Value {
     json!({ "file": rel, "holders": holders })
 }
 
+/// A file name as the model is shown it: control and direction-changing characters as
+/// their code points.
+fn shown(rel: &str) -> std::borrow::Cow<'_, str> {
+    crate::render::markdown::visible(rel)
+}
+
 fn advice(rel: &str) -> String {
     format!(
         "Do not edit it now: work on other files. To be told when it is free, run `tasklock checkout --path {} --queue` (exit 2 with your place in line; the inbox tells you when it is yours). Never retry this edit in a loop.",
@@ -504,10 +617,27 @@ fn advice(rel: &str) -> String {
     )
 }
 
+/// What is said about a shell patch whose files cannot be told.
+fn unknown_patch(enforce: Enforce, why: &str) -> Said {
+    let what = format!(
+        "this command runs `apply_patch`, but {why}, so tasklock cannot tell which files it changes, and files are checked out with `--path`"
+    );
+    let fix = "Write the patch in the command itself (`apply_patch <<'PATCH'` … `PATCH`, after at most a plain `cd DIR &&`), or use the apply_patch tool.";
+    let data = json!({ "file": null, "holders": [] });
+    match enforce {
+        Enforce::Warn => Said::Warn(
+            format!("tasklock warning: {what}. The command goes ahead (enforce: warn). {fix}"),
+            data,
+        ),
+        _ => Said::Deny(format!("tasklock: {what}. {fix}"), data),
+    }
+}
+
 fn deny(ctx: &Ctx, rel: &str, others: &[Holder]) -> Said {
     Said::Deny(
         format!(
-            "tasklock: `{rel}` is checked out by another agent: {}. {}",
+            "tasklock: `{}` is checked out by another agent: {}. {}",
+            shown(rel),
             holders_text(ctx, others),
             advice(rel)
         ),
@@ -518,7 +648,8 @@ fn deny(ctx: &Ctx, rel: &str, others: &[Holder]) -> Said {
 fn warn(ctx: &Ctx, rel: &str, others: &[Holder]) -> Said {
     Said::Warn(
         format!(
-            "tasklock warning: `{rel}` is checked out by another agent: {}. The edit goes ahead (enforce: warn), but you may be overwriting their work. {}",
+            "tasklock warning: `{}` is checked out by another agent: {}. The edit goes ahead (enforce: warn), but you may be overwriting their work. {}",
+            shown(rel),
             holders_text(ctx, others),
             advice(rel)
         ),
@@ -609,18 +740,64 @@ mod tests {
         ] {
             let payload = json!({ "tool_name": "apply_patch", "tool_input": input });
             assert_eq!(
-                edited_files(&payload),
-                Some((vec!["src/a.rs".to_string()], Flavor::Codex))
+                files(&payload),
+                Some((vec!["src/a.rs".into()], Flavor::Codex))
             );
         }
         let payload = json!({ "tool_name": "apply_patch", "tool_input": 3 });
-        assert_eq!(edited_files(&payload), Some((vec![], Flavor::Codex)));
+        assert_eq!(files(&payload), Some((vec![], Flavor::Codex)));
         let payload = json!({ "tool_name": "Edit", "tool_input": { "file_path": "/r/x" } });
-        assert_eq!(
-            edited_files(&payload),
-            Some((vec!["/r/x".to_string()], Flavor::Claude))
-        );
-        let payload = json!({ "tool_name": "Bash", "tool_input": { "command": patch } });
+        assert_eq!(files(&payload), Some((vec!["/r/x".into()], Flavor::Claude)));
+        // A patch in a shell command that does not apply it is no edit.
+        let payload = json!({ "tool_name": "Bash", "tool_input": { "command": "ls -la" } });
         assert_eq!(edited_files(&payload), None);
+    }
+
+    fn files(payload: &Value) -> Option<(Vec<String>, Flavor)> {
+        edited_files(payload).map(|e| (e.files, e.flavor))
+    }
+
+    #[test]
+    fn a_shell_patch_is_an_edit_from_its_directory() {
+        let patch =
+            "*** Begin Patch\n*** Update File: a.rs\n*** Add File: /abs/b.rs\n*** End Patch";
+        let shell = |command: Value, workdir: Option<&str>| {
+            let mut input = json!({ "command": command });
+            if let Some(w) = workdir {
+                input["workdir"] = json!(w);
+            }
+            files(&json!({ "tool_name": "Bash", "tool_input": input }))
+        };
+        let heredoc = format!("cd src/x && apply_patch <<'PATCH'\n{patch}\nPATCH\n");
+        assert_eq!(
+            shell(json!(heredoc), None),
+            Some((vec!["src/x/a.rs".into(), "/abs/b.rs".into()], Flavor::Codex))
+        );
+        assert_eq!(
+            shell(json!(heredoc), Some("/repo/sub")),
+            Some((
+                vec!["/repo/sub/src/x/a.rs".into(), "/abs/b.rs".into()],
+                Flavor::Codex
+            ))
+        );
+        assert_eq!(
+            shell(json!(["apply_patch", patch]), None),
+            Some((vec!["a.rs".into(), "/abs/b.rs".into()], Flavor::Codex))
+        );
+        assert_eq!(
+            shell(json!(["bash", "-lc", heredoc]), Some("w")),
+            Some((
+                vec!["w/src/x/a.rs".into(), "/abs/b.rs".into()],
+                Flavor::Codex
+            ))
+        );
+        let unknown = edited_files(&json!({
+            "tool_name": "Bash", "tool_input": { "command": "apply_patch < p.diff" }
+        }))
+        .unwrap();
+        assert_eq!(
+            unknown.unknown,
+            Some(crate::clients::apply_patch::NOT_IN_COMMAND)
+        );
     }
 }

@@ -137,7 +137,8 @@ pub fn run(ctx: &Ctx) -> Result<Report> {
         && !gone.is_empty()
     {
         // Judged again under the lock: an entry replaced since by a newer edit stays.
-        let forgotten = edits::forget(dir, &mut |e| gone.contains(e));
+        let wait = edits::wait_for(ctx.config().ok().map(|c| c.guard_timeout), false);
+        let forgotten = edits::forget(dir, &mut |e| gone.contains(e), wait);
         crate::warnings::after_change(
             "the edits of ended agents were not forgotten",
             forgotten.map(drop),

@@ -77,7 +77,7 @@ pub fn run(
             .map_err(|e| Error::io(".", e))
     };
     if event == "pre-tool-use" {
-        if let Some((files, flavor)) = edit_gate::edited_files(&payload) {
+        if let Some(edited) = edit_gate::edited_files(&payload) {
             // An edit: judged against the path checkouts (none without a lock directory).
             let cwd = project()?;
             let dir = match crate::discover::explicit(global_dir.as_deref())
@@ -89,7 +89,24 @@ pub fn run(
             let authorize_session = |store: &dyn crate::store::Store| {
                 authorize(&session, store.read_agent(&session)?.as_ref())
             };
-            return edit_gate::judge(dir, &cwd, &agent, &files, flavor, &authorize_session);
+            let verdict = edit_gate::judge(dir, &cwd, &agent, &edited, &authorize_session);
+            // An edit no PostToolUse will follow (a patch applied through Codex's shell)
+            // is recorded now, unless it was refused. A failing gate allows the edit
+            // (below), so it is recorded then too.
+            if edited.record_when_allowed && !verdict.as_ref().is_ok_and(|v| v.denied) {
+                let now = crate::clock::now()?;
+                let timeout = verdict.as_ref().ok().and_then(|v| v.guard_timeout);
+                let wait = crate::engine::edits::wait_for(timeout, true);
+                let failed = record(&cwd, &agent, &edited.files, &now, wait, "pre-tool-use");
+                // Allowed, but not recorded: said to the model and the user, not only on
+                // stderr.
+                if let Some(text) = failed
+                    && verdict.as_ref().is_ok_and(|v| v.output.is_none())
+                {
+                    return Ok(Some(loud("PreToolUse", &text, None)));
+                }
+            }
+            return verdict.map(|v| v.output);
         }
         // Needs no lock directory: it only rewrites the command.
         return Ok(pre_tool_use(&payload, subagent.as_ref()));
@@ -142,21 +159,41 @@ pub fn run(
         return session_start(&ctx, &agent, agent_pid, registered.as_ref());
     }
     authorize(&session, registered.as_ref())?;
+    let wait = || crate::engine::edits::wait_for(ctx.config().ok().map(|c| c.guard_timeout), true);
+    let mut unrecorded = None;
     if event == "post-tool-use"
-        && let Some((files, _)) = edit_gate::edited_files(&payload)
+        && let Some(edited) = edit_gate::edited_files(&payload)
     {
         // The edit happened (PostToolUse follows only a tool call that succeeded): record
         // who made it, for the commit guard and `tasklock stage`. A failure here must not
         // cost the session its heartbeat.
-        for file in &files {
-            if let Err(e) = edit_gate::record_edit(&project, &agent, file, &ctx.now) {
-                eprintln!("tasklock hook post-tool-use: the edit of {file} was not recorded: {e}");
-            }
-        }
+        unrecorded = record(
+            &project,
+            &agent,
+            &edited.files,
+            &ctx.now,
+            wait(),
+            "post-tool-use",
+        );
     }
     match event {
         "session-start" => session_start(&ctx, &agent, agent_pid, None),
-        "post-tool-use" => beat_and_deliver(&ctx, "PostToolUse", parent, None),
+        "post-tool-use" => {
+            let out = beat_and_deliver(&ctx, "PostToolUse", parent, None)?;
+            Ok(match unrecorded {
+                None => out,
+                Some(text) => {
+                    let inbox = out
+                        .and_then(|o| serde_json::from_str::<Value>(&o).ok())
+                        .and_then(|v| {
+                            v["hookSpecificOutput"]["additionalContext"]
+                                .as_str()
+                                .map(str::to_string)
+                        });
+                    Some(loud("PostToolUse", &text, inbox.as_deref()))
+                }
+            })
+        }
         "user-prompt-submit" => {
             beat_and_deliver(&ctx, "UserPromptSubmit", parent, payload["prompt"].as_str())
         }
@@ -174,11 +211,54 @@ pub fn run(
         "session-end" => {
             end_agent(&ctx, &agent, true, ReapReason::SessionEnd)?;
             // Its edits (and its subagents') are nobody's to protect any more.
-            edit_gate::forget_edits(&project, &agent, &ctx.now)?;
+            edit_gate::forget_edits(&project, &agent, &ctx.now, wait())?;
             Ok(None)
         }
         _ => unreachable!("checked above"),
     }
+}
+
+/// Record the edit of `files` by `agent`; what to tell the model and the user when some
+/// could not be recorded (each failure also goes to stderr).
+fn record(
+    cwd: &std::path::Path,
+    agent: &str,
+    files: &[String],
+    now: &crate::clock::Time,
+    wait: std::time::Duration,
+    event: &str,
+) -> Option<String> {
+    let mut failed = Vec::new();
+    for file in files {
+        if let Err(e) = edit_gate::record_edit(cwd, agent, file, now, wait) {
+            eprintln!("tasklock hook {event}: the edit of {file} was not recorded: {e}");
+            failed.push(format!(
+                "{} ({e})",
+                crate::render::markdown::code(&crate::render::markdown::visible(file))
+            ));
+        }
+    }
+    if failed.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "tasklock warning: the edit went ahead but was not recorded as yours: {}. Until it is edited again, the commit guard cannot tell it from another agent's work and `tasklock stage` does not stage it: stage it yourself with `git add -- FILE`.",
+        failed.join("; ")
+    ))
+}
+
+/// A hook output that the user sees (`systemMessage`) and the model reads
+/// (`additionalContext`, after `text` whatever else there is to say).
+fn loud(event: &str, text: &str, more: Option<&str>) -> String {
+    let context = match more {
+        Some(m) => format!("{text}\n{m}"),
+        None => text.to_string(),
+    };
+    let v = json!({
+        "systemMessage": text,
+        "hookSpecificOutput": { "hookEventName": event, "additionalContext": context },
+    });
+    format!("{v}\n")
 }
 
 /// May this hook act for `session`? Yes when it is not bound to a secret (made before

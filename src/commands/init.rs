@@ -340,10 +340,15 @@ mod tests {
                 .unwrap();
             assert!(calls_tasklock_hook(c, hook_event), "{event}: {c}");
         }
-        // Codex's PreToolUse is the edit gate, for apply_patch only.
+        // Codex's PreToolUse is the edit gate: the apply_patch tool, and the shell, through
+        // which a model may run apply_patch as a command.
         assert_eq!(
             codex["hooks"]["PreToolUse"][0]["matcher"],
             crate::commands::edit_gate::PATCH_MATCHER
+        );
+        assert_eq!(
+            codex["hooks"]["PreToolUse"][1]["matcher"],
+            crate::commands::edit_gate::SHELL_MATCHER
         );
         // Every event `tasklock hook` takes is wired for one agent or the other.
         let mut wired: Vec<&str> = HOOK_EVENTS

@@ -46,7 +46,12 @@ pub fn run(ctx: &Ctx, dry_run: bool) -> Result<Report> {
     if !dry_run {
         crate::warnings::after_change(
             "old edit records were not forgotten",
-            edits::forget(&dir, &mut |e| e.expired(&now)).map(drop),
+            edits::forget(
+                &dir,
+                &mut |e| e.expired(&now),
+                edits::wait_for(ctx.config().ok().map(|c| c.guard_timeout), false),
+            )
+            .map(drop),
         );
     }
     if mine.is_empty() {
@@ -54,8 +59,21 @@ pub fn run(ctx: &Ctx, dry_run: bool) -> Result<Report> {
     }
     let mut files: Vec<&str> = mine.keys().map(String::as_str).collect();
     files.sort_unstable();
-    for (path, change) in unstaged(&root, &files)? {
-        if let Some(e) = mine.get(&path) {
+    // Records hold the form the hooks compare (NFC, and lower case where the repository
+    // ignores case); git names files as they are on disk. Where the two can differ, ask
+    // git about the whole worktree and compare in the records' form.
+    let ignores_case = crate::paths::ignores_case(&root);
+    let exact = !ignores_case && files.iter().all(|f| f.is_ascii());
+    let form = |path: &str| {
+        let nfc = crate::key::normalize(path);
+        if ignores_case {
+            crate::paths::fold_case(&nfc)
+        } else {
+            nfc
+        }
+    };
+    for (path, change) in unstaged(&root, if exact { &files } else { &[] })? {
+        if let Some(e) = mine.get(&form(&path)) {
             report.files.push(StageFile {
                 file: path,
                 change,
@@ -75,11 +93,18 @@ pub fn run(ctx: &Ctx, dry_run: bool) -> Result<Report> {
     Ok(Report::Stage(report))
 }
 
-/// Of `files`, those whose working-tree state differs from the index, and how: `git
-/// status`'s second column (`?` untracked, `D` deleted, anything else a change).
+/// Of `files` (every file of the worktree when empty), those whose working-tree state
+/// differs from the index, and how: `git status`'s second column (`?` untracked, `D`
+/// deleted, anything else a change).
 fn unstaged(root: &Path, files: &[&str]) -> Result<Vec<(String, &'static str)>> {
     let mut out = Vec::new();
-    for chunk in files.chunks(CHUNK) {
+    let whole: [&[&str]; 1] = [&[]];
+    let chunks: Vec<&[&str]> = if files.is_empty() {
+        whole.to_vec()
+    } else {
+        files.chunks(CHUNK).collect()
+    };
+    for chunk in chunks {
         let stdout = git(
             root,
             &[

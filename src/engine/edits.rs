@@ -18,10 +18,14 @@
 //!
 //! Writers take a shared `flock` on `.lock` in the directory, and whoever drops entries
 //! an exclusive one, so an entry is never dropped just after a newer edit replaced it.
+//! Nobody waits for it without limit: a process stopped while holding it would hang
+//! every later hook. Commands wait `guard_timeout` at most, hooks [`HOOK_WAIT`] at most
+//! (see [`wait_for`]), and then give up with an error naming the holder.
 
 use std::io::{Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
@@ -63,24 +67,87 @@ fn entry_path(dir: &Path, file: &str) -> PathBuf {
     dir.join(crate::key::encode(file))
 }
 
-fn lock(dir: &Path) -> Result<std::fs::File> {
+/// The longest a hook waits for the lock: the hooks `init` writes time out after 10 s,
+/// when the client kills the hook and goes on without it, so a hook gives up first and
+/// says so.
+pub const HOOK_WAIT: Duration = Duration::from_secs(5);
+
+/// How long to wait for the lock: `TASKLOCK_GUARD_TIMEOUT` when set, else
+/// `guard_timeout` (config.yaml; the default when unknown); a hook (`hook: true`) at
+/// most [`HOOK_WAIT`].
+pub fn wait_for(guard_timeout: Option<Duration>, hook: bool) -> Duration {
+    let wait = std::env::var("TASKLOCK_GUARD_TIMEOUT")
+        .ok()
+        .and_then(|v| crate::duration::parse(&v).ok())
+        .or(guard_timeout)
+        .unwrap_or_else(|| crate::config::Config::default().guard_timeout);
+    if hook { wait.min(HOOK_WAIT) } else { wait }
+}
+
+/// `.lock` of `dir`, locked shared or `exclusive`, waiting `wait` at most.
+fn lock(dir: &Path, exclusive: bool, wait: Duration) -> Result<std::fs::File> {
     let path = dir.join(".lock");
-    std::fs::OpenOptions::new()
+    let f = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(&path)
-        .map_err(|e| Error::io(&path, e))
+        .map_err(|e| Error::io(&path, e))?;
+    let started = Instant::now();
+    loop {
+        let tried = if exclusive {
+            f.try_lock()
+        } else {
+            f.try_lock_shared()
+        };
+        match tried {
+            Ok(()) => return Ok(f),
+            Err(std::fs::TryLockError::WouldBlock) => {}
+            Err(std::fs::TryLockError::Error(e)) => return Err(Error::io(&path, e)),
+        }
+        let waited = started.elapsed();
+        if waited >= wait {
+            return Err(Error::Store(format!(
+                "gave up after {} waiting for the lock on {}, {}. The records of who edited which file wait for it; find that process and let it go on (kill -CONT PID if it was stopped) or end it; `guard_timeout` in config.yaml sets how long commands wait (hooks wait {} at most)",
+                crate::duration::format(wait),
+                path.display(),
+                holder_words(&path),
+                crate::duration::format(HOOK_WAIT),
+            )));
+        }
+        std::thread::sleep((wait - waited).min(Duration::from_millis(20)));
+    }
+}
+
+/// "held by pid 123 (tasklock, stopped)", or "held by another process".
+fn holder_words(path: &Path) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let Some(pid) = std::fs::metadata(path)
+        .ok()
+        .and_then(|m| crate::os::flock_holder(m.dev(), m.ino()))
+    else {
+        return "held by another process".into();
+    };
+    let info = crate::os::process(pid);
+    let stopped = if info.as_ref().is_some_and(|p| p.stopped) {
+        ", stopped"
+    } else {
+        ""
+    };
+    match info.and_then(|p| p.name) {
+        Some(name) => format!("held by pid {pid} ({name}{stopped})"),
+        None if stopped.is_empty() => format!("held by pid {pid}"),
+        None => format!("held by pid {pid} (stopped)"),
+    }
 }
 
 /// Record `edit`, replacing the file's previous entry: one small write and a rename.
-pub fn record(dir: &Path, edit: &Edit) -> Result<()> {
+/// Waits `wait` at most for the lock ([`wait_for`]).
+pub fn record(dir: &Path, edit: &Edit, wait: Duration) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-    let lock = lock(dir)?;
-    lock.lock_shared()
-        .map_err(|e| Error::io(dir.join(".lock"), e))?;
+    let _lock = lock(dir, false, wait)?;
     let mut text = serde_json::to_vec(edit)
         .map_err(|e| Error::Store(format!("cannot encode an edit record: {e}")))?;
     text.push(b'\n');
@@ -157,13 +224,13 @@ pub fn read_all(dir: &Path) -> Result<Vec<Edit>> {
 }
 
 /// Drop the entries `drop` picks (judged again under the exclusive lock), and temp files
-/// left by killed writers. Returns how many entries were dropped.
-pub fn forget(dir: &Path, drop: &mut dyn FnMut(&Edit) -> bool) -> Result<usize> {
+/// left by killed writers. Returns how many entries were dropped. Waits `wait` at most
+/// for the lock ([`wait_for`]).
+pub fn forget(dir: &Path, drop: &mut dyn FnMut(&Edit) -> bool, wait: Duration) -> Result<usize> {
     if !dir.is_dir() {
         return Ok(0);
     }
-    let lock = lock(dir)?;
-    lock.lock().map_err(|e| Error::io(dir.join(".lock"), e))?;
+    let _lock = lock(dir, true, wait)?;
     let entries = std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
     let mut dropped = 0;
     for e in entries.flatten() {
@@ -214,6 +281,8 @@ mod tests {
             .with_timezone(&chrono::Utc)
     }
 
+    const W: Duration = Duration::from_secs(1);
+
     fn edit(file: &str, agent: &str) -> Edit {
         Edit {
             file: file.into(),
@@ -228,9 +297,9 @@ mod tests {
         let dir = td.path().join("edits");
         assert_eq!(read(&dir, "src/x").unwrap(), None);
         assert!(read_all(&dir).unwrap().is_empty());
-        record(&dir, &edit("src/x", "a")).unwrap();
-        record(&dir, &edit("src/y", "a")).unwrap();
-        record(&dir, &edit("src/x", "b")).unwrap();
+        record(&dir, &edit("src/x", "a"), W).unwrap();
+        record(&dir, &edit("src/y", "a"), W).unwrap();
+        record(&dir, &edit("src/x", "b"), W).unwrap();
         assert_eq!(read(&dir, "src/x").unwrap().unwrap().agent, "b");
         let mut all = read_all(&dir).unwrap();
         all.sort_by(|x, y| x.file.cmp(&y.file));
@@ -241,7 +310,7 @@ mod tests {
         assert_eq!(read_all(&dir).unwrap().len(), 2);
         // A stale temp file goes with the next forget; a fresh one stays.
         std::fs::write(dir.join(".tmp.1.2"), b"x").unwrap();
-        assert_eq!(forget(&dir, &mut |e| e.agent == "a").unwrap(), 1);
+        assert_eq!(forget(&dir, &mut |e| e.agent == "a", W).unwrap(), 1);
         assert_eq!(read_all(&dir).unwrap(), vec![edit("src/x", "b")]);
         assert!(dir.join(".tmp.1.2").exists());
         assert!(!edit("f", "a").expired(&at("2026-01-07T23:00:00Z")));

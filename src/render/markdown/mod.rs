@@ -66,9 +66,29 @@ pub fn code(s: &str) -> String {
 }
 
 /// A code span inside a table cell. Backslashes are literal in a code span, so only the
-/// cell separator `|` is escaped (GFM reads `\|` as `|` even inside code).
+/// cell separator `|` is escaped (GFM reads `\|` as `|` even inside code). A control or
+/// deceptive character (a file name may hold one) is shown as its code point, `\u{a}`,
+/// so that it neither breaks the table nor turns text around.
 pub fn code_cell(s: &str) -> String {
-    code(s).replace('|', "\\|")
+    code(&visible(s)).replace('|', "\\|")
+}
+
+/// `s` with its control and deceptive characters written as `\u{…}`.
+pub fn visible(s: &str) -> std::borrow::Cow<'_, str> {
+    let hidden = |c: char| c.is_control() || crate::error::deceptive(c);
+    if !s.chars().any(hidden) {
+        return s.into();
+    }
+    s.chars()
+        .map(|c| {
+            if hidden(c) {
+                format!("\\u{{{:x}}}", c as u32)
+            } else {
+                c.to_string()
+            }
+        })
+        .collect::<String>()
+        .into()
 }
 
 /// Text safe inside a table cell.
