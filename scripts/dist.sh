@@ -8,7 +8,7 @@
 # ("HASH  NAME", as `sha256sum -c` and `shasum -a 256 -c` read it). TARGET is the Rust
 # target triple of this host (x86_64-unknown-linux-gnu, aarch64-apple-darwin, ...). The
 # archive holds one directory, tasklock-TARGET/, with the binaries (tasklock and
-# tasklock-mcp), the skills, install.sh, README.md and the licence files: what install.sh
+# tasklock-mcp, and tasklock-view for `top` and `ui`), the skills, install.sh, README.md and the licence files: what install.sh
 # installs from when it downloads a release instead of building.
 #
 # Built like install.sh builds (`cargo build --release --locked`; statically linked on
@@ -18,7 +18,7 @@
 # relocations at every start, and the PostgreSQL client would make every command, file
 # store included, start slower; non-PIE, the binary with it starts as fast as one without
 # (docs/performance.md). TASKLOCK_DIST_BINARY=PATH packages that prebuilt tasklock (and
-# the tasklock-mcp beside it, if any) instead of building: for tests.
+# the tasklock-mcp and tasklock-view beside it, if any) instead of building: for tests.
 #
 # This archive's binary is the one every channel delivers: scripts/npm.sh packs the npm
 # platform package from it, install.sh and the Claude Code plugin's launcher download it.
@@ -56,9 +56,11 @@ stage=$(mktemp -d "${TMPDIR:-/tmp}/tasklock-dist.XXXXXX")
 trap 'rm -rf "$stage"' EXIT INT TERM
 mkdir -p "$stage/$name"
 cp "$bin" "$stage/$name/tasklock"
-if [ -x "$(dirname "$bin")/tasklock-mcp" ]; then
-    cp "$(dirname "$bin")/tasklock-mcp" "$stage/$name/tasklock-mcp"
-fi
+for extra in tasklock-mcp tasklock-view; do
+    if [ -x "$(dirname "$bin")/$extra" ]; then
+        cp "$(dirname "$bin")/$extra" "$stage/$name/$extra"
+    fi
+done
 cp -R "$here/skills" "$stage/$name/skills"
 cp "$here/install.sh" "$here/README.md" "$stage/$name/"
 for f in LICENSE-MIT LICENSE-APACHE; do
@@ -72,7 +74,7 @@ case $epoch in '' | *[!0-9]*) echo "dist.sh: set SOURCE_DATE_EPOCH (seconds): $h
 stamp=$(TZ=UTC date -d "@$epoch" +%Y%m%d%H%M.%S 2>/dev/null || TZ=UTC date -r "$epoch" +%Y%m%d%H%M.%S)
 find "$stage/$name" -type d -exec chmod 755 {} +
 find "$stage/$name" -type f -exec chmod 644 {} +
-for f in tasklock tasklock-mcp install.sh; do
+for f in tasklock tasklock-mcp tasklock-view install.sh; do
     if [ -f "$stage/$name/$f" ]; then chmod 755 "$stage/$name/$f"; fi
 done
 find "$stage/$name" -exec env TZ=UTC touch -h -t "$stamp" {} +

@@ -65,7 +65,7 @@ if [ "$main_only" = 0 ]; then
     # The platform package: the archive's binaries and licences, as they are.
     plat=$stage/platform
     mkdir -p "$plat/bin"
-    for f in tasklock tasklock-mcp; do
+    for f in tasklock tasklock-mcp tasklock-view; do
         if [ -f "$from/$f" ]; then cp -p "$from/$f" "$plat/bin/$f"; fi
     done
     cp "$from/LICENSE-MIT" "$from/LICENSE-APACHE" "$plat/"

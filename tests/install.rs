@@ -189,6 +189,7 @@ fn default_layout() -> BTreeSet<String> {
         ".local/bin",
         ".local/bin/tasklock",
         ".local/bin/tasklock-mcp",
+        ".local/bin/tasklock-view",
         ".local/share",
         ".local/share/tasklock",
         ".local/share/tasklock/install-receipt",
@@ -274,6 +275,23 @@ fn fresh_install_puts_binary_skills_and_links_in_place() {
     assert_eq!(
         fs::read(&mcp).unwrap(),
         fs::read(env!("CARGO_BIN_EXE_tasklock-mcp")).unwrap()
+    );
+    // The views' binary, beside it: `tasklock top` and `tasklock ui` run it.
+    assert_eq!(
+        fs::read(home.join(".local/bin/tasklock-view")).unwrap(),
+        fs::read(env!("CARGO_BIN_EXE_tasklock-view")).unwrap()
+    );
+    let once = std::process::Command::new(&bin)
+        .args(["top", "--once", "--dir"])
+        .arg(home.join("no-such-project/.locks"))
+        .current_dir(home.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&once.stderr).contains("tasklock top:"),
+        "the installed tasklock did not reach tasklock-view: {}",
+        String::from_utf8_lossy(&once.stderr)
     );
     // With no client on stdin, the installed server starts and finds no handshake.
     let served = std::process::Command::new(&bin)
@@ -381,7 +399,7 @@ fn upgrade_replaces_the_binary_atomically() {
     left.sort();
     assert_eq!(
         left,
-        ["tasklock", "tasklock-mcp"],
+        ["tasklock", "tasklock-mcp", "tasklock-view"],
         "no temporary file left behind"
     );
 

@@ -1,4 +1,4 @@
-// After `npm install`: put this platform's prebuilt tasklock (and tasklock-mcp, which
+// After `npm install`: put this platform's prebuilt tasklock (and tasklock-mcp and tasklock-view, which
 // `tasklock mcp` runs from beside it) in place of the bin/tasklock script, so that npm's
 // link runs the binary directly. Nothing is downloaded: the binary comes from the
 // platform package npm installed as an optional dependency. If anything here fails, the
@@ -29,7 +29,7 @@ function install() {
   const bin = nativeBinary();
   if (!bin) return;
   const dir = path.join(__dirname, "bin");
-  for (const name of ["tasklock", "tasklock-mcp"]) {
+  for (const name of ["tasklock", "tasklock-mcp", "tasklock-view"]) {
     const from = name === "tasklock" ? bin : nativeBinary(name);
     if (!from) continue;
     const to = path.join(dir, name);

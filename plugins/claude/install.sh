@@ -738,6 +738,13 @@ if [ -f "$source_mcp" ] && [ -x "$source_mcp" ]; then
 else
     say "  (no tasklock-mcp: built without the mcp feature, so \`tasklock mcp\` is not available)"
 fi
+# The views (`tasklock top`, `tasklock ui` run it), built beside tasklock with the `view` feature.
+source_view=$(dirname "$source_bin")/tasklock-view
+if [ -f "$source_view" ] && [ -x "$source_view" ]; then
+    install_binary "$source_view" "$bindir/tasklock-view"
+else
+    say "  (no tasklock-view: built without the view feature, so \`tasklock top\` and \`tasklock ui\` are not available)"
+fi
 if [ "$dry_run" = 0 ]; then
     version=$("$bin" --version 2>&1) || die "the installed binary does not run: $version"
     say "  runs:           $version"
