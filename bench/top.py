@@ -95,6 +95,13 @@ def big_fleet(binary, env, lockdir):
     ]:
         runs = [timed([binary, "--dir", lockdir, *args], env) for _ in range(3)]
         out[name] = (statistics.median(r[0] for r in runs), max(r[1] for r in runs))
+    # The frame alone (apart from reading the store), as tasklock top --once times it.
+    draws = []
+    for _ in range(5):
+        p = subprocess.run([binary, "--dir", lockdir, "top", "--once", "--size", "200x60"],
+                           env=dict(env, TASKLOCK_BENCH_DRAW="1"), capture_output=True, text=True)
+        draws.append(float(p.stderr.split("drawn in ")[1].split(" ms")[0]))
+    out["a frame's drawing alone"] = (statistics.median(draws) / 1000, float("nan"))
     return out
 
 
