@@ -83,10 +83,11 @@ def latency(binary, env, lockdir, n):
 
 
 def big_fleet(binary, env, lockdir):
-    # 1,000 agents with 10 keys each, through `checkout` itself (many keys per call).
+    # 1,000 agents with 10 keys each, through `checkout` itself.
     for a in range(1000):
-        keys = [f"k{a:04d}-{j}" for j in range(10)]
-        run([binary, "--dir", lockdir, "checkout", *keys, "--agent", f"agent-{a:04d}"], env)
+        for j in range(10):
+            run([binary, "--dir", lockdir, "checkout", f"k{a:04d}-{j}", "--agent", f"agent-{a:04d}"],
+                env)
     out = {}
     for name, args in [
         ("list --json (reference)", ["list", "--json"]),
@@ -95,6 +96,13 @@ def big_fleet(binary, env, lockdir):
     ]:
         runs = [timed([binary, "--dir", lockdir, *args], env) for _ in range(3)]
         out[name] = (statistics.median(r[0] for r in runs), max(r[1] for r in runs))
+    # The frame alone (apart from reading the store), as tasklock top --once times it.
+    draws = []
+    for _ in range(5):
+        p = subprocess.run([binary, "--dir", lockdir, "top", "--once", "--size", "200x60"],
+                           env=dict(env, TASKLOCK_BENCH_DRAW="1"), capture_output=True, text=True)
+        draws.append(float(p.stderr.split("drawn in ")[1].split(" ms")[0]))
+    out["a frame's drawing alone"] = (statistics.median(draws) / 1000, float("nan"))
     return out
 
 

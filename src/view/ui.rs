@@ -38,6 +38,8 @@ const MAX_HEAD: usize = 16 * 1024;
 const MAX_BODY: usize = 16 * 1024;
 /// Events sent to a page with each change (newest first).
 const EVENTS_SENT: usize = 200;
+/// An unchanged fleet is sent to the pages again this often, for the leases' countdown.
+const RESEND: Duration = Duration::from_secs(5);
 
 #[derive(clap::Parser, Debug)]
 #[command(
@@ -219,10 +221,32 @@ fn watch(shared: Arc<Shared>) {
         let mut follow = store.follow_audit()?;
         let _ = follow.next(Duration::ZERO)?;
         let mut changes = store.changes()?;
+        // What the pages were sent last, apart from the time: an unchanged fleet is sent
+        // again only every RESEND (for the leases' countdown), not every second.
+        let mut sent: Option<(String, std::time::Instant)> = None;
         loop {
             ctx.now = clock::now()?;
             let snapshot = fleet::snapshot(&ctx, &*store);
             let new = follow.next(Duration::ZERO).unwrap_or_default();
+            let same_as_sent = match (&snapshot, &sent) {
+                (Ok(f), Some((last, at))) if new.is_empty() && at.elapsed() < RESEND => {
+                    let mut timeless = f.clone();
+                    timeless.now = Time::default();
+                    serde_json::to_string(&timeless).is_ok_and(|s| s == *last)
+                }
+                _ => false,
+            };
+            if same_as_sent {
+                changes.wait(REFRESH);
+                continue;
+            }
+            if let Ok(f) = &snapshot {
+                let mut timeless = f.clone();
+                timeless.now = Time::default();
+                sent = serde_json::to_string(&timeless)
+                    .ok()
+                    .map(|s| (s, std::time::Instant::now()));
+            }
             let doc = {
                 let mut st = shared.state.lock().unwrap_or_else(|p| p.into_inner());
                 for e in new {

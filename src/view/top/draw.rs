@@ -260,6 +260,16 @@ fn footer(app: &App) -> Line<'static> {
     }
 }
 
+/// Of `len` rows in a bordered pane of `area` with `header` lines above the rows, the
+/// first to draw, how many, and where the selection is among them: the selected row is
+/// always on screen.
+fn window(len: usize, selected: usize, area: Rect, header: u16) -> (usize, usize, usize) {
+    let fits = usize::from(area.height.saturating_sub(2 + header)).max(1);
+    let selected = selected.min(len.saturating_sub(1));
+    let first = selected.saturating_sub(fits - 1);
+    (first, fits.min(len - first.min(len)), selected - first)
+}
+
 fn pane_block(title: String, focused: bool, st: &Styles) -> Block<'static> {
     let b = Block::default().borders(Borders::ALL).title(title);
     if focused {
@@ -293,7 +303,9 @@ fn checkouts(f: &mut Frame, app: &App, area: Rect, st: &Styles, now: Time) {
         .to_vec(),
     ))
     .style(st.title());
-    let rows: Vec<Row> = rows_data
+    // Only the rows that fit are built: a fleet of 10,000 checkouts draws as fast as ten.
+    let (first, shown, sel) = window(rows_data.len(), app.selected[0], area, 1);
+    let rows: Vec<Row> = rows_data[first..first + shown]
         .iter()
         .map(|c| {
             let left = c.view.expires_at - now;
@@ -344,7 +356,7 @@ fn checkouts(f: &mut Frame, app: &App, area: Rect, st: &Styles, now: Time) {
         .row_highlight_style(st.selected());
     let mut state = TableState::default();
     if app.focus == Pane::Checkouts && !empty {
-        state.select(Some(app.selected[0].min(rows_data.len() - 1)));
+        state.select(Some(sel));
     }
     f.render_stateful_widget(table, area, &mut state);
     if empty && area.height > 3 {
@@ -390,7 +402,8 @@ fn agents(f: &mut Frame, app: &App, area: Rect, st: &Styles, now: Time) {
         .to_vec(),
     ))
     .style(st.title());
-    let rows: Vec<Row> = list
+    let (first, shown, sel) = window(list.len(), app.selected[1], area, 1);
+    let rows: Vec<Row> = list[first..first + shown]
         .iter()
         .map(|a| {
             let state = match a.row.cause {
@@ -440,7 +453,7 @@ fn agents(f: &mut Frame, app: &App, area: Rect, st: &Styles, now: Time) {
         .row_highlight_style(st.selected());
     let mut state = TableState::default();
     if app.focus == Pane::Agents && !empty {
-        state.select(Some(app.selected[1].min(list.len() - 1)));
+        state.select(Some(sel));
     }
     f.render_stateful_widget(table, area, &mut state);
 }
@@ -529,7 +542,8 @@ pub fn event_line(e: &AuditEvent) -> String {
 
 fn events(f: &mut Frame, app: &App, area: Rect, st: &Styles) {
     let list = app.visible_events();
-    let items: Vec<Row> = list
+    let (first, shown, sel) = window(list.len(), app.selected[2], area, 0);
+    let items: Vec<Row> = list[first..first + shown]
         .iter()
         .map(|e| {
             let style = match e.event.as_str() {
@@ -551,7 +565,7 @@ fn events(f: &mut Frame, app: &App, area: Rect, st: &Styles) {
         .row_highlight_style(st.selected());
     let mut state = TableState::default();
     if app.focus == Pane::Events && !empty {
-        state.select(Some(app.selected[2].min(list.len() - 1)));
+        state.select(Some(sel));
     }
     f.render_stateful_widget(table, area, &mut state);
 }
@@ -747,6 +761,17 @@ mod tests {
         assert_eq!(inert("a\u{1b}[31mb"), "a\\u{1b}[31mb");
         assert_eq!(inert("x\u{202e}y\u{2028}z"), "x\\u{202e}y\\u{2028}z");
         assert_eq!(inert("plain ключ"), "plain ключ");
+    }
+
+    #[test]
+    fn the_selected_row_is_always_drawn() {
+        let area = Rect::new(0, 0, 80, 12); // 12 - 2 borders - 1 header = 9 rows fit
+        assert_eq!(window(100, 0, area, 1), (0, 9, 0));
+        assert_eq!(window(100, 8, area, 1), (0, 9, 8));
+        assert_eq!(window(100, 9, area, 1), (1, 9, 8));
+        assert_eq!(window(100, 500, area, 1), (91, 9, 8));
+        assert_eq!(window(3, 1, area, 1), (0, 3, 1));
+        assert_eq!(window(0, 0, area, 1), (0, 0, 0));
     }
 
     #[test]

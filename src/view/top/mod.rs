@@ -106,8 +106,16 @@ fn once(a: &Args, json: bool) -> Result<()> {
     let mut term =
         ratatui::Terminal::new(backend).map_err(|e| Error::Store(format!("cannot draw: {e}")))?;
     let now = ctx.now;
+    let started = std::time::Instant::now();
     term.draw(|f| draw::draw(f, &app, now))
         .map_err(|e| Error::Store(format!("cannot draw: {e}")))?;
+    // For bench/top.py: the frame alone, apart from reading the store.
+    if std::env::var_os("TASKLOCK_BENCH_DRAW").is_some() {
+        eprintln!(
+            "drawn in {:.2} ms",
+            started.elapsed().as_secs_f64() * 1000.0
+        );
+    }
     let buf = term.backend().buffer();
     let mut out = String::new();
     for y in 0..buf.area.height {
