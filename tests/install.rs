@@ -310,7 +310,11 @@ fn fresh_install_puts_binary_skills_and_links_in_place() {
     assert_eq!(paths(&home.tree()), default_layout());
 
     // The receipt lists every installed file and link.
-    let mut want: BTreeSet<PathBuf> = BTreeSet::from([bin.clone(), mcp.clone()]);
+    let mut want: BTreeSet<PathBuf> = BTreeSet::from([
+        bin.clone(),
+        mcp.clone(),
+        home.join(".local/bin/tasklock-view"),
+    ]);
     for name in &skills {
         want.insert(home.join(".claude/skills").join(name).join("SKILL.md"));
         want.insert(home.join(".agents/skills").join(name));
