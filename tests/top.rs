@@ -22,7 +22,19 @@ fn fleet(env: &mut Env) {
     // checkouts, so the view meets them still held.
     env.configure("sweep_interval: 1h\n");
     env.at(T0);
-    env.ok("alice", &["heartbeat", "--status", "shipping"]);
+    // Alice is a Claude Code session (its hooks' environment names its socket).
+    let r = env.run_env(
+        Some("alice"),
+        &["heartbeat", "--status", "shipping"],
+        &[
+            (
+                "CLAUDE_CODE_MESSAGING_SOCKET",
+                "/tmp/tasklock-top-test.sock",
+            ),
+            ("CLAUDE_CODE_SESSION_ID", "alice"),
+        ],
+    );
+    assert_eq!(r.code, 0, "{}", r.text());
     env.ok(
         "alice",
         &[
@@ -79,7 +91,7 @@ fn one_frame_shows_the_fleet() {
     // The facts, whatever the layout.
     for fact in [
         "deploy://api-prod",
-        "researcher (alice)",
+        "researcher (alice) · claude-code",
         "ending: holder dead",
         "src/**",
         "1/2",
@@ -128,6 +140,8 @@ fn the_fleet_as_json() {
     assert_eq!(deploy["agent"]["id"], "alice");
     assert_eq!(deploy["holder_state"], "dead");
     assert_eq!(deploy["holder_cause"], "silent");
+    assert_eq!(deploy["holder_client"], "claude-code");
+    assert!(j["checkouts"][0].get("holder_client").is_none());
     assert_eq!(deploy["ending"], "agent_death");
     assert_eq!(deploy["queued"], 1);
     assert_eq!(j["checkouts"][0]["slots"], 2);
@@ -551,6 +565,28 @@ fn live_view_force_release_needs_a_person_and_a_yes() {
     unsafe { libc::kill(view as i32, libc::SIGTERM) };
     let s = t.shows("EXITED");
     assert!(!s.contains("Checkouts ("), "{s}");
+}
+
+#[test]
+fn no_color_means_no_colour() {
+    let env = live_env();
+    real_ok(&env, "alice", &["checkout", "task-1"]);
+    let coloured = |extra: &[(&str, &str)]| {
+        let t = Tmux::start(&env, "", extra, 120, 40);
+        t.shows("task-1");
+        let raw = t.ok(&["capture-pane", "-e", "-p", "-t", SESSION]);
+        // A foreground colour in an SGR sequence: 30–38 or 90–97 (39 is the default).
+        raw.split("\u{1b}[").skip(1).any(|seq| {
+            seq.split_once('m').is_some_and(|(params, _)| {
+                params.split(';').any(|p| {
+                    p.parse::<u8>()
+                        .is_ok_and(|n| (30..=38).contains(&n) || (90..=97).contains(&n))
+                })
+            })
+        })
+    };
+    assert!(coloured(&[]), "a live holder is drawn in colour");
+    assert!(!coloured(&[("NO_COLOR", "1")]), "NO_COLOR draws no colour");
 }
 
 fn children_of(pid: u32) -> Vec<u32> {

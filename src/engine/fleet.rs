@@ -42,6 +42,10 @@ pub struct FleetCheckout {
     pub view: CheckoutView,
     /// The holder as judged now.
     pub holder_state: State,
+    /// The program the holder's session runs in, where its hooks said: `claude-code` or
+    /// `codex`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub holder_client: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub holder_cause: Option<Cause>,
     /// The next command to meet this checkout will end it, and why.
@@ -57,6 +61,16 @@ pub struct FleetAgent {
     pub row: AgentRow,
     /// Keys it is queued for (or has reserved for it).
     pub waiting_for: Vec<String>,
+    /// The program its session runs in, where its hooks said: `claude-code` or `codex`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client: Option<&'static str>,
+}
+
+fn client_of(entry: Option<&crate::store::AgentEntry>) -> Option<&'static str> {
+    entry
+        .and_then(|e| e.reach.as_ref())
+        .map(|r| r.via.as_str())
+        .filter(|v| *v != "other")
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -115,9 +129,11 @@ pub fn snapshot(ctx: &Ctx, store: &dyn Store) -> Result<Fleet> {
         if judge.entry(&r.agent.id)?.is_none() {
             unregistered.entry(r.agent.id.clone()).or_insert(r.clone());
         }
+        let holder_client = client_of(judge.entry(&r.agent.id)?.as_ref());
         checkouts.push(FleetCheckout {
             view: CheckoutView::from(&r),
             holder_state: j.state,
+            holder_client,
             holder_cause: j.cause,
             ending,
             queued: queued_by_key.get(&r.key).copied().unwrap_or(0),
@@ -183,6 +199,7 @@ pub fn snapshot(ctx: &Ctx, store: &dyn Store) -> Result<Fleet> {
         }
         seen.insert(entry.id.clone());
         agents.push(FleetAgent {
+            client: client_of(Some(&entry)),
             row: AgentRow::new(&entry, j, keys),
             waiting_for: waits_on,
         });
@@ -193,6 +210,7 @@ pub fn snapshot(ctx: &Ctx, store: &dyn Store) -> Result<Fleet> {
         }
         if let Some(r) = unregistered.get(id) {
             agents.push(FleetAgent {
+                client: None,
                 row: AgentRow::unregistered(r, keys.clone()),
                 waiting_for: waiting_for
                     .get(id)

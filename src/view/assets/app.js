@@ -84,7 +84,11 @@ function render() {
   tbody.replaceChildren();
   const shown = fl.checkouts.filter((c) => matches(c.key, c.agent.id, c.agent.name));
   for (const c of shown) {
-    const holder = el("span", label(c.agent.id, c.agent.name), "state-" + c.holder_state);
+    const holder = el(
+      "span",
+      label(c.agent.id, c.agent.name) + (c.holder_client ? " · " + c.holder_client : ""),
+      "state-" + c.holder_state
+    );
     holder.prepend(swatch(c.agent.id));
     let lease;
     if (c.ending) {
@@ -125,7 +129,7 @@ function render() {
   const abody = document.querySelector("#agents tbody");
   abody.replaceChildren();
   for (const a of fl.agents.filter((a) => matches(a.id, a.name, ...a.checkouts))) {
-    const name = el("span", label(a.id, a.name));
+    const name = el("span", label(a.id, a.name) + (a.client ? " · " + a.client : ""));
     name.prepend(swatch(a.id));
     abody.appendChild(
       row([

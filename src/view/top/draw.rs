@@ -117,16 +117,24 @@ fn ending_word(r: crate::report::ReapReason) -> &'static str {
 }
 
 fn holder_label(c: &FleetCheckout) -> String {
-    match &c.view.agent.name {
+    let who = match &c.view.agent.name {
         Some(n) => format!("{} ({})", inert(n), inert(&c.view.agent.id)),
         None => inert(&c.view.agent.id),
+    };
+    match c.holder_client {
+        Some(client) => format!("{who} · {client}"),
+        None => who,
     }
 }
 
 fn agent_label(a: &FleetAgent) -> String {
-    match &a.row.name {
+    let who = match &a.row.name {
         Some(n) => format!("{} ({})", inert(n), inert(&a.row.id)),
         None => inert(&a.row.id),
+    };
+    match a.client {
+        Some(client) => format!("{who} · {client}"),
+        None => who,
     }
 }
 
@@ -335,7 +343,7 @@ fn checkouts(f: &mut Frame, app: &App, area: Rect, st: &Styles, now: Time) {
         .collect();
     let widths: Vec<Constraint> = [
         Constraint::Fill(3),
-        Constraint::Fill(3),
+        Constraint::Fill(5),
         Constraint::Length(6),
         Constraint::Length(5),
         Constraint::Length(19),
