@@ -56,6 +56,9 @@ mod queue_paths;
 #[path = "slots.rs"]
 mod slots;
 #[cfg(tasklock_pg_tests)]
+#[path = "waits.rs"]
+mod waits;
+#[cfg(tasklock_pg_tests)]
 #[path = "wake.rs"]
 mod wake;
 

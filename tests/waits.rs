@@ -825,3 +825,252 @@ fn random_histories_never_leave_a_cycle_unannounced() {
         history(seed.wrapping_add(i * 7919), 70);
     }
 }
+
+// ---- The swarm ----
+
+/// The audit log replayed: who holds what, who waits where for which paths, and whom
+/// each free key is reserved for, as the events say.
+#[derive(Default)]
+struct Replay {
+    held: HashMap<String, (String, Vec<String>)>,
+    queued: HashMap<(String, String), Vec<String>>,
+    reserved: HashMap<String, String>,
+}
+
+impl Replay {
+    fn apply(&mut self, e: &Value) {
+        let key = e["key"].as_str().unwrap_or_default().to_string();
+        let agent = e["agent"].as_str().unwrap_or_default().to_string();
+        let paths = strings(&e["paths"]);
+        match e["event"].as_str().unwrap() {
+            "acquire" => {
+                self.held.insert(key.clone(), (agent.clone(), paths));
+                self.queued.remove(&(agent.clone(), key.clone()));
+                if self.reserved.get(&key) == Some(&agent) {
+                    self.reserved.remove(&key);
+                }
+            }
+            "renew" if !paths.is_empty() => {
+                self.held.insert(key.clone(), (agent.clone(), paths));
+                self.queued.remove(&(agent.clone(), key.clone()));
+                if self.reserved.get(&key) == Some(&agent) {
+                    self.reserved.remove(&key);
+                }
+            }
+            "release" | "auto_release" | "force_release" => {
+                self.held.remove(&key);
+            }
+            "queue" => {
+                self.queued.insert((agent, key), paths);
+            }
+            "dequeue" | "lapse" => {
+                self.queued.remove(&(agent.clone(), key.clone()));
+                if self.reserved.get(&key) == Some(&agent) {
+                    self.reserved.remove(&key);
+                }
+            }
+            "handoff" => {
+                self.reserved.insert(key, agent);
+            }
+            _ => {}
+        }
+    }
+
+    /// Could `a`, waiting for `k` and asking for `wanted`, have been kept waiting by
+    /// `b` (`b` taking `taking`, a key and paths, when given)?
+    fn keeps(
+        &self,
+        a: &str,
+        k: &str,
+        wanted: &[String],
+        b: &str,
+        taking: Option<(&str, &[String])>,
+    ) -> bool {
+        let holds = |key: &str| self.held.get(key).is_some_and(|(h, _)| h == b);
+        let meets = |theirs: &[String]| theirs.iter().any(|p| wanted.contains(p));
+        holds(k)
+            || self.reserved.get(k).is_some_and(|r| r == b)
+            || taking.is_some_and(|(tk, tp)| tk == k || meets(tp))
+            || self
+                .held
+                .iter()
+                .any(|(key, (h, theirs))| key != k && h == b && meets(theirs))
+            || self.reserved.iter().any(|(key, r)| {
+                key != k
+                    && r == b
+                    && self
+                        .queued
+                        .get(&(b.to_string(), key.clone()))
+                        .is_some_and(|p| meets(p))
+            })
+    }
+
+    /// Check a `deadlock` event's cycle against the replayed state.
+    fn check(&self, e: &Value) -> Result<(), String> {
+        let me = e["agent"].as_str().unwrap();
+        let key = e["key"].as_str().unwrap();
+        let cycle: Vec<&str> = e["detail"].as_str().unwrap().split(" → ").collect();
+        if cycle.len() < 5 || cycle.first() != Some(&me) || cycle.last() != Some(&me) {
+            return Err(format!("not a cycle from and back to {me}: {e}"));
+        }
+        let dropped = e["reason"] == "dropped";
+        let own_join = !dropped && cycle[1] == key;
+        let asked = strings(&e["paths"]);
+        // A grant refused: the caller would have held `key` with these paths too.
+        let mut would: Vec<String> = self
+            .held
+            .get(key)
+            .filter(|(h, _)| h == me)
+            .map(|(_, p)| p.clone())
+            .unwrap_or_default();
+        would.extend(asked.iter().cloned());
+        for i in (0..cycle.len() - 2).step_by(2) {
+            let (a, k, b) = (cycle[i], cycle[i + 1], cycle[i + 2]);
+            let wanted = if i == 0 && own_join {
+                asked.clone()
+            } else {
+                match self.queued.get(&(a.to_string(), k.to_string())) {
+                    Some(p) => p.clone(),
+                    None => return Err(format!("{a} did not wait for {k}: {e}")),
+                }
+            };
+            let taking = (!dropped && !own_join && b == me).then_some((key, would.as_slice()));
+            if !self.keeps(a, k, &wanted, b, taking) {
+                return Err(format!("{b} did not keep {a} from {k}: {e}"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// 6 agents work tasks over 5 shared files: each takes a task with one or two files
+/// (`--wait 2s`), sometimes queues for another file (`--queue`) and goes on working,
+/// then takes the commit key `git:index` with `--wait` and no time limit, commits and
+/// releases; a killer `kill -9`s their registered processes. Checked: every commit
+/// `--wait` ends (one that outlived a cycle would not: past 20 s the test fails), every
+/// exit 5 and every waiter dropped names a cycle from and back to its agent whose every
+/// step was a wait at that moment (the audit log replayed), and there were some.
+#[test]
+fn a_swarm_committing_with_wait_never_hangs_and_is_told_only_its_own_cycles() {
+    let (env, top) = git_env();
+    env.configure("handoff_grace: 3s\n");
+    let files: Vec<String> = (0..5).map(|i| format!("src/f{i}")).collect();
+    let end = Instant::now() + Duration::from_secs(if on_postgres() { 10 } else { 12 });
+    let procs: std::sync::Mutex<HashMap<String, AgentProcess>> = Default::default();
+    let killed: std::sync::Mutex<BTreeSet<String>> = Default::default();
+    let commits: std::sync::Mutex<Vec<(String, i32, Value)>> = Default::default();
+    std::thread::scope(|s| {
+        for a in 0..6u64 {
+            let (env, top, files, procs, killed, commits) =
+                (&env, &top, &files, &procs, &killed, &commits);
+            s.spawn(move || {
+                let mut rng = Rng(a * 7919 + 17);
+                let mut life = 0;
+                while Instant::now() < end {
+                    life += 1;
+                    let me = format!("a{a}.{life}");
+                    let p = AgentProcess::start();
+                    let pid = p.pid();
+                    procs.lock().unwrap().insert(me.clone(), p);
+                    let live = |args: &[&str]| {
+                        finish(
+                            live_cmd(env, top, &me, args).spawn().unwrap(),
+                            "a command",
+                            Duration::from_secs(30),
+                        )
+                    };
+                    live(&["heartbeat", "--pid", &pid]);
+                    let mut round = 0;
+                    while Instant::now() < end && !killed.lock().unwrap().contains(&me) {
+                        round += 1;
+                        let task = format!("t-{me}-{round}");
+                        let (f1, f2) = (rng.pick(files).clone(), rng.pick(files).clone());
+                        let mut args = vec!["checkout", &task, "--path", &f1];
+                        if f1 != f2 {
+                            args.extend(["--path", &f2]);
+                        }
+                        args.extend(["--wait", "2s"]);
+                        if live(&args).0 != 0 {
+                            continue;
+                        }
+                        // Queue for another file and go on working.
+                        let other = format!("q-{me}-{round}");
+                        let f3 = rng.pick(files).clone();
+                        let queued = rng.below(3) != 0
+                            && live(&["checkout", &other, "--path", &f3, "--queue"]).0 == 2;
+                        std::thread::sleep(Duration::from_millis(rng.below(30) as u64));
+                        // Commit: the commit key, waited for with no time limit.
+                        let child = live_cmd(env, top, &me, &["checkout", "git:index", "--wait"])
+                            .spawn()
+                            .unwrap();
+                        let (code, j) = finish(child, "a commit --wait", Duration::from_secs(20));
+                        commits.lock().unwrap().push((me.clone(), code, j));
+                        if code == 0 {
+                            std::thread::sleep(Duration::from_millis(50 + rng.below(100) as u64));
+                            live(&["release", "git:index"]);
+                        }
+                        if queued {
+                            live(&["leave", &other]);
+                        }
+                        live(&["release", &task]);
+                    }
+                }
+            });
+        }
+        s.spawn(|| {
+            let mut n = 0usize;
+            while Instant::now() + Duration::from_secs(2) < end {
+                std::thread::sleep(Duration::from_millis(900));
+                n += 1;
+                let victim = {
+                    let procs = procs.lock().unwrap();
+                    let flags = killed.lock().unwrap();
+                    let mut names: Vec<&String> =
+                        procs.keys().filter(|k| !flags.contains(*k)).collect();
+                    names.sort();
+                    if names.is_empty() {
+                        continue;
+                    }
+                    names[(n * 5) % names.len()].clone()
+                };
+                if let Some(p) = procs.lock().unwrap().get_mut(&victim) {
+                    p.kill();
+                }
+                killed.lock().unwrap().insert(victim);
+            }
+        });
+    });
+
+    let commits = commits.into_inner().unwrap();
+    for (me, code, j) in &commits {
+        assert!([0, 2, 5].contains(code), "{me}: exit {code}: {j}");
+        if *code == 5 {
+            let cycle = strings(&j["cycle"]);
+            assert_eq!(cycle.first(), Some(me), "{j}");
+            assert_eq!(cycle.last(), Some(me), "{j}");
+        }
+    }
+    let mut replay = Replay::default();
+    let (mut refused, mut dropped) = (0, 0);
+    for e in audit(&env.dir()) {
+        if e["event"] == "deadlock" {
+            if let Err(why) = replay.check(&e) {
+                panic!("a deadlock without its cycle: {why}");
+            }
+            if e["reason"] == "dropped" {
+                dropped += 1;
+            } else {
+                refused += 1;
+            }
+        }
+        replay.apply(&e);
+    }
+    let granted = commits.iter().filter(|c| c.1 == 0).count();
+    eprintln!(
+        "swarm: {} commits ({granted} granted), {refused} refused with exit 5, {dropped} dropped and told, {} kills",
+        commits.len(),
+        killed.into_inner().unwrap().len()
+    );
+    assert!(granted > 5, "the swarm committed: {granted}");
+    assert!(refused + dropped > 0, "cycles formed and were told");
+}
