@@ -876,11 +876,10 @@ impl Replay {
         }
     }
 
-    /// Could `a`, waiting for `k` and asking for `wanted`, have been kept waiting by
+    /// Could an agent waiting for `k` and asking for `wanted` have been kept waiting by
     /// `b` (`b` taking `taking`, a key and paths, when given)?
     fn keeps(
         &self,
-        a: &str,
         k: &str,
         wanted: &[String],
         b: &str,
@@ -935,7 +934,7 @@ impl Replay {
                 }
             };
             let taking = (!dropped && !own_join && b == me).then_some((key, would.as_slice()));
-            if !self.keeps(a, k, &wanted, b, taking) {
+            if !self.keeps(k, &wanted, b, taking) {
                 return Err(format!("{b} did not keep {a} from {k}: {e}"));
             }
         }
