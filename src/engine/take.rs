@@ -226,8 +226,8 @@ pub fn attempt(
             }
             if !added.is_empty() {
                 let all: Vec<String> = current.paths.iter().chain(&added).cloned().collect();
-                if let Some(cycle) = grant_closes(ctx, store, guard, &agent.id, key, &all)? {
-                    let q = store.read_queue(key)?;
+                let q = store.read_queue(key)?;
+                if let Some(cycle) = grant_closes(ctx, store, guard, &agent.id, key, &all, &q)? {
                     let r = base(Outcome::Deadlock, Some(CheckoutView::from(&current)));
                     return deadlocked(ctx, store, guard, req, r, cycle, &q);
                 }
@@ -338,7 +338,7 @@ pub fn attempt(
         }
         _ => {}
     }
-    if let Some(cycle) = grant_closes(ctx, store, guard, &agent.id, key, &req.paths)? {
+    if let Some(cycle) = grant_closes(ctx, store, guard, &agent.id, key, &req.paths, &q)? {
         let mut r = base(Outcome::Deadlock, None);
         r.took_over = took_over;
         return deadlocked(ctx, store, guard, req, r, cycle, &q);
@@ -522,7 +522,7 @@ fn attempt_slots(
         r.took_over = took_over;
         return Ok(r);
     }
-    if let Some(cycle) = grant_closes(ctx, store, guard, &agent.id, key, &[])? {
+    if let Some(cycle) = grant_closes(ctx, store, guard, &agent.id, key, &[], &q)? {
         let mut r = base(
             Outcome::Deadlock,
             h.records.first().map(CheckoutView::from),
@@ -703,7 +703,12 @@ fn grant_closes(
     agent: &str,
     key: &str,
     paths: &[String],
+    q: &Queue,
 ) -> Result<Option<Vec<String>>> {
+    // A key alone that nobody else queues for: nobody would wait for the grant.
+    if paths.is_empty() && !q.waiters.iter().any(|w| w.agent != agent) {
+        return Ok(None);
+    }
     let waits_elsewhere = store
         .scan_queues()?
         .iter()
