@@ -185,10 +185,15 @@ fn adding_paths_that_close_a_cycle_is_refused() {
 /// A reservation for W, made by H's release, closes a cycle: X waits for a path W's
 /// reservation holds while W waits for X. X, whose wait for W closes it, leaves that
 /// queue and is told; W keeps its reservation.
-fn reservation_closing_a_cycle(x_waits: impl FnOnce(&Env, &Path)) -> (Env, std::path::PathBuf) {
+fn reservation_closing_a_cycle(
+    real_clock: bool,
+    x_waits: impl FnOnce(&Env, &Path),
+) -> (Env, std::path::PathBuf) {
     let (mut env, top) = git_env();
-    // Beside a blocked `--wait`, which runs on the real clock.
-    env.at(&real_now());
+    if real_clock {
+        // Beside a blocked `--wait`, which runs on the real clock.
+        env.at(&real_now());
+    }
     ok(&env, &top, "H", &["checkout", "k1"]);
     ok(&env, &top, "X", &["checkout", "k2"]);
     ok(&env, &top, "Y", &["checkout", "kX2"]);
@@ -206,7 +211,7 @@ fn reservation_closing_a_cycle(x_waits: impl FnOnce(&Env, &Path)) -> (Env, std::
 
 #[test]
 fn a_reservation_that_closes_a_cycle_drops_the_waiter_that_closes_it() {
-    let (env, top) = reservation_closing_a_cycle(|env, top| {
+    let (env, top) = reservation_closing_a_cycle(false, |env, top| {
         refused(
             env,
             top,
@@ -223,6 +228,8 @@ fn a_reservation_that_closes_a_cycle_drops_the_waiter_that_closes_it() {
         .unwrap_or_else(|| panic!("X was told: {msgs:?}"));
     assert_eq!(key, "kX2");
     assert!(body.contains("X → kX2 → W → k2 → X"), "{body}");
+    let r = env.run_in(&top, Some("X"), &["inbox", "--peek"]);
+    snap!(env, "dropped_and_told", r);
     let ev = audit(&env.dir())
         .into_iter()
         .rfind(|e| e["event"] == "deadlock")
@@ -303,7 +310,7 @@ fn finish(mut child: std::process::Child, what: &str, limit: Duration) -> (i32, 
 #[test]
 fn a_blocked_wait_ends_when_its_wait_becomes_part_of_a_cycle() {
     let mut child = None;
-    let (env, top) = reservation_closing_a_cycle(|env, top| {
+    let (env, top) = reservation_closing_a_cycle(true, |env, top| {
         let c = live_cmd(
             env,
             top,
@@ -398,6 +405,8 @@ fn exit_5_only_for_the_requesters_own_cycle() {
     let r = env.run_in(&top, Some("A"), &["checkout", "git:index", "--queue"]);
     assert_eq!(r.code, 2);
     snap!(env, "waiting_behind_a_cycle", r);
+    let r = env.run_in(&top, Some("A"), &["why", "git:index"]);
+    snap!(env, "why_behind_a_cycle", r);
     let why = ok(&env, &top, "A", &["why", "git:index"]);
     assert!(
         strings(&why["reasons"])
