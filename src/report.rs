@@ -693,6 +693,10 @@ pub enum WhyNext {
     /// Held or reserved for another: work on something else, or queue.
     #[default]
     Queue,
+    /// Taking it would close a wait-for cycle through your place in the queue of `queue`.
+    Deadlock {
+        queue: String,
+    },
 }
 
 #[derive(Debug, Serialize)]

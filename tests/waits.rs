@@ -104,6 +104,17 @@ fn a_grant_that_closes_a_cycle_is_refused_to_the_taker() {
     let r = env.run_in(&top, Some("C"), &["checkout", "k2"]);
     assert_eq!(r.code, 5);
     snap!(env, "grant_closing_a_cycle", r);
+    let why = ok(&env, &top, "C", &["why", "k2"]);
+    assert_eq!(why["state"], "deadlock", "{why}");
+    assert_eq!(why["can_checkout"], false, "{why}");
+    assert!(
+        strings(&why["reasons"])
+            .iter()
+            .any(|r| r.contains("C → `kC` → B → `k2` → C")),
+        "{why}"
+    );
+    let r = env.run_in(&top, Some("C"), &["why", "k2"]);
+    snap!(env, "why_grant_closing_a_cycle", r);
 
     // Once C leaves the queue it waited in, the key is its to take.
     ok(&env, &top, "C", &["leave", "kC"]);

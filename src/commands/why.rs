@@ -318,6 +318,45 @@ pub fn run(ctx: &Ctx, key: &str, paths: Vec<String>) -> Result<Report> {
             _ => {}
         }
     }
+    // Free for the caller, but taking it would close a cycle through a wait of its own.
+    let mut deadlock_via = None;
+    if can
+        && let Some(m) = me.as_deref()
+        && matches!(state, "free" | "ended" | "reserved_for_you")
+        && let Some(store) = ctx.existing_store()?
+    {
+        use crate::engine::waits::{Graph, Taking};
+        let taking = Taking {
+            agent: m,
+            key,
+            paths: &paths,
+        };
+        if let Some(c) = Graph::build(ctx, &*store, None, Some(taking))?.cycle_through(m)
+            && Graph::build(ctx, &*store, None, None)?
+                .cycle_through(m)
+                .is_none()
+        {
+            can = false;
+            state = "deadlock";
+            let words: Vec<String> = c
+                .iter()
+                .enumerate()
+                .map(|(i, s)| {
+                    if i % 2 == 1 {
+                        format!("`{s}`")
+                    } else {
+                        s.clone()
+                    }
+                })
+                .collect();
+            reasons.push(format!(
+                "Taking it now would close a wait-for cycle through your place in the queue of `{}`: {}. A checkout would be refused (deadlock, exit 5).",
+                c[1],
+                words.join(" → ")
+            ));
+            deadlock_via = Some(c[1].clone());
+        }
+    }
     // A freeze outranks every other state: nothing else matters until it ends.
     if reasons.iter().any(|r| r.starts_with("It is frozen")) && state != "corrupt" {
         state = "frozen";
@@ -339,6 +378,9 @@ pub fn run(ctx: &Ctx, key: &str, paths: Vec<String>) -> Result<Report> {
             WhyNext::Upgrade
         }
         "corrupt" => WhyNext::Corrupt,
+        "deadlock" => WhyNext::Deadlock {
+            queue: deadlock_via.unwrap_or_default(),
+        },
         // Already waiting: say where, never "queue" again.
         _ => match (position, holder) {
             (Some(1), Some(h)) => WhyNext::FirstInLine { holder: h },
