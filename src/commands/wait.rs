@@ -3,7 +3,9 @@
 //! The waiter sleeps on inotify events for its key's record and queue files, with a slow
 //! poll as a fallback (and to notice reservations that lapse with no file change). Only
 //! the head of the queue may take a freed key, so a release wakes waiters without a
-//! stampede: the others find the key reserved and go back to sleep.
+//! stampede: the others find the key reserved and go back to sleep. Every attempt
+//! checks the waiter's place against the waits-for graph again, so a wait that has
+//! become part of a cycle ends with `deadlock` (exit 5) at its next wake.
 
 use std::time::{Duration, Instant};
 
