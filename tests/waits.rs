@@ -382,6 +382,37 @@ fn a_blocked_wait_behind_a_refused_grant_keeps_waiting_and_is_served() {
     assert_eq!(j["outcome"], "granted", "{j}");
 }
 
+/// A blocked `--wait` that finds the key's holder dead takes the key over, and the key
+/// is reserved for it in the same step: no one else's action, so nobody was told. W
+/// waits in `k2`'s queue for X, who queued for `k1` behind W: W taking `k1` would make X
+/// wait for W while W waits for X. W's wait ends with exit 5 and leaves `k1`'s queue;
+/// `k1` goes to X.
+#[test]
+fn a_wait_that_takes_over_a_dead_holder_does_not_close_a_cycle() {
+    let (mut env, top) = git_env();
+    env.at(&real_now());
+    let mut holder = AgentProcess::start();
+    ok(&env, &top, "H", &["heartbeat", "--pid", &holder.pid()]);
+    ok(&env, &top, "H", &["checkout", "k1"]);
+    ok(&env, &top, "X", &["checkout", "k2"]);
+    refused(&env, &top, "W", &["checkout", "k2", "--queue"]);
+    let w = live_cmd(&env, &top, "W", &["checkout", "k1", "--wait"])
+        .spawn()
+        .unwrap();
+    poll_until("W to queue", Duration::from_secs(20), || {
+        waiters(&env, &top, "k1") == ["W"]
+    });
+    refused(&env, &top, "X", &["checkout", "k1", "--queue"]);
+    holder.kill();
+    let (code, j) = finish(w, "W's --wait", Duration::from_secs(20));
+    assert_eq!(code, 5, "{j}");
+    assert_eq!(j["cycle"], json!(["W", "k2", "X", "k1", "W"]), "{j}");
+    assert!(j["position"].is_null(), "{j}");
+    let status = ok(&env, &top, "observer", &["status", "k1"]);
+    assert_eq!(status["queue"]["waiters"], json!(["X"]), "{status}");
+    assert_eq!(status["queue"]["reserved_for"]["agent"], "X", "{status}");
+}
+
 /// Defects (issue 34, 2): exit 5 went to agents whose own wait closed no cycle: A, who
 /// waits only for a member of a cycle among others, and B, judged stuck because of its
 /// other place in a queue. A cycle that stands (written by an older tasklock, here by

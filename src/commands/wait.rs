@@ -129,6 +129,16 @@ fn wait_loop(
         })?;
         // An attempt may end a dead holder's checkout and reserve keys for others.
         crate::engine::deliver::flush();
+        if report.outcome == Outcome::Deadlock && report.position.is_some() {
+            // Refused the key itself (taking it would close a cycle through another of
+            // the agent's places): the wait ends, and its place here with it.
+            let mut report = report;
+            let left = ctx.at_now(me)?;
+            store.transaction(|guard| queue::leave(&left, store, guard, key, me, "wait ended"))?;
+            report.position = None;
+            report.queue_length = report.queue_length.saturating_sub(1);
+            return Ok(Report::Checkout(report));
+        }
         if !matches!(report.outcome, Outcome::Conflict | Outcome::Frozen) {
             return Ok(Report::Checkout(report));
         }

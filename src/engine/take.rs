@@ -717,17 +717,13 @@ fn grant_closes(
         return Ok(None);
     }
     let taking = Taking { agent, key, paths };
-    let Some(cycle) = Graph::build(ctx, store, Some(guard), Some(taking))?.cycle_through(agent)
-    else {
-        return Ok(None);
-    };
-    // A cycle that stood before is not this grant's doing.
-    let before = Graph::build(ctx, store, Some(guard), None)?.cycle_through(agent);
-    Ok(before.is_none().then_some(cycle))
+    Ok(Graph::build(ctx, store, Some(guard), Some(taking))?.cycle_through(agent))
 }
 
 /// The caller's grant would close `cycle`: refused (exit 5), nothing taken, audited as
-/// `deadlock`. Its places in queues stay as they were.
+/// `deadlock`. Its places in queues stay as they were, but for a reservation of the key
+/// for it (made by this very attempt, perhaps), which would keep the cycle standing: it
+/// leaves the key's queue, and the reservation passes on.
 fn deadlocked(
     ctx: &Ctx,
     store: &dyn Store,
@@ -742,6 +738,11 @@ fn deadlocked(
     ev.paths = req.paths.clone();
     ev.detail = Some(cycle.join(" → "));
     store.audit(guard, &ev)?;
+    let mut q = q.clone();
+    if q.reserved_for(&req.agent.id).is_some() {
+        queue::leave(ctx, store, guard, &r.key, &req.agent.id, "deadlock")?;
+        q = store.read_queue(&r.key)?;
+    }
     r.queue_length = q.waiters.len();
     r.position = q.position(&req.agent.id);
     r.reserved_for = q.reservation().cloned();
