@@ -719,6 +719,8 @@ fn history(seed: u64, steps: usize) {
     let keys = ["k1", "k2", "k3"];
     let paths = ["src/p1", "src/p2", "src/p3"];
     let mut asked: HashMap<(String, String), Vec<String>> = HashMap::new();
+    // The messages that told of a departure already.
+    let mut seen: BTreeSet<String> = BTreeSet::new();
     let mut waiting: BTreeSet<(String, String)> = BTreeSet::new();
     let mut clock = chrono::DateTime::parse_from_rfc3339(T0).unwrap().to_utc();
     let (mut fives, mut grant_fives, mut dropped, mut grants) = (0, 0, 0, 0);
@@ -869,14 +871,38 @@ fn history(seed: u64, steps: usize) {
                     if still || own {
                         continue;
                     }
-                    let msgs = inbox(&env, &top, w);
-                    let told = msgs.iter().find(|(t, mk, _)| {
-                        mk == k2 && (t == "deadlock" || t == "reservation_lapsed")
-                    });
+                    let msgs: Vec<(String, String, String, String)> =
+                        ok(&env, &top, w, &["inbox", "--peek"])["messages"]
+                            .as_array()
+                            .unwrap()
+                            .iter()
+                            .map(|m| {
+                                let f = |k: &str| m[k].as_str().unwrap().to_string();
+                                (f("id"), f("type"), f("key"), f("body"))
+                            })
+                            .collect();
+                    let told = msgs
+                        .iter()
+                        .find(|(id, t, mk, _)| {
+                            !seen.contains(id)
+                                && mk == k2
+                                && (t == "deadlock" || t == "reservation_lapsed")
+                        })
+                        .map(|(id, t, mk, body)| {
+                            seen.insert(id.clone());
+                            (t.clone(), mk.clone(), body.clone())
+                        });
                     let Some((t, _, body)) = told else {
-                        panic!("{w} left the queue of {k2} untold: {msgs:?}; {here}");
+                        let log: Vec<String> = audit(&env.dir())
+                            .iter()
+                            .rev()
+                            .take(12)
+                            .map(|e| e.to_string())
+                            .collect();
+                        panic!(
+                            "{w} left the queue of {k2} untold: {msgs:?}; {here}; the log, last first: {log:#?}"
+                        );
                     };
-                    ok(&env, &top, w, &["inbox"]);
                     if t == "deadlock" {
                         dropped += 1;
                         let words = body.split('(').nth(1).unwrap().split(')').next().unwrap();
