@@ -96,7 +96,19 @@ impl Graph {
         }
         let mut b = Builder::new(ctx, store, taking)?;
         let mut waits = Vec::new();
-        let queues = std::mem::take(&mut b.queues);
+        let mut queues = std::mem::take(&mut b.queues);
+        // The joiner's place asks for its new paths: what its reservation, if it has
+        // one, holds against others too.
+        if let Some((a, k, paths)) = joining
+            && let Some(w) = queues
+                .iter_mut()
+                .filter(|q| q.key == k)
+                .flat_map(|q| q.waiters.iter_mut())
+                .find(|w| w.agent == a)
+        {
+            w.paths = paths.to_vec();
+        }
+        let queues = queues;
         for q in &queues {
             for w in &q.waiters {
                 let (a, k) = (w.agent.as_str(), q.key.as_str());
