@@ -173,6 +173,10 @@ pub struct CheckoutReport {
     pub push_via: Option<String>,
     /// On `deadlock`: the wait-for cycle, agent, key, agent, …, back to the caller.
     pub cycle: Vec<String>,
+    /// On `conflict`, queued: a wait-for cycle among other agents that the caller's wait
+    /// leads into (it waits behind it, and keeps its place), as agent, key, agent, …
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub waits_behind: Vec<String>,
     /// On `frozen`: the freeze that refused the checkout.
     pub frozen: Option<Freeze>,
     /// On `granted`: the key's last holder, how its checkout ended and its recent notes,
@@ -238,6 +242,7 @@ impl CheckoutReport {
             push_wake: false,
             push_via: None,
             cycle: Vec::new(),
+            waits_behind: Vec::new(),
             frozen: None,
             previous: None,
             overlaps: Vec::new(),
@@ -691,6 +696,10 @@ pub enum WhyNext {
     /// Held or reserved for another: work on something else, or queue.
     #[default]
     Queue,
+    /// Taking it would close a wait-for cycle through your place in the queue of `queue`.
+    Deadlock {
+        queue: String,
+    },
 }
 
 #[derive(Debug, Serialize)]

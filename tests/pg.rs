@@ -62,6 +62,9 @@ mod top;
 #[path = "ui.rs"]
 mod ui;
 #[cfg(tasklock_pg_tests)]
+#[path = "waits.rs"]
+mod waits;
+#[cfg(tasklock_pg_tests)]
 #[path = "wake.rs"]
 mod wake;
 

@@ -3,7 +3,9 @@
 //! The waiter sleeps on inotify events for its key's record and queue files, with a slow
 //! poll as a fallback (and to notice reservations that lapse with no file change). Only
 //! the head of the queue may take a freed key, so a release wakes waiters without a
-//! stampede: the others find the key reserved and go back to sleep.
+//! stampede: the others find the key reserved and go back to sleep. Every attempt
+//! checks the waiter's place against the waits-for graph again, so a wait that has
+//! become part of a cycle ends with `deadlock` (exit 5) at its next wake.
 
 use std::time::{Duration, Instant};
 
@@ -126,6 +128,16 @@ fn wait_loop(
         })?;
         // An attempt may end a dead holder's checkout and reserve keys for others.
         crate::engine::deliver::flush();
+        if report.outcome == Outcome::Deadlock && report.position.is_some() {
+            // Refused the key itself (taking it would close a cycle through another of
+            // the agent's places): the wait ends, and its place here with it.
+            let mut report = report;
+            let left = ctx.at_now(me)?;
+            store.transaction(|guard| queue::leave(&left, store, guard, key, me, "wait ended"))?;
+            report.position = None;
+            report.queue_length = report.queue_length.saturating_sub(1);
+            return Ok(Report::Checkout(report));
+        }
         if !matches!(report.outcome, Outcome::Conflict | Outcome::Frozen) {
             return Ok(Report::Checkout(report));
         }

@@ -295,6 +295,19 @@ pub fn run(ctx: &Ctx, key: &str, paths: Vec<String>) -> Result<Report> {
                 names.join(", ")
             ));
         }
+        if let Some(m) = me.as_deref()
+            && !can
+            && matches!(state, "held" | "paths_held" | "reserved")
+        {
+            reasons.extend(cycle_reasons(
+                ctx,
+                &*store,
+                m,
+                key,
+                &paths,
+                position.is_some(),
+            )?);
+        }
         match position {
             Some(1) if state == "held" || state == "paths_held" => reasons.push(
                 "You are first in its queue: when it is released, it is reserved for you.".into(),
@@ -303,6 +316,45 @@ pub fn run(ctx: &Ctx, key: &str, paths: Vec<String>) -> Result<Report> {
                 reasons.push(format!("You are number {p} in its queue."))
             }
             _ => {}
+        }
+    }
+    // Free for the caller, but taking it would close a cycle through a wait of its own.
+    let mut deadlock_via = None;
+    if can
+        && let Some(m) = me.as_deref()
+        && matches!(state, "free" | "ended" | "reserved_for_you")
+        && let Some(store) = ctx.existing_store()?
+    {
+        use crate::engine::waits::{Graph, Taking};
+        let taking = Taking {
+            agent: m,
+            key,
+            paths: &paths,
+        };
+        if let Some(c) = Graph::build(ctx, &*store, None, Some(taking))?.cycle_through(m)
+            && Graph::build(ctx, &*store, None, None)?
+                .cycle_through(m)
+                .is_none()
+        {
+            can = false;
+            state = "deadlock";
+            let words: Vec<String> = c
+                .iter()
+                .enumerate()
+                .map(|(i, s)| {
+                    if i % 2 == 1 {
+                        format!("`{s}`")
+                    } else {
+                        s.clone()
+                    }
+                })
+                .collect();
+            reasons.push(format!(
+                "Taking it now would close a wait-for cycle through your place in the queue of `{}`: {}. A checkout would be refused (deadlock, exit 5).",
+                c[1],
+                words.join(" → ")
+            ));
+            deadlock_via = Some(c[1].clone());
         }
     }
     // A freeze outranks every other state: nothing else matters until it ends.
@@ -326,6 +378,9 @@ pub fn run(ctx: &Ctx, key: &str, paths: Vec<String>) -> Result<Report> {
             WhyNext::Upgrade
         }
         "corrupt" => WhyNext::Corrupt,
+        "deadlock" => WhyNext::Deadlock {
+            queue: deadlock_via.unwrap_or_default(),
+        },
         // Already waiting: say where, never "queue" again.
         _ => match (position, holder) {
             (Some(1), Some(h)) => WhyNext::FirstInLine { holder: h },
@@ -347,6 +402,57 @@ pub fn run(ctx: &Ctx, key: &str, paths: Vec<String>) -> Result<Report> {
         delivery,
         advice,
     }))
+}
+
+/// What the waits-for graph says of `me` waiting for `key`: its wait (or the one it
+/// would join) closes a cycle, or leads into one of other agents.
+fn cycle_reasons(
+    ctx: &Ctx,
+    store: &dyn crate::store::Store,
+    me: &str,
+    key: &str,
+    paths: &[String],
+    queued: bool,
+) -> Result<Vec<String>> {
+    use crate::engine::waits::Graph;
+    let graph = if queued {
+        Graph::build(ctx, store, None, None)?
+    } else {
+        Graph::with_wait(ctx, store, None, me, key, paths)?
+    };
+    let words = |c: &[String]| {
+        c.iter()
+            .enumerate()
+            .map(|(i, s)| {
+                if i % 2 == 1 {
+                    format!("`{s}`")
+                } else {
+                    s.clone()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" → ")
+    };
+    Ok(match (graph.cycle_of(me, key), graph.leads_into(me, key)) {
+        (Some(c), _) if queued => vec![format!(
+            "Your place in its queue is part of a wait-for cycle: {}. It cannot end until one of you gives something up.",
+            words(&c)
+        )],
+        (Some(c), _) => vec![format!(
+            "Waiting for it would close a wait-for cycle: {}. `checkout --queue` or `--wait` would be refused (deadlock, exit 5).",
+            words(&c)
+        )],
+        (None, Some(c)) => vec![format!(
+            "{} behind a wait-for cycle of other agents: {}. It is not yours to break: you keep your place, and your turn comes once one of them gives something up.",
+            if queued {
+                "You wait"
+            } else {
+                "Waiting, you would wait"
+            },
+            words(&c)
+        )],
+        (None, None) => Vec::new(),
+    })
 }
 
 fn code_list(items: &[String]) -> String {

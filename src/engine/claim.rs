@@ -391,6 +391,9 @@ impl Store for Claiming<'_> {
         }
         self.inner.audit(g, event)
     }
+    fn whole_project(&self, g: &Guard) -> Result<()> {
+        self.inner.whole_project(g)
+    }
     fn write_queue(&self, g: &Guard, q: &Queue) -> Result<()> {
         self.queues.borrow_mut().remove(&q.key);
         self.inner.write_queue(g, q)

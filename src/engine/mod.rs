@@ -17,6 +17,7 @@ pub mod queue;
 pub mod slots;
 pub mod stamps;
 pub mod take;
+pub mod waits;
 
 use std::collections::HashMap;
 use std::path::PathBuf;

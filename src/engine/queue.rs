@@ -1,10 +1,10 @@
 //! Queues, handoff reservations, inbox notifications and wait-for cycles. Everything
 //! here runs under the guard, inside the command that meets the situation.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::Ctx;
+use super::waits::Graph;
 use crate::duration::to_chrono;
 use crate::error::Result;
 use crate::identity::Agent;
@@ -143,6 +143,9 @@ pub(crate) struct Settled {
     /// Paths that a reservation held until it ended untaken: waiters of other queues
     /// that wanted them may be served now ([`wake_path_waiters`]).
     pub freed: Vec<String>,
+    /// Agents (not the taker) the key was reserved for: what waits for them now may
+    /// have closed a cycle ([`announce_through`]).
+    pub reserved: Vec<String>,
 }
 
 /// Does a live agent other than `w`'s hold, or have reserved, a path `w` asked for with
@@ -189,6 +192,7 @@ pub(crate) fn settle(
 ) -> Result<Settled> {
     let before = q.clone();
     let mut freed = Vec::new();
+    let mut reserved = Vec::new();
     let mut kept = Vec::with_capacity(q.waiters.len());
     for w in std::mem::take(&mut q.waiters) {
         if waiter_gone(ctx, store, &w)? {
@@ -259,10 +263,15 @@ pub(crate) fn settle(
         q.waiters.insert(at, w);
         let holding = matches!(key_now, KeyNow::HeldBy(_));
         reserve(ctx, store, g, q, at, i - at, holding, taker)?;
+        let head = &q.waiters[at].agent;
+        if taker != Some(head.as_str()) {
+            reserved.push(head.clone());
+        }
     }
     Ok(Settled {
         changed: *q != before,
         freed,
+        reserved,
     })
 }
 
@@ -367,7 +376,14 @@ pub(crate) fn settle_read(
         store.write_queue(g, &q)?;
     }
     wake_path_waiters(ctx, store, g, key, &s.freed)?;
-    Ok(q)
+    for agent in &s.reserved {
+        announce_through(ctx, store, g, agent)?;
+    }
+    if s.reserved.is_empty() {
+        Ok(q)
+    } else {
+        store.read_queue(key)
+    }
 }
 
 /// After a key's checkout `ended`: its holder leaves the key's queue (it was there only
@@ -471,8 +487,20 @@ pub(crate) fn join(
                 w.pid = pid;
                 w.pid_start = pid.and_then(crate::os::start_time);
             }
+            let changed = w.paths != paths;
             w.paths = paths.to_vec();
             store.write_queue(g, q)?;
+            if changed {
+                // A re-join asking for other paths: a wait of its own, audited as one.
+                let mut ev = audit(ctx, "queue", &q.key, &agent.id);
+                ev.name = agent.name.clone();
+                ev.paths = paths.to_vec();
+                ev.detail = Some(format!(
+                    "position {}; paths changed",
+                    q.position(&agent.id).unwrap_or_default()
+                ));
+                store.audit(g, &ev)?;
+            }
         }
         return Ok(());
     }
@@ -560,7 +588,11 @@ fn dequeue_then_settle(
         store.write_queue(g, &q)?;
     }
     freed.extend(s.freed);
-    wake_path_waiters(ctx, store, g, &q.key, &freed)
+    wake_path_waiters(ctx, store, g, &q.key, &freed)?;
+    for agent in &s.reserved {
+        announce_through(ctx, store, g, agent)?;
+    }
+    Ok(())
 }
 
 /// The keys whose queues `agent` waits in.
@@ -573,159 +605,36 @@ pub(crate) fn queued_keys(store: &dyn Store, agent: &str) -> Result<Vec<String>>
         .collect())
 }
 
-/// Would `me` waiting for `key` leave it stuck for good? `blockers` keep it from the key:
-/// its holder (or the agent it is reserved for) and the holders of paths it asked for,
-/// of whom each must let go (`any`: one stuck among them is enough to stick it); or the
-/// holders of a key with slots, of whom one letting go is enough (`!any`: it is stuck
-/// only if every one of them is). An agent that waits is stuck when any of its waits is
-/// (it waits for all of them); one that waits for nothing is free. Returns the wait-for
-/// cycle that sticks it, as agent, key, agent, …, an agent already named.
-pub(crate) fn find_cycle(
-    store: &dyn Store,
-    me: &str,
-    key: &str,
-    blockers: &[String],
-    any: bool,
-) -> Result<Option<Vec<String>>> {
-    let queues = store.scan_queues()?;
-    let by_key: HashMap<&str, &Queue> = queues.iter().map(|q| (q.key.as_str(), q)).collect();
-    // Every wait: who waits, for which key, kept by whom, and how.
-    let mut waits: Vec<Wait> = vec![Wait {
-        agent: me.to_string(),
-        key: key.to_string(),
-        blockers: blockers.iter().filter(|b| *b != me).cloned().collect(),
-        all_needed: any,
-    }];
-    for q in &queues {
-        for w in &q.waiters {
-            if w.agent == me && q.key == key {
-                continue;
-            }
-            let (hs, all_needed) = wait_blockers(store, &by_key, &w.agent, &q.key, &w.paths)?;
-            waits.push(Wait {
-                agent: w.agent.clone(),
-                key: q.key.clone(),
-                blockers: hs,
-                all_needed,
-            });
-        }
-    }
-    // The agents that get what they wait for, as long as those they wait on do: the
-    // least fixed point, from those that wait for nothing.
-    let waiting: std::collections::HashSet<&str> = waits.iter().map(|w| w.agent.as_str()).collect();
-    let mut stuck: std::collections::HashSet<String> =
-        waiting.iter().map(|a| a.to_string()).collect();
+/// `to` was just handed something others may wait for (a key reserved for it, with the
+/// paths it asked for): every cycle of waits this closed is announced. The waiter whose
+/// wait for `to` closes a cycle (the last step of the cycle walked from `to`) leaves that
+/// queue, audited as `deadlock`, and is told by a `deadlock` message naming the cycle.
+pub(crate) fn announce_through(ctx: &Ctx, store: &dyn Store, g: &Guard, to: &str) -> Result<()> {
+    // Each round takes one waiter out; a graph has fewer cycles through one agent than
+    // places in queues, so this ends.
     loop {
-        let freed: Vec<String> = stuck
-            .iter()
-            .filter(|a| {
-                waits
-                    .iter()
-                    .filter(|w| &w.agent == *a)
-                    .all(|w| !w.stuck_by(&stuck))
-            })
-            .cloned()
-            .collect();
-        if freed.is_empty() {
-            break;
+        let graph = Graph::build(ctx, store, Some(g), None)?;
+        let Some(cycle) = graph.cycle_through(to) else {
+            return Ok(());
+        };
+        // [to, k, …, x, kx, to]: x waits for kx, kept by `to`.
+        let n = cycle.len();
+        let (x, kx) = (cycle[n - 3].clone(), cycle[n - 2].clone());
+        let mut told = vec![x.clone(), kx.clone()];
+        told.extend(cycle[..n - 3].iter().cloned());
+        told.push(x.clone());
+        let mut ev = audit(ctx, "deadlock", &kx, &x);
+        ev.holder = Some(to.to_string());
+        ev.reason = Some("dropped".into());
+        ev.detail = Some(told.join(" → "));
+        store.audit(g, &ev)?;
+        if !leave(ctx, store, g, &kx, &x, "deadlock")? {
+            return Ok(());
         }
-        for a in freed {
-            stuck.remove(&a);
-        }
+        let body = format!(
+            "your place in the queue of `{kx}` closed a wait-for cycle when {to} was handed what you wait for ({}); you left that queue. Release a key or paths others wait for, or work on something else, before you queue again",
+            told.join(" → ")
+        );
+        notify(ctx, store, g, &x, None, MessageKind::Deadlock, &kx, &body)?;
     }
-    if !stuck.contains(me) {
-        return Ok(None);
-    }
-    // Walk from `me` through stuck agents until one repeats: that is the cycle.
-    let mut path = vec![me.to_string()];
-    let mut at = me.to_string();
-    let mut first = true;
-    loop {
-        let next = waits
-            .iter()
-            .filter(|w| w.agent == at && (!first || w.key == key))
-            .find(|w| w.stuck_by(&stuck))
-            .and_then(|w| {
-                w.blockers
-                    .iter()
-                    .find(|b| stuck.contains(*b))
-                    .map(|b| (w.key.clone(), b.clone()))
-            });
-        first = false;
-        let Some((k, b)) = next else { break };
-        let seen = path.iter().step_by(2).any(|a| *a == b);
-        path.push(k);
-        path.push(b.clone());
-        if seen {
-            break;
-        }
-        at = b;
-    }
-    Ok(Some(path))
-}
-
-/// One agent's wait for one key.
-struct Wait {
-    agent: String,
-    key: String,
-    blockers: Vec<String>,
-    /// Every blocker must let go (a key and its paths); else one is enough (slots).
-    all_needed: bool,
-}
-
-impl Wait {
-    /// Can this wait not end while the `stuck` agents stay stuck?
-    fn stuck_by(&self, stuck: &std::collections::HashSet<String>) -> bool {
-        if self.all_needed {
-            self.blockers.iter().any(|b| stuck.contains(b))
-        } else {
-            !self.blockers.is_empty() && self.blockers.iter().all(|b| stuck.contains(b))
-        }
-    }
-}
-
-/// Who keeps `agent` from `k`, and whether each of them must let go (a key without
-/// slots, and paths) or one is enough (the holders of a key with slots).
-fn wait_blockers(
-    store: &dyn Store,
-    by_key: &HashMap<&str, &Queue>,
-    agent: &str,
-    k: &str,
-    paths: &[String],
-) -> Result<(Vec<String>, bool)> {
-    let q = by_key.get(k);
-    if q.is_some_and(|q| q.reserved_for(agent).is_some()) {
-        // It may take the key (a free slot of it) now: nobody keeps it waiting.
-        return Ok((Vec::new(), false));
-    }
-    let slots = store.read_slots(k)?;
-    let with_slots = !slots.is_empty() || q.is_some_and(|q| q.slots.is_some());
-    let mut out: Vec<String> = Vec::new();
-    if let Slot::Held(r) = store.read(k)? {
-        out.push(r.agent.id);
-    }
-    for s in slots {
-        if let Slot::Held(r) = s
-            && !out.contains(&r.agent.id)
-        {
-            out.push(r.agent.id);
-        }
-    }
-    if out.is_empty() || with_slots {
-        for r in q.map(|q| q.reservations.as_slice()).unwrap_or_default() {
-            if r.agent != agent && !out.contains(&r.agent) {
-                out.push(r.agent.clone());
-            }
-        }
-    }
-    if !paths.is_empty() {
-        let mine = super::paths::compile(paths);
-        for o in super::paths::held_overlaps(store, agent, k, &mine)? {
-            if !out.contains(&o.record.agent.id) {
-                out.push(o.record.agent.id);
-            }
-        }
-    }
-    out.retain(|h| h != agent);
-    Ok((out, !with_slots))
 }

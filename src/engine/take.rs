@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use super::queue::{self, KeyNow};
+use super::waits::{Graph, Taking};
 use super::{Ctx, Judge, NOTES_SHOWN, ReapReason, auto_release, auto_release_for, paths, slots};
 use crate::duration::to_chrono;
 use crate::error::{Error, Outcome, Result};
@@ -225,6 +226,14 @@ pub fn attempt(
                     return Ok(r);
                 }
             }
+            if !added.is_empty() {
+                let all: Vec<String> = current.paths.iter().chain(&added).cloned().collect();
+                let q = store.read_queue(key)?;
+                if let Some(cycle) = grant_closes(ctx, store, guard, &agent.id, key, &all, &q)? {
+                    let r = base(Outcome::Deadlock, Some(CheckoutView::from(&current)));
+                    return deadlocked(ctx, store, guard, req, r, cycle, &q);
+                }
+            }
             let version = if added.is_empty() {
                 current.version
             } else {
@@ -329,9 +338,15 @@ pub fn attempt(
             r.took_over = took_over;
             return Ok(r);
         }
-        // Reserved for us, or for nobody: a place we had in the queue is done with.
-        _ => queue::granted(store, guard, &mut q, &agent.id)?,
+        _ => {}
     }
+    if let Some(cycle) = grant_closes(ctx, store, guard, &agent.id, key, &req.paths, &q)? {
+        let mut r = base(Outcome::Deadlock, None);
+        r.took_over = took_over;
+        return deadlocked(ctx, store, guard, req, r, cycle, &q);
+    }
+    // Reserved for us, or for nobody: a place we had in the queue is done with.
+    queue::granted(store, guard, &mut q, &agent.id)?;
 
     let token = store.next_token(guard)?;
     let previous = crate::engine::previous(store, key, token)?;
@@ -509,6 +524,16 @@ fn attempt_slots(
         r.took_over = took_over;
         return Ok(r);
     }
+    if let Some(cycle) = grant_closes(ctx, store, guard, &agent.id, key, &[], &q)? {
+        let mut r = base(
+            Outcome::Deadlock,
+            h.records.first().map(CheckoutView::from),
+            h.capacity,
+        );
+        r.holders = h.records.iter().map(CheckoutView::from).collect();
+        r.took_over = took_over;
+        return deadlocked(ctx, store, guard, req, r, cycle, &q);
+    }
     queue::granted(store, guard, &mut q, &agent.id)?;
     let slot = h.next_slot();
     let token = store.next_token(guard)?;
@@ -619,26 +644,33 @@ fn refuse(
             store.audit(guard, &ev)?;
         }
         Join::Queue | Join::Wait(_) => {
-            let mut blockers = blocked_by.to_vec();
-            for o in &r.overlaps {
-                if !blockers.contains(&o.agent.id) {
-                    blockers.push(o.agent.id.clone());
-                }
-            }
-            let found = if r.position.is_none() {
-                queue::find_cycle(store, &agent.id, key, &blockers, any)?
-            } else {
-                None
-            };
-            if let Some(cycle) = found {
+            let graph = Graph::with_wait(ctx, store, Some(guard), &agent.id, key, &req.paths)?;
+            if let Some(cycle) = graph.cycle_of(&agent.id, key) {
                 let mut ev = ctx.agent_event("deadlock", key, agent);
                 ev.holder = cycle.get(2).cloned();
+                ev.paths = req.paths.clone();
                 ev.detail = Some(cycle.join(" → "));
                 store.audit(guard, &ev)?;
+                // The wait is not joined. A place the caller had already stays only if
+                // it closes no cycle itself (it asked for other paths then).
+                if let Some(w) = q.waiters.iter().find(|w| w.agent == agent.id) {
+                    let stays = w.paths != req.paths
+                        && Graph::build(ctx, store, Some(guard), None)?
+                            .cycle_of(&agent.id, key)
+                            .is_none();
+                    if !stays {
+                        queue::leave(ctx, store, guard, key, &agent.id, "deadlock")?;
+                        *q = store.read_queue(key)?;
+                    }
+                }
+                r.queue_length = q.waiters.len();
+                r.position = q.position(&agent.id);
+                r.reserved_for = q.reservation().cloned();
                 r.outcome = Outcome::Deadlock;
                 r.cycle = cycle;
                 return Ok(r);
             }
+            r.waits_behind = graph.leads_into(&agent.id, key).unwrap_or_default();
             let pid = match join {
                 Join::Wait(p) => Some(p),
                 _ => None,
@@ -658,6 +690,65 @@ fn refuse(
             }
         }
     }
+    Ok(r)
+}
+
+/// Would granting `key` (with `paths`, all the paths the checkout would cover) to
+/// `agent` close a cycle of waits through a place it has in another queue? Agents that
+/// wait for the key or for those paths would then wait for it, while it waits (in the
+/// end) for them. Returns the cycle, starting and ending with `agent`. An agent that
+/// waits for nothing else, the usual case, is answered without building the graph.
+fn grant_closes(
+    ctx: &Ctx,
+    store: &dyn Store,
+    guard: &Guard,
+    agent: &str,
+    key: &str,
+    paths: &[String],
+    q: &Queue,
+) -> Result<Option<Vec<String>>> {
+    // A key alone that nobody else queues for: nobody would wait for the grant.
+    if paths.is_empty() && !q.waiters.iter().any(|w| w.agent != agent) {
+        return Ok(None);
+    }
+    let waits_elsewhere = store
+        .scan_queues()?
+        .iter()
+        .any(|q| q.key != key && q.waiters.iter().any(|w| w.agent == agent));
+    if !waits_elsewhere {
+        return Ok(None);
+    }
+    let taking = Taking { agent, key, paths };
+    Ok(Graph::build(ctx, store, Some(guard), Some(taking))?.cycle_through(agent))
+}
+
+/// The caller's grant would close `cycle`: refused (exit 5), nothing taken, audited as
+/// `deadlock`. Its places in queues stay as they were, but for a reservation of the key
+/// for it (made by this very attempt, perhaps), which would keep the cycle standing: it
+/// leaves the key's queue, and the reservation passes on.
+fn deadlocked(
+    ctx: &Ctx,
+    store: &dyn Store,
+    guard: &Guard,
+    req: &Request,
+    mut r: CheckoutReport,
+    cycle: Vec<String>,
+    q: &Queue,
+) -> Result<CheckoutReport> {
+    let mut ev = ctx.agent_event("deadlock", &r.key, &req.agent);
+    ev.holder = cycle.get(2).cloned();
+    ev.paths = req.paths.clone();
+    ev.detail = Some(cycle.join(" → "));
+    store.audit(guard, &ev)?;
+    let mut q = q.clone();
+    if q.reserved_for(&req.agent.id).is_some() {
+        queue::leave(ctx, store, guard, &r.key, &req.agent.id, "deadlock")?;
+        q = store.read_queue(&r.key)?;
+    }
+    r.queue_length = q.waiters.len();
+    r.position = q.position(&req.agent.id);
+    r.reserved_for = q.reservation().cloned();
+    r.cycle = cycle;
     Ok(r)
 }
 

@@ -756,7 +756,7 @@ fn defs() -> Vec<ToolDef> {
         ToolDef {
             name: "checkout",
             description: format!(
-                "Check out (lock) a task before you start working on it, so that no other agent works on it at the same time. Exactly one agent wins; the winner holds the key under a lease (30m by default, renewed by this server while your session runs) and gets a fencing token. Checking out a key you already hold succeeds and extends the lease. Give `paths` to lock the repository files you will edit, with the key or alone. {CONFLICT} With `queue: true` you join the key's queue and your inbox tells you when it is yours; with `wait_seconds` (at most {MAX_WAIT_SECS}) you wait for it. Exit code 5 (`deadlock`): queueing would close a wait-for cycle; give up one of your keys. Release the key when you are done."
+                "Check out (lock) a task before you start working on it, so that no other agent works on it at the same time. Exactly one agent wins; the winner holds the key under a lease (30m by default, renewed by this server while your session runs) and gets a fencing token. Checking out a key you already hold succeeds and extends the lease. Give `paths` to lock the repository files you will edit, with the key or alone. {CONFLICT} With `queue: true` you join the key's queue and your inbox tells you when it is yours; with `wait_seconds` (at most {MAX_WAIT_SECS}) you wait for it. Exit code 5 (`deadlock`): your own wait would close a wait-for cycle (queueing or waiting, or taking what others wait for while you wait for them); give up one of your keys or leave the queue you wait in. Release the key when you are done."
             ),
             schema: schema::<CheckoutArgs>(),
             read_only: false,

@@ -274,6 +274,16 @@ pub trait Store {
         Ok(None)
     }
 
+    /// The work in this scope judges every queue and holder together (the waits-for
+    /// graph): a scope narrower than the whole project fails with
+    /// [`crate::error::Error::Escalate`], as for a change it may not make, so that the
+    /// work runs again under the project's lock. Nothing to do where every scope is the
+    /// whole project (the default).
+    fn whole_project(&self, g: &Guard) -> Result<()> {
+        let _ = g;
+        Ok(())
+    }
+
     /// Make the scope's changes stand and leave it.
     fn commit(&self, g: Guard) -> Result<()>;
 

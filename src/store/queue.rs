@@ -193,6 +193,9 @@ pub enum MessageKind {
     MaxHold,
     /// Another agent froze a key you hold: no renewals while it is frozen.
     Frozen,
+    /// Your place in a key's queue closed a wait-for cycle when the agent you waited for
+    /// was handed something: you left that queue.
+    Deadlock,
     /// A type written by a newer tasklock.
     #[serde(other)]
     Other,
@@ -210,6 +213,7 @@ impl MessageKind {
             MessageKind::SubagentEnd => "subagent_end",
             MessageKind::MaxHold => "max_hold",
             MessageKind::Frozen => "frozen",
+            MessageKind::Deadlock => "deadlock",
             MessageKind::Other => "other",
         }
     }

@@ -35,6 +35,19 @@ pub(super) fn checkout(r: &CheckoutReport, inv: &Invocation) -> String {
             let _ = writeln!(out, "{}", secret_refused_words(&k, c.as_ref()));
             let _ = writeln!(out, "\n{SECRET_NEXT}");
         }
+        (Outcome::Deadlock, _) if r.cycle.get(1) != Some(&r.key) => {
+            let _ = writeln!(
+                out,
+                "Deadlock: taking {k} now would close a wait-for cycle through your own place in the queue of {}; nothing was taken.",
+                code(r.cycle.get(1).map(String::as_str).unwrap_or_default())
+            );
+            let _ = writeln!(out, "\n- Cycle: {}", cycle_words(&r.cycle));
+            let _ = writeln!(
+                out,
+                "\nNext: leave the queue you wait in ({}) or release what others wait for, then take {k}; never wait in a cycle.",
+                inv.code("leave KEY")
+            );
+        }
         (Outcome::Deadlock, _) => {
             let _ = writeln!(
                 out,
@@ -116,6 +129,13 @@ pub(super) fn checkout(r: &CheckoutReport, inv: &Invocation) -> String {
             if let Some(p) = r.position {
                 let _ = writeln!(out, "- Your place in the queue: {p}");
             }
+            if !r.waits_behind.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "- Waiting behind a wait-for cycle of other agents: {}. It is not yours to break: you keep your place, and your turn comes once one of them gives something up.",
+                    cycle_words(&r.waits_behind)
+                );
+            }
             if r.push_wake {
                 out.push_str(push_wake_line(r.push_via.as_deref()));
             }
@@ -167,6 +187,13 @@ pub(super) fn checkout(r: &CheckoutReport, inv: &Invocation) -> String {
             let _ = writeln!(out, "- Queue: {} waiting", r.queue_length);
             if let Some(p) = r.position {
                 let _ = writeln!(out, "- Your place in the queue: {p}");
+            }
+            if !r.waits_behind.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "- Waiting behind a wait-for cycle of other agents: {}. It is not yours to break: you keep your place, and your turn comes once one of them gives something up.",
+                    cycle_words(&r.waits_behind)
+                );
             }
             if r.push_wake {
                 out.push_str(push_wake_line(r.push_via.as_deref()));

@@ -270,6 +270,11 @@ pub fn why_next(advice: &WhyNext, key: &str, paths: &[String], inv: &Invocation)
             "work on something else, or {}.",
             inv.code(&format!("checkout {co} --queue"))
         ),
+        WhyNext::Deadlock { queue } => format!(
+            "leave the queue you wait in ({}) or release what others wait for, then {}.",
+            inv.cmd("leave", queue),
+            inv.code(&format!("checkout {co}"))
+        ),
     }
 }
 

@@ -110,6 +110,9 @@ impl Store for PgStore {
     fn audit(&self, g: &Guard, event: &AuditEvent) -> Result<()> {
         PgStore::audit(self, pg(g), event)
     }
+    fn whole_project(&self, g: &Guard) -> Result<()> {
+        self.allow(pg(g), None, false)
+    }
     fn write_queue(&self, g: &Guard, q: &Queue) -> Result<()> {
         // Queues are judged together (handoffs, deadlocks): only under the project's lock.
         self.allow(pg(g), None, false)?;
