@@ -59,6 +59,10 @@ fn fleet(env: &mut Env) {
         "dave",
         &["checkout", "build", "--slots", "2", "--timeout", "1h"],
     );
+    // Carol stays alive and holds a key dave queues for: a wait the graph keeps.
+    env.ok("carol", &["checkout", "review-9", "--timeout", "1h"]);
+    let q = env.run(Some("dave"), &["checkout", "review-9", "--queue"]);
+    assert_eq!(q.code, 2, "{}", q.text());
     env.ok(
         "alice",
         &["freeze", "prod*", "--for", "2h", "--reason", "release week"],
@@ -95,7 +99,7 @@ fn one_frame_shows_the_fleet() {
         "ending: holder dead",
         "src/**",
         "1/2",
-        "carol waits for alice on deploy://api-prod",
+        "dave waits for carol on review-9",
         "frozen: prod* for 1h more (release week)",
         "dead: silent",
         "shipping",
@@ -118,7 +122,7 @@ fn a_small_terminal_shows_the_pane_in_focus() {
         "{}",
         r.stdout
     );
-    assert!(r.stdout.contains("Checkouts (3)"), "{}", r.stdout);
+    assert!(r.stdout.contains("Checkouts (4)"), "{}", r.stdout);
     assert!(!r.stdout.contains("Agents ("), "{}", r.stdout);
     frame_snapshot("top_frame_60x12", &r.stdout);
 }
@@ -135,7 +139,7 @@ fn the_fleet_as_json() {
         .iter()
         .map(|c| c["key"].as_str().unwrap())
         .collect();
-    assert_eq!(keys, ["build", "deploy://api-prod", "k2"]);
+    assert_eq!(keys, ["build", "deploy://api-prod", "k2", "review-9"]);
     let deploy = &j["checkouts"][1];
     assert_eq!(deploy["agent"]["id"], "alice");
     assert_eq!(deploy["holder_state"], "dead");
@@ -145,9 +149,11 @@ fn the_fleet_as_json() {
     assert_eq!(deploy["ending"], "agent_death");
     assert_eq!(deploy["queued"], 1);
     assert_eq!(j["checkouts"][0]["slots"], 2);
+    // Carol's wait for alice's key is kept by nobody: alice is dead, and the next command
+    // to meet her checkout ends it. Dave's is kept by carol.
     assert_eq!(
         j["waits"],
-        serde_json::json!([{"waiter": "carol", "key": "deploy://api-prod", "blocker": "alice"}])
+        serde_json::json!([{"waiter": "dave", "key": "review-9", "blocker": "carol"}])
     );
     assert_eq!(j["cycles"], serde_json::json!([]));
     assert_eq!(j["freezes"][0]["pattern"], "prod*");

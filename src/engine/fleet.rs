@@ -27,9 +27,13 @@ pub struct Fleet {
     pub agents: Vec<FleetAgent>,
     /// Keys with a queue or a reservation.
     pub queues: BTreeMap<String, QueueView>,
-    /// Who waits for whom: one edge per queued agent and agent in its way.
+    /// Who waits for whom, from the engine's waits-for graph: one edge per queued agent
+    /// and agent that keeps it waiting (a holder of its key or of paths it asked for, or
+    /// the agent a key or such paths are reserved for).
     pub waits: Vec<Wait>,
-    /// Agents whose waits go round in a circle (each such circle, as agent ids).
+    /// Agents whose waits go round in a circle (each such circle, as agent ids). Every
+    /// change that would close one is refused or announced, so one stands only where an
+    /// older version or a hand edit left it.
     pub cycles: Vec<Vec<String>>,
     pub freezes: Vec<Freeze>,
     /// Records the store could not read.
@@ -141,13 +145,12 @@ pub fn snapshot(ctx: &Ctx, store: &dyn Store) -> Result<Fleet> {
     }
     checkouts.sort_by(|a, b| (&a.view.key, a.view.slot).cmp(&(&b.view.key, b.view.slot)));
 
-    // Waits: each waiter waits for the holders of its key, or for the agent the key is
-    // reserved for when it is not that agent.
+    // Waits, from the engine's one waits-for graph (the one every change is checked
+    // against): an edge from each waiter to each agent that keeps it waiting.
+    let graph = super::waits::Graph::build(ctx, store, None, None)?;
     let mut waits = Vec::new();
     let mut waiting_for: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for q in &queues_raw {
-        let mut blockers: Vec<String> = holders.get(&q.key).cloned().unwrap_or_default();
-        blockers.extend(q.reservations.iter().map(|r| r.agent.clone()));
         for r in &q.reservations {
             waiting_for
                 .entry(r.agent.clone())
@@ -159,19 +162,36 @@ pub fn snapshot(ctx: &Ctx, store: &dyn Store) -> Result<Fleet> {
                 .entry(w.agent.clone())
                 .or_default()
                 .insert(q.key.clone());
-            for b in &blockers {
-                let edge = Wait {
-                    waiter: w.agent.clone(),
-                    key: q.key.clone(),
-                    blocker: b.clone(),
-                };
-                if *b != w.agent && !waits.contains(&edge) {
-                    waits.push(edge);
-                }
-            }
         }
     }
-    let cycles = cycles(&waits);
+    for w in &graph.waits {
+        for b in w.blockers.iter().filter(|b| **b != w.agent) {
+            waits.push(Wait {
+                waiter: w.agent.clone(),
+                key: w.key.clone(),
+                blocker: b.clone(),
+            });
+        }
+    }
+    // Each cycle once, as its agents, from the smallest id.
+    let mut cycles: BTreeSet<Vec<String>> = BTreeSet::new();
+    let agents_waiting: BTreeSet<&str> = graph.waits.iter().map(|w| w.agent.as_str()).collect();
+    for a in agents_waiting {
+        if let Some(c) = graph.cycle_through(a) {
+            let mut ring: Vec<String> = c.iter().step_by(2).cloned().collect();
+            ring.pop();
+            if let Some(min) = ring
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, x)| *x)
+                .map(|(i, _)| i)
+            {
+                ring.rotate_left(min);
+            }
+            cycles.insert(ring);
+        }
+    }
+    let cycles: Vec<Vec<String>> = cycles.into_iter().collect();
 
     let cfg = judge.config()?.clone();
     let mut agents = Vec::new();
@@ -243,64 +263,4 @@ pub fn snapshot(ctx: &Ctx, store: &dyn Store) -> Result<Fleet> {
         freezes,
         corrupt,
     })
-}
-
-/// The circles of the waits-for graph between agents, each once, starting from its
-/// smallest id.
-pub fn cycles(waits: &[Wait]) -> Vec<Vec<String>> {
-    let mut next: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
-    for w in waits {
-        next.entry(&w.waiter).or_default().insert(&w.blocker);
-    }
-    let mut found: BTreeSet<Vec<String>> = BTreeSet::new();
-    // Small graphs (the agents of one project): a depth-first walk from every agent,
-    // keeping only circles whose smallest member is where the walk started.
-    for &start in next.keys() {
-        let mut path = vec![start];
-        walk(start, &next, &mut path, &mut found);
-    }
-    found.into_iter().collect()
-}
-
-fn walk<'a>(
-    start: &'a str,
-    next: &BTreeMap<&'a str, BTreeSet<&'a str>>,
-    path: &mut Vec<&'a str>,
-    found: &mut BTreeSet<Vec<String>>,
-) {
-    if found.len() >= 64 || path.len() > 64 {
-        return;
-    }
-    let at = *path.last().expect("never empty");
-    for &n in next.get(at).into_iter().flatten() {
-        if n == start {
-            found.insert(path.iter().map(|s| s.to_string()).collect());
-        } else if n > start && !path.contains(&n) {
-            path.push(n);
-            walk(start, next, path, found);
-            path.pop();
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn w(a: &str, b: &str) -> Wait {
-        Wait {
-            waiter: a.into(),
-            key: format!("{a}->{b}"),
-            blocker: b.into(),
-        }
-    }
-
-    #[test]
-    fn finds_each_circle_once_from_its_smallest_member() {
-        let waits = [w("b", "c"), w("c", "b"), w("a", "b"), w("d", "e")];
-        assert_eq!(cycles(&waits), vec![vec!["b".to_string(), "c".to_string()]]);
-        let ring = [w("c", "a"), w("a", "b"), w("b", "c")];
-        assert_eq!(cycles(&ring), vec![vec!["a", "b", "c"]]);
-        assert!(cycles(&[w("a", "b"), w("b", "d")]).is_empty());
-    }
 }
