@@ -169,6 +169,26 @@ pub fn check_process(
 }
 
 /// Judge an agent from its registry entry (if any).
+/// `entry` with a renewal of one of its checkouts after its last beat counted as a beat:
+/// a renewal is a sign of life too, as when checkouts are judged.
+pub fn with_renewal(entry: &AgentEntry, renewed: Option<&Time>) -> AgentEntry {
+    let mut judged = entry.clone();
+    if let (Some(beat), Some(r)) = (judged.last_heartbeat, renewed)
+        && *r > beat
+    {
+        judged.last_heartbeat = Some(*r);
+    }
+    judged
+}
+
+/// The last time an agent was heard of: its last beat, its end, or its first beat.
+pub fn last_sign(e: &AgentEntry) -> Time {
+    [e.last_heartbeat, e.ended_at]
+        .into_iter()
+        .flatten()
+        .fold(e.first_seen, Time::max)
+}
+
 pub fn judge_entry(entry: &AgentEntry, now: &Time, cfg: &Config) -> Judgement {
     judge_entry_with(entry, now, cfg, false)
 }

@@ -402,20 +402,9 @@ fn live_env() -> Env {
     Env::new()
 }
 
-/// A command with the real clock (the Env's pinned one is blanked).
+/// A command with the real clock, as `agent`.
 fn real(env: &Env, agent: &str, args: &[&str]) -> common::Run {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tasklock"));
-    common::use_store(&mut cmd, &env.dir());
-    cmd.env_remove("TASKLOCK_NOW")
-        .env_remove("TASKLOCK_AGENT")
-        .env_remove("CLAUDE_CODE_SESSION_ID")
-        .env_remove("CODEX_THREAD_ID")
-        .stdin(Stdio::null())
-        .arg("--dir")
-        .arg(env.dir())
-        .args(args)
-        .args(["--agent", agent]);
-    common::exec(cmd)
+    env.run_now(Some(agent), args)
 }
 
 fn real_ok(env: &Env, agent: &str, args: &[&str]) -> common::Run {
@@ -525,15 +514,9 @@ fn live_view_force_release_needs_a_person_and_a_yes() {
     t.shows("Force-release hot-key?");
     t.keys(&["y"]);
     t.shows("force_release hot-key");
-    let mut audit = Command::new(env!("CARGO_BIN_EXE_tasklock"));
-    common::use_store(&mut audit, &env.dir());
-    audit
-        .env_remove("TASKLOCK_NOW")
-        .stdin(Stdio::null())
-        .arg("--dir")
-        .arg(env.dir());
-    audit.args(["audit", "--json", "--key", "hot-key"]);
-    let log = common::exec(audit).stdout;
+    let log = env
+        .run_now(None, &["audit", "--json", "--key", "hot-key"])
+        .stdout;
     let forced: Vec<serde_json::Value> = log
         .lines()
         .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())

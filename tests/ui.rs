@@ -176,30 +176,12 @@ fn http(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: &st
 
 /// A command with the real clock, as `agent`.
 fn real_ok(env: &Env, agent: &str, args: &[&str]) {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tasklock"));
-    common::use_store(&mut cmd, &env.dir());
-    cmd.env_remove("TASKLOCK_NOW")
-        .env_remove("TASKLOCK_AGENT")
-        .env_remove("CLAUDE_CODE_SESSION_ID")
-        .env_remove("CODEX_THREAD_ID")
-        .stdin(Stdio::null())
-        .arg("--dir")
-        .arg(env.dir())
-        .args(args)
-        .args(["--agent", agent]);
-    let r = common::exec(cmd);
+    let r = env.run_now(Some(agent), args);
     assert!(r.code == 0 || r.code == 2, "{args:?}: {}", r.text());
 }
 
 fn held(env: &Env, key: &str) -> bool {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tasklock"));
-    common::use_store(&mut cmd, &env.dir());
-    cmd.env_remove("TASKLOCK_NOW")
-        .stdin(Stdio::null())
-        .arg("--dir")
-        .arg(env.dir())
-        .args(["top", "--once", "--json"]);
-    let j: Value = serde_json::from_str(&common::exec(cmd).stdout).unwrap();
+    let j = env.run_now(None, &["top", "--once", "--json"]).json();
     j["checkouts"]
         .as_array()
         .unwrap()

@@ -51,18 +51,16 @@ pub fn run(ctx: &Ctx, all: bool) -> Result<Report> {
         let cfg = judge.config()?.clone();
         let mut stale = Vec::new();
         for entry in store.scan_agents()? {
-            let mut judged = entry.clone();
-            if let (Some(beat), Some(r)) = (judged.last_heartbeat, renewed.get(&entry.id))
-                && *r > beat
-            {
-                judged.last_heartbeat = Some(*r);
-            }
+            let judged = liveness::with_renewal(&entry, renewed.get(&entry.id));
             let j = liveness::judge_entry(&judged, &ctx.now, &cfg);
             let keys = held.remove(&entry.id).unwrap_or_default();
             if j.dead() && keys.is_empty() && expired(&entry, &ctx.now, &cfg) {
                 stale.push(entry.id.clone());
             }
-            rows.push((AgentRow::new(&entry, j, keys), Some(last_sign(&judged))));
+            rows.push((
+                AgentRow::new(&entry, j, keys),
+                Some(liveness::last_sign(&judged)),
+            ));
         }
         for (id, keys) in held {
             if let Some(r) = unregistered.get(&id) {
@@ -113,17 +111,9 @@ pub fn run(ctx: &Ctx, all: bool) -> Result<Report> {
     }))
 }
 
-/// The last time an agent was heard of: its last beat, its end, or its first beat.
-fn last_sign(e: &AgentEntry) -> Time {
-    [e.last_heartbeat, e.ended_at]
-        .into_iter()
-        .flatten()
-        .fold(e.first_seen, Time::max)
-}
-
 /// Heard of last longer than `agent_retention` ago.
 fn expired(e: &AgentEntry, now: &Time, cfg: &crate::config::Config) -> bool {
-    *now - last_sign(e) >= crate::duration::to_chrono(cfg.agent_retention)
+    *now - liveness::last_sign(e) >= crate::duration::to_chrono(cfg.agent_retention)
 }
 
 /// Remove the registry entries of `ids` that, judged again under the guard, are still

@@ -197,23 +197,15 @@ pub fn snapshot(ctx: &Ctx, store: &dyn Store) -> Result<Fleet> {
     let mut agents = Vec::new();
     let mut seen = BTreeSet::new();
     for entry in store.scan_agents()? {
-        let mut judged = entry.clone();
-        if let (Some(beat), Some(r)) = (judged.last_heartbeat, renewed.get(&entry.id))
-            && *r > beat
-        {
-            judged.last_heartbeat = Some(*r);
-        }
+        let judged = liveness::with_renewal(&entry, renewed.get(&entry.id));
         let j = liveness::judge_entry(&judged, &ctx.now, &cfg);
         let keys = held.get(&entry.id).cloned().unwrap_or_default();
         let waits_on: Vec<String> = waiting_for
             .get(&entry.id)
             .map(|s| s.iter().cloned().collect())
             .unwrap_or_default();
-        let last_sign = [judged.last_heartbeat, judged.ended_at]
-            .into_iter()
-            .flatten()
-            .fold(judged.first_seen, Time::max);
-        let recent = ctx.now - last_sign < chrono::Duration::seconds(DEAD_SHOWN_SECS);
+        let recent =
+            ctx.now - liveness::last_sign(&judged) < chrono::Duration::seconds(DEAD_SHOWN_SECS);
         if j.dead() && keys.is_empty() && waits_on.is_empty() && !recent {
             continue;
         }

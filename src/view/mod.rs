@@ -47,6 +47,33 @@ pub fn main(mut args: Vec<std::ffi::OsString>) -> i32 {
     }
 }
 
+/// Parse `args` as `A`, run `f` with them, and turn the outcome into an exit code: usage
+/// errors 64, others as the commands map them, each said as `tasklock WORD: …`.
+fn run<A: clap::Parser>(
+    args: Vec<std::ffi::OsString>,
+    word: &str,
+    f: impl FnOnce(A) -> Result<()>,
+) -> i32 {
+    let a = match A::try_parse_from(args) {
+        Ok(a) => a,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                EXIT_USAGE
+            } else {
+                crate::error::EXIT_OK
+            };
+        }
+    };
+    match f(a) {
+        Ok(()) => crate::error::EXIT_OK,
+        Err(e) => {
+            eprintln!("tasklock {word}: {e}");
+            e.exit_code()
+        }
+    }
+}
+
 fn context(global: &Global) -> Result<Ctx> {
     let dir = crate::discover::discover(global.dir.as_deref())?.for_reading()?;
     let mut ctx = Ctx {

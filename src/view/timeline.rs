@@ -106,14 +106,7 @@ pub fn build(events: &[AuditEvent], fleet: Option<&Fleet>, start: Time, end: Tim
                 holding.insert((key.into(), e.token), (e.agent.clone(), e.ts));
                 if let Some(since) = waiting.remove(&(key.into(), e.agent.clone())) {
                     let r = row(&mut rows, key);
-                    r.waits.push(Span {
-                        agent: e.agent.clone(),
-                        token: None,
-                        from: since,
-                        to: e.ts,
-                        open: false,
-                        ended_by: Some("acquire".into()),
-                    });
+                    r.waits.push(ended_wait(e, since));
                 }
             }
             "release" | "auto_release" | "force_release" => {
@@ -158,14 +151,7 @@ pub fn build(events: &[AuditEvent], fleet: Option<&Fleet>, start: Time, end: Tim
             "dequeue" | "leave" | "deadlock" => {
                 if let Some(since) = waiting.remove(&(key.into(), e.agent.clone())) {
                     let r = row(&mut rows, key);
-                    r.waits.push(Span {
-                        agent: e.agent.clone(),
-                        token: None,
-                        from: since,
-                        to: e.ts,
-                        open: false,
-                        ended_by: Some(e.event.clone()),
-                    });
+                    r.waits.push(ended_wait(e, since));
                 }
                 if e.event == "deadlock" {
                     row(&mut rows, key).marks.push(Mark {
@@ -304,6 +290,19 @@ pub fn build(events: &[AuditEvent], fleet: Option<&Fleet>, start: Time, end: Tim
         rows: out,
         agents,
         agent_time,
+    }
+}
+
+/// A wait that began at `since` and ended with the event `e` (the grant, or a way out of
+/// the queue).
+fn ended_wait(e: &AuditEvent, since: Time) -> Span {
+    Span {
+        agent: e.agent.clone(),
+        token: None,
+        from: since,
+        to: e.ts,
+        open: false,
+        ended_by: Some(e.event.clone()),
     }
 }
 

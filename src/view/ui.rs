@@ -25,7 +25,7 @@ use super::{EVENTS_KEPT, REFRESH, context, recent_events, store_of};
 use crate::cli::Global;
 use crate::clock::{self, Time};
 use crate::engine::fleet::{self, Fleet};
-use crate::error::{EXIT_OK, EXIT_USAGE, Error, Result};
+use crate::error::{Error, Result};
 use crate::store::AuditEvent;
 
 const INDEX: &str = include_str!("assets/index.html");
@@ -70,24 +70,10 @@ pub struct Args {
 }
 
 pub fn main(args: Vec<std::ffi::OsString>) -> i32 {
-    let a = match <Args as clap::Parser>::try_parse_from(args) {
-        Ok(a) => a,
-        Err(e) => {
-            let _ = e.print();
-            return if e.use_stderr() { EXIT_USAGE } else { EXIT_OK };
-        }
-    };
-    let result = match &a.svg {
+    super::run(args, "ui", |a: Args| match &a.svg {
         Some(path) => write_svg(&a, path),
         None => serve(&a),
-    };
-    match result {
-        Ok(()) => EXIT_OK,
-        Err(e) => {
-            eprintln!("tasklock ui: {e}");
-            e.exit_code()
-        }
-    }
+    })
 }
 
 fn window(since: Duration, now: Time) -> Time {

@@ -112,6 +112,18 @@ impl Env {
         }
         exec(cmd)
     }
+    /// As [`Env::run`], with the real clock: for commands beside a process that reads
+    /// it (the live views, a server).
+    pub fn run_now(&self, agent: Option<&str>, args: &[&str]) -> Run {
+        let mut cmd = base_cmd(&self.now);
+        cmd.env_remove("TASKLOCK_NOW");
+        use_store(&mut cmd, &self.dir());
+        cmd.arg("--dir").arg(self.dir()).args(args);
+        if let Some(a) = agent {
+            cmd.args(["--agent", a]);
+        }
+        exec(cmd)
+    }
     pub fn ok(&self, agent: &str, args: &[&str]) -> Run {
         let r = self.run(Some(agent), args);
         assert_eq!(r.code, 0, "{args:?} failed: {}", r.text());

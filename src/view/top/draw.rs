@@ -268,6 +268,15 @@ fn footer(app: &App) -> Line<'static> {
     }
 }
 
+/// The columns of `all` whose index is in `keep`, in order.
+fn columns<T>(all: Vec<T>, keep: &[usize]) -> Vec<T> {
+    all.into_iter()
+        .enumerate()
+        .filter(|(i, _)| keep.contains(i))
+        .map(|(_, c)| c)
+        .collect()
+}
+
 /// Of `len` rows in a bordered pane of `area` with `header` lines above the rows, the
 /// first to draw, how many, and where the selection is among them: the selected row is
 /// always on screen.
@@ -296,13 +305,7 @@ fn checkouts(f: &mut Frame, app: &App, area: Rect, st: &Styles, now: Time) {
     } else {
         &[0, 1, 2, 3, 4, 5, 6, 7, 8]
     };
-    let pick = |all: Vec<Cell<'static>>| -> Vec<Cell<'static>> {
-        all.into_iter()
-            .enumerate()
-            .filter(|(i, _)| keep.contains(i))
-            .map(|(_, c)| c)
-            .collect()
-    };
+    let pick = |all: Vec<Cell<'static>>| columns(all, keep);
     let header = Row::new(pick(
         [
             "KEY", "HOLDER", "TOKEN", "HELD", "LEASE", "SLOT", "PATHS", "QUEUE", "REASON",
@@ -341,7 +344,7 @@ fn checkouts(f: &mut Frame, app: &App, area: Rect, st: &Styles, now: Time) {
             ]))
         })
         .collect();
-    let widths: Vec<Constraint> = [
+    let widths = [
         Constraint::Fill(3),
         Constraint::Fill(5),
         Constraint::Length(6),
@@ -352,11 +355,8 @@ fn checkouts(f: &mut Frame, app: &App, area: Rect, st: &Styles, now: Time) {
         Constraint::Length(5),
         Constraint::Fill(2),
     ]
-    .into_iter()
-    .enumerate()
-    .filter(|(i, _)| keep.contains(i))
-    .map(|(_, w)| w)
-    .collect();
+    .to_vec();
+    let widths = columns(widths, keep);
     let empty = rows.is_empty();
     let table = Table::new(rows, widths)
         .header(header)
@@ -389,13 +389,7 @@ fn agents(f: &mut Frame, app: &App, area: Rect, st: &Styles, now: Time) {
     } else {
         &[0, 1, 2, 4, 5, 6]
     };
-    let pick = |all: Vec<Cell<'static>>| -> Vec<Cell<'static>> {
-        all.into_iter()
-            .enumerate()
-            .filter(|(i, _)| keep.contains(i))
-            .map(|(_, c)| c)
-            .collect()
-    };
+    let pick = |all: Vec<Cell<'static>>| columns(all, keep);
     let header = Row::new(pick(
         [
             "AGENT",
@@ -440,7 +434,7 @@ fn agents(f: &mut Frame, app: &App, area: Rect, st: &Styles, now: Time) {
             ]))
         })
         .collect();
-    let widths: Vec<Constraint> = [
+    let widths = [
         Constraint::Fill(4),
         Constraint::Length(18),
         Constraint::Length(9),
@@ -449,11 +443,8 @@ fn agents(f: &mut Frame, app: &App, area: Rect, st: &Styles, now: Time) {
         Constraint::Fill(2),
         Constraint::Fill(2),
     ]
-    .into_iter()
-    .enumerate()
-    .filter(|(i, _)| keep.contains(i))
-    .map(|(_, w)| w)
-    .collect();
+    .to_vec();
+    let widths = columns(widths, keep);
     let empty = rows.is_empty();
     let table = Table::new(rows, widths)
         .header(header)

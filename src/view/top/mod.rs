@@ -10,7 +10,7 @@
 mod draw;
 
 use std::collections::VecDeque;
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::time::Duration;
 
@@ -21,7 +21,7 @@ use crate::cli::Global;
 use crate::clock;
 use crate::engine::Ctx;
 use crate::engine::fleet::{self, Fleet, FleetAgent, FleetCheckout};
-use crate::error::{EXIT_OK, EXIT_USAGE, Error, Result};
+use crate::error::{Error, Result};
 use crate::store::AuditEvent;
 
 #[derive(clap::Parser, Debug)]
@@ -58,16 +58,15 @@ fn size(s: &str) -> std::result::Result<(u16, u16), String> {
 
 /// `tasklock top [--read-only] [--once [--json] [--size CxR]]`.
 pub fn main(args: Vec<std::ffi::OsString>) -> i32 {
-    let a = match <Args as clap::Parser>::try_parse_from(args) {
-        Ok(a) => a,
-        Err(e) => {
-            let _ = e.print();
-            return if e.use_stderr() { EXIT_USAGE } else { EXIT_OK };
-        }
-    };
-    let json = a.global.json || a.global.format == Some(crate::cli::FormatArg::Json);
-    let result = if a.once {
-        once(&a, json)
+    super::run(args, "top", |a: Args| {
+        let json = a.global.json || a.global.format == Some(crate::cli::FormatArg::Json);
+        view(&a, json)
+    })
+}
+
+fn view(a: &Args, json: bool) -> Result<()> {
+    if a.once {
+        once(a, json)
     } else if json {
         Err(Error::Usage(
             "--json needs --once: the live view is for a terminal; `tasklock top --once --json` prints the fleet once".into(),
@@ -77,14 +76,7 @@ pub fn main(args: Vec<std::ffi::OsString>) -> i32 {
             "tasklock top draws on a terminal, and stdout is not one; `tasklock top --once` prints one frame, `--once --json` the fleet as JSON".into(),
         ))
     } else {
-        live(&a)
-    };
-    match result {
-        Ok(()) => EXIT_OK,
-        Err(e) => {
-            let _ = writeln!(std::io::stderr(), "tasklock top: {e}");
-            e.exit_code()
-        }
+        live(a)
     }
 }
 
