@@ -389,6 +389,31 @@ fn events_carry_changes_made_elsewhere() {
     assert!(svg.body.contains("&lt;img src=x onerror="), "{}", svg.body);
     assert!(svg.body.contains("class=\"hold\""));
     assert!(svg.body.contains("class=\"wait\""));
+    // One key in detail, its name encoded as the page encodes it.
+    let enc: String = HOSTILE
+        .bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect();
+    let k = ui.get(&format!("/api/key?key={enc}"));
+    assert_eq!(k.status, 200, "{}", k.head);
+    let j: Value = serde_json::from_str(&k.body).unwrap();
+    assert_eq!(j["key"], HOSTILE);
+    assert!(
+        j["why"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|l| l.as_str().unwrap().contains("bob holds it")),
+        "{j}"
+    );
+    assert_eq!(j["history"][0]["event"], "acquire", "{j}");
+    assert_eq!(ui.get("/api/key").status, 400);
     let saved = ui.get("/timeline.svg?since=600&download=1");
     assert!(
         saved
@@ -666,6 +691,26 @@ fn the_page_in_a_real_browser() {
     assert_eq!(b.js("return document.title"), json!("tasklock"));
     // The URL kept no token.
     assert_eq!(b.js("return location.search"), json!(""));
+
+    // A key in detail: why, notes, history, all as text.
+    real_ok(
+        &env,
+        "alice",
+        &["note", "task-1", "<i>half done</i>: tests pass"],
+    );
+    b.js("[...document.querySelectorAll('#checkouts tbody tr')] \
+          .find(r => r.cells[0].textContent === 'task-1').cells[0].firstChild.click();");
+    b.until(
+        "the key's detail",
+        "const d = document.getElementById('detail'); return !d.hidden \
+         && document.getElementById('detail-why').innerText.includes('alice holds it (token 1)') \
+         && document.getElementById('detail-notes').innerText.includes('<i>half done</i>: tests pass') \
+         && document.getElementById('detail-history').innerText.includes('acquire alice token 1')",
+    );
+    assert_eq!(
+        b.js("return document.querySelectorAll('#detail i').length"),
+        json!(0)
+    );
 
     // An update made by another process arrives by itself.
     real_ok(

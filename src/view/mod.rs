@@ -132,6 +132,55 @@ fn may_act(read_only: bool, global: &Global, ctx: &Ctx) -> std::result::Result<(
     }
 }
 
+/// What the views show of one key besides the fleet: how its last checkout ended and its
+/// notes for the next holder (or why they could not be read), and what `tasklock why KEY`
+/// says of it (it reads and writes nothing), line by line without markup.
+fn key_detail(
+    global: &Global,
+    key: &str,
+) -> (std::result::Result<Vec<String>, String>, Vec<String>) {
+    let notes = context(global)
+        .and_then(|ctx| {
+            let store = store_of(&ctx)?;
+            let (ended, notes) = store.history(key, 10)?;
+            let mut out: Vec<String> = Vec::new();
+            if let Some(e) = ended {
+                out.push(format!(
+                    "last checkout ended {} ({})",
+                    e.ended_at.format("%Y-%m-%dT%H:%M:%SZ"),
+                    serde_json::to_value(e.how)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_string))
+                        .unwrap_or_default()
+                ));
+            }
+            out.extend(
+                notes
+                    .into_iter()
+                    .map(|n| format!("{} {}: {}", n.ts.format("%H:%M:%S"), n.agent, n.text)),
+            );
+            Ok(out)
+        })
+        .map_err(|e| e.to_string());
+    let mut argv: Vec<String> = vec!["tasklock".into(), "why".into(), key.into()];
+    if let Some(d) = &global.dir {
+        argv.push("--dir".into());
+        argv.push(d.display().to_string());
+    }
+    if let Some(a) = &global.agent {
+        argv.push("--agent".into());
+        argv.push(a.clone());
+    }
+    let why = crate::call(argv)
+        .markdown
+        .lines()
+        .map(|l| l.replace('`', "").trim().to_string())
+        .filter(|l| !l.is_empty())
+        .take(12)
+        .collect();
+    (notes, why)
+}
+
 /// Run a command line of tasklock's (`args` without the program name) as the person
 /// who started the view: under the command's own rules, audited as the command is.
 /// The first line of what it says, and whether it succeeded.

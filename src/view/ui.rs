@@ -583,6 +583,31 @@ fn handle(shared: &Shared, mut conn: TcpStream) -> std::io::Result<()> {
             )
         }
         ("GET", "/events") => stream(shared, conn),
+        ("GET", "/api/key") => {
+            let Some(key) = req.param("key").filter(|k| !k.is_empty()) else {
+                return text(&mut conn, "400 Bad Request", "which key? /api/key?key=KEY");
+            };
+            let (notes, why) = super::key_detail(&shared.global, &key);
+            let history: Vec<AuditEvent> = {
+                let st = shared.state.lock().unwrap_or_else(|p| p.into_inner());
+                st.events
+                    .iter()
+                    .rev()
+                    .filter(|e| e.key == key)
+                    .take(20)
+                    .cloned()
+                    .collect()
+            };
+            let body = json!({
+                "key": key,
+                "why": why,
+                "notes": notes.as_ref().ok(),
+                "notes_error": notes.as_ref().err(),
+                "history": history,
+            })
+            .to_string();
+            respond(&mut conn, "200 OK", "application/json", "", body.as_bytes())
+        }
         ("POST", "/api/release") | ("POST", "/api/freeze") => change(shared, &mut conn, &req),
         ("GET" | "POST", _) => text(&mut conn, "404 Not Found", "no such page"),
         _ => text(

@@ -109,9 +109,11 @@ function render() {
       f.addEventListener("click", () => act("freeze", c.key));
       actions.append(r, " ", f);
     }
+    const keyCell = el("span", c.key);
+    keyCell.addEventListener("click", () => showKey(c.key));
     tbody.appendChild(
       row([
-        c.key,
+        keyCell,
         holder,
         c.token,
         dur(secsBetween(c.acquired_at, now)),
@@ -193,6 +195,33 @@ function refreshTimeline() {
   document.getElementById("timeline").src = "/timeline.svg?since=" + since + "&v=" + lastTimeline;
 }
 
+// A key in detail: why it can or cannot be taken, its notes, its history.
+async function showKey(key) {
+  const r = await fetch("/api/key?key=" + encodeURIComponent(key));
+  if (!r.ok) {
+    document.getElementById("message").textContent = r.status + " " + r.statusText;
+    return;
+  }
+  const d = await r.json();
+  document.getElementById("detail-key").textContent = d.key;
+  const fill = (id, items, empty) => {
+    const list = document.getElementById(id);
+    list.replaceChildren();
+    for (const t of items) list.appendChild(el("li", t));
+    if (!items.length) list.appendChild(el("li", empty));
+  };
+  fill("detail-why", d.why, "");
+  fill("detail-notes", d.notes || [d.notes_error || ""], "No notes for the next holder.");
+  fill(
+    "detail-history",
+    d.history.map((e) => e.ts.slice(11, 19) + " " + e.event + " " + e.agent + (e.token ? " token " + e.token : "") + (e.reason ? " (" + e.reason + ")" : "")),
+    "Nothing in the events kept."
+  );
+  const panel = document.getElementById("detail");
+  panel.hidden = false;
+  panel.scrollIntoView();
+}
+
 async function act(what, key) {
   let body = { key };
   if (what === "release") {
@@ -225,6 +254,9 @@ function connect() {
 }
 
 document.getElementById("filter").addEventListener("input", render);
+document.getElementById("detail-close").addEventListener("click", () => {
+  document.getElementById("detail").hidden = true;
+});
 for (const b of document.querySelectorAll("#windows button")) {
   b.addEventListener("click", () => {
     since = Number(b.dataset.since);

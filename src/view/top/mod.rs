@@ -547,28 +547,7 @@ fn work(global: Global, jobs: Receiver<Job>, tx: Sender<Msg>) {
     for job in jobs {
         let msg = match job {
             Job::Notes(key) => {
-                let notes = context(&global)
-                    .and_then(|ctx| {
-                        let store = store_of(&ctx)?;
-                        let (ended, notes) = store.history(&key, 10)?;
-                        let mut out: Vec<String> = Vec::new();
-                        if let Some(e) = ended {
-                            out.push(format!(
-                                "last checkout ended {} ({})",
-                                e.ended_at.format("%Y-%m-%dT%H:%M:%SZ"),
-                                serde_json::to_value(e.how)
-                                    .ok()
-                                    .and_then(|v| v.as_str().map(str::to_string))
-                                    .unwrap_or_default()
-                            ));
-                        }
-                        out.extend(notes.into_iter().map(|n| {
-                            format!("{} {}: {}", n.ts.format("%H:%M:%S"), n.agent, n.text)
-                        }));
-                        Ok(out)
-                    })
-                    .map_err(|e| e.to_string());
-                let why = why_lines(&global, &key);
+                let (notes, why) = super::key_detail(&global, &key);
                 Msg::Notes(key, notes, why)
             }
             Job::Run(args) => Msg::Done(super::act(&global, args).1),
@@ -633,24 +612,4 @@ fn live(a: &Args) -> Result<()> {
     })();
     ratatui::restore();
     result
-}
-
-/// `tasklock why KEY` (which reads and writes nothing), its words without markup.
-fn why_lines(global: &Global, key: &str) -> Vec<String> {
-    let mut argv: Vec<String> = vec!["tasklock".into(), "why".into(), key.into()];
-    if let Some(d) = &global.dir {
-        argv.push("--dir".into());
-        argv.push(d.display().to_string());
-    }
-    if let Some(a) = &global.agent {
-        argv.push("--agent".into());
-        argv.push(a.clone());
-    }
-    crate::call(argv)
-        .markdown
-        .lines()
-        .map(|l| l.replace('`', "").trim().to_string())
-        .filter(|l| !l.is_empty())
-        .take(12)
-        .collect()
 }
