@@ -774,3 +774,41 @@ fn the_page_in_a_real_browser() {
         "{msg}"
     );
 }
+
+#[test]
+fn a_big_fleet_shows_a_page_of_rows_and_the_filter_finds_the_rest() {
+    // What the page draws does not depend on the store: on the file store only.
+    if common::file_store_only("a_big_fleet_shows_a_page_of_rows") {
+        return;
+    }
+    let env = Env::new();
+    for i in 0..305 {
+        real_ok(
+            &env,
+            &format!("agent-{}", i % 7),
+            &["checkout", &format!("task-{i:03}")],
+        );
+    }
+    let ui = Ui::start(&env, &[]);
+    let b = Browser::start();
+    b.go(&ui.url());
+    b.until(
+        "a page of rows",
+        "return document.querySelectorAll('#checkouts tbody tr').length === 300",
+    );
+    let more = b.js("return document.getElementById('more-checkouts').textContent");
+    assert_eq!(
+        more,
+        json!("Showing 300 of 305 checkouts: filter to find the others.")
+    );
+    b.js(
+        "const f = document.getElementById('filter'); f.value = 'task-304'; \
+          f.dispatchEvent(new Event('input'));",
+    );
+    b.until(
+        "the filtered row",
+        "const rows = document.querySelectorAll('#checkouts tbody tr'); \
+         return rows.length === 1 && rows[0].cells[0].textContent === 'task-304' \
+         && document.getElementById('more-checkouts').hidden",
+    );
+}

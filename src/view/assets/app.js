@@ -8,6 +8,10 @@ let doc = null;
 let since = 3600;
 let lastTimeline = 0;
 let timelineTimer = null;
+let colours = new Map();
+// A table shows at most this many rows; the filter finds the others. A page of 10,000
+// rows is slow to build and nobody reads it.
+const MAX_ROWS = 300;
 
 function el(tag, text, cls) {
   const e = document.createElement(tag);
@@ -49,8 +53,7 @@ function matches(...fields) {
 }
 
 function colourOf(id) {
-  const c = (doc.colours || []).find((a) => a.id === id);
-  return c ? c.colour : "#888";
+  return colours.get(id) || "#888";
 }
 
 function swatch(id) {
@@ -82,8 +85,12 @@ function render() {
 
   const tbody = document.querySelector("#checkouts tbody");
   tbody.replaceChildren();
+  colours = new Map((doc.colours || []).map((a) => [a.id, a.colour]));
   const shown = fl.checkouts.filter((c) => matches(c.key, c.agent.id, c.agent.name));
-  for (const c of shown) {
+  const more = document.getElementById("more-checkouts");
+  more.hidden = shown.length <= MAX_ROWS;
+  more.textContent = "Showing " + MAX_ROWS + " of " + shown.length + " checkouts: filter to find the others.";
+  for (const c of shown.slice(0, MAX_ROWS)) {
     const holder = el(
       "span",
       label(c.agent.id, c.agent.name) + (c.holder_client ? " · " + c.holder_client : ""),
@@ -130,7 +137,11 @@ function render() {
 
   const abody = document.querySelector("#agents tbody");
   abody.replaceChildren();
-  for (const a of fl.agents.filter((a) => matches(a.id, a.name, ...a.checkouts))) {
+  const agents = fl.agents.filter((a) => matches(a.id, a.name, ...a.checkouts));
+  const moreAgents = document.getElementById("more-agents");
+  moreAgents.hidden = agents.length <= MAX_ROWS;
+  moreAgents.textContent = "Showing " + MAX_ROWS + " of " + agents.length + " agents: filter to find the others.";
+  for (const a of agents.slice(0, MAX_ROWS)) {
     const name = el("span", label(a.id, a.name) + (a.client ? " · " + a.client : ""));
     name.prepend(swatch(a.id));
     abody.appendChild(
