@@ -94,20 +94,15 @@ pub fn snapshot(ctx: &Ctx, store: &dyn Store) -> Result<Fleet> {
     let slots = store.scan()?;
     judge.expect(slots.iter().filter_map(Slot::as_held))?;
     let queues_raw = store.scan_queues()?;
-    let mut queued_by_key: BTreeMap<String, usize> = BTreeMap::new();
-    let mut queues = BTreeMap::new();
-    for q in &queues_raw {
-        if q.is_empty() {
-            continue;
-        }
-        queued_by_key.insert(q.key.clone(), q.waiters.len());
-        queues.insert(q.key.clone(), QueueView::from_queue(q));
-    }
+    let queues: BTreeMap<String, QueueView> = queues_raw
+        .iter()
+        .filter(|q| !q.is_empty())
+        .map(|q| (q.key.clone(), QueueView::from_queue(q)))
+        .collect();
 
     let mut checkouts = Vec::new();
     let mut corrupt = 0;
     let mut held: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    let mut holders: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut renewed: BTreeMap<String, Time> = BTreeMap::new();
     let mut unregistered = BTreeMap::new();
     for slot in slots {
@@ -124,23 +119,20 @@ pub fn snapshot(ctx: &Ctx, store: &dyn Store) -> Result<Fleet> {
         held.entry(r.agent.id.clone())
             .or_default()
             .push(r.key.clone());
-        holders
-            .entry(r.key.clone())
-            .or_default()
-            .push(r.agent.id.clone());
         let last = renewed.entry(r.agent.id.clone()).or_insert(r.renewed_at);
         *last = (*last).max(r.renewed_at);
-        if judge.entry(&r.agent.id)?.is_none() {
+        let entry = judge.entry(&r.agent.id)?;
+        if entry.is_none() {
             unregistered.entry(r.agent.id.clone()).or_insert(r.clone());
         }
-        let holder_client = client_of(judge.entry(&r.agent.id)?.as_ref());
+        let holder_client = client_of(entry.as_ref());
         checkouts.push(FleetCheckout {
             view: CheckoutView::from(&r),
             holder_state: j.state,
             holder_client,
             holder_cause: j.cause,
             ending,
-            queued: queued_by_key.get(&r.key).copied().unwrap_or(0),
+            queued: queues.get(&r.key).map_or(0, |q| q.length),
         });
     }
     checkouts.sort_by(|a, b| (&a.view.key, a.view.slot).cmp(&(&b.view.key, b.view.slot)));

@@ -19,12 +19,17 @@ pub struct Freeze {
     pub until: Time,
 }
 
+/// Does the freeze pattern `pattern` (a key, or a prefix followed by `*`) cover `key_name`?
+pub fn covers(pattern: &str, key_name: &str) -> bool {
+    match pattern.strip_suffix('*') {
+        Some(prefix) => key_name.starts_with(prefix),
+        None => pattern == key_name,
+    }
+}
+
 impl Freeze {
     pub fn covers(&self, key_name: &str) -> bool {
-        match self.pattern.strip_suffix('*') {
-            Some(prefix) => key_name.starts_with(prefix),
-            None => self.pattern == key_name,
-        }
+        covers(&self.pattern, key_name)
     }
 
     pub fn active(&self, now: &Time) -> bool {

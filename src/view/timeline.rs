@@ -244,7 +244,7 @@ pub fn build(events: &[AuditEvent], fleet: Option<&Fleet>, start: Time, end: Tim
         r.marks.retain(|m| m.at >= start);
         r.frozen = freezes
             .iter()
-            .filter(|(p, _, until)| covers(p, &r.key) && *until >= start)
+            .filter(|(p, _, until)| crate::store::freeze::covers(p, &r.key) && *until >= start)
             .map(|(_, from, until)| ((*from).max(start), (*until).min(end)))
             .collect();
         r.held_secs = r.holds.iter().map(|s| secs(s.from, s.to)).sum();
@@ -317,13 +317,6 @@ fn row<'a>(rows: &'a mut BTreeMap<String, KeyRow>, key: &str) -> &'a mut KeyRow 
         waited_secs: 0,
         contention: 0,
     })
-}
-
-fn covers(pattern: &str, key: &str) -> bool {
-    match pattern.strip_suffix('*') {
-        Some(prefix) => key.starts_with(prefix),
-        None => pattern == key,
-    }
 }
 
 /// A colour of its own for each agent, the same on every page and file.

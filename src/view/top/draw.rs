@@ -356,17 +356,17 @@ fn checkouts(f: &mut Frame, app: &App, area: Rect, st: &Styles, now: Time) {
         Constraint::Fill(2),
     ]
     .to_vec();
-    let widths = columns(widths, keep);
     let empty = rows.is_empty();
-    let table = Table::new(rows, widths)
-        .header(header)
-        .block(pane_block(title, app.focus == Pane::Checkouts, st))
-        .row_highlight_style(st.selected());
-    let mut state = TableState::default();
-    if app.focus == Pane::Checkouts && !empty {
-        state.select(Some(sel));
-    }
-    f.render_stateful_widget(table, area, &mut state);
+    let table = Table::new(rows, columns(widths, keep)).header(header);
+    let focused = app.focus == Pane::Checkouts;
+    table_pane(
+        f,
+        area,
+        table,
+        pane_block(title, focused, st),
+        focused.then_some(sel),
+        st,
+    );
     if empty && area.height > 3 {
         let inner = Rect::new(area.x + 2, area.y + 2, area.width.saturating_sub(4), 1);
         let text = if app.fleet.is_some() {
@@ -444,17 +444,16 @@ fn agents(f: &mut Frame, app: &App, area: Rect, st: &Styles, now: Time) {
         Constraint::Fill(2),
     ]
     .to_vec();
-    let widths = columns(widths, keep);
-    let empty = rows.is_empty();
-    let table = Table::new(rows, widths)
-        .header(header)
-        .block(pane_block(title, app.focus == Pane::Agents, st))
-        .row_highlight_style(st.selected());
-    let mut state = TableState::default();
-    if app.focus == Pane::Agents && !empty {
-        state.select(Some(sel));
-    }
-    f.render_stateful_widget(table, area, &mut state);
+    let table = Table::new(rows, columns(widths, keep)).header(header);
+    let focused = app.focus == Pane::Agents;
+    table_pane(
+        f,
+        area,
+        table,
+        pane_block(title, focused, st),
+        focused.then_some(sel),
+        st,
+    );
 }
 
 fn waits(f: &mut Frame, app: &App, area: Rect, st: &Styles, now: Time) {
@@ -554,18 +553,32 @@ fn events(f: &mut Frame, app: &App, area: Rect, st: &Styles) {
             Row::new(vec![Cell::from(event_line(e))]).style(style)
         })
         .collect();
-    let empty = items.is_empty();
-    let table = Table::new(items, [Constraint::Fill(1)])
-        .block(pane_block(
-            format!(" Events ({}) · newest first ", list.len()),
-            app.focus == Pane::Events,
-            st,
-        ))
-        .row_highlight_style(st.selected());
+    let title = format!(" Events ({}) · newest first ", list.len());
+    let focused = app.focus == Pane::Events;
+    let table = Table::new(items, [Constraint::Fill(1)]);
+    table_pane(
+        f,
+        area,
+        table,
+        pane_block(title, focused, st),
+        focused.then_some(sel),
+        st,
+    );
+}
+
+/// A list pane: its table (rows already cut to what fits) in `block`, with `selected`
+/// (among those rows) highlighted when the pane has the focus.
+fn table_pane(
+    f: &mut Frame,
+    area: Rect,
+    table: Table,
+    block: Block,
+    selected: Option<usize>,
+    st: &Styles,
+) {
     let mut state = TableState::default();
-    if app.focus == Pane::Events && !empty {
-        state.select(Some(sel));
-    }
+    state.select(selected);
+    let table = table.block(block).row_highlight_style(st.selected());
     f.render_stateful_widget(table, area, &mut state);
 }
 
