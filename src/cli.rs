@@ -130,6 +130,8 @@ pub enum Command {
     Mcp,
     /// Append a checkpoint to KEY's history (holder only)
     Note(NoteArgs),
+    /// Hand a checkout you hold to another live agent (a new token; it is told)
+    Give(GiveArgs),
     /// Check out KEY, run CMD renewing the lease, release when it ends (a KEY you hold stays held)
     Run(RunArgs),
     /// The project's backlog of keys for `checkout --next`: show it, add keys, remove keys
@@ -432,6 +434,18 @@ pub struct NoteArgs {
     /// The note, one line (it may start with `-`)
     #[arg(allow_hyphen_values = true)]
     pub text: String,
+}
+
+// The arguments of `give`.
+#[derive(Debug, Args)]
+pub struct GiveArgs {
+    pub key: String,
+    /// The agent that is to hold KEY: registered, not ended, not dead
+    #[arg(long, value_name = "AGENT")]
+    pub to: String,
+    /// The receiver's lease, from now (default from config.yaml: 30m)
+    #[arg(long, value_parser = duration, value_name = "DUR")]
+    pub timeout: Option<Duration>,
 }
 
 // The arguments of `run`.

@@ -131,6 +131,14 @@ pub enum Outcome {
     NotQueued,
     /// `checkout --next` with nothing in the backlog: every key was done or removed.
     BacklogEmpty,
+    /// `give`: the checkout is the receiver's now.
+    Given,
+    /// `give`: the receiver is not a registered agent.
+    UnknownAgent,
+    /// `give`: the receiver has ended or is dead.
+    AgentDead,
+    /// `give` of a slot: the receiver already holds a slot of the key.
+    ReceiverHolds,
 }
 
 impl Outcome {
@@ -145,12 +153,17 @@ impl Outcome {
             | Outcome::Noted
             | Outcome::Free
             | Outcome::Held
-            | Outcome::LeftQueue => EXIT_OK,
-            Outcome::Conflict | Outcome::Frozen | Outcome::AgentGone => EXIT_HELD,
-            Outcome::Deadlock => EXIT_DEADLOCK,
-            Outcome::NoSuchCheckout | Outcome::NotQueued | Outcome::BacklogEmpty => {
-                EXIT_NO_SUCH_CHECKOUT
+            | Outcome::LeftQueue
+            | Outcome::Given => EXIT_OK,
+            Outcome::Conflict | Outcome::Frozen | Outcome::AgentGone | Outcome::ReceiverHolds => {
+                EXIT_HELD
             }
+            Outcome::Deadlock => EXIT_DEADLOCK,
+            Outcome::NoSuchCheckout
+            | Outcome::NotQueued
+            | Outcome::BacklogEmpty
+            | Outcome::UnknownAgent
+            | Outcome::AgentDead => EXIT_NO_SUCH_CHECKOUT,
             Outcome::NotHolder
             | Outcome::SecretRefused
             | Outcome::StaleToken

@@ -241,6 +241,7 @@ fn execute(cli: Cli) -> Result<report::Report, Error> {
         Command::Doctor => commands::doctor::run(&ctx, discovery.as_ref()),
         Command::Audit(a) => commands::audit::execute(&ctx, a, audit_agent),
         Command::Note(a) => commands::note::execute(&ctx, a),
+        Command::Give(a) => commands::give::execute(&ctx, a),
         Command::Run(a) => commands::run::execute(&ctx, a),
         Command::Backlog(a) => commands::backlog::execute(&ctx, a),
     }
@@ -499,6 +500,7 @@ fn normalize_keys(mut command: Command) -> Command {
         Command::Status(cli::StatusArgs { key })
         | Command::Verify(cli::VerifyArgs { key, .. })
         | Command::Note(cli::NoteArgs { key, .. })
+        | Command::Give(cli::GiveArgs { key, .. })
         | Command::Freeze(cli::FreezeArgs { key, .. })
         | Command::Unfreeze(cli::UnfreezeArgs { key })
         | Command::Why(cli::WhyArgs { key: Some(key), .. }) => one(key),

@@ -563,6 +563,27 @@ pub struct NoteReport {
     pub note: Option<Note>,
 }
 
+/// `give KEY --to AGENT`.
+#[derive(Debug, Serialize)]
+pub struct GiveReport {
+    pub command: &'static str,
+    pub now: Time,
+    pub key: String,
+    /// The receiver named with `--to`.
+    pub to: String,
+    /// `given`, `no_such_checkout`, `not_holder`, `secret_refused`, `lease_lost`,
+    /// `frozen`, `unknown_agent`, `agent_dead`, `receiver_holds` or `deadlock`.
+    pub outcome: Outcome,
+    /// `given`: the receiver's checkout; a refusal: the checkout as it stands.
+    pub checkout: Option<CheckoutView>,
+    /// `given`: the giver's token, which no longer stands.
+    pub previous_token: Option<u64>,
+    /// `deadlock`: the cycle the receiver's holding the key would close, from and back
+    /// to the receiver.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub cycle: Vec<String>,
+}
+
 /// `heartbeat --watch` when it ends (or `--detach` when the watcher started).
 #[derive(Debug, Serialize)]
 pub struct WatchReport {
@@ -746,6 +767,7 @@ pub enum Report {
     Heartbeat(HeartbeatReport),
     Agents(AgentsReport),
     Note(NoteReport),
+    Give(GiveReport),
     Watch(WatchReport),
     Run(RunReport),
     Any(AnyReport),
@@ -888,6 +910,7 @@ impl Report {
             Report::Verify(r) => r.outcome.exit_code(),
             Report::Heartbeat(_) | Report::Agents(_) => 0,
             Report::Note(r) => r.outcome.exit_code(),
+            Report::Give(r) => r.outcome.exit_code(),
             Report::Watch(_) => 0,
             Report::Run(r) => r.exit_code,
             Report::Any(r) => r.outcome.exit_code(),

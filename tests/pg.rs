@@ -38,6 +38,9 @@ mod mixed_race;
 #[path = "ops.rs"]
 mod ops;
 #[cfg(tasklock_pg_tests)]
+#[path = "orchestrate.rs"]
+mod orchestrate;
+#[cfg(tasklock_pg_tests)]
 #[path = "own_edits.rs"]
 mod own_edits;
 #[cfg(tasklock_pg_tests)]

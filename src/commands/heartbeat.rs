@@ -124,7 +124,12 @@ pub fn beat(
             if r.held_by(&agent.id) {
                 held.push(r.key.clone());
             }
-            if r.expired_for_holder(&ctx.now) || needs_renewal(&r, &ctx.now) {
+            // A checkout bound to a secret this beat does not prove (a claim made for
+            // the session with a secret it was not started with) is not kept alive by
+            // it: it ends with its lease.
+            let renewable = needs_renewal(&r, &ctx.now)
+                && !crate::secret::standing_for(&r.agent.id, r.owner.as_ref()).refused();
+            if r.expired_for_holder(&ctx.now) || renewable {
                 todo.push(r);
             }
         } else if judge.reap_reason(&r)?.is_some() {

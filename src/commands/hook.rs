@@ -459,6 +459,10 @@ fn session_start(
             wrong: crate::secret::caller().is_some(),
         });
     }
+    // The secret the session was started with (`TASKLOCK_SECRET` in its environment, set
+    // by an orchestrator that claimed keys for it), read before the session's own
+    // replaces it.
+    let given = crate::secret::caller();
     // The session's own secret: its Bash calls get it through CLAUDE_ENV_FILE, its
     // watcher through the environment; the lock directory keeps only a salted hash.
     let secret = crate::secret::generate()?;
@@ -478,6 +482,7 @@ fn session_start(
     let Report::Heartbeat(beat) = heartbeat::run(ctx, Some("session started".into()), pid)? else {
         unreachable!("heartbeat returns a heartbeat report")
     };
+    let adopted = adopt(ctx, agent, given.as_deref(), &secret)?;
     if let Some(env_file) = std::env::var_os("CLAUDE_ENV_FILE").filter(|f| !f.is_empty()) {
         // Every later Bash call of the session sees the identity and the secret, even
         // outside hooks.
@@ -517,11 +522,100 @@ fn session_start(
                 .join(", ")
         ));
     }
+    if !adopted.is_empty() {
+        context.push_str(&format!(
+            " Claimed for this session before it started, now yours (bound to this session's secret, renewed by its hooks): {}. When the work on one is finished, run `tasklock release KEY --done`; hand one back unfinished with `tasklock release KEY`.",
+            adopted
+                .iter()
+                .map(|k| format!("`{k}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
     if let Some(text) = deliver(ctx, None)? {
         context.push('\n');
         context.push_str(&text);
     }
     Ok(output("SessionStart", context))
+}
+
+/// A session that starts adopts the checkouts claimed for it before it started (an
+/// orchestrator's `checkout KEY --agent SESSION` with a short lease): those bound to the
+/// secret it was started with (`given`), and those bound to none. Each is bound to the
+/// session's own secret from now on, records the session's process (its death ends it
+/// at once) and gets the configured lease from now, which its hooks keep renewed; its
+/// token stays (the claim was made for this very session). A claim bound to another
+/// secret is left alone: the session cannot prove it is the agent it was made for, and
+/// the claim ends with its short lease. Audited as `adopt`; returns the keys adopted.
+fn adopt(ctx: &Ctx, agent: &str, given: Option<&str>, secret: &str) -> Result<Vec<String>> {
+    let Some(store) = ctx.existing_store()? else {
+        return Ok(Vec::new());
+    };
+    let ours = |r: &crate::store::Record| {
+        r.held_by(agent)
+            && !r.expired_for_holder(&ctx.now)
+            && match (&r.owner, given) {
+                (None, _) => true,
+                (Some(p), Some(g)) => p.admits(g),
+                (Some(_), None) => false,
+            }
+    };
+    let claims: Vec<crate::engine::Checkout> = store
+        .held_by(agent, false)?
+        .into_iter()
+        .filter(|r| ours(r) && !r.owner.as_ref().is_some_and(|p| p.admits(secret)))
+        .map(|r| r.id())
+        .collect();
+    if claims.is_empty() {
+        return Ok(Vec::new());
+    }
+    let proof = crate::secret::Proof::of(secret)?;
+    let lease = crate::duration::to_chrono(ctx.config()?.lease);
+    let entry = store.read_agent(agent)?;
+    let mut keys: Vec<String> = claims.iter().map(|(k, _)| k.clone()).collect();
+    keys.dedup();
+    let locks = crate::engine::key_locks(&keys, agent);
+    crate::engine::transaction_scoped(&*store, &locks, |g| {
+        let mut adopted = Vec::new();
+        for (key, _) in &claims {
+            let crate::store::Slot::Held(r) = crate::engine::slots::read_mine(&*store, key, agent)?
+            else {
+                continue;
+            };
+            if !ours(&r) {
+                continue;
+            }
+            let mut a = r.agent.clone();
+            if let Some(e) = entry.as_ref().filter(|e| e.host == a.host) {
+                a.pid = e.pid;
+                a.pid_start = e.pid_start;
+                a.boot_id = e.boot_id.clone();
+                a.pid_ns = e.pid_ns.clone();
+                a.name = a.name.or_else(|| e.name.clone());
+            }
+            let fresh = crate::store::Record {
+                agent: a,
+                owner: Some(proof.clone()),
+                renewed_at: ctx.now.max(r.acquired_at),
+                expires_at: r.expires_at.max(ctx.now + lease),
+                ..r.clone()
+            };
+            store.replace(g, &fresh)?;
+            let mut ev = ctx.event("adopt", &fresh);
+            ev.detail = Some(match &r.owner {
+                Some(_) => {
+                    "claimed for this session; proven by the secret it was started with".into()
+                }
+                None => "claimed for this session without a secret".into(),
+            });
+            crate::warnings::after_change(
+                &format!("`{key}` was adopted, but the audit log was not written"),
+                store.audit(g, &ev),
+            );
+            adopted.push(key.clone());
+        }
+        Ok(adopted)
+    })
 }
 
 /// A subagent starts: register it under its own id, watched through the Claude Code

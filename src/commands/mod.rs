@@ -11,6 +11,7 @@ pub mod claim;
 pub mod doctor;
 pub mod edit_gate;
 pub mod freeze;
+pub mod give;
 pub mod guard;
 pub mod heartbeat;
 pub mod hook;

@@ -698,7 +698,7 @@ fn refuse(
 /// wait for the key or for those paths would then wait for it, while it waits (in the
 /// end) for them. Returns the cycle, starting and ending with `agent`. An agent that
 /// waits for nothing else, the usual case, is answered without building the graph.
-fn grant_closes(
+pub(crate) fn grant_closes(
     ctx: &Ctx,
     store: &dyn Store,
     guard: &Guard,

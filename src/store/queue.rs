@@ -196,6 +196,8 @@ pub enum MessageKind {
     /// Your place in a key's queue closed a wait-for cycle when the agent you waited for
     /// was handed something: you left that queue.
     Deadlock,
+    /// Another agent gave you its checkout (`tasklock give`).
+    Given,
     /// A type written by a newer tasklock.
     #[serde(other)]
     Other,
@@ -214,6 +216,7 @@ impl MessageKind {
             MessageKind::MaxHold => "max_hold",
             MessageKind::Frozen => "frozen",
             MessageKind::Deadlock => "deadlock",
+            MessageKind::Given => "given",
             MessageKind::Other => "other",
         }
     }

@@ -252,3 +252,91 @@ pub(super) fn note(r: &NoteReport, inv: &Invocation) -> String {
     }
     out
 }
+
+pub(super) fn give(r: &GiveReport, inv: &Invocation) -> String {
+    let mut out = String::new();
+    let k = code(&r.key);
+    let to = code(&r.to);
+    let holder = r
+        .checkout
+        .as_ref()
+        .map(|c| c.agent.label())
+        .unwrap_or_default();
+    match r.outcome {
+        Outcome::Given => {
+            let _ = writeln!(
+                out,
+                "Given: {k} is held by {to} now (token {}; yours was {}).",
+                r.checkout.as_ref().map(|c| c.token).unwrap_or_default(),
+                r.previous_token.unwrap_or_default()
+            );
+            if let Some(c) = &r.checkout {
+                out.push('\n');
+                checkout_lines(&mut out, c, &r.now);
+            }
+            let _ = writeln!(
+                out,
+                "\nNext: stop working on {k}; it is not yours any more. {to} was told through its inbox."
+            );
+        }
+        Outcome::NotHolder => {
+            let _ = writeln!(
+                out,
+                "Not the holder: {k} is held by {holder}; only its holder can give it."
+            );
+        }
+        Outcome::SecretRefused => {
+            let _ = writeln!(out, "{}", secret_refused_words(&k, r.checkout.as_ref()));
+            let _ = writeln!(out, "\n{SECRET_NEXT}");
+        }
+        Outcome::LeaseLost => {
+            let _ = writeln!(
+                out,
+                "Lease lost: your checkout of {k} ran out and has been released; nothing was given."
+            );
+        }
+        Outcome::Frozen => {
+            let _ = writeln!(
+                out,
+                "Frozen: {k} is frozen, so it cannot change hands now; it is still yours."
+            );
+        }
+        Outcome::UnknownAgent => {
+            let _ = writeln!(
+                out,
+                "No such agent: {to} has never registered here; {k} is still yours."
+            );
+            let _ = writeln!(
+                out,
+                "\nNext: a session registers when it starts (its SessionStart hook); give again once {} lists it.",
+                inv.without_agent().code("agents")
+            );
+        }
+        Outcome::AgentDead => {
+            let _ = writeln!(
+                out,
+                "Agent gone: {to} has ended or is dead, and a dead agent holds nothing; {k} is still yours."
+            );
+        }
+        Outcome::ReceiverHolds => {
+            let _ = writeln!(
+                out,
+                "Already a holder: {to} holds a slot of {k} already; your slot is still yours."
+            );
+        }
+        Outcome::Deadlock => {
+            let _ = writeln!(
+                out,
+                "Deadlock: {to} holding {k} would close a wait-for cycle: {}. {k} is still yours.",
+                r.cycle.join(" → ")
+            );
+        }
+        _ => {
+            let _ = writeln!(
+                out,
+                "No such checkout: nobody holds {k}; check it out first."
+            );
+        }
+    }
+    out
+}

@@ -37,6 +37,7 @@ pub fn report(r: &Report, inv: &Invocation) -> String {
         Report::Heartbeat(r) => heartbeat(r),
         Report::Agents(r) => agents(r),
         Report::Note(r) => note(r, inv),
+        Report::Give(r) => give(r, inv),
         Report::Watch(r) => watch(r),
         Report::Run(r) => run(r),
         Report::Any(r) => any(r, inv),
@@ -274,6 +275,10 @@ fn outcome_words(o: Outcome) -> &'static str {
         Outcome::LeftQueue => "left its queue",
         Outcome::NotQueued => "not in its queue",
         Outcome::BacklogEmpty => "the backlog is empty",
+        Outcome::Given => "given",
+        Outcome::UnknownAgent => "no such agent",
+        Outcome::AgentDead => "the receiver has ended or is dead",
+        Outcome::ReceiverHolds => "the receiver already holds a slot",
     }
 }
 

@@ -1,0 +1,162 @@
+//! `give KEY --to AGENT`: the holder hands its checkout to another live agent, for a
+//! session that is named only once it has started (Codex's thread id). The receiver gets
+//! a new fencing token, the lease from now, and is bound to its own secret; it is told
+//! through its inbox.
+
+use std::time::Duration;
+
+use crate::duration::to_chrono;
+use crate::engine::{Ctx, Judge, ReapReason, auto_release, queue};
+use crate::error::{Error, Outcome, Result};
+use crate::identity::Agent;
+use crate::report::{CheckoutView, GiveReport, Report};
+use crate::store::{MessageKind, Record, Slot};
+
+pub fn run(ctx: &Ctx, key: &str, to: &str, timeout: Option<Duration>) -> Result<Report> {
+    crate::key::validate(key)?;
+    let (to, _) =
+        crate::identity::resolve_id(Some(to)).map_err(|e| Error::Usage(format!("--to: {e}")))?;
+    let me = ctx.agent()?;
+    if to == me.id {
+        return Err(Error::Usage(format!(
+            "--to {to}: that is you; name the agent that is to hold the key"
+        )));
+    }
+    let cfg = ctx.config()?;
+    let lease = timeout.unwrap_or(cfg.lease);
+    let report = |outcome, checkout: Option<&Record>, given_from: Option<u64>, cycle| {
+        Ok(Report::Give(GiveReport {
+            command: "give",
+            now: ctx.now,
+            key: key.to_string(),
+            to: to.clone(),
+            outcome,
+            checkout: checkout.map(CheckoutView::from),
+            previous_token: given_from,
+            cycle,
+        }))
+    };
+    let Some(store) = ctx.existing_store()? else {
+        return report(Outcome::NoSuchCheckout, None, None, Vec::new());
+    };
+    store.transaction(|guard| {
+        let r = match crate::engine::slots::read_mine(&*store, key, &me.id)? {
+            Slot::Free => return report(Outcome::NoSuchCheckout, None, None, Vec::new()),
+            Slot::Corrupt { path, problem } => {
+                return Err(Error::Corrupt {
+                    key: key.to_string(),
+                    path,
+                    problem,
+                });
+            }
+            Slot::Held(r) if !r.held_by(&me.id) => {
+                if let Some(reason) = Judge::new(ctx, &*store).reap_reason(&r)? {
+                    auto_release(ctx, &*store, guard, &r, Some(&me.id), reason)?;
+                    return report(Outcome::NoSuchCheckout, None, None, Vec::new());
+                }
+                return report(Outcome::NotHolder, Some(&r), None, Vec::new());
+            }
+            Slot::Held(r) => r,
+        };
+        if crate::engine::holder_refused(ctx, &*store, guard, &r, "give")?.is_some() {
+            return report(Outcome::SecretRefused, Some(&r), None, Vec::new());
+        }
+        if r.expired_for_holder(&ctx.now) {
+            auto_release(ctx, &*store, guard, &r, Some(&me.id), ReapReason::Timeout)?;
+            return report(Outcome::LeaseLost, Some(&r), None, Vec::new());
+        }
+        // Refused the way a checkout of the key would be: a freeze keeps new holders out.
+        if store.frozen(key, &ctx.now)?.is_some() {
+            return report(Outcome::Frozen, Some(&r), None, Vec::new());
+        }
+        // The receiver: a registered agent that has not ended and is not dead.
+        let Some(entry) = store.read_agent(&to)? else {
+            return report(Outcome::UnknownAgent, Some(&r), None, Vec::new());
+        };
+        if crate::liveness::judge_entry(&entry, &ctx.now, &cfg).dead() {
+            return report(Outcome::AgentDead, Some(&r), None, Vec::new());
+        }
+        if r.slot.is_some()
+            && store
+                .read_slots(key)?
+                .into_iter()
+                .filter_map(Slot::held)
+                .any(|s| s.held_by(&to) && !s.expired_for_holder(&ctx.now))
+        {
+            return report(Outcome::ReceiverHolds, Some(&r), None, Vec::new());
+        }
+        let mut q = store.read_queue(key)?;
+        if let Some(cycle) =
+            crate::engine::take::grant_closes(ctx, &*store, guard, &to, key, &r.paths, &q)?
+        {
+            let mut ev = ctx.event("deadlock", &r);
+            ev.holder = Some(to.clone());
+            ev.detail = Some(format!("give to {to}: {}", cycle.join(" → ")));
+            store.audit(guard, &ev)?;
+            return report(Outcome::Deadlock, Some(&r), None, cycle);
+        }
+        let receiver = Agent {
+            id: entry.id.clone(),
+            name: entry.name.clone(),
+            host: entry.host.clone(),
+            boot_id: entry.boot_id.clone(),
+            pid_ns: entry.pid_ns.clone(),
+            pid: entry.pid,
+            pid_start: entry.pid_start,
+            parent: entry.parent.clone(),
+            user: None,
+        };
+        // A new holder, a new grant: a fenced resource must tell the receiver's writes
+        // from the giver's, so the token is drawn anew (docs/file-format.md).
+        let token = store.next_token(guard)?;
+        let given = Record {
+            token,
+            agent: receiver,
+            acquired_at: ctx.now,
+            renewed_at: ctx.now,
+            expires_at: ctx.now + to_chrono(lease),
+            owner: entry.owner.clone(),
+            ..r.clone()
+        };
+        store.replace(guard, &given)?;
+        let done = format!("`{key}` was given to {to}");
+        crate::warnings::after_change(
+            &format!("{done}, but its queue was not updated"),
+            queue::granted(&*store, guard, &mut q, &to),
+        );
+        let mut ev = ctx.agent_event("give", key, &me);
+        ev.token = Some(token);
+        ev.paths = given.paths.clone();
+        ev.holder = Some(to.clone());
+        ev.detail = Some(format!("token {} → {token}", r.token));
+        crate::warnings::after_change(
+            &format!("{done}, but the audit log was not written"),
+            store.audit(guard, &ev),
+        );
+        let body = format!(
+            "{} gave you its checkout (token {token}, lease until {}); it is yours now: release it with `tasklock release` when done",
+            me.id,
+            crate::clock::rfc3339(&given.expires_at)
+        );
+        crate::warnings::after_change(
+            &format!("{done}, but it was not told"),
+            queue::notify(
+                ctx,
+                &*store,
+                guard,
+                &to,
+                Some(&me.id),
+                MessageKind::Given,
+                key,
+                &body,
+            )
+            .map(drop),
+        );
+        report(Outcome::Given, Some(&given), Some(r.token), Vec::new())
+    })
+}
+
+/// `give KEY --to AGENT`.
+pub fn execute(ctx: &Ctx, a: crate::cli::GiveArgs) -> Result<Report> {
+    run(ctx, &a.key, &a.to, a.timeout)
+}
