@@ -542,3 +542,107 @@ fn an_edit_of_a_file_another_session_checked_out_is_denied() {
         "{context}"
     );
 }
+
+/// `tasklock` run by an orchestrator in `project` as `agent`, with `secret`.
+fn orchestrator(project: &Path, agent: &str, secret: &str, args: &[&str]) -> std::process::Child {
+    std::process::Command::new(e2e::tasklock_bin())
+        .args(args)
+        .args(["--agent", agent, "--json"])
+        .current_dir(project)
+        .env_remove("TASKLOCK_DIR")
+        .env_remove("CLAUDE_CODE_SESSION_ID")
+        .env("TASKLOCK_SECRET", secret)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn an_orchestrator_claims_for_a_session_before_starting_it() {
+    let (_tmp, home, project) = initialised_project();
+    e2e::claude();
+    // Two orchestrators race for issue-42, each for the session it would start: one
+    // wins, the other is refused (exit 2) before it starts anything.
+    let ids = [e2e::uuid(), e2e::uuid()];
+    let secrets = [e2e::uuid(), e2e::uuid()];
+    let racers: Vec<_> = (0..2)
+        .map(|i| {
+            let args = ["checkout", "issue-42", "--timeout", "30s"];
+            orchestrator(&project, &ids[i], &secrets[i], &args)
+        })
+        .collect();
+    let codes: Vec<i32> = racers
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap().status.code().unwrap())
+        .collect();
+    let mut sorted = codes.clone();
+    sorted.sort();
+    assert_eq!(
+        sorted,
+        [0, 2],
+        "one orchestrator wins, the other is refused"
+    );
+    let w = codes.iter().position(|&c| c == 0).unwrap();
+    // A claim for a session whose spawn fails: nobody adopts it.
+    let lost = orchestrator(
+        &project,
+        &e2e::uuid(),
+        &e2e::uuid(),
+        &["checkout", "issue-43", "--timeout", "1s"],
+    );
+    assert!(lost.wait_with_output().unwrap().status.success());
+    let lost_until = Instant::now() + Duration::from_millis(3500);
+
+    // The winner starts its session with the claim's secret; the stub model releases the
+    // key `--done` once the SessionStart context tells it the key is its own.
+    let stub = Stub::script(Script {
+        on_text: vec![(
+            "Claimed for this session before it started".into(),
+            "tasklock release issue-42 --done".into(),
+        )],
+        ..Script::default()
+    });
+    let mut cmd = e2e::claude_cmd(&home, Some(&stub));
+    cmd.arg("--allowedTools")
+        .args(e2e::allowed_rules())
+        .env("TASKLOCK_SECRET", &secrets[w])
+        .current_dir(&project)
+        .args(["-p", "Work on the task you hold.", "--session-id", &ids[w]])
+        .args(["--output-format", "json"]);
+    let out = e2e::Running::spawn(cmd, "claude -p (claimed session)").wait(e2e::SESSION_TIMEOUT);
+    let context = format!(
+        "--- tool results\n{}\n--- audit\n{}\n--- requests\n{}\n--- claude\n{}",
+        stub.results_text(),
+        audit_text(&project),
+        stub.log(),
+        out.text()
+    );
+    assert!(out.status.success(), "{context}");
+    let (err, text) = result_of(&stub, "text-0");
+    assert!(!err && text.contains("Released"), "{text}\n{context}");
+    let audit = e2e::audit(&project.join(".locks"));
+    let of = |event: &str, key: &str| {
+        audit
+            .iter()
+            .filter(|e| e["event"] == event && e["key"] == key)
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    let adopt = of("adopt", "issue-42");
+    assert_eq!(adopt.len(), 1, "{context}");
+    assert_eq!(adopt[0]["agent"], ids[w].as_str(), "{context}");
+    let release = of("release", "issue-42");
+    assert_eq!(release.len(), 1, "{context}");
+    assert_eq!(release[0]["agent"], ids[w].as_str(), "{context}");
+    // The claim nobody adopted frees itself when its second (and the 2s grace) ran out:
+    // another orchestrator takes it.
+    std::thread::sleep(lost_until.saturating_duration_since(Instant::now()));
+    let taken = orchestrator(&project, "orchestrator-3", "s3", &["checkout", "issue-43"])
+        .wait_with_output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&taken.stdout);
+    assert!(taken.status.success(), "{text}\n{context}");
+    assert!(text.contains("\"reason\":\"timeout\""), "{text}");
+}
