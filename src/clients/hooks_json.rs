@@ -25,6 +25,7 @@ pub const ALLOWED_RULES: &[&str] = &[
     "Bash(tasklock list *)",
     "Bash(tasklock verify *)",
     "Bash(tasklock note *)",
+    "Bash(tasklock give *)",
     "Bash(tasklock heartbeat *)",
     "Bash(tasklock agents *)",
     "Bash(tasklock inbox *)",
