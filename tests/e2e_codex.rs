@@ -814,3 +814,109 @@ fn edit_records(project: &Path) -> Vec<(String, String)> {
         })
         .collect()
 }
+
+/// `tasklock ARGS --json` as an orchestrator outside any session, with its secret; the
+/// exit code and stdout.
+fn orchestrator(project: &Path, args: &[&str]) -> (i32, String) {
+    let out = Command::new(e2e::tasklock_bin())
+        .args(args)
+        .args(["--agent", "orchestrator-1", "--json", "--dir"])
+        .arg(project.join(".locks"))
+        .env_remove("CLAUDE_CODE_SESSION_ID")
+        .env_remove("CODEX_THREAD_ID")
+        .env("TASKLOCK_SECRET", "orchestrator-secret")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn an_orchestrator_gives_its_claim_to_a_codex_thread_once_it_is_known() {
+    let (tmp, project) = initialised_project();
+    // Claimed before the session starts, as the orchestrator itself.
+    let (code, out) = orchestrator(&project, &["checkout", "issue-42", "--timeout", "2m"]);
+    assert_eq!(code, 0, "{out}");
+    // The session runs one command, then waits (held by the stub) until released.
+    let stub = CodexStub::start(CodexScript {
+        commands: vec![
+            "echo started".into(),
+            "tasklock status issue-42".into(),
+            "tasklock release issue-42 --done".into(),
+        ],
+        hold_after: Some(0),
+        sessions: 2,
+        pause: Duration::ZERO,
+        ..CodexScript::default()
+    });
+    let s = start_session(tmp.path(), "home", &project, &stub);
+    assert!(
+        stub.wait_outputs("call_0", 1, SESSION_TIMEOUT),
+        "the session ran no command\n{}",
+        stub.log()
+    );
+    // The thread is known now (the stub sees it as the session's cache key; an
+    // orchestrator reads it from the `thread.started` event): give it the claim.
+    let thread = stub
+        .outputs_of("call_0")
+        .into_keys()
+        .next()
+        .expect("one session");
+    let (code, out) = orchestrator(&project, &["give", "issue-42", "--to", &thread]);
+    stub.release();
+    let run = s.running.wait(SESSION_TIMEOUT);
+    let context = format!(
+        "--- give\n{out}\n--- session\n{}\n--- stub\n{}\n--- audit\n{}",
+        run.text(),
+        stub.log(),
+        audit_text(&project)
+    );
+    assert_eq!(code, 0, "{context}");
+    let given: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(given["outcome"], "given", "{context}");
+    assert_eq!(
+        given["checkout"]["agent"]["id"],
+        thread.as_str(),
+        "{context}"
+    );
+    assert_eq!(
+        thread_id(&run.stdout).as_deref(),
+        Some(thread.as_str()),
+        "{context}"
+    );
+    // The thread learns it holds the key: its inbox message reaches the model (through
+    // its hooks, and Codex's queue), `status` names it; it releases it as its holder.
+    assert!(
+        stub.any_body_contains("orchestrator-1 gave you its checkout"),
+        "the given message did not reach the model\n{context}"
+    );
+    let status = stub
+        .outputs_of("call_1")
+        .remove(&thread)
+        .unwrap_or_default();
+    assert!(
+        status.contains(&format!("- Holder: {thread}")),
+        "{status}\n{context}"
+    );
+    let release = stub
+        .outputs_of("call_2")
+        .remove(&thread)
+        .unwrap_or_default();
+    assert!(
+        release.contains("Process exited with code 0") && release.contains("Released"),
+        "{release}\n{context}"
+    );
+    let audit = e2e::audit(&project.join(".locks"));
+    let by = |event: &str| {
+        audit
+            .iter()
+            .find(|e| e["event"] == event && e["key"] == "issue-42")
+            .unwrap_or_else(|| panic!("no {event} of issue-42\n{context}"))
+            .clone()
+    };
+    assert_eq!(by("give")["holder"], thread.as_str(), "{context}");
+    assert_eq!(by("release")["agent"], thread.as_str(), "{context}");
+}

@@ -109,13 +109,21 @@ pub fn run(ctx: &Ctx, key: &str, to: &str, timeout: Option<Duration>) -> Result<
         // A new holder, a new grant: a fenced resource must tell the receiver's writes
         // from the giver's, so the token is drawn anew (docs/file-format.md).
         let token = store.next_token(guard)?;
+        // Bound to the receiver's secret, as its own checkouts are: a Claude Code
+        // session's commands carry it (the hooks export it), a Codex thread's do not
+        // (Codex lets hooks set no environment for its commands), so a checkout given
+        // to a thread is as unbound as the thread's own, or it could never release it.
+        let codex = entry
+            .reach
+            .as_ref()
+            .is_some_and(|r| r.via == crate::store::Via::Codex);
         let given = Record {
             token,
             agent: receiver,
             acquired_at: ctx.now,
             renewed_at: ctx.now,
             expires_at: ctx.now + to_chrono(lease),
-            owner: entry.owner.clone(),
+            owner: if codex { None } else { entry.owner.clone() },
             ..r.clone()
         };
         store.replace(guard, &given)?;
