@@ -135,6 +135,36 @@ fn a_claim_for_a_session_is_adopted_by_the_session_started_with_its_secret() {
 }
 
 #[test]
+fn a_claim_from_the_backlog_is_adopted_and_done_by_the_session() {
+    let e = Env::new();
+    e.ok("orch", &["backlog", "add", "task-1", "task-2"]);
+    let r = as_(
+        &e,
+        SESSION,
+        Some(CLAIM),
+        &["checkout", "--next", "--timeout", "20s", "--json"],
+    );
+    assert_eq!(r.code, 0, "{}", r.text());
+    assert_eq!(r.json()["key"], "task-1", "{}", r.text());
+    let mut proc_ = AgentProcess::start();
+    let (out, own) = session_start(&e, SESSION, Some(CLAIM), &proc_.pid());
+    let context = out["hookSpecificOutput"]["additionalContext"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        context
+            .contains("now yours (bound to this session's secret, renewed by its hooks): `task-1`"),
+        "{context}"
+    );
+    let r = as_(&e, SESSION, Some(&own), &["release", "task-1", "--done"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    let b = e.ok("orch", &["backlog", "--json"]).json();
+    assert_eq!(b["ready"], 1, "only task-2 is left: {b}");
+    assert_eq!(b["claimed"], 0, "{b}");
+    proc_.kill();
+}
+
+#[test]
 fn a_session_without_the_claims_secret_does_not_adopt_it_and_the_claim_runs_out() {
     let mut e = Env::new();
     let r = as_(
