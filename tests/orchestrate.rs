@@ -27,6 +27,18 @@ fn as_(e: &Env, agent: &str, secret: Option<&str>, args: &[&str]) -> Run {
 /// in its environment, under the stand-in process `pid`; the hook's output (parsed) and
 /// the secret it exported for the session's Bash calls.
 fn session_start(e: &Env, session: &str, secret: Option<&str>, pid: &str) -> (Value, String) {
+    session_start_as(e, session, secret, pid, "/tmp/session.jsonl")
+}
+
+/// As [`session_start`], with the hook input's `transcript_path` (Codex's are rollout
+/// files, `…/rollout-….jsonl`).
+fn session_start_as(
+    e: &Env,
+    session: &str,
+    secret: Option<&str>,
+    pid: &str,
+    transcript: &str,
+) -> (Value, String) {
     let env_file = e.tmp.path().join(format!("env-{session}.sh"));
     let mut cmd = base_cmd(&e.now);
     use_store(&mut cmd, &e.dir());
@@ -42,8 +54,7 @@ fn session_start(e: &Env, session: &str, secret: Option<&str>, pid: &str) -> (Va
         cmd.env("TASKLOCK_SECRET", s);
     }
     let mut child = cmd.spawn().unwrap();
-    let input =
-        json!({"session_id": session, "cwd": e.tmp.path(), "hook_event_name": "SessionStart"});
+    let input = json!({"session_id": session, "cwd": e.tmp.path(), "hook_event_name": "SessionStart", "transcript_path": transcript});
     child
         .stdin
         .take()
@@ -161,6 +172,32 @@ fn a_claim_from_the_backlog_is_adopted_and_done_by_the_session() {
     let b = e.ok("orch", &["backlog", "--json"]).json();
     assert_eq!(b["ready"], 1, "only task-2 is left: {b}");
     assert_eq!(b["claimed"], 0, "{b}");
+    proc_.kill();
+}
+
+#[test]
+fn a_codex_thread_adopts_a_claim_unbound_as_its_own_checkouts_are() {
+    let e = Env::new();
+    let r = as_(
+        &e,
+        SESSION,
+        Some(CLAIM),
+        &["checkout", "k", "--timeout", "20s"],
+    );
+    assert_eq!(r.code, 0, "{}", r.text());
+    let mut proc_ = AgentProcess::start();
+    let rollout = "/home/u/.codex/sessions/2026/01/01/rollout-2026-01-01T00-00-00-x.jsonl";
+    let (out, _) = session_start_as(&e, SESSION, Some(CLAIM), &proc_.pid(), rollout);
+    let context = out["hookSpecificOutput"]["additionalContext"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(context.contains("now yours"), "{context}");
+    // Its commands carry no secret: the checkout is unbound, and they can release it.
+    let s = e.ok("x", &["status", "k", "--json"]).json();
+    assert_eq!(s["checkout"]["proven"], false, "{s}");
+    assert_eq!(s["checkout"]["expires_at"], "2026-01-01T00:30:00Z", "{s}");
+    let r = as_(&e, SESSION, None, &["release", "k", "--done"]);
+    assert_eq!(r.code, 0, "{}", r.text());
     proc_.kill();
 }
 
@@ -542,15 +579,17 @@ fn a_give_or_an_adoption_killed_at_any_point_leaves_one_holder() {
     // Adoption: a claim, then a session start killed mid-way; the claim is the session's
     // whatever the point (adopted or not yet), and one record stands.
     let mut proc_ = AgentProcess::start();
+    let mut claim_tokens = Vec::new();
     for i in 0..8u64 {
         let session = format!("sess-{i}");
         let key = format!("claim-{i}");
-        as_(
+        let claim = as_(
             &e,
             &session,
             Some(CLAIM),
-            &["checkout", &key, "--timeout", "20s"],
+            &["checkout", &key, "--timeout", "20s", "--json"],
         );
+        claim_tokens.push(claim.json()["checkout"]["token"].as_u64().unwrap());
         let mut cmd = base_cmd(&e.now);
         use_store(&mut cmd, &e.dir());
         cmd.arg("--dir")
@@ -573,15 +612,19 @@ fn a_give_or_an_adoption_killed_at_any_point_leaves_one_holder() {
         child.wait().unwrap();
         let s = e.ok("x", &["status", &key, "--json"]).json();
         assert_eq!(s["checkout"]["agent"]["id"], session.as_str(), "{s}");
-        let owner = if events(&e, "adopt").iter().any(|v| v["key"] == key.as_str()) {
-            None
-        } else {
-            Some(CLAIM)
-        };
-        if let Some(claim) = owner {
-            // Not adopted yet: still the claim's.
-            let r = as_(&e, &session, Some(claim), &["renew", &key]);
-            assert_eq!(r.code, 0, "{}", r.text());
+        let claim_token = claim_tokens.last().copied();
+        assert_eq!(s["checkout"]["token"].as_u64(), claim_token, "{s}");
+        // Either still the claim (no process, the claim's secret acts on it) or wholly
+        // adopted (the session's process, the claim's secret refused): one record,
+        // replaced at once, never a mix. (The `adopt` line may be missing: a kill
+        // between the record and the audit line.)
+        let r = as_(&e, &session, Some(CLAIM), &["renew", &key]);
+        match s["checkout"]["agent"]["pid"].as_u64() {
+            None => assert_eq!(r.code, 0, "{}", r.text()),
+            Some(p) => {
+                assert_eq!(p.to_string(), proc_.pid(), "{s}");
+                assert_eq!(r.code, 4, "{}", r.text());
+            }
         }
     }
     proc_.kill();

@@ -156,7 +156,7 @@ pub fn run(
         None => None,
     };
     if event == "session-start" && subagent.is_none() {
-        return session_start(&ctx, &agent, agent_pid, registered.as_ref());
+        return session_start(&ctx, &agent, agent_pid, registered.as_ref(), client);
     }
     authorize(&session, registered.as_ref())?;
     let wait = || crate::engine::edits::wait_for(ctx.config().ok().map(|c| c.guard_timeout), true);
@@ -177,7 +177,7 @@ pub fn run(
         );
     }
     match event {
-        "session-start" => session_start(&ctx, &agent, agent_pid, None),
+        "session-start" => session_start(&ctx, &agent, agent_pid, None, client),
         "post-tool-use" => {
             let out = beat_and_deliver(&ctx, "PostToolUse", parent, None)?;
             Ok(match unrecorded {
@@ -436,6 +436,7 @@ fn session_start(
     agent: &str,
     pid: Option<u32>,
     registered: Option<&AgentEntry>,
+    client: Client,
 ) -> Result<Option<String>> {
     // A session bound to a secret whose process still runs is not started again by
     // another process (that would take it over); a resumed session (its old process
@@ -482,7 +483,10 @@ fn session_start(
     let Report::Heartbeat(beat) = heartbeat::run(ctx, Some("session started".into()), pid)? else {
         unreachable!("heartbeat returns a heartbeat report")
     };
-    let adopted = adopt(ctx, agent, given.as_deref(), &secret)?;
+    // A Codex thread's commands carry no secret (Codex lets hooks set no environment
+    // for them): what it adopts stays unbound, as its own checkouts are.
+    let bind = (client != Client::Codex).then_some(secret.as_str());
+    let adopted = adopt(ctx, agent, given.as_deref(), bind)?;
     if let Some(env_file) = std::env::var_os("CLAUDE_ENV_FILE").filter(|f| !f.is_empty()) {
         // Every later Bash call of the session sees the identity and the secret, even
         // outside hooks.
@@ -547,7 +551,8 @@ fn session_start(
 /// token stays (the claim was made for this very session). A claim bound to another
 /// secret is left alone: the session cannot prove it is the agent it was made for, and
 /// the claim ends with its short lease. Audited as `adopt`; returns the keys adopted.
-fn adopt(ctx: &Ctx, agent: &str, given: Option<&str>, secret: &str) -> Result<Vec<String>> {
+/// `secret`: the session's own, to bind them to (none: they are left unbound).
+fn adopt(ctx: &Ctx, agent: &str, given: Option<&str>, secret: Option<&str>) -> Result<Vec<String>> {
     let Some(store) = ctx.existing_store()? else {
         return Ok(Vec::new());
     };
@@ -563,13 +568,19 @@ fn adopt(ctx: &Ctx, agent: &str, given: Option<&str>, secret: &str) -> Result<Ve
     let claims: Vec<crate::engine::Checkout> = store
         .held_by(agent, false)?
         .into_iter()
-        .filter(|r| ours(r) && !r.owner.as_ref().is_some_and(|p| p.admits(secret)))
+        .filter(|r| {
+            ours(r)
+                && !r
+                    .owner
+                    .as_ref()
+                    .is_some_and(|p| secret.is_some_and(|s| p.admits(s)))
+        })
         .map(|r| r.id())
         .collect();
     if claims.is_empty() {
         return Ok(Vec::new());
     }
-    let proof = crate::secret::Proof::of(secret)?;
+    let proof = secret.map(crate::secret::Proof::of).transpose()?;
     let lease = crate::duration::to_chrono(ctx.config()?.lease);
     let entry = store.read_agent(agent)?;
     let mut keys: Vec<String> = claims.iter().map(|(k, _)| k.clone()).collect();
@@ -595,7 +606,7 @@ fn adopt(ctx: &Ctx, agent: &str, given: Option<&str>, secret: &str) -> Result<Ve
             }
             let fresh = crate::store::Record {
                 agent: a,
-                owner: Some(proof.clone()),
+                owner: proof.clone(),
                 renewed_at: ctx.now.max(r.acquired_at),
                 expires_at: r.expires_at.max(ctx.now + lease),
                 ..r.clone()
