@@ -142,6 +142,31 @@ pub fn build(events: &[AuditEvent], fleet: Option<&Fleet>, start: Time, end: Tim
                     });
                 }
             }
+            // The giver's hold ends and the receiver's begins, under the new token.
+            "give" => {
+                let found = holding
+                    .iter()
+                    .find(|((k, _), (a, _))| k == key && *a == e.agent)
+                    .map(|(k, _)| k.clone())
+                    .and_then(|k| holding.remove(&k).map(|held| (k.1, held)));
+                if let Some((token, (agent, from))) = found {
+                    row(&mut rows, key).holds.push(Span {
+                        agent,
+                        token,
+                        from,
+                        to: e.ts,
+                        open: false,
+                        ended_by: Some("give".into()),
+                    });
+                }
+                if let Some(to) = &e.holder {
+                    seen_agent(&mut order, to);
+                    holding.insert((key.into(), e.token), (to.clone(), e.ts));
+                    if let Some(since) = waiting.remove(&(key.into(), to.clone())) {
+                        row(&mut rows, key).waits.push(ended_wait(e, since));
+                    }
+                }
+            }
             "queue" => {
                 seen_agent(&mut order, &e.agent);
                 waiting.entry((key.into(), e.agent.clone())).or_insert(e.ts);
@@ -532,6 +557,25 @@ mod tests {
         assert_eq!(r.waited_secs, 21);
         assert_eq!(r.marks[0].kind, "death");
         assert_eq!(r.contention, 1);
+    }
+
+    #[test]
+    fn a_give_ends_the_givers_hold_and_starts_the_receivers() {
+        let t0 = chrono::DateTime::from_timestamp(0, 0).unwrap();
+        let mut give = ev(30, "give", "k", "a", Some(2));
+        give.holder = Some("b".into());
+        let events = vec![
+            ev(10, "acquire", "k", "a", Some(1)),
+            give,
+            ev(50, "release", "k", "b", Some(2)),
+        ];
+        let t = build(&events, None, t0, t0 + chrono::Duration::seconds(100));
+        let r = &t.rows[0];
+        assert_eq!(r.holds.len(), 2, "{:?}", r.holds.len());
+        assert_eq!(r.holds[0].agent, "a");
+        assert_eq!(r.holds[0].ended_by.as_deref(), Some("give"));
+        assert_eq!((r.holds[1].agent.as_str(), r.holds[1].open), ("b", false));
+        assert_eq!(r.held_secs, 40);
     }
 
     #[test]
