@@ -486,7 +486,7 @@ fn session_start(
     // A Codex thread's commands carry no secret (Codex lets hooks set no environment
     // for them): what it adopts stays unbound, as its own checkouts are.
     let bind = (client != Client::Codex).then_some(secret.as_str());
-    let adopted = adopt(ctx, agent, given.as_deref(), bind)?;
+    let adopted = adopt(ctx, agent, &beat.agent.checkouts, given.as_deref(), bind)?;
     if let Some(env_file) = std::env::var_os("CLAUDE_ENV_FILE").filter(|f| !f.is_empty()) {
         // Every later Bash call of the session sees the identity and the secret, even
         // outside hooks.
@@ -552,7 +552,18 @@ fn session_start(
 /// secret is left alone: the session cannot prove it is the agent it was made for, and
 /// the claim ends with its short lease. Audited as `adopt`; returns the keys adopted.
 /// `secret`: the session's own, to bind them to (none: they are left unbound).
-fn adopt(ctx: &Ctx, agent: &str, given: Option<&str>, secret: Option<&str>) -> Result<Vec<String>> {
+/// `held`: the keys the session's registering beat found it holding (read again here,
+/// so that a session start costs no scan of every checkout).
+fn adopt(
+    ctx: &Ctx,
+    agent: &str,
+    held: &[String],
+    given: Option<&str>,
+    secret: Option<&str>,
+) -> Result<Vec<String>> {
+    if held.is_empty() {
+        return Ok(Vec::new());
+    }
     let Some(store) = ctx.existing_store()? else {
         return Ok(Vec::new());
     };
@@ -565,8 +576,13 @@ fn adopt(ctx: &Ctx, agent: &str, given: Option<&str>, secret: Option<&str>) -> R
                 (Some(_), None) => false,
             }
     };
-    let claims: Vec<crate::engine::Checkout> = store
-        .held_by(agent, false)?
+    let mut records = Vec::new();
+    for key in held {
+        if let crate::store::Slot::Held(r) = crate::engine::slots::read_mine(&*store, key, agent)? {
+            records.push(r);
+        }
+    }
+    let claims: Vec<crate::engine::Checkout> = records
         .into_iter()
         .filter(|r| {
             ours(r)
