@@ -85,6 +85,8 @@ pub struct GeminiStubState {
     pub outputs: BTreeMap<String, BTreeMap<usize, String>>,
     /// Set by [`GeminiStub::release`]: answer held requests at once.
     pub released: bool,
+    /// Request bodies, as received.
+    pub bodies: Vec<String>,
 }
 
 pub struct GeminiStub {
@@ -136,6 +138,16 @@ impl GeminiStub {
 
     pub fn log(&self) -> String {
         self.state.0.lock().unwrap().log.join("\n")
+    }
+
+    pub fn any_body_contains(&self, needle: &str) -> bool {
+        self.state
+            .0
+            .lock()
+            .unwrap()
+            .bodies
+            .iter()
+            .any(|b| b.contains(needle))
     }
 }
 
@@ -235,6 +247,7 @@ fn stream_generate(
         .collect();
     {
         let mut s = state.0.lock().unwrap();
+        s.bodies.push(String::from_utf8_lossy(body).into_owned());
         let seen = s.outputs.entry(session.clone()).or_default();
         for (i, r) in results.iter().enumerate() {
             seen.entry(i).or_insert_with(|| r.clone());
@@ -302,6 +315,13 @@ pub fn gemini_home(home: &Path) {
 /// the stub as the API and the project trusted (`GEMINI_CLI_TRUST_WORKSPACE`: Gemini CLI
 /// reads a project's `.gemini/settings.json` only in a trusted folder).
 pub fn gemini_cmd(home: &Path, project: &Path, stub: &GeminiStub, prompt: &str) -> Command {
+    let mut cmd = gemini_bare(home, project, stub);
+    cmd.args(["-m", GEMINI_MODEL, "--yolo", "-o", "json", "-p", prompt]);
+    cmd
+}
+
+/// `gemini` with the environment of [`gemini_cmd`] and no arguments.
+pub fn gemini_bare(home: &Path, project: &Path, stub: &GeminiStub) -> Command {
     let tmp = home.join("tmp");
     std::fs::create_dir_all(&tmp).unwrap();
     let mut cmd = Command::new(gemini());
@@ -313,7 +333,6 @@ pub fn gemini_cmd(home: &Path, project: &Path, stub: &GeminiStub, prompt: &str) 
         .env("GEMINI_API_KEY", "e2e-stub-key")
         .env("GOOGLE_GEMINI_BASE_URL", stub.base_url())
         .env("GEMINI_CLI_TRUST_WORKSPACE", "true")
-        .args(["-m", GEMINI_MODEL, "--yolo", "-o", "json", "-p", prompt])
         .current_dir(project);
     cmd
 }
