@@ -323,13 +323,15 @@ fn a_gemini_session_cannot_write_a_file_another_session_checked_out() {
                 "write_file".into(),
                 json!({"file_path": "src/c.rs", "content": "c-new\n"}),
             ),
+            // `tasklock stage` as this session: its own edits, not A's file.
+            GeminiScript::shell("tasklock stage && git diff --cached --name-only"),
         ],
         // Live until its edits are looked at (a session's end forgets them).
-        hold_after: Some(2),
+        hold_after: Some(3),
         sessions: 2,
     });
     let b = start_session(tmp.path(), "home-b", &project, &stub_b, "Edit the files.");
-    let b_done = stub_b.wait_outputs(2, 1, SESSION_TIMEOUT);
+    let b_done = stub_b.wait_outputs(3, 1, SESSION_TIMEOUT);
     let edits = edit_records(&project);
     stub_b.release();
     let out_b = b.running.wait(SESSION_TIMEOUT);
@@ -391,6 +393,13 @@ fn a_gemini_session_cannot_write_a_file_another_session_checked_out() {
         !edits.iter().any(|(f, _)| f == "src/a.rs"),
         "a denied edit is recorded: {edits:?}"
     );
+    let staged = result_text(&stub_b.outputs_of(3).remove(&id_b).unwrap_or_default());
+    let names: Vec<&str> = staged
+        .lines()
+        .filter(|l| l.starts_with("src/"))
+        .map(str::trim)
+        .collect();
+    assert_eq!(names, ["src/b.rs", "src/c.rs"], "{staged}\n{}", context());
 }
 
 /// `(file, agent)` of every edit record of the project's worktree.
