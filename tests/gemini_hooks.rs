@@ -117,6 +117,7 @@ fn init_merges_gemini_hooks_into_existing_settings_once() {
     let doctor = |cwd: &Path| {
         let mut cmd = base_cmd(T0);
         cmd.env_remove("GEMINI_SESSION_ID")
+            .env("HOME", cwd.join("no-home"))
             .current_dir(cwd)
             .args(["doctor", "--json", "--agent", "a"]);
         let r = exec(cmd);
@@ -130,6 +131,31 @@ fn init_merges_gemini_hooks_into_existing_settings_once() {
             .unwrap_or_else(|| panic!("no gemini hooks check: {j}"))
     };
     assert_eq!(doctor(&fresh)["status"], "ok");
+    // With the extension installed too, every hook would run twice.
+    let ext = e.tmp.path().join("home/.gemini/extensions/tasklock/hooks");
+    std::fs::create_dir_all(&ext).unwrap();
+    std::fs::write(ext.join("hooks.json"), TEMPLATE).unwrap();
+    let mut cmd = base_cmd(T0);
+    cmd.env_remove("GEMINI_SESSION_ID")
+        .env("HOME", e.tmp.path().join("home"))
+        .current_dir(&fresh)
+        .args(["doctor", "--json", "--agent", "a"]);
+    let j = exec(cmd).json();
+    let twice = j["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "gemini hooks")
+        .cloned()
+        .unwrap();
+    assert_eq!(twice["status"], "warn", "{twice}");
+    assert!(
+        twice["detail"]
+            .as_str()
+            .unwrap()
+            .contains("Gemini CLI runs each hook twice"),
+        "{twice}"
+    );
     std::fs::write(fresh.join(".gemini/settings.json"), "{\"hooks\": {}}\n").unwrap();
     let check = doctor(&fresh);
     assert_eq!(check["status"], "warn", "{check}");

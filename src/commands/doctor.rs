@@ -237,7 +237,7 @@ pub fn run(ctx: &Ctx, discovery: Option<&Discovery>) -> Result<Report> {
     let home = std::env::var_os("HOME").map(PathBuf::from);
     checks.push(skills_check(&project, home.as_deref()));
     checks.push(hooks_check(&project));
-    checks.extend(gemini_hooks_check(&project));
+    checks.extend(gemini_hooks_check(&project, home.as_deref()));
     checks.push(permissions_check(&project));
     checks.push(duplicates_check(&project, home.as_deref()));
 
@@ -507,11 +507,29 @@ fn tasklock_groups(
 
 /// The project's Gemini CLI hooks (`.gemini/settings.json`), when it has that file: each
 /// of tasklock's events wired, the edit gate and the shell among BeforeTool's tools.
-fn gemini_hooks_check(project: &Path) -> Option<Check> {
+fn gemini_hooks_check(project: &Path, home: Option<&Path>) -> Option<Check> {
     use crate::clients::hooks_json::{GEMINI_HOOK_EVENTS, covers};
     let path = project.join(".gemini/settings.json");
     if !path.exists() {
         return None;
+    }
+    // The extension carries the same hooks: with both, Gemini CLI runs each twice.
+    let extension = home.map(|h| h.join(".gemini/extensions/tasklock/hooks/hooks.json"));
+    if let Some(ext) = extension.filter(|e| e.is_file())
+        && let Some(v) = read_json(&path)
+        && GEMINI_HOOK_EVENTS
+            .iter()
+            .any(|(event, hook_event)| !tasklock_groups(&v, event, hook_event).is_empty())
+    {
+        return Some(warn(
+            "gemini hooks",
+            format!(
+                "the tasklock extension ({}) is installed and {} also wires tasklock's hooks: Gemini CLI runs each hook twice",
+                ext.parent().and_then(Path::parent).unwrap_or(&ext).display(),
+                path.display()
+            ),
+            Some("use the extension or `tasklock init`'s hooks, not both: `gemini extensions uninstall tasklock`, or remove the tasklock hooks from the project's .gemini/settings.json".into()),
+        ));
     }
     let Some(v) = read_json(&path) else {
         return Some(warn(
