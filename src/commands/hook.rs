@@ -403,8 +403,9 @@ fn is_gemini(payload: &Value) -> bool {
             .is_some_and(|s| !s.is_empty() && payload["session_id"] == s.as_str())
 }
 
-/// Gemini CLI when [`is_gemini`]; Codex when the process running the hook is Codex's (`codex`), or when the transcript
-/// is a Codex rollout file (`…/sessions/YYYY/MM/DD/rollout-….jsonl`); else Claude Code.
+/// Gemini CLI when [`is_gemini`]; Codex when the process running the hook is Codex's
+/// (`codex`), or when the transcript is a Codex rollout file
+/// (`…/sessions/YYYY/MM/DD/rollout-….jsonl`); else Claude Code.
 fn client(payload: &Value, agent_pid: Option<u32>) -> Client {
     let comm = agent_pid.and_then(crate::os::process).and_then(|p| p.name);
     let rollout = payload["transcript_path"]
