@@ -115,6 +115,7 @@ fn two_gemini_sessions_race_for_one_task_and_release_it_when_they_end() {
         ],
         hold_after: Some(0),
         sessions: 2,
+        wait_for_go: false,
     });
     let prompt = "Check out the task with tasklock.";
     let a = start_session(tmp.path(), "home-a", &project, &stub, prompt);
@@ -228,6 +229,7 @@ fn killing_gemini_releases_its_task_through_the_watcher() {
         steps: vec![GeminiScript::shell("tasklock checkout kill-task")],
         hold_after: Some(0),
         sessions: usize::MAX,
+        wait_for_go: false,
     });
     let s = start_session(tmp.path(), "home", &project, &stub, "Check out the task.");
     assert!(
@@ -296,19 +298,8 @@ fn a_gemini_session_cannot_write_a_file_another_session_checked_out() {
         )],
         hold_after: Some(0),
         sessions: 2,
+        wait_for_go: false,
     });
-    let a = start_session(tmp.path(), "home-a", &project, &stub_a, "Edit a.rs.");
-    assert!(
-        stub_a.wait_outputs(0, 1, SESSION_TIMEOUT),
-        "session A did not run its checkout\n{}",
-        stub_a.log()
-    );
-    let (id_a, checkout) = stub_a.outputs_of(0).into_iter().next().unwrap();
-    assert!(
-        result_text(&checkout).contains("Checked out"),
-        "A's checkout: {checkout}"
-    );
-
     let stub_b = GeminiStub::start(GeminiScript {
         steps: vec![
             (
@@ -329,8 +320,22 @@ fn a_gemini_session_cannot_write_a_file_another_session_checked_out() {
         // Live until its edits are looked at (a session's end forgets them).
         hold_after: Some(3),
         sessions: 2,
+        // B starts up beside A, and writes only once A holds the file.
+        wait_for_go: true,
     });
+    let a = start_session(tmp.path(), "home-a", &project, &stub_a, "Edit a.rs.");
     let b = start_session(tmp.path(), "home-b", &project, &stub_b, "Edit the files.");
+    assert!(
+        stub_a.wait_outputs(0, 1, SESSION_TIMEOUT),
+        "session A did not run its checkout\n{}",
+        stub_a.log()
+    );
+    let (id_a, checkout) = stub_a.outputs_of(0).into_iter().next().unwrap();
+    assert!(
+        result_text(&checkout).contains("Checked out"),
+        "A's checkout: {checkout}"
+    );
+    stub_b.go();
     let b_done = stub_b.wait_outputs(3, 1, SESSION_TIMEOUT);
     let edits = edit_records(&project);
     stub_b.release();

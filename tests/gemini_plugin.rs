@@ -71,6 +71,7 @@ fn gemini_installs_the_extension_and_its_hooks_and_skills_work() {
         steps: vec![GeminiScript::shell("tasklock checkout ext-task")],
         hold_after: None,
         sessions: 1,
+        wait_for_go: false,
     });
     let home = tmp.path().join("home");
     gemini_home(&home);

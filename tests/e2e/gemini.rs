@@ -67,6 +67,9 @@ pub struct GeminiScript {
     /// `sessions` sessions has sent that result, or until [`GeminiStub::release`].
     pub hold_after: Option<usize>,
     pub sessions: usize,
+    /// Hold back the first answer of every session until [`GeminiStub::go`]: the session
+    /// starts up meanwhile (most of its time), and acts only when the test says so.
+    pub wait_for_go: bool,
 }
 
 impl GeminiScript {
@@ -87,6 +90,8 @@ pub struct GeminiStubState {
     pub released: bool,
     /// Request bodies, as received.
     pub bodies: Vec<String>,
+    /// Set by [`GeminiStub::go`].
+    pub go: bool,
 }
 
 pub struct GeminiStub {
@@ -110,6 +115,12 @@ impl GeminiStub {
     /// Let held requests go on.
     pub fn release(&self) {
         self.state.0.lock().unwrap().released = true;
+        self.state.1.notify_all();
+    }
+
+    /// Let sessions held by [`GeminiScript::wait_for_go`] make their first step.
+    pub fn go(&self) {
+        self.state.0.lock().unwrap().go = true;
         self.state.1.notify_all();
     }
 
@@ -256,6 +267,14 @@ fn stream_generate(
     state.1.notify_all();
     let next = results.len();
     let mut note = String::new();
+    if script.wait_for_go && next == 0 {
+        let (lock, cvar) = state;
+        let started = Instant::now();
+        let _unused = cvar
+            .wait_timeout_while(lock.lock().unwrap(), HOLD_LIMIT, |s| !s.go)
+            .unwrap();
+        note = format!(" (waited {:?} for go)", started.elapsed());
+    }
     if let Some(i) = script.hold_after
         && next == i + 1
     {
