@@ -114,11 +114,14 @@ pub enum Source {
     Env,
     ClaudeSession,
     CodexThread,
+    GeminiSession,
     UserAtHost,
 }
 
 /// Resolve the agent id: `--agent`, `TASKLOCK_AGENT`, `CLAUDE_CODE_SESSION_ID`,
-/// `CODEX_THREAD_ID` (set by the Codex CLI in every command it runs), then
+/// `CODEX_THREAD_ID` (set by the Codex CLI in every command it runs), `GEMINI_SESSION_ID`
+/// (set by Gemini CLI in its hooks' environment; its shell commands get `--agent` from the
+/// BeforeTool hook instead), then
 /// `USER@HOSTNAME` only when stdin is a terminal.
 pub fn resolve_id(flag: Option<&str>) -> Result<(String, Source)> {
     let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
@@ -130,6 +133,8 @@ pub fn resolve_id(flag: Option<&str>) -> Result<(String, Source)> {
         (v, Source::ClaudeSession)
     } else if let Some(v) = env("CODEX_THREAD_ID") {
         (v, Source::CodexThread)
+    } else if let Some(v) = env("GEMINI_SESSION_ID") {
+        (v, Source::GeminiSession)
     } else if std::io::stdin().is_terminal() {
         let user = env("USER")
             .or_else(|| env("LOGNAME"))
@@ -138,8 +143,8 @@ pub fn resolve_id(flag: Option<&str>) -> Result<(String, Source)> {
     } else {
         return Err(Error::Usage(
             "no agent identity: pass --agent ID, or set TASKLOCK_AGENT (in Claude Code, \
-             CLAUDE_CODE_SESSION_ID is used automatically, and in Codex CODEX_THREAD_ID; \
-             `tasklock init` wires up their hooks). Without one, two agents would silently \
+             CLAUDE_CODE_SESSION_ID is used automatically, in Codex CODEX_THREAD_ID, and in \
+             Gemini CLI's hooks GEMINI_SESSION_ID; `tasklock init` wires up their hooks). Without one, two agents would silently \
              share a lock."
                 .into(),
         ));

@@ -836,6 +836,10 @@ fn init_merges_into_an_existing_project() {
             (p(&repo.join(".locks/config.yaml")), "created".to_string()),
             (p(&settings_path), "updated".to_string()),
             (p(&repo.join(".codex/hooks.json")), "created".to_string()),
+            (
+                p(&repo.join(".gemini/settings.json")),
+                "created".to_string()
+            ),
             (p(&repo.join(".codex/config.toml")), "created".to_string()),
             (p(&repo.join("CLAUDE.md")), "updated".to_string()),
             (p(&repo.join("AGENTS.md")), "updated".to_string()),
@@ -999,6 +1003,10 @@ fn init_dry_run_changes_nothing() {
                 "created".to_string()
             ),
             (p(&repo.join(".codex/hooks.json")), "created".to_string()),
+            (
+                p(&repo.join(".gemini/settings.json")),
+                "created".to_string()
+            ),
             (p(&repo.join(".codex/config.toml")), "created".to_string()),
             (p(&repo.join("CLAUDE.md")), "created".to_string()),
             (p(&repo.join("AGENTS.md")), "created".to_string()),

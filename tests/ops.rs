@@ -1189,6 +1189,7 @@ fn doctor_healthy() {
             "temp files",
             "skills",
             "hooks",
+            "gemini hooks",
             "permissions",
             "duplicates"
         ]

@@ -11,6 +11,8 @@ use crate::error::{Error, Result};
 
 pub(crate) const SETTINGS_TEMPLATE: &str = include_str!("../../templates/claude-settings.json");
 pub(crate) const CODEX_HOOKS_TEMPLATE: &str = include_str!("../../templates/codex-hooks.json");
+pub(crate) const GEMINI_SETTINGS_TEMPLATE: &str =
+    include_str!("../../templates/gemini-settings.json");
 
 /// The `permissions.allow` rules `init` writes: one per subcommand that cannot run an
 /// arbitrary command. Not `run` (it runs any command), `init` or `hook`. Each form
@@ -72,6 +74,20 @@ pub const CODEX_HOOK_EVENTS: [(&str, &str); 6] = [
     ("PreToolUse", "pre-tool-use"),
     ("PostToolUse", "post-tool-use"),
     ("Stop", "stop"),
+    ("SessionEnd", "session-end"),
+];
+
+/// Gemini CLI's hook events (in `.gemini/settings.json`, or an extension's
+/// `hooks/hooks.json`) and the `tasklock hook` event wired to each: `BeforeAgent` is its
+/// prompt hook, `BeforeTool`/`AfterTool` its tool hooks, `AfterAgent` the end of a turn.
+/// It has no subagent events. `BeforeTool` is wired for the file-writing tools (the edit
+/// gate) and the shell (its `tasklock` commands are given the session's identity).
+pub const GEMINI_HOOK_EVENTS: [(&str, &str); 6] = [
+    ("SessionStart", "session-start"),
+    ("BeforeAgent", "user-prompt-submit"),
+    ("BeforeTool", "pre-tool-use"),
+    ("AfterTool", "post-tool-use"),
+    ("AfterAgent", "stop"),
     ("SessionEnd", "session-end"),
 ];
 

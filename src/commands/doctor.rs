@@ -137,6 +137,7 @@ pub fn run(ctx: &Ctx, discovery: Option<&Discovery>) -> Result<Report> {
             Source::Env => "TASKLOCK_AGENT",
             Source::ClaudeSession => "CLAUDE_CODE_SESSION_ID",
             Source::CodexThread => "CODEX_THREAD_ID",
+            Source::GeminiSession => "GEMINI_SESSION_ID",
             Source::UserAtHost => "USER@HOSTNAME",
         })),
         Err(_) => warn(
@@ -236,6 +237,7 @@ pub fn run(ctx: &Ctx, discovery: Option<&Discovery>) -> Result<Report> {
     let home = std::env::var_os("HOME").map(PathBuf::from);
     checks.push(skills_check(&project, home.as_deref()));
     checks.push(hooks_check(&project));
+    checks.extend(gemini_hooks_check(&project, home.as_deref()));
     checks.push(permissions_check(&project));
     checks.push(duplicates_check(&project, home.as_deref()));
 
@@ -501,6 +503,77 @@ fn tasklock_groups(
         })
         .map(|g| g["matcher"].as_str().map(str::to_string))
         .collect()
+}
+
+/// The project's Gemini CLI hooks (`.gemini/settings.json`), when it has that file: each
+/// of tasklock's events wired, the edit gate and the shell among BeforeTool's tools.
+fn gemini_hooks_check(project: &Path, home: Option<&Path>) -> Option<Check> {
+    use crate::clients::hooks_json::{GEMINI_HOOK_EVENTS, covers};
+    let path = project.join(".gemini/settings.json");
+    if !path.exists() {
+        return None;
+    }
+    // The extension carries the same hooks: with both, Gemini CLI runs each twice.
+    let extension = home.map(|h| h.join(".gemini/extensions/tasklock/hooks/hooks.json"));
+    if let Some(ext) = extension.filter(|e| e.is_file())
+        && let Some(v) = read_json(&path)
+        && GEMINI_HOOK_EVENTS
+            .iter()
+            .any(|(event, hook_event)| !tasklock_groups(&v, event, hook_event).is_empty())
+    {
+        return Some(warn(
+            "gemini hooks",
+            format!(
+                "the tasklock extension ({}) is installed and {} also wires tasklock's hooks: Gemini CLI runs each hook twice",
+                ext.parent().and_then(Path::parent).unwrap_or(&ext).display(),
+                path.display()
+            ),
+            Some("use the extension or `tasklock init`'s hooks, not both: `gemini extensions uninstall tasklock`, or remove the tasklock hooks from the project's .gemini/settings.json".into()),
+        ));
+    }
+    let Some(v) = read_json(&path) else {
+        return Some(warn(
+            "gemini hooks",
+            format!(
+                "{} is not valid JSON: Gemini CLI ignores it",
+                path.display()
+            ),
+            Some("fix it, then run `tasklock init`".into()),
+        ));
+    };
+    let mut missing = Vec::new();
+    for (event, hook_event) in GEMINI_HOOK_EVENTS {
+        let matchers = tasklock_groups(&v, event, hook_event);
+        let tools = crate::clients::gemini::BEFORE_TOOL_MATCHER;
+        if matchers.is_empty() {
+            missing.push(format!("{event} ({hook_event})"));
+        } else if event == "BeforeTool"
+            && !matchers.iter().any(|m| {
+                covers(
+                    &m.as_deref().map_or(serde_json::Value::Null, Into::into),
+                    &tools.into(),
+                )
+            })
+        {
+            missing.push(format!("BeforeTool for {tools}"));
+        }
+    }
+    Some(if missing.is_empty() {
+        ok(
+            "gemini hooks",
+            format!(
+                "{} wires all {} of tasklock's Gemini CLI hooks",
+                path.display(),
+                GEMINI_HOOK_EVENTS.len()
+            ),
+        )
+    } else {
+        warn(
+            "gemini hooks",
+            format!("{} lacks: {}", path.display(), missing.join(", ")),
+            Some("run `tasklock init` in the project".into()),
+        )
+    })
 }
 
 fn hooks_check(project: &Path) -> Check {

@@ -50,7 +50,12 @@ pub enum Flavor {
     /// Codex: the decision only. Codex 0.169 rejects hook output with keys it does not
     /// know and then lets the call through, so a deny with `tasklock` would not deny.
     Codex,
+    /// Gemini CLI: `decision: "deny"` with a `reason` the model reads as the tool's error.
+    Gemini,
 }
+
+/// Gemini CLI's file-writing tools, each naming its file in `file_path`.
+pub const GEMINI_EDIT_TOOLS: [&str; 2] = ["write_file", "replace"];
 
 /// The shell tools whose commands may apply a patch: Codex reports its shell (and a patch
 /// applied through it) as `Bash`, as Claude Code names its own; the others are the names
@@ -110,6 +115,21 @@ pub fn edited_files(payload: &Value) -> Option<Edited> {
     }
     if SHELL_TOOLS.contains(&tool) {
         return shell_edit(&payload["tool_input"]);
+    }
+    if GEMINI_EDIT_TOOLS.contains(&tool) {
+        // AfterTool follows a failed call too: only a call without an error edited.
+        if !payload["tool_response"]["error"].is_null() {
+            return None;
+        }
+        let file = payload["tool_input"]["file_path"]
+            .as_str()
+            .filter(|s| !s.is_empty())?;
+        return Some(Edited {
+            files: vec![file.to_string()],
+            flavor: Flavor::Gemini,
+            unknown: None,
+            record_when_allowed: false,
+        });
     }
     let (_, field) = EDIT_TOOLS.iter().find(|(t, _)| *t == tool)?;
     let file = payload["tool_input"][*field]
@@ -348,9 +368,12 @@ fn render(said: Vec<Said>, flavor: Flavor) -> Option<String> {
         .collect::<Vec<_>>()
         .join("\n");
     let data = match flavor {
-        Flavor::Codex => None,
+        Flavor::Codex | Flavor::Gemini => None,
         Flavor::Claude => chosen.iter().find_map(|s| data(s)),
     };
+    if flavor == Flavor::Gemini {
+        return Some(gemini_text(kind, &text));
+    }
     Some(match kind {
         0 => deny_text(&text, data),
         1 => warn_text(&text, data),
@@ -682,6 +705,20 @@ fn warn_text(text: &str, data: Option<Value>) -> String {
     if let Some(data) = data {
         v["tasklock"] = data;
     }
+    format!("{v}\n")
+}
+
+/// Gemini CLI's BeforeTool output: a deny with the reason the model reads, else the text
+/// for the user and the model.
+fn gemini_text(kind: u8, text: &str) -> String {
+    let v = if kind == 0 {
+        json!({ "decision": "deny", "reason": text })
+    } else {
+        json!({
+            "systemMessage": text,
+            "hookSpecificOutput": { "additionalContext": text },
+        })
+    };
     format!("{v}\n")
 }
 

@@ -1,5 +1,6 @@
-//! `tasklock hook EVENT`: the entry point for Claude Code and Codex hooks (Codex reads
-//! hooks in Claude Code's format from `.codex/hooks.json`, with the same JSON on stdin).
+//! `tasklock hook EVENT`: the entry point for Claude Code, Codex and Gemini CLI hooks
+//! (Codex reads hooks in Claude Code's format from `.codex/hooks.json`, with the same JSON
+//! on stdin; Gemini CLI's events, wired in `.gemini/settings.json`, carry the same fields).
 //!
 //! Hooks must be fast and must never break the agent: any failure is reported on stderr
 //! and the hook still exits 0.
@@ -109,6 +110,9 @@ pub fn run(
             return verdict.map(|v| v.output);
         }
         // Needs no lock directory: it only rewrites the command.
+        if payload["tool_name"] == GEMINI_SHELL {
+            return Ok(gemini_shell(&payload, &agent));
+        }
         return Ok(pre_tool_use(&payload, subagent.as_ref()));
     }
     let project = project()?;
@@ -372,17 +376,45 @@ struct Subagent {
 enum Client {
     Claude,
     Codex,
+    Gemini,
 }
 
-/// Codex when the process running the hook is Codex's (`codex`), or when the transcript
-/// is a Codex rollout file (`…/sessions/YYYY/MM/DD/rollout-….jsonl`); else Claude Code.
+/// Gemini CLI's shell tool.
+const GEMINI_SHELL: &str = "run_shell_command";
+
+/// Gemini CLI runs shell commands with no session id in their environment (only
+/// `GEMINI_CLI=1`): its BeforeTool hook gives every `tasklock` command of the call the
+/// session's identity (`--agent ID`), in `tool_input` (which Gemini merges into the call).
+fn gemini_shell(payload: &Value, agent: &str) -> Option<String> {
+    let command = payload["tool_input"]["command"].as_str()?;
+    let rewritten = crate::clients::inject::inject_agent(command, agent)?;
+    let v = json!({ "hookSpecificOutput": { "tool_input": { "command": rewritten } } });
+    Some(format!("{v}\n"))
+}
+
+/// Gemini CLI's hook: an event only Gemini names so, or the session Gemini names in
+/// every hook's environment (`GEMINI_SESSION_ID`).
+fn is_gemini(payload: &Value) -> bool {
+    const EVENTS: [&str; 4] = ["BeforeAgent", "AfterAgent", "BeforeTool", "AfterTool"];
+    let event = payload["hook_event_name"].as_str().unwrap_or_default();
+    EVENTS.contains(&event)
+        || std::env::var("GEMINI_SESSION_ID")
+            .ok()
+            .is_some_and(|s| !s.is_empty() && payload["session_id"] == s.as_str())
+}
+
+/// Gemini CLI when [`is_gemini`]; Codex when the process running the hook is Codex's
+/// (`codex`), or when the transcript is a Codex rollout file
+/// (`…/sessions/YYYY/MM/DD/rollout-….jsonl`); else Claude Code.
 fn client(payload: &Value, agent_pid: Option<u32>) -> Client {
     let comm = agent_pid.and_then(crate::os::process).and_then(|p| p.name);
     let rollout = payload["transcript_path"]
         .as_str()
         .and_then(|p| std::path::Path::new(p).file_name())
         .is_some_and(|n| n.to_string_lossy().starts_with("rollout-"));
-    if comm.as_deref() == Some("codex") || rollout {
+    if is_gemini(payload) {
+        Client::Gemini
+    } else if comm.as_deref() == Some("codex") || rollout {
         Client::Codex
     } else {
         Client::Claude
@@ -400,6 +432,7 @@ fn session_label(client: Client, project: &std::path::Path, session: &str) -> St
     let who = match client {
         Client::Claude => "claude",
         Client::Codex => "codex",
+        Client::Gemini => "gemini",
     };
     format!("{who} in {dir} #{short}")
 }

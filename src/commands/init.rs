@@ -25,6 +25,7 @@ pub fn run(ctx: &Ctx, dry_run: bool, shared: Option<&str>, git_hook: bool) -> Re
     let (existing, mut doc) = read_object(&settings, &HOOK_EVENTS)?;
     let codex_hooks = project.join(".codex").join("hooks.json");
     let (codex_existing, mut codex_doc) = read_object(&codex_hooks, &CODEX_HOOK_EVENTS)?;
+    let mut gemini = crate::clients::gemini::read(&project)?;
     // And Codex's config, where the MCP server goes.
     let mut codex_config = codex_config::read(&project.join(".codex").join("config.toml"))?;
     // The lock directory, its .gitignore and a commented config.
@@ -145,6 +146,8 @@ pub fn run(ctx: &Ctx, dry_run: bool, shared: Option<&str>, git_hook: bool) -> Re
         ));
     }
 
+    changes.push(gemini_hooks(&mut gemini, dry_run)?);
+
     // The MCP server for Codex, merged into the project's .codex/config.toml.
     let path = codex_config.path.clone();
     match codex_config.merge() {
@@ -236,6 +239,36 @@ pub fn run(ctx: &Ctx, dry_run: bool, shared: Option<&str>, git_hook: bool) -> Re
         mcp: mcp_setup(),
         git_hook_offered: in_git && !git_hook,
     }))
+}
+
+/// Gemini CLI's hooks, merged into the project's `.gemini/settings.json` (read by Gemini
+/// CLI in a trusted folder).
+fn gemini_hooks(
+    gemini: &mut crate::clients::gemini::GeminiSettings,
+    dry_run: bool,
+) -> Result<Change> {
+    let added = gemini.merge();
+    let path = gemini.path.clone();
+    if added.is_empty() {
+        return Ok(change(
+            &path,
+            "unchanged",
+            "Gemini CLI hooks already in place",
+        ));
+    }
+    if !dry_run {
+        std::fs::create_dir_all(path.parent().expect("has a parent"))
+            .map_err(|e| Error::io(&path, e))?;
+        write_atomic(&path, &gemini.text())?;
+    }
+    Ok(change(
+        &path,
+        if gemini.existed { "updated" } else { "created" },
+        &format!(
+            "added Gemini CLI hooks {} (Gemini CLI runs them in a trusted folder)",
+            added.join(", ")
+        ),
+    ))
 }
 
 /// How any MCP client starts the server: `tasklock mcp`, from PATH like the hooks.
@@ -350,6 +383,15 @@ mod tests {
             codex["hooks"]["PreToolUse"][1]["matcher"],
             crate::commands::edit_gate::SHELL_MATCHER
         );
+        // Gemini CLI's BeforeTool covers its file-writing tools (the edit gate).
+        for tool in crate::commands::edit_gate::GEMINI_EDIT_TOOLS {
+            assert!(
+                crate::clients::gemini::BEFORE_TOOL_MATCHER
+                    .split('|')
+                    .any(|t| t == tool),
+                "{tool}"
+            );
+        }
         // Every event `tasklock hook` takes is wired for one agent or the other.
         let mut wired: Vec<&str> = HOOK_EVENTS
             .iter()

@@ -9,6 +9,7 @@
 
 pub mod codex;
 pub mod codex_tui;
+pub mod gemini;
 pub mod interactive;
 pub mod mcp;
 
