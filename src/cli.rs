@@ -322,6 +322,10 @@ pub struct InboxArgs {
     /// Leave the messages unread
     #[arg(long)]
     pub peek: bool,
+    /// Keep running: print each message no push delivered, one line each, as it arrives
+    /// (for a Claude Code plugin's monitor); ends with the session that started it
+    #[arg(long, conflicts_with = "peek")]
+    pub follow: bool,
 }
 
 // The arguments of `init`.

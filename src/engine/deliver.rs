@@ -135,6 +135,56 @@ fn deliver(store: &dyn Store, group: &[Pending]) -> Result<()> {
     Ok(())
 }
 
+/// Claim, for the monitor of `agent`'s session (`inbox --follow`), the unread messages
+/// that no push delivered: none was tried, or the one tried failed (another host, another
+/// Unix user, a session that did not take the line). Under the guard, as a push is
+/// claimed, so that a message is shown by the monitor or pushed into the socket, never
+/// both; the claim is recorded as delivered `via: monitor` before the caller prints it.
+/// A reservation's grace runs from the claim, as from a push.
+pub fn claim_for_monitor(store: &dyn Store, agent: &str) -> Result<Vec<crate::store::Message>> {
+    let waiting = |m: &crate::store::Message| m.delivery.as_ref().is_none_or(|d| !d.delivered);
+    if !store.unread(agent)?.iter().any(waiting) {
+        return Ok(Vec::new());
+    }
+    store.transaction(|g| {
+        let mut shown = Vec::new();
+        for msg in store.unread(agent)? {
+            if !waiting(&msg) {
+                continue;
+            }
+            // A blocked `checkout --wait` takes its reserved key itself (as for a push).
+            if msg.kind == MessageKind::Reserved
+                && store
+                    .read_queue(&msg.key)?
+                    .waiters
+                    .iter()
+                    .any(|w| w.agent == agent && w.pid.is_some())
+            {
+                continue;
+            }
+            let at = clock::now()?;
+            let d = Delivery {
+                at,
+                delivered: true,
+                via: crate::store::VIA_MONITOR.into(),
+                error: None,
+            };
+            store.record_delivery(g, &msg.to, &msg.id, &d)?;
+            let mut ev = AuditEvent::new(at, "push", &msg.key, &msg.to);
+            ev.detail = Some(format!("{}: shown by the session's monitor", msg.kind));
+            store.audit(g, &ev)?;
+            if msg.kind == MessageKind::Reserved {
+                retime(store, g, &msg.key, agent, &msg.id, at)?;
+            }
+            shown.push(crate::store::Message {
+                delivery: Some(d),
+                ..msg
+            });
+        }
+        Ok(shown)
+    })
+}
+
 /// Record how pushing `msg` went (`error`: why it was not delivered), and audit it.
 fn record(
     store: &dyn Store,
