@@ -66,7 +66,7 @@ pub fn execute(ctx: &Ctx, a: crate::cli::InboxArgs) -> Result<Report> {
 /// How often `inbox --follow` looks, at the latest, whether its session still runs, for a
 /// signal, and for messages whose push failed after it was claimed (a failure is written
 /// where the store's change signal does not look).
-const ROUND: std::time::Duration = std::time::Duration::from_millis(500);
+const ROUND: std::time::Duration = std::time::Duration::from_secs(1);
 /// How long `inbox --follow` waits for the agent's registry entry to accept it (a
 /// resumed session's hook registers its new process as the follower starts) before it
 /// gives up with the refusal.
