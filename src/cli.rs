@@ -342,6 +342,10 @@ pub struct InitArgs {
     /// existing pre-commit hook or husky
     #[arg(long)]
     pub git_hook: bool,
+    /// Also set up Cursor (.cursor/rules/tasklock.mdc, .cursor/mcp.json); done anyway
+    /// when the project has a .cursor directory
+    #[arg(long)]
+    pub cursor: bool,
 }
 
 // The arguments of `setup`.
