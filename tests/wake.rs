@@ -1018,8 +1018,16 @@ struct Follower {
 
 impl Follower {
     fn start(e: &Env, agent: &str) -> Follower {
+        Self::start_with(e, agent, false)
+    }
+
+    /// With `real_clock`, on the real clock (not `TASKLOCK_NOW`).
+    fn start_with(e: &Env, agent: &str, real_clock: bool) -> Follower {
         use std::io::BufRead;
-        let template = base_cmd(&e.now);
+        let mut template = base_cmd(&e.now);
+        if real_clock {
+            template.env_remove("TASKLOCK_NOW");
+        }
         let mut cmd = std::process::Command::new("find");
         for (k, v) in template.get_envs() {
             match v {
@@ -1208,4 +1216,35 @@ fn a_message_both_paths_reach_is_delivered_once() {
         pushed.len(),
         shown.len()
     );
+}
+
+/// A message no push tried (the session registered no socket): the monitor leaves it to
+/// a push for a moment (the writer pushes right after its commit), then shows it.
+#[test]
+fn a_monitor_shows_a_message_no_push_tried_after_a_moment() {
+    let e = Env::new();
+    let a = AgentProcess::start();
+    e.ok("sess-a", &["heartbeat", "--pid", &a.pid()]);
+    let r = e.run_now(Some("b"), &["checkout", "k"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    e.run_now(Some("sess-a"), &["checkout", "k", "--queue"]);
+    let follower = Follower::start_with(&e, "sess-a", true);
+    let released = Instant::now();
+    let r = e.run_now(Some("b"), &["release", "k"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    assert!(
+        eventually(|| !follower.lines().is_empty()),
+        "the monitor showed nothing"
+    );
+    let took = released.elapsed();
+    assert!(
+        took >= Duration::from_millis(300),
+        "shown after {took:?}, before the grace"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(follower.lines().len(), 1, "{:?}", follower.lines());
+    let msgs = e
+        .run_now(Some("sess-a"), &["inbox", "--peek", "--json"])
+        .json();
+    assert_eq!(msgs["messages"][0]["delivery"]["via"], "monitor", "{msgs}");
 }

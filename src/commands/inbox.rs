@@ -67,6 +67,8 @@ pub fn execute(ctx: &Ctx, a: crate::cli::InboxArgs) -> Result<Report> {
 /// signal, and for messages whose push failed after it was claimed (a failure is written
 /// where the store's change signal does not look).
 const ROUND: std::time::Duration = std::time::Duration::from_secs(1);
+/// How soon `inbox --follow` looks again while a message is left to a push for a moment.
+const SOON: std::time::Duration = std::time::Duration::from_millis(100);
 /// How long `inbox --follow` waits for the agent's registry entry to accept it (a
 /// resumed session's hook registers its new process as the follower starts) before it
 /// gives up with the refusal.
@@ -105,6 +107,7 @@ pub fn follow(
     let mut changes = store.inbox_changes(&me)?;
     let mut refused_since: Option<std::time::Instant> = None;
     while running() {
+        let mut wait = ROUND;
         let owner = store.read_agent(&me)?;
         if let Some(entry) = owner.as_ref().filter(|e| e.owner.is_some())
             && crate::liveness::is_own_process(entry)
@@ -123,7 +126,11 @@ pub fn follow(
             }
         } else {
             refused_since = None;
-            for msg in crate::engine::deliver::claim_for_monitor(&*store, &me)? {
+            let claim = crate::engine::deliver::claim_for_monitor(&*store, &me)?;
+            if claim.pending {
+                wait = SOON;
+            }
+            for msg in claim.shown {
                 let line = match format {
                     crate::render::Format::Json => serde_json::to_string(&msg).unwrap_or_default(),
                     crate::render::Format::Markdown => crate::clients::wake::line(&msg),
@@ -133,7 +140,7 @@ pub fn follow(
                 }
             }
         }
-        changes.wait(ROUND);
+        changes.wait(wait);
     }
     Ok(())
 }

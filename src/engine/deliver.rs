@@ -135,21 +135,49 @@ fn deliver(store: &dyn Store, group: &[Pending]) -> Result<()> {
     Ok(())
 }
 
+/// How long a monitor leaves a message that no push has tried yet to the push: the
+/// command that wrote it pushes right after its change is committed, within
+/// milliseconds, and a socket wakes a session sooner than a monitor's line does.
+pub const MONITOR_GRACE: chrono::TimeDelta = chrono::TimeDelta::milliseconds(400);
+
+/// What [`claim_for_monitor`] found.
+pub struct MonitorClaim {
+    /// The messages claimed, to be shown now.
+    pub shown: Vec<crate::store::Message>,
+    /// Messages still left to a push (younger than [`MONITOR_GRACE`], none tried): look
+    /// again soon.
+    pub pending: bool,
+}
+
 /// Claim, for the monitor of `agent`'s session (`inbox --follow`), the unread messages
-/// that no push delivered: none was tried, or the one tried failed (another host, another
-/// Unix user, a session that did not take the line). Under the guard, as a push is
-/// claimed, so that a message is shown by the monitor or pushed into the socket, never
-/// both; the claim is recorded as delivered `via: monitor` before the caller prints it.
-/// A reservation's grace runs from the claim, as from a push.
-pub fn claim_for_monitor(store: &dyn Store, agent: &str) -> Result<Vec<crate::store::Message>> {
-    let waiting = |m: &crate::store::Message| m.delivery.as_ref().is_none_or(|d| !d.delivered);
-    if !store.unread(agent)?.iter().any(waiting) {
-        return Ok(Vec::new());
+/// that no push delivered: the one tried failed (another host, another Unix user, a
+/// session that did not take the line), or none was tried within [`MONITOR_GRACE`] of
+/// the message. Under the guard, as a push is claimed, so that a message is shown by the
+/// monitor or pushed into the socket, never both; the claim is recorded as delivered
+/// `via: monitor` before the caller prints it. A reservation's grace runs from the
+/// claim, as from a push.
+pub fn claim_for_monitor(store: &dyn Store, agent: &str) -> Result<MonitorClaim> {
+    let mut pending = false;
+    let mut due = |m: &crate::store::Message, now: &clock::Time| match &m.delivery {
+        Some(d) => !d.delivered,
+        None if *now - m.ts >= MONITOR_GRACE => true,
+        None => {
+            pending = true;
+            false
+        }
+    };
+    let now = clock::now()?;
+    if !store.unread(agent)?.iter().any(|m| due(m, &now)) {
+        return Ok(MonitorClaim {
+            shown: Vec::new(),
+            pending,
+        });
     }
-    store.transaction(|g| {
+    let shown = store.transaction(|g| {
         let mut shown = Vec::new();
+        let now = clock::now()?;
         for msg in store.unread(agent)? {
-            if !waiting(&msg) {
+            if !due(&msg, &now) {
                 continue;
             }
             // A blocked `checkout --wait` takes its reserved key itself (as for a push).
@@ -182,7 +210,8 @@ pub fn claim_for_monitor(store: &dyn Store, agent: &str) -> Result<Vec<crate::st
             });
         }
         Ok(shown)
-    })
+    })?;
+    Ok(MonitorClaim { shown, pending })
 }
 
 /// Record how pushing `msg` went (`error`: why it was not delivered), and audit it.
