@@ -1248,3 +1248,47 @@ fn a_monitor_shows_a_message_no_push_tried_after_a_moment() {
         .json();
     assert_eq!(msgs["messages"][0]["delivery"]["via"], "monitor", "{msgs}");
 }
+
+/// The session's agent ends while its process goes on (a Claude Code session cleared with
+/// `/clear` goes on under a new session id): the monitor follows the agent the process
+/// registered next.
+#[test]
+fn a_monitor_follows_its_session_to_its_next_agent() {
+    let e = Env::new();
+    let follower = Follower::start_with(&e, "sess-a", true);
+    let ok = |agent: &str, args: &[&str]| {
+        let r = e.run_now(Some(agent), args);
+        assert_eq!(r.code, 0, "{args:?}: {}", r.text());
+        r
+    };
+    let session = follower.session.id().to_string();
+    ok("sess-a", &["heartbeat", "--pid", &session]);
+    let mut end = base_cmd(&e.now);
+    end.env_remove("TASKLOCK_NOW");
+    use_store(&mut end, &e.dir());
+    end.env("CLAUDE_CODE_SESSION_ID", "sess-a")
+        .arg("--dir")
+        .arg(e.dir())
+        .args(["hook", "session-end"]);
+    let end = exec(end);
+    assert_eq!(end.code, 0, "{}", end.text());
+    assert!(
+        ok("sess-a", &["agents", "--all", "--json"])
+            .stdout
+            .contains(r#""cause":"ended""#),
+        "sess-a did not end"
+    );
+    ok("sess-b", &["heartbeat", "--pid", &session]);
+    ok("b", &["checkout", "k"]);
+    e.run_now(Some("sess-b"), &["checkout", "k", "--queue"]);
+    ok("b", &["release", "k"]);
+    assert!(
+        eventually(|| !follower.lines().is_empty()),
+        "the monitor did not follow the session's next agent"
+    );
+    assert!(
+        follower.lines()[0].contains(r#"key: "k""#),
+        "{:?}",
+        follower.lines()
+    );
+}

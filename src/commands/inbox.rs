@@ -67,6 +67,9 @@ pub fn execute(ctx: &Ctx, a: crate::cli::InboxArgs) -> Result<Report> {
 /// signal, and for messages whose push failed after it was claimed (a failure is written
 /// where the store's change signal does not look).
 const ROUND: std::time::Duration = std::time::Duration::from_secs(1);
+/// How often `inbox --follow` looks for the agent its session goes on as, once its own
+/// agent ended.
+const LOOK_AGAIN: std::time::Duration = std::time::Duration::from_secs(2);
 /// How soon `inbox --follow` looks again while a message is left to a push for a moment.
 const SOON: std::time::Duration = std::time::Duration::from_millis(100);
 /// How long `inbox --follow` waits for the agent's registry entry to accept it (a
@@ -103,12 +106,26 @@ pub fn follow(
         }
         std::thread::sleep(ROUND);
     };
-    let me = ctx.agent_id()?;
+    let mut me = ctx.agent_id()?;
     let mut changes = store.inbox_changes(&me)?;
     let mut refused_since: Option<std::time::Instant> = None;
+    let mut looked_on: Option<std::time::Instant> = None;
     while running() {
         let mut wait = ROUND;
         let owner = store.read_agent(&me)?;
+        // The agent ended while its session's process goes on: a Claude Code session
+        // cleared with `/clear` goes on under a new session id, which its hooks register.
+        if owner.as_ref().is_some_and(|e| e.ended_at.is_some())
+            && looked_on.is_none_or(|t| t.elapsed() >= LOOK_AGAIN)
+        {
+            looked_on = Some(std::time::Instant::now());
+            if let Some(next) = successor(&*store, &me, session)? {
+                me = next;
+                changes = store.inbox_changes(&me)?;
+                refused_since = None;
+                continue;
+            }
+        }
         if let Some(entry) = owner.as_ref().filter(|e| e.owner.is_some())
             && crate::liveness::is_own_process(entry)
         {
@@ -143,4 +160,33 @@ pub fn follow(
         changes.wait(wait);
     }
     Ok(())
+}
+
+/// The live agent, other than `me`, that the session's process (`pid`, with its start
+/// time) runs as now: registered with that very process on this host and boot, not a
+/// subagent; the one that beat last.
+fn successor(
+    store: &dyn crate::store::Store,
+    me: &str,
+    session: Option<(u32, Option<u64>)>,
+) -> Result<Option<String>> {
+    let Some((pid, Some(start))) = session else {
+        return Ok(None);
+    };
+    let host = crate::identity::hostname();
+    let boot = crate::identity::boot_id();
+    Ok(store
+        .scan_agents()?
+        .into_iter()
+        .filter(|e| {
+            e.id != me
+                && e.ended_at.is_none()
+                && e.parent.is_none()
+                && e.pid == Some(pid)
+                && e.pid_start == Some(start)
+                && e.host == host
+                && e.boot_id == boot
+        })
+        .max_by_key(|e| e.last_heartbeat)
+        .map(|e| e.id))
 }
