@@ -1146,13 +1146,14 @@ fn a_monitor_shows_what_no_push_delivered_and_ends_with_its_session() {
     );
     assert!(!hook.stdout.contains("tasklock inbox ("), "{}", hook.text());
 
-    // The session's process dies (kill -9, no hook runs): its monitor ends.
+    // The session's process dies (kill -9, no hook runs), and is not collected yet (a
+    // zombie): its monitor ends.
     follower.session.kill().unwrap();
-    follower.session.wait().unwrap();
     assert!(
         follower.closes_within(Duration::from_secs(5)),
         "the monitor outlived its session"
     );
+    follower.session.wait().unwrap();
 }
 
 /// A session both paths reach (its socket takes pushes, and its monitor runs): each

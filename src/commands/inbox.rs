@@ -90,8 +90,12 @@ pub fn follow(
 ) -> Result<()> {
     crate::signals::install();
     let session = crate::os::parent_chain_pid().map(|p| (p, crate::os::start_time(p)));
+    // A killed session's process may wait as a zombie for its parent for a while.
     let session_runs = || {
-        session.is_none_or(|(pid, start)| start.is_some() && crate::os::start_time(pid) == start)
+        session.is_none_or(|(pid, start)| {
+            crate::os::process(pid)
+                .is_some_and(|p| start.is_some() && p.start == start && !p.zombie)
+        })
     };
     let running = || crate::signals::received().is_none() && session_runs();
     let (ctx, store) = loop {
