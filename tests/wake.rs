@@ -1293,3 +1293,19 @@ fn a_monitor_follows_its_session_to_its_next_agent() {
         follower.lines()
     );
 }
+
+/// `inbox --follow` with `--peek`, or with no identity, is a usage error (exit 64).
+#[test]
+fn inbox_follow_refuses_peek_and_a_missing_identity() {
+    let e = Env::new();
+    let r = e.run(Some("a"), &["inbox", "--follow", "--peek"]);
+    assert_eq!(r.code, 64, "{}", r.text());
+    assert!(
+        r.stderr.contains("'--follow' cannot be used with '--peek'"),
+        "{}",
+        r.text()
+    );
+    let r = e.run(None, &["inbox", "--follow"]);
+    assert_eq!(r.code, 64, "{}", r.text());
+    assert!(r.stderr.contains("no agent identity"), "{}", r.text());
+}
