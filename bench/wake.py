@@ -3,6 +3,7 @@
 free, and what pushing costs the agent that releases it (docs/wake.md).
 
     python3 bench/wake.py [--tasklock PATH] [--claude PATH] [--rounds N] [--json-out FILE]
+                          [--store postgres://…] [--monitor]
 
 Setup: a throwaway git project where `tasklock init` has wired the Claude Code hooks,
 and one interactive Claude Code session in it, run under tmux (a tmux server of its own)
@@ -21,6 +22,20 @@ Per round, in a shuffled order within the round:
 The waiter then leaves the queue (`leave`), so no reservation lapses during the run.
 Last, the claude process is stopped (SIGSTOP: its socket still accepts, nobody reads) for
 a few `release` runs, then continued; the pushes it was sent should then reach the model.
+
+With --monitor the session has the Claude Code plugin (plugins/claude, `--plugin-dir`)
+instead of `tasklock init`'s hooks: its monitor runs `tasklock inbox --follow` beside the
+messaging socket. Per round, in a shuffled order:
+  near   as `push` above: the socket and the monitor race; which one told the session is
+         read off the request (a monitor's line comes as a "Monitor event").
+  far    the same, but `holder` runs `release` under another host name (`unshare --uts`,
+         a UTS namespace of its own: another machine sharing the store, as tasklock sees
+         it), so the push is refused ("another host") and only the monitor can tell.
+No stopped-session rounds in this mode. Needs `unshare` and the right to use it (root).
+
+--store URL runs everything (the session's hooks and monitor, and every command here) on
+the PostgreSQL store at URL, in a schema of its own (`?schema=bench_wake_…`, dropped at
+the end with psql when psql is there).
 
 The session counts as idle when its sessions file (~/.claude/sessions/PID.json) says
 `idle` after the stub's last answer, no request is in flight, and that holds for 0.5 s.
@@ -42,6 +57,7 @@ import json
 import os
 import platform
 import random
+import re
 import shutil
 import signal
 import statistics
@@ -72,6 +88,10 @@ def parse_args():
     p.add_argument("--stopped-rounds", type=int, default=5,
                    help="releases while the session is stopped (default 5)")
     p.add_argument("--json-out", metavar="FILE", help="also write every sample to FILE as JSON")
+    p.add_argument("--store", metavar="URL",
+                   help="a PostgreSQL URL: run on that store (a schema of its own)")
+    p.add_argument("--monitor", action="store_true",
+                   help="the plugin's monitor beside the socket: near and far rounds")
     p.add_argument("--keep", action="store_true",
                    help="keep the temporary directory (HOME, project, logs) for a look")
     return p.parse_args()
@@ -228,7 +248,8 @@ def sse(msg):
 class Session:
     """Interactive `claude` in a detached tmux session on a tmux server of its own."""
 
-    def __init__(self, claude, tasklock, home, project, stub, version):
+    def __init__(self, claude, tasklock, home, project, stub, version, extra_env=None,
+                 extra_args=()):
         self.home, self.project, self.stub = home, project, stub
         self.id = str(uuid.uuid4())
         self.tmux_socket = os.path.join(home, "tmux.sock")
@@ -251,8 +272,9 @@ class Session:
             "CLAUDE_CODE_DISABLE_OFFICIAL_MARKETPLACE_AUTOINSTALL": "1",
             "ANTHROPIC_BASE_URL": stub.url,
             "ANTHROPIC_API_KEY": API_KEY,
+            **(extra_env or {}),
         }
-        argv = [claude, "--session-id", self.id, "--permission-mode", "default"]
+        argv = [claude, "--session-id", self.id, "--permission-mode", "default", *extra_args]
         # Not `exec`: tmux continues a pane's process that stops (SIGCONT to its group), so
         # claude runs under this shell, where a SIGSTOP holds.
         line = "env -i " + " ".join(q(f"{k}={v}") for k, v in env.items()) + " " + \
@@ -329,7 +351,7 @@ class Session:
         with self.stub.cond:
             in_flight, last = self.stub.in_flight, self.stub.last_main
         return (entry is not None and last is not None and in_flight == 0
-                and entry.get("status") == "idle"
+                and entry.get("status") in ("idle", "shell")  # shell: a monitor runs
                 and (entry.get("statusUpdatedAt") or 0) >= int(last * 1000))
 
     def wait_idle(self, timeout=TIMEOUT):
@@ -459,17 +481,21 @@ def build():
 ENV = {k: v for k, v in os.environ.items()
        if not k.startswith(("TASKLOCK_", "CLAUDE_CODE_", "CODEX_"))}
 
+# Run a command as on another host: a UTS namespace of its own, another host name.
+OTHER_HOST = ["unshare", "--uts", "sh", "-c", 'hostname bench-other-host && exec "$0" "$@"']
+
 
 class Tasklock:
-    def __init__(self, binary, locks):
+    def __init__(self, binary, locks, env=None):
         self.binary, self.locks = binary, locks
+        self.env = env or ENV
 
-    def run(self, agent, *args, ok=(0,)):
+    def run(self, agent, *args, ok=(0,), prefix=()):
         """`tasklock --dir LOCKS ARGS --agent AGENT` (no `--agent` when AGENT is None); its
         wall time in seconds, and its output."""
         who = ["--agent", agent] if agent else []
         t = time.perf_counter()
-        r = subprocess.run([self.binary, "--dir", self.locks, *args, *who], env=ENV,
+        r = subprocess.run([*prefix, self.binary, "--dir", self.locks, *args, *who], env=self.env,
                            stdin=subprocess.DEVNULL, capture_output=True, text=True)
         took = time.perf_counter() - t
         if r.returncode not in ok:
@@ -510,17 +536,30 @@ def main():
         os.makedirs(home)
         os.makedirs(project)
         subprocess.run(["git", "init", "-q"], cwd=project, env=ENV, check=True)
-        r = subprocess.run([binary, "init"], cwd=project, env=ENV, capture_output=True, text=True)
-        if r.returncode != 0:
-            raise Failed(f"tasklock init exited {r.returncode}:\n{r.stdout}{r.stderr}")
-        tl = Tasklock(binary, os.path.join(project, ".locks"))
+        store_env = {}
+        if a.store:
+            sep = "&" if "?" in a.store else "?"
+            schema = f"bench_wake_{uuid.uuid4().hex[:12]}"
+            store_env = {"TASKLOCK_URL": f"{a.store}{sep}schema={schema}"}
+        env = {**ENV, **store_env}
+        extra_args = []
+        if a.monitor:
+            # The plugin's hooks and monitor; a lock directory for the file store.
+            os.makedirs(os.path.join(project, ".locks"))
+            extra_args = ["--plugin-dir", os.path.join(REPO, "plugins", "claude")]
+        else:
+            r = subprocess.run([binary, "init"], cwd=project, env=env, capture_output=True,
+                               text=True)
+            if r.returncode != 0:
+                raise Failed(f"tasklock init exited {r.returncode}:\n{r.stdout}{r.stderr}")
+        tl = Tasklock(binary, os.path.join(project, ".locks"), env)
         stub = Stub(os.path.join(tmp, "stub.log.jsonl"))
         started = time.perf_counter()
-        session = Session(claude, binary, home, project, stub, version)
+        session = Session(claude, binary, home, project, stub, version, store_env, extra_args)
         session.start()
         print(f"wake: session {session.id} (claude pid {session.pid}) idle "
               f"{time.perf_counter() - started:.1f} s after start", file=sys.stderr)
-        result = measure(a, tl, stub, session)
+        result = (measure_monitor if a.monitor else measure)(a, tl, stub, session)
     except KeyboardInterrupt:
         print("wake: interrupted", file=sys.stderr)
         return 130
@@ -537,6 +576,9 @@ def main():
             session.kill()
         if stub is not None:
             stub.close()
+        if a.store and shutil.which("psql"):
+            subprocess.run(["psql", a.store, "-qc", f"DROP SCHEMA IF EXISTS {schema} CASCADE"],
+                           env=ENV, capture_output=True)
         if a.keep:
             print(f"wake: kept {tmp}", file=sys.stderr)
         else:
@@ -546,8 +588,94 @@ def main():
                     break
                 time.sleep(0.2)
 
-    report(a, result, binary, tl_version, version)
+    (report_monitor if a.monitor else report)(a, result, binary, tl_version, version)
     return 0
+
+
+def measure_monitor(a, tl, stub, session):
+    rng = random.Random(SEED)
+    sid = session.id
+    s = {"near": [], "far": [], "release_near": [], "release_far": []}
+    told_by = {"near": {"socket": 0, "monitor": 0}, "far": {"socket": 0, "monitor": 0}}
+
+    def round_(route, i):
+        key = f"{route}{i}"
+        tl.run("holder", "checkout", key)
+        tl.run(sid, "checkout", key, "--queue", ok=(2,))
+        session.wait_idle()
+        first = stub.count()
+        prefix = OTHER_HOST if route == "far" else ()
+        t0 = time.perf_counter()
+        took, _ = tl.run("holder", "release", key, prefix=prefix)
+        seen = stub.wait_for(first, [PUSHED, f'key: \\"{key}\\"'], TIMEOUT)
+        if seen is None:
+            session.fail(f"no request to the model carried the message for {key}")
+        with stub.cond:
+            body = next(b for t, b, _ in stub.requests[first:] if t == seen)
+        # A monitor's line comes inside `<event>…</event>` of a task notification.
+        keyed = f'key: \\"{key}\\"'
+        at = body.rfind(PUSHED, 0, body.find(keyed))
+        by = "monitor" if body[max(0, at - 7):at] == "<event>" else "socket"
+        told_by[route][by] += 1
+        s[route].append(seen - t0)
+        s[f"release_{route}"].append(took)
+        session.wait_idle()
+        # Told once: the conversation so far holds the message for this key once.
+        with stub.cond:
+            last = stub.requests[-1][1]
+        if last.count(keyed) != 1:
+            ctx = [last[max(0, m.start() - 300):m.start() + 50] for m in re.finditer(re.escape(keyed), last)]
+            raise Failed(f"{key}: told {last.count(keyed)} times:\n" + "\n----\n".join(ctx))
+        tl.run(sid, "leave", key)
+
+    round_("near", "warm")
+    round_("far", "warm")
+    for k in s:
+        s[k].clear()
+    told_by = {"near": {"socket": 0, "monitor": 0}, "far": {"socket": 0, "monitor": 0}}
+    for i in range(a.rounds):
+        order = ["near", "far"]
+        rng.shuffle(order)
+        for route in order:
+            round_(route, i)
+        print(f"wake: round {i + 1}/{a.rounds}: near {ms(s['near'][-1])}, "
+              f"far {ms(s['far'][-1])}", file=sys.stderr)
+    if told_by["far"]["socket"]:
+        raise Failed(f"a release on another host was pushed into the socket: {told_by}")
+    return {"samples": s, "told_by": told_by}
+
+
+def report_monitor(a, result, binary, tl_version, claude_version):
+    s, told = result["samples"], result["told_by"]
+    load = os.getloadavg()
+
+    def row(what, xs):
+        return f"| {what} | {len(xs)} | {ms(statistics.median(xs))} | {ms(pct(xs, 90))} | {ms(max(xs))} |"
+
+    lines = [
+        f"{tl_version}, Claude Code {claude_version}, {os.cpu_count()} CPUs, "
+        f"Linux {platform.release()}, Python {platform.python_version()}, "
+        f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, "
+        f"store: {'PostgreSQL' if a.store else 'lock directory'}",
+        "",
+        "| measure | n | median | p90 | max |",
+        "|---|---:|---:|---:|---:|",
+        row("near: `release` started -> idle session's next model request", s["near"]),
+        row("far (another host): `release` started -> next model request", s["far"]),
+        row("`release`, near", s["release_near"]),
+        row("`release`, far (push refused: another host)", s["release_far"]),
+        "",
+        f"near: told by the socket {told['near']['socket']}, by the monitor "
+        f"{told['near']['monitor']} times; far: by the monitor {told['far']['monitor']} times. "
+        "Every request carried the notification once.",
+    ]
+    print("\n".join(lines))
+    if a.json_out:
+        with open(a.json_out, "w") as f:
+            json.dump({"tasklock": binary, "tasklock_version": tl_version,
+                       "claude_version": claude_version, "cpus": os.cpu_count(),
+                       "loadavg": load, "rounds": a.rounds, "store": bool(a.store),
+                       "seconds": s, "told_by": told}, f, indent=1)
 
 
 def measure(a, tl, stub, session):

@@ -324,6 +324,10 @@ pub struct InboxArgs {
     /// Leave the messages unread
     #[arg(long)]
     pub peek: bool,
+    /// Keep running: print each message no push delivered, one line each, as it arrives
+    /// (for a Claude Code plugin's monitor); ends with the session that started it
+    #[arg(long, conflicts_with = "peek")]
+    pub follow: bool,
 }
 
 // The arguments of `init`.
@@ -340,6 +344,10 @@ pub struct InitArgs {
     /// existing pre-commit hook or husky
     #[arg(long)]
     pub git_hook: bool,
+    /// Also set up Cursor (.cursor/rules/tasklock.mdc, .cursor/mcp.json); done anyway
+    /// when the project has a .cursor directory
+    #[arg(long)]
+    pub cursor: bool,
 }
 
 // The arguments of `setup`.

@@ -149,6 +149,31 @@ fn run_command(args: Vec<OsString>) -> i32 {
             }
         };
     }
+    if let Command::Inbox(cli::InboxArgs { follow: true, .. }) = &cli.command {
+        let global = &cli.global;
+        let mut open = || -> error::Result<Ctx> {
+            let dir = discover::read_dir(global.dir.as_deref())?;
+            let mut ctx = Ctx {
+                dir,
+                now: clock::now()?,
+                agent_flag: global.agent.clone(),
+                name_flag: global.name.clone(),
+                cfg: Default::default(),
+            };
+            if store::pg::open_early(ctx.config().ok().as_ref())? {
+                ctx.now = clock::now()?;
+            }
+            Ok(ctx)
+        };
+        let result = commands::inbox::follow(&mut open, format, &mut std::io::stdout());
+        return match result {
+            Ok(()) => EXIT_OK,
+            Err(e) => {
+                emit_stderr(&render::error(&e, Format::Markdown, &inv));
+                e.exit_code()
+            }
+        };
+    }
     match execute(cli) {
         Ok(report) => {
             let warnings = warnings::take();
@@ -385,6 +410,7 @@ where
                     | Command::Run(_)
                     | Command::Mcp
                     | Command::Audit(cli::AuditArgs { follow: true, .. })
+                    | Command::Inbox(cli::InboxArgs { follow: true, .. })
             ) =>
         {
             cli

@@ -340,3 +340,16 @@ pub fn waiter_gone(
         None => Ok(false),
     }
 }
+
+/// Does this process run under the agent's registered process (a hook of its session, or
+/// a command the session started: its MCP server, its monitor)? Found by walking up the
+/// real parent chain (never from environment variables, which any process can set).
+pub fn is_own_process(entry: &AgentEntry) -> bool {
+    let (Some(pid), Some(start)) = (entry.pid, entry.pid_start) else {
+        return false;
+    };
+    entry.host == crate::identity::hostname()
+        && entry.boot_id == crate::identity::boot_id()
+        && crate::os::parent_chain_pid() == Some(pid)
+        && crate::os::start_time(pid) == Some(start)
+}

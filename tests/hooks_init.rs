@@ -1706,3 +1706,85 @@ fn init_refuses_a_broken_codex_config_and_changes_nothing() {
         assert_eq!(read(&path), bad);
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// Cursor: project rules and the MCP server
+// ---------------------------------------------------------------------------------------
+
+/// A project with `.cursor/` (and an MCP server of its own) gets the rules and the
+/// tasklock server beside its own; a second `init` changes nothing.
+#[test]
+fn init_sets_up_cursor_where_the_project_has_a_cursor_dir() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = git_repo(&tmp.path().join("repo"));
+    std::fs::create_dir_all(repo.join(".cursor")).unwrap();
+    std::fs::write(
+        repo.join(".cursor/mcp.json"),
+        r#"{"mcpServers": {"other": {"command": "other-server"}}, "extra": 1}"#,
+    )
+    .unwrap();
+    let r = init(&repo, &["--json"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    let rules = repo.join(".cursor/rules/tasklock.mdc");
+    let mcp = repo.join(".cursor/mcp.json");
+    let got = changes(&r.json());
+    assert!(got.contains(&(p(&rules), "created".into())), "{got:?}");
+    assert!(got.contains(&(p(&mcp), "updated".into())), "{got:?}");
+    insta::assert_snapshot!("cursor_rules", read(&rules));
+    let doc: Value = serde_json::from_str(&read(&mcp)).unwrap();
+    assert_eq!(
+        doc["mcpServers"]["other"]["command"], "other-server",
+        "{doc}"
+    );
+    assert_eq!(doc["extra"], 1, "{doc}");
+    assert_eq!(
+        doc["mcpServers"]["tasklock"],
+        serde_json::json!({"command": "tasklock", "args": ["mcp"]}),
+        "{doc}"
+    );
+    // The rules are Cursor's MDC: front matter that applies them always.
+    assert!(read(&rules).starts_with("---\ndescription: "));
+    assert!(read(&rules).contains("\nalwaysApply: true\n---\n"));
+
+    age(&repo);
+    let before = tree(&repo);
+    let again = init(&repo, &["--json"]);
+    assert_eq!(again.code, 0, "{}", again.text());
+    let got = changes(&again.json());
+    assert!(got.contains(&(p(&rules), "unchanged".into())), "{got:?}");
+    assert!(got.contains(&(p(&mcp), "unchanged".into())), "{got:?}");
+    assert_eq!(tree(&repo), before, "a second init changed files");
+}
+
+/// Without `.cursor/`, nothing for Cursor unless asked with `--cursor`; a `.cursor/mcp.json`
+/// that is not JSON stops `init` before it changes anything.
+#[test]
+fn init_writes_cursor_files_only_when_asked_or_wanted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = git_repo(&tmp.path().join("repo"));
+    let r = init(&repo, &[]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    assert!(!repo.join(".cursor").exists(), "init made .cursor unasked");
+    let r = init(&repo, &["--cursor"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    assert!(
+        r.stdout.contains(".cursor/rules/tasklock.mdc"),
+        "{}",
+        r.text()
+    );
+    let doc: Value = serde_json::from_str(&read(&repo.join(".cursor/mcp.json"))).unwrap();
+    assert_eq!(doc["mcpServers"]["tasklock"]["args"][0], "mcp", "{doc}");
+
+    let other = git_repo(&tmp.path().join("other"));
+    std::fs::create_dir_all(other.join(".cursor")).unwrap();
+    std::fs::write(other.join(".cursor/mcp.json"), "{ not json").unwrap();
+    let before = tree(&other);
+    let r = init(&other, &[]);
+    assert_ne!(r.code, 0, "{}", r.text());
+    assert!(
+        r.stderr.contains(".cursor/mcp.json") && r.stderr.contains("not valid JSON"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(tree(&other), before, "a failed init changed files");
+}

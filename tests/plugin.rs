@@ -147,6 +147,26 @@ fn plugin_manifest_matches_the_crate_and_the_init_template() {
     );
 }
 
+/// The plugin's monitor (docs/wake.md) runs the session's `inbox --follow` through the
+/// launcher, from the file Claude Code reads when plugin.json names none (so that
+/// plugin.json stays valid for Claude Code versions that know no monitors).
+#[test]
+fn plugin_declares_the_inbox_monitor() {
+    let root = repo_root();
+    let plugin = read_json(&root.join("plugins/claude/.claude-plugin/plugin.json"));
+    assert!(plugin.get("monitors").is_none(), "{plugin}");
+    let monitors = read_json(&root.join("plugins/claude/monitors/monitors.json"));
+    assert_eq!(
+        monitors,
+        serde_json::json!([{
+            "name": "inbox",
+            "command": "\"${CLAUDE_PLUGIN_ROOT}/bin/tasklock\" inbox --follow",
+            "description": "tasklock inbox",
+            "when": "always"
+        }])
+    );
+}
+
 /// The plugin's copies of the skills, install.sh (its launcher downloads with it) and the
 /// licences are the sources'; `scripts/claude-plugin.sh` writes them.
 #[test]

@@ -1002,3 +1002,310 @@ fn a_codex_hook_under_another_agents_name_records_no_reach() {
     );
     assert!(codex.calls(1, Duration::from_millis(500)).is_empty());
 }
+
+// ---------------------------------------------------------------------------------------
+// The session's monitor: `tasklock inbox --follow` (docs/wake.md, "A plugin's monitor")
+// ---------------------------------------------------------------------------------------
+
+/// `tasklock inbox --follow` for `agent`, started by `find -exec` as a plugin's monitor is
+/// by Claude Code: `find` (not a shell) stands in for the session's process. Its lines are
+/// collected by a thread, which ends when the follower's output closes.
+struct Follower {
+    session: std::process::Child,
+    lines: Arc<Mutex<Vec<String>>>,
+    closed: Arc<Mutex<bool>>,
+}
+
+impl Follower {
+    fn start(e: &Env, agent: &str) -> Follower {
+        Self::start_with(e, agent, false)
+    }
+
+    /// With `real_clock`, on the real clock (not `TASKLOCK_NOW`).
+    fn start_with(e: &Env, agent: &str, real_clock: bool) -> Follower {
+        use std::io::BufRead;
+        let mut template = base_cmd(&e.now);
+        if real_clock {
+            template.env_remove("TASKLOCK_NOW");
+        }
+        let mut cmd = std::process::Command::new("find");
+        for (k, v) in template.get_envs() {
+            match v {
+                Some(v) => cmd.env(k, v),
+                None => cmd.env_remove(k),
+            };
+        }
+        use_store(&mut cmd, &e.dir());
+        cmd.arg(e.tmp.path())
+            .args(["-maxdepth", "0", "-exec"])
+            .arg(env!("CARGO_BIN_EXE_tasklock"))
+            .arg("--dir")
+            .arg(e.dir())
+            .args(["inbox", "--follow", "--agent", agent, ";"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped());
+        let mut session = cmd.spawn().unwrap();
+        let out = session.stdout.take().unwrap();
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let closed = Arc::new(Mutex::new(false));
+        let (sink, done) = (Arc::clone(&lines), Arc::clone(&closed));
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(out).lines().map_while(|l| l.ok()) {
+                sink.lock().unwrap().push(line);
+            }
+            *done.lock().unwrap() = true;
+        });
+        Follower {
+            session,
+            lines,
+            closed,
+        }
+    }
+
+    fn lines(&self) -> Vec<String> {
+        self.lines.lock().unwrap().clone()
+    }
+
+    /// Wait up to `limit` for its output to close.
+    fn closes_within(&self, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if *self.closed.lock().unwrap() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+}
+
+impl Drop for Follower {
+    fn drop(&mut self) {
+        let _ = self.session.kill();
+        let _ = self.session.wait();
+    }
+}
+
+/// Wait up to 10 s for `done` to hold.
+fn eventually(mut done: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+/// The push could not deliver (a socket nobody listens on, as for a session on another
+/// host or of another Unix user): the monitor shows the message, on one line, once; the
+/// inbox records it; the monitor ends when the process that started it is killed.
+#[test]
+fn a_monitor_shows_what_no_push_delivered_and_ends_with_its_session() {
+    let e = Env::new();
+    let path = e.tmp.path().join("stale.sock");
+    drop(UnixListener::bind(&path).unwrap());
+    let a = AgentProcess::start();
+    register(&e, "sess-a", &path, &a);
+    e.ok("b", &["checkout", "k"]);
+    e.run(Some("sess-a"), &["checkout", "k", "--queue"]);
+    let mut follower = Follower::start(&e, "sess-a");
+    e.ok("b", &["release", "k"]);
+    assert!(
+        eventually(|| !follower.lines().is_empty()),
+        "the monitor showed nothing"
+    );
+    let lines = follower.lines();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    let line = &lines[0];
+    assert!(
+        line.starts_with("[tasklock] A notification from tasklock"),
+        "{line}"
+    );
+    assert!(
+        line.contains(r#" | type: reserved | key: "k" | message: "#),
+        "{line}"
+    );
+    let msgs = inbox(&e, "sess-a");
+    assert_eq!(msgs.len(), 1, "{msgs:?}");
+    assert_eq!(msgs[0]["delivery"]["delivered"], true, "{msgs:?}");
+    assert_eq!(msgs[0]["delivery"]["via"], "monitor", "{msgs:?}");
+    let why = e.ok("sess-a", &["why", "k"]).stdout;
+    assert!(why.contains("told by the session's monitor"), "{why}");
+    // Nothing more: a later change shows nothing again.
+    e.ok("c", &["checkout", "other"]);
+    e.ok("c", &["release", "other"]);
+    std::thread::sleep(Duration::from_millis(700));
+    assert_eq!(follower.lines().len(), 1, "{:?}", follower.lines());
+    // The hooks do not repeat it (the agent has it), and mark it read.
+    let hook = e.run_env(
+        None,
+        &["hook", "user-prompt-submit"],
+        &[("CLAUDE_CODE_SESSION_ID", "sess-a")],
+    );
+    assert!(!hook.stdout.contains("tasklock inbox ("), "{}", hook.text());
+
+    // The session's process dies (kill -9, no hook runs), and is not collected yet (a
+    // zombie): its monitor ends.
+    follower.session.kill().unwrap();
+    assert!(
+        follower.closes_within(Duration::from_secs(5)),
+        "the monitor outlived its session"
+    );
+    follower.session.wait().unwrap();
+}
+
+/// A session both paths reach (its socket takes pushes, and its monitor runs): each
+/// message is delivered once, by one of them, however they race.
+#[test]
+fn a_message_both_paths_reach_is_delivered_once() {
+    let e = Env::new();
+    let sock = Socket::bind(e.tmp.path(), "a");
+    let a = AgentProcess::start();
+    register(&e, "sess-a", &sock.path, &a);
+    let keys: Vec<String> = (0..6).map(|i| format!("k{i}")).collect();
+    for k in &keys {
+        e.ok("b", &["checkout", k]);
+        e.run(Some("sess-a"), &["checkout", k, "--queue"]);
+    }
+    // Half before the monitor starts (pushed into the socket: the monitor must not show
+    // them again), half while it runs (both race for each).
+    for k in &keys[..3] {
+        e.ok("b", &["release", k]);
+    }
+    assert_eq!(sock.lines(3).len(), 3);
+    let follower = Follower::start(&e, "sess-a");
+    for k in &keys[3..] {
+        e.ok("b", &["release", k]);
+    }
+    let total = || sock.got.lock().unwrap().len() + follower.lines().len();
+    assert!(
+        eventually(|| total() >= keys.len()),
+        "delivered: {}",
+        total()
+    );
+    std::thread::sleep(Duration::from_millis(700));
+    let pushed: Vec<String> = sock.got.lock().unwrap().clone();
+    let shown = follower.lines();
+    assert_eq!(
+        pushed.len() + shown.len(),
+        keys.len(),
+        "{pushed:?}\n{shown:?}"
+    );
+    for k in &keys {
+        let needle = format!(r#"key: \"{k}\""#);
+        let plain = format!(r#"key: "{k}""#);
+        let n = pushed.iter().filter(|p| p.contains(&needle)).count()
+            + shown.iter().filter(|s| s.contains(&plain)).count();
+        assert_eq!(n, 1, "{k}: {pushed:?}\n{shown:?}");
+    }
+    let msgs = inbox(&e, "sess-a");
+    assert_eq!(msgs.len(), keys.len());
+    let via_monitor = msgs
+        .iter()
+        .filter(|m| m["delivery"]["via"] == "monitor")
+        .count();
+    assert_eq!(via_monitor, shown.len(), "{msgs:?}");
+    assert!(
+        msgs.iter().all(|m| m["delivery"]["delivered"] == true),
+        "{msgs:?}"
+    );
+    eprintln!(
+        "of {} messages, {} went through the socket, {} through the monitor",
+        keys.len(),
+        pushed.len(),
+        shown.len()
+    );
+}
+
+/// A message no push tried (the session registered no socket): the monitor leaves it to
+/// a push for a moment (the writer pushes right after its commit), then shows it.
+#[test]
+fn a_monitor_shows_a_message_no_push_tried_after_a_moment() {
+    let e = Env::new();
+    let a = AgentProcess::start();
+    e.ok("sess-a", &["heartbeat", "--pid", &a.pid()]);
+    let r = e.run_now(Some("b"), &["checkout", "k"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    e.run_now(Some("sess-a"), &["checkout", "k", "--queue"]);
+    let follower = Follower::start_with(&e, "sess-a", true);
+    let released = Instant::now();
+    let r = e.run_now(Some("b"), &["release", "k"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    assert!(
+        eventually(|| !follower.lines().is_empty()),
+        "the monitor showed nothing"
+    );
+    let took = released.elapsed();
+    assert!(
+        took >= Duration::from_millis(300),
+        "shown after {took:?}, before the grace"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(follower.lines().len(), 1, "{:?}", follower.lines());
+    let msgs = e
+        .run_now(Some("sess-a"), &["inbox", "--peek", "--json"])
+        .json();
+    assert_eq!(msgs["messages"][0]["delivery"]["via"], "monitor", "{msgs}");
+}
+
+/// The session's agent ends while its process goes on (a Claude Code session cleared with
+/// `/clear` goes on under a new session id): the monitor follows the agent the process
+/// registered next.
+#[test]
+fn a_monitor_follows_its_session_to_its_next_agent() {
+    let e = Env::new();
+    let follower = Follower::start_with(&e, "sess-a", true);
+    let ok = |agent: &str, args: &[&str]| {
+        let r = e.run_now(Some(agent), args);
+        assert_eq!(r.code, 0, "{args:?}: {}", r.text());
+        r
+    };
+    let session = follower.session.id().to_string();
+    ok("sess-a", &["heartbeat", "--pid", &session]);
+    let mut end = base_cmd(&e.now);
+    end.env_remove("TASKLOCK_NOW");
+    use_store(&mut end, &e.dir());
+    end.env("CLAUDE_CODE_SESSION_ID", "sess-a")
+        .arg("--dir")
+        .arg(e.dir())
+        .args(["hook", "session-end"]);
+    let end = exec(end);
+    assert_eq!(end.code, 0, "{}", end.text());
+    assert!(
+        ok("sess-a", &["agents", "--all", "--json"])
+            .stdout
+            .contains(r#""cause":"ended""#),
+        "sess-a did not end"
+    );
+    ok("sess-b", &["heartbeat", "--pid", &session]);
+    ok("b", &["checkout", "k"]);
+    e.run_now(Some("sess-b"), &["checkout", "k", "--queue"]);
+    ok("b", &["release", "k"]);
+    assert!(
+        eventually(|| !follower.lines().is_empty()),
+        "the monitor did not follow the session's next agent"
+    );
+    assert!(
+        follower.lines()[0].contains(r#"key: "k""#),
+        "{:?}",
+        follower.lines()
+    );
+}
+
+/// `inbox --follow` with `--peek`, or with no identity, is a usage error (exit 64).
+#[test]
+fn inbox_follow_refuses_peek_and_a_missing_identity() {
+    let e = Env::new();
+    let r = e.run(Some("a"), &["inbox", "--follow", "--peek"]);
+    assert_eq!(r.code, 64, "{}", r.text());
+    assert!(
+        r.stderr.contains("'--follow' cannot be used with '--peek'"),
+        "{}",
+        r.text()
+    );
+    let r = e.run(None, &["inbox", "--follow"]);
+    assert_eq!(r.code, 64, "{}", r.text());
+    assert!(r.stderr.contains("no agent identity"), "{}", r.text());
+}

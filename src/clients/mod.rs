@@ -6,6 +6,7 @@
 
 pub mod apply_patch;
 pub mod codex;
+pub mod cursor;
 pub mod gemini;
 pub mod git_hook;
 pub mod hooks_json;

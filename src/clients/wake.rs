@@ -182,6 +182,13 @@ pub fn text(msg: &Message) -> String {
     t
 }
 
+/// [`text`] on one line, for a session's monitor (`inbox --follow`), whose every line
+/// reaches the model as one event: the quoted fields hold no line break, so only
+/// tasklock's own separators are replaced.
+pub fn line(msg: &Message) -> String {
+    text(msg).replace('\n', " | ")
+}
+
 /// Can the session be pushed to by this process, as `reach` says? The error says why
 /// not, in words for `inbox` and `why`.
 pub fn check(reach: &Reach) -> Result<(), String> {

@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 use super::{edit_gate, heartbeat, inbox, watch};
 use crate::engine::{Ctx, ReapReason, end_agent};
 use crate::error::{Error, Result};
+use crate::liveness::is_own_process;
 use crate::report::Report;
 use crate::store::{AgentEntry, Message};
 
@@ -283,18 +284,6 @@ fn authorize(session: &str, registered: Option<&AgentEntry>) -> Result<()> {
             wrong: s == crate::secret::Standing::WrongSecret,
         }),
     }
-}
-
-/// Does this hook run under the agent's registered process? Found by walking up the
-/// real parent chain (never from environment variables, which any process can set).
-fn is_own_process(entry: &AgentEntry) -> bool {
-    let (Some(pid), Some(start)) = (entry.pid, entry.pid_start) else {
-        return false;
-    };
-    entry.host == crate::identity::hostname()
-        && entry.boot_id == crate::identity::boot_id()
-        && crate::os::parent_chain_pid() == Some(pid)
-        && crate::os::start_time(pid) == Some(start)
 }
 
 /// For a long-running child of an agent's own process (`tasklock mcp`): act for the

@@ -15,7 +15,13 @@ const INSTRUCTIONS: &str = include_str!("../../templates/instructions.md");
 const CONFIG_TEMPLATE: &str = include_str!("../../templates/config.yaml");
 const MARKER: &str = "<!-- tasklock:begin -->";
 
-pub fn run(ctx: &Ctx, dry_run: bool, shared: Option<&str>, git_hook: bool) -> Result<Report> {
+pub fn run(
+    ctx: &Ctx,
+    dry_run: bool,
+    shared: Option<&str>,
+    git_hook: bool,
+    cursor: bool,
+) -> Result<Report> {
     let cwd = std::env::current_dir().map_err(|e| Error::io(".", e))?;
     let project = project_root(&cwd);
     let mut changes = Vec::new();
@@ -28,6 +34,11 @@ pub fn run(ctx: &Ctx, dry_run: bool, shared: Option<&str>, git_hook: bool) -> Re
     let mut gemini = crate::clients::gemini::read(&project)?;
     // And Codex's config, where the MCP server goes.
     let mut codex_config = codex_config::read(&project.join(".codex").join("config.toml"))?;
+    // Cursor's rules and MCP server, when asked or when the project has `.cursor/`.
+    let cursor_files = match crate::clients::cursor::wanted(&project, cursor) {
+        true => crate::clients::cursor::plan(&project)?,
+        false => Vec::new(),
+    };
     // The lock directory, its .gitignore and a commented config.
     let lock_dir = ctx.dir.clone();
     let had_dir = lock_dir.join(".gitignore").is_file();
@@ -216,6 +227,15 @@ pub fn run(ctx: &Ctx, dry_run: bool, shared: Option<&str>, git_hook: bool) -> Re
         }
     }
 
+    for f in cursor_files {
+        if let (false, Some(text)) = (dry_run, &f.text) {
+            let parent = f.path.parent().expect("has a parent");
+            std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
+            write_atomic(&f.path, text)?;
+        }
+        changes.push(change(&f.path, f.action, &f.what));
+    }
+
     // The git pre-commit guard, when asked for; otherwise `init` says how.
     let in_git = crate::discover::git_common_dir(&project).is_some();
     if git_hook {
@@ -327,7 +347,7 @@ fn write_atomic(path: &Path, text: &str) -> Result<()> {
 
 /// `init`.
 pub fn execute(ctx: &Ctx, a: crate::cli::InitArgs) -> Result<Report> {
-    run(ctx, a.dry_run, a.shared.as_deref(), a.git_hook)
+    run(ctx, a.dry_run, a.shared.as_deref(), a.git_hook, a.cursor)
 }
 
 #[cfg(test)]

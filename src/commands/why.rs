@@ -272,7 +272,12 @@ pub fn run(ctx: &Ctx, key: &str, paths: Vec<String>) -> Result<Report> {
                 } else {
                     format!("{} was", res.agent)
                 };
-                reasons.push(if d.delivered {
+                reasons.push(if d.delivered && d.via == crate::store::VIA_MONITOR {
+                    format!(
+                        "{who} told by the session's monitor (`tasklock inbox --follow`) {}; the reservation runs from then.",
+                        with_relative(&d.at, &now)
+                    )
+                } else if d.delivered {
                     format!(
                         "{who} told by a push into the session {}; the reservation runs from then.",
                         with_relative(&d.at, &now)

@@ -352,6 +352,9 @@ impl Store for Claiming<'_> {
     fn changes(&self) -> Result<Box<dyn Changes + '_>> {
         self.inner.changes()
     }
+    fn inbox_changes(&self, agent: &str) -> Result<Box<dyn Changes + '_>> {
+        self.inner.inbox_changes(agent)
+    }
     fn lock_watcher(&self, agent: &str) -> Result<Option<Held>> {
         self.inner.lock_watcher(agent)
     }

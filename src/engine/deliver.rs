@@ -135,6 +135,85 @@ fn deliver(store: &dyn Store, group: &[Pending]) -> Result<()> {
     Ok(())
 }
 
+/// How long a monitor leaves a message that no push has tried yet to the push: the
+/// command that wrote it pushes right after its change is committed, within
+/// milliseconds, and a socket wakes a session sooner than a monitor's line does.
+pub const MONITOR_GRACE: chrono::TimeDelta = chrono::TimeDelta::milliseconds(400);
+
+/// What [`claim_for_monitor`] found.
+pub struct MonitorClaim {
+    /// The messages claimed, to be shown now.
+    pub shown: Vec<crate::store::Message>,
+    /// Messages still left to a push (younger than [`MONITOR_GRACE`], none tried): look
+    /// again soon.
+    pub pending: bool,
+}
+
+/// Claim, for the monitor of `agent`'s session (`inbox --follow`), the unread messages
+/// that no push delivered: the one tried failed (another host, another Unix user, a
+/// session that did not take the line), or none was tried within [`MONITOR_GRACE`] of
+/// the message. Under the guard, as a push is claimed, so that a message is shown by the
+/// monitor or pushed into the socket, never both; the claim is recorded as delivered
+/// `via: monitor` before the caller prints it. A reservation's grace runs from the
+/// claim, as from a push.
+pub fn claim_for_monitor(store: &dyn Store, agent: &str) -> Result<MonitorClaim> {
+    let mut pending = false;
+    let mut due = |m: &crate::store::Message, now: &clock::Time| match &m.delivery {
+        Some(d) => !d.delivered,
+        None if *now - m.ts >= MONITOR_GRACE => true,
+        None => {
+            pending = true;
+            false
+        }
+    };
+    let now = clock::now()?;
+    if !store.unread(agent)?.iter().any(|m| due(m, &now)) {
+        return Ok(MonitorClaim {
+            shown: Vec::new(),
+            pending,
+        });
+    }
+    let shown = store.transaction(|g| {
+        let mut shown = Vec::new();
+        let now = clock::now()?;
+        for msg in store.unread(agent)? {
+            if !due(&msg, &now) {
+                continue;
+            }
+            // A blocked `checkout --wait` takes its reserved key itself (as for a push).
+            if msg.kind == MessageKind::Reserved
+                && store
+                    .read_queue(&msg.key)?
+                    .waiters
+                    .iter()
+                    .any(|w| w.agent == agent && w.pid.is_some())
+            {
+                continue;
+            }
+            let at = clock::now()?;
+            let d = Delivery {
+                at,
+                delivered: true,
+                via: crate::store::VIA_MONITOR.into(),
+                error: None,
+            };
+            store.record_delivery(g, &msg.to, &msg.id, &d)?;
+            let mut ev = AuditEvent::new(at, "push", &msg.key, &msg.to);
+            ev.detail = Some(format!("{}: shown by the session's monitor", msg.kind));
+            store.audit(g, &ev)?;
+            if msg.kind == MessageKind::Reserved {
+                retime(store, g, &msg.key, agent, &msg.id, at)?;
+            }
+            shown.push(crate::store::Message {
+                delivery: Some(d),
+                ..msg
+            });
+        }
+        Ok(shown)
+    })?;
+    Ok(MonitorClaim { shown, pending })
+}
+
 /// Record how pushing `msg` went (`error`: why it was not delivered), and audit it.
 fn record(
     store: &dyn Store,

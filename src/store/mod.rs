@@ -33,7 +33,7 @@ pub use file::{
     FileStore, at, create_root, guard_deadline, guard_held, set_guard_deadline, sharing,
 };
 pub use freeze::Freeze;
-pub use queue::{Delivery, Message, MessageKind, Queue, Reservation, Waiter};
+pub use queue::{Delivery, Message, MessageKind, Queue, Reservation, VIA_MONITOR, Waiter};
 pub use record::{FORMAT_VERSION, Record, version_for};
 pub use registry::{AgentEntry, EndHow, Ended, Note, Reach, Via};
 
@@ -240,6 +240,13 @@ pub trait Store {
 
     /// Wait for changes to records and queues.
     fn changes(&self) -> Result<Box<dyn Changes + '_>>;
+
+    /// Wait for changes to records and queues and to `agent`'s inbox (`inbox --follow`).
+    /// A store whose change signal already covers every inbox needs nothing more.
+    fn inbox_changes(&self, agent: &str) -> Result<Box<dyn Changes + '_>> {
+        let _ = agent;
+        self.changes()
+    }
 
     /// The lock that makes one `heartbeat --watch` per agent: `None` when another
     /// process holds it.

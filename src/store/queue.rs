@@ -157,6 +157,9 @@ pub struct Message {
     pub delivery: Option<Delivery>,
 }
 
+/// `delivery.via` of a message the session's monitor showed (`inbox --follow`).
+pub const VIA_MONITOR: &str = "monitor";
+
 /// How pushing a message into its agent's session went. Made at most once per message;
 /// whatever the outcome, the message stays in the inbox until read.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -164,7 +167,8 @@ pub struct Delivery {
     pub at: Time,
     /// The session's socket took the whole message.
     pub delivered: bool,
-    /// How: `claude-code` (the session's messaging socket).
+    /// How: `claude-code` (the session's messaging socket), `codex` (Codex's queue) or
+    /// `monitor` (printed by the session's `inbox --follow`).
     pub via: String,
     /// Why it was not delivered.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -270,8 +270,9 @@ impl InteractiveSession {
             .duration_since(SystemTime::UNIX_EPOCH)
             .unwrap()
             .as_millis() as u64;
+        // `shell`: idle, with a background command or a plugin's monitor still running.
         in_flight == 0
-            && entry["status"] == "idle"
+            && (entry["status"] == "idle" || entry["status"] == "shell")
             && entry["statusUpdatedAt"]
                 .as_u64()
                 .is_some_and(|t| t >= answered_ms)
@@ -379,7 +380,7 @@ pub(super) fn end_tmux(socket: &Path, pane_pid: Option<u32>) {
 }
 
 /// Every live descendant of `root` (children, their children, …) as (pid, process group).
-pub(super) fn descendants(root: u32) -> Vec<(u32, u32)> {
+pub fn descendants(root: u32) -> Vec<(u32, u32)> {
     // (pid, parent, group) of every process.
     let procs: Vec<(u32, u32, u32)> = std::fs::read_dir("/proc")
         .map(|dir| {

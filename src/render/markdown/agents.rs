@@ -9,6 +9,9 @@ pub(super) fn delivery_text(
 ) -> String {
     match d {
         None => "not pushed (read at the next prompt)".into(),
+        Some(d) if d.delivered && d.via == crate::store::VIA_MONITOR => {
+            format!("shown by its monitor {}", with_relative(&d.at, now))
+        }
         Some(d) if d.delivered => format!("pushed {}", with_relative(&d.at, now)),
         Some(d) => format!(
             "not pushed {}: {}",

@@ -1146,6 +1146,10 @@ impl Store for FileStore {
         Ok(Box::new(changes::Watcher::new(self)?))
     }
 
+    fn inbox_changes(&self, agent: &str) -> Result<Box<dyn Changes + '_>> {
+        Ok(Box::new(changes::Watcher::with_inbox(self, agent)?))
+    }
+
     fn lock_watcher(&self, agent: &str) -> Result<Option<Held>> {
         Ok(FileStore::lock_watcher(self, agent)?.map(|f| Box::new(f) as Held))
     }

@@ -11,7 +11,7 @@ use crate::key;
 use crate::store::{Delivery, Message, Queue};
 
 pub(super) const QUEUES: &str = "queues";
-const INBOX: &str = "inbox";
+pub(super) const INBOX: &str = "inbox";
 const READ: &str = "read";
 const DELIVERY: &str = "delivery";
 
