@@ -107,6 +107,10 @@ impl Agent {
     }
 }
 
+/// The variable tasklock's OpenCode plugin sets in every shell command of a session: the
+/// session's id.
+pub const OPENCODE_SESSION_ENV: &str = "OPENCODE_SESSION_ID";
+
 /// How the id was found; `doctor` warns about the fallback.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Source {
@@ -114,12 +118,14 @@ pub enum Source {
     Env,
     ClaudeSession,
     CodexThread,
+    OpenCodeSession,
     UserAtHost,
 }
 
 /// Resolve the agent id: `--agent`, `TASKLOCK_AGENT`, `CLAUDE_CODE_SESSION_ID`,
-/// `CODEX_THREAD_ID` (set by the Codex CLI in every command it runs), then
-/// `USER@HOSTNAME` only when stdin is a terminal.
+/// `CODEX_THREAD_ID` (set by the Codex CLI in every command it runs),
+/// `OPENCODE_SESSION_ID` (set by tasklock's OpenCode plugin in every shell command of a
+/// session), then `USER@HOSTNAME` only when stdin is a terminal.
 pub fn resolve_id(flag: Option<&str>) -> Result<(String, Source)> {
     let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
     let (id, source) = if let Some(f) = flag {
@@ -130,6 +136,8 @@ pub fn resolve_id(flag: Option<&str>) -> Result<(String, Source)> {
         (v, Source::ClaudeSession)
     } else if let Some(v) = env("CODEX_THREAD_ID") {
         (v, Source::CodexThread)
+    } else if let Some(v) = env(OPENCODE_SESSION_ENV) {
+        (v, Source::OpenCodeSession)
     } else if std::io::stdin().is_terminal() {
         let user = env("USER")
             .or_else(|| env("LOGNAME"))
@@ -138,8 +146,8 @@ pub fn resolve_id(flag: Option<&str>) -> Result<(String, Source)> {
     } else {
         return Err(Error::Usage(
             "no agent identity: pass --agent ID, or set TASKLOCK_AGENT (in Claude Code, \
-             CLAUDE_CODE_SESSION_ID is used automatically, and in Codex CODEX_THREAD_ID; \
-             `tasklock init` wires up their hooks). Without one, two agents would silently \
+             CLAUDE_CODE_SESSION_ID is used automatically, in Codex CODEX_THREAD_ID, and in \
+             OpenCode OPENCODE_SESSION_ID; `tasklock init` wires up their hooks). Without one, two agents would silently \
              share a lock."
                 .into(),
         ));

@@ -837,6 +837,10 @@ fn init_merges_into_an_existing_project() {
             (p(&settings_path), "updated".to_string()),
             (p(&repo.join(".codex/hooks.json")), "created".to_string()),
             (p(&repo.join(".codex/config.toml")), "created".to_string()),
+            (
+                p(&repo.join(".opencode/plugin/tasklock.js")),
+                "created".to_string()
+            ),
             (p(&repo.join("CLAUDE.md")), "updated".to_string()),
             (p(&repo.join("AGENTS.md")), "updated".to_string()),
         ]
@@ -1000,6 +1004,10 @@ fn init_dry_run_changes_nothing() {
             ),
             (p(&repo.join(".codex/hooks.json")), "created".to_string()),
             (p(&repo.join(".codex/config.toml")), "created".to_string()),
+            (
+                p(&repo.join(".opencode/plugin/tasklock.js")),
+                "created".to_string()
+            ),
             (p(&repo.join("CLAUDE.md")), "created".to_string()),
             (p(&repo.join("AGENTS.md")), "created".to_string()),
         ]
