@@ -11,6 +11,7 @@ pub mod codex;
 pub mod codex_tui;
 pub mod interactive;
 pub mod mcp;
+pub mod opencode;
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Write};
