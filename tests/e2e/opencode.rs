@@ -88,7 +88,7 @@ pub struct OpenCodeStubState {
     pub log: Vec<String>,
     /// The output of each call, by session (`x-session-id`) and call id.
     pub outputs: BTreeMap<String, BTreeMap<String, String>>,
-    /// The system prompt of each session's last request with tools.
+    /// The system prompt of each session's first request with tools.
     pub system: BTreeMap<String, String>,
     pub released: bool,
 }
@@ -301,7 +301,7 @@ fn answer(
             .entry(session.to_string())
             .or_default()
             .extend(outputs.clone());
-        s.system.insert(session.to_string(), system);
+        s.system.entry(session.to_string()).or_insert(system);
     }
     state.1.notify_all();
     // A turn nobody typed.
