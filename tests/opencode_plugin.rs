@@ -248,6 +248,7 @@ fn start_session(e: &Env, project: &Path, id: &str, secret: &str, port: u16) -> 
         .env_remove("TASKLOCK_DIR")
         .env_remove("OPENCODE_SESSION_ID")
         .stdin(Stdio::null());
+    use_store(&mut sh, &project.join(".locks"));
     let child = sh.spawn().unwrap();
     let started = Instant::now();
     while !done.exists() {
@@ -262,6 +263,7 @@ fn start_session(e: &Env, project: &Path, id: &str, secret: &str, port: u16) -> 
 
 fn now_cmd(project: &Path, env: &[(&str, &str)], args: &[&str]) -> Run {
     let mut cmd = base_cmd(T0);
+    use_store(&mut cmd, &project.join(".locks"));
     cmd.env_remove("TASKLOCK_NOW")
         .current_dir(project)
         .envs(env.iter().copied())
@@ -271,9 +273,6 @@ fn now_cmd(project: &Path, env: &[(&str, &str)], args: &[&str]) -> Run {
 
 #[test]
 fn a_queued_opencode_session_is_woken_through_its_server() {
-    if file_store_only("a_queued_opencode_session_is_woken_through_its_server") {
-        return;
-    }
     let e = Env::new();
     let project = repo(&e);
     assert_eq!(init(&project, &[]).code, 0);
@@ -281,9 +280,15 @@ fn a_queued_opencode_session_is_woken_through_its_server() {
     let session = "ses_wakeme01";
     let secret = "f00dfeed";
     let _oc = start_session(&e, &project, session, secret, port);
-    let entry: Value = serde_json::from_str(
-        &std::fs::read_to_string(project.join(".locks/agents").join(session)).unwrap(),
-    )
+    let locks = project.join(".locks");
+    let entry: Value = serde_json::from_str(&if on_postgres() {
+        psql(
+            &locks,
+            &format!("SELECT data FROM agents WHERE id = {}", sql_text(session)),
+        )
+    } else {
+        std::fs::read_to_string(locks.join("agents").join(session)).unwrap()
+    })
     .unwrap();
     assert_eq!(entry["name"], "opencode in proj #ses_wake", "{entry}");
     assert_eq!(entry["reach"]["via"], "opencode", "{entry}");
@@ -351,9 +356,6 @@ fn a_queued_opencode_session_is_woken_through_its_server() {
 /// message waits in the inbox, which says why.
 #[test]
 fn no_push_to_a_port_nobody_of_this_user_listens_on() {
-    if file_store_only("no_push_to_a_port_nobody_of_this_user_listens_on") {
-        return;
-    }
     let e = Env::new();
     let project = repo(&e);
     assert_eq!(init(&project, &[]).code, 0);
