@@ -107,6 +107,10 @@ impl Agent {
     }
 }
 
+/// The variable tasklock's OpenCode plugin sets in every shell command of a session: the
+/// session's id.
+pub const OPENCODE_SESSION_ENV: &str = "OPENCODE_SESSION_ID";
+
 /// How the id was found; `doctor` warns about the fallback.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Source {
@@ -115,14 +119,15 @@ pub enum Source {
     ClaudeSession,
     CodexThread,
     GeminiSession,
+    OpenCodeSession,
     UserAtHost,
 }
 
 /// Resolve the agent id: `--agent`, `TASKLOCK_AGENT`, `CLAUDE_CODE_SESSION_ID`,
 /// `CODEX_THREAD_ID` (set by the Codex CLI in every command it runs), `GEMINI_SESSION_ID`
 /// (set by Gemini CLI in its hooks' environment; its shell commands get `--agent` from the
-/// BeforeTool hook instead), then
-/// `USER@HOSTNAME` only when stdin is a terminal.
+/// BeforeTool hook instead), `OPENCODE_SESSION_ID` (set by tasklock's OpenCode plugin in
+/// every shell command of a session), then `USER@HOSTNAME` only when stdin is a terminal.
 pub fn resolve_id(flag: Option<&str>) -> Result<(String, Source)> {
     let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
     let (id, source) = if let Some(f) = flag {
@@ -135,6 +140,8 @@ pub fn resolve_id(flag: Option<&str>) -> Result<(String, Source)> {
         (v, Source::CodexThread)
     } else if let Some(v) = env("GEMINI_SESSION_ID") {
         (v, Source::GeminiSession)
+    } else if let Some(v) = env(OPENCODE_SESSION_ENV) {
+        (v, Source::OpenCodeSession)
     } else if std::io::stdin().is_terminal() {
         let user = env("USER")
             .or_else(|| env("LOGNAME"))
@@ -143,8 +150,9 @@ pub fn resolve_id(flag: Option<&str>) -> Result<(String, Source)> {
     } else {
         return Err(Error::Usage(
             "no agent identity: pass --agent ID, or set TASKLOCK_AGENT (in Claude Code, \
-             CLAUDE_CODE_SESSION_ID is used automatically, in Codex CODEX_THREAD_ID, and in \
-             Gemini CLI's hooks GEMINI_SESSION_ID; `tasklock init` wires up their hooks). Without one, two agents would silently \
+             CLAUDE_CODE_SESSION_ID is used automatically, in Codex CODEX_THREAD_ID, in \
+             Gemini CLI's hooks GEMINI_SESSION_ID and in OpenCode OPENCODE_SESSION_ID; \
+             `tasklock init` wires up their hooks). Without one, two agents would silently \
              share a lock."
                 .into(),
         ));

@@ -841,6 +841,10 @@ fn init_merges_into_an_existing_project() {
                 "created".to_string()
             ),
             (p(&repo.join(".codex/config.toml")), "created".to_string()),
+            (
+                p(&repo.join(".opencode/plugin/tasklock.js")),
+                "created".to_string()
+            ),
             (p(&repo.join("CLAUDE.md")), "updated".to_string()),
             (p(&repo.join("AGENTS.md")), "updated".to_string()),
         ]
@@ -1008,6 +1012,10 @@ fn init_dry_run_changes_nothing() {
                 "created".to_string()
             ),
             (p(&repo.join(".codex/config.toml")), "created".to_string()),
+            (
+                p(&repo.join(".opencode/plugin/tasklock.js")),
+                "created".to_string()
+            ),
             (p(&repo.join("CLAUDE.md")), "created".to_string()),
             (p(&repo.join("AGENTS.md")), "created".to_string()),
         ]

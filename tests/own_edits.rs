@@ -44,7 +44,7 @@ fn repo() -> (Env, PathBuf) {
     // What `init` writes is not part of these commits.
     std::fs::write(
         top.join(".gitignore"),
-        ".locks/\n.claude/\n.codex/\n.gemini/\nCLAUDE.md\nAGENTS.md\n",
+        ".locks/\n.claude/\n.codex/\n.gemini/\n.opencode/\nCLAUDE.md\nAGENTS.md\n",
     )
     .unwrap();
     git(&top, &["add", "-A"]);

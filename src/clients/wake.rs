@@ -12,6 +12,11 @@
 //! program is Codex's own (the session's native `codex`), run detached: tasklock does not
 //! wait for it.
 //!
+//! OpenCode: the server an OpenCode session runs in (`opencode serve`, or the TUI's) takes
+//! `POST /session/ID/prompt_async`, which starts a turn in an idle session and returns at
+//! once. The tasklock plugin records where the server listens; a push goes only to a
+//! loopback port that a socket of this Unix user listens on.
+//!
 //! What is written is tasklock's own text around the message's fields, which come partly
 //! from other agents (key names, reasons, notes): they are quoted as JSON strings and cut
 //! to a bound, under a header that says what they are, so that they read as data.
@@ -73,6 +78,8 @@ fn claude_reach(agent: &str) -> Option<Reach> {
         session,
         codex_home: None,
         program: None,
+        url: None,
+        directory: None,
     })
 }
 
@@ -122,6 +129,8 @@ pub fn codex_reach(thread: &str, pid: u32) -> Option<Reach> {
         session: thread.to_string(),
         codex_home: Some(sane(&home)?),
         program: Some(sane(&program)?),
+        url: None,
+        directory: None,
     })
 }
 
@@ -195,6 +204,7 @@ pub fn check(reach: &Reach) -> Result<(), String> {
     match reach.via {
         Via::ClaudeCode => check_claude(reach),
         Via::Codex => check_codex(reach).map(drop),
+        Via::OpenCode => check_opencode(reach).map(drop),
         Via::Other => Err("the session is reached in a way this tasklock does not know".into()),
     }
 }
@@ -204,6 +214,7 @@ pub fn send(reach: &Reach, text: &str) -> Result<(), String> {
     match reach.via {
         Via::ClaudeCode => send_claude(reach, text),
         Via::Codex => send_codex(reach, text),
+        Via::OpenCode => send_opencode(reach, text),
         Via::Other => Err("the session is reached in a way this tasklock does not know".into()),
     }
 }
@@ -361,6 +372,107 @@ fn trusted_program(path: &Path, me: u32, my_group: u32) -> Result<(), String> {
     Ok(())
 }
 
+/// How OpenCode session `session` is reached, as the tasklock plugin running in it says:
+/// the origin of its server (`url`, loopback only) and its project directory. `None` when
+/// a value is not sane.
+pub fn opencode_reach(session: &str, url: &str, directory: &str) -> Option<Reach> {
+    if !sane_session(session) {
+        return None;
+    }
+    let (_, port) = loopback_origin(url)?;
+    let sane_dir = directory.starts_with('/')
+        && directory.len() <= 4096
+        && !directory.chars().any(char::is_control);
+    sane_dir.then(|| Reach {
+        via: Via::OpenCode,
+        socket: String::new(),
+        session: session.to_string(),
+        codex_home: None,
+        program: None,
+        url: Some(format!("http://127.0.0.1:{port}")),
+        directory: Some(directory.to_string()),
+    })
+}
+
+/// `http://127.0.0.1:PORT` (or `localhost`, with or without a trailing `/`): the host to
+/// connect to and the port.
+fn loopback_origin(url: &str) -> Option<(&'static str, u16)> {
+    let rest = url.strip_prefix("http://")?;
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    let (host, port) = rest.rsplit_once(':')?;
+    if !matches!(host, "127.0.0.1" | "localhost") {
+        return None;
+    }
+    let port: u16 = port.parse().ok().filter(|p| *p > 0)?;
+    Some(("127.0.0.1", port))
+}
+
+/// The server's port, if a socket of this Unix user listens on it.
+fn check_opencode(reach: &Reach) -> Result<u16, String> {
+    let (Some(url), Some(_)) = (&reach.url, &reach.directory) else {
+        return Err("the session's OpenCode server is not known".into());
+    };
+    let (_, port) =
+        loopback_origin(url).ok_or("the session's OpenCode server is not on loopback")?;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    match crate::os::tcp_listener_uid(port) {
+        Some(uid) if uid == me => Ok(port),
+        Some(uid) => Err(format!(
+            "the server at port {port} belongs to another Unix user (uid {uid}); the session reads the message at its next tool call"
+        )),
+        None => Err(format!(
+            "no server of this user listens at port {port} (the session ended, or runs without one)"
+        )),
+    }
+}
+
+/// Start a turn in the session with `text`: `POST /session/ID/prompt_async`, within
+/// [`SEND_TIMEOUT`] per step; a 2xx answer is a delivery.
+fn send_opencode(reach: &Reach, text: &str) -> Result<(), String> {
+    use std::io::Read;
+    let port = check_opencode(reach)?;
+    let dir = reach.directory.as_deref().unwrap_or("/");
+    let body = serde_json::json!({ "parts": [{ "type": "text", "text": text }] }).to_string();
+    let request = format!(
+        "POST /session/{}/prompt_async?directory={} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        reach.session,
+        percent_encode(dir),
+        body.len()
+    );
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let send = || -> std::io::Result<String> {
+        let mut conn = std::net::TcpStream::connect_timeout(&addr, SEND_TIMEOUT * 5)?;
+        conn.set_write_timeout(Some(SEND_TIMEOUT * 5))?;
+        conn.set_read_timeout(Some(SEND_TIMEOUT * 5))?;
+        conn.write_all(request.as_bytes())?;
+        let mut head = [0u8; 64];
+        let n = conn.read(&mut head)?;
+        Ok(String::from_utf8_lossy(&head[..n]).into_owned())
+    };
+    let head = send().map_err(|e| format!("cannot reach the session's OpenCode server: {e}"))?;
+    let status = head.split_whitespace().nth(1).unwrap_or_default();
+    if status.starts_with('2') {
+        Ok(())
+    } else {
+        Err(format!(
+            "the session's OpenCode server refused the message (HTTP {status})"
+        ))
+    }
+}
+
+/// Every byte but unreserved ones as `%XX`, for a query value.
+fn percent_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 /// Why a line was not written: the connection could not be made or used, or whoever
 /// listens at the other end is not this Unix user.
 enum WriteError {
@@ -407,6 +519,29 @@ fn write_line(path: &Path, line: &[u8]) -> Result<(), WriteError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_opencode_server_is_reached_only_on_loopback_with_a_sane_session() {
+        let r = opencode_reach("ses_1a2B", "http://127.0.0.1:4096/", "/p").unwrap();
+        assert_eq!(r.via, Via::OpenCode);
+        assert_eq!(r.url.as_deref(), Some("http://127.0.0.1:4096"));
+        assert_eq!(r.directory.as_deref(), Some("/p"));
+        assert!(opencode_reach("ses_1", "http://localhost:80", "/p").is_some());
+        for url in [
+            "http://10.0.0.1:4096",
+            "https://127.0.0.1:4096",
+            "http://127.0.0.1:0",
+            "http://127.0.0.1",
+            "http://127.0.0.1:4096/x",
+            "http://user@127.0.0.1:4096",
+        ] {
+            assert!(opencode_reach("ses_1", url, "/p").is_none(), "{url}");
+        }
+        assert!(opencode_reach("ses/1", "http://127.0.0.1:1", "/p").is_none());
+        assert!(opencode_reach("ses_1", "http://127.0.0.1:1", "p").is_none());
+        assert!(opencode_reach("ses_1", "http://127.0.0.1:1", "/p\n").is_none());
+        assert_eq!(percent_encode("/a b/é&"), "/a%20b/%C3%A9%26");
+    }
 
     #[test]
     fn fields_are_quoted_and_bounded() {

@@ -138,6 +138,7 @@ pub fn run(ctx: &Ctx, discovery: Option<&Discovery>) -> Result<Report> {
             Source::ClaudeSession => "CLAUDE_CODE_SESSION_ID",
             Source::CodexThread => "CODEX_THREAD_ID",
             Source::GeminiSession => "GEMINI_SESSION_ID",
+            Source::OpenCodeSession => "OPENCODE_SESSION_ID",
             Source::UserAtHost => "USER@HOSTNAME",
         })),
         Err(_) => warn(

@@ -1,6 +1,7 @@
 //! `tasklock hook EVENT`: the entry point for Claude Code, Codex and Gemini CLI hooks
 //! (Codex reads hooks in Claude Code's format from `.codex/hooks.json`, with the same JSON
-//! on stdin; Gemini CLI's events, wired in `.gemini/settings.json`, carry the same fields).
+//! on stdin; Gemini CLI's events, wired in `.gemini/settings.json`, carry the same fields),
+//! and for tasklock's OpenCode plugin, which runs it with JSON of the same shape.
 //!
 //! Hooks must be fast and must never break the agent: any failure is reported on stderr
 //! and the hook still exits 0.
@@ -130,6 +131,18 @@ pub fn run(
     {
         crate::clients::wake::set_hook_reach(reach);
     }
+    // The OpenCode plugin says where its server listens; a push checks who listens there.
+    if client == Client::OpenCode
+        && subagent.is_none()
+        && text(&payload["session_id"]).as_deref() == Some(session.as_str())
+        && let (Some(url), Some(directory)) = (
+            payload["opencode"]["server_url"].as_str(),
+            payload["opencode"]["directory"].as_str(),
+        )
+        && let Some(reach) = crate::clients::wake::opencode_reach(&session, url, directory)
+    {
+        crate::clients::wake::set_hook_reach(reach);
+    }
     let session_name = name_flag
         .or_else(|| {
             std::env::var("TASKLOCK_AGENT_NAME")
@@ -160,8 +173,13 @@ pub fn run(
         Some(store) => store.read_agent(&session)?,
         None => None,
     };
+    // OpenCode's plugin makes the session's secret itself (it gives it to the session's
+    // shell commands) and hands it to its hooks.
+    let own_secret = (client == Client::OpenCode)
+        .then(crate::secret::caller)
+        .flatten();
     if event == "session-start" && subagent.is_none() {
-        return session_start(&ctx, &agent, agent_pid, registered.as_ref(), client);
+        return session_start(&ctx, &agent, agent_pid, registered.as_ref(), client, own_secret);
     }
     authorize(&session, registered.as_ref())?;
     let wait = || crate::engine::edits::wait_for(ctx.config().ok().map(|c| c.guard_timeout), true);
@@ -182,7 +200,7 @@ pub fn run(
         );
     }
     match event {
-        "session-start" => session_start(&ctx, &agent, agent_pid, None, client),
+        "session-start" => session_start(&ctx, &agent, agent_pid, None, client, own_secret),
         "post-tool-use" => {
             let out = beat_and_deliver(&ctx, "PostToolUse", parent, None)?;
             Ok(match unrecorded {
@@ -366,6 +384,7 @@ enum Client {
     Claude,
     Codex,
     Gemini,
+    OpenCode,
 }
 
 /// Gemini CLI's shell tool.
@@ -392,11 +411,15 @@ fn is_gemini(payload: &Value) -> bool {
             .is_some_and(|s| !s.is_empty() && payload["session_id"] == s.as_str())
 }
 
-/// Gemini CLI when [`is_gemini`]; Codex when the process running the hook is Codex's
+/// OpenCode when the process running the hook is OpenCode's (`opencode`, whose plugin
+/// runs the hook); Gemini CLI when [`is_gemini`]; Codex when the process is Codex's
 /// (`codex`), or when the transcript is a Codex rollout file
 /// (`…/sessions/YYYY/MM/DD/rollout-….jsonl`); else Claude Code.
 fn client(payload: &Value, agent_pid: Option<u32>) -> Client {
     let comm = agent_pid.and_then(crate::os::process).and_then(|p| p.name);
+    if comm.as_deref().is_some_and(|c| c.starts_with("opencode")) {
+        return Client::OpenCode;
+    }
     let rollout = payload["transcript_path"]
         .as_str()
         .and_then(|p| std::path::Path::new(p).file_name())
@@ -422,6 +445,7 @@ fn session_label(client: Client, project: &std::path::Path, session: &str) -> St
         Client::Claude => "claude",
         Client::Codex => "codex",
         Client::Gemini => "gemini",
+        Client::OpenCode => "opencode",
     };
     format!("{who} in {dir} #{short}")
 }
@@ -459,6 +483,7 @@ fn session_start(
     pid: Option<u32>,
     registered: Option<&AgentEntry>,
     client: Client,
+    own_secret: Option<String>,
 ) -> Result<Option<String>> {
     // A session bound to a secret whose process still runs is not started again by
     // another process (that would take it over); a resumed session (its old process
@@ -488,7 +513,10 @@ fn session_start(
     let given = crate::secret::caller();
     // The session's own secret: its Bash calls get it through CLAUDE_ENV_FILE, its
     // watcher through the environment; the lock directory keeps only a salted hash.
-    let secret = crate::secret::generate()?;
+    let secret = match own_secret {
+        Some(s) => s,
+        None => crate::secret::generate()?,
+    };
     crate::secret::use_secret(&secret);
     if registered.is_some() {
         let proof = crate::secret::Proof::of(&secret)?;

@@ -14,6 +14,11 @@ use crate::store::sharing;
 const INSTRUCTIONS: &str = include_str!("../../templates/instructions.md");
 const CONFIG_TEMPLATE: &str = include_str!("../../templates/config.yaml");
 const MARKER: &str = "<!-- tasklock:begin -->";
+/// The OpenCode plugin (also shipped as plugins/opencode/tasklock.js).
+pub const OPENCODE_PLUGIN: &str = include_str!("../../templates/opencode-plugin.js");
+/// Where `init` writes it: OpenCode loads every `.js` file of the project's
+/// `.opencode/plugin/`.
+const OPENCODE_PLUGIN_PATH: &str = ".opencode/plugin/tasklock.js";
 
 pub fn run(
     ctx: &Ctx,
@@ -185,6 +190,8 @@ pub fn run(
         }
     }
 
+    changes.push(opencode_plugin(&project, dry_run)?);
+
     // The coordination protocol for the agents' instructions.
     // CLAUDE.md for Claude Code, AGENTS.md for Codex and most others.
     for (file, always) in [("CLAUDE.md", true), ("AGENTS.md", true)] {
@@ -288,6 +295,34 @@ fn gemini_hooks(
             "added Gemini CLI hooks {} (Gemini CLI runs them in a trusted folder)",
             added.join(", ")
         ),
+    ))
+}
+
+/// The OpenCode plugin in the project, written whole: created, replaced when it is another
+/// version, left alone when it is this one.
+fn opencode_plugin(project: &Path, dry_run: bool) -> Result<Change> {
+    let path = project.join(OPENCODE_PLUGIN_PATH);
+    let existing = match std::fs::read_to_string(&path) {
+        Ok(t) => Some(t),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(Error::io(&path, e)),
+    };
+    let action = match existing.as_deref() {
+        Some(t) if t == OPENCODE_PLUGIN => {
+            return Ok(change(&path, "unchanged", "OpenCode plugin in place"));
+        }
+        Some(_) => "updated",
+        None => "created",
+    };
+    if !dry_run {
+        std::fs::create_dir_all(path.parent().expect("has a parent"))
+            .map_err(|e| Error::io(&path, e))?;
+        write_atomic(&path, OPENCODE_PLUGIN)?;
+    }
+    Ok(change(
+        &path,
+        action,
+        "OpenCode plugin: each session an agent, edits gated, woken when its turn comes",
     ))
 }
 

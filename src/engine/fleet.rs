@@ -65,7 +65,8 @@ pub struct FleetAgent {
     pub row: AgentRow,
     /// Keys it is queued for (or has reserved for it).
     pub waiting_for: Vec<String>,
-    /// The program its session runs in, where its hooks said: `claude-code` or `codex`.
+    /// The program its session runs in, where its hooks said: `claude-code`, `codex` or
+    /// `opencode`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub client: Option<&'static str>,
 }

@@ -80,6 +80,33 @@ pub(super) fn pid_namespace() -> Option<String> {
     })
 }
 
+/// The user id owning the TCP socket that listens on `port` of the loopback or every
+/// address (IPv4 or IPv6), from `/proc/net/tcp` and `/proc/net/tcp6`.
+pub(super) fn tcp_listener_uid(port: u16) -> Option<u32> {
+    let want = format!(":{port:04X}");
+    ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .find_map(|table| {
+            let text = std::fs::read_to_string(table).ok()?;
+            // "  0: 0100007F:1F90 00000000:0000 0A ... uid ..."; state 0A is LISTEN.
+            text.lines().skip(1).find_map(|line| {
+                let f: Vec<&str> = line.split_whitespace().collect();
+                let local = *f.get(1)?;
+                let (addr, _) = local.split_once(':')?;
+                let loopback_or_any = matches!(
+                    addr,
+                    "0100007F"
+                        | "00000000"
+                        | "00000000000000000000000001000000"
+                        | "00000000000000000000000000000000"
+                );
+                (f.get(3) == Some(&"0A") && local.ends_with(&want) && loopback_or_any)
+                    .then(|| f.get(7)?.parse().ok())
+                    .flatten()
+            })
+        })
+}
+
 /// From `/proc/locks`, matched by device and inode. Some file systems (overlayfs) show
 /// another device there than `stat` does, so a lone holder of the inode is the fallback.
 pub(super) fn flock_holder(dev: u64, ino: u64) -> Option<u32> {

@@ -106,6 +106,12 @@ pub fn flock_holder(dev: u64, ino: u64) -> Option<u32> {
     dispatch!(flock_holder(dev, ino))
 }
 
+/// The user id of whoever listens on TCP `port` of the loopback (or every address),
+/// when the system says (Linux: `/proc/net/tcp`).
+pub fn tcp_listener_uid(port: u16) -> Option<u32> {
+    dispatch!(tcp_listener_uid(port))
+}
+
 /// In a child between fork and exec (`pre_exec`): have it killed when its parent, `parent`,
 /// dies, where the system can; exit at once if the parent is already gone.
 ///

@@ -71,6 +71,12 @@ pub struct Reach {
     /// Codex: the native `codex` program the session runs, to run `codex queue` with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub program: Option<String>,
+    /// OpenCode: the origin of the server the session runs in (`http://127.0.0.1:PORT`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// OpenCode: the session's project directory, which the server routes a request by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub directory: Option<String>,
 }
 
 /// How a session is reached.
@@ -82,6 +88,9 @@ pub enum Via {
     ClaudeCode,
     /// Codex's message queue (`codex queue`).
     Codex,
+    /// OpenCode's server (`POST /session/:id/prompt_async` on loopback).
+    #[serde(rename = "opencode")]
+    OpenCode,
     /// A way written by a newer tasklock: not pushed to.
     #[serde(other)]
     Other,
@@ -93,6 +102,7 @@ impl Via {
         match self {
             Via::ClaudeCode => "claude-code",
             Via::Codex => "codex",
+            Via::OpenCode => "opencode",
             Via::Other => "other",
         }
     }

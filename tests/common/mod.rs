@@ -177,6 +177,7 @@ pub fn base_cmd(now: &str) -> Command {
         .env_remove("CLAUDE_CODE_SESSION_ID")
         .env_remove("CLAUDE_CODE_MESSAGING_SOCKET")
         .env_remove("CODEX_THREAD_ID")
+        .env_remove("OPENCODE_SESSION_ID")
         .env_remove("TASKLOCK_SECRET")
         .env_remove("TASKLOCK_OPERATOR_SECRET")
         .env_remove("TASKLOCK_URL")

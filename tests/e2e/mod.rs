@@ -12,6 +12,7 @@ pub mod codex_tui;
 pub mod gemini;
 pub mod interactive;
 pub mod mcp;
+pub mod opencode;
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Write};
