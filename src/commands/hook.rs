@@ -179,7 +179,14 @@ pub fn run(
         .then(crate::secret::caller)
         .flatten();
     if event == "session-start" && subagent.is_none() {
-        return session_start(&ctx, &agent, agent_pid, registered.as_ref(), client, own_secret);
+        return session_start(
+            &ctx,
+            &agent,
+            agent_pid,
+            registered.as_ref(),
+            client,
+            own_secret,
+        );
     }
     authorize(&session, registered.as_ref())?;
     let wait = || crate::engine::edits::wait_for(ctx.config().ok().map(|c| c.guard_timeout), true);
