@@ -90,8 +90,11 @@ pub fn build(events: &[AuditEvent], fleet: Option<&Fleet>, start: Time, end: Tim
     let mut waiting: HashMap<(String, String), Time> = HashMap::new();
     let mut freezes: Vec<(String, Time, Time)> = Vec::new();
     let mut order: Vec<String> = Vec::new();
-    let seen_agent = |order: &mut Vec<String>, a: &str| {
-        if !a.is_empty() && !order.iter().any(|x| x == a) {
+    let mut seen: std::collections::HashSet<String> = std::collections::HashSet::new();
+    // A fleet of thousands of agents: a set, not a scan of the list, for each hold.
+    let mut seen_agent = |order: &mut Vec<String>, a: &str| {
+        if !a.is_empty() && !seen.contains(a) {
+            seen.insert(a.to_string());
             order.push(a.to_string());
         }
     };
