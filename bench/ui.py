@@ -217,6 +217,10 @@ def main():
             bench_store(name, binary, env, lockdir, a)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+            if url and shutil.which("psql"):
+                subprocess.run(["psql", url, "-qc",
+                                f"drop schema if exists bench_ui_{os.getpid()} cascade"],
+                               capture_output=True)
 
 
 if __name__ == "__main__":

@@ -104,7 +104,13 @@ struct Shared {
     /// One sender per open event stream: the watcher tells each that a new snapshot is
     /// there, and the stream draws its own page's view of it.
     streams: Mutex<Vec<Sender<()>>>,
+    /// The last timeline drawn for another window, with the snapshot version and window
+    /// it was drawn for: open pages ask every two seconds.
+    drawn: Mutex<Option<Drawn>>,
 }
+
+/// A timeline drawn: for which snapshot version and window, and the SVG.
+type Drawn = ((u64, i64), Arc<String>);
 
 /// The fleet as the watcher read it last, with the events kept and what the page shows
 /// beside the tables.
@@ -118,6 +124,8 @@ struct Snapshot {
     /// The last `EVENTS_KEPT` audit events, oldest first.
     events: Arc<VecDeque<AuditEvent>>,
     counts: Counts,
+    /// The last hour's timeline by key, as the page first shows it.
+    timeline: timeline::Timeline,
     /// Where the time went in the last hour.
     time: Value,
 }
@@ -169,6 +177,12 @@ fn random_token() -> Result<String> {
 }
 
 fn serve(a: &Args) -> Result<()> {
+    // glibc gives each thread that allocates an arena of its own and keeps what it freed;
+    // a thread per connection would keep a fleet's worth per arena.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 2);
+    }
     let ctx = context(&a.global)?;
     let store = store_of(&ctx)?;
     let events = recent_events(&*store)?;
@@ -187,6 +201,7 @@ fn serve(a: &Args) -> Result<()> {
         can_act: super::may_act(a.read_only, &a.global, &ctx),
         state: Mutex::new(None),
         streams: Mutex::new(Vec::new()),
+        drawn: Mutex::new(None),
     });
     let host = match a.listen {
         IpAddr::V6(ip) if !ip.is_unspecified() => format!("[{ip}]"),
@@ -320,11 +335,20 @@ fn watch(shared: Arc<Shared>, events: VecDeque<AuditEvent>) {
                 ),
             };
             version += 1;
+            let hour: Vec<AuditEvent> = events.iter().cloned().collect();
+            let t = timeline::build(
+                &hour,
+                fleet.as_deref(),
+                ctx.now - chrono::Duration::hours(1),
+                ctx.now,
+            );
+            drop(hour);
             let snap = Snapshot {
                 version,
                 now: ctx.now,
                 counts: fleet.as_deref().map(Counts::of).unwrap_or_default(),
-                time: time_spent(&events, fleet.as_deref(), ctx.now),
+                time: time_spent(&t),
+                timeline: t,
                 fleet,
                 error,
                 events: events.clone(),
@@ -352,7 +376,11 @@ fn watch(shared: Arc<Shared>, events: VecDeque<AuditEvent>) {
                 .and_then(|s| s.fleet.as_deref())
                 .map(Counts::of)
                 .unwrap_or_default(),
-            time: last.map(|s| s.time.clone()).unwrap_or(Value::Null),
+            time: last.as_ref().map(|s| s.time.clone()).unwrap_or(Value::Null),
+            timeline: match last {
+                Some(s) => s.timeline.clone(),
+                None => timeline::build(&[], None, Time::default(), Time::default()),
+            },
         }));
     }
 }
@@ -361,9 +389,7 @@ fn watch(shared: Arc<Shared>, events: VecDeque<AuditEvent>) {
 const TIME_AGENTS: usize = 20;
 
 /// Where the time went in the last hour: the ten most contended keys, the busiest agents.
-fn time_spent(events: &VecDeque<AuditEvent>, fleet: Option<&Fleet>, now: Time) -> Value {
-    let events: Vec<AuditEvent> = events.iter().cloned().collect();
-    let t = timeline::build(&events, fleet, now - chrono::Duration::hours(1), now);
+fn time_spent(t: &timeline::Timeline) -> Value {
     let mut contended: Vec<&timeline::KeyRow> = t.rows.iter().collect();
     contended.sort_by(|a, b| {
         (b.contention, b.waited_secs)
@@ -951,17 +977,30 @@ fn handle(shared: &Shared, mut conn: TcpStream) -> std::io::Result<()> {
                 .and_then(|s| s.parse::<i64>().ok())
                 .filter(|s| (60..=7 * 86_400).contains(s))
                 .unwrap_or(3600);
-            let (events, fleet) = match shared.snapshot() {
-                Some(s) => (s.events.iter().cloned().collect(), s.fleet.clone()),
-                None => (Vec::new(), None),
+            let Some(snap) = shared.snapshot() else {
+                return text(&mut conn, "503 Service Unavailable", "reading the store…");
             };
-            let now = clock::now().unwrap_or_else(|_| chrono::Utc::now());
-            let t = timeline::build(
-                &events,
-                fleet.as_deref(),
-                now - chrono::Duration::seconds(since),
-                now,
-            );
+            let svg = if since == 3600 {
+                Arc::new(timeline::svg(&snap.timeline))
+            } else {
+                let want = (snap.version, since);
+                let mut drawn = shared.drawn.lock().unwrap_or_else(|p| p.into_inner());
+                match &*drawn {
+                    Some((at, svg)) if *at == want => svg.clone(),
+                    _ => {
+                        let events: Vec<AuditEvent> = snap.events.iter().cloned().collect();
+                        let t = timeline::build(
+                            &events,
+                            snap.fleet.as_deref(),
+                            snap.now - chrono::Duration::seconds(since),
+                            snap.now,
+                        );
+                        let svg = Arc::new(timeline::svg(&t));
+                        *drawn = Some((want, svg.clone()));
+                        svg
+                    }
+                }
+            };
             let disposition = if req.param("download").is_some() {
                 "Content-Disposition: attachment; filename=\"tasklock-timeline.svg\"\r\n"
             } else {
@@ -972,7 +1011,7 @@ fn handle(shared: &Shared, mut conn: TcpStream) -> std::io::Result<()> {
                 "200 OK",
                 "image/svg+xml",
                 disposition,
-                timeline::svg(&t).as_bytes(),
+                svg.as_bytes(),
             )
         }
         ("GET", "/events") => match View::parse(&req) {
