@@ -418,6 +418,17 @@ fn events_carry_changes_made_elsewhere() {
     );
     assert_eq!(j["history"][0]["event"], "acquire", "{j}");
     assert_eq!(ui.get("/api/key").status, 400);
+    // By agent: bob's row says what he holds.
+    let by = ui.get("/timeline.svg?since=600&by=agent");
+    assert_eq!(by.status, 200, "{}", by.head);
+    assert!(by.body.contains(", by agent</text>"), "{}", by.body);
+    assert!(
+        by.body.contains("bob held &lt;img src=x onerror="),
+        "{}",
+        by.body
+    );
+    assert!(by.body.contains("carol waited for task-1"), "{}", by.body);
+    assert_eq!(ui.get("/timeline.svg?by=host").status, 400);
     let saved = ui.get("/timeline.svg?since=600&download=1");
     assert!(
         saved
@@ -459,6 +470,38 @@ fn the_timeline_as_a_file() {
         "{svg}"
     );
     assert!(svg.contains("class=\"freeze\""), "{svg}");
+    // One row per agent: what each held and waited for.
+    let r = env.run(
+        None,
+        &[
+            "ui",
+            "--svg",
+            file.to_str().unwrap(),
+            "--since",
+            "30m",
+            "--by",
+            "agent",
+        ],
+    );
+    assert_eq!(r.code, 0, "{}", r.text());
+    let svg = std::fs::read_to_string(&file).unwrap();
+    assert!(svg.contains("UTC, by agent</text>"), "{svg}");
+    assert!(
+        svg.contains("alice held task-1 (token 1) for 10m, ended by release"),
+        "{svg}"
+    );
+    assert!(
+        svg.contains("alice held deploy-api (token 3) for 8m, still held"),
+        "{svg}"
+    );
+    assert!(svg.contains("bob waited for task-1 12m"), "{svg}");
+    assert!(
+        svg.contains(">alice</text>") && svg.contains(">bob</text>"),
+        "{svg}"
+    );
+    assert!(!svg.contains(">task-1</text>"), "rows are agents: {svg}");
+    let bad = env.run(None, &["ui", "--svg", "x.svg", "--by", "host"]);
+    assert_eq!(bad.code, 64, "{}", bad.text());
     let bad = env.run(None, &["ui", "--svg", "/nonexistent/dir/t.svg"]);
     assert_eq!(bad.code, 1, "{}", bad.text());
     let bad = env.run(None, &["ui", "--since", "forever"]);
@@ -730,6 +773,14 @@ fn the_page_in_a_real_browser() {
     b.until(
         "the timeline",
         "const i = document.getElementById('timeline'); return i.complete && i.naturalWidth > 100",
+    );
+    // By agent: the picture is asked for again, one row per agent.
+    b.js("document.querySelector('#by button[data-by=agent]').click()");
+    b.until(
+        "the timeline by agent",
+        "const i = document.getElementById('timeline'); return i.src.includes('by=agent') \
+         && i.complete && i.naturalWidth > 100 \
+         && document.getElementById('save').href.includes('by=agent')",
     );
 
     // A page of another origin cannot force a release, whatever it sends.

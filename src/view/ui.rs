@@ -67,6 +67,9 @@ pub struct Args {
     /// The timeline's window for --svg
     #[arg(long, value_name = "DUR", default_value = "1h", value_parser = crate::duration::parse)]
     pub since: Duration,
+    /// The timeline's rows for --svg: one per key, or one per agent
+    #[arg(long, value_enum, default_value = "key")]
+    pub by: timeline::By,
 }
 
 pub fn main(args: Vec<std::ffi::OsString>) -> i32 {
@@ -85,7 +88,13 @@ fn write_svg(a: &Args, path: &std::path::Path) -> Result<()> {
     let store = store_of(&ctx)?;
     let fleet = fleet::snapshot(&ctx, &*store)?;
     let events: Vec<AuditEvent> = recent_events(&*store)?.into();
-    let t = timeline::build(&events, Some(&fleet), window(a.since, ctx.now), ctx.now);
+    let t = timeline::build_by(
+        &events,
+        Some(&fleet),
+        window(a.since, ctx.now),
+        ctx.now,
+        a.by,
+    );
     std::fs::write(path, timeline::svg(&t)).map_err(|e| Error::io(path, e))?;
     println!("{}", path.display());
     Ok(())
@@ -104,13 +113,13 @@ struct Shared {
     /// One sender per open event stream: the watcher tells each that a new snapshot is
     /// there, and the stream draws its own page's view of it.
     streams: Mutex<Vec<Sender<()>>>,
-    /// The last timeline drawn for another window, with the snapshot version and window
-    /// it was drawn for: open pages ask every two seconds.
+    /// The last timeline drawn for another window or by agent, with the snapshot version,
+    /// window and rows it was drawn for: open pages ask every two seconds.
     drawn: Mutex<Option<Drawn>>,
 }
 
-/// A timeline drawn: for which snapshot version and window, and the SVG.
-type Drawn = ((u64, i64), Arc<String>);
+/// A timeline drawn: for which snapshot version, window and rows, and the SVG.
+type Drawn = ((u64, i64, timeline::By), Arc<String>);
 
 /// The fleet as the watcher read it last, with the events kept and what the page shows
 /// beside the tables.
@@ -977,23 +986,29 @@ fn handle(shared: &Shared, mut conn: TcpStream) -> std::io::Result<()> {
                 .and_then(|s| s.parse::<i64>().ok())
                 .filter(|s| (60..=7 * 86_400).contains(s))
                 .unwrap_or(3600);
+            let by = match req.param("by").as_deref() {
+                None | Some("key") => timeline::By::Key,
+                Some("agent") => timeline::By::Agent,
+                Some(_) => return text(&mut conn, "400 Bad Request", "by: key or agent"),
+            };
             let Some(snap) = shared.snapshot() else {
                 return text(&mut conn, "503 Service Unavailable", "reading the store…");
             };
-            let svg = if since == 3600 {
+            let svg = if since == 3600 && by == timeline::By::Key {
                 Arc::new(timeline::svg(&snap.timeline))
             } else {
-                let want = (snap.version, since);
+                let want = (snap.version, since, by);
                 let mut drawn = shared.drawn.lock().unwrap_or_else(|p| p.into_inner());
                 match &*drawn {
                     Some((at, svg)) if *at == want => svg.clone(),
                     _ => {
                         let events: Vec<AuditEvent> = snap.events.iter().cloned().collect();
-                        let t = timeline::build(
+                        let t = timeline::build_by(
                             &events,
                             snap.fleet.as_deref(),
                             snap.now - chrono::Duration::seconds(since),
                             snap.now,
+                            by,
                         );
                         let svg = Arc::new(timeline::svg(&t));
                         *drawn = Some((want, svg.clone()));

@@ -7,6 +7,7 @@
 const csrf = document.querySelector('meta[name="tasklock-csrf"]').content;
 let doc = null;
 let since = 3600;
+let by = "key";
 let lastTimeline = 0;
 let timelineTimer = null;
 let stream = null;
@@ -240,7 +241,7 @@ function refreshTimeline() {
     return;
   }
   lastTimeline = Date.now();
-  document.getElementById("timeline").src = "/timeline.svg?since=" + since + "&v=" + lastTimeline;
+  document.getElementById("timeline").src = "/timeline.svg?since=" + since + "&by=" + by + "&v=" + lastTimeline;
 }
 
 // A key in detail: why it can or cannot be taken, its notes, its history.
@@ -327,9 +328,11 @@ document.getElementById("detail-close").addEventListener("click", () => {
 });
 for (const b of document.querySelectorAll("#windows button")) {
   b.addEventListener("click", () => {
-    since = Number(b.dataset.since);
-    for (const o of document.querySelectorAll("#windows button")) o.classList.toggle("on", o === b);
-    document.getElementById("save").href = "/timeline.svg?since=" + since + "&download=1";
+    const group = b.dataset.by ? "#by button" : "#windows button[data-since]";
+    if (b.dataset.by) by = b.dataset.by;
+    else since = Number(b.dataset.since);
+    for (const o of document.querySelectorAll(group)) o.classList.toggle("on", o === b);
+    document.getElementById("save").href = "/timeline.svg?since=" + since + "&by=" + by + "&download=1";
     lastTimeline = 0;
     refreshTimeline();
   });
