@@ -2,6 +2,10 @@
 """How fast `tasklock ui` shows a big fleet in a browser, and what it costs the server.
 
     python3 bench/ui.py [--bin target/release/tasklock] [--pg URL] [--loads 5]
+        [--lockdir DIR] [--schema NAME] [--built]
+
+--lockdir and --schema keep the fleet (a lock directory, a PostgreSQL schema) for a
+later run with --built, which skips building it.
 
 Builds a fleet of 10,000 checkouts held by 1,000 agents (`checkout` itself, four at a
 time), starts `tasklock ui`, and opens its page in Debian's Chromium, headless, through
@@ -12,6 +16,8 @@ TASKLOCK_BENCH_PG_URL), on PostgreSQL:
   `tasklock-first-rows` once its first rows are built and laid out; its startTime counts
   from the start of the navigation (the printed URL, its redirect included). Median and
   worst over --loads navigations, the first one apart (a cold browser).
+- drawing alone: the page's render() of the document it holds, rows laid out, timed
+  again in the page (median of five).
 - the first payload: the bytes of the document the page's event stream sends first (the
   same as `GET /api/fleet`), beside the whole fleet (`top --once --json`) for scale.
 - the server's peak resident size (VmHWM in /proc/PID/status) after the loads and
@@ -137,10 +143,11 @@ def first_payload(port, cookie):
 
 
 def bench_store(name, binary, env, lockdir, a):
-    t = time.perf_counter()
-    build_fleet(binary, env, lockdir, a.agents, a.per)
-    print(f"{name}: built {a.agents * a.per} checkouts of {a.agents} agents in "
-          f"{time.perf_counter() - t:.0f} s", flush=True)
+    if not a.built:
+        t = time.perf_counter()
+        build_fleet(binary, env, lockdir, a.agents, a.per)
+        print(f"{name}: built {a.agents * a.per} checkouts of {a.agents} agents in "
+              f"{time.perf_counter() - t:.0f} s", flush=True)
     whole = len(run([binary, "--dir", lockdir, "top", "--once", "--json"], env).stdout)
     ui = subprocess.Popen([binary, "--dir", lockdir, "ui", "--no-open"], env=env,
                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
@@ -168,6 +175,10 @@ def bench_store(name, binary, env, lockdir, a):
                 if rows == 0:
                     sys.exit("the page drew no rows")
                 times.append(v)
+            draw = b.js("""const full = JSON.stringify(doc); const ts = [];
+                for (let i = 0; i < 5; i++) { doc = JSON.parse(full); const t = performance.now();
+                  render(); void document.body.offsetHeight; ts.push(performance.now() - t); }
+                ts.sort((x, y) => x - y); return ts[2];""")
             # Changes made by other processes while the page is open.
             for i in range(a.changes):
                 run([binary, "--dir", lockdir, "checkout", f"change-{i}", "--agent",
@@ -183,7 +194,8 @@ def bench_store(name, binary, env, lockdir, a):
         ui.wait()
     warm = sorted(times[1:])
     print(f"{name}: navigation to first rows: cold {times[0]:.0f} ms; warm median "
-          f"{statistics.median(warm):.0f} ms, worst {warm[-1]:.0f} ms over {len(warm)} loads")
+          f"{statistics.median(warm):.0f} ms, worst {warm[-1]:.0f} ms over {len(warm)} loads; "
+          f"drawing alone {draw:.0f} ms")
     print(f"{name}: first payload {payload / 1024:.0f} KiB (the whole fleet as JSON: "
           f"{whole / 1024:.0f} KiB)")
     print(f"{name}: server peak RSS (VmHWM) {hwm:.1f} MiB, {rss:.1f} MiB at the end")
@@ -199,6 +211,9 @@ def main():
     ap.add_argument("--per", type=int, default=10, help="checkouts per agent")
     ap.add_argument("--loads", type=int, default=5)
     ap.add_argument("--changes", type=int, default=5)
+    ap.add_argument("--lockdir", help="the lock directory to use, and keep")
+    ap.add_argument("--schema", help="the PostgreSQL schema to use, and keep")
+    ap.add_argument("--built", action="store_true", help="the fleet is there already")
     a = ap.parse_args()
     binary = os.path.abspath(a.bin)
     stores = [] if a.no_dir else [("lock directory", None)]
@@ -207,19 +222,22 @@ def main():
     for name, url in stores:
         tmp = tempfile.mkdtemp(prefix="tasklock-ui-bench.")
         lockdir = os.path.join(tmp, ".locks")
-        os.makedirs(lockdir)
+        if a.lockdir and not url:
+            lockdir = os.path.abspath(a.lockdir)
+        os.makedirs(lockdir, exist_ok=True)
+        schema = a.schema or f"bench_ui_{os.getpid()}"
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("TASKLOCK_", "CLAUDE_CODE_", "CODEX_"))}
         if url:
             sep = "&" if "?" in url else "?"
-            env["TASKLOCK_URL"] = f"{url}{sep}schema=bench_ui_{os.getpid()}"
+            env["TASKLOCK_URL"] = f"{url}{sep}schema={schema}"
         try:
             bench_store(name, binary, env, lockdir, a)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-            if url and shutil.which("psql"):
+            if url and not a.schema and shutil.which("psql"):
                 subprocess.run(["psql", url, "-qc",
-                                f"drop schema if exists bench_ui_{os.getpid()} cascade"],
+                                f"drop schema if exists {schema} cascade"],
                                capture_output=True)
 
 
