@@ -4,7 +4,9 @@
 //! process, a timeline that escapes what agents wrote. In a real browser (Debian's
 //! Chromium, headless, through chromedriver): the page shows the store, an update
 //! arrives from another process, a key made of HTML and script stays text, a page of
-//! another origin cannot force a release, and a person's force-release works. Runs on
+//! another origin cannot force a release, and a person's force-release works. A fleet
+//! bigger than a page: the server filters, sorts and pages (over HTTP, and from the page:
+//! a typed filter finds a key beyond the first rows, the counts are the store's). Runs on
 //! PostgreSQL too (tests/pg.rs includes it).
 
 mod common;
@@ -339,7 +341,7 @@ fn events_carry_changes_made_elsewhere() {
         }
     };
     let keys = |d: &Value| -> Vec<String> {
-        d["fleet"]["checkouts"]
+        d["checkouts"]["rows"]
             .as_array()
             .map(|a| {
                 a.iter()
@@ -365,20 +367,22 @@ fn events_carry_changes_made_elsewhere() {
     // The fleet follows the store at once; the audit log's events within a second.
     loop {
         d = next_doc();
-        let queued = d["events"]
+        let queued = d["events"]["rows"]
             .as_array()
             .unwrap()
             .iter()
             .any(|e| e["event"] == "queue" && e["agent"] == "carol");
         if keys(&d).contains(&HOSTILE.to_string())
-            && !d["fleet"]["waits"].as_array().unwrap().is_empty()
+            && !d["waits"]["rows"].as_array().unwrap().is_empty()
             && queued
         {
             break;
         }
         assert!(start.elapsed() < Duration::from_secs(20), "no update: {d}");
     }
-    assert_eq!(d["fleet"]["waits"][0]["waiter"], "carol");
+    assert_eq!(d["waits"]["rows"][0]["waiter"], "carol");
+    assert_eq!(d["counts"]["checkouts"], 2, "{d}");
+    assert_eq!(d["counts"]["waiting"], 1, "{d}");
 
     // The timeline: the hostile key is text in the picture, never markup.
     let svg = ui.get("/timeline.svg?since=600");
@@ -414,6 +418,17 @@ fn events_carry_changes_made_elsewhere() {
     );
     assert_eq!(j["history"][0]["event"], "acquire", "{j}");
     assert_eq!(ui.get("/api/key").status, 400);
+    // By agent: bob's row says what he holds.
+    let by = ui.get("/timeline.svg?since=600&by=agent");
+    assert_eq!(by.status, 200, "{}", by.head);
+    assert!(by.body.contains(", by agent</text>"), "{}", by.body);
+    assert!(
+        by.body.contains("bob held &lt;img src=x onerror="),
+        "{}",
+        by.body
+    );
+    assert!(by.body.contains("carol waited for task-1"), "{}", by.body);
+    assert_eq!(ui.get("/timeline.svg?by=host").status, 400);
     let saved = ui.get("/timeline.svg?since=600&download=1");
     assert!(
         saved
@@ -455,6 +470,38 @@ fn the_timeline_as_a_file() {
         "{svg}"
     );
     assert!(svg.contains("class=\"freeze\""), "{svg}");
+    // One row per agent: what each held and waited for.
+    let r = env.run(
+        None,
+        &[
+            "ui",
+            "--svg",
+            file.to_str().unwrap(),
+            "--since",
+            "30m",
+            "--by",
+            "agent",
+        ],
+    );
+    assert_eq!(r.code, 0, "{}", r.text());
+    let svg = std::fs::read_to_string(&file).unwrap();
+    assert!(svg.contains("UTC, by agent</text>"), "{svg}");
+    assert!(
+        svg.contains("alice held task-1 (token 1) for 10m, ended by release"),
+        "{svg}"
+    );
+    assert!(
+        svg.contains("alice held deploy-api (token 3) for 8m, still held"),
+        "{svg}"
+    );
+    assert!(svg.contains("bob waited for task-1 12m"), "{svg}");
+    assert!(
+        svg.contains(">alice</text>") && svg.contains(">bob</text>"),
+        "{svg}"
+    );
+    assert!(!svg.contains(">task-1</text>"), "rows are agents: {svg}");
+    let bad = env.run(None, &["ui", "--svg", "x.svg", "--by", "host"]);
+    assert_eq!(bad.code, 64, "{}", bad.text());
     let bad = env.run(None, &["ui", "--svg", "/nonexistent/dir/t.svg"]);
     assert_eq!(bad.code, 1, "{}", bad.text());
     let bad = env.run(None, &["ui", "--since", "forever"]);
@@ -727,6 +774,14 @@ fn the_page_in_a_real_browser() {
         "the timeline",
         "const i = document.getElementById('timeline'); return i.complete && i.naturalWidth > 100",
     );
+    // By agent: the picture is asked for again, one row per agent.
+    b.js("document.querySelector('#by button[data-by=agent]').click()");
+    b.until(
+        "the timeline by agent",
+        "const i = document.getElementById('timeline'); return i.src.includes('by=agent') \
+         && i.complete && i.naturalWidth > 100 \
+         && document.getElementById('save').href.includes('by=agent')",
+    );
 
     // A page of another origin cannot force a release, whatever it sends.
     b.go("data:text/html,<p>another site</p>");
@@ -775,40 +830,231 @@ fn the_page_in_a_real_browser() {
     );
 }
 
-#[test]
-fn a_big_fleet_shows_a_page_of_rows_and_the_filter_finds_the_rest() {
-    // What the page draws does not depend on the store: on the file store only.
-    if common::file_store_only("a_big_fleet_shows_a_page_of_rows") {
-        return;
-    }
+/// 150 checkouts (key `task-NNN`, held by `agent-(N % 7)`): more than the page's first
+/// rows.
+fn a_bigger_fleet() -> Env {
     let env = Env::new();
-    for i in 0..305 {
+    for i in 0..150 {
         real_ok(
             &env,
             &format!("agent-{}", i % 7),
             &["checkout", &format!("task-{i:03}")],
         );
     }
+    env
+}
+
+fn rows(v: &Value) -> Vec<&Value> {
+    v["rows"].as_array().unwrap().iter().collect()
+}
+
+fn keys_of(v: &Value) -> Vec<String> {
+    rows(v)
+        .iter()
+        .map(|c| c["key"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The page is sent only what it shows: the server filters, sorts and pages over its
+/// one snapshot, and the counts are the store's.
+#[test]
+fn the_server_filters_sorts_and_pages() {
+    let env = a_bigger_fleet();
+    let top = env.run_now(None, &["top", "--once", "--json"]).json();
+    let ui = Ui::start(&env, &[]);
+    let json = |path: &str| -> Value {
+        let start = Instant::now();
+        loop {
+            let a = ui.get(path);
+            if a.status != 503 || start.elapsed() > Duration::from_secs(20) {
+                assert_eq!(a.status, 200, "{path}: {} {}", a.head, a.body);
+                return serde_json::from_str(&a.body).unwrap();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+
+    // The first page: counts of everything, the first rows of each table.
+    let d = json("/api/fleet");
+    assert_eq!(
+        d["counts"]["checkouts"],
+        top["checkouts"].as_array().unwrap().len()
+    );
+    assert_eq!(d["counts"]["checkouts"], 150);
+    assert_eq!(
+        d["counts"]["agents"],
+        top["agents"].as_array().unwrap().len()
+    );
+    assert_eq!(d["counts"]["agents"], 7);
+    let c = &d["checkouts"];
+    assert_eq!(
+        (c["total"].clone(), c["matched"].clone()),
+        (json!(150), json!(150))
+    );
+    let first: Vec<String> = (0..100).map(|i| format!("task-{i:03}")).collect();
+    assert_eq!(keys_of(c), first);
+    assert_eq!(rows(&d["agents"]).len(), 7);
+    assert!(rows(c)[0]["colour"].as_str().unwrap().starts_with("hsl("));
+    assert!(d["version"].as_u64().unwrap() >= 1);
+
+    // The next page, through one table.
+    let p = json("/api/fleet?table=checkouts&offset=100&limit=100");
+    assert_eq!(p["table"], "checkouts");
+    let rest: Vec<String> = (100..150).map(|i| format!("task-{i:03}")).collect();
+    assert_eq!(keys_of(&p), rest);
+    assert_eq!(p["matched"], 150);
+
+    // A filter (any case) finds what lies beyond the first page; on agents too.
+    let f = json("/api/fleet?filter=TASK-14");
+    let found: Vec<String> = (140..150).map(|i| format!("task-{i:03}")).collect();
+    assert_eq!(keys_of(&f["checkouts"]), found);
+    assert_eq!(f["checkouts"]["matched"], 10);
+    assert_eq!(f["counts"]["checkouts"], 150);
+    let by_agent = json("/api/fleet?table=checkouts&filter=agent-3&limit=1000");
+    let expect: Vec<String> = (0..150)
+        .filter(|i| i % 7 == 3)
+        .map(|i| format!("task-{i:03}"))
+        .collect();
+    assert_eq!(keys_of(&by_agent), expect);
+    let agents = json("/api/fleet?table=agents&filter=task-149");
+    assert_eq!(
+        rows(&agents)
+            .iter()
+            .map(|a| a["id"].clone())
+            .collect::<Vec<_>>(),
+        [json!(format!("agent-{}", 149 % 7))]
+    );
+
+    // Sorts: the other way round, by holder, by token.
+    let back = json("/api/fleet?table=checkouts&sort=-key&limit=3");
+    assert_eq!(keys_of(&back), ["task-149", "task-148", "task-147"]);
+    let holders = json("/api/fleet?checkouts.sort=holder&checkouts.limit=1000");
+    let ids: Vec<&str> = rows(&holders["checkouts"])
+        .iter()
+        .map(|c| c["agent"]["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 150);
+    assert!(ids.windows(2).all(|w| w[0] <= w[1]), "{ids:?}");
+    let newest = json("/api/fleet?table=checkouts&sort=-token&limit=1");
+    let max = top["checkouts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["token"].as_u64().unwrap())
+        .max()
+        .unwrap();
+    assert_eq!(rows(&newest)[0]["token"], max);
+    let busiest = json("/api/fleet?table=agents&sort=-holds&limit=1");
+    // 150 = 7 * 21 + 3: agents 0, 1 and 2 hold 22; agent-0 first by id.
+    assert_eq!(rows(&busiest)[0]["id"], "agent-0");
+    assert_eq!(rows(&busiest)[0]["checkouts"].as_array().unwrap().len(), 22);
+
+    // Bad views are refused, saying why.
+    for (path, says) in [
+        (
+            "/api/fleet?table=checkouts&sort=colour",
+            "sort by key, holder",
+        ),
+        ("/api/fleet?checkouts.limit=5000", "at most 1000"),
+        ("/api/fleet?table=agents&offset=x", "not a number"),
+        ("/api/fleet?table=nope", "table: one of"),
+        ("/api/fleet?waits.sort=key", "own order"),
+        ("/events?agents.sort=name", "sort by state"),
+    ] {
+        let a = ui.get(path);
+        assert_eq!(a.status, 400, "{path}: {}", a.head);
+        assert!(a.body.contains(says), "{path}: {}", a.body);
+    }
+
+    // The event stream carries the view it was opened with.
+    let mut s = TcpStream::connect(("127.0.0.1", ui.port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        s,
+        "GET /events?filter=task-12&checkouts.sort=-key HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nCookie: {}\r\n\r\n",
+        ui.port,
+        ui.cookie()
+    )
+    .unwrap();
+    let mut r = BufReader::new(s);
+    let doc = loop {
+        let mut line = String::new();
+        assert!(r.read_line(&mut line).unwrap() > 0, "the stream ended");
+        if let Some(d) = line.strip_prefix("data: ") {
+            break serde_json::from_str::<Value>(d.trim()).unwrap();
+        }
+    };
+    let want: Vec<String> = (120..130).rev().map(|i| format!("task-{i:03}")).collect();
+    assert_eq!(keys_of(&doc["checkouts"]), want);
+    assert_eq!(doc["filter"], "task-12");
+}
+
+#[test]
+fn a_big_fleet_in_the_browser_a_page_of_rows_and_the_server_finds_the_rest() {
+    let env = a_bigger_fleet();
     let ui = Ui::start(&env, &[]);
     let b = Browser::start();
     b.go(&ui.url());
     b.until(
         "a page of rows",
-        "return document.querySelectorAll('#checkouts tbody tr').length === 300",
+        "return document.querySelectorAll('#checkouts tbody tr').length === 100",
     );
-    let more = b.js("return document.getElementById('more-checkouts').textContent");
+    // The counts are the store's, not the rows'.
+    let summary = b.js("return document.getElementById('summary').textContent");
+    assert!(
+        summary
+            .as_str()
+            .unwrap()
+            .starts_with("150 checkouts · 7 agents"),
+        "{summary}"
+    );
+    let more = b.js("return document.getElementById('more-checkouts').innerText");
+    assert!(
+        more.as_str()
+            .unwrap()
+            .starts_with("Showing 100 of 150 checkouts."),
+        "{more}"
+    );
+    // The mark bench/ui.py reads.
     assert_eq!(
-        more,
-        json!("Showing 300 of 305 checkouts: filter to find the others.")
+        b.js("return performance.getEntriesByName('tasklock-first-rows').length"),
+        json!(1)
     );
+    // Typing a filter finds a key beyond the first rows.
     b.js(
-        "const f = document.getElementById('filter'); f.value = 'task-304'; \
+        "const f = document.getElementById('filter'); f.value = 'task-149'; \
           f.dispatchEvent(new Event('input'));",
     );
     b.until(
         "the filtered row",
         "const rows = document.querySelectorAll('#checkouts tbody tr'); \
-         return rows.length === 1 && rows[0].cells[0].textContent === 'task-304' \
+         return rows.length === 1 && rows[0].cells[0].textContent === 'task-149' \
          && document.getElementById('more-checkouts').hidden",
+    );
+    // Cleared: the first page again; "show more" brings the rest.
+    b.js(
+        "const f = document.getElementById('filter'); f.value = ''; \
+          f.dispatchEvent(new Event('input'));",
+    );
+    b.until(
+        "the first page again",
+        "return document.querySelectorAll('#checkouts tbody tr').length === 100",
+    );
+    b.js("document.querySelector('#more-checkouts button').click()");
+    b.until(
+        "every row",
+        "return document.querySelectorAll('#checkouts tbody tr').length === 150 \
+         && document.getElementById('more-checkouts').hidden",
+    );
+    // A click on a column sorts on the server: Key twice, the other way round.
+    b.js("document.querySelector('#checkouts th[data-sort=key]').click()");
+    b.until(
+        "sorted by key",
+        "return document.querySelector('#checkouts th[data-sort=key]').classList.contains('sorted')",
+    );
+    b.js("document.querySelector('#checkouts th[data-sort=key]').click()");
+    b.until(
+        "the last key first",
+        "return document.querySelector('#checkouts tbody tr').cells[0].textContent === 'task-149'",
     );
 }

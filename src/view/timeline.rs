@@ -16,10 +16,21 @@ use crate::store::AuditEvent;
 /// At most this many keys are drawn: the busiest.
 pub const MAX_ROWS: usize = 40;
 
+/// What a row of the timeline is: a key (its holders and waiters) or an agent (what it
+/// held and waited for).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum By {
+    #[default]
+    Key,
+    Agent,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Timeline {
     pub start: Time,
     pub end: Time,
+    pub by: By,
     pub rows: Vec<KeyRow>,
     /// Agents in the order they first appear, with their colour.
     pub agents: Vec<AgentColour>,
@@ -35,6 +46,7 @@ pub struct AgentColour {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct KeyRow {
+    /// The key; in a timeline by agent, the agent.
     pub key: String,
     pub holds: Vec<Span>,
     pub waits: Vec<Span>,
@@ -44,13 +56,16 @@ pub struct KeyRow {
     pub held_secs: i64,
     /// Seconds agents spent queued for it.
     pub waited_secs: i64,
-    /// Queue joins and refusals: how contended it was.
+    /// Queue joins and refusals: how contended it was (by agent: its waits).
     pub contention: usize,
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Span {
     pub agent: String,
+    /// In a timeline by agent: the key held or waited for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub on: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub token: Option<u64>,
     pub from: Time,
@@ -82,16 +97,30 @@ fn secs(a: Time, b: Time) -> i64 {
     (b - a).num_seconds().max(0)
 }
 
-/// The timeline of the window `[start, end]`.
+/// The timeline of the window `[start, end]`, one row per key.
 pub fn build(events: &[AuditEvent], fleet: Option<&Fleet>, start: Time, end: Time) -> Timeline {
+    build_by(events, fleet, start, end, By::Key)
+}
+
+/// The timeline of the window `[start, end]`, one row per key or per agent.
+pub fn build_by(
+    events: &[AuditEvent],
+    fleet: Option<&Fleet>,
+    start: Time,
+    end: Time,
+    by: By,
+) -> Timeline {
     let mut rows: BTreeMap<String, KeyRow> = BTreeMap::new();
     // Open holds by (key, token), and open waits by (key, agent).
     let mut holding: HashMap<(String, Option<u64>), (String, Time)> = HashMap::new();
     let mut waiting: HashMap<(String, String), Time> = HashMap::new();
     let mut freezes: Vec<(String, Time, Time)> = Vec::new();
     let mut order: Vec<String> = Vec::new();
-    let seen_agent = |order: &mut Vec<String>, a: &str| {
-        if !a.is_empty() && !order.iter().any(|x| x == a) {
+    let mut seen: std::collections::HashSet<String> = std::collections::HashSet::new();
+    // A fleet of thousands of agents: a set, not a scan of the list, for each hold.
+    let mut seen_agent = |order: &mut Vec<String>, a: &str| {
+        if !a.is_empty() && !seen.contains(a) {
+            seen.insert(a.to_string());
             order.push(a.to_string());
         }
     };
@@ -121,6 +150,7 @@ pub fn build(events: &[AuditEvent], fleet: Option<&Fleet>, start: Time, end: Tim
                 if let Some((agent, from)) = found {
                     r.holds.push(Span {
                         agent,
+                        on: None,
                         token: e.token,
                         from,
                         to: e.ts,
@@ -216,6 +246,7 @@ pub fn build(events: &[AuditEvent], fleet: Option<&Fleet>, start: Time, end: Tim
     for ((key, token), (agent, from)) in holding {
         row(&mut rows, &key).holds.push(Span {
             agent,
+            on: None,
             token,
             from,
             to: end,
@@ -234,6 +265,7 @@ pub fn build(events: &[AuditEvent], fleet: Option<&Fleet>, start: Time, end: Tim
                 seen_agent(&mut order, &c.view.agent.id);
                 r.holds.push(Span {
                     agent: c.view.agent.id.clone(),
+                    on: None,
                     token: Some(c.view.token),
                     from: c.view.acquired_at,
                     to: end,
@@ -246,6 +278,7 @@ pub fn build(events: &[AuditEvent], fleet: Option<&Fleet>, start: Time, end: Tim
     for ((key, agent), from) in waiting {
         row(&mut rows, &key).waits.push(Span {
             agent,
+            on: None,
             token: None,
             from,
             to: end,
@@ -285,7 +318,10 @@ pub fn build(events: &[AuditEvent], fleet: Option<&Fleet>, start: Time, end: Tim
         }
         out.push(r);
     }
-    // The busiest keys, then by name.
+    if by == By::Agent {
+        out = per_agent(out);
+    }
+    // The busiest rows, then by name.
     out.sort_by(|a, b| {
         (b.held_secs + b.waited_secs, b.contention)
             .cmp(&(a.held_secs + a.waited_secs, a.contention))
@@ -312,10 +348,42 @@ pub fn build(events: &[AuditEvent], fleet: Option<&Fleet>, start: Time, end: Tim
     Timeline {
         start,
         end,
+        by,
         rows: out,
         agents,
         agent_time,
     }
+}
+
+/// The same spans, one row per agent: what it held and what it waited for.
+fn per_agent(rows: Vec<KeyRow>) -> Vec<KeyRow> {
+    let mut agents: BTreeMap<String, KeyRow> = BTreeMap::new();
+    for r in rows {
+        for mut h in r.holds {
+            h.on = Some(r.key.clone());
+            let a = row(&mut agents, &h.agent);
+            a.held_secs += secs(h.from, h.to);
+            a.holds.push(h);
+        }
+        for mut w in r.waits {
+            w.on = Some(r.key.clone());
+            let a = row(&mut agents, &w.agent);
+            a.waited_secs += secs(w.from, w.to);
+            a.contention += 1;
+            a.waits.push(w);
+        }
+        for m in r.marks.into_iter().filter(|m| !m.agent.is_empty()) {
+            row(&mut agents, &m.agent).marks.push(m);
+        }
+    }
+    agents
+        .into_values()
+        .map(|mut r| {
+            r.holds.sort_by_key(|s| s.from);
+            r.waits.sort_by_key(|s| s.from);
+            r
+        })
+        .collect()
 }
 
 /// A wait that began at `since` and ended with the event `e` (the grant, or a way out of
@@ -323,6 +391,7 @@ pub fn build(events: &[AuditEvent], fleet: Option<&Fleet>, start: Time, end: Tim
 fn ended_wait(e: &AuditEvent, since: Time) -> Span {
     Span {
         agent: e.agent.clone(),
+        on: None,
         token: None,
         from: since,
         to: e.ts,
@@ -402,9 +471,10 @@ pub fn svg(t: &Timeline) -> String {
     );
     let _ = write!(
         s,
-        r##"<rect width="100%" height="100%" fill="#fff"/><text x="10" y="20" font-size="14" font-weight="bold">tasklock: {} to {} UTC</text>"##,
+        r##"<rect width="100%" height="100%" fill="#fff"/><text x="10" y="20" font-size="14" font-weight="bold">tasklock: {} to {} UTC{}</text>"##,
         t.start.format("%Y-%m-%d %H:%M:%S"),
-        t.end.format("%H:%M:%S")
+        t.end.format("%H:%M:%S"),
+        if t.by == By::Agent { ", by agent" } else { "" }
     );
     // Time ticks: about six across.
     for i in 0..=6 {
@@ -430,11 +500,16 @@ pub fn svg(t: &Timeline) -> String {
         let label: String = r.key.chars().take(34).collect();
         let _ = write!(
             s,
-            r##"<g><title>{} · held {} · waited {} · {} queue joins and refusals</title><text x="10" y="{:.1}">{}{}</text></g>"##,
+            r##"<g><title>{} · held {} · waited {} · {} {}</title><text x="10" y="{:.1}">{}{}</text></g>"##,
             escape(&r.key),
             short(r.held_secs),
             short(r.waited_secs),
             r.contention,
+            if t.by == By::Agent {
+                "waits"
+            } else {
+                "queue joins and refusals"
+            },
             y + 16.0,
             escape(&label),
             if r.key.chars().count() > 34 {
@@ -454,13 +529,17 @@ pub fn svg(t: &Timeline) -> String {
         for h in &r.holds {
             let _ = write!(
                 s,
-                r##"<rect class="hold" x="{:.1}" y="{:.1}" width="{:.1}" height="{:.1}" rx="2" fill="{}"><title>{} held it{} for {}{}</title></rect>"##,
+                r##"<rect class="hold" x="{:.1}" y="{:.1}" width="{:.1}" height="{:.1}" rx="2" fill="{}" fill-opacity="0.8"><title>{}{}{} for {}{}</title></rect>"##,
                 x(h.from),
                 y + 3.0,
                 (x(h.to) - x(h.from)).max(1.5),
                 ROW - 10.0,
                 colour(&h.agent),
                 escape(&h.agent),
+                match &h.on {
+                    Some(k) => format!(" held {}", escape(k)),
+                    None => " held it".into(),
+                },
                 h.token.map(|t| format!(" (token {t})")).unwrap_or_default(),
                 short(secs(h.from, h.to)),
                 match (&h.ended_by, h.open) {
@@ -473,12 +552,15 @@ pub fn svg(t: &Timeline) -> String {
         for w in &r.waits {
             let _ = write!(
                 s,
-                r##"<rect class="wait" x="{:.1}" y="{:.1}" width="{:.1}" height="4" fill="{}" fill-opacity="0.6"><title>{} waited {}</title></rect>"##,
+                r##"<rect class="wait" x="{:.1}" y="{:.1}" width="{:.1}" height="4" fill="{}" fill-opacity="0.6"><title>{} waited{} {}</title></rect>"##,
                 x(w.from),
                 y + ROW - 6.0,
                 (x(w.to) - x(w.from)).max(1.5),
                 colour(&w.agent),
                 escape(&w.agent),
+                w.on.as_ref()
+                    .map(|k| format!(" for {}", escape(k)))
+                    .unwrap_or_default(),
                 short(secs(w.from, w.to))
             );
         }

@@ -1,8 +1,10 @@
 //! `tasklock ui`: the fleet, live, in a browser page served by tasklock itself.
 //!
-//! One watcher of the store (as `tasklock top` has) turns every change into one JSON
-//! document, sent to each open page as a server-sent event; the page, its script and its
-//! style are inside the binary. It is a door into the project, so: it listens on loopback
+//! One watcher of the store (as `tasklock top` has) keeps one snapshot of the fleet and
+//! tells each open page's event stream when it changes; the stream sends its page only
+//! what the page shows (the counts, and the rows of each table the page's filter, sort
+//! and page select, cut from the snapshot by the server), so a fleet of thousands never
+//! crosses to the page whole. The page, its script and its style are inside the binary. It is a door into the project, so: it listens on loopback
 //! unless told otherwise; every request needs the random token printed in the URL (then
 //! kept in a cookie that scripts cannot read); the Host header must name this server (no
 //! DNS rebinding); no response allows another origin; a change (force-release, freeze) is
@@ -24,7 +26,7 @@ use super::timeline;
 use super::{EVENTS_KEPT, REFRESH, context, recent_events, store_of};
 use crate::cli::Global;
 use crate::clock::{self, Time};
-use crate::engine::fleet::{self, Fleet};
+use crate::engine::fleet::{self, Fleet, FleetAgent, FleetCheckout};
 use crate::error::{Error, Result};
 use crate::store::AuditEvent;
 
@@ -36,8 +38,6 @@ const COOKIE: &str = "tasklock_ui";
 /// Requests bigger than this are refused: the page's own are tiny.
 const MAX_HEAD: usize = 16 * 1024;
 const MAX_BODY: usize = 16 * 1024;
-/// Events sent to a page with each change (newest first).
-const EVENTS_SENT: usize = 200;
 /// An unchanged fleet is sent to the pages again this often, for the leases' countdown.
 const RESEND: Duration = Duration::from_secs(5);
 
@@ -67,6 +67,9 @@ pub struct Args {
     /// The timeline's window for --svg
     #[arg(long, value_name = "DUR", default_value = "1h", value_parser = crate::duration::parse)]
     pub since: Duration,
+    /// The timeline's rows for --svg: one per key, or one per agent
+    #[arg(long, value_enum, default_value = "key")]
+    pub by: timeline::By,
 }
 
 pub fn main(args: Vec<std::ffi::OsString>) -> i32 {
@@ -85,7 +88,13 @@ fn write_svg(a: &Args, path: &std::path::Path) -> Result<()> {
     let store = store_of(&ctx)?;
     let fleet = fleet::snapshot(&ctx, &*store)?;
     let events: Vec<AuditEvent> = recent_events(&*store)?.into();
-    let t = timeline::build(&events, Some(&fleet), window(a.since, ctx.now), ctx.now);
+    let t = timeline::build_by(
+        &events,
+        Some(&fleet),
+        window(a.since, ctx.now),
+        ctx.now,
+        a.by,
+    );
     std::fs::write(path, timeline::svg(&t)).map_err(|e| Error::io(path, e))?;
     println!("{}", path.display());
     Ok(())
@@ -98,18 +107,74 @@ struct Shared {
     listen: IpAddr,
     global: Global,
     can_act: std::result::Result<(), String>,
-    state: Mutex<State>,
-    /// One sender per open event stream.
-    streams: Mutex<Vec<Sender<Arc<String>>>>,
+    /// What the watcher read last: one snapshot of the fleet, never a serialized copy of
+    /// it. Each answer serializes only the rows it sends.
+    state: Mutex<Option<Arc<Snapshot>>>,
+    /// One sender per open event stream: the watcher tells each that a new snapshot is
+    /// there, and the stream draws its own page's view of it.
+    streams: Mutex<Vec<Sender<()>>>,
+    /// The last timeline drawn for another window or by agent, with the snapshot version,
+    /// window and rows it was drawn for: open pages ask every two seconds.
+    drawn: Mutex<Option<Drawn>>,
 }
 
-#[derive(Default)]
-struct State {
-    fleet: Option<Fleet>,
-    events: VecDeque<AuditEvent>,
-    /// The last document sent, for a page that connects now.
-    last: Option<Arc<String>>,
+/// A timeline drawn: for which snapshot version, window and rows, and the SVG.
+type Drawn = ((u64, i64, timeline::By), Arc<String>);
+
+/// The fleet as the watcher read it last, with the events kept and what the page shows
+/// beside the tables.
+struct Snapshot {
+    /// Counts the watcher's reads that changed something: a page asks again with it.
+    version: u64,
+    now: Time,
+    /// The last fleet read (kept when a later read failed).
+    fleet: Option<Arc<Fleet>>,
     error: Option<String>,
+    /// The last `EVENTS_KEPT` audit events, oldest first.
+    events: Arc<VecDeque<AuditEvent>>,
+    counts: Counts,
+    /// The last hour's timeline by key, as the page first shows it.
+    timeline: timeline::Timeline,
+    /// Where the time went in the last hour.
+    time: Value,
+}
+
+#[derive(Default, serde::Serialize)]
+struct Counts {
+    checkouts: usize,
+    agents: usize,
+    dead: usize,
+    /// Places in queues.
+    waiting: usize,
+    waits: usize,
+    cycles: usize,
+    freezes: usize,
+    corrupt: usize,
+}
+
+impl Counts {
+    fn of(f: &Fleet) -> Counts {
+        Counts {
+            checkouts: f.checkouts.len(),
+            agents: f.agents.len(),
+            dead: f
+                .agents
+                .iter()
+                .filter(|a| a.row.state == crate::liveness::State::Dead)
+                .count(),
+            waiting: f.queues.values().map(|q| q.length).sum(),
+            waits: f.waits.len(),
+            cycles: f.cycles.len(),
+            freezes: f.freezes.len(),
+            corrupt: f.corrupt,
+        }
+    }
+}
+
+impl Shared {
+    fn snapshot(&self) -> Option<Arc<Snapshot>> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
 }
 
 fn random_token() -> Result<String> {
@@ -121,6 +186,12 @@ fn random_token() -> Result<String> {
 }
 
 fn serve(a: &Args) -> Result<()> {
+    // glibc gives each thread that allocates an arena of its own and keeps what it freed;
+    // a thread per connection would keep a fleet's worth per arena.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 2);
+    }
     let ctx = context(&a.global)?;
     let store = store_of(&ctx)?;
     let events = recent_events(&*store)?;
@@ -137,11 +208,9 @@ fn serve(a: &Args) -> Result<()> {
         listen: a.listen,
         global: a.global.clone(),
         can_act: super::may_act(a.read_only, &a.global, &ctx),
-        state: Mutex::new(State {
-            events,
-            ..State::default()
-        }),
+        state: Mutex::new(None),
         streams: Mutex::new(Vec::new()),
+        drawn: Mutex::new(None),
     });
     let host = match a.listen {
         IpAddr::V6(ip) if !ip.is_unspecified() => format!("[{ip}]"),
@@ -162,7 +231,7 @@ fn serve(a: &Args) -> Result<()> {
     }
     {
         let shared = shared.clone();
-        std::thread::spawn(move || watch(shared));
+        std::thread::spawn(move || watch(shared, events));
     }
     crate::signals::install();
     listener
@@ -199,82 +268,137 @@ fn open_browser(url: &str) {
         .spawn();
 }
 
+/// A fingerprint of the fleet apart from its time: an unchanged fleet is not sent again
+/// every second. Hashed as it serializes, so no copy of it is made.
+fn fingerprint(f: &Fleet) -> u64 {
+    use std::hash::Hasher;
+    struct HashWriter(std::collections::hash_map::DefaultHasher);
+    impl Write for HashWriter {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.write(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut w = HashWriter(Default::default());
+    let _ = serde_json::to_writer(
+        &mut w,
+        &(
+            &f.store,
+            &f.checkouts,
+            &f.agents,
+            &f.queues,
+            &f.waits,
+            &f.cycles,
+            &f.freezes,
+            f.corrupt,
+        ),
+    );
+    w.0.finish()
+}
+
 /// The one watcher of the store, however many pages are open.
-fn watch(shared: Arc<Shared>) {
+fn watch(shared: Arc<Shared>, events: VecDeque<AuditEvent>) {
     let run = || -> Result<()> {
         let mut ctx = context(&shared.global)?;
         let store = store_of(&ctx)?;
         let mut follow = store.follow_audit()?;
         let _ = follow.next(Duration::ZERO)?;
         let mut changes = store.changes()?;
-        // What the pages were sent last, apart from the time: an unchanged fleet is sent
-        // again only every RESEND (for the leases' countdown), not every second.
-        let mut sent: Option<(String, std::time::Instant)> = None;
+        let mut events = Arc::new(events);
+        let mut version = 0u64;
+        // The fleet the pages were sent last, apart from the time: an unchanged fleet is
+        // sent again only every RESEND (for the leases' countdown), not every second.
+        let mut sent: Option<(u64, std::time::Instant)> = None;
         loop {
             ctx.now = clock::now()?;
-            let snapshot = fleet::snapshot(&ctx, &*store);
+            let read = fleet::snapshot(&ctx, &*store);
             let new = follow.next(Duration::ZERO).unwrap_or_default();
-            let same_as_sent = match (&snapshot, &sent) {
-                (Ok(f), Some((last, at))) if new.is_empty() && at.elapsed() < RESEND => {
-                    let mut timeless = f.clone();
-                    timeless.now = Time::default();
-                    serde_json::to_string(&timeless).is_ok_and(|s| s == *last)
-                }
-                _ => false,
-            };
-            if same_as_sent {
+            let print = read.as_ref().ok().map(fingerprint);
+            if let (Some(p), Some((last, at))) = (print, &sent)
+                && new.is_empty()
+                && p == *last
+                && at.elapsed() < RESEND
+            {
+                drop(read);
                 changes.wait(REFRESH);
                 continue;
             }
-            if let Ok(f) = &snapshot {
-                let mut timeless = f.clone();
-                timeless.now = Time::default();
-                sent = serde_json::to_string(&timeless)
-                    .ok()
-                    .map(|s| (s, std::time::Instant::now()));
-            }
-            let doc = {
-                let mut st = shared.state.lock().unwrap_or_else(|p| p.into_inner());
+            sent = print.map(|p| (p, std::time::Instant::now()));
+            if !new.is_empty() {
+                let kept = Arc::make_mut(&mut events);
                 for e in new {
-                    if st.events.len() == EVENTS_KEPT {
-                        st.events.pop_front();
+                    if kept.len() == EVENTS_KEPT {
+                        kept.pop_front();
                     }
-                    st.events.push_back(e);
+                    kept.push_back(e);
                 }
-                match snapshot {
-                    Ok(f) => {
-                        st.fleet = Some(f);
-                        st.error = None;
-                    }
-                    Err(e) => st.error = Some(e.to_string()),
-                }
-                let doc = Arc::new(document(&st, &shared, ctx.now).to_string());
-                st.last = Some(doc.clone());
-                doc
+            }
+            let (fleet, error) = match read {
+                Ok(f) => (Some(Arc::new(f)), None),
+                Err(e) => (
+                    shared.snapshot().and_then(|s| s.fleet.clone()),
+                    Some(e.to_string()),
+                ),
             };
+            version += 1;
+            let hour: Vec<AuditEvent> = events.iter().cloned().collect();
+            let t = timeline::build(
+                &hour,
+                fleet.as_deref(),
+                ctx.now - chrono::Duration::hours(1),
+                ctx.now,
+            );
+            drop(hour);
+            let snap = Snapshot {
+                version,
+                now: ctx.now,
+                counts: fleet.as_deref().map(Counts::of).unwrap_or_default(),
+                time: time_spent(&t),
+                timeline: t,
+                fleet,
+                error,
+                events: events.clone(),
+            };
+            *shared.state.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(snap));
             shared
                 .streams
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .retain(|tx| tx.send(doc.clone()).is_ok());
+                .retain(|tx| tx.send(()).is_ok());
             changes.wait(REFRESH);
         }
     };
     if let Err(e) = run() {
-        shared.state.lock().unwrap_or_else(|p| p.into_inner()).error = Some(e.to_string());
+        let mut st = shared.state.lock().unwrap_or_else(|p| p.into_inner());
+        let last = st.take();
+        *st = Some(Arc::new(Snapshot {
+            version: last.as_ref().map_or(0, |s| s.version) + 1,
+            now: clock::now().unwrap_or_else(|_| chrono::Utc::now()),
+            fleet: last.as_ref().and_then(|s| s.fleet.clone()),
+            error: Some(e.to_string()),
+            events: last.as_ref().map(|s| s.events.clone()).unwrap_or_default(),
+            counts: last
+                .as_ref()
+                .and_then(|s| s.fleet.as_deref())
+                .map(Counts::of)
+                .unwrap_or_default(),
+            time: last.as_ref().map(|s| s.time.clone()).unwrap_or(Value::Null),
+            timeline: match last {
+                Some(s) => s.timeline.clone(),
+                None => timeline::build(&[], None, Time::default(), Time::default()),
+            },
+        }));
     }
 }
 
-/// What a page is sent: the fleet, the newest events, where the time went in the last
-/// hour, and whether it may act.
-fn document(st: &State, shared: &Shared, now: Time) -> Value {
-    let events: Vec<AuditEvent> = st.events.iter().cloned().collect();
-    let t = timeline::build(
-        &events,
-        st.fleet.as_ref(),
-        now - chrono::Duration::hours(1),
-        now,
-    );
+/// Agents shown in "where the time went": the busiest.
+const TIME_AGENTS: usize = 20;
+
+/// Where the time went in the last hour: the ten most contended keys, the busiest agents.
+fn time_spent(t: &timeline::Timeline) -> Value {
     let mut contended: Vec<&timeline::KeyRow> = t.rows.iter().collect();
     contended.sort_by(|a, b| {
         (b.contention, b.waited_secs)
@@ -282,21 +406,304 @@ fn document(st: &State, shared: &Shared, now: Time) -> Value {
             .then(a.key.cmp(&b.key))
     });
     contended.truncate(10);
+    let mut agents: Vec<&timeline::AgentTime> = t.agent_time.iter().collect();
+    agents.sort_by(|a, b| {
+        (b.held_secs + b.waited_secs)
+            .cmp(&(a.held_secs + a.waited_secs))
+            .then(a.id.cmp(&b.id))
+    });
+    agents.truncate(TIME_AGENTS);
     json!({
-        "now": now,
-        "fleet": st.fleet,
-        "error": st.error,
-        "events": events.iter().rev().take(EVENTS_SENT).collect::<Vec<_>>(),
-        "time": {
-            "keys": contended.iter().map(|r| json!({
-                "key": r.key, "held_secs": r.held_secs, "waited_secs": r.waited_secs,
-                "contention": r.contention,
-            })).collect::<Vec<_>>(),
-            "agents": t.agent_time,
-        },
-        "colours": t.agents,
-        "can_act": shared.can_act.as_ref().err(),
+        "keys": contended.iter().map(|r| json!({
+            "key": r.key, "held_secs": r.held_secs, "waited_secs": r.waited_secs,
+            "contention": r.contention,
+        })).collect::<Vec<_>>(),
+        "agents": agents.iter().map(|a| json!({
+            "id": a.id, "held_secs": a.held_secs, "waited_secs": a.waited_secs,
+            "colour": timeline::colour(&a.id),
+        })).collect::<Vec<_>>(),
     })
+}
+
+/// Rows a table sends when the page asks for no other number, and the most it may ask.
+const PAGE_ROWS: usize = 100;
+const MAX_ROWS: usize = 1000;
+
+/// The tables a page shows, each filtered, sorted and cut to a page by the server.
+const TABLES: [&str; 4] = ["checkouts", "agents", "waits", "events"];
+
+fn sorts_of(table: &str) -> &'static [&'static str] {
+    match table {
+        "checkouts" => &["key", "holder", "token", "held", "lease", "queue"],
+        "agents" => &["state", "agent", "beat", "holds"],
+        _ => &[],
+    }
+}
+
+/// What one page shows of one table.
+#[derive(Clone, Debug, PartialEq)]
+struct Cut {
+    /// A column, `-` before it for the other way round; empty: the table's own order.
+    sort: String,
+    offset: usize,
+    limit: usize,
+}
+
+/// What a page shows: one filter for every table, and each table's sort and page.
+#[derive(Clone, Debug)]
+struct View {
+    /// Lower case; empty: everything.
+    filter: String,
+    cuts: [Cut; 4],
+}
+
+impl View {
+    /// From the query: `filter`, and `TABLE.sort`, `TABLE.offset`, `TABLE.limit`.
+    fn parse(req: &Request) -> std::result::Result<View, String> {
+        let mut cuts = TABLES.map(|_| Cut {
+            sort: String::new(),
+            offset: 0,
+            limit: PAGE_ROWS,
+        });
+        for (i, t) in TABLES.iter().enumerate() {
+            cuts[i] = Cut::parse(req, t, &format!("{t}."))?;
+        }
+        Ok(View {
+            filter: req.param("filter").unwrap_or_default().to_lowercase(),
+            cuts,
+        })
+    }
+}
+
+impl Cut {
+    fn parse(req: &Request, table: &str, prefix: &str) -> std::result::Result<Cut, String> {
+        let number = |name: &str, default: usize| -> std::result::Result<usize, String> {
+            match req.param(&format!("{prefix}{name}")) {
+                None => Ok(default),
+                Some(v) => v
+                    .parse::<usize>()
+                    .map_err(|_| format!("{prefix}{name}: not a number: {v:?}")),
+            }
+        };
+        let limit = number("limit", PAGE_ROWS)?;
+        if limit > MAX_ROWS {
+            return Err(format!(
+                "{prefix}limit: at most {MAX_ROWS} rows at a time (offset pages on)"
+            ));
+        }
+        let sort = req.param(&format!("{prefix}sort")).unwrap_or_default();
+        let column = sort.strip_prefix('-').unwrap_or(&sort);
+        if !sort.is_empty() && !sorts_of(table).contains(&column) {
+            let known = sorts_of(table);
+            return Err(if known.is_empty() {
+                format!("{prefix}sort: {table} keep their own order")
+            } else {
+                format!(
+                    "{prefix}sort: {table} sort by {} (`-` before it for the other way)",
+                    known.join(", ")
+                )
+            });
+        }
+        Ok(Cut {
+            sort,
+            offset: number("offset", 0)?,
+            limit,
+        })
+    }
+}
+
+fn has(filter: &str, field: &str) -> bool {
+    filter.is_empty() || field.to_lowercase().contains(filter)
+}
+
+/// One table of a page: how many rows there are, how many the filter kept, and the rows
+/// of the page asked for.
+#[derive(serde::Serialize)]
+struct Part<'a, T: serde::Serialize> {
+    total: usize,
+    matched: usize,
+    offset: usize,
+    limit: usize,
+    sort: &'a str,
+    rows: Vec<T>,
+}
+
+/// A row with its agent's colour (the timeline's).
+#[derive(serde::Serialize)]
+struct Coloured<'a, T: serde::Serialize> {
+    #[serde(flatten)]
+    row: &'a T,
+    colour: String,
+}
+
+fn cut<'a, T, R: serde::Serialize>(
+    total: usize,
+    mut rows: Vec<&'a T>,
+    c: &'a Cut,
+    order: impl Fn(&str, &T, &T) -> std::cmp::Ordering,
+    tie: impl Fn(&T, &T) -> std::cmp::Ordering,
+    out: impl Fn(&'a T) -> R,
+) -> Part<'a, R> {
+    if !c.sort.is_empty() {
+        let (column, back) = match c.sort.strip_prefix('-') {
+            Some(col) => (col, true),
+            None => (c.sort.as_str(), false),
+        };
+        // The other way round is the column's; ties keep the table's own order.
+        rows.sort_by(|a, b| {
+            let o = order(column, a, b);
+            if back { o.reverse() } else { o }.then_with(|| tie(a, b))
+        });
+    }
+    Part {
+        total,
+        matched: rows.len(),
+        offset: c.offset,
+        limit: c.limit,
+        sort: &c.sort,
+        rows: rows
+            .into_iter()
+            .skip(c.offset)
+            .take(c.limit)
+            .map(out)
+            .collect(),
+    }
+}
+
+fn checkout_order(column: &str, a: &FleetCheckout, b: &FleetCheckout) -> std::cmp::Ordering {
+    let (x, y) = (&a.view, &b.view);
+    match column {
+        "holder" => x.agent.id.cmp(&y.agent.id),
+        "token" => x.token.cmp(&y.token),
+        // Shortest held first.
+        "held" => y.acquired_at.cmp(&x.acquired_at),
+        // Least left first.
+        "lease" => x.expires_at.cmp(&y.expires_at),
+        "queue" => a.queued.cmp(&b.queued),
+        _ => checkout_tie(a, b),
+    }
+}
+
+fn checkout_tie(a: &FleetCheckout, b: &FleetCheckout) -> std::cmp::Ordering {
+    (&a.view.key, a.view.slot).cmp(&(&b.view.key, b.view.slot))
+}
+
+fn agent_order(column: &str, a: &FleetAgent, b: &FleetAgent) -> std::cmp::Ordering {
+    let rank = |s: crate::liveness::State| s as u8;
+    let (x, y) = (&a.row, &b.row);
+    match column {
+        "state" => rank(x.state).cmp(&rank(y.state)),
+        // The latest beat first; never last.
+        "beat" => match (x.last_heartbeat, y.last_heartbeat) {
+            (Some(p), Some(q)) => q.cmp(&p),
+            (Some(_), None) => std::cmp::Ordering::Less,
+            (None, Some(_)) => std::cmp::Ordering::Greater,
+            (None, None) => std::cmp::Ordering::Equal,
+        },
+        "holds" => x.checkouts.len().cmp(&y.checkouts.len()),
+        _ => x.id.cmp(&y.id),
+    }
+}
+
+fn agent_tie(a: &FleetAgent, b: &FleetAgent) -> std::cmp::Ordering {
+    let rank = |s: crate::liveness::State| s as u8;
+    rank(a.row.state)
+        .cmp(&rank(b.row.state))
+        .then_with(|| a.row.id.cmp(&b.row.id))
+}
+
+/// One table of the snapshot as the view asks for it, as JSON.
+fn table(snap: &Snapshot, view: &View, which: usize) -> Value {
+    let f = &view.filter;
+    let c = &view.cuts[which];
+    let (checkouts, agents, waits) = match snap.fleet.as_deref() {
+        Some(fl) => (&fl.checkouts[..], &fl.agents[..], &fl.waits[..]),
+        None => (&[][..], &[][..], &[][..]),
+    };
+    let v = match TABLES[which] {
+        "checkouts" => serde_json::to_value(cut(
+            checkouts.len(),
+            checkouts
+                .iter()
+                .filter(|c| {
+                    has(f, &c.view.key)
+                        || has(f, &c.view.agent.id)
+                        || c.view.agent.name.as_deref().is_some_and(|n| has(f, n))
+                })
+                .collect(),
+            c,
+            checkout_order,
+            checkout_tie,
+            |r| Coloured {
+                row: r,
+                colour: timeline::colour(&r.view.agent.id),
+            },
+        )),
+        "agents" => serde_json::to_value(cut(
+            agents.len(),
+            agents
+                .iter()
+                .filter(|a| {
+                    has(f, &a.row.id)
+                        || a.row.name.as_deref().is_some_and(|n| has(f, n))
+                        || a.row.checkouts.iter().any(|k| has(f, k))
+                })
+                .collect(),
+            c,
+            agent_order,
+            agent_tie,
+            |r| Coloured {
+                row: r,
+                colour: timeline::colour(&r.row.id),
+            },
+        )),
+        "waits" => serde_json::to_value(cut(
+            waits.len(),
+            waits
+                .iter()
+                .filter(|w| has(f, &w.waiter) || has(f, &w.key) || has(f, &w.blocker))
+                .collect(),
+            c,
+            |_, _, _| std::cmp::Ordering::Equal,
+            |_, _| std::cmp::Ordering::Equal,
+            |w| w,
+        )),
+        _ => serde_json::to_value(cut(
+            snap.events.len(),
+            snap.events
+                .iter()
+                .rev()
+                .filter(|e| has(f, &e.key) || has(f, &e.agent) || has(f, &e.event))
+                .collect(),
+            c,
+            |_, _, _| std::cmp::Ordering::Equal,
+            |_, _| std::cmp::Ordering::Equal,
+            |e| e,
+        )),
+    };
+    v.unwrap_or_default()
+}
+
+/// What a page is sent: the counts, each table as the page's view cuts it, the
+/// deadlocks and freezes, where the time went, and whether it may act.
+fn document(snap: &Snapshot, view: &View, shared: &Shared) -> String {
+    let fl = snap.fleet.as_deref();
+    let mut doc = json!({
+        "version": snap.version,
+        "now": snap.now,
+        "store": fl.map(|f| f.store.as_str()),
+        "error": snap.error,
+        "filter": view.filter,
+        "counts": snap.counts,
+        "cycles": fl.map(|f| f.cycles.as_slice()).unwrap_or_default(),
+        "freezes": fl.map(|f| f.freezes.as_slice()).unwrap_or_default(),
+        "time": snap.time,
+        "can_act": shared.can_act.as_ref().err(),
+    });
+    for (i, t) in TABLES.iter().enumerate() {
+        doc[*t] = table(snap, view, i);
+    }
+    doc.to_string()
 }
 
 struct Request {
@@ -538,16 +945,40 @@ fn handle(shared: &Shared, mut conn: TcpStream) -> std::io::Result<()> {
             APP_CSS.as_bytes(),
         ),
         ("GET", "/api/fleet") => {
-            let doc = shared
-                .state
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .last
-                .clone();
-            match doc {
-                Some(d) => respond(&mut conn, "200 OK", "application/json", "", d.as_bytes()),
-                None => text(&mut conn, "503 Service Unavailable", "reading the store…"),
-            }
+            let Some(snap) = shared.snapshot() else {
+                return text(&mut conn, "503 Service Unavailable", "reading the store…");
+            };
+            let body = match req.param("table") {
+                None => match View::parse(&req) {
+                    Ok(view) => document(&snap, &view, shared),
+                    Err(e) => return text(&mut conn, "400 Bad Request", &e),
+                },
+                Some(t) => {
+                    let Some(which) = TABLES.iter().position(|x| *x == t) else {
+                        return text(
+                            &mut conn,
+                            "400 Bad Request",
+                            &format!("table: one of {}", TABLES.join(", ")),
+                        );
+                    };
+                    let cut = match Cut::parse(&req, &t, "") {
+                        Ok(c) => c,
+                        Err(e) => return text(&mut conn, "400 Bad Request", &e),
+                    };
+                    let mut view = match View::parse(&req) {
+                        Ok(v) => v,
+                        Err(e) => return text(&mut conn, "400 Bad Request", &e),
+                    };
+                    view.cuts[which] = cut;
+                    let mut part = table(&snap, &view, which);
+                    part["version"] = json!(snap.version);
+                    part["now"] = json!(snap.now);
+                    part["table"] = json!(t);
+                    part["filter"] = json!(view.filter);
+                    part.to_string()
+                }
+            };
+            respond(&mut conn, "200 OK", "application/json", "", body.as_bytes())
         }
         ("GET", "/timeline.svg") => {
             let since = req
@@ -555,20 +986,36 @@ fn handle(shared: &Shared, mut conn: TcpStream) -> std::io::Result<()> {
                 .and_then(|s| s.parse::<i64>().ok())
                 .filter(|s| (60..=7 * 86_400).contains(s))
                 .unwrap_or(3600);
-            let (events, fleet) = {
-                let st = shared.state.lock().unwrap_or_else(|p| p.into_inner());
-                (
-                    st.events.iter().cloned().collect::<Vec<_>>(),
-                    st.fleet.clone(),
-                )
+            let by = match req.param("by").as_deref() {
+                None | Some("key") => timeline::By::Key,
+                Some("agent") => timeline::By::Agent,
+                Some(_) => return text(&mut conn, "400 Bad Request", "by: key or agent"),
             };
-            let now = clock::now().unwrap_or_else(|_| chrono::Utc::now());
-            let t = timeline::build(
-                &events,
-                fleet.as_ref(),
-                now - chrono::Duration::seconds(since),
-                now,
-            );
+            let Some(snap) = shared.snapshot() else {
+                return text(&mut conn, "503 Service Unavailable", "reading the store…");
+            };
+            let svg = if since == 3600 && by == timeline::By::Key {
+                Arc::new(timeline::svg(&snap.timeline))
+            } else {
+                let want = (snap.version, since, by);
+                let mut drawn = shared.drawn.lock().unwrap_or_else(|p| p.into_inner());
+                match &*drawn {
+                    Some((at, svg)) if *at == want => svg.clone(),
+                    _ => {
+                        let events: Vec<AuditEvent> = snap.events.iter().cloned().collect();
+                        let t = timeline::build_by(
+                            &events,
+                            snap.fleet.as_deref(),
+                            snap.now - chrono::Duration::seconds(since),
+                            snap.now,
+                            by,
+                        );
+                        let svg = Arc::new(timeline::svg(&t));
+                        *drawn = Some((want, svg.clone()));
+                        svg
+                    }
+                }
+            };
             let disposition = if req.param("download").is_some() {
                 "Content-Disposition: attachment; filename=\"tasklock-timeline.svg\"\r\n"
             } else {
@@ -579,25 +1026,30 @@ fn handle(shared: &Shared, mut conn: TcpStream) -> std::io::Result<()> {
                 "200 OK",
                 "image/svg+xml",
                 disposition,
-                timeline::svg(&t).as_bytes(),
+                svg.as_bytes(),
             )
         }
-        ("GET", "/events") => stream(shared, conn),
+        ("GET", "/events") => match View::parse(&req) {
+            Ok(view) => stream(shared, conn, view),
+            Err(e) => text(&mut conn, "400 Bad Request", &e),
+        },
         ("GET", "/api/key") => {
             let Some(key) = req.param("key").filter(|k| !k.is_empty()) else {
                 return text(&mut conn, "400 Bad Request", "which key? /api/key?key=KEY");
             };
             let (notes, why) = super::key_detail(&shared.global, &key);
-            let history: Vec<AuditEvent> = {
-                let st = shared.state.lock().unwrap_or_else(|p| p.into_inner());
-                st.events
-                    .iter()
-                    .rev()
-                    .filter(|e| e.key == key)
-                    .take(20)
-                    .cloned()
-                    .collect()
-            };
+            let history: Vec<AuditEvent> = shared
+                .snapshot()
+                .map(|s| {
+                    s.events
+                        .iter()
+                        .rev()
+                        .filter(|e| e.key == key)
+                        .take(20)
+                        .cloned()
+                        .collect()
+                })
+                .unwrap_or_default();
             let body = json!({
                 "key": key,
                 "why": why,
@@ -618,15 +1070,11 @@ fn handle(shared: &Shared, mut conn: TcpStream) -> std::io::Result<()> {
     }
 }
 
-/// Server-sent events: the current document at once, then one at each change.
-fn stream(shared: &Shared, mut conn: TcpStream) -> std::io::Result<()> {
-    let (tx, rx) = mpsc::channel::<Arc<String>>();
-    let first = shared
-        .state
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .last
-        .clone();
+/// Server-sent events: the page's view of the current snapshot at once, then of each new
+/// one. The view (filter, sorts, pages) is the stream's own: a page that changes it opens
+/// another stream.
+fn stream(shared: &Shared, mut conn: TcpStream, view: View) -> std::io::Result<()> {
+    let (tx, rx) = mpsc::channel::<()>();
     shared
         .streams
         .lock()
@@ -636,18 +1084,26 @@ fn stream(shared: &Shared, mut conn: TcpStream) -> std::io::Result<()> {
         "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n{SECURITY}Connection: keep-alive\r\n\r\n"
     );
     conn.write_all(head.as_bytes())?;
-    if let Some(doc) = first {
-        write!(conn, "event: fleet\ndata: {doc}\n\n")?;
-        conn.flush()?;
-    }
+    let mut sent = 0;
+    let mut send = |conn: &mut TcpStream| -> std::io::Result<()> {
+        if let Some(snap) = shared.snapshot()
+            && snap.version != sent
+        {
+            sent = snap.version;
+            let doc = document(&snap, &view, shared);
+            drop(snap);
+            write!(conn, "event: fleet\ndata: {doc}\n\n")?;
+        }
+        Ok(())
+    };
+    send(&mut conn)?;
+    conn.flush()?;
     loop {
         match rx.recv_timeout(Duration::from_secs(15)) {
-            Ok(mut doc) => {
+            Ok(()) => {
                 // Only the newest of a burst.
-                while let Ok(d) = rx.try_recv() {
-                    doc = d;
-                }
-                write!(conn, "event: fleet\ndata: {doc}\n\n")?;
+                while rx.try_recv().is_ok() {}
+                send(&mut conn)?;
             }
             Err(RecvTimeoutError::Timeout) => conn.write_all(b": still here\n\n")?,
             Err(RecvTimeoutError::Disconnected) => return Ok(()),
