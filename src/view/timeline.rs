@@ -182,6 +182,7 @@ pub fn build_by(
                 if let Some((token, (agent, from))) = found {
                     row(&mut rows, key).holds.push(Span {
                         agent,
+                        on: None,
                         token,
                         from,
                         to: e.ts,
