@@ -651,6 +651,24 @@ fn a_claim_that_registers_binds_the_agent_to_its_secret() {
     );
     assert_eq!(r.code, 4, "{}", r.text());
     assert_eq!(r.json()["error"]["kind"], "secret_refused", "{}", r.text());
+    let r = with(
+        "other",
+        &["checkout", "--next", "--pid", &q.pid(), "--json"],
+    );
+    assert_eq!(r.code, 4, "{}", r.text());
+    let refused: Vec<Value> = audit(&e.dir())
+        .into_iter()
+        .filter(|v| v["event"] == "refused" && v["agent"] == "spawned")
+        .collect();
+    assert_eq!(
+        refused.len(),
+        3,
+        "the beat's and each claim's, once: {refused:?}"
+    );
+    for r in &refused[1..] {
+        assert_eq!(r["reason"], "wrong_secret");
+        assert_eq!(r["detail"], "checkout as the agent without its secret");
+    }
     let agents = e.run(None, &["agents", "--json"]).json();
     let a = &agents["agents"][0];
     assert_eq!(a["id"], "spawned");

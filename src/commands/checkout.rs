@@ -27,14 +27,15 @@ pub fn run(
         let req = with_registered_pid(ctx, &*store, guard, req.clone())?;
         attempt(ctx, &*store, guard, &req, key, join).map(Report::Checkout)
     };
-    if req.paths.is_empty() {
+    let r = if req.paths.is_empty() {
         // A key alone: beside checkouts of other keys (escalated if it turns out to
         // touch more: a queue, another key's checkout).
         let locks = crate::engine::key_locks(&[key.to_string()], &req.agent.id);
         crate::engine::transaction_scoped(&*store, &locks, work)
     } else {
         store.transaction(work)
-    }
+    };
+    crate::engine::take::audited(ctx, &*store, &req, r)
 }
 
 /// `run` checks out on behalf of its own process.

@@ -27,9 +27,10 @@ pub fn any(
     let req = Request::new(ctx, timeout, reason, None)?.registering(pid)?;
     let store = ctx.open_store()?;
     let claimed = store.transaction(|guard| {
-        let req = super::checkout::with_registered_pid(ctx, &*store, guard, req)?;
+        let req = super::checkout::with_registered_pid(ctx, &*store, guard, req.clone())?;
         claim_next(ctx, &*store, guard, &req, keys)
-    })?;
+    });
+    let claimed = crate::engine::take::audited(ctx, &*store, &req, claimed)?;
     let refused = match claimed {
         Claimed::Taken(r) => return Ok(Report::Checkout(r)),
         Claimed::Refused(refused) => refused,
@@ -81,7 +82,8 @@ pub fn next(
                 crate::engine::backlog::claim_next(ctx, &*store, guard, &req)
             }
         },
-    )?;
+    );
+    let next = crate::engine::take::audited(ctx, &*store, &req, next)?;
     let (refused, summary) = match next {
         Next::Taken(r) => return Ok(Report::Checkout(r)),
         Next::Refused { refused, summary } => (refused, summary),

@@ -167,9 +167,9 @@ pub fn with_registered_pid(
         store.lock_agent(guard, &req.agent.id, true)?;
         let entry = store.read_agent(&req.agent.id)?;
         let owner = entry.as_ref().and_then(|e| e.owner.clone());
-        if let Some(standing) =
-            super::agent_refused(ctx, store, guard, &req.agent, owner.as_ref(), "checkout")?
-        {
+        let standing = crate::secret::standing_for(&req.agent.id, owner.as_ref());
+        if standing.refused() {
+            // Audited by [`audit_refused_registration`] once this scope is abandoned.
             return Err(Error::SecretRefused {
                 agent: req.agent.id.clone(),
                 wrong: standing == crate::secret::Standing::WrongSecret,
@@ -216,6 +216,28 @@ pub fn with_registered_pid(
         }
     }
     Ok(req)
+}
+
+/// A checkout with `--pid` refused for want of the agent's secret: its scope was
+/// abandoned (on PostgreSQL rolled back), so the refusal is audited in a scope of its own,
+/// judged again there, as a refused beat is.
+pub fn audit_refused_registration(ctx: &Ctx, store: &dyn Store, agent: &Agent) -> Result<()> {
+    store.transaction(|g| {
+        store.lock_agent(g, &agent.id, true)?;
+        let owner = store.read_agent(&agent.id)?.and_then(|e| e.owner);
+        super::agent_refused(ctx, store, g, agent, owner.as_ref(), "checkout").map(|_| ())
+    })
+}
+
+/// A checkout scope's result, with a refused registration ([`Request::register`])
+/// audited after the scope.
+pub fn audited<T>(ctx: &Ctx, store: &dyn Store, req: &Request, r: Result<T>) -> Result<T> {
+    if req.register.is_some()
+        && let Err(Error::SecretRefused { .. }) = &r
+    {
+        audit_refused_registration(ctx, store, &req.agent)?;
+    }
+    r
 }
 
 /// One checkout attempt under the guard.
