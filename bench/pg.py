@@ -363,7 +363,7 @@ def drain(tl, kind, tmp, url, n, agents, limit):
             if r.returncode == 2:
                 return got
             if r.returncode != 0:
-                raise RuntimeError(f"drainer-{i}: exit {r.returncode}: {r.stderr[-500:]}")
+                raise RuntimeError(f"drainer-{i}: exit {r.returncode}: {r.stdout[-500:]}{r.stderr[-500:]}")
             c = json.loads(r.stdout)["checkout"]
             got.append((c["key"], c["token"]))
             # A key this agent took leaves its list (it would be "already yours").
@@ -421,7 +421,7 @@ def drain_next(tl, kind, tmp, url, n, agents, limit, fresh=None):
             if r.returncode == 2:
                 return got
             if r.returncode != 0:
-                raise RuntimeError(f"drainer-{i}: exit {r.returncode}: {r.stderr[-500:]}")
+                raise RuntimeError(f"drainer-{i}: exit {r.returncode}: {r.stdout[-500:]}{r.stderr[-500:]}")
             c = json.loads(r.stdout)["checkout"]
             if fresh in ("beat", "pid") and c["agent"]["pid"] != os.getpid():
                 raise RuntimeError(f"{who}: its checkout does not name its process: {c}")
