@@ -31,7 +31,11 @@ as root; or use --url), and measures whole process invocations, as an agent sees
      runs each (a build where every change takes the project's one lock shows here).
   5. a drain of the stored backlog: the N keys are added with `backlog add --file`, then
      --agents agent processes claim with `checkout --next` until nothing is ready; the
-     same checks as 3. With --baseline(-rev), the baseline drains the same backlog with
+     same checks as 3. With --fresh-agents, the same backlog is drained again spawn per
+     task, right after the one-agent drain: each claim by an agent id never seen before,
+     which registers its process first (`beat`: `heartbeat --pid`, then `checkout
+     --next`), with the claim (`pid`: `checkout --next --pid`), or not at all (`bare`).
+     With --baseline(-rev), the baseline drains the same backlog with
      `checkout --any` (benchmark 3) right before, in the same run. N: --next-sizes.
   6. the cost of one claim against the size of the stored backlog: N keys added, then
      --claim-runs claims by one agent, one at a time; the median claim, and the time
@@ -83,6 +87,11 @@ def parse_args():
                    help="benchmark 4: checkout+renew+release rounds per agent (default 30)")
     p.add_argument("--next-sizes", default="1000,10000",
                    help="backlog sizes of benchmark 5 (default 1000,10000)")
+    p.add_argument("--fresh-agents", default="",
+                   help="benchmark 5 also drains each backlog spawn per task, every claim by "
+                   "a new agent id, right after the one-agent drain: comma-separated modes "
+                   "beat (heartbeat --pid, then checkout --next), pid (checkout --next "
+                   "--pid), bare (checkout --next, no process registered)")
     p.add_argument("--flat-sizes", default="1000,10000,100000",
                    help="backlog sizes of benchmark 6 (default 1000,10000,100000)")
     p.add_argument("--claim-runs", type=int, default=40,
@@ -354,7 +363,7 @@ def drain(tl, kind, tmp, url, n, agents, limit):
             if r.returncode == 2:
                 return got
             if r.returncode != 0:
-                raise RuntimeError(f"drainer-{i}: exit {r.returncode}: {r.stderr[-500:]}")
+                raise RuntimeError(f"drainer-{i}: exit {r.returncode}: {r.stdout[-500:]}{r.stderr[-500:]}")
             c = json.loads(r.stdout)["checkout"]
             got.append((c["key"], c["token"]))
             # A key this agent took leaves its list (it would be "already yours").
@@ -376,28 +385,50 @@ def add_backlog(tl, st, keys):
     return time.perf_counter() - t0
 
 
-def drain_next(tl, kind, tmp, url, n, agents, limit):
+FRESH_LABELS = {
+    None: "--next drain",
+    "beat": "--next drain, new agent per claim: heartbeat --pid, then checkout --next",
+    "pid": "--next drain, new agent per claim: checkout --next --pid",
+    "bare": "--next drain, new agent per claim, no process registered",
+}
+
+
+def drain_next(tl, kind, tmp, url, n, agents, limit, fresh=None):
+    """`fresh`: spawn per task, every claim by an agent id never seen before (the
+    drainer's number and its claim's), so each claim is also that agent's first command:
+    "beat" registers the agent's process first (`heartbeat --pid`, a process of its own,
+    as before `checkout --pid`), "pid" registers it with the claim (`checkout --next
+    --pid`), "bare" registers none. The process registered is this benchmark's own, which
+    lives for the whole drain."""
     st = Store(kind, tmp, url)
     keys = [f"job-{i:06d}" for i in range(n)]
     must(st.argv(tl, "setup", "list"), st.env)
     add_backlog(tl, st, keys)
     deadline = time.perf_counter() + limit
+    me = str(os.getpid())
 
     def agent(i):
         got = []
         while time.perf_counter() < deadline:
-            argv = st.argv(tl, f"drainer-{i}", "checkout", "--json", "--next")
+            who = f"drainer-{i}-{len(got)}" if fresh else f"drainer-{i}"
+            if fresh == "beat":
+                must(st.argv(tl, who, "heartbeat", "--pid", me), st.env)
+            argv = st.argv(tl, who, "checkout", "--json", "--next")
+            if fresh == "pid":
+                argv += ["--pid", me]
             r = subprocess.run(argv, env=st.env, capture_output=True, text=True,
                                stdin=subprocess.DEVNULL)
             if r.returncode == 2:
                 return got
             if r.returncode != 0:
-                raise RuntimeError(f"drainer-{i}: exit {r.returncode}: {r.stderr[-500:]}")
+                raise RuntimeError(f"drainer-{i}: exit {r.returncode}: {r.stdout[-500:]}{r.stderr[-500:]}")
             c = json.loads(r.stdout)["checkout"]
+            if fresh in ("beat", "pid") and c["agent"]["pid"] != os.getpid():
+                raise RuntimeError(f"{who}: its checkout does not name its process: {c}")
             got.append((c["key"], c["token"]))
         return got
 
-    return drained(kind, n, agents, limit, agent, "--next drain")
+    return drained(kind, n, agents, limit, agent, FRESH_LABELS[fresh])
 
 
 def flat(tl, kind, tmp, url, n, runs):
@@ -521,6 +552,13 @@ def main():
                     new = drain_next(tl, k, tmp, url, n, a.agents, a.drain_limit)
                     new["binary"] = "this build, --next"
                     figures["drain_next"].append(new)
+                    for mode in filter(None, a.fresh_agents.split(",")):
+                        if mode not in FRESH_LABELS:
+                            sys.exit(f"bench: --fresh-agents {mode}: not beat, pid or bare")
+                        fresh = drain_next(tl, k, tmp, url, n, a.agents, a.drain_limit,
+                                           fresh=mode)
+                        fresh["binary"] = f"this build, {FRESH_LABELS[mode]}"
+                        figures["drain_next"].append(fresh)
         if "6" not in skip:
             print(f"6. one checkout --next against the size of the backlog "
                   f"({a.claim_runs} claims, median):")

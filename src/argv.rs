@@ -3,7 +3,7 @@
 //! clap builds the whole command tree before it reads a word: every subcommand, with the
 //! global options copied into each, about a fifth of what a `checkout` or `release` costs
 //! (docs/performance.md). The command lines agents and hooks run most (`checkout KEY…`,
-//! `release KEY…`, `hook EVENT`, with plain options after the subcommand) are read here
+//! `checkout --next`, `release KEY…`, `hook EVENT`, with plain options after the subcommand) are read here
 //! into the [`Cli`] clap would make of them. Anything else goes to clap, which reads it as
 //! before and gives every message: help, a value that does not parse, an option given
 //! twice, `--opt=value`, `--`, a value or key starting with `-`, an empty value, an option
@@ -36,8 +36,8 @@ pub fn parse(args: &[OsString]) -> Option<Cli> {
     let (&sub, rest) = words.split_first()?;
     let options = match sub {
         "checkout" => Options {
-            values: &["--timeout", "--reason"],
-            flags: &[],
+            values: &["--timeout", "--reason", "--pid"],
+            flags: &["--next"],
         },
         "release" => Options {
             values: &["--note"],
@@ -94,7 +94,9 @@ pub fn parse(args: &[OsString]) -> Option<Cli> {
         name: value("--name"),
     };
     let command = match sub {
-        "checkout" if !positional.is_empty() => Command::Checkout(CheckoutArgs {
+        // `--next` takes no key; clap says so.
+        "checkout" if positional.is_empty() != flag("--next") => return None,
+        "checkout" => Command::Checkout(CheckoutArgs {
             keys: positional,
             paths: Vec::new(),
             timeout: match value("--timeout") {
@@ -106,7 +108,11 @@ pub fn parse(args: &[OsString]) -> Option<Cli> {
             wait: None,
             any: false,
             slots: None,
-            next: false,
+            next: flag("--next"),
+            pid: match value("--pid") {
+                None => None,
+                Some(p) => Some(p.parse().ok()?),
+            },
         }),
         "release" if !positional.is_empty() => Command::Release(ReleaseArgs {
             keys: positional,
@@ -172,6 +178,11 @@ mod tests {
             ],
             &["release", "k", "--force", "--note", "done", "--name", "Ann"],
             &["hook", "session-start"],
+            &[
+                "checkout", "--next", "--agent", "a-1", "--pid", "4242", "--json",
+            ],
+            &["checkout", "--next"],
+            &["checkout", "k", "--pid", "7"],
             &["hook"],
             &["hook", "--agent", "a", "post-tool-use"],
         ] {
@@ -202,6 +213,12 @@ mod tests {
             &["checkout", ""],
             &["checkout", "k", "--"],
             &["checkout", "k", "--agent"],
+            &["checkout", "k", "--next"],
+            &["checkout", "--next", "--next"],
+            &["checkout", "--pid", "7"],
+            &["checkout", "--next", "--pid", "x"],
+            &["checkout", "--next", "--pid", "-1"],
+            &["checkout", "--next", "--pid"],
             &["release"],
             &["release", "--all"],
             &["release", "k", "--all"],
@@ -237,6 +254,8 @@ mod tests {
             &["--timeout", "1h30m"],
             &["--reason", "why"],
             &["--note", "n"],
+            &["--next"],
+            &["--pid", "12"],
         ];
         // A fixed pseudo-random sequence: the same command lines on every run.
         let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;

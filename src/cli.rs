@@ -206,6 +206,10 @@ pub struct CheckoutArgs {
     /// backlog`); exit 2 when every key is claimed, 3 when the backlog is empty
     #[arg(long, conflicts_with_all = ["keys", "paths", "any", "queue", "wait", "slots"])]
     pub next: bool,
+    /// Register PID as this agent's long-lived process with the checkout, in the same
+    /// step (as `heartbeat --pid` does): when it dies, the agent's checkouts are released
+    #[arg(long, value_name = "PID", conflicts_with = "wait")]
+    pub pid: Option<u32>,
 }
 
 // The arguments of `release`.

@@ -456,3 +456,60 @@ fn an_endless_file_of_keys_is_refused_at_its_bound() {
     let (code, j) = next(&e, "a");
     assert_eq!(code, EMPTY, "{j}");
 }
+
+/// Spawn per task on the lock directory: each claim by a new agent writes one small file
+/// of its own (`backlog/claimers/`), so `state.json` does not grow with the number of
+/// agents that ever claimed; the claimers are still all named when nothing is ready, and
+/// a backlog whose `state.json` keeps them (an older version's) moves them out at the
+/// next claim.
+#[test]
+fn claimers_are_kept_one_file_each() {
+    if file_store_only("claimers_are_kept_one_file_each") {
+        return;
+    }
+    let e = Env::new();
+    let keys: Vec<String> = (0..12).map(|i| format!("t-{i:02}")).collect();
+    add(&e, &keys.iter().map(String::as_str).collect::<Vec<_>>());
+    let state = e.dir().join("backlog/state.json");
+    let size = || std::fs::metadata(&state).unwrap().len();
+    claims(&e, "spawned-0");
+    let first = size();
+    for i in 1..10 {
+        claims(&e, &format!("spawned-{i}"));
+    }
+    let text = std::fs::read_to_string(&state).unwrap();
+    assert!(size() <= first + 2 && !text.contains("spawned"), "{text}");
+    let claimers = e.dir().join("backlog/claimers");
+    assert_eq!(std::fs::read_dir(&claimers).unwrap().count(), 10);
+    e.ok("spawned-3", &["release", "t-03"]);
+    assert_eq!(std::fs::read_dir(&claimers).unwrap().count(), 9);
+
+    // An older version's state.json, with the claimers in it: moved out by the next claim.
+    let mut s: Value = serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
+    s["holders"] = serde_json::json!({"old-claimer": 1});
+    std::fs::write(&state, s.to_string()).unwrap();
+    claims(&e, "spawned-10");
+    claims(&e, "spawned-11");
+    let s: Value = serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
+    assert!(s.get("holders").is_none(), "{s}");
+    assert_eq!(std::fs::read_dir(&claimers).unwrap().count(), 12);
+
+    // Nothing ready: every claimer is named.
+    claims(&e, "spawned-12");
+    let (code, j) = next(&e, "late");
+    assert_eq!(code, HELD, "{j}");
+    let mut named: Vec<String> = j["claimers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap().to_string())
+        .collect();
+    named.sort();
+    let mut want: Vec<String> = (0..13)
+        .filter(|i| *i != 3)
+        .map(|i| format!("spawned-{i}"))
+        .chain(["old-claimer".to_string()])
+        .collect();
+    want.sort();
+    assert_eq!(named, want);
+}

@@ -517,3 +517,191 @@ fn agents_agrees_with_reaping_about_an_agent_that_renews() {
     );
     assert_eq!(j["agents"][0]["checkouts"], serde_json::json!(["task-1"]));
 }
+
+/// Spawn per task: new agents, all at once, each taking one key of the backlog as its
+/// first command and registering its own process with it (`checkout --next --pid`, one
+/// process). No key or token is handed out twice, every agent is registered with its
+/// process, and a process that dies frees its agent's key at once.
+#[test]
+fn new_agents_register_their_process_with_their_claim() {
+    const AGENTS: usize = 12;
+    let e = Env::new();
+    let keys: Vec<String> = (0..AGENTS + 3).map(|i| format!("job-{i:02}")).collect();
+    let file = e.tmp.path().join("backlog.txt");
+    std::fs::write(&file, keys.join("\n")).unwrap();
+    e.ok(
+        "lead",
+        &["backlog", "add", "--file", file.to_str().unwrap()],
+    );
+    let mut procs: Vec<AgentProcess> = (0..AGENTS).map(|_| AgentProcess::start()).collect();
+    let children: Vec<std::process::Child> = procs
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let mut cmd = base_cmd(&e.now);
+            use_store(&mut cmd, &e.dir());
+            cmd.arg("--dir")
+                .arg(e.dir())
+                .args(["checkout", "--next", "--json", "--pid", &p.pid()])
+                .args(["--agent", &format!("spawned-{i}")])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped());
+            cmd.spawn().unwrap()
+        })
+        .collect();
+    let mut taken = std::collections::BTreeMap::new();
+    let mut tokens = std::collections::BTreeSet::new();
+    for (i, c) in children.into_iter().enumerate() {
+        let out = c.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "spawned-{i}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let j: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(j["outcome"], "granted", "{j}");
+        let c = &j["checkout"];
+        assert_eq!(c["agent"]["id"], format!("spawned-{i}"));
+        assert_eq!(c["agent"]["pid"].to_string(), procs[i].pid(), "{j}");
+        let key = c["key"].as_str().unwrap().to_string();
+        assert!(taken.insert(key.clone(), i).is_none(), "{key} twice");
+        assert!(
+            tokens.insert(c["token"].as_u64().unwrap()),
+            "token twice: {j}"
+        );
+    }
+    assert_eq!(taken.len(), AGENTS);
+
+    let agents = e.run(None, &["agents", "--all", "--json"]).json();
+    for (i, p) in procs.iter().enumerate() {
+        let id = format!("spawned-{i}");
+        let a = agents["agents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["id"] == id.as_str())
+            .unwrap_or_else(|| panic!("{id} not listed: {agents}"));
+        assert_eq!(a["pid"].to_string(), p.pid(), "{a}");
+        assert_eq!(a["state"], "alive", "{a}");
+        assert_eq!(a["registered"], true, "{a}");
+        let held = vec![Value::from(
+            taken.iter().find(|(_, n)| **n == i).unwrap().0.as_str(),
+        )];
+        assert_eq!(a["checkouts"], Value::Array(held), "{a}");
+    }
+
+    // Half of the processes die: their agents' keys are free at once (the same clock,
+    // no lease over), the others' still held.
+    for p in procs.iter_mut().step_by(2) {
+        p.kill();
+    }
+    let j = e.run(None, &["list", "--json"]).json();
+    let mut held: Vec<String> = j["checkouts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["key"].as_str().unwrap().to_string())
+        .collect();
+    held.sort();
+    let alive: Vec<String> = taken
+        .iter()
+        .filter(|(_, i)| *i % 2 == 1)
+        .map(|(k, _)| k.clone())
+        .collect();
+    assert_eq!(held, alive);
+    let mut dead: Vec<String> = auto_releases(&e)
+        .iter()
+        .filter(|v| v["reason"] == "agent_death")
+        .map(|v| v["agent"].as_str().unwrap().to_string())
+        .collect();
+    dead.sort();
+    let mut expected: Vec<String> = (0..AGENTS)
+        .step_by(2)
+        .map(|i| format!("spawned-{i}"))
+        .collect();
+    expected.sort();
+    assert_eq!(dead, expected);
+}
+
+/// A claim that registers the agent's process is a beat: it binds an agent not yet bound
+/// to the caller's secret, and an agent bound to a secret registers nothing, and takes
+/// nothing, without it.
+#[test]
+fn a_claim_that_registers_binds_the_agent_to_its_secret() {
+    let e = Env::new();
+    let p = AgentProcess::start();
+    let q = AgentProcess::start();
+    let with = |secret: &str, args: &[&str]| {
+        e.run_env(Some("spawned"), args, &[("TASKLOCK_SECRET", secret)])
+    };
+    let r = with(
+        "first",
+        &["checkout", "task-1", "--pid", &p.pid(), "--json"],
+    );
+    assert_eq!(r.code, 0, "{}", r.text());
+    assert_eq!(
+        e.run(Some("spawned"), &["heartbeat"]).code,
+        4,
+        "bound by its claim: a beat needs the secret"
+    );
+    let r = with(
+        "other",
+        &["checkout", "task-2", "--pid", &q.pid(), "--json"],
+    );
+    assert_eq!(r.code, 4, "{}", r.text());
+    assert_eq!(r.json()["error"]["kind"], "secret_refused", "{}", r.text());
+    let r = with(
+        "other",
+        &["checkout", "--next", "--pid", &q.pid(), "--json"],
+    );
+    assert_eq!(r.code, 4, "{}", r.text());
+    let refused: Vec<Value> = audit(&e.dir())
+        .into_iter()
+        .filter(|v| v["event"] == "refused" && v["agent"] == "spawned")
+        .collect();
+    assert_eq!(
+        refused.len(),
+        3,
+        "the beat's and each claim's, once: {refused:?}"
+    );
+    for r in &refused[1..] {
+        assert_eq!(r["reason"], "wrong_secret");
+        assert_eq!(r["detail"], "checkout as the agent without its secret");
+    }
+    let agents = e.run(None, &["agents", "--json"]).json();
+    let a = &agents["agents"][0];
+    assert_eq!(a["id"], "spawned");
+    assert_eq!(
+        a["pid"].to_string(),
+        p.pid(),
+        "the refused claim registered nothing"
+    );
+    assert_eq!(
+        e.run(None, &["status", "task-2", "--json"]).json()["checkout"],
+        Value::Null,
+        "and took nothing"
+    );
+    let r = with(
+        "first",
+        &["checkout", "task-2", "--pid", &q.pid(), "--json"],
+    );
+    assert_eq!(r.code, 0, "{}", r.text());
+    assert_eq!(r.json()["checkout"]["agent"]["pid"].to_string(), q.pid());
+
+    let r = e.run(
+        Some("spawned-2"),
+        &["checkout", "task-3", "--pid", "4000000000"],
+    );
+    assert_eq!(r.code, 64, "{}", r.text());
+    assert!(
+        r.text().contains("--pid 4000000000: no such process"),
+        "{}",
+        r.text()
+    );
+    let r = e.run(
+        Some("spawned-2"),
+        &["checkout", "task-3", "--pid", "1", "--wait"],
+    );
+    assert_eq!(r.code, 64, "{}", r.text());
+}

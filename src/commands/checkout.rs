@@ -19,22 +19,23 @@ pub fn run(
     join: Join,
 ) -> Result<Report> {
     crate::key::validate(key)?;
-    let mut req = Request::new(ctx, timeout, reason, None)?;
+    let mut req = Request::new(ctx, timeout, reason, None)?.registering(want.pid)?;
     req.paths = want.paths;
     req.slots = want.slots;
     let store = ctx.open_store()?;
     let work = |guard: &crate::store::Guard| {
-        let req = with_registered_pid(&*store, guard, req.clone())?;
+        let req = with_registered_pid(ctx, &*store, guard, req.clone())?;
         attempt(ctx, &*store, guard, &req, key, join).map(Report::Checkout)
     };
-    if req.paths.is_empty() {
+    let r = if req.paths.is_empty() {
         // A key alone: beside checkouts of other keys (escalated if it turns out to
         // touch more: a queue, another key's checkout).
         let locks = crate::engine::key_locks(&[key.to_string()], &req.agent.id);
         crate::engine::transaction_scoped(&*store, &locks, work)
     } else {
         store.transaction(work)
-    }
+    };
+    crate::engine::take::audited(ctx, &*store, &req, r)
 }
 
 /// `run` checks out on behalf of its own process.
@@ -53,7 +54,7 @@ pub fn run_as(
     let locks = crate::engine::key_locks(&[key.to_string()], &req.agent.id);
     crate::engine::transaction_scoped(&*store, &locks, |guard| {
         // The registered name applies; the process to watch is this one.
-        let mut req = with_registered_pid(&*store, guard, req.clone())?;
+        let mut req = with_registered_pid(ctx, &*store, guard, req.clone())?;
         bind_to(ctx, &*store, key, &mut req, pid)?;
         attempt(ctx, &*store, guard, &req, key, Join::No).map(Report::Checkout)
     })
@@ -88,7 +89,7 @@ pub fn execute(ctx: &Ctx, a: crate::cli::CheckoutArgs) -> Result<Report> {
     use crate::error::Error;
     use crate::key;
     if a.next {
-        return super::claim::next(ctx, a.timeout, a.reason);
+        return super::claim::next(ctx, a.timeout, a.reason, a.pid);
     }
     let mut keys = a.keys;
     let wait = super::wait_or_key(&mut keys, a.wait)?;
@@ -107,7 +108,7 @@ pub fn execute(ctx: &Ctx, a: crate::cli::CheckoutArgs) -> Result<Report> {
         )));
     }
     if a.any {
-        return super::claim::any(ctx, &keys, a.timeout, a.reason);
+        return super::claim::any(ctx, &keys, a.timeout, a.reason, a.pid);
     }
     let [key] = keys.as_slice() else {
         return Err(Error::Usage(
@@ -117,6 +118,7 @@ pub fn execute(ctx: &Ctx, a: crate::cli::CheckoutArgs) -> Result<Report> {
     let want = Want {
         paths,
         slots: a.slots,
+        pid: a.pid,
     };
     match wait {
         Some(dur) => super::wait::run(ctx, key, want, a.timeout, a.reason, dur),

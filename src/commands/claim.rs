@@ -19,16 +19,18 @@ pub fn any(
     keys: &[String],
     timeout: Option<Duration>,
     reason: Option<String>,
+    pid: Option<u32>,
 ) -> Result<Report> {
     for k in keys {
         crate::key::validate(k)?;
     }
-    let req = Request::new(ctx, timeout, reason, None)?;
+    let req = Request::new(ctx, timeout, reason, None)?.registering(pid)?;
     let store = ctx.open_store()?;
     let claimed = store.transaction(|guard| {
-        let req = super::checkout::with_registered_pid(&*store, guard, req)?;
+        let req = super::checkout::with_registered_pid(ctx, &*store, guard, req.clone())?;
         claim_next(ctx, &*store, guard, &req, keys)
-    })?;
+    });
+    let claimed = crate::engine::take::audited(ctx, &*store, &req, claimed)?;
     let refused = match claimed {
         Claimed::Taken(r) => return Ok(Report::Checkout(r)),
         Claimed::Refused(refused) => refused,
@@ -48,8 +50,13 @@ pub fn any(
 
 /// `checkout --next`: the first key of the project's backlog that can be taken; agents
 /// racing get different keys.
-pub fn next(ctx: &Ctx, timeout: Option<Duration>, reason: Option<String>) -> Result<Report> {
-    let req = Request::new(ctx, timeout, reason, None)?;
+pub fn next(
+    ctx: &Ctx,
+    timeout: Option<Duration>,
+    reason: Option<String>,
+    pid: Option<u32>,
+) -> Result<Report> {
+    let req = Request::new(ctx, timeout, reason, None)?.registering(pid)?;
     let Some(store) = ctx.existing_store()? else {
         return Ok(Report::Next(NextReport {
             command: "checkout",
@@ -68,14 +75,15 @@ pub fn next(ctx: &Ctx, timeout: Option<Duration>, reason: Option<String>) -> Res
         &*store,
         || store.begin_claim(&locks),
         |guard, by_key| {
-            let req = super::checkout::with_registered_pid(&*store, guard, req.clone())?;
+            let req = super::checkout::with_registered_pid(ctx, &*store, guard, req.clone())?;
             if by_key {
                 crate::engine::backlog::claim_by_key(ctx, &*store, guard, &req).map(Next::Taken)
             } else {
                 crate::engine::backlog::claim_next(ctx, &*store, guard, &req)
             }
         },
-    )?;
+    );
+    let next = crate::engine::take::audited(ctx, &*store, &req, next)?;
     let (refused, summary) = match next {
         Next::Taken(r) => return Ok(Report::Checkout(r)),
         Next::Refused { refused, summary } => (refused, summary),

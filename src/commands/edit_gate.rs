@@ -398,6 +398,7 @@ fn auto_checkout(
         checkout::Want {
             paths: vec![pattern],
             slots: None,
+            pid: None,
         },
         None,
         Some("checked out by the edit hook (auto_checkout)".into()),

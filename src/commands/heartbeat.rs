@@ -4,7 +4,7 @@ use crate::engine::{Ctx, Judge, ReapReason, Settled, queue, reap_in};
 use crate::error::{Error, Result};
 use crate::liveness;
 use crate::report::{AgentRow, EndedCheckout, HeartbeatReport, Report};
-use crate::store::{AgentEntry, Record, Slot};
+use crate::store::{Record, Slot};
 
 /// One beat: update the registry, renew this agent's leases that are past half-way,
 /// and end checkouts of dead agents met on the way.
@@ -55,47 +55,16 @@ pub fn beat(
             return Ok(Err(standing));
         }
         let owner = owner.or_else(|| proof.clone());
-        let same_boot = entry
-            .as_ref()
-            .is_some_and(|e| e.host == agent.host && e.boot_id == agent.boot_id);
-        let entry = AgentEntry {
-            version: 1,
-            id: agent.id.clone(),
-            name: agent
-                .name
-                .clone()
-                .or_else(|| entry.as_ref().and_then(|e| e.name.clone())),
-            host: agent.host.clone(),
-            boot_id: agent.boot_id.clone(),
-            pid_ns: agent.pid_ns.clone(),
-            pid: pid.or_else(|| entry.as_ref().filter(|_| same_boot).and_then(|e| e.pid)),
-            pid_start: pid_start.or_else(|| {
-                entry
-                    .as_ref()
-                    .filter(|_| same_boot)
-                    .and_then(|e| e.pid_start)
-            }),
-            first_seen: entry.as_ref().map(|e| e.first_seen).unwrap_or(ctx.now),
-            last_heartbeat: Some(ctx.now),
-            heartbeats: entry.as_ref().map(|e| e.heartbeats).unwrap_or(0) + 1,
-            status: status
-                .clone()
-                .or_else(|| entry.as_ref().and_then(|e| e.status.clone())),
-            ended_at: None,
-            ended_reason: None,
-            // Where the session takes pushed messages: from the environment of its own
-            // hooks and commands, else as recorded while its process is the same.
-            reach: crate::clients::wake::reach_for(&agent.id).or_else(|| {
-                entry
-                    .as_ref()
-                    .filter(|e| same_boot && pid.is_none_or(|p| e.pid == Some(p)))
-                    .and_then(|e| e.reach.clone())
-            }),
-            parent: parent
-                .clone()
-                .or_else(|| entry.as_ref().and_then(|e| e.parent.clone())),
+        let registered = pid.zip(pid_start);
+        let entry = crate::engine::take::beaten(
+            ctx,
+            &agent,
+            entry.as_ref(),
+            registered,
+            status.clone(),
+            parent.clone(),
             owner,
-        };
+        );
         store.write_agent(guard, &entry)?;
         // Whether this beat looks at the other agents' checkouts too: at most one beat
         // in the project per `sweep_interval` does, so that a fleet's beats cost each

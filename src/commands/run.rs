@@ -34,6 +34,7 @@ pub fn run(
             checkout::Want {
                 paths: Vec::new(),
                 slots,
+                pid: None,
             },
             timeout,
             reason,

@@ -120,7 +120,7 @@ fn wait_loop(
             return Ok(Report::Checkout(r));
         }
         let report = store.transaction(|guard| {
-            let mut req = checkout::with_registered_pid(store, guard, req.clone())?;
+            let mut req = checkout::with_registered_pid(&now_ctx, store, guard, req.clone())?;
             if own_process {
                 checkout::bind_to(&now_ctx, store, key, &mut req, pid)?;
             }

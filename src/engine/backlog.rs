@@ -172,6 +172,8 @@ fn may_have_lapsed(ctx: &Ctx, view: &Claiming<'_>, summary: &BacklogSummary) -> 
     }
     let mut judge = Judge::new(ctx, view);
     let cfg = judge.config()?.clone();
+    // Spawn per task leaves as many claimers as claims: read the registry in one go.
+    judge.expect_agents(summary.holders.iter().map(String::as_str))?;
     for agent in &summary.holders {
         if let Some(entry) = judge.entry(agent)?
             && crate::liveness::judge_entry(&entry, &ctx.now, &cfg).dead()

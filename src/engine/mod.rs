@@ -332,8 +332,12 @@ impl<'a> Judge<'a> {
     /// About to judge the holders of `records`: when they are many, the registry is read
     /// whole, in one read, instead of one entry at a time.
     pub fn expect<'r>(&mut self, records: impl IntoIterator<Item = &'r Record>) -> Result<()> {
-        let holders: std::collections::HashSet<&str> =
-            records.into_iter().map(|r| r.agent.id.as_str()).collect();
+        self.expect_agents(records.into_iter().map(|r| r.agent.id.as_str()))
+    }
+
+    /// About to judge the agents `ids`: as [`Judge::expect`].
+    pub fn expect_agents<'i>(&mut self, ids: impl IntoIterator<Item = &'i str>) -> Result<()> {
+        let holders: std::collections::HashSet<&str> = ids.into_iter().collect();
         if !self.whole && holders.len() > REGISTRY_READ_WHOLE {
             self.entries = self
                 .store

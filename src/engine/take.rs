@@ -12,7 +12,7 @@ use crate::duration::to_chrono;
 use crate::error::{Error, Outcome, Result};
 use crate::identity::Agent;
 use crate::report::{CheckoutReport, CheckoutView, OverlapView, Reaped};
-use crate::store::{AuditEvent, Guard, Queue, Record, Slot, Store};
+use crate::store::{AgentEntry, AuditEvent, Guard, Queue, Record, Slot, Store};
 
 /// What to do when the key is not ours to take now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,6 +40,9 @@ pub struct Request {
     pub paths: Vec<String>,
     /// How many slots the key is to have (`--slots`), if given.
     pub slots: Option<u32>,
+    /// The agent's long-lived process and its start time (`checkout --pid`), registered
+    /// in the checkout's own scope as `heartbeat --pid` registers it.
+    pub register: Option<(u32, u64)>,
 }
 
 impl Request {
@@ -74,7 +77,22 @@ impl Request {
                 .transpose()?,
             paths: Vec::new(),
             slots: None,
+            register: None,
         })
+    }
+
+    /// Register `pid` as the agent's long-lived process with the checkout (`--pid`): its
+    /// start time is read here, before the scope.
+    pub fn registering(mut self, pid: Option<u32>) -> Result<Request> {
+        if let Some(pid) = pid {
+            let start = crate::os::start_time(pid).ok_or_else(|| {
+                Error::Usage(format!(
+                    "--pid {pid}: no such process on this host; pass the agent's own long-lived process"
+                ))
+            })?;
+            self.register = Some((pid, start));
+        }
+        Ok(self)
     }
 }
 
@@ -83,11 +101,97 @@ impl Request {
 pub struct Want {
     pub paths: Vec<String>,
     pub slots: Option<u32>,
+    /// `--pid`: the agent's long-lived process, registered with the checkout.
+    pub pid: Option<u32>,
+}
+
+/// A beat of `agent`: its registry entry `entry` (none before its first beat) as it is
+/// after the beat. `pid` (with its start time) registers the agent's long-lived process;
+/// without it the one registered stays while the host and boot are the same. `owner`
+/// is the secret the entry is bound to (the caller has been judged against it already).
+pub fn beaten(
+    ctx: &Ctx,
+    agent: &Agent,
+    entry: Option<&AgentEntry>,
+    pid: Option<(u32, u64)>,
+    status: Option<String>,
+    parent: Option<String>,
+    owner: Option<crate::secret::Proof>,
+) -> AgentEntry {
+    let same_boot = entry.is_some_and(|e| e.host == agent.host && e.boot_id == agent.boot_id);
+    let kept = entry.filter(|_| same_boot);
+    let new_pid = pid.map(|(p, _)| p);
+    AgentEntry {
+        version: 1,
+        id: agent.id.clone(),
+        name: agent
+            .name
+            .clone()
+            .or_else(|| entry.and_then(|e| e.name.clone())),
+        host: agent.host.clone(),
+        boot_id: agent.boot_id.clone(),
+        pid_ns: agent.pid_ns.clone(),
+        pid: new_pid.or_else(|| kept.and_then(|e| e.pid)),
+        pid_start: pid
+            .map(|(_, start)| start)
+            .or_else(|| kept.and_then(|e| e.pid_start)),
+        first_seen: entry.map(|e| e.first_seen).unwrap_or(ctx.now),
+        last_heartbeat: Some(ctx.now),
+        heartbeats: entry.map(|e| e.heartbeats).unwrap_or(0) + 1,
+        status: status.or_else(|| entry.and_then(|e| e.status.clone())),
+        ended_at: None,
+        ended_reason: None,
+        // Where the session takes pushed messages: from the environment of its own
+        // hooks and commands, else as recorded while its process is the same.
+        reach: crate::clients::wake::reach_for(&agent.id).or_else(|| {
+            kept.filter(|e| new_pid.is_none_or(|p| e.pid == Some(p)))
+                .and_then(|e| e.reach.clone())
+        }),
+        parent: parent.or_else(|| entry.and_then(|e| e.parent.clone())),
+        owner,
+    }
 }
 
 /// Record the agent's registered long-lived process in its checkouts; an agent that had
-/// ended and is back (same id) is alive again.
-pub fn with_registered_pid(store: &dyn Store, guard: &Guard, mut req: Request) -> Result<Request> {
+/// ended and is back (same id) is alive again. With [`Request::register`], the checkout
+/// is also the agent's beat that registers that process, in the same scope: one write of
+/// its registry entry, bound to the caller's secret as a beat binds it.
+pub fn with_registered_pid(
+    ctx: &Ctx,
+    store: &dyn Store,
+    guard: &Guard,
+    mut req: Request,
+) -> Result<Request> {
+    if let Some(pid) = req.register {
+        // A project scope needs the entry's own lock; a claim's scope holds it already.
+        store.lock_agent(guard, &req.agent.id, true)?;
+        let entry = store.read_agent(&req.agent.id)?;
+        let owner = entry.as_ref().and_then(|e| e.owner.clone());
+        let standing = crate::secret::standing_for(&req.agent.id, owner.as_ref());
+        if standing.refused() {
+            // Audited by [`audit_refused_registration`] once this scope is abandoned.
+            return Err(Error::SecretRefused {
+                agent: req.agent.id.clone(),
+                wrong: standing == crate::secret::Standing::WrongSecret,
+            });
+        }
+        let owner = owner.or_else(|| req.owner.clone());
+        let entry = beaten(
+            ctx,
+            &req.agent,
+            entry.as_ref(),
+            Some(pid),
+            None,
+            None,
+            owner,
+        );
+        store.write_agent(guard, &entry)?;
+        req.agent.name = entry.name;
+        req.agent.parent = entry.parent;
+        req.agent.pid = entry.pid;
+        req.agent.pid_start = entry.pid_start;
+        return Ok(req);
+    }
     if let Some(mut entry) = store.read_agent(&req.agent.id)? {
         if entry.ended_at.is_some() {
             // Changed under its own lock, read again (a beat may have revived it).
@@ -112,6 +216,28 @@ pub fn with_registered_pid(store: &dyn Store, guard: &Guard, mut req: Request) -
         }
     }
     Ok(req)
+}
+
+/// A checkout with `--pid` refused for want of the agent's secret: its scope was
+/// abandoned (on PostgreSQL rolled back), so the refusal is audited in a scope of its own,
+/// judged again there, as a refused beat is.
+pub fn audit_refused_registration(ctx: &Ctx, store: &dyn Store, agent: &Agent) -> Result<()> {
+    store.transaction(|g| {
+        store.lock_agent(g, &agent.id, true)?;
+        let owner = store.read_agent(&agent.id)?.and_then(|e| e.owner);
+        super::agent_refused(ctx, store, g, agent, owner.as_ref(), "checkout").map(|_| ())
+    })
+}
+
+/// A checkout scope's result, with a refused registration ([`Request::register`])
+/// audited after the scope.
+pub fn audited<T>(ctx: &Ctx, store: &dyn Store, req: &Request, r: Result<T>) -> Result<T> {
+    if req.register.is_some()
+        && let Err(Error::SecretRefused { .. }) = &r
+    {
+        audit_refused_registration(ctx, store, &req.agent)?;
+    }
+    r
 }
 
 /// One checkout attempt under the guard.

@@ -1,7 +1,10 @@
 //! The file store's backlog (see [`crate::store::backlog`]), in `backlog/`:
 //!
 //! - `state.json`: the next place in line to hand out (`tail`), the lowest place that may
-//!   still be pending (`head`), the counts, the earliest recheck and the claimers;
+//!   still be pending (`head`), the counts and the earliest recheck (and, as written by
+//!   versions before `claimers/`, the claimers, moved out by the next claim);
+//! - `claimers/<encoded agent id>`: how many keys the agent holds claimed, one file per
+//!   claimer, so that a claim by a new agent writes as much as one by a known one;
 //! - `members/<encoded key>`: each key's [`BacklogEntry`] (its place, its claim);
 //! - `pending/<seq>`: the keys never claimed since they were added, one file per place,
 //!   read from `head` on;
@@ -37,6 +40,7 @@ const STATE: &str = "state.json";
 const MEMBERS: &str = "members";
 const PENDING: &str = "pending";
 const RETURNED: &str = "returned";
+const CLAIMERS: &str = "claimers";
 /// In `tmp/`: the backlog change being made (see the module's doc).
 pub(super) const JOURNAL: &str = "backlog.journal";
 /// Keys added by one change at most: a longer `backlog add` is several changes, each
@@ -55,6 +59,7 @@ enum Part {
     Members,
     Pending,
     Returned,
+    Claimers,
 }
 
 /// One step: write `data` whole as `name` in `part`, or remove `name` (`data` absent).
@@ -120,8 +125,9 @@ struct State {
     claimed: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     recheck: Option<Time>,
-    /// Claims per claimer.
-    #[serde(default)]
+    /// Claims per claimer, as versions before `claimers/` kept them; moved there by the
+    /// next change of a claim.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     holders: BTreeMap<String, u64>,
 }
 
@@ -131,6 +137,7 @@ struct Dirs {
     members: Dir,
     pending: Dir,
     returned: Dir,
+    claimers: Dir,
 }
 
 impl FileStore {
@@ -147,11 +154,17 @@ impl FileStore {
         else {
             return Ok(None);
         };
+        // Made on first use in a backlog an older version made.
+        let claimers = top
+            .sub(CLAIMERS, true)
+            .map_err(|e| Error::io(top.join(CLAIMERS), e))?
+            .expect("created");
         Ok(Some(Dirs {
             top,
             members,
             pending,
             returned,
+            claimers,
         }))
     }
 
@@ -189,6 +202,7 @@ impl FileStore {
                 Part::Members => &d.members,
                 Part::Pending => &d.pending,
                 Part::Returned => &d.returned,
+                Part::Claimers => &d.claimers,
             };
             match &st.data {
                 Some(text) => self.publish_replace(g, text.as_bytes(), dir, &st.name)?,
@@ -280,6 +294,7 @@ impl FileStore {
         let mut out = Vec::new();
         for chunk in keys.chunks(ADD_CHUNK) {
             let mut c = Change::default();
+            let mut counts = Claimers::moved_from(&mut s);
             for k in chunk {
                 if !seen.insert(k.as_str()) {
                     continue;
@@ -290,7 +305,7 @@ impl FileStore {
                 match &m.claimed {
                     Some(cl) => {
                         s.claimed = s.claimed.saturating_sub(1);
-                        drop_holder(&mut s, &cl.agent);
+                        counts.add(&d, &cl.agent, -1)?;
                     }
                     None => s.ready = s.ready.saturating_sub(1),
                 }
@@ -300,6 +315,7 @@ impl FileStore {
                 c.remove(Part::Returned, m.seq.to_string());
                 out.push(k.clone());
             }
+            counts.write(&mut c);
             if !c.steps.is_empty() {
                 self.advance_head(&d, &mut s, &c);
                 c.state(&s)?;
@@ -402,6 +418,7 @@ impl FileStore {
         let mut s = self.backlog_state(&d)?;
         let mut c = Change::default();
         let name = m.seq.to_string();
+        let mut counts = Claimers::moved_from(&mut s);
         match (&m.claimed, claim) {
             (None, None) => return Ok(()),
             (None, Some(cl)) => {
@@ -409,22 +426,23 @@ impl FileStore {
                 c.remove(Part::Returned, name);
                 s.ready = s.ready.saturating_sub(1);
                 s.claimed += 1;
-                *s.holders.entry(cl.agent.clone()).or_default() += 1;
+                counts.add(&d, &cl.agent, 1)?;
                 self.advance_head(&d, &mut s, &c);
             }
             (Some(old), Some(cl)) => {
                 if old.agent != cl.agent {
-                    drop_holder(&mut s, &old.agent);
-                    *s.holders.entry(cl.agent.clone()).or_default() += 1;
+                    counts.add(&d, &old.agent, -1)?;
+                    counts.add(&d, &cl.agent, 1)?;
                 }
             }
             (Some(old), None) => {
                 c.write(Part::Returned, name, key_name.to_string());
                 s.claimed = s.claimed.saturating_sub(1);
                 s.ready += 1;
-                drop_holder(&mut s, &old.agent);
+                counts.add(&d, &old.agent, -1)?;
             }
         }
+        counts.write(&mut c);
         if let Some(cl) = claim {
             s.recheck = Some(match s.recheck {
                 Some(r) if r < cl.recheck => r,
@@ -454,11 +472,25 @@ impl FileStore {
             return Ok(BacklogSummary::default());
         };
         let s = self.backlog_state(&d)?;
+        let mut holders: BTreeSet<String> = s.holders.into_keys().collect();
+        for (name, is_dir) in d
+            .claimers
+            .entries()
+            .map_err(|e| Error::io(d.claimers.path(), e))?
+        {
+            if let Some((_, id)) = (!is_dir)
+                .then(|| read_claimer(&d, &name))
+                .transpose()?
+                .flatten()
+            {
+                holders.insert(id);
+            }
+        }
         Ok(BacklogSummary {
             ready: s.ready,
             claimed: s.claimed,
             recheck: if s.claimed > 0 { s.recheck } else { None },
-            holders: s.holders.into_keys().collect(),
+            holders: holders.into_iter().collect(),
         })
     }
 
@@ -482,13 +514,50 @@ impl FileStore {
     }
 }
 
-fn drop_holder(s: &mut State, agent: &str) {
-    if let Some(n) = s.holders.get_mut(agent) {
-        *n = n.saturating_sub(1);
-        if *n == 0 {
-            s.holders.remove(agent);
+/// The claim counts a change of claims touches (`claimers/`), read as it goes, written
+/// with the change: a file per claimer, removed at 0.
+#[derive(Default)]
+struct Claimers(BTreeMap<String, u64>);
+
+impl Claimers {
+    /// Start with the counts `state.json` still keeps (written by an older version): they
+    /// move to `claimers/` with this change.
+    fn moved_from(s: &mut State) -> Claimers {
+        Claimers(std::mem::take(&mut s.holders))
+    }
+
+    fn add(&mut self, d: &Dirs, agent: &str, by: i64) -> Result<()> {
+        if !self.0.contains_key(agent) {
+            let n = read_claimer(d, &key::encode(agent))?
+                .filter(|(_, id)| id == agent)
+                .map_or(0, |(n, _)| n);
+            self.0.insert(agent.to_string(), n);
+        }
+        let n = self.0.get_mut(agent).expect("inserted");
+        *n = n.saturating_add_signed(by);
+        Ok(())
+    }
+
+    fn write(self, c: &mut Change) {
+        for (agent, n) in self.0 {
+            match n {
+                0 => c.remove(Part::Claimers, key::encode(&agent)),
+                n => c.write(Part::Claimers, key::encode(&agent), format!("{n}\n{agent}")),
+            }
         }
     }
+}
+
+/// A claimer's file: its count of claims and its agent id (`N\nID`); `None` when
+/// missing or damaged, or when it names another agent than its name encodes.
+fn read_claimer(d: &Dirs, name: &str) -> Result<Option<(u64, String)>> {
+    let Some(text) = read_small(&d.claimers, name)?.and_then(|b| String::from_utf8(b).ok()) else {
+        return Ok(None);
+    };
+    Ok(text
+        .split_once('\n')
+        .and_then(|(n, id)| Some((n.parse().ok()?, id.to_string())))
+        .filter(|(_, id)| key::encode(id) == name))
 }
 
 /// The key written in a place file, `None` when the place is empty.
