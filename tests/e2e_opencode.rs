@@ -35,6 +35,15 @@ fn project_with(stub: &OpenCodeStub) -> (tempfile::TempDir, PathBuf, PathBuf) {
     (tmp, project, home)
 }
 
+/// OpenCode makes its database (one per HOME) when it first starts; two first starts at
+/// once race in its migrations and one fails ("CREATE TABLE `workspace`"). For tests that
+/// start two sessions at once: made first, outside the project.
+fn make_database(home: &Path) {
+    let mut warm = opencode_cmd(home, home);
+    warm.args(["session", "list"]);
+    run_ok(warm, "opencode session list", COMMAND_TIMEOUT);
+}
+
 fn audit_text(project: &Path) -> String {
     e2e::audit(&project.join(".locks"))
         .iter()
@@ -106,6 +115,7 @@ fn two_opencode_sessions_race_for_one_task_and_release_it_when_they_end() {
         ..OpenCodeScript::default()
     });
     let (_tmp, project, home) = project_with(&stub);
+    make_database(&home);
     // The skills where `tasklock setup` puts them for Claude Code, which OpenCode lists.
     let mut setup = Command::new(e2e::tasklock_bin());
     setup.args(["setup", "--no-agents"]).env("HOME", &home);
@@ -234,6 +244,7 @@ fn an_edit_inside_another_sessions_path_checkout_is_refused_and_kill_releases_it
         ..OpenCodeScript::default()
     });
     let (_tmp, project, home) = project_with(&stub_a);
+    make_database(&home);
     std::fs::create_dir_all(project.join("src")).unwrap();
     std::fs::write(project.join("src/a.rs"), "a-old\n").unwrap();
     std::fs::write(project.join("src/b.rs"), "b-old\n").unwrap();
