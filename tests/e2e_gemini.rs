@@ -270,6 +270,12 @@ fn killing_gemini_releases_its_task_through_the_watcher() {
     eprintln!("e2e: released {:?} after the kill", killed.elapsed());
     assert_eq!(released["agent"], id.as_str(), "{released}");
     assert_eq!(released["reason"], "agent_death", "{released}");
+    // The watcher writes the audit line and the registry entry one after the other.
+    while agent_entry(&project, &id)["ended_reason"].is_null()
+        && killed.elapsed() < Duration::from_secs(15)
+    {
+        std::thread::sleep(Duration::from_millis(100));
+    }
     assert_eq!(agent_entry(&project, &id)["ended_reason"], "process_gone");
     assert_eq!(status_json(&project, "kill-task")["outcome"], "free");
     stub.release();
