@@ -513,3 +513,57 @@ fn claimers_are_kept_one_file_each() {
     want.sort();
     assert_eq!(named, want);
 }
+
+/// `state.json` is replaced without waiting for the disk, so a power loss soon after a
+/// change can leave it empty or cut short. Such a file is counted again from the other
+/// files: the backlog shows the same counts, hands out the next key in order and every
+/// key once, and a lapsed claim is found at once (the recount makes its recheck due).
+#[test]
+fn an_emptied_state_is_counted_again_from_the_other_files() {
+    if file_store_only("an_emptied_state_is_counted_again_from_the_other_files") {
+        return;
+    }
+    let mut e = Env::new();
+    add(&e, &["t1", "t2", "t3", "t4", "t5"]);
+    let r = e.ok("a", &["checkout", "--next", "--timeout", "1m", "--json"]);
+    assert_eq!(r.json()["key"], "t1");
+    assert_eq!(claims(&e, "b"), "t2");
+    // t2 given back: it waits in returned/, first in line again.
+    e.ok("b", &["release", "t2"]);
+    let before = show(&e);
+    let state = e.dir().join("backlog/state.json");
+    for damage in ["", "{\"head\":1,\"ta"] {
+        std::fs::write(&state, damage).unwrap();
+        let now = show(&e);
+        assert_eq!(
+            (&now["ready"], &now["claimed"], &now["next"]),
+            (&before["ready"], &before["claimed"], &before["next"]),
+            "after writing {damage:?}: {now}"
+        );
+    }
+    assert_eq!(
+        (before["ready"].as_u64(), before["claimed"].as_u64()),
+        (Some(4), Some(1))
+    );
+    assert_eq!(claims(&e, "c"), "t2");
+    assert_eq!(claims(&e, "c"), "t3");
+    // The claim rewrote the state whole.
+    let s: Value = serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
+    assert_eq!(
+        (s["ready"].as_u64(), s["tail"].as_u64()),
+        (Some(2), Some(5)),
+        "{s}"
+    );
+
+    // Damaged again, with claims out, and t1's short lease over: the recount's recheck
+    // finds that claim once nothing else is ready.
+    std::fs::write(&state, "").unwrap();
+    assert_eq!(claims(&e, "d"), "t4");
+    assert_eq!(claims(&e, "d"), "t5");
+    e.now = "2026-01-01T00:10:00Z".into();
+    std::fs::write(&state, "").unwrap();
+    let (code, j) = next(&e, "late");
+    assert_eq!((code, j["key"].as_str()), (GRANTED, Some("t1")), "{j}");
+    let (code, j) = next(&e, "later");
+    assert_eq!(code, HELD, "every key is claimed once: {j}");
+}

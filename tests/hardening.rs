@@ -488,3 +488,36 @@ fn watcher_exit(mut watcher: std::process::Child, pid: &str, placeholder: &str) 
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     }
 }
+
+/// A directory planted where the store replaces a file (here the second copy of the
+/// fencing counter, replaced by every grant) is refused as a rename over it was: the
+/// command fails saying what is in the way, the directory stays where it was with what
+/// it holds, and nothing is left in `tmp/`. (The store exchanges the new file with the
+/// old one, so it must put a directory it finds back.)
+#[test]
+fn a_directory_in_place_of_a_replaced_file_stays_and_is_named() {
+    let e = Env::new();
+    e.ok("a", &["checkout", "task-1"]);
+    let counter = e.dir().join("counter");
+    std::fs::remove_file(&counter).unwrap();
+    std::fs::create_dir_all(counter.join("inside")).unwrap();
+    let r = e.run(Some("a"), &["checkout", "task-2", "--json"]);
+    assert_eq!(r.code, 1, "{}", r.text());
+    assert!(
+        r.text().contains("counter") && r.text().contains("directory"),
+        "{}",
+        r.text()
+    );
+    assert!(counter.join("inside").is_dir(), "the directory was moved");
+    let left: Vec<_> = std::fs::read_dir(e.dir().join("tmp"))
+        .unwrap()
+        .map(|x| x.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "left in tmp/: {left:?}");
+    assert_eq!(held_by(&e, "task-2"), None);
+    // Once it is gone, grants go on, above every token handed out.
+    std::fs::remove_dir_all(&counter).unwrap();
+    let r = e.run(Some("a"), &["checkout", "task-2", "--json"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    assert!(r.json()["checkout"]["token"].as_u64().unwrap() > 1);
+}

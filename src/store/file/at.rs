@@ -286,6 +286,51 @@ impl Dir {
         Ok(rustix::fs::renameat(&self.fd, from, &dest.fd, to)?)
     }
 
+    /// Put the file `from` here in place of `to` in `dest`, atomically: a reader opening
+    /// `to` finds the old file or the new one, never neither. Returns the old file,
+    /// removed but still open (see [`Dir::unlink_open`]).
+    ///
+    /// When `to` exists, the two are exchanged and the old one, now at `from`, removed.
+    /// A rename over it would do the same in one call, but ext4 writes the new file's
+    /// blocks out at once when a rename replaces a file (its `auto_da_alloc`), and each
+    /// such file later freed costs a discard: measured here, 50 µs of CPU and 110 µs of
+    /// wall time per replace against 13 and 17 with the exchange, all of it under the
+    /// guard. Killed between the two calls, the old file is left in `tmp/`, which the
+    /// next command to take the guard sweeps.
+    pub fn replace(&self, from: &str, dest: &Dir, to: &str) -> io::Result<Option<File>> {
+        match rustix::fs::renameat_with(&self.fd, from, &dest.fd, to, RenameFlags::EXCHANGE) {
+            Ok(()) => match self.unlink_open(from) {
+                Ok(old) => Ok(old),
+                // A directory was in place of `to` (a rename over it fails): back as it
+                // was, and the rename's error.
+                Err(e) if e.raw_os_error() == Some(Errno::ISDIR.raw_os_error()) => {
+                    rustix::fs::renameat_with(&self.fd, from, &dest.fd, to, RenameFlags::EXCHANGE)?;
+                    Err(e)
+                }
+                Err(e) => Err(e),
+            },
+            // Nothing at `to` yet, or a file system that cannot exchange.
+            Err(Errno::NOENT) | Err(Errno::INVAL) | Err(Errno::NOSYS) => {
+                self.rename(from, dest, to).map(|()| None)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Remove the file `name` (absent already is fine), and return it still open when it
+    /// was a regular file. The blocks of a removed file are freed when its last
+    /// descriptor closes, and freeing them can wait for the disk (a discard, on a file
+    /// system mounted with `discard`); the guard's holder closes them after letting the
+    /// guard go, so nobody waits for that behind it.
+    pub fn unlink_open(&self, name: &str) -> io::Result<Option<File>> {
+        let open = self.open_regular(name).ok().flatten();
+        match rustix::fs::unlinkat(&self.fd, name, AtFlags::empty()) {
+            Ok(()) => Ok(open),
+            Err(Errno::NOENT) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Rename `from` here to `to` in `dest`; fails with `AlreadyExists` if `to` exists.
     pub fn rename_noreplace(&self, from: &str, dest: &Dir, to: &str) -> io::Result<()> {
         match rustix::fs::renameat_with(&self.fd, from, &dest.fd, to, RenameFlags::NOREPLACE) {

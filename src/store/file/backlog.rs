@@ -171,13 +171,59 @@ impl FileStore {
     fn backlog_state(&self, d: &Dirs) -> Result<State> {
         match read_small(&d.top, STATE)? {
             None => Ok(State::default()),
-            Some(b) => serde_json::from_slice(&b).map_err(|e| {
-                Error::Store(format!(
-                    "{} is damaged ({e}); remove the backlog directory by hand and add its keys again",
-                    d.top.join(STATE).display()
-                ))
-            }),
+            Some(b) => match serde_json::from_slice(&b) {
+                Ok(s) => Ok(s),
+                // Empty or cut short (a power loss soon after a change: the file is
+                // replaced without waiting for its data to reach the disk): everything
+                // in it can be counted again from the other files.
+                Err(_) => self.backlog_recounted(d),
+            },
         }
+    }
+
+    /// The state as the backlog's other files give it: the counts of its members, `head`
+    /// at the first `pending/` place, `tail` past every place, and a recheck due now (a
+    /// claim that finds nothing ready then looks at every claim). Reads every member; only
+    /// for a damaged `state.json`.
+    fn backlog_recounted(&self, d: &Dirs) -> Result<State> {
+        let mut s = State {
+            recheck: Some(chrono::DateTime::<chrono::Utc>::UNIX_EPOCH),
+            ..State::default()
+        };
+        for (name, is_dir) in d
+            .members
+            .entries()
+            .map_err(|e| Error::io(d.members.path(), e))?
+        {
+            let member = (!is_dir)
+                .then(|| read_small(&d.members, &name))
+                .transpose()?
+                .flatten()
+                .and_then(|b| serde_json::from_slice::<BacklogEntry>(&b).ok());
+            if let Some(m) = member {
+                match m.claimed {
+                    Some(_) => s.claimed += 1,
+                    None => s.ready += 1,
+                }
+                s.tail = s.tail.max(m.seq + 1);
+            }
+        }
+        let places = |dir: &Dir| -> Result<Vec<u64>> {
+            Ok(dir
+                .entries()
+                .map_err(|e| Error::io(dir.path(), e))?
+                .into_iter()
+                .filter_map(|(name, _)| name.parse::<u64>().ok())
+                .collect())
+        };
+        let pending = places(&d.pending)?;
+        let returned = places(&d.returned)?;
+        s.tail = pending
+            .iter()
+            .chain(&returned)
+            .fold(s.tail, |t, p| t.max(p + 1));
+        s.head = pending.into_iter().min().unwrap_or(s.tail);
+        Ok(s)
     }
 
     /// Make `c`: through the journal when it has more than one step.
@@ -206,7 +252,10 @@ impl FileStore {
             };
             match &st.data {
                 Some(text) => self.publish_replace(g, text.as_bytes(), dir, &st.name)?,
-                None => unlink_quiet(dir, &st.name)?,
+                None => g.close_later(
+                    dir.unlink_open(&st.name)
+                        .map_err(|e| Error::io(dir.join(&st.name), e))?,
+                ),
             }
         }
         Ok(())

@@ -91,6 +91,29 @@ pub struct FileGuard {
     keys: Dir,
     tmp: Dir,
     counter: std::cell::Cell<Option<u64>>,
+    /// Files removed under the guard, still open: closed after the guard is let go
+    /// ([`Dir::unlink_open`]).
+    removed: std::cell::RefCell<Vec<File>>,
+}
+
+impl FileGuard {
+    /// Keep `file` (removed) open until the guard is let go.
+    fn close_later(&self, file: Option<File>) {
+        if let Some(f) = file {
+            self.removed.borrow_mut().push(f);
+        }
+    }
+}
+
+impl Drop for FileGuard {
+    fn drop(&mut self) {
+        // Let go of the locks first, then close what was removed under them.
+        let _ = self.file.unlock();
+        if let Some(d) = &self._dir_lock {
+            let _ = d.unlock();
+        }
+        self.removed.get_mut().clear();
+    }
 }
 
 impl FileStore {
@@ -267,6 +290,7 @@ impl FileStore {
                 keys,
                 tmp,
                 counter: std::cell::Cell::new(None),
+                removed: Default::default(),
             };
             self.sweep_tmp(&guard)?;
             return Ok(Some(guard));
@@ -606,8 +630,8 @@ impl FileStore {
             })
     }
 
-    /// Write `bytes` to `name` in `dir` whole: temp file, then rename over whatever is
-    /// there.
+    /// Write `bytes` to `name` in `dir` whole: a temp file, then put in place of whatever
+    /// is there ([`Dir::replace`]).
     pub(crate) fn publish_replace(
         &self,
         g: &FileGuard,
@@ -616,10 +640,12 @@ impl FileStore {
         name: &str,
     ) -> Result<()> {
         let tmp = self.write_temp(g, bytes)?;
-        g.tmp.rename(&tmp, dir, name).map_err(|e| {
+        let old = g.tmp.replace(&tmp, dir, name).map_err(|e| {
             let _ = g.tmp.unlink(&tmp);
             Error::io(dir.join(name), e)
-        })
+        })?;
+        g.close_later(old);
+        Ok(())
     }
 
     /// Remove a key's record (or the damaged file in its place), or one slot's; a key of
@@ -637,7 +663,7 @@ impl FileStore {
         // holder that is gone, until its lease would have ended).
         self.backlog_after_remove(g, key)?;
         if let Some(n) = slot {
-            return self.remove_slot(key, n);
+            return self.remove_slot(g, key, n);
         }
         self.remove_record(g, key)?;
         if paths.is_some_and(<[String]>::is_empty) {
@@ -647,17 +673,16 @@ impl FileStore {
     }
 
     /// Remove one slot's record, and the key's directory of slots with its last one.
-    fn remove_slot(&self, key: &str, n: u32) -> Result<()> {
+    fn remove_slot(&self, g: &FileGuard, key: &str, n: u32) -> Result<()> {
         let enc = key::encode(key);
         let Some(dir) = self.dir_at(&[SLOTS, &enc], false)? else {
             return Ok(());
         };
         let name = n.to_string();
-        match dir.unlink(&name) {
-            Ok(()) => {}
-            Err(e) if e.kind() == ErrorKind::NotFound => {}
-            Err(e) => return Err(Error::io(dir.join(&name), e)),
-        }
+        g.close_later(
+            dir.unlink_open(&name)
+                .map_err(|e| Error::io(dir.join(&name), e))?,
+        );
         if let Some(slots) = self.sub(SLOTS, false)? {
             // Fails while other slots are held: the directory stays for them.
             let _ = slots.rmdir(&enc);
@@ -668,8 +693,11 @@ impl FileStore {
     fn remove_record(&self, g: &FileGuard, key: &str) -> Result<()> {
         let name = key::encode(key);
         let path = g.keys.join(&name);
-        match g.keys.unlink(&name) {
-            Ok(()) => Ok(()),
+        match g.keys.unlink_open(&name) {
+            Ok(old) => {
+                g.close_later(old);
+                Ok(())
+            }
             // A directory planted where a record goes: remove it if it is empty.
             Err(_) if g.keys.stat(&name).is_ok_and(|s| (s.st_mode & libc::S_IFMT) == libc::S_IFDIR) => {
                 g.keys.rmdir(&name).map_err(|e| {
