@@ -37,6 +37,8 @@ as root; or use --url), and measures whole process invocations, as an agent sees
      --next`), with the claim (`pid`: `checkout --next --pid`), or not at all (`bare`).
      With --baseline(-rev), the baseline drains the same backlog with
      `checkout --any` (benchmark 3) right before, in the same run. N: --next-sizes.
+     Before and after the drains, the same harness spawns util-linux `flock -n FILE
+     true` as fast as it can (the reference); each drain is also given as a ratio to it.
   6. the cost of one claim against the size of the stored backlog: N keys added, then
      --claim-runs claims by one agent, one at a time; the median claim, and the time
      `backlog add` took. N: --flat-sizes (1000, 10000, 100000).
@@ -431,6 +433,30 @@ def drain_next(tl, kind, tmp, url, n, agents, limit, fresh=None):
     return drained(kind, n, agents, limit, agent, FRESH_LABELS[fresh])
 
 
+def spawn_reference(tmp, agents, count):
+    """The same harness as the drains (`agents` threads, each running one process at a
+    time with its output captured) spawning util-linux `flock -n FILE true` (a file per
+    thread: each takes its lock and runs `true`), `count` times in all: processes per
+    second, the reference a claim per process is measured against in the same run."""
+    per = count // agents
+
+    def agent(i):
+        lock = os.path.join(tmp, f"reference-{i}.lock")
+        open(lock, "w").close()
+        for _ in range(per):
+            r = subprocess.run(["flock", "-n", lock, "true"], capture_output=True,
+                               text=True, stdin=subprocess.DEVNULL)
+            if r.returncode != 0:
+                raise RuntimeError(f"flock: exit {r.returncode}: {r.stderr[-300:]}")
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(agents) as ex:
+        list(ex.map(agent, range(agents)))
+    rate = per * agents / (time.perf_counter() - t0)
+    print(f"  reference: {agents} agents spawning `flock -n FILE true`: {rate:.0f}/s", flush=True)
+    return rate
+
+
 def flat(tl, kind, tmp, url, n, runs):
     st = Store(kind, tmp, url)
     must(st.argv(tl, "setup", "list"), st.env)
@@ -543,6 +569,7 @@ def main():
             print(f"5. stored backlog drain, {a.agents} agents, checkout --next until nothing "
                   f"is ready{' (baseline: checkout --any, benchmark 3)' if baseline else ''}:")
             figures["drain_next"] = []
+            before = spawn_reference(tmp, a.agents, 4000)
             for n in [int(x) for x in a.next_sizes.split(",") if x]:
                 for k in kinds:
                     if baseline:
@@ -559,6 +586,14 @@ def main():
                                            fresh=mode)
                         fresh["binary"] = f"this build, {FRESH_LABELS[mode]}"
                         figures["drain_next"].append(fresh)
+            # Measured before and after, so load that came or went during the drains shows.
+            after = spawn_reference(tmp, a.agents, 4000)
+            ref = statistics.mean([before, after])
+            figures["spawn_reference_per_s"] = [before, after]
+            for d in figures["drain_next"]:
+                d["per_reference"] = d["claims_per_s"] / ref
+                print(f"  {d['store']:4} {d['binary']}: {d['claims_per_s']:.0f}/s, "
+                      f"{d['per_reference']:.2f}x the reference", flush=True)
         if "6" not in skip:
             print(f"6. one checkout --next against the size of the backlog "
                   f"({a.claim_runs} claims, median):")

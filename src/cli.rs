@@ -31,7 +31,7 @@ pub struct Global {
     /// The lock directory (default: discovered; see the README)
     #[arg(long, global = true, value_name = "PATH")]
     pub dir: Option<PathBuf>,
-    /// Agent id (default: TASKLOCK_AGENT, then CLAUDE_CODE_SESSION_ID, CODEX_THREAD_ID, OPENCODE_SESSION_ID)
+    /// Agent id (default: TASKLOCK_AGENT, then CLAUDE_CODE_SESSION_ID, CODEX_THREAD_ID, GEMINI_SESSION_ID, OPENCODE_SESSION_ID)
     #[arg(long, global = true, value_name = "ID")]
     pub agent: Option<String>,
     /// Human label shown beside the agent id (default: TASKLOCK_AGENT_NAME)

@@ -529,6 +529,23 @@ fn help_and_version_exit_0() {
     let r = e.run(None, &["--help"]);
     assert_eq!(r.code, 0);
     assert!(r.stdout.contains("checkout"));
+    // --agent's help names every identity source, in the order they are tried.
+    let sources = [
+        "TASKLOCK_AGENT",
+        "CLAUDE_CODE_SESSION_ID",
+        "CODEX_THREAD_ID",
+        "GEMINI_SESSION_ID",
+        "OPENCODE_SESSION_ID",
+    ];
+    let at: Vec<usize> = sources
+        .iter()
+        .map(|s| {
+            r.stdout
+                .find(s)
+                .unwrap_or_else(|| panic!("{s} not in --help"))
+        })
+        .collect();
+    assert!(at.is_sorted(), "{}", r.stdout);
     let r = e.run(None, &["--version"]);
     assert_eq!(r.code, 0);
     assert!(r.stdout.starts_with("tasklock "));
