@@ -467,6 +467,46 @@ fn exit_5_only_for_the_requesters_own_cycle() {
     assert_eq!(j["cycle"], json!([]), "{j}");
 }
 
+/// `list` settles every queue, and settling one may change another: here the lapse of
+/// D's reservation of `z` serves B, whose reservation of `src/p` closes B → k2 → A → k1
+/// → B, so A leaves `k1`'s queue. `list` showed `k1`'s queue as read before that, A
+/// still in it: a cycle that never stood.
+#[test]
+fn list_shows_queues_as_they_stand_once_all_are_settled() {
+    let (mut env, top) = git_env();
+    ok(&env, &top, "H", &["checkout", "k1"]);
+    ok(&env, &top, "A", &["checkout", "k2"]);
+    ok(&env, &top, "Z", &["checkout", "z"]);
+    refused(
+        &env,
+        &top,
+        "A",
+        &["checkout", "k1", "--path", "src/p", "--queue"],
+    );
+    refused(&env, &top, "B", &["checkout", "k2", "--queue"]);
+    refused(&env, &top, "D", &["checkout", "z", "--queue"]);
+    refused(
+        &env,
+        &top,
+        "B",
+        &["checkout", "z", "--path", "src/p", "--queue"],
+    );
+    ok(&env, &top, "Z", &["release", "z"]);
+    env.at(T5M);
+    let list = ok(&env, &top, "observer", &["list"]);
+    let queues = &list["queues"];
+    assert_eq!(queues["z"]["reserved_for"]["agent"], "B", "{list}");
+    assert!(queues.get("k1").is_none(), "A left k1's queue: {list}");
+    assert_eq!(queues["k2"]["waiters"], json!(["B"]), "{list}");
+    assert_eq!(waiters(&env, &top, "k1"), Vec::<String>::new());
+    let msgs = inbox(&env, &top, "A");
+    assert!(
+        msgs.iter()
+            .any(|(t, k, body)| t == "deadlock" && k == "k1" && body.contains("A → k1 → B")),
+        "{msgs:?}"
+    );
+}
+
 // ---- The property test: a model of the graph, written here ----
 
 /// The store as `list --json` shows it, with the paths each waiter asked for (which
