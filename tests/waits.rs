@@ -467,6 +467,135 @@ fn exit_5_only_for_the_requesters_own_cycle() {
     assert_eq!(j["cycle"], json!([]), "{j}");
 }
 
+/// A holds `k3`'s reservation, asking for `src/p3`, and queues for `k1` (held by H)
+/// with `src/p3` too; B waits behind A for `k3` and, for `src/p3` alone, for A's
+/// reservation. H holds `src/p1`.
+fn a_reserved_head_with_paths() -> (Env, std::path::PathBuf) {
+    let (env, top) = git_env();
+    ok(&env, &top, "H", &["checkout", "k1", "--path", "src/p1"]);
+    ok(&env, &top, "Z", &["checkout", "k3"]);
+    refused(
+        &env,
+        &top,
+        "A",
+        &["checkout", "k3", "--path", "src/p3", "--queue"],
+    );
+    refused(&env, &top, "B", &["checkout", "k3", "--queue"]);
+    ok(&env, &top, "Z", &["release", "k3"]);
+    refused(
+        &env,
+        &top,
+        "B",
+        &["checkout", "--path", "src/p3", "--queue"],
+    );
+    refused(
+        &env,
+        &top,
+        "A",
+        &["checkout", "k1", "--path", "src/p3", "--queue"],
+    );
+    let k3 = ok(&env, &top, "observer", &["status", "k3"]);
+    assert_eq!(k3["queue"]["reserved_for"]["agent"], "A", "{k3}");
+    assert_eq!(waiters(&env, &top, "path:src/p3"), ["B"]);
+    (env, top)
+}
+
+/// Random history (seed 1795837440270034218, step 109), made small: A, the reserved head
+/// of `k3`'s queue, re-joins it asking for `src/p1` (held by H) instead of `src/p3`. Its
+/// reservation no longer holds `src/p3`, so B's wait for `src/p3` is served in the same
+/// command; B's reservation of `src/p3` then closes A → k1 → B → k3 → A, and A, whose
+/// wait for B closes it, leaves `k1`'s queue and is told. The re-join left `src/p3`
+/// unserved, and the first command that settled its queue (any `list`) made that
+/// reservation: `list` then printed A still in `k1`'s queue beside it, a cycle that
+/// never stood.
+#[test]
+fn a_reserved_head_rejoining_with_other_paths_frees_the_old_ones() {
+    let (env, top) = a_reserved_head_with_paths();
+    let (code, j) = run(
+        &env,
+        &top,
+        "A",
+        &["checkout", "k3", "--path", "src/p1", "--queue"],
+    );
+    assert_eq!(code, 2, "A's own wait, for H, closes no cycle: {j}");
+    assert_eq!(j["cycle"], json!([]), "{j}");
+    assert_eq!(j["position"], 1, "{j}");
+    assert_eq!(j["reserved_for"]["agent"], "A", "{j}");
+    // Before anyone else runs a command: B is served src/p3, A was told.
+    let served = audit(&env.dir())
+        .into_iter()
+        .rfind(|e| e["event"] == "handoff")
+        .expect("a handoff");
+    assert_eq!(served["key"], "path:src/p3", "{served}");
+    assert_eq!(served["agent"], "B", "{served}");
+    let msgs = inbox(&env, &top, "A");
+    let (_, _, body) = msgs
+        .iter()
+        .find(|(t, k, _)| t == "deadlock" && k == "k1")
+        .unwrap_or_else(|| panic!("A was told: {msgs:?}"));
+    assert!(body.contains("A → k1 → B → k3 → A"), "{body}");
+    // What `list` shows is what stands: A left k1's queue, B holds src/p3's reservation.
+    let list = ok(&env, &top, "observer", &["list"]);
+    let queues = &list["queues"];
+    assert!(queues.get("k1").is_none(), "{list}");
+    assert_eq!(
+        queues["path:src/p3"]["reserved_for"]["agent"], "B",
+        "{list}"
+    );
+    assert_eq!(queues["k3"]["waiters"], json!(["A", "B"]), "{list}");
+    assert_eq!(queues["k3"]["reserved_for"]["agent"], "A", "{list}");
+}
+
+/// A reserved head that re-joins asking for a path B waits for makes B wait for its
+/// reservation, while it waits for B elsewhere: a cycle through its other wait, not
+/// through the one it re-joins. Refused with exit 5 like paths added to a checkout; the
+/// old place and its reservation stay as they were.
+#[test]
+fn a_reserved_head_rejoining_with_paths_others_wait_for_is_checked() {
+    let (env, top) = git_env();
+    ok(&env, &top, "H", &["checkout", "k1"]);
+    ok(&env, &top, "H2", &["checkout", "kH", "--path", "src/p4"]);
+    ok(&env, &top, "B", &["checkout", "k2"]);
+    ok(&env, &top, "Z", &["checkout", "k3"]);
+    refused(
+        &env,
+        &top,
+        "B",
+        &["checkout", "k1", "--path", "src/p1", "--queue"],
+    );
+    refused(&env, &top, "A", &["checkout", "k2", "--queue"]);
+    refused(
+        &env,
+        &top,
+        "A",
+        &["checkout", "k3", "--path", "src/p3", "--queue"],
+    );
+    ok(&env, &top, "Z", &["release", "k3"]);
+    let (code, j) = run(
+        &env,
+        &top,
+        "A",
+        &[
+            "checkout", "k3", "--path", "src/p1", "--path", "src/p4", "--queue",
+        ],
+    );
+    assert_eq!(code, 5, "{j}");
+    assert_eq!(j["outcome"], "deadlock", "{j}");
+    assert_eq!(j["cycle"], json!(["A", "k2", "B", "k1", "A"]), "{j}");
+    assert_eq!(j["position"], 1, "the old place stays: {j}");
+    assert_eq!(j["reserved_for"]["agent"], "A", "{j}");
+    let ev = audit(&env.dir())
+        .into_iter()
+        .rfind(|e| e["event"] == "deadlock")
+        .expect("a deadlock event");
+    assert_eq!(ev["agent"], "A");
+    assert_eq!(ev["detail"], "A → k2 → B → k1 → A");
+    // The reservation still holds src/p3 only: A takes k3 with it.
+    let (code, j) = run(&env, &top, "A", &["checkout", "k3", "--path", "src/p3"]);
+    assert_eq!(code, 0, "{j}");
+    assert_eq!(j["checkout"]["paths"], json!(["src/p3"]), "{j}");
+}
+
 /// `list` settles every queue, and settling one may change another: here the lapse of
 /// D's reservation of `z` serves B, whose reservation of `src/p` closes B → k2 → A → k1
 /// → B, so A leaves `k1`'s queue. `list` showed `k1`'s queue as read before that, A

@@ -470,6 +470,11 @@ pub(crate) fn granted(store: &dyn Store, g: &Guard, q: &mut Queue, agent: &str) 
 /// Join (or keep one's place in) a key's queue. `pid` is the blocked `--wait` process.
 /// A holder waiting to add paths to its own key goes to the head: nobody else can be
 /// served the key before it releases.
+///
+/// A re-join asking for other paths by an agent the key is reserved for changes what
+/// its reservation holds: the paths it held before are offered to the waiters of other
+/// queues ([`wake_path_waiters`]), whose reservations are checked for cycles as every
+/// reservation is; `q` is read again after that.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn join(
     ctx: &Ctx,
@@ -488,7 +493,7 @@ pub(crate) fn join(
                 w.pid_start = pid.and_then(crate::os::start_time);
             }
             let changed = w.paths != paths;
-            w.paths = paths.to_vec();
+            let before = std::mem::replace(&mut w.paths, paths.to_vec());
             store.write_queue(g, q)?;
             if changed {
                 // A re-join asking for other paths: a wait of its own, audited as one.
@@ -500,6 +505,10 @@ pub(crate) fn join(
                     q.position(&agent.id).unwrap_or_default()
                 ));
                 store.audit(g, &ev)?;
+                if q.reserved_for(&agent.id).is_some() && !before.is_empty() {
+                    wake_path_waiters(ctx, store, g, &q.key, &before)?;
+                    *q = store.read_queue(&q.key)?;
+                }
             }
         }
         return Ok(());
