@@ -636,6 +636,52 @@ fn list_shows_queues_as_they_stand_once_all_are_settled() {
     );
 }
 
+/// One release that makes two reservations: `kH` goes to W, and the path its checkout
+/// held to Y. Together they close W → k1 → X → kH → W and W → k1 → Y → kH → W; X and Y,
+/// whose waits for W close them, leave `kH`'s queue and are told. Announced one
+/// reservation at a time (random history, seed 3116209198757439885), X was dropped for
+/// the first before Y's reservation made the second, whose announcement then dropped W
+/// from `k1`: X was told of a cycle through W's wait for `k1`, which no longer stood.
+#[test]
+fn the_reservations_of_one_change_are_announced_together() {
+    let (env, top) = git_env();
+    ok(&env, &top, "H", &["checkout", "kH", "--path", "src/p1"]);
+    ok(&env, &top, "X", &["checkout", "k1"]);
+    refused(&env, &top, "W", &["checkout", "kH", "--queue"]);
+    refused(&env, &top, "X", &["checkout", "kH", "--queue"]);
+    refused(&env, &top, "Y", &["checkout", "kH", "--queue"]);
+    refused(
+        &env,
+        &top,
+        "W",
+        &["checkout", "k1", "--path", "src/p1", "--queue"],
+    );
+    refused(
+        &env,
+        &top,
+        "Y",
+        &["checkout", "--path", "src/p1", "--queue"],
+    );
+    ok(&env, &top, "H", &["release", "kH"]);
+    let kh = ok(&env, &top, "observer", &["status", "kH"]);
+    assert_eq!(kh["queue"]["waiters"], json!(["W"]), "{kh}");
+    assert_eq!(kh["queue"]["reserved_for"]["agent"], "W", "{kh}");
+    let p1 = ok(&env, &top, "observer", &["status", "path:src/p1"]);
+    assert_eq!(p1["queue"]["reserved_for"]["agent"], "Y", "{p1}");
+    assert_eq!(waiters(&env, &top, "k1"), ["W"], "W keeps its wait");
+    for (who, cycle) in [("X", "X → kH → W → k1 → X"), ("Y", "Y → kH → W → k1 → Y")]
+    {
+        let msgs = inbox(&env, &top, who);
+        assert!(
+            msgs.iter()
+                .any(|(t, k, body)| t == "deadlock" && k == "kH" && body.contains(cycle)),
+            "{who}: {msgs:?}"
+        );
+    }
+    let w = inbox(&env, &top, "W");
+    assert!(!w.iter().any(|(t, _, _)| t == "deadlock"), "{w:?}");
+}
+
 // ---- The property test: a model of the graph, written here ----
 
 /// The store as `list --json` shows it, with the paths each waiter asked for (which
