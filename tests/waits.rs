@@ -682,6 +682,54 @@ fn the_reservations_of_one_change_are_announced_together() {
     assert!(!w.iter().any(|(t, _, _)| t == "deadlock"), "{w:?}");
 }
 
+/// As above, the two reservations made by one reaping: H's leases on `kA` and `kB` ran
+/// out, and the first command to meet them (a `list`) ends both in one change. `kA` goes
+/// to W, `kB` with the path it asked for to Y; X and Y, whose waits for W close the
+/// cycles, are dropped and told, and W keeps its wait for `k1`.
+#[test]
+fn the_reservations_of_one_reaping_are_announced_together() {
+    let (mut env, top) = git_env();
+    ok(&env, &top, "H", &["checkout", "kA", "--timeout", "1m"]);
+    ok(&env, &top, "H", &["checkout", "kB", "--timeout", "1m"]);
+    ok(&env, &top, "X", &["checkout", "k1"]);
+    refused(&env, &top, "W", &["checkout", "kA", "--queue"]);
+    refused(&env, &top, "X", &["checkout", "kA", "--queue"]);
+    refused(&env, &top, "Y", &["checkout", "kA", "--queue"]);
+    refused(
+        &env,
+        &top,
+        "Y",
+        &["checkout", "kB", "--path", "src/p1", "--queue"],
+    );
+    refused(
+        &env,
+        &top,
+        "W",
+        &["checkout", "k1", "--path", "src/p1", "--queue"],
+    );
+    env.at(T5M);
+    let list = ok(&env, &top, "observer", &["list"]);
+    let queues = &list["queues"];
+    assert_eq!(queues["kA"]["waiters"], json!(["W"]), "{list}");
+    assert_eq!(queues["kB"]["reserved_for"]["agent"], "Y", "{list}");
+    assert_eq!(
+        queues["k1"]["waiters"],
+        json!(["W"]),
+        "W keeps its wait: {list}"
+    );
+    for (who, cycle) in [("X", "X → kA → W → k1 → X"), ("Y", "Y → kA → W → k1 → Y")]
+    {
+        let msgs = inbox(&env, &top, who);
+        assert!(
+            msgs.iter()
+                .any(|(t, k, body)| t == "deadlock" && k == "kA" && body.contains(cycle)),
+            "{who}: {msgs:?}"
+        );
+    }
+    let w = inbox(&env, &top, "W");
+    assert!(!w.iter().any(|(t, _, _)| t == "deadlock"), "{w:?}");
+}
+
 // ---- The property test: a model of the graph, written here ----
 
 /// The store as `list --json` shows it, with the paths each waiter asked for (which

@@ -48,7 +48,7 @@ impl Drop for Depth {
 /// is judged in the state they make together. Announced one reservation at a time, a
 /// waiter could be dropped for a cycle that a later reservation of the same change
 /// breaks by dropping another: told of a cycle that never stood.
-fn announcing<T>(
+pub(crate) fn announcing<T>(
     ctx: &Ctx,
     store: &dyn Store,
     g: &Guard,
