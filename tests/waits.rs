@@ -467,6 +467,269 @@ fn exit_5_only_for_the_requesters_own_cycle() {
     assert_eq!(j["cycle"], json!([]), "{j}");
 }
 
+/// A holds `k3`'s reservation, asking for `src/p3`, and queues for `k1` (held by H)
+/// with `src/p3` too; B waits behind A for `k3` and, for `src/p3` alone, for A's
+/// reservation. H holds `src/p1`.
+fn a_reserved_head_with_paths() -> (Env, std::path::PathBuf) {
+    let (env, top) = git_env();
+    ok(&env, &top, "H", &["checkout", "k1", "--path", "src/p1"]);
+    ok(&env, &top, "Z", &["checkout", "k3"]);
+    refused(
+        &env,
+        &top,
+        "A",
+        &["checkout", "k3", "--path", "src/p3", "--queue"],
+    );
+    refused(&env, &top, "B", &["checkout", "k3", "--queue"]);
+    ok(&env, &top, "Z", &["release", "k3"]);
+    refused(
+        &env,
+        &top,
+        "B",
+        &["checkout", "--path", "src/p3", "--queue"],
+    );
+    refused(
+        &env,
+        &top,
+        "A",
+        &["checkout", "k1", "--path", "src/p3", "--queue"],
+    );
+    let k3 = ok(&env, &top, "observer", &["status", "k3"]);
+    assert_eq!(k3["queue"]["reserved_for"]["agent"], "A", "{k3}");
+    assert_eq!(waiters(&env, &top, "path:src/p3"), ["B"]);
+    (env, top)
+}
+
+/// Random history (seed 1795837440270034218, step 109), made small: A, the reserved head
+/// of `k3`'s queue, re-joins it asking for `src/p1` (held by H) instead of `src/p3`. Its
+/// reservation no longer holds `src/p3`, so B's wait for `src/p3` is served in the same
+/// command; B's reservation of `src/p3` then closes A → k1 → B → k3 → A, and A, whose
+/// wait for B closes it, leaves `k1`'s queue and is told. The re-join left `src/p3`
+/// unserved, and the first command that settled its queue (any `list`) made that
+/// reservation: `list` then printed A still in `k1`'s queue beside it, a cycle that
+/// never stood.
+#[test]
+fn a_reserved_head_rejoining_with_other_paths_frees_the_old_ones() {
+    let (env, top) = a_reserved_head_with_paths();
+    let (code, j) = run(
+        &env,
+        &top,
+        "A",
+        &["checkout", "k3", "--path", "src/p1", "--queue"],
+    );
+    assert_eq!(code, 2, "A's own wait, for H, closes no cycle: {j}");
+    assert_eq!(j["cycle"], json!([]), "{j}");
+    assert_eq!(j["position"], 1, "{j}");
+    assert_eq!(j["reserved_for"]["agent"], "A", "{j}");
+    // Before anyone else runs a command: B is served src/p3, A was told.
+    let served = audit(&env.dir())
+        .into_iter()
+        .rfind(|e| e["event"] == "handoff")
+        .expect("a handoff");
+    assert_eq!(served["key"], "path:src/p3", "{served}");
+    assert_eq!(served["agent"], "B", "{served}");
+    let msgs = inbox(&env, &top, "A");
+    let (_, _, body) = msgs
+        .iter()
+        .find(|(t, k, _)| t == "deadlock" && k == "k1")
+        .unwrap_or_else(|| panic!("A was told: {msgs:?}"));
+    assert!(body.contains("A → k1 → B → k3 → A"), "{body}");
+    // What `list` shows is what stands: A left k1's queue, B holds src/p3's reservation.
+    let list = ok(&env, &top, "observer", &["list"]);
+    let queues = &list["queues"];
+    assert!(queues.get("k1").is_none(), "{list}");
+    assert_eq!(
+        queues["path:src/p3"]["reserved_for"]["agent"], "B",
+        "{list}"
+    );
+    assert_eq!(queues["k3"]["waiters"], json!(["A", "B"]), "{list}");
+    assert_eq!(queues["k3"]["reserved_for"]["agent"], "A", "{list}");
+}
+
+/// A reserved head that re-joins asking for a path B waits for makes B wait for its
+/// reservation, while it waits for B elsewhere: a cycle through its other wait, not
+/// through the one it re-joins. Refused with exit 5 like paths added to a checkout; the
+/// old place and its reservation stay as they were.
+#[test]
+fn a_reserved_head_rejoining_with_paths_others_wait_for_is_checked() {
+    let (env, top) = git_env();
+    ok(&env, &top, "H", &["checkout", "k1"]);
+    ok(&env, &top, "H2", &["checkout", "kH", "--path", "src/p4"]);
+    ok(&env, &top, "B", &["checkout", "k2"]);
+    ok(&env, &top, "Z", &["checkout", "k3"]);
+    refused(
+        &env,
+        &top,
+        "B",
+        &["checkout", "k1", "--path", "src/p1", "--queue"],
+    );
+    refused(&env, &top, "A", &["checkout", "k2", "--queue"]);
+    refused(
+        &env,
+        &top,
+        "A",
+        &["checkout", "k3", "--path", "src/p3", "--queue"],
+    );
+    ok(&env, &top, "Z", &["release", "k3"]);
+    let (code, j) = run(
+        &env,
+        &top,
+        "A",
+        &[
+            "checkout", "k3", "--path", "src/p1", "--path", "src/p4", "--queue",
+        ],
+    );
+    assert_eq!(code, 5, "{j}");
+    assert_eq!(j["outcome"], "deadlock", "{j}");
+    assert_eq!(j["cycle"], json!(["A", "k2", "B", "k1", "A"]), "{j}");
+    assert_eq!(j["position"], 1, "the old place stays: {j}");
+    assert_eq!(j["reserved_for"]["agent"], "A", "{j}");
+    let ev = audit(&env.dir())
+        .into_iter()
+        .rfind(|e| e["event"] == "deadlock")
+        .expect("a deadlock event");
+    assert_eq!(ev["agent"], "A");
+    assert_eq!(ev["detail"], "A → k2 → B → k1 → A");
+    // The reservation still holds src/p3 only: A takes k3 with it.
+    let (code, j) = run(&env, &top, "A", &["checkout", "k3", "--path", "src/p3"]);
+    assert_eq!(code, 0, "{j}");
+    assert_eq!(j["checkout"]["paths"], json!(["src/p3"]), "{j}");
+}
+
+/// `list` settles every queue, and settling one may change another: here the lapse of
+/// D's reservation of `z` serves B, whose reservation of `src/p` closes B → k2 → A → k1
+/// → B, so A leaves `k1`'s queue. `list` showed `k1`'s queue as read before that, A
+/// still in it: a cycle that never stood.
+#[test]
+fn list_shows_queues_as_they_stand_once_all_are_settled() {
+    let (mut env, top) = git_env();
+    ok(&env, &top, "H", &["checkout", "k1"]);
+    ok(&env, &top, "A", &["checkout", "k2"]);
+    ok(&env, &top, "Z", &["checkout", "z"]);
+    refused(
+        &env,
+        &top,
+        "A",
+        &["checkout", "k1", "--path", "src/p", "--queue"],
+    );
+    refused(&env, &top, "B", &["checkout", "k2", "--queue"]);
+    refused(&env, &top, "D", &["checkout", "z", "--queue"]);
+    refused(
+        &env,
+        &top,
+        "B",
+        &["checkout", "z", "--path", "src/p", "--queue"],
+    );
+    ok(&env, &top, "Z", &["release", "z"]);
+    env.at(T5M);
+    let list = ok(&env, &top, "observer", &["list"]);
+    let queues = &list["queues"];
+    assert_eq!(queues["z"]["reserved_for"]["agent"], "B", "{list}");
+    assert!(queues.get("k1").is_none(), "A left k1's queue: {list}");
+    assert_eq!(queues["k2"]["waiters"], json!(["B"]), "{list}");
+    assert_eq!(waiters(&env, &top, "k1"), Vec::<String>::new());
+    let msgs = inbox(&env, &top, "A");
+    assert!(
+        msgs.iter()
+            .any(|(t, k, body)| t == "deadlock" && k == "k1" && body.contains("A → k1 → B")),
+        "{msgs:?}"
+    );
+}
+
+/// One release that makes two reservations: `kH` goes to W, and the path its checkout
+/// held to Y. Together they close W → k1 → X → kH → W and W → k1 → Y → kH → W; X and Y,
+/// whose waits for W close them, leave `kH`'s queue and are told. Announced one
+/// reservation at a time (random history, seed 3116209198757439885), X was dropped for
+/// the first before Y's reservation made the second, whose announcement then dropped W
+/// from `k1`: X was told of a cycle through W's wait for `k1`, which no longer stood.
+#[test]
+fn the_reservations_of_one_change_are_announced_together() {
+    let (env, top) = git_env();
+    ok(&env, &top, "H", &["checkout", "kH", "--path", "src/p1"]);
+    ok(&env, &top, "X", &["checkout", "k1"]);
+    refused(&env, &top, "W", &["checkout", "kH", "--queue"]);
+    refused(&env, &top, "X", &["checkout", "kH", "--queue"]);
+    refused(&env, &top, "Y", &["checkout", "kH", "--queue"]);
+    refused(
+        &env,
+        &top,
+        "W",
+        &["checkout", "k1", "--path", "src/p1", "--queue"],
+    );
+    refused(
+        &env,
+        &top,
+        "Y",
+        &["checkout", "--path", "src/p1", "--queue"],
+    );
+    ok(&env, &top, "H", &["release", "kH"]);
+    let kh = ok(&env, &top, "observer", &["status", "kH"]);
+    assert_eq!(kh["queue"]["waiters"], json!(["W"]), "{kh}");
+    assert_eq!(kh["queue"]["reserved_for"]["agent"], "W", "{kh}");
+    let p1 = ok(&env, &top, "observer", &["status", "path:src/p1"]);
+    assert_eq!(p1["queue"]["reserved_for"]["agent"], "Y", "{p1}");
+    assert_eq!(waiters(&env, &top, "k1"), ["W"], "W keeps its wait");
+    for (who, cycle) in [("X", "X → kH → W → k1 → X"), ("Y", "Y → kH → W → k1 → Y")]
+    {
+        let msgs = inbox(&env, &top, who);
+        assert!(
+            msgs.iter()
+                .any(|(t, k, body)| t == "deadlock" && k == "kH" && body.contains(cycle)),
+            "{who}: {msgs:?}"
+        );
+    }
+    let w = inbox(&env, &top, "W");
+    assert!(!w.iter().any(|(t, _, _)| t == "deadlock"), "{w:?}");
+}
+
+/// As above, the two reservations made by one reaping: H's leases on `kA` and `kB` ran
+/// out, and the first command to meet them (a `list`) ends both in one change. `kA` goes
+/// to W, `kB` with the path it asked for to Y; X and Y, whose waits for W close the
+/// cycles, are dropped and told, and W keeps its wait for `k1`.
+#[test]
+fn the_reservations_of_one_reaping_are_announced_together() {
+    let (mut env, top) = git_env();
+    ok(&env, &top, "H", &["checkout", "kA", "--timeout", "1m"]);
+    ok(&env, &top, "H", &["checkout", "kB", "--timeout", "1m"]);
+    ok(&env, &top, "X", &["checkout", "k1"]);
+    refused(&env, &top, "W", &["checkout", "kA", "--queue"]);
+    refused(&env, &top, "X", &["checkout", "kA", "--queue"]);
+    refused(&env, &top, "Y", &["checkout", "kA", "--queue"]);
+    refused(
+        &env,
+        &top,
+        "Y",
+        &["checkout", "kB", "--path", "src/p1", "--queue"],
+    );
+    refused(
+        &env,
+        &top,
+        "W",
+        &["checkout", "k1", "--path", "src/p1", "--queue"],
+    );
+    env.at(T5M);
+    let list = ok(&env, &top, "observer", &["list"]);
+    let queues = &list["queues"];
+    assert_eq!(queues["kA"]["waiters"], json!(["W"]), "{list}");
+    assert_eq!(queues["kB"]["reserved_for"]["agent"], "Y", "{list}");
+    assert_eq!(
+        queues["k1"]["waiters"],
+        json!(["W"]),
+        "W keeps its wait: {list}"
+    );
+    for (who, cycle) in [("X", "X → kA → W → k1 → X"), ("Y", "Y → kA → W → k1 → Y")]
+    {
+        let msgs = inbox(&env, &top, who);
+        assert!(
+            msgs.iter()
+                .any(|(t, k, body)| t == "deadlock" && k == "kA" && body.contains(cycle)),
+            "{who}: {msgs:?}"
+        );
+    }
+    let w = inbox(&env, &top, "W");
+    assert!(!w.iter().any(|(t, _, _)| t == "deadlock"), "{w:?}");
+}
+
 // ---- The property test: a model of the graph, written here ----
 
 /// The store as `list --json` shows it, with the paths each waiter asked for (which

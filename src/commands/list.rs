@@ -35,10 +35,15 @@ pub fn run(ctx: &Ctx, mine: bool) -> Result<Report> {
     if let Some(store) = ctx.existing_store()? {
         // After ending checkouts, so keys just freed show their new reservation.
         for q in store.scan_queues()? {
-            if q.is_empty() {
-                continue;
+            if !q.is_empty() {
+                super::status::settled_queue(ctx, &*store, &q.key)?;
             }
-            let q = super::status::settled_queue(ctx, &*store, &q.key)?;
+        }
+        // Read again once all are settled: settling one queue may change others (a
+        // reservation that closes a cycle drops the waiter that closes it, paths freed
+        // serve other queues), and a queue read before that would show a state that
+        // never stood.
+        for q in store.scan_queues()? {
             if !q.is_empty() {
                 queues.insert(q.key.clone(), QueueView::from_queue(&q));
             }

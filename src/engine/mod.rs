@@ -444,32 +444,35 @@ pub fn reap_in(
     rule: &mut Rule<'_>,
 ) -> Result<Vec<(String, Settled)>> {
     judge.refresh();
-    let mut out = Vec::with_capacity(keys.len());
-    for (key, n) in keys {
-        let slot = slots::read_at(store, &key, n)?;
-        let Slot::Held(r) = &slot else {
-            out.push((key, Settled::Kept(slot)));
-            continue;
-        };
-        match rule(r, judge)? {
-            Some((reason, cause)) => {
-                auto_release(ctx, store, g, r, by, reason)?;
-                let Slot::Held(record) = slot else {
-                    unreachable!("matched above")
-                };
-                out.push((
-                    key,
-                    Settled::Ended {
-                        record,
-                        reason,
-                        cause,
-                    },
-                ));
+    // The keys it hands on are judged together for cycles (queue::announcing).
+    queue::announcing(ctx, store, g, || {
+        let mut out = Vec::with_capacity(keys.len());
+        for (key, n) in keys {
+            let slot = slots::read_at(store, &key, n)?;
+            let Slot::Held(r) = &slot else {
+                out.push((key, Settled::Kept(slot)));
+                continue;
+            };
+            match rule(r, judge)? {
+                Some((reason, cause)) => {
+                    auto_release(ctx, store, g, r, by, reason)?;
+                    let Slot::Held(record) = slot else {
+                        unreachable!("matched above")
+                    };
+                    out.push((
+                        key,
+                        Settled::Ended {
+                            record,
+                            reason,
+                            cause,
+                        },
+                    ));
+                }
+                None => out.push((key, Settled::Kept(slot))),
             }
-            None => out.push((key, Settled::Kept(slot))),
         }
-    }
-    Ok(out)
+        Ok(out)
+    })
 }
 
 /// The slots still there after a reaping scan, and the checkouts it ended.
@@ -581,31 +584,35 @@ pub fn end_agent(
         other => other.as_str(),
     };
     let mut judge = Judge::new(ctx, &*store);
+    // Its checkouts and places end in one change (queue::announcing).
     store.transaction(|g| {
-        let mut rule = |r: &Record, _: &mut Judge| Ok(ends(&r.agent.id).then_some((reason, None)));
-        let settled = reap_in(ctx, &*store, g, &mut judge, mine, None, &mut rule)?;
-        for id in &agents {
-            store.lock_agent(g, id, true)?;
-            if let Some(mut entry) = store.read_agent(id)?
-                && entry.ended_at.is_none()
-            {
-                entry.ended_at = Some(ctx.now);
-                entry.ended_reason = Some(reason_text.into());
-                store.write_agent(g, &entry)?;
-            }
-        }
-        // Nor does it keep a place in a queue, or a reservation, any more.
-        for q in store.scan_queues()? {
-            for w in &q.waiters {
-                if agents.contains(&w.agent) {
-                    queue::leave(ctx, &*store, g, &q.key, &w.agent, "agent ended")?;
+        queue::announcing(ctx, &*store, g, || {
+            let mut rule =
+                |r: &Record, _: &mut Judge| Ok(ends(&r.agent.id).then_some((reason, None)));
+            let settled = reap_in(ctx, &*store, g, &mut judge, mine, None, &mut rule)?;
+            for id in &agents {
+                store.lock_agent(g, id, true)?;
+                if let Some(mut entry) = store.read_agent(id)?
+                    && entry.ended_at.is_none()
+                {
+                    entry.ended_at = Some(ctx.now);
+                    entry.ended_reason = Some(reason_text.into());
+                    store.write_agent(g, &entry)?;
                 }
             }
-        }
-        Ok(settled
-            .into_iter()
-            .filter_map(|(key, s)| matches!(s, Settled::Ended { .. }).then_some(key))
-            .collect())
+            // Nor does it keep a place in a queue, or a reservation, any more.
+            for q in store.scan_queues()? {
+                for w in &q.waiters {
+                    if agents.contains(&w.agent) {
+                        queue::leave(ctx, &*store, g, &q.key, &w.agent, "agent ended")?;
+                    }
+                }
+            }
+            Ok(settled
+                .into_iter()
+                .filter_map(|(key, s)| matches!(s, Settled::Ended { .. }).then_some(key))
+                .collect())
+        })
     })
 }
 

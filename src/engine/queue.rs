@@ -15,6 +15,73 @@ use crate::store::{
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
+/// The agents handed a reservation by the change of the queues under way, whose cycles
+/// are announced once it is done ([`announcing`]).
+#[derive(Default)]
+struct Deferred {
+    depth: u32,
+    reserved: std::collections::VecDeque<String>,
+}
+
+thread_local! {
+    static DEFERRED: std::cell::RefCell<Deferred> = std::cell::RefCell::new(Deferred::default());
+}
+
+/// Leaves the change: the outermost one drops what it did not announce (an error).
+struct Depth;
+
+impl Drop for Depth {
+    fn drop(&mut self) {
+        DEFERRED.with(|d| {
+            let mut d = d.borrow_mut();
+            d.depth -= 1;
+            if d.depth == 0 {
+                d.reserved.clear();
+            }
+        });
+    }
+}
+
+/// Run `f`, a change of the queues, and announce the cycles its reservations closed
+/// ([`announce_through`]) once the outermost such change is done: one change may make
+/// several reservations (a key handed on, then the paths its checkout held), and a cycle
+/// is judged in the state they make together. Announced one reservation at a time, a
+/// waiter could be dropped for a cycle that a later reservation of the same change
+/// breaks by dropping another: told of a cycle that never stood.
+pub(crate) fn announcing<T>(
+    ctx: &Ctx,
+    store: &dyn Store,
+    g: &Guard,
+    f: impl FnOnce() -> Result<T>,
+) -> Result<T> {
+    let outermost = DEFERRED.with(|d| {
+        let mut d = d.borrow_mut();
+        d.depth += 1;
+        d.depth == 1
+    });
+    let _depth = Depth;
+    let out = f()?;
+    if outermost {
+        // Dropping a waiter may hand its key on: those reservations join the list.
+        while let Some(to) = DEFERRED.with(|d| d.borrow_mut().reserved.pop_front()) {
+            announce_through(ctx, store, g, &to)?;
+        }
+    }
+    Ok(out)
+}
+
+/// `to` was handed a reservation: announce its cycles when the change is done.
+fn defer_announce(reserved: &[String]) {
+    DEFERRED.with(|d| {
+        let mut d = d.borrow_mut();
+        for a in reserved {
+            if !d.reserved.contains(a) {
+                d.reserved.push_back(a.clone());
+            }
+        }
+    });
+}
+
 fn audit(ctx: &Ctx, event: &str, key: &str, agent: &str) -> AuditEvent {
     AuditEvent::new(ctx.now, event, key, agent)
 }
@@ -371,18 +438,20 @@ pub(crate) fn settle_read(
     if q.is_empty() {
         return Ok(q);
     }
-    let s = settle(ctx, store, g, &mut q, key_now, taker)?;
-    if s.changed {
-        store.write_queue(g, &q)?;
-    }
-    wake_path_waiters(ctx, store, g, key, &s.freed)?;
-    for agent in &s.reserved {
-        announce_through(ctx, store, g, agent)?;
-    }
-    if s.reserved.is_empty() {
-        Ok(q)
-    } else {
+    let reserved = announcing(ctx, store, g, || {
+        let s = settle(ctx, store, g, &mut q, key_now, taker)?;
+        if s.changed {
+            store.write_queue(g, &q)?;
+        }
+        wake_path_waiters(ctx, store, g, key, &s.freed)?;
+        defer_announce(&s.reserved);
+        Ok(!s.reserved.is_empty())
+    })?;
+    // Announcing its reservations may have dropped waiters of it.
+    if reserved {
         store.read_queue(key)
+    } else {
+        Ok(q)
     }
 }
 
@@ -397,20 +466,22 @@ pub(crate) fn after_release(
     ended: &Record,
     taker: Option<&str>,
 ) -> Result<()> {
-    let key = ended.key.as_str();
-    let q = store.read_queue(key)?;
-    if !q.is_empty() {
-        let who = (ended.agent.id.as_str(), "checkout ended");
-        let slot = store.read(key)?;
-        match super::slots::Holders::read(store, key, Some(&q), &slot)? {
-            Some(h) => {
-                let key_now = KeyNow::of_slots(&h);
-                dequeue_then_settle(ctx, store, g, q, who, key_now, taker)?;
+    announcing(ctx, store, g, || {
+        let key = ended.key.as_str();
+        let q = store.read_queue(key)?;
+        if !q.is_empty() {
+            let who = (ended.agent.id.as_str(), "checkout ended");
+            let slot = store.read(key)?;
+            match super::slots::Holders::read(store, key, Some(&q), &slot)? {
+                Some(h) => {
+                    let key_now = KeyNow::of_slots(&h);
+                    dequeue_then_settle(ctx, store, g, q, who, key_now, taker)?;
+                }
+                None => dequeue_then_settle(ctx, store, g, q, who, KeyNow::of(&slot), taker)?,
             }
-            None => dequeue_then_settle(ctx, store, g, q, who, KeyNow::of(&slot), taker)?,
         }
-    }
-    wake_path_waiters(ctx, store, g, key, &ended.paths)
+        wake_path_waiters(ctx, store, g, key, &ended.paths)
+    })
 }
 
 /// Queues with no reservation that have a waiter wanting a path that overlaps
@@ -433,14 +504,16 @@ pub(crate) fn wake_path_waiters(
             .iter()
             .any(|r| wanted.iter().any(|p| crate::paths::overlaps(r, p)))
     };
-    for q in store.scan_queues()? {
-        if q.key == key || !q.reservations.is_empty() || !q.waiters.iter().any(wants) {
-            continue;
+    announcing(ctx, store, g, || {
+        for q in store.scan_queues()? {
+            if q.key == key || !q.reservations.is_empty() || !q.waiters.iter().any(wants) {
+                continue;
+            }
+            // Each settle may reserve paths the next queue's waiters want: read afresh.
+            settle_now(ctx, store, g, &q.key, None)?;
         }
-        // Each settle may reserve paths the next queue's waiters want: read afresh.
-        settle_now(ctx, store, g, &q.key, None)?;
-    }
-    Ok(())
+        Ok(())
+    })
 }
 
 /// `agent` has what it queued for (the key, or the paths it waited to add): it leaves
@@ -470,6 +543,11 @@ pub(crate) fn granted(store: &dyn Store, g: &Guard, q: &mut Queue, agent: &str) 
 /// Join (or keep one's place in) a key's queue. `pid` is the blocked `--wait` process.
 /// A holder waiting to add paths to its own key goes to the head: nobody else can be
 /// served the key before it releases.
+///
+/// A re-join asking for other paths by an agent the key is reserved for changes what
+/// its reservation holds: the paths it held before are offered to the waiters of other
+/// queues ([`wake_path_waiters`]), whose reservations are checked for cycles as every
+/// reservation is; `q` is read again after that.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn join(
     ctx: &Ctx,
@@ -488,7 +566,7 @@ pub(crate) fn join(
                 w.pid_start = pid.and_then(crate::os::start_time);
             }
             let changed = w.paths != paths;
-            w.paths = paths.to_vec();
+            let before = std::mem::replace(&mut w.paths, paths.to_vec());
             store.write_queue(g, q)?;
             if changed {
                 // A re-join asking for other paths: a wait of its own, audited as one.
@@ -500,6 +578,10 @@ pub(crate) fn join(
                     q.position(&agent.id).unwrap_or_default()
                 ));
                 store.audit(g, &ev)?;
+                if q.reserved_for(&agent.id).is_some() && !before.is_empty() {
+                    wake_path_waiters(ctx, store, g, &q.key, &before)?;
+                    *q = store.read_queue(&q.key)?;
+                }
             }
         }
         return Ok(());
@@ -551,7 +633,9 @@ pub(crate) fn leave(
         Some(h) => KeyNow::of_slots(&h),
         None => KeyNow::of(&slot),
     };
-    dequeue_then_settle(ctx, store, g, q, (agent, reason), key_now, None)?;
+    announcing(ctx, store, g, || {
+        dequeue_then_settle(ctx, store, g, q, (agent, reason), key_now, None)
+    })?;
     Ok(true)
 }
 
@@ -589,9 +673,7 @@ fn dequeue_then_settle(
     }
     freed.extend(s.freed);
     wake_path_waiters(ctx, store, g, &q.key, &freed)?;
-    for agent in &s.reserved {
-        announce_through(ctx, store, g, agent)?;
-    }
+    defer_announce(&s.reserved);
     Ok(())
 }
 

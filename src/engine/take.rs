@@ -770,8 +770,27 @@ fn refuse(
             store.audit(guard, &ev)?;
         }
         Join::Queue | Join::Wait(_) => {
+            // A reservation of the key re-joined with other paths holds those paths
+            // against others from now on, as paths added to a checkout do: besides its
+            // own wait, every wait of the caller is checked.
+            let reserved_rejoin = q.reserved_for(&agent.id).is_some()
+                && q.waiters
+                    .iter()
+                    .any(|w| w.agent == agent.id && w.paths != req.paths);
             let graph = Graph::with_wait(ctx, store, Some(guard), &agent.id, key, &req.paths)?;
-            if let Some(cycle) = graph.cycle_of(&agent.id, key) {
+            let mut cycle = graph.cycle_of(&agent.id, key);
+            if cycle.is_none() && reserved_rejoin {
+                cycle = graph.cycle_through(&agent.id);
+                // One through another of its waits that stands already is not its doing.
+                if cycle.is_some()
+                    && Graph::build(ctx, store, Some(guard), None)?
+                        .cycle_through(&agent.id)
+                        .is_some()
+                {
+                    cycle = None;
+                }
+            }
+            if let Some(cycle) = cycle {
                 let mut ev = ctx.agent_event("deadlock", key, agent);
                 ev.holder = cycle.get(2).cloned();
                 ev.paths = req.paths.clone();
@@ -804,6 +823,7 @@ fn refuse(
             queue::join(ctx, store, guard, q, agent, pid, &req.paths, holder)?;
             r.queue_length = q.waiters.len();
             r.position = q.position(&agent.id);
+            r.reserved_for = q.reservation().cloned();
             // A blocked --wait learns it itself; a queued agent is told by its inbox, and
             // at once when its session takes pushes.
             if pid.is_none()
