@@ -1029,50 +1029,65 @@ fn any_drain_grants_each_key_and_token_once() {
     }
 }
 
-/// A record replaced again and again (every `renew` writes it whole) is never missing to
-/// a reader: readers racing the replaces always find the holder's checkout under its
-/// token. The file store puts the new file in place by exchanging it with the old one,
-/// then removes the old one from `tmp/`; nothing of it is left there after.
+/// Files replaced again and again are never missing to a reader: a record (every
+/// `renew` writes it whole, by a rename over it) and a freeze (every `freeze` writes it
+/// whole, exchanged with the old file, which is then removed from `tmp/`). Readers
+/// racing the replaces always find the holder's checkout under its token and the key
+/// frozen; nothing is left in `tmp/` after.
 #[test]
-fn readers_never_find_a_record_missing_while_it_is_replaced() {
-    const RENEWS: usize = 120;
+fn readers_never_find_a_file_missing_while_it_is_replaced() {
+    const ROUNDS: usize = 100;
     const READERS: usize = 3;
-    const READS: usize = 120;
     let td = tempfile::tempdir().unwrap();
     let dir = td.path().join("locks");
     let o = run(tl(&dir, "holder", &["checkout", "k", "--timeout", "1h"]));
     expect_code(&o, GRANTED, "checkout");
     let token = json(&o)["checkout"]["token"].as_u64().unwrap().to_string();
-    let ready = td.path().join("ready");
-    let writer = gated_sh(
-        &ready,
-        &dir,
-        r#"i=0; while [ $i -lt "$1" ]; do
-             "$TL" renew k --dir "$D" --agent holder --timeout 1h >/dev/null || exit 3
-             i=$((i+1)); done"#,
-        &[&RENEWS.to_string()],
+    expect_code(
+        &run(tl(&dir, "ops", &["freeze", "deploy", "--for", "1h"])),
+        GRANTED,
+        "freeze",
     );
-    let mut cmds = vec![writer];
+    let ready = td.path().join("ready");
+    let rounds = ROUNDS.to_string();
+    let mut cmds = vec![
+        gated_sh(
+            &ready,
+            &dir,
+            r#"i=0; while [ $i -lt "$1" ]; do
+                 "$TL" renew k --dir "$D" --agent holder --timeout 1h >/dev/null || exit 3
+                 i=$((i+1)); done"#,
+            &[&rounds],
+        ),
+        gated_sh(
+            &ready,
+            &dir,
+            r#"i=0; while [ $i -lt "$1" ]; do
+                 "$TL" freeze deploy --for 1h --dir "$D" --agent ops >/dev/null || exit 3
+                 i=$((i+1)); done"#,
+            &[&rounds],
+        ),
+    ];
     for _ in 0..READERS {
         cmds.push(gated_sh(
             &ready,
             &dir,
             r#"i=0; while [ $i -lt "$1" ]; do
                  "$TL" verify k --token "$2" --dir "$D" --agent holder >/dev/null 2>&1 \
-                   || echo "missed: exit $?"
+                   || echo "record missed: exit $?"
+                 "$TL" why deploy --json --dir "$D" --agent reader 2>&1 \
+                   | grep -q '"state":"frozen"' || echo "freeze missed"
                  i=$((i+1)); done"#,
-            &[&READS.to_string(), &token],
+            &[&rounds, &token],
         ));
     }
     let outs = run_gated(&ready, cmds);
     expect_code(&outs[0], 0, "the renewing loop");
-    for (i, o) in outs[1..].iter().enumerate() {
+    expect_code(&outs[1], 0, "the freezing loop");
+    for (i, o) in outs[2..].iter().enumerate() {
         expect_code(o, 0, "a reading loop");
         let out = String::from_utf8_lossy(&o.stdout);
-        assert!(
-            out.trim().is_empty(),
-            "reader {i} found the record missing or not the holder's:\n{out}"
-        );
+        assert!(out.trim().is_empty(), "reader {i}:\n{out}");
     }
     let o = run(tl(&dir, "holder", &["verify", "k", "--token", &token]));
     expect_code(&o, GRANTED, "verify after");

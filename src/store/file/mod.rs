@@ -611,12 +611,29 @@ impl FileStore {
         // The engine never takes paths away from a held key, so the entry written above
         // is the record's paths (or, from an older record of the key, more: harmless).
         match record.slot {
-            None => self.publish_replace(g, &bytes, &g.keys, &key::encode(&record.key)),
+            None => self.publish_over(g, &bytes, &g.keys, &key::encode(&record.key)),
             Some(n) => {
                 let dir = self.slot_dir(&record.key, true)?;
-                self.publish_replace(g, &bytes, &dir, &n.to_string())
+                self.publish_over(g, &bytes, &dir, &n.to_string())
             }
         }
+    }
+
+    /// As [`FileStore::publish_replace`], by a rename over the old file. ext4 then writes
+    /// the new file out with the rename, so after a power loss the file is the old one or
+    /// the new one, not empty: for records, which heartbeats replace all the time and
+    /// which an empty file would leave stuck until `release --force`. A claim never
+    /// replaces one (it publishes a new record), so it does not pay for it. The old
+    /// file's blocks are freed after the guard is let go.
+    fn publish_over(&self, g: &FileGuard, bytes: &[u8], dir: &Dir, name: &str) -> Result<()> {
+        let tmp = self.write_temp(g, bytes)?;
+        let old = dir.open_regular(name).ok().flatten();
+        g.tmp.rename(&tmp, dir, name).map_err(|e| {
+            let _ = g.tmp.unlink(&tmp);
+            Error::io(dir.join(name), e)
+        })?;
+        g.close_later(old);
+        Ok(())
     }
 
     /// The directory of `key`'s slot records (made when missing and `create`).
