@@ -61,8 +61,8 @@ fn sdk_client_checks_out_conflicts_queues_and_gets_the_handover_pushed() {
     assert_eq!(
         names,
         [
-            "checkout", "release", "renew", "status", "list", "note", "verify", "inbox", "agents",
-            "why"
+            "checkout", "release", "renew", "status", "list", "note", "give", "verify", "inbox",
+            "agents", "why"
         ],
         "{ctx}"
     );
@@ -191,6 +191,55 @@ fn sdk_client_checks_out_conflicts_queues_and_gets_the_handover_pushed() {
         !audit
             .iter()
             .any(|e| e["event"] == "acquire" && e["key"] == "task-2"),
+        "{ctx}"
+    );
+
+    // A gives task-3 to B through the tool: refused for an agent that never registered
+    // (3); then B holds it under a new token, is pushed the `given` message, and
+    // releases it as its own (bound to B's server's secret, not A's).
+    let nobody = &v["give_nobody"];
+    assert_eq!(nobody["isError"], true, "{ctx}");
+    assert_eq!(nobody["_meta"]["tasklock/json"]["exit_code"], 3, "{ctx}");
+    assert_eq!(
+        nobody["_meta"]["tasklock/json"]["outcome"], "unknown_agent",
+        "{ctx}"
+    );
+    let id_b = v["checkout_b_after"]["_meta"]["tasklock/json"]["checkout"]["agent"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let given = &v["give_a"]["_meta"]["tasklock/json"];
+    assert_ne!(v["give_a"]["isError"], json!(true), "{ctx}");
+    assert_eq!(given["outcome"], "given", "{ctx}");
+    assert_eq!(given["checkout"]["agent"]["id"], id_b.as_str(), "{ctx}");
+    let old_token = v["checkout_a3"]["_meta"]["tasklock/json"]["checkout"]["token"].clone();
+    assert_eq!(given["previous_token"], old_token, "{ctx}");
+    assert_ne!(given["checkout"]["token"], old_token, "{ctx}");
+    assert!(
+        v["notifications"]["b"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|n| n["data"]["messages"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default())
+            .any(|m| m["type"] == "given" && m["key"] == "task-3"),
+        "{ctx}"
+    );
+    assert_eq!(
+        v["status_given"]["_meta"]["tasklock/json"]["checkout"]["agent"]["id"],
+        id_b.as_str(),
+        "{ctx}"
+    );
+    assert_eq!(
+        v["release_given"]["_meta"]["tasklock/json"]["exit_code"], 0,
+        "{ctx}"
+    );
+    assert!(
+        audit
+            .iter()
+            .any(|e| e["event"] == "give" && e["key"] == "task-3"),
         "{ctx}"
     );
 

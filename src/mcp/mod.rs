@@ -702,6 +702,19 @@ struct VerifyArgs {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+struct GiveArgs {
+    /// A key you hold.
+    key: String,
+    /// The agent id that is to hold it (as `agents` lists it): registered, alive, not
+    /// ended.
+    to: String,
+    /// The receiver's lease from now, such as `1h` (default: the configured lease).
+    #[serde(default)]
+    timeout: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 struct InboxArgs {
     /// Leave the messages unread.
     #[serde(default)]
@@ -789,6 +802,12 @@ fn defs() -> Vec<ToolDef> {
             name: "note",
             description: "Append a one-line checkpoint to a key you hold (what is done, what is next); whoever takes the key next sees it. Holder only: exit code 4 otherwise.".into(),
             schema: schema::<NoteArgs>(),
+            read_only: false,
+        },
+        ToolDef {
+            name: "give",
+            description: "Hand a checkout you hold to another live agent (`to`, its agent id), for example to the agent you started for the task. It gets a new fencing token (yours is no longer valid: stop writing under it) and is told in its inbox. Exit code 3: no such agent, or it is dead or ended. Exit code 4: you do not hold the key. Exit code 2: the key is frozen, or the receiver already holds it. Exit code 5: the receiver waits for something you hold, so the hand-over would close a wait-for cycle.".into(),
+            schema: schema::<GiveArgs>(),
             read_only: false,
         },
         ToolDef {
@@ -940,6 +959,16 @@ fn command(tool: &str, args: Value) -> Option<Result<Vec<String>, String>> {
                 let a: NoteArgs = parse(args)?;
                 vec![s("note"), s("--"), a.key, a.text]
             }
+            "give" => {
+                let a: GiveArgs = parse(args)?;
+                // `--to=ID`: an id that starts with `-` stays the value.
+                let mut v = vec![s("give"), format!("--to={}", a.to)];
+                if let Some(t) = a.timeout {
+                    v.extend([s("--timeout"), t]);
+                }
+                v.extend([s("--"), a.key]);
+                v
+            }
             "verify" => {
                 let a: VerifyArgs = parse(args)?;
                 vec![s("verify"), s("--token"), a.token.to_string(), s("--"), a.key]
@@ -1066,6 +1095,11 @@ mod tests {
                 .is_err()
         );
         assert!(command("nope", json!({})).is_none());
+        let c = command("give", json!({"key": "-k", "to": "worker-1"})).unwrap();
+        assert_eq!(c.unwrap(), ["give", "--to=worker-1", "--", "-k"]);
+        let c = command("give", json!({"key": "k", "to": "w", "timeout": "1h"})).unwrap();
+        assert_eq!(c.unwrap(), ["give", "--to=w", "--timeout", "1h", "--", "k"]);
+        assert!(command("give", json!({"key": "k"})).unwrap().is_err());
         let c = command("release", json!({"all": true, "note": "done"})).unwrap();
         assert_eq!(c.unwrap(), ["release", "--note", "done", "--all"]);
         let c = command("release", json!({"keys": ["t1"], "done": true})).unwrap();

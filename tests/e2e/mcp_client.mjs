@@ -57,6 +57,15 @@ out.status = await call(a, "status", { key: "task-1" });
 // Paths: A locks a tree; B's key with a file inside it is refused, naming A.
 out.paths_a = await call(a, "checkout", { paths: ["src/a"] });
 out.paths_b = await call(b, "checkout", { key: "task-2", paths: ["src/a/x.rs"] });
+// A hands task-3 to B: B holds it under a new token, is told, and releases it as its own.
+out.checkout_a3 = await call(a, "checkout", { key: "task-3" });
+const idB = out.checkout_b_after?._meta?.["tasklock/json"]?.checkout?.agent?.id;
+out.give_nobody = await call(a, "give", { key: "task-3", to: "nobody-at-all" });
+const seenB = out.notifications.b.length;
+out.give_a = await call(a, "give", { key: "task-3", to: idB });
+await until("given notification to b", () => out.notifications.b.length > seenB);
+out.status_given = await call(b, "status", { key: "task-3" });
+out.release_given = await call(b, "release", { keys: ["task-3"] });
 out.client_pid = process.pid;
 
 await a.client.close();
