@@ -377,8 +377,8 @@ fn codex_sessions_use_the_mcp_tools_init_registered() {
             tasklock_namespace(offered),
             Some(
                 [
-                    "agents", "checkout", "inbox", "list", "note", "release", "renew", "status",
-                    "verify", "why"
+                    "agents", "checkout", "give", "inbox", "list", "note", "release", "renew",
+                    "status", "verify", "why"
                 ]
                 .map(String::from)
                 .to_vec()

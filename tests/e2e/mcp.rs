@@ -48,13 +48,14 @@ fn install() -> PathBuf {
 // ---------------------------------------------------------------------------------------
 
 /// The tasklock tools as Claude Code names them.
-pub const CLAUDE_MCP_TOOLS: [&str; 10] = [
+pub const CLAUDE_MCP_TOOLS: [&str; 11] = [
     "mcp__tasklock__checkout",
     "mcp__tasklock__release",
     "mcp__tasklock__renew",
     "mcp__tasklock__status",
     "mcp__tasklock__list",
     "mcp__tasklock__note",
+    "mcp__tasklock__give",
     "mcp__tasklock__verify",
     "mcp__tasklock__inbox",
     "mcp__tasklock__agents",
