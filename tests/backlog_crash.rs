@@ -12,27 +12,11 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
 use common::*;
 use serde_json::Value;
-
-/// Every system call with which the store changes a file or directory.
-const CHANGES: [&str; 11] = [
-    "write",
-    "pwrite64",
-    "rename",
-    "renameat",
-    "renameat2",
-    "link",
-    "linkat",
-    "unlink",
-    "unlinkat",
-    "mkdir",
-    "mkdirat",
-];
 
 const KEYS: [&str; 3] = ["t1", "t2", "t3"];
 
@@ -48,28 +32,10 @@ fn tl(dir: &Path, now: &str, agent: &str, args: &[&str]) -> (i32, Value) {
     (r.code, j)
 }
 
-/// A copy of the lock directory of `from` (`from/.locks`), in a directory of its own.
-fn copy(from: &Path) -> tempfile::TempDir {
-    let to = tempfile::tempdir().unwrap();
-    let ok = Command::new("cp")
-        .arg("-a")
-        .arg(from.join(".locks"))
-        .arg(to.path())
-        .status()
-        .unwrap();
-    assert!(ok.success());
-    to
-}
-
 /// The command as strace runs it: traced (`-f`, output to `log`), killed at the `when`-th
 /// call of `call` if given.
 fn traced(dir: &Path, agent: &str, args: &[&str], log: &Path, kill: Option<(&str, usize)>) -> i32 {
-    let mut cmd = Command::new("strace");
-    cmd.args(["-f", "-qq", "-o"]).arg(log);
-    cmd.arg(format!("-etrace={}", CHANGES.join(",")));
-    if let Some((call, when)) = kill {
-        cmd.arg(format!("-einject={call}:signal=KILL:when={when}"));
-    }
+    let mut cmd = strace::strace(log, true, kill);
     let bin = env!("CARGO_BIN_EXE_tasklock");
     let status = cmd
         .arg(bin)
@@ -86,33 +52,17 @@ fn traced(dir: &Path, agent: &str, args: &[&str], log: &Path, kill: Option<(&str
         .stderr(Stdio::null())
         .status()
         .expect("strace is needed (apt-get install strace; .ci/run installs it)");
-    match status.signal() {
-        Some(9) => -9,
-        Some(s) => panic!("{args:?} ended by signal {s}"),
-        None => status.code().unwrap(),
-    }
+    strace::exit_code(status, &format!("{args:?}"))
 }
 
-/// How many times the command makes each call of [`CHANGES`], run whole on a copy of
+/// How many times the command makes each call of [`strace::CHANGES`], run whole on a copy of
 /// the lock directory.
 fn calls(template: &Path, agent: &str, args: &[&str]) -> BTreeMap<String, usize> {
-    let t = copy(template);
+    let t = strace::copy_dir(&template.join(".locks"));
     let log = t.path().join("strace.log");
     let code = traced(&t.path().join(".locks"), agent, args, &log, None);
     assert_eq!(code, 0, "{args:?} without a crash");
-    let mut n = BTreeMap::new();
-    for line in std::fs::read_to_string(&log).unwrap().lines() {
-        // "PID call(args) = result", or "PID <... call resumed> …" for the end of one.
-        let Some(rest) = line.split_once(' ').map(|(_, r)| r.trim_start()) else {
-            continue;
-        };
-        if let Some((name, _)) = rest.split_once('(')
-            && CHANGES.contains(&name)
-        {
-            *n.entry(name.to_string()).or_default() += 1;
-        }
-    }
-    n
+    strace::changes_made(&log)
 }
 
 /// One command to crash, on a lock directory set up by `setup`, and what must be done in
@@ -255,7 +205,7 @@ fn crash_everywhere(case: &Case) -> Vec<String> {
     let mut failures = Vec::new();
     for (call, n) in &calls {
         for when in 1..=*n {
-            let t = copy(template.path());
+            let t = strace::copy_dir(&template.path().join(".locks"));
             let dir = t.path().join(".locks");
             let log = t.path().join("strace.log");
             let code = traced(&dir, case.agent, case.args, &log, Some((call, when)));

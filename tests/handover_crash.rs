@@ -13,27 +13,11 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
 use common::*;
 use serde_json::{Value, json};
-
-/// Every system call with which the store changes a file or directory.
-const CHANGES: [&str; 11] = [
-    "write",
-    "pwrite64",
-    "rename",
-    "renameat",
-    "renameat2",
-    "link",
-    "linkat",
-    "unlink",
-    "unlinkat",
-    "mkdir",
-    "mkdirat",
-];
 
 const A_SECRET: &str = "a-secret";
 const B_SECRET: &str = "b-secret";
@@ -57,12 +41,7 @@ fn run(dir: &Path, cmd: &Cmd, trace: Option<&Path>, kill: Option<(&str, usize)>)
     let bin = env!("CARGO_BIN_EXE_tasklock");
     let mut c = match trace {
         Some(log) => {
-            let mut c = Command::new("strace");
-            c.args(["-qq", "-o"]).arg(log);
-            c.arg(format!("-etrace={}", CHANGES.join(",")));
-            if let Some((call, when)) = kill {
-                c.arg(format!("-einject={call}:signal=KILL:when={when}"));
-            }
+            let mut c = strace::strace(log, false, kill);
             c.arg(bin);
             c
         }
@@ -90,42 +69,17 @@ fn run(dir: &Path, cmd: &Cmd, trace: Option<&Path>, kill: Option<(&str, usize)>)
     let out = c
         .output()
         .expect("strace is needed (apt-get install strace; .ci/run installs it)");
-    let code = match out.status.signal() {
-        Some(9) => -9,
-        Some(s) => panic!("{:?} ended by signal {s}", cmd.args),
-        None => out.status.code().unwrap(),
-    };
+    let code = strace::exit_code(out.status, &format!("{:?}", cmd.args));
     (code, String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// A copy of the lock directory `from`, in a directory of its own.
-fn copy(from: &Path) -> tempfile::TempDir {
-    let to = tempfile::tempdir().unwrap();
-    let ok = Command::new("cp")
-        .arg("-a")
-        .arg(from)
-        .arg(to.path())
-        .status()
-        .unwrap();
-    assert!(ok.success());
-    to
-}
-
-/// How many times `cmd` makes each call of [`CHANGES`], run whole on a copy of `template`.
+/// How many times `cmd` makes each call of [`strace::CHANGES`], run whole on a copy of `template`.
 fn calls(template: &Path, cmd: &Cmd) -> BTreeMap<String, usize> {
-    let t = copy(template);
+    let t = strace::copy_dir(template);
     let log = t.path().join("strace.log");
     let (code, out) = run(&t.path().join(".locks"), cmd, Some(&log), None);
     assert_eq!(code, 0, "{:?} without a crash: {out}", cmd.args);
-    let mut n = BTreeMap::new();
-    for line in std::fs::read_to_string(&log).unwrap().lines() {
-        if let Some((name, _)) = line.split_once('(')
-            && CHANGES.contains(&name)
-        {
-            *n.entry(name.to_string()).or_default() += 1;
-        }
-    }
-    n
+    strace::changes_made(&log)
 }
 
 /// `tasklock ARGS --json` as `agent` with `secret` on `dir`: the exit code and JSON.
@@ -213,7 +167,7 @@ fn crash_everywhere(
     for (call, n) in &calls {
         for when in 1..=*n {
             points += 1;
-            let t = copy(template);
+            let t = strace::copy_dir(template);
             let dir = t.path().join(".locks");
             let log = t.path().join("strace.log");
             let (code, out) = run(&dir, cmd, Some(&log), Some((call, when)));

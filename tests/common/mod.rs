@@ -7,6 +7,9 @@ use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
+#[cfg(unix)]
+pub mod strace;
+
 pub const T0: &str = "2026-01-01T00:00:00Z";
 pub const T5M: &str = "2026-01-01T00:05:00Z";
 pub const T1H: &str = "2026-01-01T01:00:00Z";
