@@ -317,6 +317,14 @@ impl Dir {
         }
     }
 
+    /// Rename `from` here to `to` in `dest`, over what is there; returns the file it
+    /// replaced, removed but still open (see [`Dir::unlink_open`]).
+    pub fn rename_over(&self, from: &str, dest: &Dir, to: &str) -> io::Result<Option<File>> {
+        let old = dest.open_regular(to).ok().flatten();
+        self.rename(from, dest, to)?;
+        Ok(old)
+    }
+
     /// Remove the file `name` (absent already is fine), and return it still open when it
     /// was a regular file. The blocks of a removed file are freed when its last
     /// descriptor closes, and freeing them can wait for the disk (a discard, on a file

@@ -623,17 +623,9 @@ impl FileStore {
     /// the new file out with the rename, so after a power loss the file is the old one or
     /// the new one, not empty: for records, which heartbeats replace all the time and
     /// which an empty file would leave stuck until `release --force`. A claim never
-    /// replaces one (it publishes a new record), so it does not pay for it. The old
-    /// file's blocks are freed after the guard is let go.
+    /// replaces one (it publishes a new record), so it does not pay for it.
     fn publish_over(&self, g: &FileGuard, bytes: &[u8], dir: &Dir, name: &str) -> Result<()> {
-        let tmp = self.write_temp(g, bytes)?;
-        let old = dir.open_regular(name).ok().flatten();
-        g.tmp.rename(&tmp, dir, name).map_err(|e| {
-            let _ = g.tmp.unlink(&tmp);
-            Error::io(dir.join(name), e)
-        })?;
-        g.close_later(old);
-        Ok(())
+        self.publish(g, bytes, dir, name, Dir::rename_over)
     }
 
     /// The directory of `key`'s slot records (made when missing and `create`).
@@ -656,8 +648,21 @@ impl FileStore {
         dir: &Dir,
         name: &str,
     ) -> Result<()> {
+        self.publish(g, bytes, dir, name, Dir::replace)
+    }
+
+    /// Write `bytes` to a temp file and `put` it in place as `name` in `dir`; the file it
+    /// replaced is closed after the guard is let go.
+    fn publish(
+        &self,
+        g: &FileGuard,
+        bytes: &[u8],
+        dir: &Dir,
+        name: &str,
+        put: fn(&Dir, &str, &Dir, &str) -> std::io::Result<Option<File>>,
+    ) -> Result<()> {
         let tmp = self.write_temp(g, bytes)?;
-        let old = g.tmp.replace(&tmp, dir, name).map_err(|e| {
+        let old = put(&g.tmp, &tmp, dir, name).map_err(|e| {
             let _ = g.tmp.unlink(&tmp);
             Error::io(dir.join(name), e)
         })?;
