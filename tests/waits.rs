@@ -730,6 +730,54 @@ fn the_reservations_of_one_reaping_are_announced_together() {
     assert!(!w.iter().any(|(t, _, _)| t == "deadlock"), "{w:?}");
 }
 
+/// One release closes three cycles that share waits (seed 1795850598988743631, step
+/// 139, made small). H lets go of `kH` and the path `src/p`: `kH` goes to A, and `kB`
+/// with `src/p` to B, who holds `kB`. C waits for `kH` (kept by A, who waits for C's
+/// `kC`), for `src/p` (kept by B, who waits for `kC` too), and B waits for `kH` behind
+/// A. B's wait for `kH` closes a cycle only through C's wait for `src/p`, which C
+/// leaves for a cycle of its own: so B stays in the queue of `kH`, untold, and C is
+/// dropped from both its waits, each with a cycle that stands.
+#[test]
+fn a_waiter_stays_when_its_cycle_goes_with_another_waiters_drop() {
+    let (env, top) = git_env();
+    ok(&env, &top, "H", &["checkout", "kH", "--path", "src/p"]);
+    ok(&env, &top, "C", &["checkout", "kC"]);
+    ok(&env, &top, "B", &["checkout", "kB"]);
+    refused(&env, &top, "A", &["checkout", "kH", "--queue"]);
+    refused(&env, &top, "C", &["checkout", "kH", "--queue"]);
+    refused(&env, &top, "B", &["checkout", "kH", "--queue"]);
+    refused(&env, &top, "A", &["checkout", "kC", "--queue"]);
+    refused(&env, &top, "B", &["checkout", "kC", "--queue"]);
+    refused(
+        &env,
+        &top,
+        "B",
+        &["checkout", "kB", "--path", "src/p", "--queue"],
+    );
+    refused(&env, &top, "C", &["checkout", "--path", "src/p", "--queue"]);
+    ok(&env, &top, "H", &["release", "kH"]);
+    let list = ok(&env, &top, "observer", &["list"]);
+    let queues = &list["queues"];
+    assert_eq!(queues["kH"]["reserved_for"]["agent"], "A", "{list}");
+    assert_eq!(queues["kB"]["reserved_for"]["agent"], "B", "{list}");
+    assert_eq!(queues["kH"]["waiters"], json!(["A", "B"]), "{list}");
+    assert_eq!(queues["kC"]["waiters"], json!(["A", "B"]), "{list}");
+    assert!(queues.get("path:src/p").is_none(), "C left: {list}");
+    let b = inbox(&env, &top, "B");
+    assert!(!b.iter().any(|(t, _, _)| t == "deadlock"), "{b:?}");
+    let c = inbox(&env, &top, "C");
+    for (key, cycle) in [
+        ("kH", "C → kH → A → kC → C"),
+        ("path:src/p", "C → path:src/p → B → kC → C"),
+    ] {
+        assert!(
+            c.iter()
+                .any(|(t, k, body)| t == "deadlock" && k == key && body.contains(cycle)),
+            "{key}: {c:?}"
+        );
+    }
+}
+
 // ---- The property test: a model of the graph, written here ----
 
 /// The store as `list --json` shows it, with the paths each waiter asked for (which

@@ -62,9 +62,13 @@ pub(crate) fn announcing<T>(
     let _depth = Depth;
     let out = f()?;
     if outermost {
-        // Dropping a waiter may hand its key on: those reservations join the list.
-        while let Some(to) = DEFERRED.with(|d| d.borrow_mut().reserved.pop_front()) {
-            announce_through(ctx, store, g, &to)?;
+        // Dropping a waiter may hand its key on: those reservations are announced next.
+        loop {
+            let tos: Vec<String> = DEFERRED.with(|d| d.borrow_mut().reserved.drain(..).collect());
+            if tos.is_empty() {
+                break;
+            }
+            announce_through(ctx, store, g, &tos)?;
         }
     }
     Ok(out)
@@ -687,36 +691,77 @@ pub(crate) fn queued_keys(store: &dyn Store, agent: &str) -> Result<Vec<String>>
         .collect())
 }
 
-/// `to` was just handed something others may wait for (a key reserved for it, with the
-/// paths it asked for): every cycle of waits this closed is announced. The waiter whose
-/// wait for `to` closes a cycle (the last step of the cycle walked from `to`) leaves that
-/// queue, audited as `deadlock`, and is told by a `deadlock` message naming the cycle.
-pub(crate) fn announce_through(ctx: &Ctx, store: &dyn Store, g: &Guard, to: &str) -> Result<()> {
-    // Each round takes one waiter out; a graph has fewer cycles through one agent than
-    // places in queues, so this ends.
+/// Each agent of `tos` was just handed something others may wait for (a key reserved
+/// for it, with the paths it asked for): every cycle of waits this closed is announced.
+/// The waiter whose wait for one of them closes a cycle (the last step of the cycle
+/// walked from it) leaves that queue, audited as `deadlock`, and is told by a `deadlock`
+/// message naming the cycle.
+///
+/// The waiters to drop are weighed together before any leaves: cycles can share waits,
+/// and a waiter dropped for one cycle can be in another. A wait whose cycles all break
+/// once the others have left stays, so each waiter dropped is told of a cycle that
+/// stands without it.
+pub(crate) fn announce_through(
+    ctx: &Ctx,
+    store: &dyn Store,
+    g: &Guard,
+    tos: &[String],
+) -> Result<()> {
+    // (waiter, key, the agent of `tos` it waits for).
+    let mut drops: Vec<(String, String, String)> = Vec::new();
+    let left = |drops: &[(String, String, String)], but: Option<usize>| -> Vec<(String, String)> {
+        drops
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| Some(*i) != but)
+            .map(|(_, (x, k, _))| (x.clone(), k.clone()))
+            .collect()
+    };
+    // Each round takes one more place out, so this ends.
     loop {
-        let graph = Graph::build(ctx, store, Some(g), None)?;
-        let Some(cycle) = graph.cycle_through(to) else {
-            return Ok(());
+        let graph = Graph::without(ctx, store, g, &left(&drops, None))?;
+        let Some((to, cycle)) = tos
+            .iter()
+            .find_map(|to| graph.cycle_through(to).map(|c| (to, c)))
+        else {
+            break;
         };
         // [to, k, …, x, kx, to]: x waits for kx, kept by `to`.
         let n = cycle.len();
-        let (x, kx) = (cycle[n - 3].clone(), cycle[n - 2].clone());
-        let mut told = vec![x.clone(), kx.clone()];
-        told.extend(cycle[..n - 3].iter().cloned());
-        told.push(x.clone());
-        let mut ev = audit(ctx, "deadlock", &kx, &x);
-        ev.holder = Some(to.to_string());
+        drops.push((cycle[n - 3].clone(), cycle[n - 2].clone(), to.clone()));
+    }
+    // Last dropped first: a wait that closes no cycle once the others have left stays.
+    for i in (0..drops.len()).rev() {
+        let (x, kx, _) = &drops[i];
+        if Graph::without(ctx, store, g, &left(&drops, Some(i)))?
+            .cycle_of(x, kx)
+            .is_none()
+        {
+            drops.remove(i);
+        }
+    }
+    let mut told = Vec::with_capacity(drops.len());
+    for i in 0..drops.len() {
+        let (x, kx, _) = &drops[i];
+        let graph = Graph::without(ctx, store, g, &left(&drops, Some(i)))?;
+        told.push(graph.cycle_of(x, kx));
+    }
+    for ((x, kx, to), cycle) in drops.iter().zip(told) {
+        // Kept above only with a cycle, in a graph that the other drops only shrink.
+        let Some(cycle) = cycle else { continue };
+        let words = cycle.join(" → ");
+        let mut ev = audit(ctx, "deadlock", kx, x);
+        ev.holder = Some(cycle[2].clone());
         ev.reason = Some("dropped".into());
-        ev.detail = Some(told.join(" → "));
+        ev.detail = Some(words.clone());
         store.audit(g, &ev)?;
-        if !leave(ctx, store, g, &kx, &x, "deadlock")? {
-            return Ok(());
+        if !leave(ctx, store, g, kx, x, "deadlock")? {
+            continue;
         }
         let body = format!(
-            "your place in the queue of `{kx}` closed a wait-for cycle when {to} was handed what you wait for ({}); you left that queue. Release a key or paths others wait for, or work on something else, before you queue again",
-            told.join(" → ")
+            "your place in the queue of `{kx}` closed a wait-for cycle when {to} was handed what you wait for ({words}); you left that queue. Release a key or paths others wait for, or work on something else, before you queue again"
         );
-        notify(ctx, store, g, &x, None, MessageKind::Deadlock, &kx, &body)?;
+        notify(ctx, store, g, x, None, MessageKind::Deadlock, kx, &body)?;
     }
+    Ok(())
 }

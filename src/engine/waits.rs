@@ -84,6 +84,18 @@ impl Graph {
         Graph::build_as(ctx, store, guard, None, Some((agent, key, paths)))
     }
 
+    /// As [`Graph::build`], with the places in queues `left` (agent, key) seen as left:
+    /// no wait and no reservation. How a set of waiters to drop for cycles is weighed
+    /// before any of them is taken out.
+    pub fn without(
+        ctx: &Ctx,
+        store: &dyn Store,
+        guard: &Guard,
+        left: &[(String, String)],
+    ) -> Result<Graph> {
+        Graph::build_from(ctx, store, Some(guard), None, None, left)
+    }
+
     fn build_as(
         ctx: &Ctx,
         store: &dyn Store,
@@ -91,10 +103,22 @@ impl Graph {
         taking: Option<Taking<'_>>,
         joining: Option<(&str, &str, &[String])>,
     ) -> Result<Graph> {
+        Graph::build_from(ctx, store, guard, taking, joining, &[])
+    }
+
+    fn build_from(
+        ctx: &Ctx,
+        store: &dyn Store,
+        guard: Option<&Guard>,
+        taking: Option<Taking<'_>>,
+        joining: Option<(&str, &str, &[String])>,
+        left: &[(String, String)],
+    ) -> Result<Graph> {
         if let Some(g) = guard {
             store.whole_project(g)?;
         }
         let mut b = Builder::new(ctx, store, taking)?;
+        b.gone.extend(left.iter().cloned());
         let mut waits = Vec::new();
         let mut queues = std::mem::take(&mut b.queues);
         // The joiner's place asks for its new paths: what its reservation, if it has
