@@ -2,6 +2,17 @@
 
 use super::*;
 
+/// Rows of `freezes` as read: those that decode (soft state, as [`PgStore::all`] skips
+/// the others), by pattern.
+pub(super) fn decode_freezes<'a>(data: impl IntoIterator<Item = &'a str>) -> Vec<Freeze> {
+    let mut out: Vec<Freeze> = data
+        .into_iter()
+        .filter_map(|d| serde_json::from_str(d).ok())
+        .collect();
+    out.sort_by(|a, b| a.pattern.cmp(&b.pattern));
+    out
+}
+
 impl PgStore {
     pub fn read_ended(&self, key: &str) -> Result<Option<Ended>> {
         Ok(self
@@ -57,12 +68,12 @@ impl PgStore {
         if in_tx && let Some(f) = &self.conn.cache.borrow().freezes {
             return Ok(f.clone());
         }
-        let mut out: Vec<Freeze> = self.all(
+        let rows = self.rows(
             "read the freezes",
             "SELECT data::text FROM {s}.freezes",
             &[],
         )?;
-        out.sort_by(|a, b| a.pattern.cmp(&b.pattern));
+        let out = decode_freezes(rows.iter().map(|r| r.get::<_, &str>(0)));
         if in_tx {
             self.conn.cache.borrow_mut().freezes = Some(out.clone());
         }

@@ -160,13 +160,21 @@ impl PgStore {
     /// the claim of a backlog's: looked up directly, a statement quicker to plan).
     pub fn read_many(&self, g: &PgGuard, keys: &[String]) -> Result<Vec<(Slot, Queue)>> {
         let has_slots = "EXISTS (SELECT 1 FROM {s}.slot_records s WHERE s.key = t.key)";
+        // A claim judges the freezes next: read with the key, kept for the transaction
+        // (a freeze is written under the project's lock, which every scope holds shared).
+        let with_freezes = keys.len() == 1 && self.conn.cache.borrow().freezes.is_none();
         let rows = match keys {
             [key] => self.rows(
                 "read a record and its queue",
                 &format!(
                     "SELECT (SELECT data::text FROM {{s}}.records WHERE key = t.key), \
-                            (SELECT data::text FROM {{s}}.queues WHERE key = t.key), {has_slots} \
-                     FROM (SELECT $1::text AS key) AS t"
+                            (SELECT data::text FROM {{s}}.queues WHERE key = t.key), {has_slots}{} \
+                     FROM (SELECT $1::text AS key) AS t",
+                    if with_freezes {
+                        ", ARRAY(SELECT data::text FROM {s}.freezes)"
+                    } else {
+                        ""
+                    }
                 ),
                 &[(key, Type::TEXT)],
             )?,
@@ -193,6 +201,10 @@ impl PgStore {
         // That a key has no slot records is kept for the transaction (a checkout's look
         // for them) where no other scope can add one: the key's lock is held.
         let mut cache = self.conn.cache.borrow_mut();
+        if with_freezes && let Some(row) = rows.first() {
+            let freezes: Vec<&str> = row.get(3);
+            cache.freezes = Some(super::history::decode_freezes(freezes));
+        }
         Ok(keys
             .iter()
             .zip(rows)
