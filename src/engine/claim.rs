@@ -369,6 +369,14 @@ impl Store for Claiming<'_> {
     fn next_token(&self, g: &Guard) -> Result<u64> {
         self.inner.next_token(g)
     }
+    fn grant_token(
+        &self,
+        g: &Guard,
+        key: &str,
+        n: usize,
+    ) -> Result<(u64, (Option<Ended>, Vec<Note>))> {
+        self.inner.grant_token(g, key, n)
+    }
     fn insert(&self, g: &Guard, record: &Record) -> Result<()> {
         self.forget_key(&record.key);
         self.inner.insert(g, record)

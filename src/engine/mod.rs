@@ -29,7 +29,7 @@ use crate::identity::{self, Agent};
 use crate::liveness::{self, Cause, Judgement};
 use crate::report::{AgentView, Previous, Reaped};
 use crate::store::{
-    AgentEntry, AuditEvent, EndHow, Ended, FileStore, Guard, MessageKind, Record, Slot, Store,
+    AgentEntry, AuditEvent, EndHow, Ended, FileStore, Guard, MessageKind, Note, Record, Slot, Store,
 };
 
 /// What every command gets: resolved global options and "now".
@@ -256,15 +256,23 @@ pub fn record_end(
     )
 }
 
-/// What the next holder of `key` (about to get `token`) should know; `None` when nothing
-/// is known: the key's ended fact and the tail of its notes.
-pub fn previous(store: &dyn Store, key: &str, token: u64) -> Result<Option<Box<Previous>>> {
-    let (ended, notes) = store.history(key, NOTES_SHOWN)?;
+/// A grant of `key`: its fencing token, and what its next holder should know (`None`
+/// when nothing is known): the key's ended fact and the tail of its notes.
+pub fn grant_token(
+    store: &dyn Store,
+    g: &Guard,
+    key: &str,
+) -> Result<(u64, Option<Box<Previous>>)> {
+    let (token, (ended, notes)) = store.grant_token(g, key, NOTES_SHOWN)?;
+    Ok((token, previous(token, ended, notes)))
+}
+
+fn previous(token: u64, ended: Option<Ended>, notes: Vec<Note>) -> Option<Box<Previous>> {
     let ended = ended.filter(|e| e.token < token);
     if ended.is_none() && notes.is_empty() {
-        return Ok(None);
+        return None;
     }
-    Ok(Some(Box::new(match ended {
+    Some(Box::new(match ended {
         Some(e) => Previous {
             agent: Some(AgentView {
                 id: e.agent.id,
@@ -292,7 +300,7 @@ pub fn previous(store: &dyn Store, key: &str, token: u64) -> Result<Option<Box<P
             note: None,
             notes,
         },
-    })))
+    }))
 }
 
 /// Judges holders: lease end, then death, with registry entries and config read once.

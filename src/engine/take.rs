@@ -474,8 +474,7 @@ pub fn attempt(
     // Reserved for us, or for nobody: a place we had in the queue is done with.
     queue::granted(store, guard, &mut q, &agent.id)?;
 
-    let token = store.next_token(guard)?;
-    let previous = crate::engine::previous(store, key, token)?;
+    let (token, previous) = crate::engine::grant_token(store, guard, key)?;
     let record = Record {
         version: crate::store::version_for(&req.paths, None),
         key: key.to_string(),
@@ -662,8 +661,7 @@ fn attempt_slots(
     }
     queue::granted(store, guard, &mut q, &agent.id)?;
     let slot = h.next_slot();
-    let token = store.next_token(guard)?;
-    let previous = crate::engine::previous(store, key, token)?;
+    let (token, previous) = crate::engine::grant_token(store, guard, key)?;
     let record = Record {
         version: crate::store::version_for(&[], Some(slot)),
         key: key.to_string(),

@@ -310,6 +310,17 @@ pub trait Store {
     /// The next fencing token: bigger than every token handed out before.
     fn next_token(&self, g: &Guard) -> Result<u64>;
 
+    /// A grant of `key`: [`Store::next_token`] and [`Store::history`] (in one round trip
+    /// where the store has them).
+    fn grant_token(
+        &self,
+        g: &Guard,
+        key: &str,
+        n: usize,
+    ) -> Result<(u64, (Option<Ended>, Vec<Note>))> {
+        Ok((self.next_token(g)?, self.history(key, n)?))
+    }
+
     /// Publish a record for a key (or, with `record.slot`, one slot of it) that has
     /// none; fails if one appeared meanwhile.
     fn insert(&self, g: &Guard, record: &Record) -> Result<()>;

@@ -37,32 +37,60 @@ impl PgStore {
 
     /// [`PgStore::read_ended`] and [`PgStore::last_notes`] in one statement.
     pub fn history(&self, key: &str, n: usize) -> Result<(Option<Ended>, Vec<Note>)> {
-        let n = n as i64;
         let rows = self.rows(
             "read a key's history",
-            "SELECT NULL::bigint, data::text FROM {s}.ended WHERE key = $1 \
-             UNION ALL \
-             (SELECT id, data::text FROM {s}.notes WHERE key = $1 ORDER BY id DESC LIMIT $2)",
-            &[(&key, Type::TEXT), (&n, Type::INT8)],
+            HISTORY,
+            &[(&key, Type::TEXT), (&(n as i64), Type::INT8)],
         )?;
-        let mut ended = None;
-        let mut notes = Vec::new();
-        for r in &rows {
-            let data: &str = r.get(1);
-            match r.get::<_, Option<i64>>(0) {
-                None => {
-                    ended = serde_json::from_str::<Ended>(data)
-                        .ok()
-                        .filter(|e| e.key == key)
-                }
-                Some(id) => notes.extend(serde_json::from_str::<Note>(data).ok().map(|n| (id, n))),
-            }
-        }
-        notes.sort_by_key(|(id, _)| *id);
-        let notes = notes.into_iter().map(|(_, n)| n).collect();
-        Ok((ended, notes))
+        Ok(history_of(key, &rows))
     }
 
+    /// A grant's fencing token and its key's history ([`PgStore::history`]), in one
+    /// statement: a claim's round trip less.
+    pub fn grant_token(&self, key: &str, n: usize) -> Result<(u64, (Option<Ended>, Vec<Note>))> {
+        let rows = self.rows(
+            "take a fencing token and read the key's history",
+            &format!("SELECT 0, nextval('{{s}}.tokens'), NULL::text UNION ALL {HISTORY}"),
+            &[(&key, Type::TEXT), (&(n as i64), Type::INT8)],
+        )?;
+        let token = rows
+            .iter()
+            .find(|r| r.get::<_, i32>(0) == 0)
+            .and_then(|r| r.get::<_, Option<i64>>(1))
+            .ok_or_else(|| Error::Store("nextval returned nothing".into()))?;
+        Ok((token as u64, history_of(key, &rows)))
+    }
+}
+
+/// A key's ended fact (kind 1) and its last `$2` notes (kind 2, by id), for key `$1`: as
+/// (kind, id, data).
+const HISTORY: &str = "SELECT 1, NULL::bigint, data::text FROM {s}.ended WHERE key = $1 \
+     UNION ALL \
+     (SELECT 2, id, data::text FROM {s}.notes WHERE key = $1 ORDER BY id DESC LIMIT $2)";
+
+/// The history in rows of [`HISTORY`]: the notes oldest first.
+fn history_of(key: &str, rows: &[postgres::Row]) -> (Option<Ended>, Vec<Note>) {
+    let mut ended = None;
+    let mut notes = Vec::new();
+    for r in rows {
+        match r.get::<_, i32>(0) {
+            1 => {
+                ended = serde_json::from_str::<Ended>(r.get(2))
+                    .ok()
+                    .filter(|e| e.key == key)
+            }
+            2 => {
+                let id: i64 = r.get(1);
+                notes.extend(serde_json::from_str::<Note>(r.get(2)).ok().map(|n| (id, n)))
+            }
+            _ => {}
+        }
+    }
+    notes.sort_by_key(|(id, _)| *id);
+    (ended, notes.into_iter().map(|(_, n)| n).collect())
+}
+
+impl PgStore {
     pub fn freezes(&self) -> Result<Vec<Freeze>> {
         let in_tx = self.conn.in_tx.get();
         if in_tx && let Some(f) = &self.conn.cache.borrow().freezes {

@@ -89,6 +89,17 @@ impl Store for PgStore {
         }
         PgStore::next_token(self, pg(g))
     }
+    fn grant_token(
+        &self,
+        g: &Guard,
+        key: &str,
+        n: usize,
+    ) -> Result<(u64, (Option<Ended>, Vec<Note>))> {
+        if pg(g).escalated.get() {
+            return Err(crate::error::Error::Escalate);
+        }
+        PgStore::grant_token(self, key, n)
+    }
     fn insert(&self, g: &Guard, record: &Record) -> Result<()> {
         self.allow(pg(g), Some(&record.key), record.paths.is_empty())?;
         PgStore::insert(self, pg(g), record)
