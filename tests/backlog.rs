@@ -89,6 +89,39 @@ fn keys_are_claimed_in_order_and_each_once() {
     assert_eq!(st["checkout"]["agent"]["id"], "b", "{st}");
 }
 
+/// Keys and agent ids with quotes, dollar signs and braces are claimed and marked as
+/// given: PostgreSQL writes a claim's mark with the COMMIT, as literals in the SQL
+/// text, where these would end a badly quoted one early.
+#[test]
+fn keys_and_agents_with_quotes_and_dollars_are_claimed_as_given() {
+    let e = Env::new();
+    let keys = ["k$tl", "it's", "$tl$;DROP$tl$", "{s}.x", "a\\b", "k$tl1$"];
+    add(&e, &keys);
+    let agents = ["o'neil", "$tl$", "x$tl", "{s}", "c\\d", "$tl1$y"];
+    for (agent, key) in agents.iter().zip(keys) {
+        assert_eq!(claims(&e, agent), key, "{agent}");
+    }
+    let s = show(&e);
+    assert_eq!(s["ready"], 0, "{s}");
+    let claimed: Vec<(&str, &str)> = s["claims"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["key"].as_str().unwrap(),
+                c["claimed_by"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    let want: Vec<(&str, &str)> = keys.iter().copied().zip(agents).collect();
+    assert_eq!(claimed, want);
+    // A claim released goes back as the key it was.
+    e.ok("$tl$", &["release", "it's"]);
+    let s = show(&e);
+    assert_eq!(keys_of(&s["next"]), ["it's"], "{s}");
+}
+
 #[test]
 fn a_released_key_goes_back_in_its_place_and_done_takes_it_out() {
     let e = Env::new();

@@ -32,7 +32,8 @@ use crate::error::{Outcome, Result};
 use crate::report::CheckoutReport;
 use crate::store::{
     AgentEntry, AuditEvent, AuditFollow, BacklogClaim, BacklogEntry, BacklogSummary, Changes,
-    Delivery, Ended, FileStore, Freeze, Guard, Held, Message, Note, Queue, Record, Slot, Store,
+    Delivery, Ended, FileStore, Freeze, Guard, Held, History, Message, Note, Queue, Record, Slot,
+    Store,
 };
 
 /// Keys read by the first [`Store::read_many`]; each later one reads four times as many,
@@ -315,7 +316,7 @@ impl Store for Claiming<'_> {
     fn last_notes(&self, key: &str, n: usize) -> Result<Vec<Note>> {
         self.inner.last_notes(key, n)
     }
-    fn history(&self, key: &str, n: usize) -> Result<(Option<Ended>, Vec<Note>)> {
+    fn history(&self, key: &str, n: usize) -> Result<History> {
         self.inner.history(key, n)
     }
     fn freezes(&self) -> Result<Vec<Freeze>> {
@@ -369,12 +370,7 @@ impl Store for Claiming<'_> {
     fn next_token(&self, g: &Guard) -> Result<u64> {
         self.inner.next_token(g)
     }
-    fn grant_token(
-        &self,
-        g: &Guard,
-        key: &str,
-        n: usize,
-    ) -> Result<(u64, (Option<Ended>, Vec<Note>))> {
+    fn grant_token(&self, g: &Guard, key: &str, n: usize) -> Result<(u64, History)> {
         self.inner.grant_token(g, key, n)
     }
     fn insert(&self, g: &Guard, record: &Record) -> Result<()> {
@@ -421,6 +417,10 @@ impl Store for Claiming<'_> {
     fn write_agent(&self, g: &Guard, entry: &AgentEntry) -> Result<()> {
         self.agents.borrow_mut().remove(&entry.id);
         self.inner.write_agent(g, entry)
+    }
+    fn register_new(&self, g: &Guard, entry: &AgentEntry) -> Result<Option<AgentEntry>> {
+        self.agents.borrow_mut().remove(&entry.id);
+        self.inner.register_new(g, entry)
     }
     fn remove_agent(&self, g: &Guard, id: &str) -> Result<()> {
         self.agents.borrow_mut().remove(id);

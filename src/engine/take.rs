@@ -165,27 +165,36 @@ pub fn with_registered_pid(
     if let Some(pid) = req.register {
         // A project scope needs the entry's own lock; a claim's scope holds it already.
         store.lock_agent(guard, &req.agent.id, true)?;
-        let entry = store.read_agent(&req.agent.id)?;
-        let owner = entry.as_ref().and_then(|e| e.owner.clone());
-        let standing = crate::secret::standing_for(&req.agent.id, owner.as_ref());
-        if standing.refused() {
-            // Audited by [`audit_refused_registration`] once this scope is abandoned.
-            return Err(Error::SecretRefused {
-                agent: req.agent.id.clone(),
-                wrong: standing == crate::secret::Standing::WrongSecret,
-            });
-        }
-        let owner = owner.or_else(|| req.owner.clone());
-        let entry = beaten(
+        // A new agent (the usual case: one agent per task) is written in the read's round
+        // trip; nothing binds it yet, so nothing is refused.
+        let new = beaten(
             ctx,
             &req.agent,
-            entry.as_ref(),
+            None,
             Some(pid),
             None,
             None,
-            owner,
+            req.owner.clone(),
         );
-        store.write_agent(guard, &entry)?;
+        let entry = match store.register_new(guard, &new)? {
+            None => new,
+            Some(entry) => {
+                let owner = entry.owner.clone();
+                let standing = crate::secret::standing_for(&req.agent.id, owner.as_ref());
+                if standing.refused() {
+                    // Audited by [`audit_refused_registration`] once this scope is
+                    // abandoned.
+                    return Err(Error::SecretRefused {
+                        agent: req.agent.id.clone(),
+                        wrong: standing == crate::secret::Standing::WrongSecret,
+                    });
+                }
+                let owner = owner.or_else(|| req.owner.clone());
+                let entry = beaten(ctx, &req.agent, Some(&entry), Some(pid), None, None, owner);
+                store.write_agent(guard, &entry)?;
+                entry
+            }
+        };
         req.agent.name = entry.name;
         req.agent.parent = entry.parent;
         req.agent.pid = entry.pid;

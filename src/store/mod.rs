@@ -118,6 +118,10 @@ pub trait AuditFollow {
 /// Something held for as long as it lives (a lock that ends with it).
 pub type Held = Box<dyn Any>;
 
+/// A key's history as its next holder is told it: how its last checkout ended, and its
+/// last notes, oldest first.
+pub type History = (Option<Ended>, Vec<Note>);
+
 /// A place where checkouts, queues, inboxes, the agent registry, notes, freezes and the
 /// audit log are kept. Object safe: commands work on `&dyn Store`.
 pub trait Store {
@@ -206,7 +210,7 @@ pub trait Store {
 
     /// A key's history as its next holder is told it: how its last checkout ended and
     /// its last `n` notes, oldest first (in one read where the store can).
-    fn history(&self, key: &str, n: usize) -> Result<(Option<Ended>, Vec<Note>)> {
+    fn history(&self, key: &str, n: usize) -> Result<History> {
         Ok((self.read_ended(key)?, self.last_notes(key, n)?))
     }
 
@@ -310,14 +314,20 @@ pub trait Store {
     /// The next fencing token: bigger than every token handed out before.
     fn next_token(&self, g: &Guard) -> Result<u64>;
 
+    /// Write `entry` if its agent has no registry entry: `None` when written, else the
+    /// entry that stands, left as it is. The scope holds the entry's lock
+    /// ([`Store::lock_agent`]). In one round trip where the store can: what registering
+    /// a new agent costs.
+    fn register_new(&self, g: &Guard, entry: &AgentEntry) -> Result<Option<AgentEntry>> {
+        match self.read_agent(&entry.id)? {
+            Some(e) => Ok(Some(e)),
+            None => self.write_agent(g, entry).map(|()| None),
+        }
+    }
+
     /// A grant of `key`: [`Store::next_token`] and [`Store::history`] (in one round trip
     /// where the store has them).
-    fn grant_token(
-        &self,
-        g: &Guard,
-        key: &str,
-        n: usize,
-    ) -> Result<(u64, (Option<Ended>, Vec<Note>))> {
+    fn grant_token(&self, g: &Guard, key: &str, n: usize) -> Result<(u64, History)> {
         Ok((self.next_token(g)?, self.history(key, n)?))
     }
 

@@ -663,3 +663,64 @@ fn the_mcp_server_keeps_one_connection_and_replaces_a_closed_one() {
         "ended with its session: {list}"
     );
 }
+
+/// The messages a command sends the server, counted by strace (`sendto` calls, each the
+/// start of a round trip; the connection's start-up is one).
+fn messages_sent(e: &Env, agent: &str, args: &[&str]) -> (usize, Run) {
+    let t = tempfile::tempdir().unwrap();
+    let log = t.path().join("sendto.log");
+    let mut cmd = Command::new("strace");
+    cmd.args(["-f", "-qq", "-etrace=sendto", "-o"])
+        .arg(&log)
+        .arg(env!("CARGO_BIN_EXE_tasklock"))
+        .env("TASKLOCK_NOW", &e.now)
+        .env_remove("TASKLOCK_AGENT")
+        .env_remove("TASKLOCK_SECRET")
+        .stdin(Stdio::null());
+    use_store(&mut cmd, &e.dir());
+    cmd.arg("--dir")
+        .arg(e.dir())
+        .args(args)
+        .args(["--agent", agent]);
+    let run = exec(cmd);
+    let sent = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains("sendto("))
+        .count();
+    (sent, run)
+}
+
+/// A fleet that starts an agent per task pays for each round trip of a claim on the
+/// server, the pooler and in the client (docs/performance.md). A new agent's claim of
+/// the backlog's next key is nine: the connection's start-up, the clock and schema,
+/// BEGIN with the locks, the registration (read and written in one statement), the next
+/// key, its record with its queue and the freezes, its token with its history, the
+/// record's insert, and COMMIT with the backlog's mark and the audit.
+#[test]
+fn a_new_agents_claim_from_the_backlog_is_nine_round_trips() {
+    let e = Env::new();
+    e.ok("observer", &["backlog", "add", "k1", "k2", "k3"]);
+    // The schema is made by the first command.
+    e.ok("first", &["checkout", "--next"]);
+    let pid = std::process::id().to_string();
+    let (sent, run) = messages_sent(
+        &e,
+        "fresh",
+        &["checkout", "--next", "--json", "--pid", &pid],
+    );
+    assert_eq!(run.code, 0, "{}", run.text());
+    assert_eq!(run.json()["key"], "k2", "{}", run.text());
+    assert_eq!(sent, 9, "{}", run.text());
+    // Claimed once, with its mark, by the agent registered in the same transaction.
+    let b = e.ok("observer", &["backlog", "--json"]).json();
+    assert_eq!(b["claims"][1]["claimed_by"], "fresh", "{b}");
+    let a = e.ok("observer", &["agents", "--json"]).json();
+    let fresh = a["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["id"] == "fresh")
+        .unwrap_or_else(|| panic!("{a}"));
+    assert_eq!(fresh["pid"], std::process::id(), "{a}");
+}

@@ -124,19 +124,18 @@ impl PgStore {
         g.changed.set(true);
         let agent = claim.map(|c| c.agent.as_str());
         let recheck = claim.map(|c| micros(&c.recheck));
-        self.exec(
-            "mark a key of the backlog",
-            "UPDATE {s}.backlog SET agent = $2, \
-             recheck = CASE WHEN $3::bigint IS NULL THEN NULL \
-                            ELSE to_timestamp($3::bigint / 1000000.0) END \
-             WHERE key = $1 RETURNING 1",
-            &[
-                (&key, Type::TEXT),
-                (&agent, Type::TEXT),
-                (&recheck, Type::INT8),
-            ],
-        )
-        .map(|_| ())
+        // Nothing waits for its answer: sent with the next statement, or the COMMIT.
+        let recheck = match recheck {
+            Some(us) => format!("to_timestamp({us} / 1000000.0)"),
+            None => "NULL".into(),
+        };
+        self.conn.put_off(format!(
+            "UPDATE {}.backlog SET agent = {}, recheck = {recheck} WHERE key = {}",
+            self.schema,
+            agent.map_or_else(|| "NULL".into(), super::literal),
+            super::literal(key),
+        ));
+        Ok(())
     }
 
     pub fn backlog_summary(&self) -> Result<BacklogSummary> {

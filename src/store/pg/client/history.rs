@@ -1,6 +1,7 @@
 //! What outlives a checkout: how it ended (`ended`), notes (`notes`), and freezes (`freezes`).
 
 use super::*;
+use crate::store::History;
 
 /// Rows of `freezes` as read: those that decode (soft state, as [`PgStore::all`] skips
 /// the others), by pattern.
@@ -36,7 +37,7 @@ impl PgStore {
     }
 
     /// [`PgStore::read_ended`] and [`PgStore::last_notes`] in one statement.
-    pub fn history(&self, key: &str, n: usize) -> Result<(Option<Ended>, Vec<Note>)> {
+    pub fn history(&self, key: &str, n: usize) -> Result<History> {
         let rows = self.rows(
             "read a key's history",
             HISTORY,
@@ -47,7 +48,7 @@ impl PgStore {
 
     /// A grant's fencing token and its key's history ([`PgStore::history`]), in one
     /// statement: a claim's round trip less.
-    pub fn grant_token(&self, key: &str, n: usize) -> Result<(u64, (Option<Ended>, Vec<Note>))> {
+    pub fn grant_token(&self, key: &str, n: usize) -> Result<(u64, History)> {
         let rows = self.rows(
             "take a fencing token and read the key's history",
             &format!("SELECT 0, nextval('{{s}}.tokens'), NULL::text UNION ALL {HISTORY}"),
@@ -69,7 +70,7 @@ const HISTORY: &str = "SELECT 1, NULL::bigint, data::text FROM {s}.ended WHERE k
      (SELECT 2, id, data::text FROM {s}.notes WHERE key = $1 ORDER BY id DESC LIMIT $2)";
 
 /// The history in rows of [`HISTORY`]: the notes oldest first.
-fn history_of(key: &str, rows: &[postgres::Row]) -> (Option<Ended>, Vec<Note>) {
+fn history_of(key: &str, rows: &[postgres::Row]) -> History {
     let mut ended = None;
     let mut notes = Vec::new();
     for r in rows {

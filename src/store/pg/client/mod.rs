@@ -158,6 +158,9 @@ struct Conn {
     /// Reads made inside the open transaction that no other process can change before
     /// it ends (every change of the project holds its advisory lock), kept until then.
     cache: RefCell<TxCache>,
+    /// Writes of the open transaction whose answer nothing waits for, put off to be sent
+    /// with the next statement's round trip, or the COMMIT's ([`Conn::put_off`]).
+    put_off: RefCell<Vec<String>>,
 }
 
 /// See [`Conn::cache`]. Own writes update or drop what they change.
@@ -180,13 +183,32 @@ impl Conn {
             failed: RefCell::new(None),
             cache: RefCell::new(TxCache::default()),
             used: Cell::new(std::time::Instant::now()),
+            put_off: RefCell::new(Vec::new()),
         }
+    }
+
+    /// Send `sql` (literals only: see [`literal`]) before anything else this transaction
+    /// sends, without a round trip of its own when COMMIT comes next. Its failure is the
+    /// next statement's (or the commit's), and rolls the whole transaction back.
+    fn put_off(&self, sql: String) {
+        self.put_off.borrow_mut().push(sql);
+    }
+
+    /// The writes put off, as statements to send first (emptied).
+    fn take_put_off(&self) -> String {
+        let mut out = String::new();
+        for s in self.put_off.borrow_mut().drain(..) {
+            out.push_str(&s);
+            out.push_str("; ");
+        }
+        out
     }
 
     /// The transaction ended (committed or rolled back): forget what it saw.
     fn end_tx(&self) {
         self.in_tx.set(false);
         self.failed.replace(None);
+        self.put_off.borrow_mut().clear();
         self.cache.replace(TxCache::default());
     }
 
@@ -199,7 +221,12 @@ impl Conn {
     ) -> Result<T> {
         let mut client = self.client.borrow_mut();
         self.used.set(std::time::Instant::now());
-        match f(&mut client) {
+        let first = self.take_put_off();
+        let result = match first.is_empty() {
+            true => f(&mut client),
+            false => client.batch_execute(&first).and_then(|()| f(&mut client)),
+        };
+        match result {
             Ok(v) => Ok(v),
             Err(e) => {
                 let closed = client.is_closed() || connection_lost(&e);
@@ -389,6 +416,26 @@ const STORE_SESSION: &str = "tasklock";
 /// session URL, or the session URL itself): the process's, for operators.
 fn session_name() -> String {
     format!("tasklock/{}", std::process::id())
+}
+
+/// `text` as a literal for a statement sent without parameters: dollar-quoted, with a
+/// tag `text` does not contain (so nothing in it is read as SQL, whatever the server's
+/// `standard_conforming_strings`).
+fn literal(text: &str) -> String {
+    let mut n = 0;
+    loop {
+        let tag = match n {
+            0 => "$tl$".to_string(),
+            n => format!("$tl{n}$"),
+        };
+        // The tag must first appear where it closes the literal (text ending in `$tl`
+        // would close it early).
+        let body = format!("{text}{tag}");
+        if body.find(&tag) == Some(text.len()) {
+            return format!("{tag}{body}");
+        }
+        n += 1;
+    }
 }
 
 fn to_json<T: Serialize>(v: &T, what: &str) -> Result<String> {
@@ -1024,6 +1071,7 @@ impl PgStore {
     pub fn commit(&self, g: PgGuard) -> Result<()> {
         g.done.set(true);
         let failed = self.conn.failed.replace(None);
+        let put_off = self.conn.take_put_off();
         self.conn.end_tx();
         let mut client = self.conn.client.borrow_mut();
         if g.escalated.get() {
@@ -1038,8 +1086,10 @@ impl PgStore {
             )));
         }
         // A statement before COMMIT in the same round trip: it fails if the transaction
-        // was aborted by anything not seen above, and COMMIT then never runs.
-        let mut sql = String::from("SELECT 1; ");
+        // was aborted by anything not seen above, and COMMIT then never runs. The writes
+        // put off come first.
+        let mut sql = put_off;
+        sql.push_str("SELECT 1; ");
         let events = g.audit.take();
         if g.scope.is_some() && !events.is_empty() {
             // Scopes of some keys commit side by side: their events are numbered one
@@ -1053,17 +1103,11 @@ impl PgStore {
         if !events.is_empty() {
             // One statement for every event, in order (ids follow it), as a dollar-quoted
             // literal whose tag the JSON does not contain.
-            let json = format!("[{}]", events.join(","));
-            let mut tag = String::from("$tl$");
-            let mut n = 0;
-            while json.contains(&tag) {
-                n += 1;
-                tag = format!("$tl{n}$");
-            }
+            let json = literal(&format!("[{}]", events.join(",")));
             sql.push_str(&format!(
                 "INSERT INTO {s}.audit (ts, event, key, agent, data) \
                  SELECT (e->>'ts')::timestamptz, e->>'event', e->>'key', e->>'agent', e \
-                 FROM jsonb_array_elements({tag}{json}{tag}::jsonb) WITH ORDINALITY AS t(e, n) \
+                 FROM jsonb_array_elements({json}::jsonb) WITH ORDINALITY AS t(e, n) \
                  ORDER BY n RETURNING id AS {AUDIT_ID}; SELECT pg_notify('{}', ''); ",
                 self.channel("audit"),
                 s = self.schema,

@@ -1,7 +1,7 @@
 //! The [`Store`] trait, answered by the methods of [`PgStore`].
 
 use super::*;
-use crate::store::{BacklogClaim, BacklogEntry, BacklogSummary};
+use crate::store::{BacklogClaim, BacklogEntry, BacklogSummary, History};
 
 impl Store for PgStore {
     fn describe(&self) -> String {
@@ -43,7 +43,7 @@ impl Store for PgStore {
     fn last_notes(&self, key: &str, n: usize) -> Result<Vec<Note>> {
         PgStore::last_notes(self, key, n)
     }
-    fn history(&self, key: &str, n: usize) -> Result<(Option<Ended>, Vec<Note>)> {
+    fn history(&self, key: &str, n: usize) -> Result<History> {
         PgStore::history(self, key, n)
     }
     fn freezes(&self) -> Result<Vec<Freeze>> {
@@ -89,12 +89,7 @@ impl Store for PgStore {
         }
         PgStore::next_token(self, pg(g))
     }
-    fn grant_token(
-        &self,
-        g: &Guard,
-        key: &str,
-        n: usize,
-    ) -> Result<(u64, (Option<Ended>, Vec<Note>))> {
+    fn grant_token(&self, g: &Guard, key: &str, n: usize) -> Result<(u64, History)> {
         if pg(g).escalated.get() {
             return Err(crate::error::Error::Escalate);
         }
@@ -138,6 +133,10 @@ impl Store for PgStore {
     }
     fn lock_agent(&self, g: &Guard, id: &str, wait: bool) -> Result<bool> {
         PgStore::lock_agent(self, pg(g), id, wait)
+    }
+    fn register_new(&self, g: &Guard, entry: &AgentEntry) -> Result<Option<AgentEntry>> {
+        self.allow(pg(g), Some(&crate::store::agent_lock(&entry.id)), true)?;
+        PgStore::register_new(self, pg(g), entry)
     }
     fn write_agent(&self, g: &Guard, entry: &AgentEntry) -> Result<()> {
         self.allow(pg(g), Some(&crate::store::agent_lock(&entry.id)), true)?;
