@@ -103,12 +103,17 @@ fn records_round_trip_and_tokens_increase() {
     let t2 = s.next_token(&g).unwrap();
     assert!(t2 > t1);
     s.insert(&g, &record("../x", t1)).unwrap();
+    // A second insert of the key fails: a new record's insert is put off to the next
+    // round trip, here the commit's, which then keeps nothing.
+    let _ = s.insert(&g, &record("../x", t2));
+    let e = s
+        .commit(g)
+        .expect_err("the second insert failed, so commit fails");
     assert!(
-        s.insert(&g, &record("../x", t2)).is_err(),
-        "a second insert fails"
+        e.to_string()
+            .contains("none of this command's changes were kept"),
+        "{e}"
     );
-    s.commit(g)
-        .expect_err("the transaction saw a failed step, so commit fails");
     assert!(
         matches!(s.read("../x").unwrap(), Slot::Free),
         "nothing kept"
@@ -117,6 +122,17 @@ fn records_round_trip_and_tokens_increase() {
     let g = s.begin(true).unwrap().unwrap();
     let t3 = s.next_token(&g).unwrap();
     assert!(t3 > t2, "tokens are never reused, even after a rollback");
+    s.insert(&g, &record("b", t3)).unwrap();
+    s.insert(&g, &record("a", t3 + 100)).unwrap();
+    // Inserts put off are sent before the next statement: it sees them.
+    assert!(matches!(s.read("a").unwrap(), Slot::Held(r) if r.token == t3 + 100));
+    s.insert(&g, &record("a", t3 + 200)).unwrap();
+    let e = s
+        .read("b")
+        .expect_err("a put-off insert that fails is the next statement's failure");
+    assert!(e.to_string().contains("write what it changed"), "{e}");
+    s.commit(g).expect_err("the transaction saw a failed step");
+    let g = s.begin(true).unwrap().unwrap();
     s.insert(&g, &record("b", t3)).unwrap();
     s.insert(&g, &record("a", t3 + 100)).unwrap();
     s.commit(g).unwrap();

@@ -222,9 +222,12 @@ impl Conn {
         let mut client = self.client.borrow_mut();
         self.used.set(std::time::Instant::now());
         let first = self.take_put_off();
-        let result = match first.is_empty() {
-            true => f(&mut client),
-            false => client.batch_execute(&first).and_then(|()| f(&mut client)),
+        let (what, result) = match first.is_empty() {
+            true => (what, f(&mut client)),
+            false => match client.batch_execute(&first) {
+                Ok(()) => (what, f(&mut client)),
+                Err(e) => ("write what it changed", Err(e)),
+            },
         };
         match result {
             Ok(v) => Ok(v),

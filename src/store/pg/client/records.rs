@@ -294,16 +294,26 @@ impl PgStore {
                 ],
             );
         }
-        let sql = if replace {
-            "INSERT INTO {s}.records (key, token, agent, expires_at, data) \
+        if !replace {
+            // A new record: nothing waits for the answer (the key's lock is held, so no
+            // record can be there), so it goes with the next round trip, usually the
+            // COMMIT's. One that is there after all fails that round trip: nothing of the
+            // command is kept.
+            self.conn.put_off(format!(
+                "INSERT INTO {}.records (key, token, agent, expires_at, data) \
+                 VALUES ({}, {token}, {}, {}::timestamptz, {}::jsonb)",
+                self.schema,
+                super::literal(&r.key),
+                super::literal(&r.agent.id),
+                super::literal(&expires),
+                super::literal(&data),
+            ));
+            return Ok(1);
+        }
+        let sql = "INSERT INTO {s}.records (key, token, agent, expires_at, data) \
              VALUES ($1, $2, $3, $4::timestamptz, $5::jsonb) \
              ON CONFLICT (key) DO UPDATE SET token = excluded.token, agent = excluded.agent, \
-             expires_at = excluded.expires_at, data = excluded.data RETURNING 1"
-        } else {
-            "INSERT INTO {s}.records (key, token, agent, expires_at, data) \
-             VALUES ($1, $2, $3, $4::timestamptz, $5::jsonb) \
-             ON CONFLICT (key) DO NOTHING RETURNING 1"
-        };
+             expires_at = excluded.expires_at, data = excluded.data RETURNING 1";
         self.exec(
             "write a record",
             sql,
