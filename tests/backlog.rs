@@ -46,6 +46,21 @@ fn keys_of(list: &Value) -> Vec<&str> {
         .collect()
 }
 
+/// The claims of a `backlog` show, as (key, agent), in order.
+fn claimed_by(show: &Value) -> Vec<(&str, &str)> {
+    show["claims"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["key"].as_str().unwrap(),
+                c["claimed_by"].as_str().unwrap(),
+            )
+        })
+        .collect()
+}
+
 fn add(e: &Env, keys: &[&str]) -> Value {
     let mut args = vec!["backlog", "add", "--json"];
     args.extend_from_slice(keys);
@@ -72,18 +87,7 @@ fn keys_are_claimed_in_order_and_each_once() {
         (s["ready"].as_u64(), s["claimed"].as_u64()),
         (Some(1), Some(3))
     );
-    let claimed: Vec<(&str, &str)> = s["claims"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| {
-            (
-                c["key"].as_str().unwrap(),
-                c["claimed_by"].as_str().unwrap(),
-            )
-        })
-        .collect();
-    assert_eq!(claimed, [("t1", "a"), ("t2", "b"), ("t3", "a")]);
+    assert_eq!(claimed_by(&s), [("t1", "a"), ("t2", "b"), ("t3", "a")]);
     // Each claim is a checkout like any other.
     let st = e.ok("observer", &["status", "t2", "--json"]).json();
     assert_eq!(st["checkout"]["agent"]["id"], "b", "{st}");
@@ -103,19 +107,8 @@ fn keys_and_agents_with_quotes_and_dollars_are_claimed_as_given() {
     }
     let s = show(&e);
     assert_eq!(s["ready"], 0, "{s}");
-    let claimed: Vec<(&str, &str)> = s["claims"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| {
-            (
-                c["key"].as_str().unwrap(),
-                c["claimed_by"].as_str().unwrap(),
-            )
-        })
-        .collect();
     let want: Vec<(&str, &str)> = keys.iter().copied().zip(agents).collect();
-    assert_eq!(claimed, want);
+    assert_eq!(claimed_by(&s), want);
     // A claim released goes back as the key it was.
     e.ok("$tl$", &["release", "it's"]);
     let s = show(&e);
