@@ -423,6 +423,13 @@ env_key = "E2E_STUB_API_KEY"
 
 [projects."{}"]
 trust_level = "trusted"
+
+# The session's TMPDIR (private) is writable, not the machine's /tmp: Codex's sandbox
+# protects `.git` under each writable root, and for a root without one it puts an empty
+# `/tmp/.git` in place while a command runs (left behind when Codex is killed), which
+# makes every directory under /tmp look like part of a repository.
+[sandbox_workspace_write]
+exclude_slash_tmp = true
 "#,
         stub.base_url(),
         project.display()
