@@ -332,7 +332,8 @@ pub trait Store {
     }
 
     /// Publish a record for a key (or, with `record.slot`, one slot of it) that has
-    /// none; fails if one appeared meanwhile.
+    /// none; fails if one appeared meanwhile (PostgreSQL sends a key's new record with
+    /// its next round trip, usually the COMMIT's, which is then what fails).
     fn insert(&self, g: &Guard, record: &Record) -> Result<()>;
 
     /// Replace a key's record (or one slot's, by `record.slot`) whole.

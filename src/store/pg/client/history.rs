@@ -61,37 +61,7 @@ impl PgStore {
             .ok_or_else(|| Error::Store("nextval returned nothing".into()))?;
         Ok((token as u64, history_of(key, &rows)))
     }
-}
 
-/// A key's ended fact (kind 1) and its last `$2` notes (kind 2, by id), for key `$1`: as
-/// (kind, id, data).
-const HISTORY: &str = "SELECT 1, NULL::bigint, data::text FROM {s}.ended WHERE key = $1 \
-     UNION ALL \
-     (SELECT 2, id, data::text FROM {s}.notes WHERE key = $1 ORDER BY id DESC LIMIT $2)";
-
-/// The history in rows of [`HISTORY`]: the notes oldest first.
-fn history_of(key: &str, rows: &[postgres::Row]) -> History {
-    let mut ended = None;
-    let mut notes = Vec::new();
-    for r in rows {
-        match r.get::<_, i32>(0) {
-            1 => {
-                ended = serde_json::from_str::<Ended>(r.get(2))
-                    .ok()
-                    .filter(|e| e.key == key)
-            }
-            2 => {
-                let id: i64 = r.get(1);
-                notes.extend(serde_json::from_str::<Note>(r.get(2)).ok().map(|n| (id, n)))
-            }
-            _ => {}
-        }
-    }
-    notes.sort_by_key(|(id, _)| *id);
-    (ended, notes.into_iter().map(|(_, n)| n).collect())
-}
-
-impl PgStore {
     pub fn freezes(&self) -> Result<Vec<Freeze>> {
         let in_tx = self.conn.in_tx.get();
         if in_tx && let Some(f) = &self.conn.cache.borrow().freezes {
@@ -171,4 +141,32 @@ impl PgStore {
             &[(&pattern, Type::TEXT)],
         )
     }
+}
+
+/// A key's ended fact (kind 1) and its last `$2` notes (kind 2, by id), for key `$1`: as
+/// (kind, id, data).
+const HISTORY: &str = "SELECT 1, NULL::bigint, data::text FROM {s}.ended WHERE key = $1 \
+     UNION ALL \
+     (SELECT 2, id, data::text FROM {s}.notes WHERE key = $1 ORDER BY id DESC LIMIT $2)";
+
+/// The history in rows of [`HISTORY`]: the notes oldest first.
+fn history_of(key: &str, rows: &[postgres::Row]) -> History {
+    let mut ended = None;
+    let mut notes = Vec::new();
+    for r in rows {
+        match r.get::<_, i32>(0) {
+            1 => {
+                ended = serde_json::from_str::<Ended>(r.get(2))
+                    .ok()
+                    .filter(|e| e.key == key)
+            }
+            2 => {
+                let id: i64 = r.get(1);
+                notes.extend(serde_json::from_str::<Note>(r.get(2)).ok().map(|n| (id, n)))
+            }
+            _ => {}
+        }
+    }
+    notes.sort_by_key(|(id, _)| *id);
+    (ended, notes.into_iter().map(|(_, n)| n).collect())
 }
