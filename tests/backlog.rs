@@ -218,6 +218,45 @@ fn a_claim_whose_lease_ran_out_is_claimed_again() {
     );
 }
 
+/// Spawn per task leaves a claimer per claim. A refused claim names each claimer once,
+/// in byte order, however many there are: on PostgreSQL the summary finds the first 64 by
+/// index probes and reads the claims in one pass past that, so the names are checked on
+/// both sides of the boundary.
+#[test]
+fn every_claimer_is_named_once_however_many_there_are() {
+    let e = Env::new();
+    let keys: Vec<String> = (0..64).map(|i| format!("t-{i:02}")).collect();
+    add(&e, &keys.iter().map(String::as_str).collect::<Vec<_>>());
+    // One claimer with two claims, so claims and claimers differ.
+    claims(&e, "spawned-00");
+    claims(&e, "spawned-00");
+    for i in 1..63 {
+        claims(&e, &format!("spawned-{i:02}"));
+    }
+    for claimers in 63..=65 {
+        if claimers > 63 {
+            let key = format!("t-{claimers:02}");
+            add(&e, &[&key]);
+            claims(&e, &format!("spawned-{:02}", claimers - 1));
+        }
+        let (code, j) = next(&e, "late");
+        assert_eq!(code, HELD, "{j}");
+        assert_eq!(
+            (&j["ready"], &j["claimed"]),
+            (&0.into(), &(claimers + 1).into()),
+            "{j}"
+        );
+        let named: Vec<&str> = j["claimers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c.as_str().unwrap())
+            .collect();
+        let want: Vec<String> = (0..claimers).map(|i| format!("spawned-{i:02}")).collect();
+        assert_eq!(named, want, "{claimers} claimers, each once, in order: {j}");
+    }
+}
+
 #[test]
 fn a_dead_claimers_key_is_claimed_again() {
     let e = Env::new();

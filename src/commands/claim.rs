@@ -77,7 +77,7 @@ pub fn next(
         |guard, by_key| {
             let req = super::checkout::with_registered_pid(ctx, &*store, guard, req.clone())?;
             if by_key {
-                crate::engine::backlog::claim_by_key(ctx, &*store, guard, &req).map(Next::Taken)
+                crate::engine::backlog::claim_by_key(ctx, &*store, guard, &req)
             } else {
                 crate::engine::backlog::claim_next(ctx, &*store, guard, &req)
             }

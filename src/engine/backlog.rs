@@ -17,8 +17,9 @@
 //!
 //! On a store with key scopes (PostgreSQL) a claim first runs in a claim scope
 //! ([`claim_by_key`]): keys are taken one at a time under their own locks, passing over
-//! those other claims are taking, so claims run side by side; only a claim that can take
-//! nothing ready goes on to the project's scope and the rest of the above.
+//! those other claims are taking, so claims run side by side. A claim that can take
+//! nothing learns so there when nothing is ready and no claim may have lapsed; any other
+//! goes on to the project's scope and the rest of the above.
 
 use super::claim::Claiming;
 use super::take::{Join, Request, attempt};
@@ -66,37 +67,50 @@ pub fn claim_next(ctx: &Ctx, store: &dyn Store, guard: &Guard, req: &Request) ->
     if let Some(r) = take_ready(ctx, &view, guard, req, &mut refused, ready_in_order(&view))? {
         return Ok(Next::Taken(r));
     }
-    let summary = view.backlog_summary()?;
-    if summary.claimed > 0 && may_have_lapsed(ctx, &view, &summary)? && sweep(ctx, &view, guard)? {
-        refused.clear();
-        if let Some(r) = take_ready(ctx, &view, guard, req, &mut refused, ready_in_order(&view))? {
-            return Ok(Next::Taken(r));
+    let mut summary = view.backlog_summary()?;
+    if summary.claimed > 0 && may_have_lapsed(ctx, &view, &summary)? {
+        if sweep(ctx, &view, guard)? {
+            refused.clear();
+            if let Some(r) =
+                take_ready(ctx, &view, guard, req, &mut refused, ready_in_order(&view))?
+            {
+                return Ok(Next::Taken(r));
+            }
         }
+        // The sweep changed claims; otherwise the backlog is as it was read.
+        summary = view.backlog_summary()?;
     }
     if !refused.is_empty() {
         let ev = super::claim::one_deny(ctx, req, "checkout --next", &refused, view.denied.take());
         store.audit(guard, &ev)?;
     }
-    let summary = view.backlog_summary()?;
     Ok(Next::Refused { refused, summary })
 }
 
 /// Claim a key of the backlog in a scope of [`Store::begin_claim`], beside other claims
 /// and changes of other keys: the ready keys are taken one at a time
 /// ([`Store::backlog_take`] passes over those other scopes are changing) and judged as
-/// in [`claim_next`]. Anything more (nothing ready could be taken: the summary, a
-/// sweep, a refusal to audit) escalates, and [`claim_next`] decides under the
-/// project's lock.
-pub fn claim_by_key(
-    ctx: &Ctx,
-    store: &dyn Store,
-    guard: &Guard,
-    req: &Request,
-) -> Result<CheckoutReport> {
+/// in [`claim_next`]. When nothing could be taken because nothing is ready and no claim
+/// may have lapsed, that is the answer, given here: an exhausted backlog's pollers look
+/// at every claimer, and they do it side by side. Anything more (a ready key passed over
+/// or refused, a sweep, a refusal to audit) escalates, and [`claim_next`] decides under
+/// the project's lock.
+pub fn claim_by_key(ctx: &Ctx, store: &dyn Store, guard: &Guard, req: &Request) -> Result<Next> {
     let view = Claiming::new(store);
     let mut refused = Vec::new();
     let source = |after: Option<u64>| Ok(view.backlog_take(guard, after)?.into_iter().collect());
-    take_ready(ctx, &view, guard, req, &mut refused, source)?.ok_or(Error::Escalate)
+    if let Some(r) = take_ready(ctx, &view, guard, req, &mut refused, source)? {
+        return Ok(Next::Taken(r));
+    }
+    if !refused.is_empty() {
+        return Err(Error::Escalate);
+    }
+    // Ready keys passed over were being taken by other claims, which may yet let them go.
+    let summary = view.backlog_summary()?;
+    if summary.ready > 0 || (summary.claimed > 0 && may_have_lapsed(ctx, &view, &summary)?) {
+        return Err(Error::Escalate);
+    }
+    Ok(Next::Refused { refused, summary })
 }
 
 /// The ready keys after a place, one and then [`BATCH`] at a time, under the project's

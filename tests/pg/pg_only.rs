@@ -464,6 +464,53 @@ fn a_claim_passes_over_a_key_being_changed() {
     assert_eq!(j["key"], "k3", "{j}");
 }
 
+/// A claim from an exhausted backlog is answered beside changes of other keys, so the
+/// many agents polling an exhausted backlog do not queue behind one another for the
+/// project's lock. It needs that lock only when a claim may have lapsed (a claimer is
+/// dead: a sweep), and then waits for it.
+#[test]
+fn an_exhausted_backlog_is_answered_beside_changes_of_other_keys() {
+    let e = Env::new();
+    e.ok("o", &["backlog", "add", "k1", "k2"]);
+    let schema = pg_schema(&e.dir());
+    e.configure("guard_timeout: 3s\n");
+    let p = Proc(Command::new("sleep").arg("300").spawn().unwrap());
+    let pid = p.0.id().to_string();
+    e.ok("a", &["checkout", "--next", "--pid", &pid]);
+    e.ok("b", &["checkout", "--next"]);
+    // Another session is in the middle of a change to another key.
+    let project = lock_sql(&["project", &schema]);
+    let other = lock_sql(&["key", &schema, "other"]);
+    let (mut holder, app) = hold(
+        &e,
+        &format!(
+            "SELECT pg_advisory_xact_lock_shared({project}); SELECT pg_advisory_xact_lock({other})"
+        ),
+        &other,
+    );
+    let r = e.run(Some("c"), &["checkout", "--next", "--json"]);
+    assert_eq!(r.code, 2, "{}", r.text());
+    let j = r.json();
+    assert_eq!(j["claimers"], serde_json::json!(["a", "b"]), "{j}");
+    assert_eq!(j["claimed"], 2, "{j}");
+    // a's process is gone: its claim may have lapsed, which is looked at under the
+    // project's lock, so the claim waits for the other change (here until it gives up).
+    drop(p);
+    let r = e.run(Some("c"), &["checkout", "--next", "--json"]);
+    assert_eq!(r.code, 1, "{}", r.text());
+    assert!(r.text().contains("gave up"), "{}", r.text());
+    psql(
+        &e.dir(),
+        &format!(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '{app}'"
+        ),
+    );
+    let _ = holder.wait();
+    let j = e.ok("c", &["checkout", "--next", "--json"]).json();
+    assert_eq!(j["key"], "k1", "{j}");
+    assert_eq!(j["took_over"]["reason"], "agent_death", "{j}");
+}
+
 /// A heartbeat changes its agent's registry entry under the entry's own lock alone: it
 /// goes on while a change across keys holds the project, and waits only for its own
 /// agent. A change across keys takes an entry's lock before it changes the entry:

@@ -31,6 +31,9 @@ fn entry(r: &postgres::Row) -> Result<BacklogEntry> {
     })
 }
 
+/// Claimers found by index probes before the summary reads the claims in one pass.
+const PROBED_CLAIMERS: usize = 64;
+
 const ENTRY: &str = "key, seq, agent, (extract(epoch FROM recheck) * 1000000)::bigint AS recheck";
 
 impl PgStore {
@@ -139,31 +142,35 @@ impl PgStore {
     }
 
     pub fn backlog_summary(&self) -> Result<BacklogSummary> {
-        let rows = self.rows(
-            "count the backlog",
-            "SELECT count(*) FILTER (WHERE agent IS NULL), \
-                    count(*) FILTER (WHERE agent IS NOT NULL), \
-                    (extract(epoch FROM min(recheck)) * 1000000)::bigint \
-             FROM {s}.backlog",
-            &[],
-        )?;
-        let r = &rows[0];
-        let holders = self.rows(
-            "read the backlog's claimers",
-            // One index probe per claimer, not a read of every claim.
-            "WITH RECURSIVE h(agent) AS ( \
-               (SELECT agent FROM {s}.backlog WHERE agent IS NOT NULL ORDER BY agent LIMIT 1) \
+        // The claimers: one index probe each while they are few (16 drainers over a
+        // million claims); past [`PROBED_CLAIMERS`] (spawn per task: a claimer per claim)
+        // one pass over the claims costs less.
+        let sql = format!(
+            "WITH RECURSIVE h(agent, n) AS ( \
+               (SELECT agent, 1 FROM {{s}}.backlog WHERE agent IS NOT NULL ORDER BY agent LIMIT 1) \
                UNION ALL \
-               SELECT (SELECT b.agent FROM {s}.backlog b WHERE b.agent > h.agent \
-                       ORDER BY b.agent LIMIT 1) FROM h WHERE h.agent IS NOT NULL) \
-             SELECT agent FROM h WHERE agent IS NOT NULL",
-            &[],
-        )?;
+               SELECT (SELECT b.agent FROM {{s}}.backlog b WHERE b.agent > h.agent \
+                       ORDER BY b.agent LIMIT 1), h.n + 1 \
+               FROM h WHERE h.agent IS NOT NULL AND h.n < {PROBED_CLAIMERS}) \
+             SELECT count(*) FILTER (WHERE agent IS NULL), \
+                    count(*) FILTER (WHERE agent IS NOT NULL), \
+                    (extract(epoch FROM min(recheck)) * 1000000)::bigint, \
+                    CASE WHEN (SELECT count(agent) FROM h) < {PROBED_CLAIMERS} \
+                         THEN ARRAY(SELECT agent FROM h WHERE agent IS NOT NULL) \
+                         ELSE ARRAY(SELECT DISTINCT agent FROM {{s}}.backlog \
+                                    WHERE agent IS NOT NULL) END \
+             FROM {{s}}.backlog"
+        );
+        let rows = self.rows("count the backlog", &sql, &[])?;
+        let r = &rows[0];
+        // In one order whichever way they were found (the server's collation aside).
+        let mut holders: Vec<String> = r.get(3);
+        holders.sort_unstable();
         Ok(BacklogSummary {
             ready: u64::try_from(r.get::<_, i64>(0)).unwrap_or(0),
             claimed: u64::try_from(r.get::<_, i64>(1)).unwrap_or(0),
             recheck: r.get::<_, Option<i64>>(2).map(time).transpose()?,
-            holders: holders.iter().map(|h| h.get(0)).collect(),
+            holders,
         })
     }
 }
