@@ -132,6 +132,17 @@ fn cancel_tagged(target: &Target, tag: &str) {
     }
 }
 
+/// Was every lock of a begin's answer granted (a try gives `f` for one that is busy)?
+fn all_granted(rows: &[SimpleQueryMessage]) -> bool {
+    let mut answers = rows.iter().filter_map(|m| match m {
+        SimpleQueryMessage::Row(r) => Some(r.get(0) != Some("f")),
+        _ => None,
+    });
+    answers
+        .next()
+        .is_some_and(|first| first && answers.all(|a| a))
+}
+
 /// SQLSTATEs looked at.
 const UNDEFINED_TABLE: &str = "42P01";
 const INVALID_SCHEMA: &str = "3F000";
@@ -977,13 +988,28 @@ impl PgStore {
                 }
             }
         }
+        let mut client = self.conn.client.borrow_mut();
         // A wait can be stopped, as the lock directory's can: by a signal (for the
         // commands that catch them) or the command's own deadline. The lock query blocks,
-        // so a thread watches for those and cancels it, found by its tag.
+        // so a thread watches for those and cancels it, found by its tag. Locks that are
+        // free (nearly always) are taken first without waiting, and without that thread;
+        // only when one is busy is that transaction let go and the wait begun.
         let (sql, watch) = match wait {
             Some(_) => {
+                let tries = sql.replace(
+                    "SELECT pg_advisory_xact_lock",
+                    "SELECT pg_try_advisory_xact_lock",
+                );
+                match client.simple_query(&tries) {
+                    Ok(rows) if all_granted(&rows) => {
+                        drop(client);
+                        return Ok(Some(self.entered(scope)));
+                    }
+                    _ => {}
+                }
                 let tag = wait_tag();
-                let sql = format!("/* {tag} */ {sql}");
+                // Whatever the tries came to, their transaction is let go first.
+                let sql = format!("/* {tag} */ ROLLBACK; {sql}");
                 let target = self
                     .session
                     .clone()
@@ -992,7 +1018,6 @@ impl PgStore {
             }
             None => (sql, None),
         };
-        let mut client = self.conn.client.borrow_mut();
         let result = client.simple_query(&sql);
         if let Some(why) = watch.and_then(WaitWatch::finish) {
             // Stopped: whatever the query came to (the lock may have been granted just
@@ -1024,14 +1049,17 @@ impl PgStore {
             }
         };
         drop(client);
-        // Every lock asked for (a try gives `f` for one that is busy).
-        let mut answers = rows.iter().filter_map(|m| match m {
-            SimpleQueryMessage::Row(r) => Some(r.get(0) != Some("f")),
-            _ => None,
-        });
-        let granted = answers
-            .next()
-            .is_some_and(|first| first && answers.all(|a| a));
+        let granted = all_granted(&rows);
+        let guard = self.entered(scope);
+        if !granted {
+            // Dropping the guard rolls the empty transaction back.
+            return Ok(None);
+        }
+        Ok(Some(guard))
+    }
+
+    /// The guard of the transaction just begun, holding `scope`'s locks (or the project's).
+    fn entered(&self, scope: Option<&[String]>) -> PgGuard {
         let guard = PgGuard {
             conn: self.conn.clone(),
             done: Cell::new(false),
@@ -1042,11 +1070,7 @@ impl PgStore {
         };
         self.conn.end_tx();
         self.conn.in_tx.set(true);
-        if !granted {
-            // Dropping the guard rolls the empty transaction back.
-            return Ok(None);
-        }
-        Ok(Some(guard))
+        guard
     }
 
     /// The audit table is bounded as the file store's log is: about `audit_keep + 1` times
