@@ -741,8 +741,8 @@ fn messages_sent(e: &Env, agent: &str, args: &[&str]) -> (usize, Run) {
 /// A fleet that starts an agent per task pays for each round trip of a claim on the
 /// server, the pooler and in the client (docs/performance.md). A new agent's claim of
 /// the backlog's next key is eight: the connection's start-up, the clock and schema,
-/// BEGIN with the locks, the registration (read and written in one statement), the next
-/// key, its record with its queue and the freezes, its token with its history, and
+/// BEGIN with the locks, the registration's read (the entry is written with the COMMIT),
+/// the next key, its record with its queue and the freezes, its token with its history, and
 /// COMMIT with the record's insert, the backlog's mark and the audit before it.
 #[test]
 fn a_new_agents_claim_from_the_backlog_is_eight_round_trips() {

@@ -124,9 +124,12 @@ fn records_round_trip_and_tokens_increase() {
     assert!(t3 > t2, "tokens are never reused, even after a rollback");
     s.insert(&g, &record("b", t3)).unwrap();
     s.insert(&g, &record("a", t3 + 100)).unwrap();
-    // Inserts put off are sent before the next statement: it sees them.
+    // Inserts put off are sent before the next statement on their table: it sees them.
     assert!(matches!(s.read("a").unwrap(), Slot::Held(r) if r.token == t3 + 100));
     s.insert(&g, &record("a", t3 + 200)).unwrap();
+    // ...but only before one that names their table: a token is drawn first.
+    s.next_token(&g)
+        .expect("a statement on another table goes before the insert");
     let e = s
         .read("b")
         .expect_err("a put-off insert that fails is the next statement's failure");

@@ -132,12 +132,15 @@ impl PgStore {
             Some(us) => format!("to_timestamp({us} / 1000000.0)"),
             None => "NULL".into(),
         };
-        self.conn.put_off(format!(
-            "UPDATE {}.backlog SET agent = {}, recheck = {recheck} WHERE key = {}",
-            self.schema,
-            agent.map_or_else(|| "NULL".into(), super::literal),
-            super::literal(key),
-        ));
+        self.conn.put_off(
+            "backlog",
+            format!(
+                "UPDATE {}.backlog SET agent = {}, recheck = {recheck} WHERE key = {}",
+                self.schema,
+                agent.map_or_else(|| "NULL".into(), super::literal),
+                super::literal(key),
+            ),
+        );
         Ok(())
     }
 

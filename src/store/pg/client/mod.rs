@@ -132,6 +132,14 @@ fn cancel_tagged(target: &Target, tag: &str) {
     }
 }
 
+/// Does `sql` name the table `table` (as `schema.table`, which every statement writes)?
+fn names_table(sql: &str, table: &str) -> bool {
+    sql.match_indices(table).any(|(i, _)| {
+        sql[..i].ends_with('.')
+            && !sql[i + table.len()..].starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
+    })
+}
+
 /// Was every lock of a begin's answer granted (a try gives `f` for one that is busy)?
 fn all_granted(rows: &[SimpleQueryMessage]) -> bool {
     let mut answers = rows.iter().filter_map(|m| match m {
@@ -169,9 +177,10 @@ struct Conn {
     /// Reads made inside the open transaction that no other process can change before
     /// it ends (every change of the project holds its advisory lock), kept until then.
     cache: RefCell<TxCache>,
-    /// Writes of the open transaction whose answer nothing waits for, put off to be sent
-    /// with the next statement's round trip, or the COMMIT's ([`Conn::put_off`]).
-    put_off: RefCell<Vec<String>>,
+    /// Writes of the open transaction whose answer nothing waits for, each with its
+    /// table, put off until a statement names that table, or the COMMIT
+    /// ([`Conn::put_off`]).
+    put_off: RefCell<Vec<(&'static str, String)>>,
 }
 
 /// See [`Conn::cache`]. Own writes update or drop what they change.
@@ -198,21 +207,37 @@ impl Conn {
         }
     }
 
-    /// Send `sql` (literals only: see [`literal`]) before anything else this transaction
-    /// sends, without a round trip of its own when COMMIT comes next. Its failure is the
-    /// next statement's (or the commit's), and rolls the whole transaction back.
-    fn put_off(&self, sql: String) {
-        self.put_off.borrow_mut().push(sql);
+    /// Send `sql` (literals only: see [`literal`]), a write to `table`, before the next
+    /// statement that names that table, or else with the COMMIT, in its round trip. Its
+    /// failure is that statement's (or the commit's), and rolls the whole transaction
+    /// back. Nothing else can depend on it: tables are tied by no key or trigger.
+    fn put_off(&self, table: &'static str, sql: String) {
+        self.put_off.borrow_mut().push((table, sql));
     }
 
     /// The writes put off, as statements to send first (emptied).
     fn take_put_off(&self) -> String {
         let mut out = String::new();
-        for s in self.put_off.borrow_mut().drain(..) {
+        for (_, s) in self.put_off.borrow_mut().drain(..) {
             out.push_str(&s);
             out.push_str("; ");
         }
         out
+    }
+
+    /// The writes put off that must go before `sql`: all of them (in order) when it
+    /// names the table of any, else none yet.
+    fn put_off_before(&self, sql: &str) -> String {
+        let due = self
+            .put_off
+            .borrow()
+            .iter()
+            .any(|(table, _)| names_table(sql, table));
+        if due {
+            self.take_put_off()
+        } else {
+            String::new()
+        }
     }
 
     /// The transaction ended (committed or rolled back): forget what it saw.
@@ -230,9 +255,31 @@ impl Conn {
         what: &str,
         f: impl FnOnce(&mut Client) -> std::result::Result<T, postgres::Error>,
     ) -> Result<T> {
+        let first = self.take_put_off();
+        self.run_after(what, first, f)
+    }
+
+    /// As [`Conn::run`] for the statement `sql`, which is sent after only the writes put
+    /// off that it may read ([`Conn::put_off_before`]).
+    fn run_sql<T>(
+        &self,
+        what: &str,
+        sql: &str,
+        f: impl FnOnce(&mut Client) -> std::result::Result<T, postgres::Error>,
+    ) -> Result<T> {
+        let first = self.put_off_before(sql);
+        self.run_after(what, first, f)
+    }
+
+    /// Send `first` (writes put off), then run `f`.
+    fn run_after<T>(
+        &self,
+        what: &str,
+        first: String,
+        f: impl FnOnce(&mut Client) -> std::result::Result<T, postgres::Error>,
+    ) -> Result<T> {
         let mut client = self.client.borrow_mut();
         self.used.set(std::time::Instant::now());
-        let first = self.take_put_off();
         let (what, result) = match first.is_empty() {
             true => (what, f(&mut client)),
             false => match client.batch_execute(&first) {
@@ -819,12 +866,13 @@ impl PgStore {
         params: &[(&(dyn ToSql + Sync), Type)],
     ) -> Result<Vec<postgres::Row>> {
         let sql = self.sql(sql);
-        self.conn.run(what, |c| c.query_typed(&sql, params))
+        self.conn
+            .run_sql(what, &sql, |c| c.query_typed(&sql, params))
     }
 
     fn exec(&self, what: &str, sql: &str, params: &[(&(dyn ToSql + Sync), Type)]) -> Result<u64> {
         let sql = self.sql(sql);
-        self.conn.run(what, |c| {
+        self.conn.run_sql(what, &sql, |c| {
             c.query_typed(&sql, params).map(|r| r.len() as u64)
         })
     }
@@ -1213,4 +1261,26 @@ const AUDIT_ID: &str = "tasklock_audit_id";
 /// The store's part of a [`Guard`]: a [`PgGuard`].
 fn pg(g: &Guard) -> &PgGuard {
     g.get::<PgGuard>()
+}
+
+#[cfg(test)]
+mod put_off_tests {
+    use super::names_table;
+
+    #[test]
+    fn a_statement_names_a_table_only_as_schema_dot_table() {
+        assert!(names_table(
+            "SELECT 1 FROM s.records WHERE key = $1",
+            "records"
+        ));
+        assert!(names_table("INSERT INTO s.agents(id) VALUES (1)", "agents"));
+        assert!(names_table("DELETE FROM s.backlog", "backlog"));
+        assert!(!names_table("SELECT 1 FROM s.slot_records", "records"));
+        assert!(!names_table("SELECT 1 FROM s.records_old", "records"));
+        assert!(!names_table("SELECT agents FROM s.queues", "agents"));
+        assert!(names_table(
+            "SELECT 1 FROM s.slot_records, s.records r",
+            "records"
+        ));
+    }
 }

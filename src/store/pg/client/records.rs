@@ -299,15 +299,18 @@ impl PgStore {
             // record can be there), so it goes with the next round trip, usually the
             // COMMIT's. One that is there after all fails that round trip: nothing of the
             // command is kept.
-            self.conn.put_off(format!(
-                "INSERT INTO {}.records (key, token, agent, expires_at, data) \
+            self.conn.put_off(
+                "records",
+                format!(
+                    "INSERT INTO {}.records (key, token, agent, expires_at, data) \
                  VALUES ({}, {token}, {}, {}::timestamptz, {}::jsonb)",
-                self.schema,
-                super::literal(&r.key),
-                super::literal(&r.agent.id),
-                super::literal(&expires),
-                super::literal(&data),
-            ));
+                    self.schema,
+                    super::literal(&r.key),
+                    super::literal(&r.agent.id),
+                    super::literal(&expires),
+                    super::literal(&data),
+                ),
+            );
             return Ok(1);
         }
         let sql = "INSERT INTO {s}.records (key, token, agent, expires_at, data) \

@@ -93,43 +93,31 @@ impl PgStore {
         .map(|_| ())
     }
 
-    /// See [`crate::store::Store::register_new`]: one statement reads the entry and,
-    /// when there is none, inserts `entry`. The statement's snapshot is taken after the
-    /// scope took the entry's lock, so it sees every entry written under it before.
-    pub fn register_new(&self, g: &PgGuard, entry: &AgentEntry) -> Result<Option<AgentEntry>> {
-        let in_tx = self.conn.in_tx.get();
-        if in_tx && let Some(Some(e)) = self.conn.cache.borrow().agents.get(&entry.id) {
-            return Ok(Some(e.clone()));
+    /// See [`crate::store::Store::register_new`]: the entry is read, and when there is
+    /// none (or one that does not decode, which counts as none, as [`Self::read_agent`]
+    /// reads it) `entry` is written with the next round trip, usually the COMMIT's:
+    /// nothing waits for its answer, since no one writes an entry without its lock, which
+    /// this scope holds.
+    pub fn register_new(&self, _g: &PgGuard, entry: &AgentEntry) -> Result<Option<AgentEntry>> {
+        if let Some(e) = self.read_agent(&entry.id)? {
+            return Ok(Some(e));
         }
         let data = to_json(entry, "agent entry")?;
-        let rows = self.rows(
-            "register an agent",
-            "WITH old AS (SELECT data::text AS data FROM {s}.agents WHERE id = $1), \
-                  new AS (INSERT INTO {s}.agents (id, data) \
-                          SELECT $1, $2::jsonb WHERE NOT EXISTS (SELECT 1 FROM old) \
-                          ON CONFLICT (id) DO NOTHING RETURNING 1) \
-             SELECT (SELECT data FROM old), EXISTS (SELECT 1 FROM new)",
-            &[(&entry.id, Type::TEXT), (&data, Type::TEXT)],
-        )?;
-        let row = rows
-            .first()
-            .ok_or_else(|| Error::Store("registering an agent returned nothing".into()))?;
-        let (old, written): (Option<&str>, bool) = (row.get(0), row.get(1));
-        self.conn.cache.borrow_mut().agents.remove(&entry.id);
-        match old {
-            _ if written => Ok(None),
-            Some(data) => match serde_json::from_str::<AgentEntry>(data) {
-                Ok(e) if e.id == entry.id => Ok(Some(e)),
-                // An entry that does not decode counts as none, as `read_agent` reads it.
-                _ => self.write_agent(g, entry).map(|()| None),
-            },
-            // Inserted by another session after this statement's snapshot: only without
-            // the entry's lock, which every change of an entry holds.
-            None => match self.read_agent(&entry.id)? {
-                Some(e) => Ok(Some(e)),
-                None => self.write_agent(g, entry).map(|()| None),
-            },
+        self.conn.put_off(
+            "agents",
+            format!(
+                "INSERT INTO {}.agents (id, data) VALUES ({}, {}::jsonb) \
+             ON CONFLICT (id) DO UPDATE SET data = excluded.data",
+                self.schema,
+                super::literal(&entry.id),
+                super::literal(&data),
+            ),
+        );
+        if self.conn.in_tx.get() {
+            let mut cache = self.conn.cache.borrow_mut();
+            cache.agents.insert(entry.id.clone(), Some(entry.clone()));
         }
+        Ok(None)
     }
 
     pub fn remove_agent(&self, _g: &PgGuard, id: &str) -> Result<()> {
