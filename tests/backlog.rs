@@ -221,7 +221,7 @@ fn a_claim_whose_lease_ran_out_is_claimed_again() {
 /// Spawn per task leaves a claimer per claim. A refused claim names each claimer once,
 /// in byte order, however many there are: on PostgreSQL the summary finds the first 64 by
 /// index probes and reads the claims in one pass past that, so the names are checked on
-/// both sides of the boundary.
+/// both sides of the boundary. The text names ten and counts the rest.
 #[test]
 fn every_claimer_is_named_once_however_many_there_are() {
     let e = Env::new();
@@ -255,6 +255,12 @@ fn every_claimer_is_named_once_however_many_there_are() {
         let want: Vec<String> = (0..claimers).map(|i| format!("spawned-{i:02}")).collect();
         assert_eq!(named, want, "{claimers} claimers, each once, in order: {j}");
     }
+    // The text names the first ten and counts the rest.
+    snap!(
+        e,
+        "next_many_claimers",
+        e.run(Some("late"), &["checkout", "--next"])
+    );
 }
 
 #[test]

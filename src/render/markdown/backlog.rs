@@ -2,14 +2,22 @@
 
 use super::*;
 
+/// Claimers named when nothing could be claimed.
+const CLAIMERS_NAMED: usize = 10;
+
 pub(super) fn next(r: &NextReport, inv: &Invocation) -> String {
     let mut out = String::new();
+    // Spawn per task makes a claimer per claim: a few are named, the rest counted (the
+    // JSON names them all).
     let claimers = match r.claimers.as_slice() {
         [] => String::new(),
-        list => format!(
-            ", by {}",
-            list.iter().map(|a| code(a)).collect::<Vec<_>>().join(", ")
-        ),
+        list => {
+            let named: Vec<String> = list.iter().take(CLAIMERS_NAMED).map(|a| code(a)).collect();
+            match list.len() - named.len() {
+                0 => format!(", by {}", named.join(", ")),
+                more => format!(", by {} and {more} other agents", named.join(", ")),
+            }
+        }
     };
     match r.outcome {
         Outcome::BacklogEmpty => {
