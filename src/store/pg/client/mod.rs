@@ -142,8 +142,9 @@ fn names_table(sql: &str, table: &str) -> bool {
 
 /// Was every lock of a begin's answer granted (a try gives `f` for one that is busy)?
 fn all_granted(rows: &[SimpleQueryMessage]) -> bool {
+    // A lock's answer is a row of one column (the entries read after are of two).
     let mut answers = rows.iter().filter_map(|m| match m {
-        SimpleQueryMessage::Row(r) => Some(r.get(0) != Some("f")),
+        SimpleQueryMessage::Row(r) if r.len() == 1 => Some(r.get(0) != Some("f")),
         _ => None,
     });
     answers
@@ -1036,6 +1037,21 @@ impl PgStore {
                 }
             }
         }
+        // The registry entries whose locks the scope holds are read in the same round trip,
+        // after the locks (each statement sees what was committed before it began), and
+        // kept for the transaction: no one changes an entry without its lock.
+        let agents: Vec<&str> = scope
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|l| l.strip_prefix(AGENT_LOCK_PREFIX))
+            .collect();
+        for id in &agents {
+            sql.push_str(&format!(
+                "; SELECT id, data::text FROM {}.agents WHERE id = {}",
+                self.schema,
+                literal(id)
+            ));
+        }
         let mut client = self.conn.client.borrow_mut();
         // A wait can be stopped, as the lock directory's can: by a signal (for the
         // commands that catch them) or the command's own deadline. The lock query blocks,
@@ -1051,7 +1067,7 @@ impl PgStore {
                 match client.simple_query(&tries) {
                     Ok(rows) if all_granted(&rows) => {
                         drop(client);
-                        return Ok(Some(self.entered(scope)));
+                        return Ok(Some(self.entered(scope, &agents, &rows)));
                     }
                     _ => {}
                 }
@@ -1098,7 +1114,7 @@ impl PgStore {
         };
         drop(client);
         let granted = all_granted(&rows);
-        let guard = self.entered(scope);
+        let guard = self.entered(scope, &agents, &rows);
         if !granted {
             // Dropping the guard rolls the empty transaction back.
             return Ok(None);
@@ -1106,8 +1122,14 @@ impl PgStore {
         Ok(Some(guard))
     }
 
-    /// The guard of the transaction just begun, holding `scope`'s locks (or the project's).
-    fn entered(&self, scope: Option<&[String]>) -> PgGuard {
+    /// The guard of the transaction just begun, holding `scope`'s locks (or the project's),
+    /// with the entries of `agents` its answer (`rows`) read.
+    fn entered(
+        &self,
+        scope: Option<&[String]>,
+        agents: &[&str],
+        rows: &[SimpleQueryMessage],
+    ) -> PgGuard {
         let guard = PgGuard {
             conn: self.conn.clone(),
             done: Cell::new(false),
@@ -1118,6 +1140,23 @@ impl PgStore {
         };
         self.conn.end_tx();
         self.conn.in_tx.set(true);
+        let mut cache = self.conn.cache.borrow_mut();
+        for id in agents {
+            cache.agents.insert(id.to_string(), None);
+        }
+        for m in rows {
+            if let SimpleQueryMessage::Row(r) = m
+                && r.len() == 2
+                && let (Some(id), Some(data)) = (r.get(0), r.get(1))
+            {
+                // One that does not decode counts as none, as `read_agent` reads it.
+                let entry = serde_json::from_str::<AgentEntry>(data)
+                    .ok()
+                    .filter(|e| e.id == id);
+                cache.agents.insert(id.to_string(), entry);
+            }
+        }
+        drop(cache);
         guard
     }
 
