@@ -77,7 +77,7 @@ pub fn claim_next(ctx: &Ctx, store: &dyn Store, guard: &Guard, req: &Request) ->
                 return Ok(Next::Taken(r));
             }
         }
-        // The sweep changed claims; otherwise the backlog is as it was read.
+        // A sweep may have changed claims; without one the backlog is as it was read.
         summary = view.backlog_summary()?;
     }
     if !refused.is_empty() {

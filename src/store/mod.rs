@@ -316,9 +316,9 @@ pub trait Store {
 
     /// Write `entry` if its agent has no registry entry: `None` when written, else the
     /// entry that stands, left as it is. The scope holds the entry's lock
-    /// ([`Store::lock_agent`]). The read's round trip alone where the store can
-    /// (PostgreSQL sends the write with the next one): what registering a new agent
-    /// costs.
+    /// ([`Store::lock_agent`]). Without a round trip of its own where the store can
+    /// (PostgreSQL reads the entry with the scope's BEGIN and sends the write with the
+    /// COMMIT): what registering a new agent costs.
     fn register_new(&self, g: &Guard, entry: &AgentEntry) -> Result<Option<AgentEntry>> {
         match self.read_agent(&entry.id)? {
             Some(e) => Ok(Some(e)),

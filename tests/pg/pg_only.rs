@@ -405,13 +405,7 @@ fn a_change_to_one_key_does_not_wait_for_another_key() {
     let r = e.run_env(Some("c"), &["freeze", "other", "--for", "1m"], &quick);
     assert_eq!(r.code, 1, "{}", r.text());
     // The change to `slow` ends (its session is ended): the rest goes on.
-    psql(
-        &e.dir(),
-        &format!(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '{app}'"
-        ),
-    );
-    let _ = holder.wait();
+    end_holder(&e, &mut holder, &app);
     e.ok("c", &["freeze", "other", "--for", "1m"]);
     e.ok("c", &["checkout", "slow"]);
 }
@@ -427,14 +421,6 @@ fn a_claim_passes_over_a_key_being_changed() {
     e.configure("guard_timeout: 3s\n");
     let project = lock_sql(&["project", &schema]);
     let k1 = lock_sql(&["key", &schema, "k1"]);
-    let end = |app: &str| {
-        psql(
-            &e.dir(),
-            &format!(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '{app}'"
-            ),
-        )
-    };
     // Another session is in the middle of a change to `k1`, the first in line.
     let (mut holder, app) = hold(
         &e,
@@ -445,8 +431,7 @@ fn a_claim_passes_over_a_key_being_changed() {
     );
     let j = e.ok("a", &["checkout", "--next", "--json"]).json();
     assert_eq!(j["key"], "k2", "{j}");
-    end(&app);
-    let _ = holder.wait();
+    end_holder(&e, &mut holder, &app);
     let j = e.ok("b", &["checkout", "--next", "--json"]).json();
     assert_eq!(j["key"], "k1", "back in its place: {j}");
     // A change across keys holds the project: claims wait for it (here until they give up).
@@ -458,8 +443,7 @@ fn a_claim_passes_over_a_key_being_changed() {
     let r = e.run(Some("c"), &["checkout", "--next", "--json"]);
     assert_eq!(r.code, 1, "{}", r.text());
     assert!(r.text().contains("gave up"), "{}", r.text());
-    end(&app);
-    let _ = holder.wait();
+    end_holder(&e, &mut holder, &app);
     let j = e.ok("c", &["checkout", "--next", "--json"]).json();
     assert_eq!(j["key"], "k3", "{j}");
 }
@@ -499,13 +483,7 @@ fn an_exhausted_backlog_is_answered_beside_changes_of_other_keys() {
     let r = e.run(Some("c"), &["checkout", "--next", "--json"]);
     assert_eq!(r.code, 1, "{}", r.text());
     assert!(r.text().contains("gave up"), "{}", r.text());
-    psql(
-        &e.dir(),
-        &format!(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '{app}'"
-        ),
-    );
-    let _ = holder.wait();
+    end_holder(&e, &mut holder, &app);
     let j = e.ok("c", &["checkout", "--next", "--json"]).json();
     assert_eq!(j["key"], "k1", "{j}");
     assert_eq!(j["took_over"]["reason"], "agent_death", "{j}");
@@ -532,17 +510,7 @@ fn a_beat_takes_its_agents_lock_and_not_the_projects() {
     assert_eq!(j["agent"]["heartbeats"], 2, "{j}");
     let r = e.run(Some("c"), &["checkout", "k", "--json"]);
     assert_eq!(r.code, 1, "a checkout waits for the project: {}", r.text());
-    let dir = e.dir();
-    let end = |app: &str| {
-        psql(
-            &dir,
-            &format!(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '{app}'"
-            ),
-        )
-    };
-    end(&app);
-    let _ = holder.wait();
+    end_holder(&e, &mut holder, &app);
 
     // Agent `gone` beat 25 hours ago: dead, and past agent_retention (24h).
     e.at("2025-12-30T23:00:00Z");
@@ -563,8 +531,7 @@ fn a_beat_takes_its_agents_lock_and_not_the_projects() {
         j["pruned"], 0,
         "an entry being changed is not forgotten: {j}"
     );
-    end(&app);
-    let _ = holder.wait();
+    end_holder(&e, &mut holder, &app);
     let j = e.run(None, &["agents", "--all", "--json"]).json();
     assert_eq!(j["pruned"], 1, "{j}");
 }
@@ -579,6 +546,17 @@ pub(crate) fn lock_sql(parts: &[&str]) -> String {
         ));
     }
     format!("('x' || left(encode(sha256({bytes}), 'hex'), 16))::bit(64)::bigint")
+}
+
+/// End the session of a [`hold`], and wait for its psql.
+pub(crate) fn end_holder(e: &Env, holder: &mut std::process::Child, app: &str) {
+    psql(
+        &e.dir(),
+        &format!(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '{app}'"
+        ),
+    );
+    holder.wait().expect("the holder's psql");
 }
 
 /// Another session that runs `locks` in a transaction and then sleeps, holding them;

@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::common::*;
-use crate::pg_only::{hold, lock_sql};
+use crate::pg_only::{end_holder, hold, lock_sql};
 
 fn pooler() -> Option<String> {
     match std::env::var("TASKLOCK_TEST_PGBOUNCER_URL") {
@@ -189,13 +189,7 @@ fn a_stopped_wait_for_the_project_lock_leaves_pgbouncer_running() {
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(2), "{out:?}");
 
-    psql(
-        &e.dir(),
-        &format!(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '{app}'"
-        ),
-    );
-    holder.wait().unwrap();
+    end_holder(&e, &mut holder, &app);
     // The pooler is still there, and nothing was left behind.
     let s = ok(&e, &p, "a", &["status", "k", "--json"]).json();
     assert_eq!(s["outcome"], "free", "{s}");

@@ -296,9 +296,9 @@ impl PgStore {
         }
         if !replace {
             // A new record: nothing waits for the answer (the key's lock is held, so no
-            // record can be there), so it goes with the next round trip, usually the
-            // COMMIT's. One that is there after all fails that round trip: nothing of the
-            // command is kept.
+            // record can be there), so it goes with the next statement on `records`, or
+            // the COMMIT. One that is there after all fails that round trip: nothing of
+            // the command is kept.
             self.conn.put_off(
                 "records",
                 format!(

@@ -95,9 +95,9 @@ impl PgStore {
 
     /// See [`crate::store::Store::register_new`]: the entry is read, and when there is
     /// none (or one that does not decode, which counts as none, as [`Self::read_agent`]
-    /// reads it) `entry` is written with the next round trip, usually the COMMIT's:
+    /// reads it) `entry` is written with the next statement on `agents`, or the COMMIT:
     /// nothing waits for its answer, since no one writes an entry without its lock, which
-    /// this scope holds.
+    /// this scope holds. It is kept for the transaction, as a read is.
     pub fn register_new(&self, _g: &PgGuard, entry: &AgentEntry) -> Result<Option<AgentEntry>> {
         if let Some(e) = self.read_agent(&entry.id)? {
             return Ok(Some(e));
@@ -113,10 +113,8 @@ impl PgStore {
                 super::literal(&data),
             ),
         );
-        if self.conn.in_tx.get() {
-            let mut cache = self.conn.cache.borrow_mut();
-            cache.agents.insert(entry.id.clone(), Some(entry.clone()));
-        }
+        let mut cache = self.conn.cache.borrow_mut();
+        cache.agents.insert(entry.id.clone(), Some(entry.clone()));
         Ok(None)
     }
 
