@@ -158,6 +158,21 @@ def ratio_ci(a, b, rng, resamples=2000):
 
 # --- setup --------------------------------------------------------------------------------
 
+def release_build():
+    """How install.sh and scripts/dist.sh build on this host: on glibc Linux a static non-PIE
+    executable (`--target <host>` keeps the flags off build scripts and proc macros).
+    Returns (environment, cargo arguments, the directory under the target directory that
+    the binary lands in)."""
+    host = subprocess.run(["rustc", "-vV"], capture_output=True, text=True).stdout
+    host = next((l.split(": ", 1)[1] for l in host.splitlines() if l.startswith("host: ")), "")
+    env, extra, release = dict(os.environ), [], "release"
+    if host.endswith("-linux-gnu"):
+        var = "CARGO_TARGET_" + host.upper().replace("-", "_").replace(".", "_") + "_RUSTFLAGS"
+        env[var] = "-C target-feature=+crt-static -C relocation-model=static"
+        extra, release = ["--target", host], os.path.join(host, "release")
+    return env, extra, release
+
+
 def build(rev):
     """Build the working tree, or a git revision exported with `git archive`."""
     src, target = REPO, os.path.join(REPO, "target")
@@ -176,14 +191,8 @@ def build(rev):
         src, target = tmp, os.path.join(REPO, "target", "bench-rev")
     print(f"bench: cargo build --release --locked ({rev or 'working tree'})", file=sys.stderr,
           flush=True)
-    # Built as install.sh builds it: statically linked on glibc Linux.
-    host = subprocess.run(["rustc", "-vV"], capture_output=True, text=True).stdout
-    host = next((l.split(": ", 1)[1] for l in host.splitlines() if l.startswith("host: ")), "")
-    env, extra, release = dict(os.environ), [], "release"
-    if host.endswith("-linux-gnu"):
-        var = "CARGO_TARGET_" + host.upper().replace("-", "_").replace(".", "_") + "_RUSTFLAGS"
-        env[var] = "-C target-feature=+crt-static -C relocation-model=static"
-        extra, release = ["--target", host], os.path.join(host, "release")
+    # Built as install.sh builds it (release_build).
+    env, extra, release = release_build()
     rc = subprocess.run(["cargo", "build", "--release", "--locked", "--quiet",
                          "--target-dir", target] + extra, cwd=src, env=env).returncode
     if tmp:

@@ -160,18 +160,12 @@ def parse_args():
 # --- building -----------------------------------------------------------------------------
 
 def build():
-    """Build the working tree as install.sh and scripts/dist.sh do (static non-PIE on glibc
-    Linux), with the PostgreSQL store, into $CARGO_TARGET_DIR (or target)/bench-fleet."""
-    host = subprocess.run(["rustc", "-vV"], capture_output=True, text=True).stdout
-    host = next((l.split(": ", 1)[1] for l in host.splitlines() if l.startswith("host: ")), "")
+    """Build the working tree as install.sh and scripts/dist.sh do (bench.release_build),
+    with the PostgreSQL store, into $CARGO_TARGET_DIR (or target)/bench-fleet."""
     base = os.environ.get("CARGO_TARGET_DIR") or os.path.join(bench.REPO, "target")
     target = os.path.join(base, "bench-fleet")
-    env, extra, release = dict(os.environ), ["--features", "postgres"], "release"
-    if host.endswith("-linux-gnu"):
-        var = "CARGO_TARGET_" + host.upper().replace("-", "_").replace(".", "_") + "_RUSTFLAGS"
-        env[var] = "-C target-feature=+crt-static -C relocation-model=static"
-        extra += ["--target", host]
-        release = os.path.join(host, "release")
+    env, extra, release = bench.release_build()
+    extra += ["--features", "postgres"]
     print(f"fleet: cargo build --release --locked {' '.join(extra)} (working tree)",
           file=sys.stderr, flush=True)
     rc = subprocess.run(["cargo", "build", "--release", "--locked", "--quiet",

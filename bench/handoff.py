@@ -31,13 +31,9 @@ while subprocess.run([tl, "checkout", key, "--dir", d, "--agent", "poller"],
 
 
 def build():
-    host = subprocess.run(["rustc", "-vV"], capture_output=True, text=True).stdout
-    host = next((l.split(": ", 1)[1] for l in host.splitlines() if l.startswith("host: ")), "")
-    env, extra, release = dict(os.environ), [], "release"
-    if host.endswith("-linux-gnu"):
-        env["CARGO_TARGET_" + host.upper().replace("-", "_").replace(".", "_") + "_RUSTFLAGS"] = \
-            "-C target-feature=+crt-static -C relocation-model=static"
-        extra, release = ["--target", host], os.path.join(host, "release")
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import bench  # the house helpers: release_build
+    env, extra, release = bench.release_build()
     subprocess.run(["cargo", "build", "--release", "--locked", "--quiet"] + extra,
                    cwd=REPO, env=env, check=True)
     return os.path.join(REPO, "target", release, "tasklock")

@@ -121,19 +121,12 @@ def parse_args():
 # --- building ---------------------------------------------------------------------------
 
 def build(features):
-    """Build the working tree as install.sh does (static on glibc Linux), with `features`,
+    """Build the working tree as install.sh does (bench.release_build), with `features`,
     into target/bench-pg/<features or none>."""
-    host = subprocess.run(["rustc", "-vV"], capture_output=True, text=True).stdout
-    host = next((l.split(": ", 1)[1] for l in host.splitlines() if l.startswith("host: ")), "")
     target = os.path.join(bench.REPO, "target", "bench-pg", features or "none")
-    env, extra, release = dict(os.environ), [], "release"
+    env, extra, release = bench.release_build()
     if features:
         extra += ["--features", features]
-    if host.endswith("-linux-gnu"):
-        var = "CARGO_TARGET_" + host.upper().replace("-", "_").replace(".", "_") + "_RUSTFLAGS"
-        env[var] = "-C target-feature=+crt-static -C relocation-model=static"
-        extra += ["--target", host]
-        release = os.path.join(host, "release")
     print(f"bench: cargo build --release --locked {' '.join(extra)} (working tree)",
           file=sys.stderr, flush=True)
     rc = subprocess.run(["cargo", "build", "--release", "--locked", "--quiet",
@@ -201,6 +194,7 @@ class Store:
     PostgreSQL (a fresh one per Store)."""
     count = 0
     session_url = None
+    schemas = []  # made in a server given with --url: dropped when the run ends
 
     def __init__(self, kind, tmp, url):
         Store.count += 1
@@ -209,12 +203,30 @@ class Store:
         os.makedirs(os.path.dirname(self.dir))
         self.env = dict(bench.ENV)
         if kind == "pg":
-            self.env["TASKLOCK_URL"] = f"{url}?schema=bench_{os.getpid()}_{Store.count}"
+            schema = f"bench_{os.getpid()}_{Store.count}"
+            self.env["TASKLOCK_URL"] = f"{url}?schema={schema}"
+            Store.schemas.append(schema)
             if Store.session_url:
                 self.env["TASKLOCK_SESSION_URL"] = Store.session_url
 
     def argv(self, tl, agent, *args):
         return [tl, *args, "--dir", self.dir, "--agent", agent]
+
+
+def drop_schemas(url):
+    """Drop the schemas this run made in a server it was given: 10,000-key drains left
+    behind fill its catalog and slow the runs after them."""
+    if not Store.schemas:
+        return
+    if not shutil.which("psql"):
+        print(f"bench: no psql to drop the schemas {', '.join(Store.schemas)} with",
+              file=sys.stderr)
+        return
+    sql = "".join(f"DROP SCHEMA IF EXISTS {s} CASCADE;" for s in Store.schemas)
+    r = subprocess.run(["psql", "-qAt", url, "-c", sql], capture_output=True, text=True,
+                       stdin=subprocess.DEVNULL)
+    if r.returncode != 0:
+        print(f"bench: dropping the schemas failed: {r.stderr.strip()}", file=sys.stderr)
 
 
 def run(argv, env):
@@ -603,6 +615,8 @@ def main():
     finally:
         if cluster:
             cluster.stop()
+        else:
+            drop_schemas(a.session_url or url)
         shutil.rmtree(tmp, ignore_errors=True)
     if a.json_out:
         with open(a.json_out, "w") as f:
