@@ -14,6 +14,9 @@
 mod common;
 
 #[cfg(tasklock_pg_tests)]
+#[path = "agents.rs"]
+mod agents;
+#[cfg(tasklock_pg_tests)]
 #[path = "backlog.rs"]
 mod backlog;
 #[cfg(tasklock_pg_tests)]
@@ -58,6 +61,9 @@ mod queue_paths;
 #[cfg(tasklock_pg_tests)]
 #[path = "slots.rs"]
 mod slots;
+#[cfg(tasklock_pg_tests)]
+#[path = "subagents.rs"]
+mod subagents;
 #[cfg(tasklock_pg_tests)]
 #[path = "top.rs"]
 mod top;

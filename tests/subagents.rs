@@ -23,6 +23,7 @@ fn hook(e: &Env, event: &str, input: &Value) -> Run {
     ] {
         cmd.env_remove(k);
     }
+    use_store(&mut cmd, &e.dir());
     cmd.arg("--dir").arg(e.dir()).args(["hook", event]);
     let mut child = cmd
         .stdin(Stdio::piped())
@@ -66,13 +67,14 @@ fn hook_ok(e: &Env, event: &str, input: &Value) -> Run {
     r
 }
 
-fn entry(dir: &Path, encoded: &str) -> Value {
-    let text = std::fs::read_to_string(dir.join("agents").join(encoded)).unwrap();
-    serde_json::from_str(&text).unwrap()
+/// The registry's entry of `id`, as the store keeps it.
+fn entry(dir: &Path, id: &str) -> Value {
+    Stored::Agent(id).read(dir)
 }
 
-fn record(dir: &Path, encoded: &str) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(record_path(dir, encoded)).unwrap()).unwrap()
+/// The record of `key`, as the store keeps it.
+fn record(dir: &Path, key: &str) -> Value {
+    Stored::Record(key).read(dir)
 }
 
 fn held_by(e: &Env, key: &str) -> Value {
@@ -98,8 +100,7 @@ fn subagent_start_registers_an_agent_of_its_own_under_its_session() {
     assert!(context.contains("you are agent `s1/a1`"), "{context}");
     assert!(context.contains("subagent of session `s1`"), "{context}");
 
-    // agents/<encoded "s1/a1">
-    let reg = entry(&e.dir(), "s1%2Fa1");
+    let reg = entry(&e.dir(), "s1/a1");
     assert_eq!(reg["id"], "s1/a1");
     assert_eq!(reg["parent"], "s1");
     assert_eq!(reg["name"], "Explore subagent of claude in proj #s1");
@@ -108,7 +109,7 @@ fn subagent_start_registers_an_agent_of_its_own_under_its_session() {
     // Watched through the process it runs in: the hook's parent (here, this test).
     assert_eq!(reg["pid"], std::process::id());
     assert!(
-        !e.dir().join("agents/s1").exists(),
+        !Stored::Agent("s1").exists(&e.dir()),
         "the session is not registered by its subagent"
     );
 }
@@ -225,10 +226,10 @@ fn subagent_stop_ends_its_checkouts_and_leaves_the_sessions_alone() {
     assert_eq!(auto[0]["reason"], "subagent_end");
     assert!(auto[0].get("by").is_none(), "{}", auto[0]);
 
-    let reg = entry(&e.dir(), "s1%2Fa1");
+    let reg = entry(&e.dir(), "s1/a1");
     assert_eq!(reg["ended_reason"], "subagent_end");
     assert_eq!(reg["ended_at"], T0);
-    assert_eq!(entry(&e.dir(), "s1%2Fa2")["ended_at"], Value::Null);
+    assert_eq!(entry(&e.dir(), "s1/a2")["ended_at"], Value::Null);
     let j = e.run(None, &["agents", "--all", "--json"]).json();
     let row = j["agents"]
         .as_array()
@@ -290,7 +291,7 @@ fn session_end_ends_the_sessions_checkouts_and_its_subagents() {
         ]
     );
     assert_eq!(entry(&e.dir(), "s1")["ended_reason"], "session_end");
-    assert_eq!(entry(&e.dir(), "s1%2Fa1")["ended_reason"], "session_end");
+    assert_eq!(entry(&e.dir(), "s1/a1")["ended_reason"], "session_end");
 }
 
 #[test]

@@ -534,8 +534,8 @@ pub enum Stored<'a> {
 impl Stored<'_> {
     fn file(&self, dir: &Path) -> PathBuf {
         match self {
-            Stored::Agent(id) => dir.join("agents").join(id),
-            Stored::Record(key) => dir.join("keys").join(key),
+            Stored::Agent(id) => dir.join("agents").join(tasklock::key::encode(id)),
+            Stored::Record(key) => dir.join("keys").join(tasklock::key::encode(key)),
         }
     }
     fn row(&self) -> (&'static str, &'static str, String) {
