@@ -214,8 +214,8 @@ class Store:
 
 
 def drop_schemas(url):
-    """Drop the schemas this run made in a server it was given: 10,000-key drains left
-    behind fill its catalog and slow the runs after them."""
+    """Drop the schemas this run made in a server it was given: left behind, every run's
+    10,000 keys and agents pile up there."""
     if not Store.schemas:
         return
     if not shutil.which("psql"):
