@@ -1003,40 +1003,6 @@ impl PgStore {
                 "a PostgreSQL transaction was begun inside another (a bug in tasklock)".into(),
             ));
         }
-        // Waiting (up to `wait`), or trying once: `f` for a lock that is busy.
-        let (mut sql, try_) = match wait {
-            Some(t) => (
-                format!("BEGIN; SET LOCAL lock_timeout = {}", t.as_millis().max(1)),
-                "",
-            ),
-            None => ("BEGIN".to_string(), "try_"),
-        };
-        match scope {
-            None => sql.push_str(&format!(
-                "; SELECT pg_{try_}advisory_xact_lock({})",
-                self.lock_id
-            )),
-            Some(locks) => {
-                let mut ids: Vec<i64> = locks.iter().map(|l| self.key_lock(l)).collect();
-                ids.sort_unstable();
-                ids.dedup();
-                // A scope of registry entries alone takes no project lock: project scopes
-                // take the lock of each entry they change (`lock_agent`).
-                // A claim's keys come later: it holds the project shared from the start.
-                let agents_only = !claim
-                    && !locks.is_empty()
-                    && locks.iter().all(|l| l.starts_with(AGENT_LOCK_PREFIX));
-                if !agents_only {
-                    sql.push_str(&format!(
-                        "; SELECT pg_{try_}advisory_xact_lock_shared({})",
-                        self.lock_id
-                    ));
-                }
-                for id in ids {
-                    sql.push_str(&format!("; SELECT pg_{try_}advisory_xact_lock({id})"));
-                }
-            }
-        }
         // The registry entries whose locks the scope holds are read in the same round trip,
         // after the locks (each statement sees what was committed before it began), and
         // kept for the transaction: no one changes an entry without its lock.
@@ -1045,42 +1011,74 @@ impl PgStore {
             .iter()
             .filter_map(|l| l.strip_prefix(AGENT_LOCK_PREFIX))
             .collect();
-        for id in &agents {
-            sql.push_str(&format!(
-                "; SELECT id, data::text FROM {}.agents WHERE id = {}",
-                self.schema,
-                literal(id)
-            ));
-        }
+        // The scope's locks, waited for (`try_` empty) or tried (`try_`: `f` for a lock
+        // that is busy), and those entries.
+        let locks = |try_: &str| {
+            let mut sql = String::new();
+            match scope {
+                None => sql.push_str(&format!(
+                    "; SELECT pg_{try_}advisory_xact_lock({})",
+                    self.lock_id
+                )),
+                Some(locks) => {
+                    let mut ids: Vec<i64> = locks.iter().map(|l| self.key_lock(l)).collect();
+                    ids.sort_unstable();
+                    ids.dedup();
+                    // A scope of registry entries alone takes no project lock: project
+                    // scopes take the lock of each entry they change (`lock_agent`).
+                    // A claim's keys come later: it holds the project shared from the start.
+                    let agents_only = !claim
+                        && !locks.is_empty()
+                        && locks.iter().all(|l| l.starts_with(AGENT_LOCK_PREFIX));
+                    if !agents_only {
+                        sql.push_str(&format!(
+                            "; SELECT pg_{try_}advisory_xact_lock_shared({})",
+                            self.lock_id
+                        ));
+                    }
+                    for id in ids {
+                        sql.push_str(&format!("; SELECT pg_{try_}advisory_xact_lock({id})"));
+                    }
+                }
+            }
+            for id in &agents {
+                sql.push_str(&format!(
+                    "; SELECT id, data::text FROM {}.agents WHERE id = {}",
+                    self.schema,
+                    literal(id)
+                ));
+            }
+            sql
+        };
         let mut client = self.conn.client.borrow_mut();
         // A wait can be stopped, as the lock directory's can: by a signal (for the
         // commands that catch them) or the command's own deadline. The lock query blocks,
         // so a thread watches for those and cancels it, found by its tag. Locks that are
         // free (nearly always) are taken first without waiting, and without that thread;
         // only when one is busy is that transaction let go and the wait begun.
+        let tries = format!("BEGIN{}", locks("try_"));
         let (sql, watch) = match wait {
-            Some(_) => {
-                let tries = sql.replace(
-                    "SELECT pg_advisory_xact_lock",
-                    "SELECT pg_try_advisory_xact_lock",
-                );
-                match client.simple_query(&tries) {
-                    Ok(rows) if all_granted(&rows) => {
-                        drop(client);
-                        return Ok(Some(self.entered(scope, &agents, &rows)));
-                    }
-                    _ => {}
+            Some(t) => {
+                if let Ok(rows) = client.simple_query(&tries)
+                    && all_granted(&rows)
+                {
+                    drop(client);
+                    return Ok(Some(self.entered(scope, &agents, &rows)));
                 }
                 let tag = wait_tag();
                 // Whatever the tries came to, their transaction is let go first.
-                let sql = format!("/* {tag} */ ROLLBACK; {sql}");
+                let sql = format!(
+                    "/* {tag} */ ROLLBACK; BEGIN; SET LOCAL lock_timeout = {}{}",
+                    t.as_millis().max(1),
+                    locks("")
+                );
                 let target = self
                     .session
                     .clone()
                     .unwrap_or_else(|| self.conn.target.clone());
                 (sql, Some(WaitWatch::start(target, tag)))
             }
-            None => (sql, None),
+            None => (tries, None),
         };
         let result = client.simple_query(&sql);
         if let Some(why) = watch.and_then(WaitWatch::finish) {
