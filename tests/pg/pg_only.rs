@@ -368,17 +368,8 @@ fn the_audit_table_keeps_its_newest_events_within_the_configured_size() {
 fn a_change_to_one_key_does_not_wait_for_another_key() {
     let e = Env::new();
     e.ok("a", &["list"]); // the schema
-    let schema = pg_schema(&e.dir());
-    let project = lock_sql(&["project", &schema]);
-    let slow = lock_sql(&["key", &schema, "slow"]);
     // Another session is in the middle of a change to `slow`.
-    let (mut holder, app) = hold(
-        &e,
-        &format!(
-            "SELECT pg_advisory_xact_lock_shared({project}); SELECT pg_advisory_xact_lock({slow})"
-        ),
-        &slow,
-    );
+    let (mut holder, app) = hold_key(&e, "slow");
     // Waits for a lock give up after 3 s (else 60 s).
     std::fs::create_dir_all(e.dir()).unwrap();
     std::fs::write(e.dir().join("config.yaml"), "guard_timeout: 3s\n").unwrap();
@@ -420,15 +411,8 @@ fn a_claim_passes_over_a_key_being_changed() {
     let schema = pg_schema(&e.dir());
     e.configure("guard_timeout: 3s\n");
     let project = lock_sql(&["project", &schema]);
-    let k1 = lock_sql(&["key", &schema, "k1"]);
     // Another session is in the middle of a change to `k1`, the first in line.
-    let (mut holder, app) = hold(
-        &e,
-        &format!(
-            "SELECT pg_advisory_xact_lock_shared({project}); SELECT pg_advisory_xact_lock({k1})"
-        ),
-        &k1,
-    );
+    let (mut holder, app) = hold_key(&e, "k1");
     let j = e.ok("a", &["checkout", "--next", "--json"]).json();
     assert_eq!(j["key"], "k2", "{j}");
     end_holder(&e, &mut holder, &app);
@@ -456,22 +440,13 @@ fn a_claim_passes_over_a_key_being_changed() {
 fn an_exhausted_backlog_is_answered_beside_changes_of_other_keys() {
     let e = Env::new();
     e.ok("o", &["backlog", "add", "k1", "k2"]);
-    let schema = pg_schema(&e.dir());
     e.configure("guard_timeout: 3s\n");
     let p = Proc(Command::new("sleep").arg("300").spawn().unwrap());
     let pid = p.0.id().to_string();
     e.ok("a", &["checkout", "--next", "--pid", &pid]);
     e.ok("b", &["checkout", "--next"]);
     // Another session is in the middle of a change to another key.
-    let project = lock_sql(&["project", &schema]);
-    let other = lock_sql(&["key", &schema, "other"]);
-    let (mut holder, app) = hold(
-        &e,
-        &format!(
-            "SELECT pg_advisory_xact_lock_shared({project}); SELECT pg_advisory_xact_lock({other})"
-        ),
-        &other,
-    );
+    let (mut holder, app) = hold_key(&e, "other");
     let r = e.run(Some("c"), &["checkout", "--next", "--json"]);
     assert_eq!(r.code, 2, "{}", r.text());
     let j = r.json();
@@ -534,6 +509,21 @@ fn a_beat_takes_its_agents_lock_and_not_the_projects() {
     end_holder(&e, &mut holder, &app);
     let j = e.run(None, &["agents", "--all", "--json"]).json();
     assert_eq!(j["pruned"], 1, "{j}");
+}
+
+/// A psql session in the middle of a change to `key`, as a command's is: it holds the
+/// project's lock shared and the key's, until [`end_holder`].
+fn hold_key(e: &Env, key: &str) -> (std::process::Child, String) {
+    let schema = pg_schema(&e.dir());
+    let project = lock_sql(&["project", &schema]);
+    let id = lock_sql(&["key", &schema, key]);
+    hold(
+        e,
+        &format!(
+            "SELECT pg_advisory_xact_lock_shared({project}); SELECT pg_advisory_xact_lock({id})"
+        ),
+        &id,
+    )
 }
 
 /// The advisory lock id tasklock derives from `parts` (`lock_id` in the store), as SQL.
