@@ -58,17 +58,103 @@ pub fn for_paths(patterns: &[String]) -> Result<String> {
     Ok(key)
 }
 
-/// The arguments of a `checkout` that asks for `key` with `paths` again: no key when it
-/// is the one a checkout of those paths alone gets.
-pub fn checkout_args(key: &str, paths: &[String]) -> String {
-    let mut words = Vec::new();
+/// A command line to suggest to an agent or a person, written in this one place so that
+/// the text in it (keys, paths, patterns: anyone's text) is read by a shell, and then by
+/// tasklock, as itself: every operand and value is shell-quoted, operands go after `--`
+/// when one begins with `-` (a key may be `--all`), and a value that begins with `-` is
+/// joined to its option (`--path=-b`).
+#[derive(Clone, Debug)]
+pub struct Line {
+    /// The subcommand and its flags, written as they are: `release --force`.
+    sub: String,
+    /// Keys, patterns, queues.
+    operands: Vec<String>,
+    /// Options after the operands, with their values: `--queue`, `--path P`.
+    options: Vec<(String, Option<String>)>,
+}
+
+impl Line {
+    /// `SUB`: a subcommand and its flags, fixed words of tasklock's own.
+    pub fn new(sub: &str) -> Line {
+        Line {
+            sub: sub.to_string(),
+            operands: Vec::new(),
+            options: Vec::new(),
+        }
+    }
+
+    /// An operand: a key, a pattern, a queue.
+    pub fn arg(mut self, operand: &str) -> Line {
+        self.operands.push(operand.to_string());
+        self
+    }
+
+    /// A flag of tasklock's own after the operands: `--queue`.
+    pub fn flag(mut self, name: &str) -> Line {
+        self.options.push((name.to_string(), None));
+        self
+    }
+
+    /// An option with a value: `--path P`, `--token N`.
+    pub fn opt(mut self, name: &str, value: &str) -> Line {
+        self.options
+            .push((name.to_string(), Some(value.to_string())));
+        self
+    }
+
+    /// No operand: the command names no key of its own (`checkout --path P`).
+    pub fn has_operands(&self) -> bool {
+        !self.operands.is_empty()
+    }
+
+    /// The words after `tasklock`, with the global options `globals` (`--dir D`,
+    /// `--agent A`) after the command's own and before any `--`:
+    /// `SUB OPERANDS OPTIONS GLOBALS`, or `SUB OPTIONS GLOBALS -- OPERANDS` when an
+    /// operand begins with `-`.
+    pub fn render(&self, globals: &[(&str, &str)]) -> String {
+        use crate::error::shell_quote;
+        let option = |name: &str, value: Option<&str>| match value {
+            None => name.to_string(),
+            Some(v) => option(name, v),
+        };
+        let operands = self.operands.iter().map(|o| shell_quote(o));
+        let dashed = self.operands.iter().any(|o| o.starts_with('-'));
+        let mut words = vec![self.sub.clone()];
+        if !dashed {
+            words.extend(operands.clone());
+        }
+        words.extend(self.options.iter().map(|(n, v)| option(n, v.as_deref())));
+        words.extend(globals.iter().map(|(n, v)| option(n, Some(v))));
+        if dashed {
+            words.push("--".into());
+            words.extend(operands);
+        }
+        words.join(" ")
+    }
+}
+
+/// An option and its value for a shell command line: `--name VALUE`, or `--name=VALUE`
+/// when the value begins with `-` (so it is not read as an option), VALUE shell-quoted.
+pub fn option(name: &str, value: &str) -> String {
+    let v = crate::error::shell_quote(value);
+    if value.starts_with('-') {
+        format!("{name}={v}")
+    } else {
+        format!("{name} {v}")
+    }
+}
+
+/// The `checkout` that asks for `key` with `paths` again: no key when it is the one a
+/// checkout of those paths alone gets.
+pub fn checkout_line(key: &str, paths: &[String]) -> Line {
+    let mut line = Line::new("checkout");
     if paths.is_empty() || for_paths(paths).ok().as_deref() != Some(key) {
-        words.push(crate::error::shell_quote(key));
+        line = line.arg(key);
     }
     for p in paths {
-        words.push(format!("--path {}", crate::error::shell_quote(p)));
+        line = line.opt("--path", p);
     }
-    words.join(" ")
+    line
 }
 
 /// Check that a key is acceptable; the error says what is wrong.
@@ -148,6 +234,28 @@ const HEX: &[u8; 16] = b"0123456789ABCDEF";
 mod tests {
     use super::*;
     use std::collections::HashSet;
+
+    #[test]
+    fn lines_never_let_a_key_or_a_value_be_read_as_an_option() {
+        let globals = [("--dir", "-d"), ("--agent", "a b")];
+        let line = Line::new("checkout").arg("k").flag("--queue");
+        assert_eq!(
+            line.render(&globals),
+            "checkout k --queue --dir='-d' --agent 'a b'"
+        );
+        let line = Line::new("checkout").arg("--all").flag("--queue");
+        assert_eq!(
+            line.render(&globals),
+            "checkout --queue --dir='-d' --agent 'a b' -- '--all'"
+        );
+        let line = Line::new("verify").arg("-x").opt("--token", "7");
+        assert_eq!(line.render(&[]), "verify --token 7 -- '-x'");
+        assert_eq!(
+            checkout_line("k", &["-b".into(), "src".into()]).render(&[]),
+            "checkout k --path='-b' --path src"
+        );
+        assert_eq!(option("--agent", "-s/a"), "--agent='-s/a'");
+    }
 
     #[test]
     fn tricky_keys_are_distinct_and_safe() {

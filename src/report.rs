@@ -217,9 +217,9 @@ pub struct OverlapView {
 }
 
 impl CheckoutReport {
-    /// The arguments that ask for this checkout again (see [`crate::key::checkout_args`]).
-    pub fn args(&self) -> String {
-        crate::key::checkout_args(&self.key, &self.paths)
+    /// The command that asks for this checkout again (see [`crate::key::checkout_line`]).
+    pub fn line(&self) -> crate::key::Line {
+        crate::key::checkout_line(&self.key, &self.paths)
     }
 
     /// A report of `outcome` for `key`, with nothing else known yet.

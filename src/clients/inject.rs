@@ -4,7 +4,8 @@
 //! the process tells a subagent from its parent or its siblings. The PreToolUse hook input
 //! does carry `agent_id`, and the hook may hand back an updated command. This module
 //! rewrites every `tasklock SUBCOMMAND` invocation of a shell command line into
-//! `tasklock SUBCOMMAND --agent ID`, so that the permission rules written by `init`
+//! `tasklock SUBCOMMAND --agent ID` (`--agent=ID` for an id that begins with `-`, so it
+//! is never read as an option), so that the permission rules written by `init`
 //! (`Bash(tasklock checkout *)` …) still match the rewritten command.
 //!
 //! The scan is a small shell lexer: it knows quotes, backslashes, comments and the
@@ -14,7 +15,7 @@
 
 /// Where `--agent ID` goes in `command`, or `None` when nothing needs a change.
 pub fn inject_agent(command: &str, agent: &str) -> Option<String> {
-    let insert = format!(" --agent {}", crate::error::shell_quote(agent));
+    let insert = format!(" {}", crate::key::option("--agent", agent));
     let points = insertion_points(command);
     if points.is_empty() {
         return None;

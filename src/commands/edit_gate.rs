@@ -412,10 +412,10 @@ fn auto_checkout(
     {
         stamp(root, agent, rel, &r.key, c.token, ctx)?;
         return Ok(Some(Said::Context(format!(
-            "tasklock: `{}` was checked out for you as `{}` (auto_checkout); release it with `tasklock release {}` when you are done with the file.",
+            "tasklock: `{}` was checked out for you as `{}` (auto_checkout); release it with `tasklock {}` when you are done with the file.",
             shown(rel),
             r.key,
-            crate::error::shell_quote(&r.key)
+            crate::key::Line::new("release").arg(&r.key).render(&[])
         ))));
     }
     // Refused: someone else's checkout (or a reservation, or a freeze) is in the way.
@@ -636,8 +636,11 @@ fn shown(rel: &str) -> std::borrow::Cow<'_, str> {
 
 fn advice(rel: &str) -> String {
     format!(
-        "Do not edit it now: work on other files. To be told when it is free, run `tasklock checkout --path {} --queue` (exit 2 with your place in line; the inbox tells you when it is yours). Never retry this edit in a loop.",
-        crate::error::shell_quote(&crate::paths::escape(rel))
+        "Do not edit it now: work on other files. To be told when it is free, run `tasklock {}` (exit 2 with your place in line; the inbox tells you when it is yours). Never retry this edit in a loop.",
+        crate::key::Line::new("checkout")
+            .opt("--path", &crate::paths::escape(rel))
+            .flag("--queue")
+            .render(&[])
     )
 }
 

@@ -187,11 +187,11 @@ pub fn beat(
                     );
                     if expires_at == cap {
                         let body = format!(
-                            "held for max_hold ({}) since {}: automatic renewals stop and the lease ends {}; run `tasklock renew {}` if you are still working on it, else release it",
+                            "held for max_hold ({}) since {}: automatic renewals stop and the lease ends {}; run `tasklock {}` if you are still working on it, else release it",
                             crate::duration::format(judge.config()?.max_hold),
                             crate::clock::rfc3339(&fresh.acquired_at),
                             crate::clock::rfc3339(&cap),
-                            crate::error::shell_quote(&fresh.key),
+                            crate::key::Line::new("renew").arg(&fresh.key).render(&[]),
                         );
                         crate::warnings::after_change(
                             &format!(

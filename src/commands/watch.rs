@@ -244,18 +244,22 @@ pub(crate) fn spawn_detached(
 ) -> Result<Report> {
     let exe = std::env::current_exe().map_err(|e| Error::io("current executable", e))?;
     let mut cmd = Command::new(&exe);
-    cmd.arg("--dir")
-        .arg(&ctx.dir)
-        .args(["--agent", agent, "heartbeat", "--watch", "--pid"])
+    // Values joined to their options (`--agent=ID`): an id, name or status that begins
+    // with `-` stays the value.
+    let mut dir = std::ffi::OsString::from("--dir=");
+    dir.push(&ctx.dir);
+    cmd.arg(dir)
+        .arg(format!("--agent={agent}"))
+        .args(["heartbeat", "--watch", "--pid"])
         .arg(pid.to_string())
         .arg("--interval")
         .arg(format!("{}ms", interval.as_millis()))
         .arg("--after-beat");
     if let Some(n) = name {
-        cmd.args(["--name", n]);
+        cmd.arg(format!("--name={n}"));
     }
     if let Some(s) = status {
-        cmd.args(["--status", &s]);
+        cmd.arg(format!("--status={s}"));
     }
     // The watcher beats as the agent: it needs the agent's secret.
     if let Some(s) = crate::secret::caller() {

@@ -2,7 +2,7 @@
 
 use crate::clock::with_relative;
 use crate::engine::{Ctx, Judge};
-use crate::error::{Result, shell_quote};
+use crate::error::Result;
 use crate::liveness::{Cause, State};
 use crate::report::{Report, WhyNext, WhyReport};
 use crate::store::Slot;
@@ -18,7 +18,6 @@ pub fn run(ctx: &Ctx, key: &str, paths: Vec<String>) -> Result<Report> {
     // The push of the reservation's message, when the key is reserved.
     let mut delivery = None;
     let mut holder: Option<String> = None;
-    let q = |s: &str| shell_quote(s);
     if let Some(store) = ctx.existing_store()? {
         let now = ctx.now;
         if let Some(f) = store.frozen(key, &now)? {
@@ -123,9 +122,9 @@ pub fn run(ctx: &Ctx, key: &str, paths: Vec<String>) -> Result<Report> {
                 can = false;
                 state = "corrupt";
                 reasons.push(format!(
-                    "Its record at {} is damaged ({problem}), so nobody can check it out. If nobody works on it, `tasklock release {} --force` removes it (audited).",
+                    "Its record at {} is damaged ({problem}), so nobody can check it out. If nobody works on it, `tasklock {}` removes it (audited).",
                     path.display(),
-                    q(key)
+                    crate::key::Line::new("release").arg(key).flag("--force").render(&[])
                 ));
             }
             Slot::Held(r) if me.as_deref() == Some(r.agent.id.as_str()) => {

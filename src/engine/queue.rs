@@ -383,8 +383,8 @@ fn reserve(
         return Ok(());
     }
     let command = format!(
-        "tasklock checkout {}",
-        crate::key::checkout_args(&q.key, &head.paths)
+        "tasklock {}",
+        crate::key::checkout_line(&q.key, &head.paths).render(&[])
     );
     let what = if holding {
         "the paths you asked for to add to your checkout are free"

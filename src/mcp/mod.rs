@@ -1,7 +1,8 @@
 //! `tasklock mcp`: an MCP server on stdin/stdout, built on the official Rust SDK (`rmcp`).
 //!
-//! Each tool builds the same command line a person would type (`tasklock --agent ID
-//! checkout -- KEY`) and runs it through [`crate::call`], the path `tasklock` itself takes:
+//! Each tool builds the same command line a person would type (`tasklock --agent=ID
+//! checkout -- KEY`: every key after `--`, every value joined to its option, so that no
+//! text of the caller's is read as an option) and runs it through [`crate::call`], the path `tasklock` itself takes:
 //! the content is the CLI's markdown (what the model reads), `_meta["tasklock/json"]` the
 //! CLI's `--json` object (for programs), and a non-zero exit is an error result (`isError`)
 //! with `exit_code` and `error_kind` in that object.
@@ -305,10 +306,12 @@ impl Server {
     fn argv(&self, me: &Me, args: Vec<String>) -> Vec<OsString> {
         let mut v: Vec<OsString> = vec!["tasklock".into()];
         if let Some(d) = &self.0.dir {
-            v.push("--dir".into());
-            v.push(d.clone().into_os_string());
+            let mut o = OsString::from("--dir=");
+            o.push(d);
+            v.push(o);
         }
-        v.extend(["--agent", &me.id, "--name", &me.name].map(OsString::from));
+        v.push(opt("--agent", &me.id).into());
+        v.push(opt("--name", &me.name).into());
         v.extend(args.into_iter().map(OsString::from));
         v
     }
@@ -848,6 +851,12 @@ pub fn tools() -> Vec<Tool> {
         .collect()
 }
 
+/// An option with its value in one word, `--name=VALUE`: a value that begins with `-`
+/// (any text of the caller's) stays the value. Every key goes after `--`.
+fn opt(name: &str, value: &str) -> String {
+    format!("{name}={value}")
+}
+
 fn parse<T: for<'de> Deserialize<'de>>(args: Value) -> Result<T, String> {
     serde_json::from_value(args).map_err(|e| format!("bad arguments: {e}"))
 }
@@ -862,10 +871,10 @@ fn command(tool: &str, args: Value) -> Option<Result<Vec<String>, String>> {
                 let a: CheckoutArgs = parse(args)?;
                 let mut v = vec![s("checkout")];
                 if let Some(r) = a.reason {
-                    v.extend([s("--reason"), r]);
+                    v.push(opt("--reason", &r));
                 }
                 if let Some(t) = a.timeout {
-                    v.extend([s("--timeout"), t]);
+                    v.push(opt("--timeout", &t));
                 }
                 if a.queue {
                     v.push(s("--queue"));
@@ -876,13 +885,13 @@ fn command(tool: &str, args: Value) -> Option<Result<Vec<String>, String>> {
                             "wait_seconds must be between 1 and {MAX_WAIT_SECS}; to wait longer, queue (`queue: true`) and look at your inbox later"
                         ));
                     }
-                    v.extend([s("--wait"), format!("{w}s")]);
+                    v.push(opt("--wait", &format!("{w}s")));
                 }
                 for p in &a.paths {
-                    v.extend([s("--path"), p.clone()]);
+                    v.push(opt("--path", p));
                 }
                 if let Some(n) = a.slots {
-                    v.extend([s("--slots"), n.to_string()]);
+                    v.push(opt("--slots", &n.to_string()));
                 }
                 if a.next {
                     if a.key.is_some() || a.any.is_some() || !a.paths.is_empty() {
@@ -921,14 +930,14 @@ fn command(tool: &str, args: Value) -> Option<Result<Vec<String>, String>> {
                 let (keys, all, extra) = if tool == "release" {
                     let a: ReleaseArgs = parse(args)?;
                     let mut extra: Vec<String> =
-                        a.note.map(|n| vec![s("--note"), n]).unwrap_or_default();
+                        a.note.map(|n| vec![opt("--note", &n)]).unwrap_or_default();
                     if a.done {
                         extra.push(s("--done"));
                     }
                     (a.keys, a.all, Some(extra))
                 } else {
                     let a: RenewArgs = parse(args)?;
-                    (a.keys, a.all, a.timeout.map(|t| vec![s("--timeout"), t]))
+                    (a.keys, a.all, a.timeout.map(|t| vec![opt("--timeout", &t)]))
                 };
                 let mut v = vec![s(tool)];
                 v.extend(extra.into_iter().flatten());
@@ -961,17 +970,16 @@ fn command(tool: &str, args: Value) -> Option<Result<Vec<String>, String>> {
             }
             "give" => {
                 let a: GiveArgs = parse(args)?;
-                // `--to=ID`: an id that starts with `-` stays the value.
-                let mut v = vec![s("give"), format!("--to={}", a.to)];
+                let mut v = vec![s("give"), opt("--to", &a.to)];
                 if let Some(t) = a.timeout {
-                    v.extend([s("--timeout"), t]);
+                    v.push(opt("--timeout", &t));
                 }
                 v.extend([s("--"), a.key]);
                 v
             }
             "verify" => {
                 let a: VerifyArgs = parse(args)?;
-                vec![s("verify"), s("--token"), a.token.to_string(), s("--"), a.key]
+                vec![s("verify"), opt("--token", &a.token.to_string()), s("--"), a.key]
             }
             "inbox" => {
                 let a: InboxArgs = parse(args)?;
@@ -1070,18 +1078,18 @@ mod tests {
     #[test]
     fn commands_put_keys_after_a_double_dash() {
         let c = command("checkout", json!({"key": "-x", "wait_seconds": 5})).unwrap();
-        assert_eq!(c.unwrap(), ["checkout", "--wait", "5s", "--", "-x"]);
+        assert_eq!(c.unwrap(), ["checkout", "--wait=5s", "--", "-x"]);
         let c = command("checkout", json!({"paths": ["src/a", "-b"]})).unwrap();
-        assert_eq!(c.unwrap(), ["checkout", "--path", "src/a", "--path", "-b"]);
+        assert_eq!(c.unwrap(), ["checkout", "--path=src/a", "--path=-b"]);
         let c = command("checkout", json!({"key": "k", "paths": ["src/a"]})).unwrap();
-        assert_eq!(c.unwrap(), ["checkout", "--path", "src/a", "--", "k"]);
+        assert_eq!(c.unwrap(), ["checkout", "--path=src/a", "--", "k"]);
         assert!(
             command("checkout", json!({"any": ["a"], "paths": ["src/a"]}))
                 .unwrap()
                 .is_err()
         );
         let c = command("checkout", json!({"key": "build", "slots": 3})).unwrap();
-        assert_eq!(c.unwrap(), ["checkout", "--slots", "3", "--", "build"]);
+        assert_eq!(c.unwrap(), ["checkout", "--slots=3", "--", "build"]);
         let c = command("checkout", json!({"any": ["a", "b"]})).unwrap();
         assert_eq!(c.unwrap(), ["checkout", "--any", "--", "a", "b"]);
         assert!(
@@ -1098,14 +1106,14 @@ mod tests {
         let c = command("give", json!({"key": "-k", "to": "worker-1"})).unwrap();
         assert_eq!(c.unwrap(), ["give", "--to=worker-1", "--", "-k"]);
         let c = command("give", json!({"key": "k", "to": "w", "timeout": "1h"})).unwrap();
-        assert_eq!(c.unwrap(), ["give", "--to=w", "--timeout", "1h", "--", "k"]);
+        assert_eq!(c.unwrap(), ["give", "--to=w", "--timeout=1h", "--", "k"]);
         assert!(command("give", json!({"key": "k"})).unwrap().is_err());
         let c = command("release", json!({"all": true, "note": "done"})).unwrap();
-        assert_eq!(c.unwrap(), ["release", "--note", "done", "--all"]);
+        assert_eq!(c.unwrap(), ["release", "--note=done", "--all"]);
         let c = command("release", json!({"keys": ["t1"], "done": true})).unwrap();
         assert_eq!(c.unwrap(), ["release", "--done", "--", "t1"]);
         let c = command("checkout", json!({"next": true, "reason": "r"})).unwrap();
-        assert_eq!(c.unwrap(), ["checkout", "--reason", "r", "--next"]);
+        assert_eq!(c.unwrap(), ["checkout", "--reason=r", "--next"]);
         assert!(
             command("checkout", json!({"next": true, "key": "a"}))
                 .unwrap()

@@ -8,6 +8,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 use crate::error::{Error, shell_quote};
+use crate::key::Line;
 use crate::report::Report;
 
 /// How tasklock was called, as far as the commands it suggests need it: a `Next:` hint
@@ -30,23 +31,28 @@ pub struct Invocation {
 }
 
 impl Invocation {
-    /// `tasklock SUB --dir PATH --agent ID`; SUB is already shell-quoted.
+    /// `tasklock SUB --dir PATH --agent ID`; SUB is words of tasklock's own (a command
+    /// naming a key or a path is a [`Line`]).
     pub fn line(&self, sub: &str) -> String {
+        self.command(&Line::new(sub))
+    }
+
+    /// `tasklock LINE --dir PATH --agent ID`, or the MCP tool call that does the same.
+    pub fn command(&self, line: &Line) -> String {
         if self.tools
-            && let Some(call) = tool_call(sub)
+            && let Some(call) = tool_call(&line.render(&[]))
         {
             return call;
         }
-        let mut s = format!("tasklock {sub}");
-        if let Some(d) = &self.dir {
-            s.push_str(" --dir ");
-            s.push_str(&shell_quote(&d.to_string_lossy()));
+        let dir = self.dir.as_ref().map(|d| d.to_string_lossy().into_owned());
+        let mut globals = Vec::new();
+        if let Some(d) = &dir {
+            globals.push(("--dir", d.as_str()));
         }
         if let Some(a) = &self.agent {
-            s.push_str(" --agent ");
-            s.push_str(&shell_quote(a));
+            globals.push(("--agent", a.as_str()));
         }
-        s
+        format!("tasklock {}", line.render(&globals))
     }
 
     /// [`Invocation::line`] as an inline code span.
@@ -54,9 +60,14 @@ impl Invocation {
         markdown::code(&self.line(sub))
     }
 
-    /// `tasklock ARGS KEY …` as a code span, KEY shell-quoted.
+    /// [`Invocation::command`] as an inline code span.
+    pub fn code_of(&self, line: &Line) -> String {
+        markdown::code(&self.command(line))
+    }
+
+    /// `tasklock ARGS KEY …` as a code span.
     pub fn cmd(&self, args: &str, key: &str) -> String {
-        self.code(&format!("{args} {}", shell_quote(key)))
+        self.code_of(&Line::new(args).arg(key))
     }
 
     /// The flags for a command the holder `agent` runs: its `--agent` when the caller
@@ -92,7 +103,7 @@ impl Invocation {
         };
         markdown::code(&format!(
             "{} -- {cmd}",
-            self.line(&format!("run {} --wait", shell_quote(key)))
+            self.command(&Line::new("run").arg(key).flag("--wait"))
         ))
     }
 }
@@ -133,12 +144,12 @@ pub fn report(r: &Report, format: Format, inv: &Invocation) -> String {
 /// What the user should do about an error, when there is something to say, with
 /// suggested commands carrying the caller's `--dir`/`--agent`.
 pub fn error_hint(e: &Error, inv: &Invocation) -> Option<String> {
-    use crate::error::{UPGRADE, newer_format, shell_quote};
+    use crate::error::{UPGRADE, newer_format};
     match e {
         Error::Corrupt { problem, .. } if newer_format(problem) => Some(UPGRADE.into()),
         Error::Corrupt { key, .. } => Some(format!(
             "inspect the file; if nobody is working on `{key}`, remove it with {} (audited).",
-            inv.code(&format!("release {} --force", shell_quote(key)))
+            inv.code_of(&Line::new("release").arg(key).flag("--force"))
         )),
         Error::Config { path, .. } if path.ends_with("config.yaml") => {
             Some("fix the file, or delete it to use the defaults.".to_string())
@@ -195,8 +206,14 @@ fn tool_call(sub: &str) -> Option<String> {
     let mut positional = Vec::new();
     let mut any = false;
     let mut it = rest.iter();
-    while let Some(w) = it.next() {
-        match w.as_str() {
+    while let Some(word) = it.next() {
+        // `--path=-b`: a value that begins with `-` is joined to its option.
+        let (w, joined) = match word.split_once('=') {
+            Some((name, value)) if name.starts_with("--") => (name, Some(value.to_string())),
+            _ => (word.as_str(), None),
+        };
+        let mut value = || joined.clone().or_else(|| it.next().cloned());
+        match w {
             "--queue" | "--all" | "--mine" | "--peek" => {
                 args.insert(w[2..].into(), Value::Bool(true));
             }
@@ -205,19 +222,19 @@ fn tool_call(sub: &str) -> Option<String> {
             }
             "--any" => any = true,
             "--path" => {
-                let p = it.next()?;
+                let p = value()?;
                 args.entry("paths")
                     .or_insert_with(|| json!([]))
                     .as_array_mut()?
                     .push(json!(p));
             }
             "--token" => {
-                args.insert("token".into(), json!(it.next()?.parse::<u64>().ok()?));
+                args.insert("token".into(), json!(value()?.parse::<u64>().ok()?));
             }
             "--note" | "--timeout" | "--reason" => {
-                args.insert(w[2..].into(), json!(it.next()?));
+                args.insert(w[2..].into(), json!(value()?));
             }
-            "--" => positional.extend(it.by_ref().cloned()),
+            "--" if joined.is_none() => positional.extend(it.by_ref().cloned()),
             f if f.starts_with('-') => return None,
             p => positional.push(p.to_string()),
         }
@@ -290,5 +307,18 @@ mod tests {
         };
         assert_eq!(inv.line("status K"), r#"status {"key":"K"}"#);
         assert_eq!(inv.line("init"), "tasklock init --agent mcp-x");
+        // A key or a path that begins with `-` stays a key or a path.
+        let queue = Line::new("checkout").arg("--all").flag("--queue");
+        assert_eq!(
+            inv.command(&queue),
+            r#"checkout {"key":"--all","queue":true}"#
+        );
+        let paths = Line::new("checkout").opt("--path", "-b").flag("--wait");
+        assert_eq!(
+            inv.command(&paths),
+            r#"checkout {"paths":["-b"],"wait_seconds":90}"#
+        );
+        let verify = Line::new("verify").arg("-x").opt("--token", "7");
+        assert_eq!(inv.command(&verify), r#"verify {"key":"-x","token":7}"#);
     }
 }

@@ -109,7 +109,7 @@ pub(super) fn checkout(r: &CheckoutReport, inv: &Invocation) -> String {
                         c.token
                     );
                 }
-                None if r.args().starts_with("--path") => {
+                None if !r.line().has_operands() => {
                     let _ = writeln!(
                         out,
                         "Conflict: the paths of {k} overlap checkouts of other agents; nothing was checked out."
@@ -146,11 +146,11 @@ pub(super) fn checkout(r: &CheckoutReport, inv: &Invocation) -> String {
                 (Some(_), _) => format!(
                     "Next: work on other files; when the paths are free, your inbox says so ({}) and they are held for you for the handoff grace. Or block until then with {}.",
                     inv.code("inbox"),
-                    inv.code(&format!("checkout {} --wait", r.args()))
+                    inv.code_of(&r.line().flag("--wait"))
                 ),
                 (None, _) => format!(
                     "Next: work on other files, or {} to be told when they free up; do not retry in a loop.",
-                    inv.code(&format!("checkout {} --queue", r.args()))
+                    inv.code_of(&r.line().flag("--queue"))
                 ),
             };
             let _ = writeln!(out, "\n{next}");
@@ -205,7 +205,7 @@ pub(super) fn checkout(r: &CheckoutReport, inv: &Invocation) -> String {
                 Some(_) => format!(
                     "Next: work on something else; when {k} is handed to you, your inbox says so ({}) and it is held for you for the handoff grace. Or block until then with {}.",
                     inv.code("inbox"),
-                    inv.code(&format!("checkout {} --wait", r.args()))
+                    inv.code_of(&r.line().flag("--wait"))
                 ),
                 None if r.command == "run" => format!(
                     "Next: work on something else, or {} to wait in line and run the command once the key is yours; do not retry in a loop.",
@@ -213,11 +213,11 @@ pub(super) fn checkout(r: &CheckoutReport, inv: &Invocation) -> String {
                 ),
                 None if holder.is_none() && r.reserved_for.is_some() => format!(
                     "Next: work on something else, or {} to take your turn after the agents already waiting; do not retry in a loop.",
-                    inv.code(&format!("checkout {} --queue", r.args()))
+                    inv.code_of(&r.line().flag("--queue"))
                 ),
                 None => format!(
                     "Next: work on something else, or {} to be told when it frees up; do not retry in a loop.",
-                    inv.code(&format!("checkout {} --queue", r.args()))
+                    inv.code_of(&r.line().flag("--queue"))
                 ),
             };
             let _ = writeln!(out, "\n{next}");
@@ -261,11 +261,11 @@ pub(super) fn checkout(r: &CheckoutReport, inv: &Invocation) -> String {
                 "\nNext: do the work, then {}. If it takes longer, {}. Before an irreversible step (push, deploy), {}.",
                 inv.cmd("release", &r.key),
                 inv.cmd("renew", &r.key),
-                inv.code(&format!(
-                    "verify {} --token {}",
-                    shell_quote(&r.key),
-                    c.token
-                ))
+                inv.code_of(
+                    &Line::new("verify")
+                        .arg(&r.key)
+                        .opt("--token", &c.token.to_string())
+                )
             );
         }
         (_, None) => {

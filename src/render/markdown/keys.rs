@@ -86,13 +86,13 @@ pub(super) fn keys(r: &KeysReport, inv: &Invocation) -> String {
         // A force that was refused: forcing again is not the way.
         &format!(
             "Next: ask a person to release it from a terminal, or queue for it: {}; do not retry in a loop.",
-            inv.code(&format!("checkout {} --queue", shell_quote(&k.key)))
+            inv.code_of(&Line::new("checkout").arg(&k.key).flag("--queue"))
         )
     } else if let Some(k) = r.results.iter().find(|k| k.outcome == Outcome::NotHolder) {
         &format!(
             "Next: only the holder can do this. A checkout whose holder is gone ends by itself; to take a live agent's checkout away, a person at a terminal (or a caller with the operator secret) runs {} (audited). Otherwise queue for it: {}.",
             inv.cmd("release --force", &k.key),
-            inv.code(&format!("checkout {} --queue", shell_quote(&k.key)))
+            inv.code_of(&Line::new("checkout").arg(&k.key).flag("--queue"))
         )
     } else if r.results.iter().any(|k| k.outcome == Outcome::NotQueued) {
         &format!(

@@ -4,7 +4,8 @@ use std::fmt::Write;
 
 use super::Invocation;
 use crate::clock::{Time, with_relative};
-use crate::error::{Outcome, UPGRADE, newer_format, shell_quote};
+use crate::error::{Outcome, UPGRADE, newer_format};
+use crate::key::Line;
 use crate::liveness::{Cause, State};
 use crate::report::ReapReason;
 use crate::report::*;

@@ -21,7 +21,7 @@ pub(super) fn status(r: &StatusReport, inv: &Invocation) -> String {
             out,
             "\nNext: if one is yours, {} when done; otherwise {} takes a free slot or queues for one.",
             inv.cmd("release", &r.key),
-            inv.code(&format!("checkout {} --queue", shell_quote(&r.key)))
+            inv.code_of(&Line::new("checkout").arg(&r.key).flag("--queue"))
         );
         return out;
     }
@@ -76,7 +76,7 @@ pub(super) fn status(r: &StatusReport, inv: &Invocation) -> String {
                         out,
                         "\nNext: only {} may take it now; anyone else: {}.",
                         res.agent,
-                        inv.code(&format!("checkout {} --queue", shell_quote(&r.key)))
+                        inv.code_of(&Line::new("checkout").arg(&r.key).flag("--queue"))
                     );
                 }
                 None => {
@@ -240,40 +240,40 @@ pub(super) fn why(r: &WhyReport, inv: &Invocation) -> String {
 /// The advice of `why`, in words, with suggested commands carrying the caller's flags.
 /// `paths`: the paths asked about with the key, which a checkout must ask for again.
 pub fn why_next(advice: &WhyNext, key: &str, paths: &[String], inv: &Invocation) -> String {
-    let co = crate::key::checkout_args(key, paths);
+    let co = crate::key::checkout_line(key, paths);
     match advice {
         WhyNext::KeepWorking => format!(
             "keep working; release it when done ({}).",
             inv.cmd("release", key)
         ),
-        WhyNext::Checkout => format!("{}.", inv.code(&format!("checkout {co}"))),
+        WhyNext::Checkout => format!("{}.", inv.code_of(&co)),
         WhyNext::CheckoutReserved => format!(
             "it is reserved for you: check it out now with {}, before the reservation lapses.",
-            inv.code(&format!("checkout {co}"))
+            inv.code_of(&co)
         ),
         WhyNext::Frozen => "work on something else until the freeze ends.".into(),
         WhyNext::Corrupt => format!(
             "inspect the file; {} if nobody works on it.",
-            inv.code(&format!("release {} --force", shell_quote(key)))
+            inv.code_of(&Line::new("release").arg(key).flag("--force"))
         ),
         WhyNext::Upgrade => crate::error::UPGRADE.into(),
         WhyNext::FirstInLine { holder } => format!(
             "you are first in line: when {holder} releases it, it is reserved for you and your inbox says so ({}). Work on something else meanwhile, or block until then with {}; no need to queue again.",
             inv.code("inbox"),
-            inv.code(&format!("checkout {co} --wait"))
+            inv.code_of(&co.clone().flag("--wait"))
         ),
         WhyNext::InLine { position } => format!(
             "you are number {position} in its queue; your inbox tells you when it is yours. Work on something else meanwhile, or block until then with {}; no need to queue again.",
-            inv.code(&format!("checkout {co} --wait"))
+            inv.code_of(&co.clone().flag("--wait"))
         ),
         WhyNext::Queue => format!(
             "work on something else, or {}.",
-            inv.code(&format!("checkout {co} --queue"))
+            inv.code_of(&co.clone().flag("--queue"))
         ),
         WhyNext::Deadlock { queue } => format!(
             "leave the queue you wait in ({}) or release what others wait for, then {}.",
             inv.cmd("leave", queue),
-            inv.code(&format!("checkout {co}"))
+            inv.code_of(&co)
         ),
     }
 }
