@@ -638,3 +638,38 @@ fn an_emptied_state_is_counted_again_from_the_other_files() {
     let (code, j) = next(&e, "later");
     assert_eq!(code, HELD, "every key is claimed once: {j}");
 }
+
+/// `backlog add` and `backlog remove` of 10,000 keys under the usual limit of 1024 open
+/// files: a command keeps no descriptor per key it removes.
+#[test]
+fn ten_thousand_keys_are_added_and_removed_at_the_default_open_file_limit() {
+    let e = Env::new();
+    let keys: Vec<String> = (1..=10_000).map(|i| format!("key-{i:05}")).collect();
+    let file = e.tmp.path().join("keys.txt");
+    std::fs::write(&file, keys.join("\n")).unwrap();
+    let run = |args: &[&str]| {
+        let mut cmd = base_cmd(&e.now);
+        use_store(&mut cmd, &e.dir());
+        cmd.arg("--dir").arg(e.dir()).args(args);
+        let r = exec_with_open_files(cmd, 1024);
+        assert_eq!(r.code, 0, "{args:.3?}…: {}", r.text());
+        r.json()
+    };
+    let added = run(&["backlog", "add", "--json", "--file", file.to_str().unwrap()]);
+    assert_eq!(added["added"], 10_000, "{added}");
+    let shown = show(&e);
+    assert_eq!(shown["ready"], 10_000, "{shown}");
+    assert_eq!(keys_of(&shown["next"])[0], "key-00001");
+
+    // All but the last, and one that is not in it.
+    let mut args = vec!["backlog", "remove", "--json", "--"];
+    args.extend(keys[..9_999].iter().map(String::as_str));
+    args.push("not-in-it");
+    let removed = run(&args);
+    assert_eq!(removed["removed"].as_array().unwrap().len(), 9_999);
+    assert_eq!(removed["removed"][0], "key-00001");
+    let shown = show(&e);
+    assert_eq!(shown["ready"], 1, "{shown}");
+    assert_eq!(keys_of(&shown["next"]), ["key-10000"]);
+    assert_eq!(claims(&e, "a1"), "key-10000");
+}

@@ -272,6 +272,26 @@ pub fn exec(mut cmd: Command) -> Run {
     }
 }
 
+/// `cmd` run by `sh -c 'ulimit -n FILES; exec PROGRAM ARGS…'`: with its environment and
+/// directory, at most `files` open descriptors.
+pub fn exec_with_open_files(cmd: Command, files: u32) -> Run {
+    let mut sh = Command::new("sh");
+    sh.arg("-c")
+        .arg(format!("ulimit -n {files} && exec \"$0\" \"$@\""))
+        .arg(cmd.get_program())
+        .args(cmd.get_args());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => sh.env(k, v),
+            None => sh.env_remove(k),
+        };
+    }
+    if let Some(d) = cmd.get_current_dir() {
+        sh.current_dir(d);
+    }
+    exec(sh)
+}
+
 /// This host's name, as tasklock records it.
 pub fn host() -> String {
     tasklock::identity::hostname()

@@ -96,11 +96,21 @@ pub struct FileGuard {
     removed: std::cell::RefCell<Vec<File>>,
 }
 
+/// The most removed files a guard keeps open: a command that removes more (`backlog
+/// remove` of 10,000 keys, `release` of as many) closes the ones before under the guard,
+/// instead of running out of descriptors (1024 by default, 256 on macOS).
+const KEEP_REMOVED_OPEN: usize = 64;
+
 impl FileGuard {
-    /// Keep `file` (removed) open until the guard is let go.
+    /// Keep `file` (removed) open until the guard is let go; past
+    /// [`KEEP_REMOVED_OPEN`] files, close those kept so far now.
     fn close_later(&self, file: Option<File>) {
         if let Some(f) = file {
-            self.removed.borrow_mut().push(f);
+            let mut removed = self.removed.borrow_mut();
+            if removed.len() >= KEEP_REMOVED_OPEN {
+                removed.clear();
+            }
+            removed.push(f);
         }
     }
 }
