@@ -79,7 +79,8 @@ const REFUSED_FOR: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// `inbox --follow`: print each message that no push delivered, one line each as it
 /// arrives (markdown: the text a push carries, on one line; JSON: the message), claimed
-/// as delivered `via: monitor` first (docs/wake.md). Runs until the session it serves
+/// first, and recorded as delivered `via: monitor` once its line is written and flushed:
+/// at least once, never lost (docs/wake.md). Runs until the session it serves
 /// ends (the first ancestor that is not a shell: the Claude Code process for a plugin's
 /// monitor), its output is closed, or SIGINT/SIGTERM. `open` makes the command's context;
 /// until it can (no lock directory yet), it is tried again each round.
@@ -156,9 +157,12 @@ pub fn follow(
                     crate::render::Format::Json => serde_json::to_string(&msg).unwrap_or_default(),
                     crate::render::Format::Markdown => crate::clients::wake::line(&msg),
                 };
+                // Delivered once written out, not before: killed at any point, the
+                // monitor loses no message (one may be shown twice).
                 if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
                     return Ok(()); // the reader went away
                 }
+                crate::engine::deliver::shown_by_monitor(&*store, &msg)?;
             }
         }
         changes.wait(wait);

@@ -142,20 +142,26 @@ pub const MONITOR_GRACE: chrono::TimeDelta = chrono::TimeDelta::milliseconds(400
 
 /// What [`claim_for_monitor`] found.
 pub struct MonitorClaim {
-    /// The messages claimed, to be shown now.
+    /// The messages claimed, to be shown now, each with the delivery
+    /// [`shown_by_monitor`] records once its line is written.
     pub shown: Vec<crate::store::Message>,
     /// Messages still left to a push (younger than [`MONITOR_GRACE`], none tried): look
     /// again soon.
     pub pending: bool,
 }
 
+/// The error of a message the monitor claimed and has not shown yet.
+pub const MONITOR_CLAIMED: &str = "claimed by the session's monitor, not shown yet";
+
 /// Claim, for the monitor of `agent`'s session (`inbox --follow`), the unread messages
 /// that no push delivered: the one tried failed (another host, another Unix user, a
 /// session that did not take the line), or none was tried within [`MONITOR_GRACE`] of
 /// the message. Under the guard, as a push is claimed, so that a message is shown by the
-/// monitor or pushed into the socket, never both; the claim is recorded as delivered
-/// `via: monitor` before the caller prints it. A reservation's grace runs from the
-/// claim, as from a push.
+/// monitor or pushed into the socket, never both. The claim is recorded as a delivery
+/// that is not made yet ([`MONITOR_CLAIMED`]): a push leaves the message alone, and the
+/// hooks and the next monitor still show it. It becomes delivered `via: monitor` only
+/// once its line is written ([`shown_by_monitor`]): a monitor killed in between loses no
+/// message (it may show one twice).
 pub fn claim_for_monitor(store: &dyn Store, agent: &str) -> Result<MonitorClaim> {
     let mut pending = false;
     let mut due = |m: &crate::store::Message, now: &clock::Time| match &m.delivery {
@@ -191,27 +197,44 @@ pub fn claim_for_monitor(store: &dyn Store, agent: &str) -> Result<MonitorClaim>
                 continue;
             }
             let at = clock::now()?;
-            let d = Delivery {
+            let claimed = Delivery {
                 at,
-                delivered: true,
+                delivered: false,
                 via: crate::store::VIA_MONITOR.into(),
-                error: None,
+                error: Some(MONITOR_CLAIMED.into()),
             };
-            store.record_delivery(g, &msg.to, &msg.id, &d)?;
-            let mut ev = AuditEvent::new(at, "push", &msg.key, &msg.to);
-            ev.detail = Some(format!("{}: shown by the session's monitor", msg.kind));
-            store.audit(g, &ev)?;
-            if msg.kind == MessageKind::Reserved {
-                retime(store, g, &msg.key, agent, &msg.id, at)?;
-            }
+            store.record_delivery(g, &msg.to, &msg.id, &claimed)?;
             shown.push(crate::store::Message {
-                delivery: Some(d),
+                delivery: Some(Delivery {
+                    delivered: true,
+                    error: None,
+                    ..claimed
+                }),
                 ..msg
             });
         }
         Ok(shown)
     })?;
     Ok(MonitorClaim { shown, pending })
+}
+
+/// `msg`, claimed by [`claim_for_monitor`], was written out by the monitor: record it
+/// delivered `via: monitor` (the delivery it carries), audited; a reservation's grace
+/// runs from the claim, as from a push.
+pub fn shown_by_monitor(store: &dyn Store, msg: &crate::store::Message) -> Result<()> {
+    let Some(d) = &msg.delivery else {
+        return Ok(());
+    };
+    store.transaction(|g| {
+        store.record_delivery(g, &msg.to, &msg.id, d)?;
+        let mut ev = AuditEvent::new(d.at, "push", &msg.key, &msg.to);
+        ev.detail = Some(format!("{}: shown by the session's monitor", msg.kind));
+        store.audit(g, &ev)?;
+        if msg.kind == MessageKind::Reserved {
+            retime(store, g, &msg.key, &msg.to, &msg.id, d.at)?;
+        }
+        Ok(())
+    })
 }
 
 /// Record how pushing `msg` went (`error`: why it was not delivered), and audit it.
