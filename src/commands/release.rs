@@ -82,6 +82,9 @@ pub fn run(
             let frozen = None;
             let mut problem = None;
             let slot = crate::engine::slots::read_mine(&*store, &key, &me)?;
+            // `--all` ends what the caller holds and leaves its queues: `--force` there
+            // never takes a key from anyone else (nor removes a record it cannot read).
+            let force = force && (!all || matches!(&slot, Slot::Held(r) if r.held_by(&me)));
             let standing = match &slot {
                 Slot::Held(r) if r.held_by(&me) => {
                     crate::secret::standing_for(&me, r.owner.as_ref())
