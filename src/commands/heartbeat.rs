@@ -1,6 +1,6 @@
 use super::checkout::check_text;
 use crate::duration::to_chrono;
-use crate::engine::{Ctx, Judge, ReapReason, Settled, queue, reap_in};
+use crate::engine::{Ctx, Judge, Settled, queue, reap_in};
 use crate::error::{Error, Result};
 use crate::liveness;
 use crate::report::{AgentRow, EndedCheckout, HeartbeatReport, Report};
@@ -98,7 +98,7 @@ pub fn beat(
             // it: it ends with its lease.
             let renewable = needs_renewal(&r, &ctx.now)
                 && !crate::secret::standing_for(&r.agent.id, r.owner.as_ref()).refused();
-            if r.expired_for_holder(&ctx.now) || renewable {
+            if renewable || judge.own_end(&r)?.is_some() {
                 todo.push(r);
             }
         } else if judge.reap_reason(&r)?.is_some() {
@@ -129,9 +129,9 @@ pub fn beat(
             let mine = |r: &Record| r.held_by_or_under(me, true);
             let mut rule = |r: &Record, judge: &mut Judge| {
                 if mine(r) {
-                    // Never revived: someone may already have acted on the lost lease.
-                    Ok(r.expired_for_holder(&ctx.now)
-                        .then_some((ReapReason::Timeout, None)))
+                    // Never revived: someone may already have acted on the lost lease; a
+                    // checkout whose process is gone is dead for its own agent too.
+                    judge.own_end(r)
                 } else {
                     judge.reap_cause(r)
                 }

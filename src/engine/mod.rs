@@ -396,6 +396,19 @@ impl<'a> Judge<'a> {
         let j = self.holder(r)?;
         Ok(j.dead().then_some((ReapReason::AgentDeath, j.cause)))
     }
+
+    /// Has the checkout `r` ended for its own agent, asking now: its lease ran out (never
+    /// revived), or its process is gone (or its pid reused, or the agent ended)? A
+    /// checkout bound to a dead process is dead for everyone, its own agent id included:
+    /// renewing never revives it. Only silence is answered by the agent asking.
+    pub fn own_end(&mut self, r: &Record) -> Result<Option<(ReapReason, Option<Cause>)>> {
+        if r.expired_for_holder(&self.ctx.now) {
+            return Ok(Some((ReapReason::Timeout, None)));
+        }
+        let j = self.holder(r)?;
+        Ok((j.dead() && j.cause != Some(Cause::Silent))
+            .then_some((ReapReason::AgentDeath, j.cause)))
+    }
 }
 
 /// What the reaper did with one key.
