@@ -25,6 +25,13 @@ pub fn freeze(ctx: &Ctx, pattern: &str, for_: Duration, reason: Option<String>) 
         check_text("reason", r)?;
     }
     let agent = ctx.agent()?;
+    // Bound to the caller's secret, as a checkout is: only it ends the freeze early as
+    // its maker.
+    let owner = crate::secret::caller()
+        .as_deref()
+        .map(crate::secret::Proof::of)
+        .transpose()?
+        .map(Box::new);
     let store = ctx.open_store()?;
     let f = Freeze {
         version: 1,
@@ -34,6 +41,7 @@ pub fn freeze(ctx: &Ctx, pattern: &str, for_: Duration, reason: Option<String>) 
         reason,
         since: ctx.now,
         until: ctx.now + to_chrono(for_),
+        owner,
     };
     let covered: Vec<crate::engine::Checkout> = store
         .scan()?
@@ -93,29 +101,93 @@ pub fn freeze(ctx: &Ctx, pattern: &str, for_: Duration, reason: Option<String>) 
         frozen: true,
         freeze: Some(f),
         covered_by: None,
+        refused: None,
     }))
+}
+
+/// Who may end a freeze early: its maker (with the secret it was set with, if any), a
+/// person at a terminal, or a caller with the operator secret (as for `release --force`).
+/// A freeze that has run out ends nothing more: anyone may remove it.
+enum May {
+    Maker,
+    /// Someone else, and as what (named in the audit).
+    Forcer(&'static str),
+    /// Refused, and why (`not_owner`, `no_secret`, `wrong_secret`).
+    Not(&'static str),
+}
+
+fn may_unfreeze(ctx: &Ctx, me: &str, f: &Freeze, forcer: Option<&'static str>) -> May {
+    let standing = crate::secret::standing_for(&f.by, f.owner.as_deref());
+    if f.by == me && !standing.refused() || !f.active(&ctx.now) {
+        return May::Maker;
+    }
+    match forcer {
+        Some(as_) => May::Forcer(as_),
+        None if f.by == me => May::Not(standing.as_str()),
+        None => May::Not("not_owner"),
+    }
 }
 
 pub fn unfreeze(ctx: &Ctx, pattern: &str) -> Result<Report> {
     validate_pattern(pattern)?;
     let agent = ctx.agent()?;
+    let user = crate::identity::UnixUser::current().name;
     let mut covered_by = None;
-    let removed = match ctx.existing_store()? {
+    let mut refused = None;
+    let freeze = match ctx.existing_store()? {
         Some(store) => {
+            // Who else may end it is read before the guard (a terminal, config.yaml), as
+            // for `release --force`, and only when the caller did not set it.
+            let maker = store
+                .freezes()?
+                .iter()
+                .any(|f| f.pattern == pattern && f.by == agent.id);
+            let forcer = match maker {
+                true => None,
+                false => crate::commands::release::forcer(ctx)?,
+            };
             let guard = store.lock()?;
-            let removed = store.remove_freeze(&guard, pattern)?;
-            if let Some(f) = &removed {
-                let mut ev = event(ctx, "unfreeze", f);
-                ev.agent = agent.id.clone();
-                ev.name = agent.name.clone();
-                ev.by = Some(f.by.clone()).filter(|b| *b != agent.id);
-                store.audit(&guard, &ev)?;
-            }
-            if removed.is_none() {
-                covered_by = store.frozen(pattern, &ctx.now)?;
-            }
+            let standing = store.freezes()?.into_iter().find(|f| f.pattern == pattern);
+            let may = standing
+                .as_ref()
+                .map(|f| may_unfreeze(ctx, &agent.id, f, forcer));
+            let freeze = match (standing, may) {
+                (Some(f), Some(May::Not(why))) => {
+                    let mut ev = event(ctx, "refused", &f);
+                    ev.by = Some(agent.id.clone());
+                    ev.reason = Some(why.into());
+                    ev.detail = Some(format!(
+                        "unfreeze by {} (Unix user {user}) of a freeze set by {}, neither its maker nor a person at a terminal nor holding the operator secret",
+                        agent.id, f.by
+                    ));
+                    store.audit(&guard, &ev)?;
+                    refused = Some(why);
+                    Some(f)
+                }
+                (Some(_), may) => {
+                    let removed = store.remove_freeze(&guard, pattern)?;
+                    if let Some(f) = &removed {
+                        let mut ev = event(ctx, "unfreeze", f);
+                        ev.agent = agent.id.clone();
+                        ev.name = agent.name.clone();
+                        ev.by = Some(f.by.clone()).filter(|b| *b != agent.id);
+                        if let Some(May::Forcer(as_)) = may {
+                            ev.detail = Some(format!(
+                                "until {}; ended early by Unix user {user}, as {as_}",
+                                crate::clock::rfc3339(&f.until)
+                            ));
+                        }
+                        store.audit(&guard, &ev)?;
+                    }
+                    removed
+                }
+                (None, _) => {
+                    covered_by = store.frozen(pattern, &ctx.now)?;
+                    None
+                }
+            };
             store.commit(guard)?;
-            removed
+            freeze
         }
         None => None,
     };
@@ -123,9 +195,10 @@ pub fn unfreeze(ctx: &Ctx, pattern: &str) -> Result<Report> {
         command: "unfreeze",
         now: ctx.now,
         pattern: pattern.to_string(),
-        frozen: false,
-        freeze: removed,
+        frozen: refused.is_some(),
+        freeze,
         covered_by,
+        refused,
     }))
 }
 

@@ -58,17 +58,8 @@ pub fn run(
     } else {
         keys
     };
-    // Who may force a live holder's checkout: a person at a terminal, or a caller with
-    // the project's operator secret. Anyone may end one whose holder is gone.
-    let forcer = if !force {
-        None
-    } else if std::io::stdin().is_terminal() {
-        Some("a person at a terminal")
-    } else if crate::secret::is_operator(ctx.config()?.operator_secret_sha256.as_deref()) {
-        Some("the operator secret")
-    } else {
-        None
-    };
+    // Anyone may end a checkout whose holder is gone.
+    let forcer = if force { forcer(ctx)? } else { None };
     // Named in the audit of a force: read before the guard (it reads /etc/passwd).
     let user = force.then(|| crate::identity::UnixUser::current().name);
     // Each key alone, beside changes to other keys; escalated to the project's lock
@@ -276,6 +267,19 @@ pub fn run(
         Ok(results)
     })?;
     report(results)
+}
+
+/// Who may force what is another's (a live holder's checkout, another's freeze): a
+/// person at a terminal, or a caller with the project's operator secret; named so in
+/// the audit log.
+pub fn forcer(ctx: &Ctx) -> Result<Option<&'static str>> {
+    Ok(if std::io::stdin().is_terminal() {
+        Some("a person at a terminal")
+    } else if crate::secret::is_operator(ctx.config()?.operator_secret_sha256.as_deref()) {
+        Some("the operator secret")
+    } else {
+        None
+    })
 }
 
 /// Add a release's note to the key's history, written by `by`.
