@@ -1780,6 +1780,29 @@ fn only_its_maker_a_person_or_the_operator_ends_a_freeze_early() {
             ("ops".into(), "wrong_secret".into()),
         ]
     );
+    assert_eq!(
+        e.run(Some("kate"), &["unfreeze", "k"]).stdout,
+        "Refused: `k` stays frozen: ops set it. Only whoever set a freeze (with its secret), a person at a terminal or a caller with the operator secret (TASKLOCK_OPERATOR_SECRET) may end it early or replace it.\n\nNext: wait for it to end by itself (2026-01-01T01:00:00Z).\n"
+    );
+    // Setting a freeze again replaces it: so that would end it early too.
+    let r = e.run(Some("kate"), &["freeze", "k", "--for", "1s", "--json"]);
+    assert_eq!(r.code, NOT_HOLDER, "{}", r.text());
+    let j = r.json();
+    assert_eq!(
+        (&j["refused"], &j["freeze"]["by"]),
+        (&"not_owner".into(), &"ops".into())
+    );
+    let until = j["freeze"]["until"].clone();
+    let r = e.run(Some("a"), &["checkout", "k", "--json"]);
+    assert_eq!(r.json()["frozen"]["until"], until, "ops's freeze stands");
+    let r = with(
+        &e,
+        "ops",
+        Some("ops-secret"),
+        &["freeze", "k", "--for", "2h"],
+    );
+    assert_eq!(r.code, 0, "its maker may: {}", r.text());
+
     let r = with(&e, "ops", Some("ops-secret"), &["unfreeze", "k", "--json"]);
     assert_eq!(r.code, 0, "{}", r.text());
     assert_eq!(r.json()["refused"], Value::Null);

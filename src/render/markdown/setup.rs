@@ -172,7 +172,7 @@ pub(super) fn freeze(r: &FreezeReport, inv: &Invocation) -> String {
             _ => "it was set with a TASKLOCK_SECRET and you gave none".into(),
         };
         return format!(
-            "Refused: {p} stays frozen: {wrong}. Only whoever set a freeze (with its secret), a person at a terminal or a caller with the operator secret (TASKLOCK_OPERATOR_SECRET) may end it early.\n\nNext: wait for it to end by itself ({}).\n",
+            "Refused: {p} stays frozen: {wrong}. Only whoever set a freeze (with its secret), a person at a terminal or a caller with the operator secret (TASKLOCK_OPERATOR_SECRET) may end it early or replace it.\n\nNext: wait for it to end by itself ({}).\n",
             crate::clock::rfc3339(&f.until)
         );
     }
