@@ -806,6 +806,7 @@ fn a_checkout_whose_process_is_gone_is_not_revived_by_its_own_agent() {
     e.ok("R", &["checkout", "k1", "--pid", &a.pid()]);
     e.ok("R", &["checkout", "k2"]);
     e.ok("R", &["checkout", "k3"]);
+    e.ok("R", &["checkout", "k4"]);
     e.ok("R", &["checkout", "s", "--slots", "2"]);
     let j = e.run(None, &["status", "k2", "--json"]).json();
     assert_eq!(j["checkout"]["agent"]["pid"].to_string(), a.pid());
@@ -842,6 +843,10 @@ fn a_checkout_whose_process_is_gone_is_not_revived_by_its_own_agent() {
         "free"
     );
 
+    let r = e.run(Some("R"), &["release", "k4", "--json"]);
+    assert_eq!(r.code, 4, "{}", r.text());
+    assert_eq!(r.json()["results"][0]["outcome"], "lease_lost");
+
     let j = e.ok("R", &["heartbeat", "--json"]).json();
     assert_eq!(j["lost"], serde_json::json!(["k3"]), "{j}");
 
@@ -856,6 +861,7 @@ fn a_checkout_whose_process_is_gone_is_not_revived_by_its_own_agent() {
             ("k1".into(), death.clone()),
             ("s".into(), death.clone()),
             ("k2".into(), death.clone()),
+            ("k4".into(), death.clone()),
             ("k3".into(), death)
         ]
     );

@@ -119,6 +119,15 @@ pub fn run(
                     );
                     (Outcome::ForceReleased, None)
                 }
+                // A checkout whose process is gone is ended first, whoever asks: it ended
+                // before this release, and the work done under it was not protected.
+                Slot::Held(r)
+                    if r.held_by(&me)
+                        && let Some((ReapReason::AgentDeath, _)) = judge.own_end(&r)? =>
+                {
+                    auto_release(ctx, &*store, guard, &r, Some(&me), ReapReason::AgentDeath)?;
+                    (Outcome::LeaseLost, Some(CheckoutView::from(&r)))
+                }
                 Slot::Held(r) if standing.refused() && !force => {
                     holder_refused(ctx, &*store, guard, &r, "release")?;
                     (Outcome::SecretRefused, Some(CheckoutView::from(&r)))
