@@ -807,12 +807,13 @@ fn a_checkout_whose_process_is_gone_is_not_revived_by_its_own_agent() {
     e.ok("R", &["checkout", "k2"]);
     e.ok("R", &["checkout", "k3"]);
     e.ok("R", &["checkout", "k4"]);
+    e.ok("R", &["checkout", "k5"]);
     e.ok("R", &["checkout", "s", "--slots", "2"]);
     let j = e.run(None, &["status", "k2", "--json"]).json();
     assert_eq!(j["checkout"]["agent"]["pid"].to_string(), a.pid());
     let token =
         |key: &str| e.run(None, &["status", key, "--json"]).json()["checkout"]["token"].clone();
-    let (k1_token, s_token) = (token("k1"), token("s"));
+    let (k1_token, k5_token, s_token) = (token("k1"), token("k5"), token("s"));
     a.kill();
 
     let r = e.run(Some("R"), &["checkout", "k1", "--json"]);
@@ -834,6 +835,13 @@ fn a_checkout_whose_process_is_gone_is_not_revived_by_its_own_agent() {
     assert_eq!(j["outcome"], "granted", "{j}");
     assert_ne!(j["checkout"]["token"], s_token, "a new token: {j}");
     let s_new = j["checkout"]["token"].clone();
+
+    let r = e.run(Some("R"), &["checkout", "--any", "k5", "--json"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    let j = r.json();
+    assert_eq!(j["outcome"], "granted", "{j}");
+    assert_ne!(j["checkout"]["token"], k5_token, "a new token: {j}");
+    let k5_new = j["checkout"]["token"].clone();
 
     let r = e.run(Some("R"), &["renew", "k2", "--json"]);
     assert_eq!(r.code, 4, "{}", r.text());
@@ -860,6 +868,7 @@ fn a_checkout_whose_process_is_gone_is_not_revived_by_its_own_agent() {
         [
             ("k1".into(), death.clone()),
             ("s".into(), death.clone()),
+            ("k5".into(), death.clone()),
             ("k2".into(), death.clone()),
             ("k4".into(), death.clone()),
             ("k3".into(), death)
@@ -873,5 +882,12 @@ fn a_checkout_whose_process_is_gone_is_not_revived_by_its_own_agent() {
         .iter()
         .map(|c| (c["key"].clone(), c["token"].clone()))
         .collect();
-    assert_eq!(held, [("k1".into(), k1_new), ("s".into(), s_new)]);
+    assert_eq!(
+        held,
+        [
+            ("k1".into(), k1_new),
+            ("k5".into(), k5_new),
+            ("s".into(), s_new)
+        ]
+    );
 }
