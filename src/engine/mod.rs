@@ -405,10 +405,25 @@ impl<'a> Judge<'a> {
         if r.expired_for_holder(&self.ctx.now) {
             return Ok(Some((ReapReason::Timeout, None)));
         }
-        let j = self.holder(r)?;
-        Ok((j.dead() && j.cause != Some(Cause::Silent))
-            .then_some((ReapReason::AgentDeath, j.cause)))
+        let entry = self.entry(&r.agent.id)?;
+        let cfg = self.config()?.clone();
+        Ok(own_end(r, entry.as_ref(), &self.ctx.now, &cfg))
     }
+}
+
+/// The rule of [`Judge::own_end`], with the holder's registry entry in hand (a beat has
+/// it: no read).
+pub fn own_end(
+    r: &Record,
+    entry: Option<&AgentEntry>,
+    now: &Time,
+    cfg: &Config,
+) -> Option<(ReapReason, Option<Cause>)> {
+    if r.expired_for_holder(now) {
+        return Some((ReapReason::Timeout, None));
+    }
+    let j = liveness::judge_record(r, entry, now, cfg);
+    (j.dead() && j.cause != Some(Cause::Silent)).then_some((ReapReason::AgentDeath, j.cause))
 }
 
 /// What the reaper did with one key.
