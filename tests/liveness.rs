@@ -763,7 +763,24 @@ fn a_run_retried_after_a_killed_one_takes_a_grant_of_its_own() {
         ]);
         let retry = spawn_as(&e, "R", &args);
         wait_for_file(&started);
-        // A sweep while the command runs does not end the retry's checkout.
+        // Sweeps while the command runs, many at once, do not end the retry's checkout.
+        let sweeps: Vec<_> = (0..8)
+            .map(|i| {
+                let who = format!("observer-{i}");
+                match i % 2 {
+                    0 => spawn_as(&e, &who, &["list"]),
+                    _ => spawn_as(&e, &who, &["heartbeat"]),
+                }
+            })
+            .collect();
+        for s in sweeps {
+            let out = s.wait_with_output().unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
         let j = e.run(Some("observer"), &["list", "--json"]).json();
         let held: Vec<(Value, Value)> = j["checkouts"]
             .as_array()
