@@ -289,6 +289,18 @@ pub fn judge_record(
     judge_holder(&record.agent, entry.as_ref(), now, cfg)
 }
 
+/// Is the agent's registered process gone (or its pid reused)?
+pub fn registered_gone(e: &AgentEntry) -> bool {
+    process(
+        &e.host,
+        e.boot_id.as_deref(),
+        e.pid_ns.as_deref(),
+        e.pid,
+        e.pid_start,
+    )
+    .is_err()
+}
+
 /// Is a waiter gone: its waiting process died, or its agent is dead? A dead agent holds
 /// nothing, a place in line and a reservation included.
 pub fn waiter_gone(

@@ -178,6 +178,7 @@ pub struct CheckoutReport {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub waits_behind: Vec<String>,
     /// On `frozen`: the freeze that refused the checkout.
+    #[serde(serialize_with = "public_freeze")]
     pub frozen: Option<Freeze>,
     /// On `granted`: the key's last holder, how its checkout ended and its recent notes,
     /// when any of that is known.
@@ -330,7 +331,10 @@ pub struct KeyResult {
     /// The checkout as it now stands (renew), as it was (release), or the other holder's.
     pub checkout: Option<CheckoutView>,
     /// On `frozen` (renew during a freeze): the freeze.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "public_freeze"
+    )]
     pub frozen: Option<Freeze>,
     /// On `corrupt` (only with several keys; one key gives an error instead): what is wrong.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -660,10 +664,22 @@ pub struct FreezeReport {
     pub pattern: String,
     /// True after `freeze`; false after `unfreeze`.
     pub frozen: bool,
-    /// The freeze set, or the one removed (none: there was nothing to unfreeze).
+    /// The freeze set, or the one removed (none: there was nothing to unfreeze); on a
+    /// refused `unfreeze`, the freeze that stands.
+    #[serde(serialize_with = "public_freeze")]
     pub freeze: Option<Freeze>,
     /// On an `unfreeze` that found nothing: an active prefix freeze covering the key.
+    #[serde(serialize_with = "public_freeze")]
     pub covered_by: Option<Freeze>,
+    /// On a refused `unfreeze` (exit 4), why: `not_owner` (another agent set it),
+    /// `no_secret` or `wrong_secret` (it was set with a secret the caller did not give).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused: Option<&'static str>,
+}
+
+/// A freeze as reports show it: never its owner's proof.
+fn public_freeze<S: serde::Serializer>(f: &Option<Freeze>, s: S) -> Result<S::Ok, S::Error> {
+    serde::Serialize::serialize(&f.as_ref().map(Freeze::public), s)
 }
 
 #[derive(Debug, Serialize)]
@@ -921,6 +937,7 @@ impl Report {
             | Report::Why(_)
             | Report::Setup(_)
             | Report::Stage(_) => 0,
+            Report::Freeze(r) if r.refused.is_some() => crate::error::EXIT_NOT_HOLDER,
             Report::Freeze(r) if !r.frozen && r.freeze.is_none() => {
                 crate::error::EXIT_NO_SUCH_CHECKOUT
             }

@@ -1796,3 +1796,41 @@ fn init_writes_cursor_files_only_when_asked_or_wanted() {
     );
     assert_eq!(tree(&other), before, "a failed init changed files");
 }
+
+/// `init` pre-approves nothing that ends another's freeze: not `tasklock unfreeze`, and
+/// the rule older versions wrote for it is removed, with its reason.
+#[test]
+fn init_does_not_pre_approve_unfreeze_and_removes_the_old_rule() {
+    assert!(
+        !SETTINGS_TEMPLATE.contains("unfreeze")
+            && !ALLOWED_RULES.iter().any(|r| r.contains("unfreeze")),
+        "the template pre-approves unfreeze"
+    );
+    let e = Env::new();
+    let repo = git_repo(&e.tmp.path().join("unfreeze"));
+    let settings = repo.join(".claude/settings.json");
+    std::fs::create_dir_all(settings.parent().unwrap()).unwrap();
+    let before = json!({"permissions": {"allow": ["Read", "Bash(tasklock unfreeze *)"]}});
+    std::fs::write(&settings, serde_json::to_string_pretty(&before).unwrap()).unwrap();
+    let j = init(&repo, &["--json"]).json();
+    let what: Vec<&str> = j["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["path"] == p(&settings))
+        .map(|c| c["what"].as_str().unwrap())
+        .collect();
+    assert!(
+        what[0].contains("removed permission Bash(tasklock unfreeze *)"),
+        "{what:?}"
+    );
+    let after: Value = serde_json::from_str(&read(&settings)).unwrap();
+    let allow = after["permissions"]["allow"].as_array().unwrap();
+    assert!(
+        !allow
+            .iter()
+            .any(|r| r.as_str().unwrap().contains("unfreeze")),
+        "{allow:?}"
+    );
+    assert_eq!(allow[0], "Read");
+}

@@ -705,3 +705,206 @@ fn a_claim_that_registers_binds_the_agent_to_its_secret() {
     );
     assert_eq!(r.code, 64, "{}", r.text());
 }
+
+/// `tasklock ARGS` as `agent`, in `e`'s store, started in the background.
+fn spawn_as(e: &Env, agent: &str, args: &[&str]) -> std::process::Child {
+    let mut cmd = base_cmd(&e.now);
+    use_store(&mut cmd, &e.dir());
+    cmd.arg("--dir")
+        .arg(e.dir())
+        .args(["--agent", agent])
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    cmd.spawn().unwrap()
+}
+
+/// Wait until `path` exists (a command under `run` says it started).
+fn wait_for_file(path: &std::path::Path) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !path.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} never appeared",
+            path.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// An orchestrator retries a `run` whose process was killed: the retry takes a grant of
+/// its own (a new token), holds it for the whole command though a sweep runs meanwhile,
+/// and releases it at the end. The dead run's checkout is ended, not renewed.
+#[test]
+fn a_run_retried_after_a_killed_one_takes_a_grant_of_its_own() {
+    for slots in [&[][..], &["--slots", "3"][..]] {
+        let e = Env::new();
+        let first = e.tmp.path().join("first");
+        let first_path = first.display().to_string();
+        let mut args = vec!["run", "build"];
+        args.extend_from_slice(slots);
+        args.extend_from_slice(&["--", "sh", "-c", "touch \"$0\"; exec sleep 30", &first_path]);
+        let mut killed = spawn_as(&e, "R", &args);
+        wait_for_file(&first);
+        killed.kill().unwrap(); // SIGKILL
+        killed.wait().unwrap();
+
+        let (started, go) = (e.tmp.path().join("started"), e.tmp.path().join("go"));
+        let (started_path, go_path) = (started.display().to_string(), go.display().to_string());
+        let mut args = vec!["--json", "run", "build"];
+        args.extend_from_slice(slots);
+        args.extend_from_slice(&[
+            "--",
+            "sh",
+            "-c",
+            "touch \"$0\"; while [ ! -e \"$1\" ]; do sleep 0.05; done",
+            &started_path,
+            &go_path,
+        ]);
+        let retry = spawn_as(&e, "R", &args);
+        wait_for_file(&started);
+        // Sweeps while the command runs, many at once, do not end the retry's checkout.
+        let sweeps: Vec<_> = (0..8)
+            .map(|i| {
+                let who = format!("observer-{i}");
+                match i % 2 {
+                    0 => spawn_as(&e, &who, &["list"]),
+                    _ => spawn_as(&e, &who, &["heartbeat"]),
+                }
+            })
+            .collect();
+        for s in sweeps {
+            let out = s.wait_with_output().unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let j = e.run(Some("observer"), &["list", "--json"]).json();
+        let held: Vec<(Value, Value)> = j["checkouts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| (c["agent"]["id"].clone(), c["token"].clone()))
+            .collect();
+        assert_eq!(held, [("R".into(), 2.into())], "{slots:?}: {j}");
+        std::fs::write(&go, "").unwrap();
+        let out = retry.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{slots:?}: {stderr}");
+        let report: Value = serde_json::from_str(stderr.trim()).expect("run's report");
+        assert_eq!(report["token"], 2, "{slots:?}: a new grant: {report}");
+        assert_eq!(report["kept"], false, "{report}");
+        assert_eq!(report["lease_lost"], false, "{report}");
+        assert_eq!(report["released"], true, "{report}");
+
+        let ended: Vec<(Value, Value, Value)> = auto_releases(&e)
+            .iter()
+            .map(|v| (v["agent"].clone(), v["token"].clone(), v["reason"].clone()))
+            .collect();
+        assert_eq!(
+            ended,
+            [("R".into(), 1.into(), "agent_death".into())],
+            "{slots:?}: only the killed run's checkout ended for its death"
+        );
+        let j = e.run(None, &["list", "--json"]).json();
+        assert_eq!(j["checkouts"], Value::Array(vec![]), "{slots:?}: released");
+    }
+}
+
+/// A checkout bound to a dead process is dead for its own agent id too: `checkout`
+/// ends it and grants anew (a new token, not bound to the dead process), `renew` and
+/// `heartbeat` end it and report it lost; nothing revives it.
+#[test]
+fn a_checkout_whose_process_is_gone_is_not_revived_by_its_own_agent() {
+    let e = Env::new();
+    let mut a = AgentProcess::start();
+    e.ok("R", &["checkout", "k1", "--pid", &a.pid()]);
+    e.ok("R", &["checkout", "k2"]);
+    e.ok("R", &["checkout", "k3"]);
+    e.ok("R", &["checkout", "k4"]);
+    e.ok("R", &["checkout", "k5"]);
+    e.ok("R", &["checkout", "s", "--slots", "2"]);
+    let j = e.run(None, &["status", "k2", "--json"]).json();
+    assert_eq!(j["checkout"]["agent"]["pid"].to_string(), a.pid());
+    let token =
+        |key: &str| e.run(None, &["status", key, "--json"]).json()["checkout"]["token"].clone();
+    let (k1_token, k5_token, s_token) = (token("k1"), token("k5"), token("s"));
+    a.kill();
+
+    let r = e.run(Some("R"), &["checkout", "k1", "--json"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    let j = r.json();
+    assert_eq!(j["outcome"], "granted", "{j}");
+    assert!(
+        j["checkout"]["token"].as_u64() > k1_token.as_u64(),
+        "a new token: {j}"
+    );
+    assert_eq!(j["checkout"]["agent"]["pid"], Value::Null, "{j}");
+    assert_eq!(j["took_over"]["token"], k1_token, "{j}");
+    let k1_new = j["checkout"]["token"].clone();
+    assert_eq!(j["took_over"]["reason"], "agent_death", "{j}");
+
+    let r = e.run(Some("R"), &["checkout", "s", "--slots", "2", "--json"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    let j = r.json();
+    assert_eq!(j["outcome"], "granted", "{j}");
+    assert_ne!(j["checkout"]["token"], s_token, "a new token: {j}");
+    let s_new = j["checkout"]["token"].clone();
+
+    let r = e.run(Some("R"), &["checkout", "--any", "k5", "--json"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    let j = r.json();
+    assert_eq!(j["outcome"], "granted", "{j}");
+    assert_ne!(j["checkout"]["token"], k5_token, "a new token: {j}");
+    let k5_new = j["checkout"]["token"].clone();
+
+    let r = e.run(Some("R"), &["renew", "k2", "--json"]);
+    assert_eq!(r.code, 4, "{}", r.text());
+    assert_eq!(r.json()["results"][0]["outcome"], "lease_lost");
+    assert_eq!(
+        e.run(None, &["status", "k2", "--json"]).json()["outcome"],
+        "free"
+    );
+
+    let r = e.run(Some("R"), &["release", "k4", "--json"]);
+    assert_eq!(r.code, 4, "{}", r.text());
+    assert_eq!(r.json()["results"][0]["outcome"], "lease_lost");
+
+    let j = e.ok("R", &["heartbeat", "--json"]).json();
+    assert_eq!(j["lost"], serde_json::json!(["k3"]), "{j}");
+
+    let ended: Vec<(Value, Value)> = auto_releases(&e)
+        .iter()
+        .map(|v| (v["key"].clone(), v["reason"].clone()))
+        .collect();
+    let death = Value::from("agent_death");
+    assert_eq!(
+        ended,
+        [
+            ("k1".into(), death.clone()),
+            ("s".into(), death.clone()),
+            ("k5".into(), death.clone()),
+            ("k2".into(), death.clone()),
+            ("k4".into(), death.clone()),
+            ("k3".into(), death)
+        ]
+    );
+    // The new checkouts live on through a sweep.
+    let j = e.run(Some("observer"), &["list", "--json"]).json();
+    let held: Vec<(Value, Value)> = j["checkouts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["key"].clone(), c["token"].clone()))
+        .collect();
+    assert_eq!(
+        held,
+        [
+            ("k1".into(), k1_new),
+            ("k5".into(), k5_new),
+            ("s".into(), s_new)
+        ]
+    );
+}

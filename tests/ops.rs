@@ -20,6 +20,7 @@ use serde_json::Value;
 /// Exit codes (docs/exit-codes.md).
 const HELD: i32 = 2;
 const NO_SUCH: i32 = 3;
+const NOT_HOLDER: i32 = 4;
 const DEADLOCK: i32 = 5;
 const USAGE: i32 = 64;
 
@@ -855,14 +856,23 @@ fn freeze_ends_by_itself_or_by_unfreeze() {
         ],
     );
     assert_eq!(e.run(Some("a"), &["checkout", "deploy://api"]).code, HELD);
+    // Another agent may not end it (exit 4), only whoever set it.
     let r = e.run(Some("b"), &["unfreeze", "deploy://*"]);
-    assert_eq!(r.code, 0, "anyone may unfreeze (audited): {}", r.text());
+    assert_eq!(r.code, NOT_HOLDER, "{}", r.text());
+    snap!(e, "unfreeze_refused", r);
+    assert_eq!(e.run(Some("a"), &["checkout", "deploy://api"]).code, HELD);
+    let r = e.run(Some("ops"), &["unfreeze", "deploy://*"]);
+    assert_eq!(r.code, 0, "its maker may unfreeze (audited): {}", r.text());
     snap!(e, "unfreeze", r);
     e.ok("a", &["checkout", "deploy://api"]);
     let ev = audit_cmd(&e, &["--key", "deploy://*"]);
-    assert_eq!(names(&ev), ["freeze", "unfreeze"]);
-    assert_eq!(ev[1]["agent"], "b");
-    assert_eq!(ev[1]["by"], "ops", "whose freeze it was");
+    assert_eq!(names(&ev), ["freeze", "refused", "unfreeze"]);
+    assert_eq!(
+        (&ev[1]["by"], &ev[1]["reason"]),
+        (&"b".into(), &"not_owner".into())
+    );
+    assert_eq!(ev[2]["agent"], "ops");
+    assert_eq!(ev[2]["by"], Value::Null, "its own freeze");
 
     // Nothing to unfreeze: exit 3, markdown and JSON.
     let r = e.run(Some("b"), &["unfreeze", "deploy://*"]);
@@ -1717,4 +1727,147 @@ fn a_line_torn_by_a_killed_writer_is_cut_off_by_the_next_append() {
         .collect();
     let texts: Vec<_> = notes.iter().map(|v| v["text"].as_str().unwrap()).collect();
     assert_eq!(texts, ["first", "second"]);
+}
+
+/// A freeze belongs to whoever set it: another agent cannot end it (exit 4, audited as
+/// `refused`), nor its maker without the secret it was set with; a person at a terminal
+/// and the operator can, and the audit log says so.
+#[test]
+fn only_its_maker_a_person_or_the_operator_ends_a_freeze_early() {
+    let mut e = Env::new();
+    let with = |e: &Env, agent: &str, secret: Option<&str>, args: &[&str]| match secret {
+        Some(s) => e.run_env(Some(agent), args, &[("TASKLOCK_SECRET", s)]),
+        None => e.run(Some(agent), args),
+    };
+    let r = with(
+        &e,
+        "ops",
+        Some("ops-secret"),
+        &["freeze", "k", "--for", "1h"],
+    );
+    assert_eq!(r.code, 0, "{}", r.text());
+    assert!(
+        !r.stdout.contains("ops-secret") && !r.stdout.contains("owner"),
+        "{}",
+        r.stdout
+    );
+    for (agent, secret, why) in [
+        ("kate", None, "not_owner"),
+        ("kate", Some("ops-secret"), "not_owner"),
+        ("ops", None, "no_secret"),
+        ("ops", Some("guess"), "wrong_secret"),
+    ] {
+        let r = with(&e, agent, secret, &["unfreeze", "k", "--json"]);
+        assert_eq!(r.code, NOT_HOLDER, "{agent} {secret:?}: {}", r.text());
+        let j = r.json();
+        assert_eq!(j["refused"], why, "{j}");
+        assert_eq!(j["frozen"], true, "{j}");
+        assert_eq!(j["freeze"]["by"], "ops", "{j}");
+        assert_eq!(j["freeze"].get("owner"), None, "{j}");
+        assert_eq!(e.run(Some("a"), &["checkout", "k"]).code, HELD, "it stands");
+    }
+    let refused: Vec<(Value, Value)> = audit_cmd(&e, &["--key", "k"])
+        .into_iter()
+        .filter(|v| v["event"] == "refused")
+        .map(|v| (v["by"].clone(), v["reason"].clone()))
+        .collect();
+    assert_eq!(
+        refused,
+        [
+            ("kate".into(), "not_owner".into()),
+            ("kate".into(), "not_owner".into()),
+            ("ops".into(), "no_secret".into()),
+            ("ops".into(), "wrong_secret".into()),
+        ]
+    );
+    assert_eq!(
+        e.run(Some("kate"), &["unfreeze", "k"]).stdout,
+        "Refused: `k` stays frozen: ops set it. Only whoever set a freeze (with its secret), a person at a terminal or a caller with the operator secret (TASKLOCK_OPERATOR_SECRET) may end it early or replace it.\n\nNext: wait for it to end by itself (2026-01-01T01:00:00Z).\n"
+    );
+    // Setting a freeze again replaces it: so that would end it early too.
+    let r = e.run(Some("kate"), &["freeze", "k", "--for", "1s", "--json"]);
+    assert_eq!(r.code, NOT_HOLDER, "{}", r.text());
+    let j = r.json();
+    assert_eq!(
+        (&j["refused"], &j["freeze"]["by"]),
+        (&"not_owner".into(), &"ops".into())
+    );
+    let until = j["freeze"]["until"].clone();
+    let r = e.run(Some("a"), &["checkout", "k", "--json"]);
+    assert_eq!(r.json()["frozen"]["until"], until, "ops's freeze stands");
+    let r = with(
+        &e,
+        "ops",
+        Some("ops-secret"),
+        &["freeze", "k", "--for", "2h"],
+    );
+    assert_eq!(r.code, 0, "its maker may: {}", r.text());
+
+    let r = with(&e, "ops", Some("ops-secret"), &["unfreeze", "k", "--json"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    assert_eq!(r.json()["refused"], Value::Null);
+    e.ok("a", &["checkout", "k"]);
+
+    // A person at a terminal may (util-linux `script` gives the command a terminal).
+    e.ok("ops", &["freeze", "t", "--for", "1h"]);
+    let mut script = Command::new("script");
+    use_store(&mut script, &e.dir());
+    let cmdline = format!(
+        "{} --dir {} --agent person unfreeze t",
+        env!("CARGO_BIN_EXE_tasklock"),
+        e.dir().display()
+    );
+    let out = script
+        .args(["-qec", &cmdline, "/dev/null"])
+        .env("TASKLOCK_NOW", &e.now)
+        .env_remove("TASKLOCK_SECRET")
+        .env_remove("TASKLOCK_OPERATOR_SECRET")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("util-linux script");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let ev = audit_cmd(&e, &["--key", "t"]);
+    assert_eq!(names(&ev), ["freeze", "unfreeze"]);
+    assert_eq!(
+        (&ev[1]["agent"], &ev[1]["by"]),
+        (&"person".into(), &"ops".into())
+    );
+    assert!(
+        ev[1]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("as a person at a terminal"),
+        "{}",
+        ev[1]
+    );
+
+    // So may the operator, whatever secret the freeze was set with.
+    let r = with(
+        &e,
+        "ops",
+        Some("ops-secret"),
+        &["freeze", "k2", "--for", "1h"],
+    );
+    assert_eq!(r.code, 0, "{}", r.text());
+    e.as_operator();
+    let r = e.run(Some("kate"), &["unfreeze", "k2"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    let ev = audit_cmd(&e, &["--key", "k2"]);
+    assert_eq!(names(&ev), ["freeze", "unfreeze"]);
+    assert_eq!(
+        (&ev[1]["agent"], &ev[1]["by"]),
+        (&"kate".into(), &"ops".into())
+    );
+    assert!(
+        ev[1]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("as the operator secret"),
+        "{}",
+        ev[1]
+    );
 }

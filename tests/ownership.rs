@@ -399,3 +399,38 @@ fn hook_input_naming_another_session_does_not_act_for_it() {
     session.kill().unwrap();
     session.wait().unwrap();
 }
+
+/// `release --all`, with `--force` too (by the operator, or a person at a terminal),
+/// ends what the caller holds and leaves its queues: it takes nothing from anyone else.
+#[test]
+fn release_all_force_leaves_the_queues_and_takes_nothing_from_others() {
+    let mut e = Env::new();
+    e.as_operator();
+    e.ok("Z", &["checkout", "q2"]);
+    let token = e.run(None, &["status", "q2", "--json"]).json()["checkout"]["token"].clone();
+    assert_eq!(e.run(Some("orch"), &["checkout", "q2", "--queue"]).code, 2);
+    e.ok("orch", &["checkout", "mine"]);
+
+    let r = e.run(Some("orch"), &["release", "--all", "--force", "--json"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    let j = r.json();
+    let outcomes: Vec<(&str, &str)> = j["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| (k["key"].as_str().unwrap(), k["outcome"].as_str().unwrap()))
+        .collect();
+    assert_eq!(outcomes, [("mine", "released"), ("q2", "left_queue")]);
+
+    let s = e.run(None, &["status", "q2", "--json"]).json();
+    assert_eq!(s["checkout"]["agent"]["id"], "Z", "Z still holds q2");
+    assert_eq!(s["checkout"]["token"], token, "under the same checkout");
+    assert_eq!(s["queue"]["length"], 0, "orch is in no queue of it: {s}");
+    assert_eq!(s["queue"]["reserved_for"], Value::Null);
+    assert!(
+        !audit(&e.dir())
+            .iter()
+            .any(|v| v["event"] == "force_release"),
+        "nothing was forced"
+    );
+}

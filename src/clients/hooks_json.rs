@@ -15,7 +15,8 @@ pub(crate) const GEMINI_SETTINGS_TEMPLATE: &str =
     include_str!("../../templates/gemini-settings.json");
 
 /// The `permissions.allow` rules `init` writes: one per subcommand that cannot run an
-/// arbitrary command. Not `run` (it runs any command), `init` or `hook`. Each form
+/// arbitrary command. Not `run` (it runs any command), `init` or `hook`, nor `unfreeze`
+/// (which, with the operator secret in the environment, ends another's freeze). Each form
 /// `Bash(tasklock SUB *)` matches the bare command and the command with arguments.
 /// `templates/claude-settings.json` lists exactly these.
 pub const ALLOWED_RULES: &[&str] = &[
@@ -36,7 +37,6 @@ pub const ALLOWED_RULES: &[&str] = &[
     "Bash(tasklock audit *)",
     "Bash(tasklock doctor *)",
     "Bash(tasklock freeze *)",
-    "Bash(tasklock unfreeze *)",
     "Bash(tasklock backlog *)",
     "Bash(tasklock --version)",
 ];
@@ -44,6 +44,18 @@ pub const ALLOWED_RULES: &[&str] = &[
 /// The rule older versions of `init` wrote. It pre-approves `tasklock run KEY -- CMD`,
 /// so any command at all; `init` removes it.
 pub const LEGACY_RULE: &str = "Bash(tasklock *)";
+
+/// Rules older versions of `init` wrote that it removes, each with why.
+pub const REVOKED_RULES: &[(&str, &str)] = &[
+    (
+        LEGACY_RULE,
+        "it pre-approved `tasklock run`, which runs any command",
+    ),
+    (
+        "Bash(tasklock unfreeze *)",
+        "ending a freeze early is for whoever set it, a person or the operator, not pre-approved",
+    ),
+];
 
 /// Rules that pre-approve `tasklock run` (so any command); `doctor` warns about them.
 pub const RUN_RULES: &[&str] = &[
@@ -285,10 +297,12 @@ pub(crate) fn merge_settings(doc: &mut Value) -> Merged {
         .or_insert_with(|| Value::Array(Vec::new()))
         .as_array_mut()
         .expect("checked to be an array");
-    let before = allow.len();
-    allow.retain(|r| r.as_str() != Some(LEGACY_RULE));
-    if allow.len() != before {
-        merged.removed.push(LEGACY_RULE.to_string());
+    for (rule, _) in REVOKED_RULES {
+        let before = allow.len();
+        allow.retain(|r| r.as_str() != Some(rule));
+        if allow.len() != before {
+            merged.removed.push(rule.to_string());
+        }
     }
     for rule in ALLOWED_RULES {
         if !allow.iter().any(|r| r.as_str() == Some(rule)) {
@@ -311,16 +325,18 @@ impl Merged {
         }
         if self.rules.len() > 3 {
             parts.push(format!(
-                "added {} permissions `Bash(tasklock SUBCOMMAND *)` (every subcommand but run, init and hook)",
+                "added {} permissions `Bash(tasklock SUBCOMMAND *)` (every subcommand but run, init, hook and unfreeze)",
                 self.rules.len()
             ));
         } else if !self.rules.is_empty() {
             parts.push(format!("added permissions {}", self.rules.join(", ")));
         }
         for rule in &self.removed {
-            parts.push(format!(
-                "removed permission {rule}: it pre-approved `tasklock run`, which runs any command"
-            ));
+            let why = REVOKED_RULES
+                .iter()
+                .find(|(r, _)| r == rule)
+                .map_or("", |(_, why)| why);
+            parts.push(format!("removed permission {rule}: {why}"));
         }
         parts.join("; ")
     }

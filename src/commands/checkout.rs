@@ -62,7 +62,9 @@ pub fn run_as(
 
 /// `run`'s checkout ends when process `pid` (`run` itself) dies; but a checkout the agent
 /// holds already is not `run`'s: it keeps the process it is bound to (and `run` leaves it
-/// held when the command ends). Decided under the scope that takes the key.
+/// held when the command ends). One that has ended (its lease over, its process gone: a
+/// killed `run`'s) is ended by the checkout, and the new one is `run`'s. Decided under
+/// the scope that takes the key.
 pub(crate) fn bind_to(
     ctx: &Ctx,
     store: &dyn crate::store::Store,
@@ -71,8 +73,9 @@ pub(crate) fn bind_to(
     pid: u32,
 ) -> Result<()> {
     use crate::store::Slot;
+    let mut judge = crate::engine::Judge::new(ctx, store);
     match crate::engine::slots::read_mine(store, key, &req.agent.id)? {
-        Slot::Held(r) if r.held_by(&req.agent.id) && !r.expired_for_holder(&ctx.now) => {
+        Slot::Held(r) if r.held_by(&req.agent.id) && judge.own_end(&r)?.is_none() => {
             req.agent.pid = r.agent.pid;
             req.agent.pid_start = r.agent.pid_start;
         }

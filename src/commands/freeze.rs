@@ -5,7 +5,7 @@ use crate::duration::to_chrono;
 use crate::engine::Ctx;
 use crate::error::{Error, Result};
 use crate::report::{FreezeReport, Report};
-use crate::store::{AuditEvent, Freeze};
+use crate::store::{AuditEvent, Freeze, Guard, Store};
 
 /// The key part of a pattern: a key, or a prefix followed by `*`.
 fn validate_pattern(pattern: &str) -> Result<()> {
@@ -25,6 +25,13 @@ pub fn freeze(ctx: &Ctx, pattern: &str, for_: Duration, reason: Option<String>) 
         check_text("reason", r)?;
     }
     let agent = ctx.agent()?;
+    // Bound to the caller's secret, as a checkout is: only it ends the freeze early as
+    // its maker.
+    let owner = crate::secret::caller()
+        .as_deref()
+        .map(crate::secret::Proof::of)
+        .transpose()?
+        .map(Box::new);
     let store = ctx.open_store()?;
     let f = Freeze {
         version: 1,
@@ -34,7 +41,11 @@ pub fn freeze(ctx: &Ctx, pattern: &str, for_: Duration, reason: Option<String>) 
         reason,
         since: ctx.now,
         until: ctx.now + to_chrono(for_),
+        owner,
     };
+    let forcer = forcer_unless_maker(ctx, &*store, pattern, &agent.id)?;
+    // Named in the audit of a refusal: read before the guard (it reads /etc/passwd).
+    let user = crate::identity::UnixUser::current().name;
     let covered: Vec<crate::engine::Checkout> = store
         .scan()?
         .into_iter()
@@ -44,6 +55,16 @@ pub fn freeze(ctx: &Ctx, pattern: &str, for_: Duration, reason: Option<String>) 
         })
         .collect();
     let guard = store.lock()?;
+    // A freeze set again replaces the one on the same pattern: that ends it early, so
+    // only those who may end it may replace it.
+    let standing = store.freezes()?.into_iter().find(|s| s.pattern == pattern);
+    if let Some(s) = standing
+        && let May::Not(why) = may_unfreeze(ctx, &agent.id, &s, forcer)
+    {
+        refuse(ctx, &*store, &guard, &s, (&agent.id, &user), why, "freeze")?;
+        store.commit(guard)?;
+        return Ok(refused(ctx, "freeze", s, why));
+    }
     store.write_freeze(&guard, &f)?;
     store.audit(&guard, &event(ctx, "freeze", &f))?;
     // Tell the other agents whose checkouts it covers: their leases are no longer renewed.
@@ -93,29 +114,142 @@ pub fn freeze(ctx: &Ctx, pattern: &str, for_: Duration, reason: Option<String>) 
         frozen: true,
         freeze: Some(f),
         covered_by: None,
+        refused: None,
     }))
+}
+
+/// Who may end a freeze early: its maker (with the secret it was set with, if any), a
+/// person at a terminal, or a caller with the operator secret (as for `release --force`).
+/// A freeze that has run out ends nothing more: anyone may remove it.
+enum May {
+    Maker,
+    /// Someone else, and as what (named in the audit).
+    Forcer(&'static str),
+    /// Refused, and why (`not_owner`, `no_secret`, `wrong_secret`).
+    Not(&'static str),
+}
+
+fn may_unfreeze(ctx: &Ctx, me: &str, f: &Freeze, forcer: Option<&'static str>) -> May {
+    let standing = crate::secret::standing_for(&f.by, f.owner.as_deref());
+    if (f.by == me && !standing.refused()) || !f.active(&ctx.now) {
+        return May::Maker;
+    }
+    match forcer {
+        Some(as_) => May::Forcer(as_),
+        None if f.by == me => May::Not(standing.as_str()),
+        None => May::Not("not_owner"),
+    }
+}
+
+/// Who else may end a freeze on `pattern` (a person at a terminal, the operator), read
+/// before the guard as for `release --force` (a terminal, config.yaml), and only when
+/// the freeze there is not the caller's own.
+fn forcer_unless_maker(
+    ctx: &Ctx,
+    store: &dyn Store,
+    pattern: &str,
+    me: &str,
+) -> Result<Option<&'static str>> {
+    let maker = store
+        .freezes()?
+        .iter()
+        .any(|f| f.pattern == pattern && f.by == me);
+    if maker {
+        return Ok(None);
+    }
+    crate::commands::release::forcer(ctx)
+}
+
+/// `command` (`freeze` replacing it, `unfreeze`) may not end the freeze `f`: audited as
+/// `refused`, with `by` the caller.
+fn refuse(
+    ctx: &Ctx,
+    store: &dyn Store,
+    guard: &Guard,
+    f: &Freeze,
+    (me, user): (&str, &str),
+    why: &str,
+    command: &str,
+) -> Result<()> {
+    let mut ev = event(ctx, "refused", f);
+    ev.by = Some(me.to_string());
+    ev.reason = Some(why.into());
+    ev.detail = Some(if f.by == me {
+        format!("{command} as the freeze's maker without its secret, by Unix user {user}")
+    } else {
+        format!(
+            "{command} of a freeze set by {} by Unix user {user}, neither its maker nor a person at a terminal nor holding the operator secret",
+            f.by
+        )
+    });
+    store.audit(guard, &ev)
+}
+
+/// The report of a refused `freeze` or `unfreeze`: the freeze stands.
+fn refused(ctx: &Ctx, command: &'static str, f: Freeze, why: &'static str) -> Report {
+    Report::Freeze(FreezeReport {
+        command,
+        now: ctx.now,
+        pattern: f.pattern.clone(),
+        frozen: true,
+        freeze: Some(f),
+        covered_by: None,
+        refused: Some(why),
+    })
 }
 
 pub fn unfreeze(ctx: &Ctx, pattern: &str) -> Result<Report> {
     validate_pattern(pattern)?;
     let agent = ctx.agent()?;
     let mut covered_by = None;
-    let removed = match ctx.existing_store()? {
+    let freeze = match ctx.existing_store()? {
         Some(store) => {
+            let forcer = forcer_unless_maker(ctx, &*store, pattern, &agent.id)?;
+            // Named in the audit: read before the guard (it reads /etc/passwd).
+            let user = crate::identity::UnixUser::current().name;
             let guard = store.lock()?;
-            let removed = store.remove_freeze(&guard, pattern)?;
-            if let Some(f) = &removed {
-                let mut ev = event(ctx, "unfreeze", f);
-                ev.agent = agent.id.clone();
-                ev.name = agent.name.clone();
-                ev.by = Some(f.by.clone()).filter(|b| *b != agent.id);
-                store.audit(&guard, &ev)?;
-            }
-            if removed.is_none() {
-                covered_by = store.frozen(pattern, &ctx.now)?;
-            }
+            let standing = store.freezes()?.into_iter().find(|f| f.pattern == pattern);
+            let may = standing
+                .as_ref()
+                .map(|f| may_unfreeze(ctx, &agent.id, f, forcer));
+            let freeze = match (standing, may) {
+                (Some(f), Some(May::Not(why))) => {
+                    refuse(
+                        ctx,
+                        &*store,
+                        &guard,
+                        &f,
+                        (&agent.id, &user),
+                        why,
+                        "unfreeze",
+                    )?;
+                    store.commit(guard)?;
+                    return Ok(refused(ctx, "unfreeze", f, why));
+                }
+                (Some(_), may) => {
+                    let removed = store.remove_freeze(&guard, pattern)?;
+                    if let Some(f) = &removed {
+                        let mut ev = event(ctx, "unfreeze", f);
+                        ev.agent = agent.id.clone();
+                        ev.name = agent.name.clone();
+                        ev.by = Some(f.by.clone()).filter(|b| *b != agent.id);
+                        if let Some(May::Forcer(as_)) = may {
+                            ev.detail = Some(format!(
+                                "until {}; ended early by Unix user {user}, as {as_}",
+                                crate::clock::rfc3339(&f.until)
+                            ));
+                        }
+                        store.audit(&guard, &ev)?;
+                    }
+                    removed
+                }
+                (None, _) => {
+                    covered_by = store.frozen(pattern, &ctx.now)?;
+                    None
+                }
+            };
             store.commit(guard)?;
-            removed
+            freeze
         }
         None => None,
     };
@@ -124,8 +258,9 @@ pub fn unfreeze(ctx: &Ctx, pattern: &str) -> Result<Report> {
         now: ctx.now,
         pattern: pattern.to_string(),
         frozen: false,
-        freeze: removed,
+        freeze,
         covered_by,
+        refused: None,
     }))
 }
 

@@ -1,6 +1,6 @@
 use super::checkout::check_text;
 use crate::duration::to_chrono;
-use crate::engine::{Ctx, Judge, ReapReason, Settled, queue, reap_in};
+use crate::engine::{Ctx, Judge, Settled, own_end, queue, reap_in};
 use crate::error::{Error, Result};
 use crate::liveness;
 use crate::report::{AgentRow, EndedCheckout, HeartbeatReport, Report};
@@ -98,7 +98,10 @@ pub fn beat(
             // it: it ends with its lease.
             let renewable = needs_renewal(&r, &ctx.now)
                 && !crate::secret::standing_for(&r.agent.id, r.owner.as_ref()).refused();
-            if r.expired_for_holder(&ctx.now) || renewable {
+            // Judged with the entry just beaten (a subagent's checkout by its own
+            // process alone): a beat reads nothing more for it.
+            let own_entry = r.held_by(&agent.id).then_some(&entry);
+            if renewable || own_end(&r, own_entry, &ctx.now, judge.config()?).is_some() {
                 todo.push(r);
             }
         } else if judge.reap_reason(&r)?.is_some() {
@@ -129,9 +132,10 @@ pub fn beat(
             let mine = |r: &Record| r.held_by_or_under(me, true);
             let mut rule = |r: &Record, judge: &mut Judge| {
                 if mine(r) {
-                    // Never revived: someone may already have acted on the lost lease.
-                    Ok(r.expired_for_holder(&ctx.now)
-                        .then_some((ReapReason::Timeout, None)))
+                    // Never revived: someone may already have acted on the lost lease; a
+                    // checkout whose process is gone is dead for its own agent too.
+                    let own_entry = r.held_by(me).then_some(&entry);
+                    Ok(own_end(r, own_entry, &ctx.now, judge.config()?))
                 } else {
                     judge.reap_cause(r)
                 }

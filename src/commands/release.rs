@@ -58,17 +58,8 @@ pub fn run(
     } else {
         keys
     };
-    // Who may force a live holder's checkout: a person at a terminal, or a caller with
-    // the project's operator secret. Anyone may end one whose holder is gone.
-    let forcer = if !force {
-        None
-    } else if std::io::stdin().is_terminal() {
-        Some("a person at a terminal")
-    } else if crate::secret::is_operator(ctx.config()?.operator_secret_sha256.as_deref()) {
-        Some("the operator secret")
-    } else {
-        None
-    };
+    // Anyone may end a checkout whose holder is gone.
+    let forcer = if force { forcer(ctx)? } else { None };
     // Named in the audit of a force: read before the guard (it reads /etc/passwd).
     let user = force.then(|| crate::identity::UnixUser::current().name);
     // Each key alone, beside changes to other keys; escalated to the project's lock
@@ -82,6 +73,9 @@ pub fn run(
             let frozen = None;
             let mut problem = None;
             let slot = crate::engine::slots::read_mine(&*store, &key, &me)?;
+            // `--all` ends what the caller holds and leaves its queues: `--force` there
+            // never takes a key from anyone else (nor removes a record it cannot read).
+            let force = force && (!all || matches!(&slot, Slot::Held(r) if r.held_by(&me)));
             let standing = match &slot {
                 Slot::Held(r) if r.held_by(&me) => {
                     crate::secret::standing_for(&me, r.owner.as_ref())
@@ -124,6 +118,15 @@ pub fn run(
                         store.audit(guard, &ev),
                     );
                     (Outcome::ForceReleased, None)
+                }
+                // A checkout whose process is gone is ended first, whoever asks: it ended
+                // before this release, and the work done under it was not protected.
+                Slot::Held(r)
+                    if r.held_by(&me)
+                        && let Some((ReapReason::AgentDeath, _)) = judge.own_end(&r)? =>
+                {
+                    auto_release(ctx, &*store, guard, &r, Some(&me), ReapReason::AgentDeath)?;
+                    (Outcome::LeaseLost, Some(CheckoutView::from(&r)))
                 }
                 Slot::Held(r) if standing.refused() && !force => {
                     holder_refused(ctx, &*store, guard, &r, "release")?;
@@ -273,6 +276,19 @@ pub fn run(
         Ok(results)
     })?;
     report(results)
+}
+
+/// Who may force what is another's (a live holder's checkout, another's freeze): a
+/// person at a terminal, or a caller with the project's operator secret; named so in
+/// the audit log.
+pub fn forcer(ctx: &Ctx) -> Result<Option<&'static str>> {
+    Ok(if std::io::stdin().is_terminal() {
+        Some("a person at a terminal")
+    } else if crate::secret::is_operator(ctx.config()?.operator_secret_sha256.as_deref()) {
+        Some("the operator secret")
+    } else {
+        None
+    })
 }
 
 /// Add a release's note to the key's history, written by `by`.

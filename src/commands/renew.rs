@@ -63,6 +63,15 @@ pub fn run(ctx: &Ctx, keys: Vec<String>, all: bool, timeout: Option<Duration>) -
                     });
                     continue;
                 }
+                // A checkout whose process is gone is ended first, whoever asks: renewing
+                // never revives it.
+                Slot::Held(r)
+                    if r.held_by(&me)
+                        && let Some((ReapReason::AgentDeath, _)) = judge.own_end(&r)? =>
+                {
+                    auto_release(ctx, &*store, guard, &r, Some(&me), ReapReason::AgentDeath)?;
+                    (Outcome::LeaseLost, Some(CheckoutView::from(&r)))
+                }
                 Slot::Held(r)
                     if r.held_by(&me)
                         && holder_refused(ctx, &*store, guard, &r, "renew")?.is_some() =>

@@ -234,7 +234,7 @@ pub fn snapshot(ctx: &Ctx, store: &dyn Store) -> Result<Fleet> {
             .cmp(&rank(b.row.state))
             .then_with(|| a.row.id.cmp(&b.row.id))
     });
-    let mut freezes = store.freezes()?;
+    let mut freezes: Vec<_> = store.freezes()?.iter().map(Freeze::public).collect();
     freezes.retain(|f| f.until > ctx.now);
     freezes.sort_by(|a, b| a.pattern.cmp(&b.pattern));
     Ok(Fleet {

@@ -396,6 +396,34 @@ impl<'a> Judge<'a> {
         let j = self.holder(r)?;
         Ok(j.dead().then_some((ReapReason::AgentDeath, j.cause)))
     }
+
+    /// Has the checkout `r` ended for its own agent, asking now: its lease ran out (never
+    /// revived), or its process is gone (or its pid reused, or the agent ended)? A
+    /// checkout bound to a dead process is dead for everyone, its own agent id included:
+    /// renewing never revives it. Only silence is answered by the agent asking.
+    pub fn own_end(&mut self, r: &Record) -> Result<Option<(ReapReason, Option<Cause>)>> {
+        if r.expired_for_holder(&self.ctx.now) {
+            return Ok(Some((ReapReason::Timeout, None)));
+        }
+        let entry = self.entry(&r.agent.id)?;
+        let cfg = self.config()?.clone();
+        Ok(own_end(r, entry.as_ref(), &self.ctx.now, &cfg))
+    }
+}
+
+/// The rule of [`Judge::own_end`], with the holder's registry entry in hand (a beat has
+/// it: no read).
+pub fn own_end(
+    r: &Record,
+    entry: Option<&AgentEntry>,
+    now: &Time,
+    cfg: &Config,
+) -> Option<(ReapReason, Option<Cause>)> {
+    if r.expired_for_holder(now) {
+        return Some((ReapReason::Timeout, None));
+    }
+    let j = liveness::judge_record(r, entry, now, cfg);
+    (j.dead() && j.cause != Some(Cause::Silent)).then_some((ReapReason::AgentDeath, j.cause))
 }
 
 /// What the reaper did with one key.

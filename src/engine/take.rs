@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::queue::{self, KeyNow};
 use super::waits::{Graph, Taking};
-use super::{Ctx, Judge, NOTES_SHOWN, ReapReason, auto_release, auto_release_for, paths, slots};
+use super::{Ctx, Judge, NOTES_SHOWN, auto_release, auto_release_for, paths, slots};
 use crate::duration::to_chrono;
 use crate::error::{Error, Outcome, Result};
 use crate::identity::Agent;
@@ -202,12 +202,15 @@ pub fn with_registered_pid(
         return Ok(req);
     }
     if let Some(mut entry) = store.read_agent(&req.agent.id)? {
-        if entry.ended_at.is_some() {
+        // An agent that ended, or whose registered process is gone, and asks again: a
+        // new checkout must not be bound to that dead process.
+        let gone = |e: &AgentEntry| e.ended_at.is_some() || crate::liveness::registered_gone(e);
+        if gone(&entry) {
             // Changed under its own lock, read again (a beat may have revived it).
             store.lock_agent(guard, &req.agent.id, true)?;
             entry = store.read_agent(&req.agent.id)?.unwrap_or(entry);
         }
-        if entry.ended_at.is_some() {
+        if gone(&entry) {
             // The process it had is gone: forget it until it registers a new one.
             entry.ended_at = None;
             entry.ended_reason = None;
@@ -310,6 +313,11 @@ pub fn attempt(
         }
         return attempt_slots(ctx, store, guard, req, key, join, h);
     }
+    let mut judge = Judge::new(ctx, store);
+    // Our own checkout still stands: its lease not over, its process not gone.
+    let live_own = |judge: &mut Judge, r: &Record| -> Result<bool> {
+        Ok(r.held_by(&agent.id) && judge.own_end(r)?.is_none())
+    };
     match own {
         Slot::Corrupt { path, problem } => {
             return Err(Error::Corrupt {
@@ -319,8 +327,7 @@ pub fn attempt(
             });
         }
         Slot::Held(current)
-            if current.held_by(&agent.id)
-                && !current.expired_for_holder(&now)
+            if live_own(&mut judge, &current)?
                 && crate::engine::holder_refused(ctx, store, guard, &current, "checkout")?
                     .is_some() =>
         {
@@ -329,7 +336,7 @@ pub fn attempt(
                 Some(CheckoutView::from(&current)),
             ));
         }
-        Slot::Held(current) if current.held_by(&agent.id) && !current.expired_for_holder(&now) => {
+        Slot::Held(current) if live_own(&mut judge, &current)? => {
             // Paths asked for that the checkout does not cover yet join it, all or none.
             let added: Vec<String> = req
                 .paths
@@ -398,9 +405,9 @@ pub fn attempt(
             ));
         }
         Slot::Held(current) => {
-            // Our own lease ran out (never revived: a new token follows), or another
-            // agent's lease is past its end plus the skew margin, or its holder is dead.
-            let mut judge = Judge::new(ctx, store);
+            // Our own lease ran out or its process is gone (never revived: a new token
+            // follows), or another agent's lease is past its end plus the skew margin,
+            // or its holder is dead.
             match take_over(ctx, store, guard, &mut judge, &current, &agent.id)? {
                 Some(ended) => took_over = Some(ended),
                 None => {
@@ -513,9 +520,10 @@ pub fn attempt(
     Ok(r)
 }
 
-/// A checkout in the way of `taker` that has ended (its own lease lapsed: never revived,
-/// a new token follows; another's lease past its end plus the skew margin, or its holder
-/// dead) is ended on the taker's behalf; returns what was ended, with the key's notes.
+/// A checkout in the way of `taker` that has ended (its own lease lapsed or its process
+/// gone: never revived, a new token follows; another's lease past its end plus the skew
+/// margin, or its holder dead) is ended on the taker's behalf; returns what was ended,
+/// with the key's notes.
 fn take_over(
     ctx: &Ctx,
     store: &dyn Store,
@@ -525,7 +533,7 @@ fn take_over(
     taker: &str,
 ) -> Result<Option<Reaped>> {
     let ended = if r.held_by(taker) {
-        Some((ReapReason::Timeout, None))
+        judge.own_end(r)?
     } else {
         judge.reap_cause(r)?
     };
@@ -582,8 +590,9 @@ fn attempt_slots(
         r.slots = Some(capacity);
         r
     };
+    let mut judge = Judge::new(ctx, store);
     if let Some(current) = h.of(&agent.id).cloned()
-        && !current.expired_for_holder(&now)
+        && judge.own_end(&current)?.is_none()
     {
         if crate::engine::holder_refused(ctx, store, guard, &current, "checkout")?.is_some() {
             return Ok(base(
@@ -609,10 +618,10 @@ fn attempt_slots(
             h.capacity,
         ));
     }
-    // Checkouts that have ended (a lease over, a dead holder; our own lapsed lease) free
+    // Checkouts that have ended (a lease over, a dead holder; our own lapsed lease or gone
+    // process) free
     // their slots first.
     let mut took_over = None;
-    let mut judge = Judge::new(ctx, store);
     let mut live = Vec::with_capacity(h.records.len());
     for r in std::mem::take(&mut h.records) {
         match take_over(ctx, store, guard, &mut judge, &r, &agent.id)? {

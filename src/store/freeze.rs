@@ -17,6 +17,11 @@ pub struct Freeze {
     pub reason: Option<String>,
     pub since: Time,
     pub until: Time,
+    /// The secret (`TASKLOCK_SECRET`) of whoever set it, as a salted proof: only a caller
+    /// with that secret ends it early as its maker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// (Boxed: a freeze travels inside every checkout report.)
+    pub owner: Option<Box<crate::secret::Proof>>,
 }
 
 /// Does the freeze pattern `pattern` (a key, or a prefix followed by `*`) cover `key_name`?
@@ -34,5 +39,13 @@ impl Freeze {
 
     pub fn active(&self, now: &Time) -> bool {
         *now < self.until
+    }
+
+    /// The freeze as reports show it: without its owner's proof.
+    pub fn public(&self) -> Freeze {
+        Freeze {
+            owner: None,
+            ..self.clone()
+        }
     }
 }

@@ -89,15 +89,9 @@ pub(super) fn checkout(r: &CheckoutReport, inv: &Invocation) -> String {
                     "- The holder keeps it until its lease ends, but cannot renew while frozen."
                 );
             }
-            let pattern = r
-                .frozen
-                .as_ref()
-                .map(|f| f.pattern.as_str())
-                .unwrap_or(&r.key);
             let _ = writeln!(
                 out,
-                "\nNext: work on something else; the freeze ends by itself. Only if it must end early: {} (audited).",
-                inv.cmd("unfreeze", pattern)
+                "\nNext: work on something else; the freeze ends by itself."
             );
         }
         (Outcome::Conflict, holder) if !r.overlaps.is_empty() => {

@@ -165,6 +165,17 @@ pub(super) fn mcp_setup(out: &mut String, m: &crate::report::McpSetup) {
 
 pub(super) fn freeze(r: &FreezeReport, inv: &Invocation) -> String {
     let p = code(&r.pattern);
+    if let (Some(why), Some(f)) = (r.refused, &r.freeze) {
+        let wrong = match why {
+            "not_owner" => format!("{} set it", f.by),
+            "wrong_secret" => "it was set with another TASKLOCK_SECRET than yours".into(),
+            _ => "it was set with a TASKLOCK_SECRET and you gave none".into(),
+        };
+        return format!(
+            "Refused: {p} stays frozen: {wrong}. Only whoever set a freeze (with its secret), a person at a terminal or a caller with the operator secret (TASKLOCK_OPERATOR_SECRET) may end it early or replace it.\n\nNext: wait for it to end by itself ({}).\n",
+            crate::clock::rfc3339(&f.until)
+        );
+    }
     match (&r.freeze, r.frozen) {
         (Some(f), true) => format!(
             "Frozen: {p} {}.\n\nNo checkout of {} succeeds until then; holders keep their checkouts until their leases end but cannot renew.\n\nNext: {} ends it early.\n",
