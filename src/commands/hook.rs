@@ -100,7 +100,7 @@ pub fn run(
                 let now = crate::clock::now()?;
                 let timeout = verdict.as_ref().ok().and_then(|v| v.guard_timeout);
                 let wait = crate::engine::edits::wait_for(timeout, true);
-                let failed = record(&cwd, &agent, &edited.files, &now, wait, "pre-tool-use");
+                let failed = record(&cwd, &agent, &edited, &now, wait, "pre-tool-use");
                 // Allowed, but not recorded: said to the model and the user, not only on
                 // stderr.
                 if let Some(text) = failed
@@ -197,14 +197,7 @@ pub fn run(
         // The edit happened (PostToolUse follows only a tool call that succeeded): record
         // who made it, for the commit guard and `tasklock stage`. A failure here must not
         // cost the session its heartbeat.
-        unrecorded = record(
-            &project,
-            &agent,
-            &edited.files,
-            &ctx.now,
-            wait(),
-            "post-tool-use",
-        );
+        unrecorded = record(&project, &agent, &edited, &ctx.now, wait(), "post-tool-use");
     }
     match event {
         "session-start" => session_start(&ctx, &agent, agent_pid, None, client, own_secret),
@@ -253,14 +246,14 @@ pub fn run(
 fn record(
     cwd: &std::path::Path,
     agent: &str,
-    files: &[String],
+    edited: &edit_gate::Edited,
     now: &crate::clock::Time,
     wait: std::time::Duration,
     event: &str,
 ) -> Option<String> {
     let mut failed = Vec::new();
-    for file in files {
-        if let Err(e) = edit_gate::record_edit(cwd, agent, file, now, wait) {
+    for file in &edited.files {
+        if let Err(e) = edit_gate::record_edit(cwd, agent, file, edited.writer, now, wait) {
             eprintln!("tasklock hook {event}: the edit of {file} was not recorded: {e}");
             failed.push(format!(
                 "{} ({e})",
