@@ -425,3 +425,58 @@ fn a_gemini_session_registers_under_its_id_and_gemini_session_id_is_an_identity(
         .expect("released");
     assert_eq!(released["reason"], "session_end");
 }
+
+/// Gemini CLI's `write_file` and `replace` resolve a name with `path.resolve` (its `..`
+/// applied to the text), drop a leading `@` when no such file exists and decode `%XX`, before
+/// the kernel resolves the links along it: every such form of a file another agent
+/// holds is refused, an unclaimed one is allowed, and the edit is recorded as the file
+/// Gemini CLI wrote.
+#[test]
+fn gemini_edits_are_judged_in_every_form_gemini_reaches_the_file_in() {
+    let (env, top) = git_env();
+    std::fs::create_dir_all(env.dir()).unwrap();
+    let mut names = dotdot_layout(&top);
+    names.extend(["src/%61.rs".to_string(), "@src/a.rs".to_string()]);
+    let r = env.run_in(&top, Some("gem-a"), &["checkout", "--path", "src/a.rs"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    for name in &names {
+        for (name_of_tool, input) in [
+            ("write_file", json!({"file_path": name, "content": "x"})),
+            (
+                "replace",
+                json!({"file_path": name, "instruction": "i", "old_string": "a", "new_string": "b"}),
+            ),
+        ] {
+            let payload = tool("gem-b", &top, "BeforeTool", name_of_tool, input);
+            let r = hook(&env, &top, "pre-tool-use", &payload, &[]);
+            assert_eq!(r.code, 0, "{}", r.text());
+            let v = r.json();
+            assert_eq!(v["decision"], "deny", "{name_of_tool} {name}: {v}");
+            assert!(v["reason"].as_str().unwrap().contains("`src/a.rs`"), "{v}");
+        }
+    }
+    for name in &names {
+        let free = name.replace("a.rs", "free.rs").replace("%61", "free");
+        let payload = tool(
+            "gem-b",
+            &top,
+            "BeforeTool",
+            "write_file",
+            json!({"file_path": free, "content": "x"}),
+        );
+        let r = hook(&env, &top, "pre-tool-use", &payload, &[]);
+        assert_eq!((r.code, r.stdout.as_str()), (0, ""), "{free}: {}", r.text());
+    }
+    // Recorded as the file written: `src/c.rs`, not `a/src/c.rs`.
+    let mut done = tool(
+        "gem-b",
+        &top,
+        "AfterTool",
+        "write_file",
+        json!({"file_path": "l/../src/c.rs", "content": "x"}),
+    );
+    done["tool_response"] = json!({"llmContent": "ok", "returnDisplay": "ok"});
+    let r = hook(&env, &top, "post-tool-use", &done, &[]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    assert_eq!(edits(&top), [("src/c.rs".to_string(), "gem-b".to_string())]);
+}
