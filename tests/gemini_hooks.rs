@@ -480,3 +480,100 @@ fn gemini_edits_are_judged_in_every_form_gemini_reaches_the_file_in() {
     assert_eq!(r.code, 0, "{}", r.text());
     assert_eq!(edits(&top), [("src/c.rs".to_string(), "gem-b".to_string())]);
 }
+
+/// Run `command` as Gemini CLI's shell tool would: `bash -c`, from `cwd`, with the
+/// environment of the commands (no secret, no identity of its own).
+fn gemini_shell_run(env: &Env, cwd: &Path, command: &str) -> Run {
+    let mut cmd = Command::new("bash");
+    for (k, v) in base_cmd(&env.now).get_envs() {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
+    use_store(&mut cmd, &env.dir());
+    let bin = Path::new(env!("CARGO_BIN_EXE_tasklock")).parent().unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    cmd.env("PATH", path)
+        .env_remove("GEMINI_SESSION_ID")
+        .env("GEMINI_CLI", "1")
+        .args(["-c", command])
+        .current_dir(cwd)
+        .stdin(Stdio::null());
+    exec(cmd)
+}
+
+/// A Gemini CLI session's own checkouts, made by `tasklock` commands its model runs in
+/// the shell, are bound to the session's secret: the BeforeTool hook has each of them
+/// read it from the file the session-start hook kept (never the secret itself in the
+/// command line). Another agent naming the session cannot release them (exit 4); the
+/// session can; its end removes the file.
+#[test]
+fn a_gemini_sessions_own_checkouts_are_bound_to_its_secret() {
+    let (env, top) = git_env();
+    std::fs::create_dir_all(env.dir()).unwrap();
+    let session = "5e55-b0bd";
+    let gemini = [("GEMINI_SESSION_ID", session)];
+    let start = json!({
+        "session_id": session,
+        "transcript_path": "/home/u/.gemini/tmp/p/chats/session-x.jsonl",
+        "cwd": top,
+        "hook_event_name": "SessionStart",
+        "timestamp": "2026-01-01T00:00:00.000Z",
+        "source": "startup",
+    });
+    let r = hook(&env, &top, "session-start", &start, &gemini);
+    assert_eq!(r.code, 0, "{}", r.text());
+
+    // The model's shell command, as the BeforeTool hook hands it back to Gemini CLI.
+    let shell = |command: &str| -> String {
+        let payload = tool(
+            session,
+            &top,
+            "BeforeTool",
+            "run_shell_command",
+            json!({"command": command, "description": "d"}),
+        );
+        let r = hook(&env, &top, "pre-tool-use", &payload, &gemini);
+        assert_eq!(r.code, 0, "{}", r.text());
+        let v = r.json();
+        v["hookSpecificOutput"]["tool_input"]["command"]
+            .as_str()
+            .unwrap_or_else(|| panic!("not rewritten: {v}"))
+            .to_string()
+    };
+    let checkout = shell("cd src && tasklock checkout gem-k --json");
+    assert!(
+        checkout.contains(&format!("--agent {session}")),
+        "{checkout}"
+    );
+    let r = gemini_shell_run(&env, &top, &checkout);
+    assert_eq!(r.code, 0, "{}", r.text());
+    let made = r.json();
+    assert_eq!(made["checkout"]["agent"]["id"], session, "{made}");
+    assert_eq!(made["checkout"]["proven"], true, "{made}");
+    // Kept for the user alone, and never in the command line itself.
+    let kept = top.join(".git/tasklock/sessions").join(session);
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&kept), 0o600);
+        assert_eq!(mode(kept.parent().unwrap()), 0o700);
+    }
+    let secret = read(&kept);
+    assert!(!checkout.contains(&secret), "{checkout}");
+
+    // Another agent that only names the session is refused.
+    let r = env.run_in(&top, Some(session), &["release", "gem-k"]);
+    assert_eq!(r.code, 4, "{}", r.text());
+    // The session itself releases it.
+    let r = gemini_shell_run(&env, &top, &shell("tasklock release gem-k"));
+    assert_eq!(r.code, 0, "{}", r.text());
+
+    let mut end = start.clone();
+    end["hook_event_name"] = json!("SessionEnd");
+    end["reason"] = json!("exit");
+    let r = hook(&env, &top, "session-end", &end, &gemini);
+    assert_eq!(r.code, 0, "{}", r.text());
+    assert!(!kept.exists(), "the secret outlived the session");
+}
