@@ -496,3 +496,26 @@ fn opencode_edits_are_judged_in_every_form_opencode_reaches_the_file_in() {
     }
     assert_eq!(out["recorded"], json!(["src/c.rs"]));
 }
+
+/// An OpenCode session's own checkouts, made by `tasklock` commands its model runs in the
+/// shell, are bound to the secret the plugin made for the session (`shell.env` gives the
+/// commands `OPENCODE_SESSION_ID` and `TASKLOCK_SECRET`): another agent naming the session
+/// cannot release them (exit 4), the session can.
+#[test]
+fn an_opencode_sessions_own_checkouts_are_bound_to_its_secret() {
+    let (e, top) = git_env();
+    std::fs::create_dir_all(e.dir()).unwrap();
+    let script = r#"const shell = { env: {} };
+        await p["shell.env"]({ sessionID: "oc-s", callID: "c" }, shell);
+        const run = (args, extra) =>
+          spawnSync(bin, args, { env: { ...process.env, ...extra }, encoding: "utf8" });
+        const made = run(["checkout", "oc-k", "--json"], shell.env);
+        const other = run(["release", "oc-k", "--agent", "oc-s"], { TASKLOCK_SECRET: "" });
+        const own = run(["release", "oc-k"], shell.env);
+        return { made: JSON.parse(made.stdout), other: [other.status, other.stderr], own: own.status };"#;
+    let out = run_plugin(&e, &top, script);
+    assert_eq!(out["made"]["checkout"]["agent"]["id"], "oc-s", "{out}");
+    assert_eq!(out["made"]["checkout"]["proven"], true, "{out}");
+    assert_eq!(out["other"][0], 4, "{out}");
+    assert_eq!(out["own"], 0, "{out}");
+}

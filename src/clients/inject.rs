@@ -328,7 +328,11 @@ mod tests {
     fn an_assignment_goes_before_each_invocation() {
         use super::prefix_invocations as pre;
         assert_eq!(
-            pre("cd x && A=b tasklock checkout k; env tasklock list | cat", "S=1").as_deref(),
+            pre(
+                "cd x && A=b tasklock checkout k; env tasklock list | cat",
+                "S=1"
+            )
+            .as_deref(),
             Some("cd x && S=1 A=b tasklock checkout k; S=1 env tasklock list | cat")
         );
         assert_eq!(
