@@ -467,6 +467,25 @@ fn gemini_edits_are_judged_in_every_form_gemini_reaches_the_file_in() {
         let r = hook(&env, &top, "pre-tool-use", &payload, &[]);
         assert_eq!((r.code, r.stdout.as_str()), (0, ""), "{free}: {}", r.text());
     }
+    // `replace` finds a relative name that does not exist by its last segments: `a.rs`
+    // is `src/a.rs` to it. Another unclaimed file found so is allowed.
+    std::fs::write(top.join("src/b.rs"), "b\n").unwrap();
+    for (name, held) in [("a.rs", true), ("src/a.rs", true), ("b.rs", false)] {
+        let payload = tool(
+            "gem-b",
+            &top,
+            "BeforeTool",
+            "replace",
+            json!({"file_path": name, "instruction": "i", "old_string": "a", "new_string": "b"}),
+        );
+        let r = hook(&env, &top, "pre-tool-use", &payload, &[]);
+        assert_eq!(r.code, 0, "{}", r.text());
+        if held {
+            assert_eq!(r.json()["decision"], "deny", "{name}: {}", r.text());
+        } else {
+            assert_eq!(r.stdout, "", "{name}: {}", r.text());
+        }
+    }
     // Recorded as the file written: `src/c.rs`, not `a/src/c.rs`.
     let mut done = tool(
         "gem-b",

@@ -91,7 +91,9 @@ pub struct Edited {
 /// - Codex expands `~` and makes the name absolute against the patch's directory,
 ///   normalised (its `AbsolutePathBuf`);
 /// - Gemini CLI `path.resolve`s the name against the project (dropping a leading `@` when
-///   no such file exists), decodes `%XX` escapes and resolves it again;
+///   no such file exists), decodes `%XX` escapes and resolves it again; its `replace`
+///   first looks a relative name that does not exist up in the project by its last
+///   segments (`correctPath`);
 /// - OpenCode's `edit` and `write` `path.join` a relative name to the project but take an
 ///   absolute one as given; its `apply_patch` `path.resolve`s every name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,6 +101,7 @@ pub enum Writer {
     ClaudeCode,
     Codex,
     Gemini,
+    GeminiReplace,
     OpenCodeEdit,
     OpenCodePatch,
 }
@@ -159,7 +162,11 @@ pub fn edited_files(payload: &Value) -> Option<Edited> {
             flavor: Flavor::Gemini,
             unknown: None,
             record_when_allowed: false,
-            writer: Writer::Gemini,
+            writer: if tool == "replace" {
+                Writer::GeminiReplace
+            } else {
+                Writer::Gemini
+            },
         });
     }
     let (_, field) = EDIT_TOOLS.iter().find(|(t, _)| *t == tool)?;
@@ -247,10 +254,18 @@ pub fn patched_files(patch: &str) -> Vec<String> {
 /// them is another agent's.
 pub fn forms(writer: Writer, cwd: &Path, file: &str) -> Vec<String> {
     let lexical = |p: &str| crate::paths::lexical_file(cwd, p);
+    let found = match writer {
+        Writer::GeminiReplace => gemini_lookup(cwd, file),
+        _ => Vec::new(),
+    };
     let written = match writer {
         Writer::ClaudeCode => lexical(&home(file.trim())),
         Writer::Codex => lexical(&home(file)),
         Writer::Gemini => gemini_file(cwd, file),
+        Writer::GeminiReplace => match found.as_slice() {
+            [one] => Some(one.clone()),
+            _ => gemini_file(cwd, file),
+        },
         Writer::OpenCodeEdit if file.starts_with('/') => Some(file.to_string()),
         Writer::OpenCodeEdit | Writer::OpenCodePatch => lexical(file),
     };
@@ -258,6 +273,7 @@ pub fn forms(writer: Writer, cwd: &Path, file: &str) -> Vec<String> {
     for f in [written, Some(file.to_string()), lexical(file)]
         .into_iter()
         .flatten()
+        .chain(found)
     {
         if !out.contains(&f) {
             out.push(f);
@@ -302,6 +318,55 @@ fn gemini_file(cwd: &Path, file: &str) -> Option<String> {
         Some(decoded) => lexical(&decoded),
         None => Some(resolved),
     }
+}
+
+/// The files Gemini CLI's `replace` may find for a relative name that does not exist from
+/// the project (`correctPath`): those below the session's directory whose path ends with
+/// the name, by whole segments (it searches breadth first, in a bounded number of
+/// directories, and edits a match only when there is one; every one is judged here). None
+/// for an absolute name or one that exists.
+fn gemini_lookup(cwd: &Path, file: &str) -> Vec<String> {
+    /// Directories searched at most (Gemini CLI searches 50, in its own order).
+    const MAX_DIRS: usize = 2000;
+    let name = file.replace('\0', "");
+    if name.starts_with('/')
+        || name.is_empty()
+        || cwd.join(&name).exists()
+        || name.split('/').any(|s| s == "..")
+    {
+        return Vec::new();
+    }
+    let suffix = format!("/{}", name.trim_start_matches("./"));
+    let Some(base) = Path::new(&suffix).file_name().map(|n| n.to_os_string()) else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    let mut queue = std::collections::VecDeque::from([cwd.to_path_buf()]);
+    let mut seen = 0;
+    while let Some(dir) = queue.pop_front() {
+        seen += 1;
+        if seen > MAX_DIRS {
+            break;
+        }
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let path = e.path();
+            let Ok(kind) = e.file_type() else { continue };
+            if kind.is_dir() {
+                if e.file_name() != ".git" {
+                    queue.push_back(path);
+                }
+            } else if e.file_name() == base
+                && let Some(p) = path.to_str()
+                && p.ends_with(&suffix)
+            {
+                found.push(p.to_string());
+            }
+        }
+    }
+    found
 }
 
 /// `%XX` escapes decoded as JavaScript's `decodeURIComponent` does; `None` when there is
