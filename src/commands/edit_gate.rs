@@ -471,52 +471,20 @@ pub fn judge(
     let mut judged: Vec<Judged> = Vec::new();
     let mut judge = Judge::new(&ctx, &*store);
     for file in files {
-        // Every form the client may reach it in (the first is the one it writes); a form
-        // outside the repository (or a link out of it) is not ours to guard.
-        let mut rels: Vec<String> = Vec::new();
-        let mut written = None;
-        for (i, form) in forms(edited.writer, cwd, file).iter().enumerate() {
-            let Ok(rel) = crate::paths::normalize_file(&root, cwd, form) else {
-                continue;
-            };
-            if i == 0 {
-                written = Some(rel.clone());
-            }
-            if !rels.contains(&rel) {
-                rels.push(rel);
-            }
-        }
-        if rels.is_empty()
-            || judged
-                .iter()
-                .any(|j| j.written == written && written.is_some())
-        {
+        let (rels, written) = located(&root, cwd, edited.writer, file);
+        let seen = |j: &Judged| written.is_some() && j.written == written;
+        if rels.is_empty() || judged.iter().any(seen) {
             continue;
         }
-        let mut others = Vec::new();
-        let mut mine: Option<Record> = None;
-        let mut shown: Option<String> = None;
-        for rel in &rels {
-            for (record, pattern) in coverage.covering(&*store, rel)? {
-                // Expired leases and dead holders block nothing; they are ended by the
-                // next checkout that needs them, not here (no writes under the guard for a
-                // read).
-                if judge.reap_reason(&record)?.is_some() {
-                    continue;
-                }
-                if record.held_by(agent) {
-                    if Some(rel) == written.as_ref()
-                        && !record.expired_for_holder(&ctx.now)
-                        && mine.is_none()
-                    {
-                        mine = Some(record);
-                    }
-                } else if !others.iter().any(|h: &Holder| h.record.key == record.key) {
-                    shown.get_or_insert_with(|| rel.clone());
-                    others.push(Holder { record, pattern });
-                }
-            }
-        }
+        let (others, mine, shown) = holders(
+            &rels,
+            written.as_ref(),
+            agent,
+            &ctx,
+            &coverage,
+            &*store,
+            &mut judge,
+        )?;
         let rel = shown
             .or_else(|| written.clone())
             .unwrap_or_else(|| rels[0].clone());
@@ -568,6 +536,60 @@ pub fn judge(
         }
     }
     Ok(verdict(said))
+}
+
+/// The forms of `file` in the repository (normalised, each once) and the one the client
+/// of `writer` writes, when it is there: a form outside the repository (or a link out of
+/// it) is not ours to guard.
+fn located(root: &Path, cwd: &Path, writer: Writer, file: &str) -> (Vec<String>, Option<String>) {
+    let mut rels: Vec<String> = Vec::new();
+    let mut written = None;
+    for (i, form) in forms(writer, cwd, file).iter().enumerate() {
+        let Ok(rel) = crate::paths::normalize_file(root, cwd, form) else {
+            continue;
+        };
+        if i == 0 {
+            written = Some(rel.clone());
+        }
+        if !rels.contains(&rel) {
+            rels.push(rel);
+        }
+    }
+    (rels, written)
+}
+
+/// The live checkouts covering the forms `rels` of one file: other agents' (covering any
+/// form, with the first form one covers), and the agent's own covering the file written.
+fn holders(
+    rels: &[String],
+    written: Option<&String>,
+    agent: &str,
+    ctx: &Ctx,
+    coverage: &epaths::Coverage,
+    store: &dyn crate::store::Store,
+    judge: &mut Judge,
+) -> Result<(Vec<Holder>, Option<Record>, Option<String>)> {
+    let mut others: Vec<Holder> = Vec::new();
+    let mut mine: Option<Record> = None;
+    let mut shown: Option<String> = None;
+    for rel in rels {
+        for (record, pattern) in coverage.covering(store, rel)? {
+            // Expired leases and dead holders block nothing; they are ended by the next
+            // checkout that needs them, not here (no writes under the guard for a read).
+            if judge.reap_reason(&record)?.is_some() {
+                continue;
+            }
+            if record.held_by(agent) {
+                if Some(rel) == written && !record.expired_for_holder(&ctx.now) && mine.is_none() {
+                    mine = Some(record);
+                }
+            } else if !others.iter().any(|h| h.record.key == record.key) {
+                shown.get_or_insert_with(|| rel.clone());
+                others.push(Holder { record, pattern });
+            }
+        }
+    }
+    Ok((others, mine, shown))
 }
 
 fn verdict(said: Vec<Said>, flavor: Flavor) -> Verdict {
