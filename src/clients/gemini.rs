@@ -18,7 +18,8 @@ pub const BEFORE_TOOL_MATCHER: &str = "write_file|replace|run_shell_command";
 /// `<worktree git dir>/tasklock/sessions/<session>` (beside the edit records; the
 /// directory 0700, the file 0600), written by the session-start hook and removed at the
 /// session's end. The BeforeTool hook has each `tasklock` command of the shell read it
-/// ([`secret_assignment`]), so the secret itself is never in a command line.
+/// (`TASKLOCK_SECRET_FILE`, [`secret_assignment`]), so the secret itself is never in a
+/// command line.
 pub fn secret_file(project: &Path, session: &str) -> Option<PathBuf> {
     let root = crate::paths::roots(project)?.worktree;
     let dir = crate::discover::worktree_git_dir(&root)?;
@@ -67,15 +68,18 @@ pub fn forget_secret(project: &Path, session: &str) {
     }
 }
 
-/// `TASKLOCK_SECRET="$(cat FILE 2>/dev/null)"`: the assignment that gives a `tasklock`
-/// command of the session's shell its secret, read when the command runs; `None` when
+/// `TASKLOCK_SECRET= TASKLOCK_SECRET_FILE=FILE`: the assignments that give a `tasklock`
+/// command of the session's shell its secret, read from the file when the command runs
+/// (Gemini CLI refuses a command with `$(…)` in it, so the file is named, not read by the
+/// shell; an inherited `TASKLOCK_SECRET` is blanked so that it does not win). `None` when
 /// the session has no secret kept.
 pub fn secret_assignment(project: &Path, session: &str) -> Option<String> {
     let path = secret_file(project, session).filter(|p| p.is_file())?;
     let path = path.to_str()?;
     Some(format!(
-        "{}=\"$(cat {} 2>/dev/null)\"",
+        "{}= {}={}",
         crate::secret::ENV,
+        crate::secret::FILE_ENV,
         crate::error::shell_quote(path)
     ))
 }
