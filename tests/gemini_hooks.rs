@@ -524,8 +524,8 @@ fn gemini_shell_run(env: &Env, cwd: &Path, command: &str) -> Run {
 
 /// A Gemini CLI session's own checkouts, made by `tasklock` commands its model runs in
 /// the shell, are bound to the session's secret: the BeforeTool hook has each of them
-/// read it from the file the session-start hook kept (never the secret itself in the
-/// command line). Another agent naming the session cannot release them (exit 4); the
+/// read it from the file the session-start hook kept (`TASKLOCK_SECRET_FILE`; never the
+/// secret itself in the command line, and no `$(…)`, which Gemini CLI refuses). Another agent naming the session cannot release them (exit 4); the
 /// session can; its end removes the file.
 #[test]
 fn a_gemini_sessions_own_checkouts_are_bound_to_its_secret() {
@@ -564,6 +564,11 @@ fn a_gemini_sessions_own_checkouts_are_bound_to_its_secret() {
     let checkout = shell("cd src && tasklock checkout gem-k --json");
     assert!(
         checkout.contains(&format!("--agent {session}")),
+        "{checkout}"
+    );
+    // Gemini CLI's shell tool refuses command substitution ("Command injection detected").
+    assert!(
+        !["$(", "`", "<(", ">("].iter().any(|s| checkout.contains(s)),
         "{checkout}"
     );
     let r = gemini_shell_run(&env, &top, &checkout);
