@@ -541,6 +541,13 @@ fn a_gemini_sessions_own_checkouts_are_bound_to_its_secret() {
         "timestamp": "2026-01-01T00:00:00.000Z",
         "source": "startup",
     });
+    // A directory left open to others is closed before the secret goes in.
+    let sessions = top.join(".git/tasklock/sessions");
+    std::fs::create_dir_all(&sessions).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&sessions, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
     let r = hook(&env, &top, "session-start", &start, &gemini);
     assert_eq!(r.code, 0, "{}", r.text());
 

@@ -44,6 +44,24 @@ pub fn keep_secret(project: &Path, session: &str, secret: &str) -> Result<()> {
         .mode(0o700)
         .create(dir)
         .map_err(|e| crate::error::Error::io(dir, e))?;
+    // A directory that was there already must be ours and closed to others: whoever
+    // could change it could swap the file for one holding their own secret.
+    {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let meta = std::fs::symlink_metadata(dir).map_err(|e| crate::error::Error::io(dir, e))?;
+        // SAFETY: geteuid has no preconditions.
+        let me = unsafe { libc::geteuid() };
+        if !meta.is_dir() || meta.uid() != me {
+            return Err(crate::error::Error::Store(format!(
+                "{} is not a directory of this user: the session's secret is not kept there, and its shell commands carry none",
+                dir.display()
+            )));
+        }
+        if meta.mode() & 0o077 != 0 {
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+                .map_err(|e| crate::error::Error::io(dir, e))?;
+        }
+    }
     // Written whole under another name and renamed, never through a planted link.
     let tmp = dir.join(format!(".tmp.{}", std::process::id()));
     let _ = std::fs::remove_file(&tmp);

@@ -573,8 +573,11 @@ fn session_start(
             .map_err(|e| Error::io(PathBuf::from(&env_file), e))?;
     }
     // Gemini CLI has no such file: its shell commands read the secret from one of ours.
-    if client == Client::Gemini {
-        crate::clients::gemini::keep_secret(project, agent, &secret)?;
+    // Without it they carry none (their checkouts unbound): said, but the session starts.
+    if client == Client::Gemini
+        && let Err(e) = crate::clients::gemini::keep_secret(project, agent, &secret)
+    {
+        eprintln!("tasklock hook session-start: {e}");
     }
     // While the Claude Code (or Codex) process lives, a watcher beats for the session: its leases
     // stay renewed through long turns, long commands and a user away from the keyboard,
