@@ -736,6 +736,21 @@ fn lexical(p: &Path) -> PathBuf {
     out
 }
 
+/// `path` made absolute from `cwd` with its `.` and `..` applied to the text, as the
+/// clients' tools do before the kernel sees the path (Node's `path.resolve`, Codex's
+/// absolute paths): with `l -> a/b`, `l/../src/x` is `<cwd>/src/x` here, while the kernel
+/// takes it to `a/src/x`. `None` when the result is not UTF-8.
+pub fn lexical_file(cwd: &Path, path: &str) -> Option<String> {
+    let joined = if path.starts_with('/') {
+        PathBuf::from(path)
+    } else if cwd.is_absolute() {
+        cwd.join(path)
+    } else {
+        std::env::current_dir().ok()?.join(cwd).join(path)
+    };
+    lexical(&joined).into_os_string().into_string().ok()
+}
+
 /// Normalise the path of one file (as an edit hook or a commit guard sees it) to the
 /// form [`matches`] takes: relative to the top of its worktree, `/`-separated, NFC (and
 /// folded where the repository ignores case), every link resolved. Wildcard characters

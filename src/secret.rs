@@ -89,11 +89,32 @@ pub fn standing(owner: Option<&Proof>, secret: Option<&str>) -> Standing {
 static SESSION: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
 static PROVEN: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
 
+/// The environment variable that names a file holding the caller's secret (used when
+/// `TASKLOCK_SECRET` is unset or empty): how a Gemini CLI session's shell commands get
+/// theirs, since nothing there can set their environment (the Gemini CLI adapter).
+pub const FILE_ENV: &str = "TASKLOCK_SECRET_FILE";
+
+/// The most of a secret file read.
+const MAX_FILE_BYTES: u64 = 4096;
+
 /// The caller's secret: one this process was given by [`use_secret`], else
-/// `TASKLOCK_SECRET`; an empty value counts as none.
+/// `TASKLOCK_SECRET`, else the content of the file `TASKLOCK_SECRET_FILE` names (a final
+/// newline dropped; a file that cannot be read gives none); an empty value counts as none.
 pub fn caller() -> Option<String> {
     let own = SESSION.lock().unwrap_or_else(|e| e.into_inner()).clone();
     own.or_else(|| std::env::var(ENV).ok().filter(|s| !s.is_empty()))
+        .or_else(from_file)
+}
+
+fn from_file() -> Option<String> {
+    let path = std::env::var_os(FILE_ENV).filter(|p| !p.is_empty())?;
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .ok()?
+        .take(MAX_FILE_BYTES)
+        .read_to_string(&mut text)
+        .ok()?;
+    Some(text.trim_end_matches(['\n', '\r']).to_string()).filter(|s| !s.is_empty())
 }
 
 /// From now on this process acts with `secret` (a session-start hook that made one).

@@ -178,6 +178,20 @@ fn two_gemini_sessions_race_for_one_task_and_release_it_when_they_end() {
         context()
     );
 
+    // The winner's checkout is bound to its session's secret (read by the command from the
+    // file the session-start hook kept): `tasklock list` does not call it unproven.
+    let listed = stub.outputs_of(1);
+    let listed = result_text(
+        listed
+            .get(winner.as_str())
+            .unwrap_or_else(|| panic!("no list from the winner\n{}", context())),
+    );
+    assert!(
+        listed.contains("race-task") && !listed.contains("(unproven)"),
+        "{listed}\n{}",
+        context()
+    );
+
     // The identity is the Gemini session id (given to the commands by the BeforeTool
     // hook), in the audit log too.
     let audit = e2e::audit(&project.join(".locks"));

@@ -30,9 +30,13 @@ fn ok(env: &Env, top: &Path, agent: &str, args: &[&str]) {
 /// Run the hook as Claude Code would: JSON on stdin, from the session's directory,
 /// the lock directory found from there (no `--dir`).
 fn hook(env: &Env, cwd: &Path, payload: &Value) -> Run {
+    hook_event(env, cwd, "pre-tool-use", payload)
+}
+
+fn hook_event(env: &Env, cwd: &Path, event: &str, payload: &Value) -> Run {
     let mut cmd = base_cmd(&env.now);
     use_store(&mut cmd, &env.dir());
-    cmd.args(["hook", "pre-tool-use"])
+    cmd.args(["hook", event])
         .current_dir(cwd)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -979,4 +983,70 @@ fn a_file_of_another_worktree_is_judged_by_its_path_there() {
         &edit("bob", &top, "Write", &stranger.path().join("src/held.txt")),
     );
     assert_eq!(r.stdout, "", "{}", r.text());
+}
+
+/// Claude Code and Codex apply a name's `..` to its text before the kernel resolves the
+/// links along it (Claude Code `path.normalize`s `file_path`, Codex makes a patch's names
+/// absolute and normalised), so `l/../src/a.rs` with `l -> a/b` is `src/a.rs` to them
+/// while the kernel would take it to `a/src/a.rs`. The gate judges both forms: every form
+/// of a file another agent holds is refused, an unclaimed one is still allowed, and the
+/// edit is recorded as the file the client writes.
+#[test]
+fn every_form_a_client_may_reach_a_file_in_is_judged() {
+    let (env, top) = repo();
+    let names = dotdot_layout(&top);
+    ok(&env, &top, "alice", &["checkout", "--path", "src/a.rs"]);
+    for name in &names {
+        // Claude Code: an absolute `file_path`, or a relative one it resolves itself.
+        for file in [top.join(name), PathBuf::from(name)] {
+            let r = hook(&env, &top, &edit("bob", &top, "Edit", &file));
+            let reason = denied(&r)
+                .unwrap_or_else(|| panic!("{} was allowed: {}", file.display(), r.text()));
+            assert!(reason.contains("`src/a.rs`"), "{reason}");
+        }
+        // Codex: the apply_patch tool, and a patch applied through the shell.
+        let text = format!("*** Begin Patch\n*** Update File: {name}\n@@\n-a\n+b\n*** End Patch\n");
+        let r = hook(&env, &top, &patch("bob", &top, &text));
+        assert!(denied(&r).is_some(), "patch of {name}: {}", r.text());
+        let r = hook(
+            &env,
+            &top,
+            &shell(
+                "bob",
+                &top,
+                &format!("apply_patch <<'PATCH'\n{text}PATCH\n"),
+            ),
+        );
+        assert!(denied(&r).is_some(), "shell patch of {name}: {}", r.text());
+    }
+    // `cd l/.. &&` is the repository's top to Codex.
+    let text = "*** Begin Patch\n*** Update File: src/a.rs\n@@\n-a\n+b\n*** End Patch\n";
+    let r = hook(
+        &env,
+        &top,
+        &shell(
+            "bob",
+            &top,
+            &format!("cd l/.. && apply_patch <<'PATCH'\n{text}PATCH\n"),
+        ),
+    );
+    assert!(denied(&r).is_some(), "cd l/..: {}", r.text());
+
+    // An unclaimed file through the same forms is allowed.
+    for name in &names {
+        let free = name.replace("a.rs", "free.rs");
+        let r = hook(&env, &top, &edit("bob", &top, "Edit", &top.join(&free)));
+        assert_eq!((r.code, r.stdout.as_str()), (0, ""), "{free}: {}", r.text());
+        let text = format!("*** Begin Patch\n*** Add File: {free}\n+x\n*** End Patch\n");
+        let r = hook(&env, &top, &patch("bob", &top, &text));
+        assert_eq!((r.code, r.stdout.as_str()), (0, ""), "{free}: {}", r.text());
+    }
+
+    // The edit is recorded as the file Claude Code wrote: `src/c.rs`, not `a/src/c.rs`.
+    let mut done = edit("bob", &top, "Write", &top.join("l/../src/c.rs"));
+    done["hook_event_name"] = json!("PostToolUse");
+    let r = hook_event(&env, &top, "post-tool-use", &done);
+    assert_eq!(r.code, 0, "{}", r.text());
+    let files: Vec<Value> = records(&top).iter().map(|e| e["file"].clone()).collect();
+    assert_eq!(files, [json!("src/c.rs")]);
 }

@@ -425,3 +425,186 @@ fn a_gemini_session_registers_under_its_id_and_gemini_session_id_is_an_identity(
         .expect("released");
     assert_eq!(released["reason"], "session_end");
 }
+
+/// Gemini CLI's `write_file` and `replace` resolve a name with `path.resolve` (its `..`
+/// applied to the text), drop a leading `@` when no such file exists and decode `%XX`, before
+/// the kernel resolves the links along it: every such form of a file another agent
+/// holds is refused, an unclaimed one is allowed, and the edit is recorded as the file
+/// Gemini CLI wrote.
+#[test]
+fn gemini_edits_are_judged_in_every_form_gemini_reaches_the_file_in() {
+    let (env, top) = git_env();
+    std::fs::create_dir_all(env.dir()).unwrap();
+    let mut names = dotdot_layout(&top);
+    names.extend(["src/%61.rs".to_string(), "@src/a.rs".to_string()]);
+    let r = env.run_in(&top, Some("gem-a"), &["checkout", "--path", "src/a.rs"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    for name in &names {
+        for (name_of_tool, input) in [
+            ("write_file", json!({"file_path": name, "content": "x"})),
+            (
+                "replace",
+                json!({"file_path": name, "instruction": "i", "old_string": "a", "new_string": "b"}),
+            ),
+        ] {
+            let payload = tool("gem-b", &top, "BeforeTool", name_of_tool, input);
+            let r = hook(&env, &top, "pre-tool-use", &payload, &[]);
+            assert_eq!(r.code, 0, "{}", r.text());
+            let v = r.json();
+            assert_eq!(v["decision"], "deny", "{name_of_tool} {name}: {v}");
+            assert!(v["reason"].as_str().unwrap().contains("`src/a.rs`"), "{v}");
+        }
+    }
+    for name in &names {
+        let free = name.replace("a.rs", "free.rs").replace("%61", "free");
+        let payload = tool(
+            "gem-b",
+            &top,
+            "BeforeTool",
+            "write_file",
+            json!({"file_path": free, "content": "x"}),
+        );
+        let r = hook(&env, &top, "pre-tool-use", &payload, &[]);
+        assert_eq!((r.code, r.stdout.as_str()), (0, ""), "{free}: {}", r.text());
+    }
+    // `replace` finds a relative name that does not exist by its last segments: `a.rs`
+    // is `src/a.rs` to it. Another unclaimed file found so is allowed.
+    std::fs::write(top.join("src/b.rs"), "b\n").unwrap();
+    for (name, held) in [("a.rs", true), ("src/a.rs", true), ("b.rs", false)] {
+        let payload = tool(
+            "gem-b",
+            &top,
+            "BeforeTool",
+            "replace",
+            json!({"file_path": name, "instruction": "i", "old_string": "a", "new_string": "b"}),
+        );
+        let r = hook(&env, &top, "pre-tool-use", &payload, &[]);
+        assert_eq!(r.code, 0, "{}", r.text());
+        if held {
+            assert_eq!(r.json()["decision"], "deny", "{name}: {}", r.text());
+        } else {
+            assert_eq!(r.stdout, "", "{name}: {}", r.text());
+        }
+    }
+    // Recorded as the file written: `src/c.rs`, not `a/src/c.rs`.
+    let mut done = tool(
+        "gem-b",
+        &top,
+        "AfterTool",
+        "write_file",
+        json!({"file_path": "l/../src/c.rs", "content": "x"}),
+    );
+    done["tool_response"] = json!({"llmContent": "ok", "returnDisplay": "ok"});
+    let r = hook(&env, &top, "post-tool-use", &done, &[]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    assert_eq!(edits(&top), [("src/c.rs".to_string(), "gem-b".to_string())]);
+}
+
+/// Run `command` as Gemini CLI's shell tool would: `bash -c`, from `cwd`, with the
+/// environment of the commands (no secret, no identity of its own).
+fn gemini_shell_run(env: &Env, cwd: &Path, command: &str) -> Run {
+    let mut cmd = Command::new("bash");
+    for (k, v) in base_cmd(&env.now).get_envs() {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
+    use_store(&mut cmd, &env.dir());
+    let bin = Path::new(env!("CARGO_BIN_EXE_tasklock")).parent().unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    cmd.env("PATH", path)
+        .env_remove("GEMINI_SESSION_ID")
+        .env("GEMINI_CLI", "1")
+        .args(["-c", command])
+        .current_dir(cwd)
+        .stdin(Stdio::null());
+    exec(cmd)
+}
+
+/// A Gemini CLI session's own checkouts, made by `tasklock` commands its model runs in
+/// the shell, are bound to the session's secret: the BeforeTool hook has each of them
+/// read it from the file the session-start hook kept (`TASKLOCK_SECRET_FILE`; never the
+/// secret itself in the command line, and no `$(…)`, which Gemini CLI refuses). Another agent naming the session cannot release them (exit 4); the
+/// session can; its end removes the file.
+#[test]
+fn a_gemini_sessions_own_checkouts_are_bound_to_its_secret() {
+    let (env, top) = git_env();
+    std::fs::create_dir_all(env.dir()).unwrap();
+    let session = "5e55-b0bd";
+    let gemini = [("GEMINI_SESSION_ID", session)];
+    let start = json!({
+        "session_id": session,
+        "transcript_path": "/home/u/.gemini/tmp/p/chats/session-x.jsonl",
+        "cwd": top,
+        "hook_event_name": "SessionStart",
+        "timestamp": "2026-01-01T00:00:00.000Z",
+        "source": "startup",
+    });
+    // A directory left open to others is closed before the secret goes in.
+    let sessions = top.join(".git/tasklock/sessions");
+    std::fs::create_dir_all(&sessions).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&sessions, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let r = hook(&env, &top, "session-start", &start, &gemini);
+    assert_eq!(r.code, 0, "{}", r.text());
+
+    // The model's shell command, as the BeforeTool hook hands it back to Gemini CLI.
+    let shell = |command: &str| -> String {
+        let payload = tool(
+            session,
+            &top,
+            "BeforeTool",
+            "run_shell_command",
+            json!({"command": command, "description": "d"}),
+        );
+        let r = hook(&env, &top, "pre-tool-use", &payload, &gemini);
+        assert_eq!(r.code, 0, "{}", r.text());
+        let v = r.json();
+        v["hookSpecificOutput"]["tool_input"]["command"]
+            .as_str()
+            .unwrap_or_else(|| panic!("not rewritten: {v}"))
+            .to_string()
+    };
+    let checkout = shell("cd src && tasklock checkout gem-k --json");
+    assert!(
+        checkout.contains(&format!("--agent {session}")),
+        "{checkout}"
+    );
+    // Gemini CLI's shell tool refuses command substitution ("Command injection detected").
+    assert!(
+        !["$(", "`", "<(", ">("].iter().any(|s| checkout.contains(s)),
+        "{checkout}"
+    );
+    let r = gemini_shell_run(&env, &top, &checkout);
+    assert_eq!(r.code, 0, "{}", r.text());
+    let made = r.json();
+    assert_eq!(made["checkout"]["agent"]["id"], session, "{made}");
+    assert_eq!(made["checkout"]["proven"], true, "{made}");
+    // Kept for the user alone, and never in the command line itself.
+    let kept = top.join(".git/tasklock/sessions").join(session);
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&kept), 0o600);
+        assert_eq!(mode(kept.parent().unwrap()), 0o700);
+    }
+    let secret = read(&kept);
+    assert!(!checkout.contains(&secret), "{checkout}");
+
+    // Another agent that only names the session is refused.
+    let r = env.run_in(&top, Some(session), &["release", "gem-k"]);
+    assert_eq!(r.code, 4, "{}", r.text());
+    // The session itself releases it.
+    let r = gemini_shell_run(&env, &top, &shell("tasklock release gem-k"));
+    assert_eq!(r.code, 0, "{}", r.text());
+
+    let mut end = start.clone();
+    end["hook_event_name"] = json!("SessionEnd");
+    end["reason"] = json!("exit");
+    let r = hook(&env, &top, "session-end", &end, &gemini);
+    assert_eq!(r.code, 0, "{}", r.text());
+    assert!(!kept.exists(), "the secret outlived the session");
+}

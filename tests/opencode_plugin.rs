@@ -396,3 +396,126 @@ fn no_push_to_a_port_nobody_of_this_user_listens_on() {
         "{m}"
     );
 }
+
+/// Run the shipped plugin in Node, as a process named `opencode` (as OpenCode's is), in
+/// `project`: `script` is the body of an async function given the plugin's hooks as `p`,
+/// `spawnSync`, and the `tasklock` binary as `bin`; what it returns is printed as JSON.
+fn run_plugin(e: &Env, project: &Path, script: &str) -> Value {
+    let node = Command::new("node")
+        .args(["-p", "process.execPath"])
+        .output()
+        .expect("node runs (install Node.js)");
+    let node = String::from_utf8(node.stdout).unwrap().trim().to_string();
+    let opencode = e.tmp.path().join("bin/opencode");
+    if !opencode.exists() {
+        std::fs::create_dir_all(opencode.parent().unwrap()).unwrap();
+        std::os::unix::fs::symlink(&node, &opencode).unwrap();
+    }
+    let module = e.tmp.path().join("tasklock.mjs");
+    std::fs::write(&module, PLUGIN).unwrap();
+    let main = e.tmp.path().join("main.mjs");
+    std::fs::write(
+        &main,
+        format!(
+            "import {{ TasklockPlugin }} from {module:?};\nimport {{ spawnSync }} from 'node:child_process';\nimport fs from 'node:fs';\nconst bin = process.env.TASKLOCK_BIN;\nconst p = await TasklockPlugin({{ directory: {project:?}, serverUrl: '' }});\nconst out = await (async () => {{ {script} }})();\nconsole.log(JSON.stringify(out));\n",
+            module = module.display().to_string(),
+            project = project.display().to_string(),
+        ),
+    )
+    .unwrap();
+    // The environment of the commands (base_cmd's), for `opencode main.mjs`.
+    let mut cmd = Command::new(&opencode);
+    for (k, v) in base_cmd(&e.now).get_envs() {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
+    use_store(&mut cmd, &e.dir());
+    cmd.env("TASKLOCK_BIN", env!("CARGO_BIN_EXE_tasklock"))
+        .env_remove("GEMINI_SESSION_ID")
+        .current_dir(project)
+        .arg(&main)
+        .stdin(Stdio::null());
+    let r = exec(cmd);
+    assert_eq!(r.code, 0, "{}", r.text());
+    serde_json::from_str(r.stdout.lines().last().unwrap_or_default())
+        .unwrap_or_else(|err| panic!("{err}: {}", r.text()))
+}
+
+/// OpenCode's `edit` and `write` `path.join` a relative `filePath` to the project (its
+/// `..` applied to the text) and take an absolute one as given; its `apply_patch`
+/// `path.resolve`s every name. Through the plugin, every form of a file another agent
+/// holds is refused (the tool fails with tasklock's reason), an unclaimed one is allowed,
+/// and the edit is recorded as the file OpenCode wrote.
+#[test]
+fn opencode_edits_are_judged_in_every_form_opencode_reaches_the_file_in() {
+    let (e, top) = git_env();
+    std::fs::create_dir_all(e.dir()).unwrap();
+    let names = dotdot_layout(&top);
+    let r = e.run_in(&top, Some("alice"), &["checkout", "--path", "src/a.rs"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    let script = format!(
+        r#"const names = {names};
+        const tried = async (tool, args) => {{
+          try {{ await p["tool.execute.before"]({{ tool, sessionID: "oc-b", callID: "c" }}, {{ args }}); return "allowed"; }}
+          catch (err) {{ return String(err.message); }}
+        }};
+        const out = {{}};
+        for (const n of [...names, ...names.map((n) => n.replace("a.rs", "free.rs"))]) {{
+          const patch = `*** Begin Patch\n*** Update File: ${{n}}\n@@\n-a\n+b\n*** End Patch\n`;
+          out[n] = [
+            await tried("edit", {{ filePath: n, oldString: "a", newString: "b" }}),
+            await tried("write", {{ filePath: n, content: "x" }}),
+            await tried("apply_patch", {{ patchText: patch }}),
+          ];
+        }}
+        await p["tool.execute.after"]({{ tool: "write", sessionID: "oc-b", callID: "d", args: {{ filePath: "l/../src/c.rs", content: "x" }} }}, {{ output: "" }});
+        // Read before the plugin ends the session (which forgets its edits).
+        const dir = {edits};
+        out.recorded = fs.readdirSync(dir).filter((f) => !f.startsWith(".")).map((f) => JSON.parse(fs.readFileSync(`${{dir}}/${{f}}`, "utf8")).file);
+        return out;"#,
+        names = serde_json::to_string(&names).unwrap(),
+        edits = serde_json::to_string(&top.join(".git/tasklock/edits")).unwrap(),
+    );
+    let out = run_plugin(&e, &top, &script);
+    for name in &names {
+        for (i, said) in out[name].as_array().unwrap().iter().enumerate() {
+            let said = said.as_str().unwrap();
+            assert!(
+                said.contains("`src/a.rs` is checked out by another agent"),
+                "tool {i} on {name}: {said}"
+            );
+        }
+        let free = name.replace("a.rs", "free.rs");
+        assert_eq!(
+            out[&free],
+            json!(["allowed", "allowed", "allowed"]),
+            "{free}"
+        );
+    }
+    assert_eq!(out["recorded"], json!(["src/c.rs"]));
+}
+
+/// An OpenCode session's own checkouts, made by `tasklock` commands its model runs in the
+/// shell, are bound to the secret the plugin made for the session (`shell.env` gives the
+/// commands `OPENCODE_SESSION_ID` and `TASKLOCK_SECRET`): another agent naming the session
+/// cannot release them (exit 4), the session can.
+#[test]
+fn an_opencode_sessions_own_checkouts_are_bound_to_its_secret() {
+    let (e, top) = git_env();
+    std::fs::create_dir_all(e.dir()).unwrap();
+    let script = r#"const shell = { env: {} };
+        await p["shell.env"]({ sessionID: "oc-s", callID: "c" }, shell);
+        const run = (args, extra) =>
+          spawnSync(bin, args, { env: { ...process.env, ...extra }, encoding: "utf8" });
+        const made = run(["checkout", "oc-k", "--json"], shell.env);
+        const other = run(["release", "oc-k", "--agent", "oc-s"], { TASKLOCK_SECRET: "" });
+        const own = run(["release", "oc-k"], shell.env);
+        return { made: JSON.parse(made.stdout), other: [other.status, other.stderr], own: own.status };"#;
+    let out = run_plugin(&e, &top, script);
+    assert_eq!(out["made"]["checkout"]["agent"]["id"], "oc-s", "{out}");
+    assert_eq!(out["made"]["checkout"]["proven"], true, "{out}");
+    assert_eq!(out["other"][0], 4, "{out}");
+    assert_eq!(out["own"], 0, "{out}");
+}

@@ -31,9 +31,38 @@ pub fn inject_agent(command: &str, agent: &str) -> Option<String> {
     Some(out)
 }
 
-/// One shell word: its text with quotes removed, and where it ends in the line.
+/// Prefix every `tasklock` invocation of `command` with `assignment` (`NAME=VALUE`, written
+/// as the shell should read it), at the start of its simple command; `None` when there is
+/// none.
+pub fn prefix_invocations(command: &str, assignment: &str) -> Option<String> {
+    let starts: Vec<usize> = invocations(command).iter().map(|i| i.start).collect();
+    if starts.is_empty() {
+        return None;
+    }
+    let mut out = String::with_capacity(command.len() + starts.len() * (assignment.len() + 1));
+    let mut last = 0;
+    for p in starts {
+        out.push_str(&command[last..p]);
+        out.push_str(assignment);
+        out.push(' ');
+        last = p;
+    }
+    out.push_str(&command[last..]);
+    Some(out)
+}
+
+/// One `tasklock` invocation in a command line.
+struct Invocation {
+    /// Where its simple command begins (before assignments and wrappers).
+    start: usize,
+    /// Right after its subcommand word, when it carries no `--agent` yet.
+    agent_at: Option<usize>,
+}
+
+/// One shell word: its text with quotes removed, and where it begins and ends in the line.
 struct Word {
     text: String,
+    start: usize,
     end: usize,
     /// The word had quotes or escapes (so it is never an operator or assignment).
     quoted: bool,
@@ -42,6 +71,14 @@ struct Word {
 /// Byte offsets right after the subcommand word of each `tasklock` invocation that does
 /// not already carry `--agent`.
 fn insertion_points(line: &str) -> Vec<usize> {
+    invocations(line)
+        .into_iter()
+        .filter_map(|i| i.agent_at)
+        .collect()
+}
+
+/// The `tasklock` invocations of a command line, in order.
+fn invocations(line: &str) -> Vec<Invocation> {
     let bytes = line.as_bytes();
     let mut points = Vec::new();
     let mut i = 0;
@@ -102,8 +139,10 @@ fn is_operator(b: u8) -> bool {
     matches!(b, b';' | b'&' | b'|' | b'(' | b')' | b'\n')
 }
 
-/// A simple command ended: if it runs tasklock, note where its subcommand ends.
-fn finish(_line: &str, words: &mut Vec<Word>, points: &mut Vec<usize>) {
+/// A simple command ended: if it runs tasklock, note where it begins and where its
+/// subcommand ends.
+fn finish(_line: &str, words: &mut Vec<Word>, points: &mut Vec<Invocation>) {
+    let start = words.first().map_or(0, |w| w.start);
     let mut rest = words.iter().skip_while(|w| {
         // Leading assignments (`A=b tasklock …`) and wrappers that run their arguments.
         !w.quoted
@@ -117,6 +156,7 @@ fn finish(_line: &str, words: &mut Vec<Word>, points: &mut Vec<usize>) {
             .iter()
             .take_while(|w| w.text != "--")
             .any(|w| w.text == "--agent" || w.text.starts_with("--agent="));
+        let mut agent_at = None;
         if !has_agent {
             // After the first word that is not an option: the subcommand. Options given
             // before it take a value only for these flags.
@@ -139,8 +179,9 @@ fn finish(_line: &str, words: &mut Vec<Word>, points: &mut Vec<usize>) {
                 at = w.end;
                 break;
             }
-            points.push(at);
+            agent_at = Some(at);
         }
+        points.push(Invocation { start, agent_at });
     }
     words.clear();
 }
@@ -208,6 +249,7 @@ fn read_word(line: &str, start: usize) -> Word {
     }
     Word {
         text,
+        start,
         end: i,
         quoted,
     }
@@ -281,6 +323,24 @@ mod tests {
         assert_eq!(inj("cat <<EOF\ntasklock checkout k\nEOF"), None);
         assert_eq!(inj("tasklocker list"), None);
         assert_eq!(inj(""), None);
+    }
+
+    #[test]
+    fn an_assignment_goes_before_each_invocation() {
+        use super::prefix_invocations as pre;
+        assert_eq!(
+            pre(
+                "cd x && A=b tasklock checkout k; env tasklock list | cat",
+                "S=1"
+            )
+            .as_deref(),
+            Some("cd x && S=1 A=b tasklock checkout k; S=1 env tasklock list | cat")
+        );
+        assert_eq!(
+            pre("(tasklock status k --agent other)", "S=1").as_deref(),
+            Some("(S=1 tasklock status k --agent other)")
+        );
+        assert_eq!(pre("echo tasklock list", "S=1"), None);
     }
 
     #[test]

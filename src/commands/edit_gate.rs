@@ -78,6 +78,32 @@ pub struct Edited {
     /// Record the edit when the gate allows it: Codex runs no PostToolUse hook after a
     /// patch applied through the shell, so there is no later moment to record it.
     pub record_when_allowed: bool,
+    /// Which client's tool writes the files: how it turns the names into the files.
+    pub writer: Writer,
+}
+
+/// The tool that writes an edit's files, for the forms in which it reaches them
+/// ([`forms`]). Each client makes a name absolute and applies its `..` to the text before
+/// the kernel resolves the links along it (docs/paths.md):
+///
+/// - Claude Code trims the name, expands `~`, then `path.normalize`s an absolute one and
+///   `path.resolve`s a relative one against the session's directory;
+/// - Codex expands `~` and makes the name absolute against the patch's directory,
+///   normalised (its `AbsolutePathBuf`);
+/// - Gemini CLI `path.resolve`s the name against the project (dropping a leading `@` when
+///   no such file exists), decodes `%XX` escapes and resolves it again; its `replace`
+///   first looks a relative name that does not exist up in the project by its last
+///   segments (`correctPath`);
+/// - OpenCode's `edit` and `write` `path.join` a relative name to the project but take an
+///   absolute one as given; its `apply_patch` `path.resolve`s every name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Writer {
+    ClaudeCode,
+    Codex,
+    Gemini,
+    GeminiReplace,
+    OpenCodeEdit,
+    OpenCodePatch,
 }
 
 /// What the gate says about one edit.
@@ -96,6 +122,8 @@ pub struct Verdict {
 /// names no file gives an empty list (Codex refuses such a patch itself).
 pub fn edited_files(payload: &Value) -> Option<Edited> {
     let tool = payload["tool_name"].as_str()?;
+    // tasklock's OpenCode plugin says so in every payload.
+    let opencode = payload["opencode"].is_object();
     if tool == PATCH_TOOL {
         let input = &payload["tool_input"];
         // The freeform tool gives the patch as `command`; be lenient about the shapes a
@@ -111,6 +139,11 @@ pub fn edited_files(payload: &Value) -> Option<Edited> {
             flavor: Flavor::Codex,
             unknown: None,
             record_when_allowed: false,
+            writer: if opencode {
+                Writer::OpenCodePatch
+            } else {
+                Writer::Codex
+            },
         });
     }
     if SHELL_TOOLS.contains(&tool) {
@@ -129,6 +162,11 @@ pub fn edited_files(payload: &Value) -> Option<Edited> {
             flavor: Flavor::Gemini,
             unknown: None,
             record_when_allowed: false,
+            writer: if tool == "replace" {
+                Writer::GeminiReplace
+            } else {
+                Writer::Gemini
+            },
         });
     }
     let (_, field) = EDIT_TOOLS.iter().find(|(t, _)| *t == tool)?;
@@ -140,6 +178,11 @@ pub fn edited_files(payload: &Value) -> Option<Edited> {
         flavor: Flavor::Claude,
         unknown: None,
         record_when_allowed: false,
+        writer: if opencode {
+            Writer::OpenCodeEdit
+        } else {
+            Writer::ClaudeCode
+        },
     })
 }
 
@@ -183,11 +226,17 @@ fn shell_edit(input: &Value) -> Option<Edited> {
         base = join(&base, &expand(d));
     }
     Some(Edited {
-        files: patch.files.iter().map(|f| join(&base, f)).collect(),
+        // Codex expands `~` in a patch's names too.
+        files: patch
+            .files
+            .iter()
+            .map(|f| join(&base, &expand(f)))
+            .collect(),
         flavor: Flavor::Codex,
         unknown: patch.unknown,
         // Only a patch the command really applies is an edit to record.
         record_when_allowed: patch.invoked,
+        writer: Writer::Codex,
     })
 }
 
@@ -195,6 +244,155 @@ fn shell_edit(input: &Value) -> Option<Edited> {
 /// ([`crate::clients::apply_patch::patch_files`]).
 pub fn patched_files(patch: &str) -> Vec<String> {
     crate::clients::apply_patch::patch_files(patch)
+}
+
+/// Every form in which the tool of `writer` may reach the file `file` names, from the
+/// session's directory `cwd`; the first is the one it writes. Each is resolved on disk
+/// afterwards ([`crate::paths::locate_file`]): the name as the kernel takes it (`l/../x`
+/// through the link `l`), the name with its `..` applied to the text first (as the
+/// clients do), and the client's own reading of it. The gate refuses the edit when any of
+/// them is another agent's.
+pub fn forms(writer: Writer, cwd: &Path, file: &str) -> Vec<String> {
+    let lexical = |p: &str| crate::paths::lexical_file(cwd, p);
+    let found = match writer {
+        Writer::GeminiReplace => gemini_lookup(cwd, file),
+        _ => Vec::new(),
+    };
+    let written = match writer {
+        Writer::ClaudeCode => lexical(&home(file.trim())),
+        Writer::Codex => lexical(&home(file)),
+        Writer::Gemini => gemini_file(cwd, file),
+        Writer::GeminiReplace => match found.as_slice() {
+            [one] => Some(one.clone()),
+            _ => gemini_file(cwd, file),
+        },
+        Writer::OpenCodeEdit if file.starts_with('/') => Some(file.to_string()),
+        Writer::OpenCodeEdit | Writer::OpenCodePatch => lexical(file),
+    };
+    let mut out: Vec<String> = Vec::new();
+    for f in [written, Some(file.to_string()), lexical(file)]
+        .into_iter()
+        .flatten()
+        .chain(found)
+    {
+        if !out.contains(&f) {
+            out.push(f);
+        }
+    }
+    out
+}
+
+/// `~` and `~/…` as the home directory (Claude Code and Codex expand them).
+fn home(file: &str) -> String {
+    let home = std::env::var("HOME").unwrap_or_default();
+    match file.strip_prefix('~') {
+        Some("") if !home.is_empty() => home,
+        Some(rest) if rest.starts_with('/') && !home.is_empty() => format!("{home}{rest}"),
+        _ => file.to_string(),
+    }
+}
+
+/// The file Gemini CLI's `write_file` and `replace` write for `file`: a leading `@` is
+/// dropped when no such file exists (unless a directory `@<first segment>` does), the
+/// name is resolved against the project, its `%XX` escapes decoded (when they all are
+/// valid), and it is resolved again.
+fn gemini_file(cwd: &Path, file: &str) -> Option<String> {
+    let clean = file.replace('\0', "");
+    let lexical = |p: &str| crate::paths::lexical_file(cwd, p);
+    let mut name = clean.as_str();
+    if let Some(rest) = clean.strip_prefix('@')
+        && !rest.is_empty()
+        && !lexical(&clean).is_some_and(|p| Path::new(&p).exists())
+    {
+        let stripped = rest.trim_start_matches('/');
+        let first = stripped.split('/').next().unwrap_or_default();
+        let keep = !rest.starts_with('/')
+            && !first.is_empty()
+            && lexical(&format!("@{first}")).is_some_and(|p| Path::new(&p).exists());
+        if !keep && !stripped.is_empty() {
+            name = stripped;
+        }
+    }
+    let resolved = lexical(name)?;
+    match percent_decoded(&resolved) {
+        Some(decoded) => lexical(&decoded),
+        None => Some(resolved),
+    }
+}
+
+/// The files Gemini CLI's `replace` may find for a relative name that does not exist from
+/// the project (`correctPath`): those below the session's directory whose path ends with
+/// the name, by whole segments (it searches breadth first, in a bounded number of
+/// directories, and edits a match only when there is one; every one is judged here). None
+/// for an absolute name or one that exists.
+fn gemini_lookup(cwd: &Path, file: &str) -> Vec<String> {
+    /// Directories searched at most (Gemini CLI searches 50, in its own order).
+    const MAX_DIRS: usize = 2000;
+    let name = file.replace('\0', "");
+    if name.starts_with('/')
+        || name.is_empty()
+        || cwd.join(&name).exists()
+        || name.split('/').any(|s| s == "..")
+    {
+        return Vec::new();
+    }
+    let suffix = format!("/{}", name.trim_start_matches("./"));
+    let Some(base) = Path::new(&suffix).file_name().map(|n| n.to_os_string()) else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    let mut queue = std::collections::VecDeque::from([cwd.to_path_buf()]);
+    let mut seen = 0;
+    while let Some(dir) = queue.pop_front() {
+        seen += 1;
+        if seen > MAX_DIRS {
+            break;
+        }
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let path = e.path();
+            let Ok(kind) = e.file_type() else { continue };
+            if kind.is_dir() {
+                if e.file_name() != ".git" {
+                    queue.push_back(path);
+                }
+            } else if e.file_name() == base
+                && let Some(p) = path.to_str()
+                && p.ends_with(&suffix)
+            {
+                found.push(p.to_string());
+            }
+        }
+    }
+    found
+}
+
+/// `%XX` escapes decoded as JavaScript's `decodeURIComponent` does; `None` when there is
+/// none, or when one is malformed or the bytes are not UTF-8 (it then throws, and Gemini
+/// CLI keeps the name as it was).
+fn percent_decoded(s: &str) -> Option<String> {
+    if !s.contains('%') {
+        return None;
+    }
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = bytes.get(i + 1..i + 3)?;
+            if !hex.iter().all(u8::is_ascii_hexdigit) {
+                return None;
+            }
+            out.push(u8::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
 }
 
 /// Another agent's live checkout covering the file.
@@ -215,8 +413,13 @@ enum Said {
 
 /// One file of the edit, normalised, with the live checkouts covering it.
 struct Judged {
+    /// The form the refusal names: one another agent holds, else the file written.
     rel: String,
+    /// The file the client writes, when it is in the repository.
+    written: Option<String>,
+    /// Other agents' checkouts covering any form of the file.
     others: Vec<Holder>,
+    /// The agent's own checkout covering the file written.
     mine: Option<Record>,
 }
 
@@ -264,33 +467,33 @@ pub fn judge(
         return Ok(verdict(vec![unknown_patch(cfg.enforce, why)]));
     }
     let root = epaths::root(&ctx, cwd);
+    let coverage = epaths::Coverage::load(&*store)?;
     let mut judged: Vec<Judged> = Vec::new();
     let mut judge = Judge::new(&ctx, &*store);
     for file in files {
-        // A file outside the repository (or a link out of it) is not ours to guard.
-        let Ok(rel) = crate::paths::normalize_file(&root, cwd, file) else {
-            continue;
-        };
-        if judged.iter().any(|j| j.rel == rel) {
+        let (rels, written) = located(&root, cwd, edited.writer, file);
+        let seen = |j: &Judged| written.is_some() && j.written == written;
+        if rels.is_empty() || judged.iter().any(seen) {
             continue;
         }
-        let mut others = Vec::new();
-        let mut mine: Option<Record> = None;
-        for (record, pattern) in epaths::covering(&*store, &rel)? {
-            // Expired leases and dead holders block nothing; they are ended by the next
-            // checkout that needs them, not here (no writes under the guard for a read).
-            if judge.reap_reason(&record)?.is_some() {
-                continue;
-            }
-            if record.held_by(agent) {
-                if !record.expired_for_holder(&ctx.now) && mine.is_none() {
-                    mine = Some(record);
-                }
-            } else {
-                others.push(Holder { record, pattern });
-            }
-        }
-        judged.push(Judged { rel, others, mine });
+        let (others, mine, shown) = holders(
+            &rels,
+            written.as_ref(),
+            agent,
+            &ctx,
+            &coverage,
+            &*store,
+            &mut judge,
+        )?;
+        let rel = shown
+            .or_else(|| written.clone())
+            .unwrap_or_else(|| rels[0].clone());
+        judged.push(Judged {
+            rel,
+            written,
+            others,
+            mine,
+        });
     }
     drop(judge);
     drop(store);
@@ -312,15 +515,18 @@ pub fn judge(
         if !j.others.is_empty() && cfg.enforce != Enforce::Off {
             continue;
         }
+        let Some(rel) = &j.written else {
+            continue;
+        };
         if let Some(r) = &j.mine {
-            stamp(&root, agent, &j.rel, &r.key, r.token, &ctx)?;
+            stamp(&root, agent, rel, &r.key, r.token, &ctx)?;
         } else if j.others.is_empty() && cfg.auto_checkout {
             let store = ctx.existing_store()?;
             if let Some(store) = &store {
                 authorize(&**store)?;
             }
             drop(store);
-            if let Some(s) = auto_checkout(&ctx, &root, agent, &j.rel, cfg.enforce)? {
+            if let Some(s) = auto_checkout(&ctx, &root, agent, rel, cfg.enforce)? {
                 let refused = matches!(s, Said::Deny(..));
                 said.push(s);
                 if refused {
@@ -330,6 +536,60 @@ pub fn judge(
         }
     }
     Ok(verdict(said))
+}
+
+/// The forms of `file` in the repository (normalised, each once) and the one the client
+/// of `writer` writes, when it is there: a form outside the repository (or a link out of
+/// it) is not ours to guard.
+fn located(root: &Path, cwd: &Path, writer: Writer, file: &str) -> (Vec<String>, Option<String>) {
+    let mut rels: Vec<String> = Vec::new();
+    let mut written = None;
+    for (i, form) in forms(writer, cwd, file).iter().enumerate() {
+        let Ok(rel) = crate::paths::normalize_file(root, cwd, form) else {
+            continue;
+        };
+        if i == 0 {
+            written = Some(rel.clone());
+        }
+        if !rels.contains(&rel) {
+            rels.push(rel);
+        }
+    }
+    (rels, written)
+}
+
+/// The live checkouts covering the forms `rels` of one file: other agents' (covering any
+/// form, with the first form one covers), and the agent's own covering the file written.
+fn holders(
+    rels: &[String],
+    written: Option<&String>,
+    agent: &str,
+    ctx: &Ctx,
+    coverage: &epaths::Coverage,
+    store: &dyn crate::store::Store,
+    judge: &mut Judge,
+) -> Result<(Vec<Holder>, Option<Record>, Option<String>)> {
+    let mut others: Vec<Holder> = Vec::new();
+    let mut mine: Option<Record> = None;
+    let mut shown: Option<String> = None;
+    for rel in rels {
+        for (record, pattern) in coverage.covering(store, rel)? {
+            // Expired leases and dead holders block nothing; they are ended by the next
+            // checkout that needs them, not here (no writes under the guard for a read).
+            if judge.reap_reason(&record)?.is_some() {
+                continue;
+            }
+            if record.held_by(agent) {
+                if Some(rel) == written && !record.expired_for_holder(&ctx.now) && mine.is_none() {
+                    mine = Some(record);
+                }
+            } else if !others.iter().any(|h| h.record.key == record.key) {
+                shown.get_or_insert_with(|| rel.clone());
+                others.push(Holder { record, pattern });
+            }
+        }
+    }
+    Ok((others, mine, shown))
 }
 
 fn verdict(said: Vec<Said>, flavor: Flavor) -> Verdict {
@@ -502,21 +762,25 @@ fn auto_checkout(
     })
 }
 
-/// Record that `agent` edited `file` (as the tool named it), in the edit records of the
-/// worktree that holds it (the one of `cwd`, or another worktree of its repository
-/// reached through a link or an absolute path). A file outside the repository is not
-/// recorded.
+/// Record that `agent` edited `file` (as the tool named it; the file recorded is the one
+/// the tool of `writer` writes, [`forms`]), in the edit records of the worktree that holds
+/// it (the one of `cwd`, or another worktree of its repository reached through a link or
+/// an absolute path). A file outside the repository is not recorded.
 pub fn record_edit(
     cwd: &Path,
     agent: &str,
     file: &str,
+    writer: Writer,
     now: &Time,
     wait: std::time::Duration,
 ) -> Result<()> {
     let Some(root) = crate::paths::roots(cwd).map(|r| r.worktree) else {
         return Ok(());
     };
-    let Ok((root, rel)) = crate::paths::locate_file(&root, cwd, file) else {
+    let Some(written) = forms(writer, cwd, file).into_iter().next() else {
+        return Ok(());
+    };
+    let Ok((root, rel)) = crate::paths::locate_file(&root, cwd, &written) else {
         return Ok(());
     };
     let Some(dir) = edits::dir(&root) else {

@@ -100,7 +100,7 @@ pub fn run(
                 let now = crate::clock::now()?;
                 let timeout = verdict.as_ref().ok().and_then(|v| v.guard_timeout);
                 let wait = crate::engine::edits::wait_for(timeout, true);
-                let failed = record(&cwd, &agent, &edited.files, &now, wait, "pre-tool-use");
+                let failed = record(&cwd, &agent, &edited, &now, wait, "pre-tool-use");
                 // Allowed, but not recorded: said to the model and the user, not only on
                 // stderr.
                 if let Some(text) = failed
@@ -113,7 +113,11 @@ pub fn run(
         }
         // Needs no lock directory: it only rewrites the command.
         if payload["tool_name"] == GEMINI_SHELL {
-            return Ok(gemini_shell(&payload, &agent));
+            let secret = match &subagent {
+                None => crate::clients::gemini::secret_assignment(&project()?, &session),
+                Some(_) => None,
+            };
+            return Ok(gemini_shell(&payload, &agent, secret.as_deref()));
         }
         return Ok(pre_tool_use(&payload, subagent.as_ref()));
     }
@@ -186,6 +190,7 @@ pub fn run(
             registered.as_ref(),
             client,
             own_secret,
+            &project,
         );
     }
     authorize(&session, registered.as_ref())?;
@@ -197,17 +202,12 @@ pub fn run(
         // The edit happened (PostToolUse follows only a tool call that succeeded): record
         // who made it, for the commit guard and `tasklock stage`. A failure here must not
         // cost the session its heartbeat.
-        unrecorded = record(
-            &project,
-            &agent,
-            &edited.files,
-            &ctx.now,
-            wait(),
-            "post-tool-use",
-        );
+        unrecorded = record(&project, &agent, &edited, &ctx.now, wait(), "post-tool-use");
     }
     match event {
-        "session-start" => session_start(&ctx, &agent, agent_pid, None, client, own_secret),
+        "session-start" => {
+            session_start(&ctx, &agent, agent_pid, None, client, own_secret, &project)
+        }
         "post-tool-use" => {
             let out = beat_and_deliver(&ctx, "PostToolUse", parent, None)?;
             Ok(match unrecorded {
@@ -240,6 +240,9 @@ pub fn run(
         }
         "session-end" => {
             end_agent(&ctx, &agent, true, ReapReason::SessionEnd)?;
+            if client == Client::Gemini && subagent.is_none() {
+                crate::clients::gemini::forget_secret(&project, &agent);
+            }
             // Its edits (and its subagents') are nobody's to protect any more.
             edit_gate::forget_edits(&project, &agent, &ctx.now, wait())?;
             Ok(None)
@@ -253,14 +256,14 @@ pub fn run(
 fn record(
     cwd: &std::path::Path,
     agent: &str,
-    files: &[String],
+    edited: &edit_gate::Edited,
     now: &crate::clock::Time,
     wait: std::time::Duration,
     event: &str,
 ) -> Option<String> {
     let mut failed = Vec::new();
-    for file in files {
-        if let Err(e) = edit_gate::record_edit(cwd, agent, file, now, wait) {
+    for file in &edited.files {
+        if let Err(e) = edit_gate::record_edit(cwd, agent, file, edited.writer, now, wait) {
             eprintln!("tasklock hook {event}: the edit of {file} was not recorded: {e}");
             failed.push(format!(
                 "{} ({e})",
@@ -399,10 +402,18 @@ const GEMINI_SHELL: &str = "run_shell_command";
 
 /// Gemini CLI runs shell commands with no session id in their environment (only
 /// `GEMINI_CLI=1`): its BeforeTool hook gives every `tasklock` command of the call the
-/// session's identity (`--agent ID`), in `tool_input` (which Gemini merges into the call).
-fn gemini_shell(payload: &Value, agent: &str) -> Option<String> {
+/// session's identity (`--agent ID`) and, where the session keeps one, its secret
+/// (`secret`: an assignment that reads it when the command runs), in `tool_input` (which
+/// Gemini merges into the call).
+fn gemini_shell(payload: &Value, agent: &str, secret: Option<&str>) -> Option<String> {
+    use crate::clients::inject;
     let command = payload["tool_input"]["command"].as_str()?;
-    let rewritten = crate::clients::inject::inject_agent(command, agent)?;
+    let with_agent = inject::inject_agent(command, agent);
+    let base = with_agent.as_deref().unwrap_or(command);
+    let rewritten = match secret.and_then(|a| inject::prefix_invocations(base, a)) {
+        Some(r) => r,
+        None => with_agent?,
+    };
     let v = json!({ "hookSpecificOutput": { "tool_input": { "command": rewritten } } });
     Some(format!("{v}\n"))
 }
@@ -491,6 +502,7 @@ fn session_start(
     registered: Option<&AgentEntry>,
     client: Client,
     own_secret: Option<String>,
+    project: &std::path::Path,
 ) -> Result<Option<String>> {
     // A session bound to a secret whose process still runs is not started again by
     // another process (that would take it over); a resumed session (its old process
@@ -559,6 +571,13 @@ fn session_start(
             .open(&env_file)
             .and_then(|mut f| f.write_all(line.as_bytes()))
             .map_err(|e| Error::io(PathBuf::from(&env_file), e))?;
+    }
+    // Gemini CLI has no such file: its shell commands read the secret from one of ours.
+    // Without it they carry none (their checkouts unbound): said, but the session starts.
+    if client == Client::Gemini
+        && let Err(e) = crate::clients::gemini::keep_secret(project, agent, &secret)
+    {
+        eprintln!("tasklock hook session-start: {e}");
     }
     // While the Claude Code (or Codex) process lives, a watcher beats for the session: its leases
     // stay renewed through long turns, long commands and a user away from the keyboard,

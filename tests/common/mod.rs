@@ -171,6 +171,26 @@ pub fn git_env() -> (Env, PathBuf) {
     (env, top)
 }
 
+/// The layout where a client and the kernel reach different files through one name
+/// (issue 45): in the repository `top`, the file `src/a.rs`, a directory `a/b`, the links
+/// `l -> a/b` and `ln -> src`, and no `nx`. `l/../src/a.rs` is `a/src/a.rs` to the kernel
+/// but `src/a.rs` to a client that applies `..` to the text; so is `nx/../ln/a.rs`.
+/// Returns the names of `src/a.rs` to try, relative to `top`, plus one absolute.
+#[allow(dead_code)]
+pub fn dotdot_layout(top: &Path) -> Vec<String> {
+    std::fs::create_dir_all(top.join("src")).unwrap();
+    std::fs::create_dir_all(top.join("a/b")).unwrap();
+    std::fs::write(top.join("src/a.rs"), "a\n").unwrap();
+    std::os::unix::fs::symlink("a/b", top.join("l")).unwrap();
+    std::os::unix::fs::symlink("src", top.join("ln")).unwrap();
+    vec![
+        "l/../src/a.rs".into(),
+        "nx/../ln/a.rs".into(),
+        "src/../src/a.rs".into(),
+        format!("{}/l/../src/a.rs", top.display()),
+    ]
+}
+
 pub fn base_cmd(now: &str) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tasklock"));
     cmd.env("TASKLOCK_NOW", now)
