@@ -92,6 +92,27 @@ impl Ui {
     }
 }
 
+impl Ui {
+    /// A change as the page asks for it: a POST from its own origin, with its token.
+    fn change(&self, what: &str, body: &Value) -> Answer {
+        let host = format!("127.0.0.1:{}", self.port);
+        let own = format!("http://{host}");
+        let c = self.cookie();
+        self.http(
+            "POST",
+            &format!("/api/{what}"),
+            &[
+                ("Host", &host),
+                ("Cookie", &c),
+                ("Origin", &own),
+                ("X-Tasklock-Token", &self.token),
+                ("Content-Type", "application/json"),
+            ],
+            &body.to_string(),
+        )
+    }
+}
+
 impl Drop for Ui {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -506,6 +527,61 @@ fn the_timeline_as_a_file() {
     assert_eq!(bad.code, 1, "{}", bad.text());
     let bad = env.run(None, &["ui", "--since", "forever"]);
     assert_eq!(bad.code, 64, "{}", bad.text());
+}
+
+/// Keys are other agents' text: one that begins with `-` is a key, never an option of the
+/// command the page runs. Force-releasing `--all` releases that key alone (not the
+/// caller's own checkouts, not a live holder's), and freezing `-x` freezes `-x`.
+#[test]
+fn a_key_that_looks_like_an_option_is_a_key() {
+    let mut env = Env::new();
+    env.as_operator();
+    let r = env.run_now(None, &["--agent=alice", "checkout", "--", "--all"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    real_ok(&env, "bob", &["checkout", "task-1"]);
+    real_ok(&env, "ops", &["checkout", "ops-own"]);
+    let ui = Ui::start(&env, &["--agent", "ops"]);
+
+    let a = ui.change("release", &json!({"key": "--all"}));
+    assert_eq!(a.status, 200, "{} {}", a.head, a.body);
+    let j: Value = serde_json::from_str(&a.body).unwrap();
+    assert_eq!(j["ok"], true, "{j}");
+    assert!(!held(&env, "--all"), "the key --all is released");
+    assert!(held(&env, "task-1"), "bob's checkout is his");
+    assert!(held(&env, "ops-own"), "the caller's own checkout stays");
+
+    let a = ui.change("freeze", &json!({"key": "-x", "for": "30m"}));
+    assert_eq!(a.status, 200, "{} {}", a.head, a.body);
+    let top = env.run_now(None, &["top", "--once", "--json"]).json();
+    let frozen: Vec<&str> = top["freezes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["pattern"].as_str().unwrap())
+        .collect();
+    assert_eq!(frozen, ["-x"], "{top}");
+    // A duration that looks like an option is a bad duration, not an option.
+    let a = ui.change("freeze", &json!({"key": "task-1", "for": "--help"}));
+    assert_eq!(a.status, 409, "{} {}", a.head, a.body);
+    assert_eq!(
+        env.run_now(None, &["top", "--once", "--json"]).json()["freezes"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    // The key's detail is about that key too.
+    let k = ui.get("/api/key?key=--all");
+    let j: Value = serde_json::from_str(&k.body).unwrap();
+    assert_eq!(j["key"], "--all");
+    assert!(
+        j["why"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|l| !l.as_str().unwrap().contains("error")),
+        "{j}"
+    );
 }
 
 // ---- In a real browser ----

@@ -1154,28 +1154,28 @@ fn change(shared: &Shared, conn: &mut TcpStream, req: &Request) -> std::io::Resu
     let Some(key) = body.get("key").and_then(Value::as_str) else {
         return text(conn, "400 Bad Request", "no key");
     };
-    let args = if req.path == "/api/release" {
-        vec![
-            "release".to_string(),
-            key.to_string(),
-            "--force".into(),
-            "--note".into(),
-            "force-released from tasklock ui".into(),
-        ]
+    // Each option one word (`--for=…`): what the page sent is a value, never an option.
+    let (command, options) = if req.path == "/api/release" {
+        (
+            "release",
+            vec![
+                "--force".to_string(),
+                "--note=force-released from tasklock ui".into(),
+            ],
+        )
     } else {
         let Some(dur) = body.get("for").and_then(Value::as_str) else {
             return text(conn, "400 Bad Request", "freeze needs \"for\": a duration");
         };
-        vec![
-            "freeze".to_string(),
-            key.to_string(),
-            "--for".into(),
-            dur.to_string(),
-            "--reason".into(),
-            "frozen from tasklock ui".into(),
-        ]
+        (
+            "freeze",
+            vec![
+                format!("--for={dur}"),
+                "--reason=frozen from tasklock ui".into(),
+            ],
+        )
     };
-    let (ok, message) = super::act(&shared.global, args);
+    let (ok, message) = super::act_on(&shared.global, command, &options, key);
     let body = json!({"ok": ok, "message": message}).to_string();
     respond(
         conn,
