@@ -584,6 +584,47 @@ fn a_key_that_looks_like_an_option_is_a_key() {
     );
 }
 
+/// Unicode's noncharacters are not text: a key with one is refused (exit 64). Other text
+/// drawn in the timeline (an agent's id here; keys a store of older versions holds) may
+/// still have U+FFFE or U+FFFF, which XML refuses: the picture escapes them and stays
+/// XML, in the file and on the page.
+#[test]
+fn noncharacters_are_no_key_and_the_picture_stays_xml() {
+    let env = Env::new();
+    for key in ["k\u{fffe}", "k\u{ffff}", "\u{fdd0}", "a\u{10ffff}"] {
+        let r = env.run_now(Some("alice"), &["checkout", key]);
+        assert_eq!(r.code, 64, "{key:?}: {}", r.text());
+        assert!(r.text().contains("noncharacter"), "{}", r.text());
+    }
+    real_ok(&env, "bob\u{ffff}", &["checkout", "task-1"]);
+    real_ok(&env, "carol\u{fffe}", &["checkout", "task-1", "--queue"]);
+    let file = env.tmp.path().join("t.svg");
+    let r = env.run_now(
+        None,
+        &["ui", "--svg", file.to_str().unwrap(), "--by", "agent"],
+    );
+    assert_eq!(r.code, 0, "{}", r.text());
+    let svg = std::fs::read_to_string(&file).unwrap();
+    if let Err(e) = roxmltree::Document::parse(&svg) {
+        panic!("the SVG is not XML: {e}\n{svg}");
+    }
+    assert!(svg.contains("bob\\u{ffff}"), "{svg}");
+    let ui = Ui::start(&env, &[]);
+    let start = Instant::now();
+    let page = loop {
+        let a = ui.get("/timeline.svg?since=600");
+        if a.status != 503 || start.elapsed() > Duration::from_secs(20) {
+            break a;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(page.status, 200, "{}", page.head);
+    if let Err(e) = roxmltree::Document::parse(&page.body) {
+        panic!("the page's SVG is not XML: {e}\n{}", page.body);
+    }
+    assert!(page.body.contains("carol\\u{fffe}"), "{}", page.body);
+}
+
 // ---- In a real browser ----
 
 /// chromedriver on a free port, and one headless Chromium session.
