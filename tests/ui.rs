@@ -6,8 +6,11 @@
 //! arrives from another process, a key made of HTML and script stays text, a page of
 //! another origin cannot force a release, and a person's force-release works. A fleet
 //! bigger than a page: the server filters, sorts and pages (over HTTP, and from the page:
-//! a typed filter finds a key beyond the first rows, the counts are the store's). Runs on
-//! PostgreSQL too (tests/pg.rs includes it).
+//! a typed filter finds a key beyond the first rows, the counts are the store's). The
+//! server under load and at its edges: more idle connections than it has descriptors, a
+//! signal with no connection coming, listening beyond loopback, two projects' pages in one
+//! browser (whose tokens go to no other server); keys that look like options, and
+//! noncharacters in the picture. Runs on PostgreSQL too (tests/pg.rs includes it).
 
 mod common;
 

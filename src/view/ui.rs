@@ -4,12 +4,15 @@
 //! tells each open page's event stream when it changes; the stream sends its page only
 //! what the page shows (the counts, and the rows of each table the page's filter, sort
 //! and page select, cut from the snapshot by the server), so a fleet of thousands never
-//! crosses to the page whole. The page, its script and its style are inside the binary. It is a door into the project, so: it listens on loopback
-//! unless told otherwise; every request needs the random token printed in the URL (then
-//! kept in a cookie that scripts cannot read); the Host header must name this server (no
-//! DNS rebinding); no response allows another origin; a change (force-release, freeze) is
-//! a POST from the page itself (its Origin, a JSON body and the token in a header), made
-//! only where the person who started it could make it from the command line; and the
+//! crosses to the page whole. The page, its script and its style are inside the binary;
+//! server.rs serves them (hyper). It is a door into the project, so: it listens on
+//! loopback unless told otherwise; every request for the store needs the random token
+//! printed in the URL's fragment (kept by the page in its tab's sessionStorage and sent
+//! to this server alone: no cookie, which a browser sends to every port of the host); on
+//! loopback the Host header must name this server (no DNS rebinding); no response allows
+//! another origin; a change (force-release, freeze) is a POST from the page itself (its
+//! Origin, a JSON body and the token in a header), made only where the person who
+//! started it could make it from the command line, with the key after `--`; and the
 //! Content Security Policy allows no inline script. Keys, reasons, notes and names are
 //! other agents' text: the page sets them as text, the timeline escapes them.
 
@@ -48,7 +51,8 @@ pub struct Args {
     /// The port to listen on (0: any free one)
     #[arg(long, default_value_t = 0)]
     pub port: u16,
-    /// The address to listen on: loopback unless told otherwise
+    /// The address to listen on: loopback unless told otherwise (0.0.0.0: every address;
+    /// the token is still needed, under any host name)
     #[arg(long, default_value = "127.0.0.1")]
     pub listen: IpAddr,
     /// Look only: no force-release or freeze from the page
