@@ -214,6 +214,18 @@ fn http(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: &st
     Answer { status, head, body }
 }
 
+/// An answer once the server has read the store (503 until then), 20 s at most.
+fn ready(ask: impl Fn() -> Answer) -> Answer {
+    let start = Instant::now();
+    loop {
+        let a = ask();
+        if a.status != 503 || start.elapsed() > Duration::from_secs(20) {
+            return a;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// A command with the real clock, as `agent`.
 fn real_ok(env: &Env, agent: &str, args: &[&str]) {
     let r = env.run_now(Some(agent), args);
@@ -267,14 +279,16 @@ fn the_door_is_locked() {
         );
     }
     // With it (as a header, or in the query where a script cannot send headers).
-    let a = ui.get("/api/fleet");
+    let a = ready(|| ui.get("/api/fleet"));
     assert_eq!(a.status, 200, "{}", a.head);
-    let a = ui.http(
-        "GET",
-        &format!("/timeline.svg?token={token}"),
-        &[("Host", &host)],
-        "",
-    );
+    let a = ready(|| {
+        ui.http(
+            "GET",
+            &format!("/timeline.svg?token={token}"),
+            &[("Host", &host)],
+            "",
+        )
+    });
     assert_eq!(a.status, 200, "{}", a.head);
 
     // The page itself holds nothing of the store and no token: it is the same for
@@ -636,14 +650,7 @@ fn noncharacters_are_no_key_and_the_picture_stays_xml() {
     }
     assert!(svg.contains("bob\\u{ffff}"), "{svg}");
     let ui = Ui::start(&env, &[]);
-    let start = Instant::now();
-    let page = loop {
-        let a = ui.get("/timeline.svg?since=600");
-        if a.status != 503 || start.elapsed() > Duration::from_secs(20) {
-            break a;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let page = ready(|| ui.get("/timeline.svg?since=600"));
     assert_eq!(page.status, 200, "{}", page.head);
     if let Err(e) = roxmltree::Document::parse(&page.body) {
         panic!("the page's SVG is not XML: {e}\n{}", page.body);
@@ -767,19 +774,14 @@ fn listening_beyond_loopback_needs_the_token_and_no_host_name() {
     let host = format!("tasklock.example:{}", ui.port);
     let a = ui.http("GET", "/api/fleet", &[("Host", &host)], "");
     assert_eq!(a.status, 403, "{}", a.head);
-    let start = Instant::now();
-    let a = loop {
-        let a = ui.http(
+    let a = ready(|| {
+        ui.http(
             "GET",
             "/api/fleet",
             &[("Host", &host), ("X-Tasklock-Token", &ui.token)],
             "",
-        );
-        if a.status != 503 || start.elapsed() > Duration::from_secs(20) {
-            break a;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+        )
+    });
     assert_eq!(a.status, 200, "{}", a.head);
     let j: Value = serde_json::from_str(&a.body).unwrap();
     assert_eq!(j["checkouts"]["rows"][0]["key"], "task-1");
