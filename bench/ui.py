@@ -127,10 +127,10 @@ def status_kib(pid, field):
     return 0
 
 
-def first_payload(port, cookie):
+def first_payload(port, token):
     """The first document of a fresh event stream, in bytes."""
     s = socket.create_connection(("127.0.0.1", port))
-    s.sendall(f"GET /events HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nCookie: {cookie}\r\n\r\n"
+    s.sendall(f"GET /events HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nX-Tasklock-Token: {token}\r\n\r\n"
               .encode())
     f = s.makefile("rb")
     deadline = time.time() + 120
@@ -155,8 +155,7 @@ def bench_store(name, binary, env, lockdir, a):
         url = ui.stdout.readline().decode().strip().removeprefix("tasklock ui: ")
         port = int(url.split(":")[2].split("/")[0])
         token = url.split("token=")[1]
-        cookie = f"tasklock_ui={token}"
-        payload = first_payload(port, cookie)
+        payload = first_payload(port, token)
         b = Browser()
         try:
             times = []

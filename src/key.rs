@@ -42,6 +42,14 @@ pub fn deceptive(c: char) -> bool {
     crate::error::deceptive(c)
 }
 
+/// Unicode's noncharacters: U+FDD0–U+FDEF and the last two code points of every plane
+/// (U+FFFE, U+FFFF, U+1FFFE, …). Never text to interchange; U+FFFE and U+FFFF are not
+/// even allowed in XML.
+pub fn noncharacter(c: char) -> bool {
+    let c = c as u32;
+    (0xFDD0..=0xFDEF).contains(&c) || c & 0xFFFE == 0xFFFE
+}
+
 /// How the key of a checkout of paths alone begins.
 pub const PATH_KEY_PREFIX: &str = "path:";
 
@@ -171,6 +179,12 @@ pub fn validate(key: &str) -> Result<()> {
     if let Some(c) = key.chars().find(|c| c.is_control()) {
         return Err(Error::Usage(format!(
             "invalid key {key:?}: it contains the control character U+{:04X}; keys are text without control characters",
+            c as u32
+        )));
+    }
+    if let Some(c) = key.chars().find(|c| noncharacter(*c)) {
+        return Err(Error::Usage(format!(
+            "invalid key {key:?}: it contains the Unicode noncharacter U+{:04X}, which is not text (XML and other formats refuse it); keys are text",
             c as u32
         )));
     }

@@ -4,6 +4,7 @@
 //! on `engine::fleet::snapshot`, read with no lock taken and nothing written, and woken by
 //! the store's own change signal.
 
+mod server;
 pub mod timeline;
 pub mod top;
 pub mod ui;
@@ -162,16 +163,7 @@ fn key_detail(
             Ok(out)
         })
         .map_err(|e| e.to_string());
-    let mut argv: Vec<String> = vec!["tasklock".into(), "why".into(), key.into()];
-    if let Some(d) = &global.dir {
-        argv.push("--dir".into());
-        argv.push(d.display().to_string());
-    }
-    if let Some(a) = &global.agent {
-        argv.push("--agent".into());
-        argv.push(a.clone());
-    }
-    let why = crate::call(argv)
+    let why = crate::call(argv(global, "why", &[], key))
         .markdown
         .lines()
         .map(|l| l.replace('`', "").trim().to_string())
@@ -179,6 +171,25 @@ fn key_detail(
         .take(12)
         .collect();
     (notes, why)
+}
+
+/// The command line of `tasklock COMMAND` with the view's `--dir` and `--agent`, the
+/// `options` (each one word, `--name=value`), and `key` last, after `--`: a key is other
+/// agents' text, and one that begins with `-` (`--all`, `-x`) must never be read as an
+/// option.
+fn argv(global: &Global, command: &str, options: &[String], key: &str) -> Vec<String> {
+    let mut argv: Vec<String> = vec!["tasklock".into()];
+    if let Some(d) = &global.dir {
+        argv.push(format!("--dir={}", d.display()));
+    }
+    if let Some(a) = &global.agent {
+        argv.push(format!("--agent={a}"));
+    }
+    argv.push(command.into());
+    argv.extend(options.iter().cloned());
+    argv.push("--".into());
+    argv.push(key.into());
+    argv
 }
 
 /// Run a command line of tasklock's (`args` without the program name) as the person
@@ -195,6 +206,15 @@ fn act(global: &Global, args: Vec<String>) -> (bool, String) {
         argv.push("--agent".into());
         argv.push(a.clone());
     }
+    outcome(argv)
+}
+
+/// `act` on one key: `tasklock COMMAND OPTIONS -- KEY`.
+fn act_on(global: &Global, command: &str, options: &[String], key: &str) -> (bool, String) {
+    outcome(argv(global, command, options, key))
+}
+
+fn outcome(argv: Vec<String>) -> (bool, String) {
     let called = crate::call(argv);
     crate::engine::deliver::flush();
     let first = called.markdown.lines().next().unwrap_or("").to_string();

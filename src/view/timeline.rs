@@ -432,8 +432,9 @@ pub fn escape(s: &str) -> String {
             '&' => out.push_str("&amp;"),
             '"' => out.push_str("&quot;"),
             '\'' => out.push_str("&#39;"),
-            // Not allowed in XML 1.0 at all: shown, not dropped.
-            c if (c as u32) < 0x20 && c != '\t' => {
+            // Not allowed in XML 1.0 at all (a store of older versions may hold them):
+            // shown, not dropped.
+            c if ((c as u32) < 0x20 && c != '\t') || matches!(c, '\u{fffe}' | '\u{ffff}') => {
                 let _ = write!(out, "\\u{{{:x}}}", c as u32);
             }
             // Bidirectional overrides would reorder what follows them.
@@ -665,5 +666,6 @@ mod tests {
     fn text_in_the_picture_is_escaped() {
         assert_eq!(escape("<script>&\"'"), "&lt;script&gt;&amp;&quot;&#39;");
         assert_eq!(escape("a\u{202e}b\u{1b}"), "a\\u{202e}b\\u{1b}");
+        assert_eq!(escape("k\u{fffe}\u{ffff}"), "k\\u{fffe}\\u{ffff}");
     }
 }

@@ -4,24 +4,27 @@
 //! tells each open page's event stream when it changes; the stream sends its page only
 //! what the page shows (the counts, and the rows of each table the page's filter, sort
 //! and page select, cut from the snapshot by the server), so a fleet of thousands never
-//! crosses to the page whole. The page, its script and its style are inside the binary. It is a door into the project, so: it listens on loopback
-//! unless told otherwise; every request needs the random token printed in the URL (then
-//! kept in a cookie that scripts cannot read); the Host header must name this server (no
-//! DNS rebinding); no response allows another origin; a change (force-release, freeze) is
-//! a POST from the page itself (its Origin, a JSON body and the token in a header), made
-//! only where the person who started it could make it from the command line; and the
+//! crosses to the page whole. The page, its script and its style are inside the binary;
+//! server.rs serves them (hyper). It is a door into the project, so: it listens on
+//! loopback unless told otherwise; every request for the store needs the random token
+//! printed in the URL's fragment (kept by the page in its tab's sessionStorage and sent
+//! to this server alone: no cookie, which a browser sends to every port of the host); on
+//! loopback the Host header must name this server (no DNS rebinding); no response allows
+//! another origin; a change (force-release, freeze) is a POST from the page itself (its
+//! Origin, a JSON body and the token in a header), made only where the person who
+//! started it could make it from the command line, with the key after `--`; and the
 //! Content Security Policy allows no inline script. Keys, reasons, notes and names are
 //! other agents' text: the page sets them as text, the timeline escapes them.
 
 use std::collections::VecDeque;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
-use std::sync::mpsc::{self, RecvTimeoutError, Sender};
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use super::server::{self, Admit, Request, Response};
 use super::timeline;
 use super::{EVENTS_KEPT, REFRESH, context, recent_events, store_of};
 use crate::cli::Global;
@@ -34,10 +37,6 @@ const INDEX: &str = include_str!("assets/index.html");
 const APP_JS: &str = include_str!("assets/app.js");
 const APP_CSS: &str = include_str!("assets/app.css");
 
-const COOKIE: &str = "tasklock_ui";
-/// Requests bigger than this are refused: the page's own are tiny.
-const MAX_HEAD: usize = 16 * 1024;
-const MAX_BODY: usize = 16 * 1024;
 /// An unchanged fleet is sent to the pages again this often, for the leases' countdown.
 const RESEND: Duration = Duration::from_secs(5);
 
@@ -52,7 +51,8 @@ pub struct Args {
     /// The port to listen on (0: any free one)
     #[arg(long, default_value_t = 0)]
     pub port: u16,
-    /// The address to listen on: loopback unless told otherwise
+    /// The address to listen on: loopback unless told otherwise (0.0.0.0: every address;
+    /// the token is still needed, under any host name)
     #[arg(long, default_value = "127.0.0.1")]
     pub listen: IpAddr,
     /// Look only: no force-release or freeze from the page
@@ -110,9 +110,9 @@ struct Shared {
     /// What the watcher read last: one snapshot of the fleet, never a serialized copy of
     /// it. Each answer serializes only the rows it sends.
     state: Mutex<Option<Arc<Snapshot>>>,
-    /// One sender per open event stream: the watcher tells each that a new snapshot is
-    /// there, and the stream draws its own page's view of it.
-    streams: Mutex<Vec<Sender<()>>>,
+    /// The version of the last snapshot: the watcher tells the open event streams that a
+    /// new one is there, and each draws its own page's view of it.
+    versions: tokio::sync::watch::Sender<u64>,
     /// The last timeline drawn for another window or by agent, with the snapshot version,
     /// window and rows it was drawn for: open pages ask every two seconds.
     drawn: Mutex<Option<Drawn>>,
@@ -187,7 +187,7 @@ fn random_token() -> Result<String> {
 
 fn serve(a: &Args) -> Result<()> {
     // glibc gives each thread that allocates an arena of its own and keeps what it freed;
-    // a thread per connection would keep a fleet's worth per arena.
+    // each of the server's threads would keep a fleet's worth.
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, 2);
@@ -202,6 +202,7 @@ fn serve(a: &Args) -> Result<()> {
         .local_addr()
         .map_err(|e| Error::Store(format!("cannot read the listening address: {e}")))?
         .port();
+    let server = server::Server::new(listener)?;
     let shared = Arc::new(Shared {
         token: random_token()?,
         port,
@@ -209,7 +210,7 @@ fn serve(a: &Args) -> Result<()> {
         global: a.global.clone(),
         can_act: super::may_act(a.read_only, &a.global, &ctx),
         state: Mutex::new(None),
-        streams: Mutex::new(Vec::new()),
+        versions: tokio::sync::watch::Sender::new(0),
         drawn: Mutex::new(None),
     });
     let host = match a.listen {
@@ -217,11 +218,14 @@ fn serve(a: &Args) -> Result<()> {
         IpAddr::V4(ip) if !ip.is_unspecified() => ip.to_string(),
         _ => "127.0.0.1".into(),
     };
-    let url = format!("http://{host}:{port}/?token={}", shared.token);
+    // The token is in the fragment, which the browser never sends: the page keeps it in
+    // its tab's sessionStorage (this origin's only, port included) and sends it to this
+    // server alone.
+    let url = format!("http://{host}:{port}/#token={}", shared.token);
     println!("tasklock ui: {url}");
     if !a.listen.is_loopback() {
         eprintln!(
-            "tasklock ui: listening on {} beyond this machine; anyone who can reach it still needs the token",
+            "tasklock ui: listening on {} beyond this machine, under any name it is reached by (replace 127.0.0.1 in the URL); anyone who can reach it still needs the token",
             a.listen
         );
     }
@@ -233,21 +237,7 @@ fn serve(a: &Args) -> Result<()> {
         let shared = shared.clone();
         std::thread::spawn(move || watch(shared, events));
     }
-    crate::signals::install();
-    listener
-        .set_nonblocking(false)
-        .map_err(|e| Error::Store(format!("cannot listen: {e}")))?;
-    for conn in listener.incoming() {
-        if crate::signals::received().is_some() {
-            break;
-        }
-        let Ok(conn) = conn else { continue };
-        let shared = shared.clone();
-        std::thread::spawn(move || {
-            let _ = handle(&shared, conn);
-        });
-    }
-    Ok(())
+    server.serve(shared)
 }
 
 fn open_browser(url: &str) {
@@ -363,11 +353,7 @@ fn watch(shared: Arc<Shared>, events: VecDeque<AuditEvent>) {
                 events: events.clone(),
             };
             *shared.state.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(snap));
-            shared
-                .streams
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .retain(|tx| tx.send(()).is_ok());
+            shared.versions.send_replace(version);
             changes.wait(REFRESH);
         }
     };
@@ -706,146 +692,19 @@ fn document(snap: &Snapshot, view: &View, shared: &Shared) -> String {
     doc.to_string()
 }
 
-struct Request {
-    method: String,
-    path: String,
-    query: String,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
-impl Request {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-    fn param(&self, name: &str) -> Option<String> {
-        self.query.split('&').find_map(|kv| {
-            let (k, v) = kv.split_once('=')?;
-            (k == name).then(|| percent_decode(v))
-        })
-    }
-    fn cookie(&self, name: &str) -> Option<&str> {
-        self.header("cookie")?.split(';').find_map(|c| {
-            let (k, v) = c.trim().split_once('=')?;
-            (k == name).then_some(v)
-        })
-    }
-}
-
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'%' if i + 2 < b.len() => {
-                match u8::from_str_radix(std::str::from_utf8(&b[i + 1..i + 3]).unwrap_or("zz"), 16)
-                {
-                    Ok(v) => {
-                        out.push(v);
-                        i += 3;
-                        continue;
-                    }
-                    Err(_) => out.push(b'%'),
-                }
-            }
-            b'+' => out.push(b' '),
-            c => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-fn read_request(conn: &mut TcpStream) -> std::io::Result<Option<Request>> {
-    conn.set_read_timeout(Some(Duration::from_secs(10)))?;
-    let mut reader = BufReader::new(conn.try_clone()?);
-    let mut head = Vec::new();
-    let mut lines = Vec::new();
-    loop {
-        let mut line = String::new();
-        let n = reader.by_ref().take(MAX_HEAD as u64).read_line(&mut line)?;
-        if n == 0 {
-            return Ok(None);
-        }
-        head.push(n);
-        if head.iter().sum::<usize>() > MAX_HEAD {
-            return Ok(None);
-        }
-        let line = line.trim_end_matches(['\r', '\n']).to_string();
-        if line.is_empty() {
-            break;
-        }
-        lines.push(line);
-    }
-    let Some(first) = lines.first() else {
-        return Ok(None);
-    };
-    let mut parts = first.split(' ');
-    let method = parts.next().unwrap_or("").to_string();
-    let target = parts.next().unwrap_or("").to_string();
-    let (path, query) = match target.split_once('?') {
-        Some((p, q)) => (p.to_string(), q.to_string()),
-        None => (target.clone(), String::new()),
-    };
-    let headers: Vec<(String, String)> = lines[1..]
-        .iter()
-        .filter_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            Some((k.trim().to_string(), v.trim().to_string()))
-        })
-        .collect();
-    let len = headers
-        .iter()
-        .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
-        .and_then(|(_, v)| v.parse::<usize>().ok())
-        .unwrap_or(0);
-    if len > MAX_BODY {
-        return Ok(None);
-    }
-    let mut body = vec![0u8; len];
-    reader.read_exact(&mut body)?;
-    Ok(Some(Request {
-        method,
-        path,
-        query,
-        headers,
-        body,
-    }))
-}
-
 /// Headers every response carries: nothing cached, nothing framed, nothing sniffed,
 /// and only this page's own script and style.
-const SECURITY: &str = "Content-Security-Policy: default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'\r\nX-Content-Type-Options: nosniff\r\nX-Frame-Options: DENY\r\nReferrer-Policy: no-referrer\r\nCross-Origin-Resource-Policy: same-origin\r\nCache-Control: no-store\r\n";
-
-fn respond(
-    conn: &mut TcpStream,
-    status: &str,
-    ctype: &str,
-    extra: &str,
-    body: &[u8],
-) -> std::io::Result<()> {
-    let head = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\n{SECURITY}{extra}Connection: close\r\n\r\n",
-        body.len()
-    );
-    conn.write_all(head.as_bytes())?;
-    conn.write_all(body)?;
-    conn.flush()
-}
-
-fn text(conn: &mut TcpStream, status: &str, msg: &str) -> std::io::Result<()> {
-    respond(
-        conn,
-        status,
-        "text/plain; charset=utf-8",
-        "",
-        format!("{msg}\n").as_bytes(),
-    )
-}
+const SECURITY: [(&str, &str); 6] = [
+    (
+        "content-security-policy",
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+    ),
+    ("x-content-type-options", "nosniff"),
+    ("x-frame-options", "DENY"),
+    ("referrer-policy", "no-referrer"),
+    ("cross-origin-resource-policy", "same-origin"),
+    ("cache-control", "no-store"),
+];
 
 /// Equal, in a time that does not depend on where they differ.
 fn same(a: &str, b: &str) -> bool {
@@ -857,331 +716,311 @@ fn same(a: &str, b: &str) -> bool {
 }
 
 impl Shared {
-    /// The Host header names this server: loopback (or the address it listens on) and
-    /// its port. Anything else is a page of another site reached through DNS rebinding.
+    /// On loopback, the Host header names this server (127.0.0.1, localhost or [::1] and
+    /// its port): anything else is a page of another site reached through DNS
+    /// rebinding. Listening beyond loopback, the server is reached by whatever name the
+    /// network gives it: any Host, and the token guards it as everywhere.
     fn host_ok(&self, req: &Request) -> bool {
+        if !self.listen.is_loopback() {
+            return true;
+        }
         let Some(host) = req.header("host") else {
             return false;
         };
         let port = self.port;
-        let mut ok = vec![
+        [
             format!("127.0.0.1:{port}"),
             format!("localhost:{port}"),
             format!("[::1]:{port}"),
-        ];
-        if !self.listen.is_unspecified() {
-            ok.push(match self.listen {
+            match self.listen {
                 IpAddr::V6(ip) => format!("[{ip}]:{port}"),
                 IpAddr::V4(ip) => format!("{ip}:{port}"),
-            });
-        }
-        ok.iter().any(|h| h.eq_ignore_ascii_case(host))
+            },
+        ]
+        .iter()
+        .any(|h| h.eq_ignore_ascii_case(host))
     }
 
+    /// The token, in the header the page's script sends, or (for what a script cannot
+    /// give headers: the event stream, the picture) in the query.
     fn authorised(&self, req: &Request) -> bool {
-        req.cookie(COOKIE).is_some_and(|c| same(c, &self.token))
+        req.header("x-tasklock-token")
+            .map(str::to_string)
+            .or_else(|| req.param("token"))
+            .is_some_and(|t| same(&t, &self.token))
     }
 }
 
-fn handle(shared: &Shared, mut conn: TcpStream) -> std::io::Result<()> {
-    let Some(req) = read_request(&mut conn)? else {
-        return text(&mut conn, "400 Bad Request", "bad request");
-    };
-    if !shared.host_ok(&req) {
-        return text(
-            &mut conn,
-            "403 Forbidden",
-            "unknown Host: this server answers only to its own address",
-        );
-    }
-    // The URL printed at start: its token becomes a cookie, and the token leaves the URL.
-    if req.method == "GET"
-        && req.path == "/"
-        && let Some(t) = req.param("token")
-    {
-        if same(&t, &shared.token) {
-            let cookie = format!(
-                "Set-Cookie: {COOKIE}={}; HttpOnly; SameSite=Strict; Path=/\r\nLocation: /\r\n",
-                shared.token
-            );
-            return respond(&mut conn, "303 See Other", "text/plain", &cookie, b"");
-        }
-        return text(
-            &mut conn,
-            "403 Forbidden",
-            "wrong token: use the URL `tasklock ui` printed",
-        );
-    }
-    if !shared.authorised(&req) {
-        return text(
-            &mut conn,
-            "403 Forbidden",
-            "this page needs its token: open the URL `tasklock ui` printed (http://…/?token=…)",
-        );
-    }
-    match (req.method.as_str(), req.path.as_str()) {
-        ("GET", "/") => {
-            let page = INDEX.replace("{{CSRF}}", &shared.token);
-            respond(
-                &mut conn,
-                "200 OK",
-                "text/html; charset=utf-8",
-                "",
-                page.as_bytes(),
-            )
-        }
-        ("GET", "/app.js") => respond(
-            &mut conn,
-            "200 OK",
-            "text/javascript; charset=utf-8",
-            "",
-            APP_JS.as_bytes(),
-        ),
-        ("GET", "/app.css") => respond(
-            &mut conn,
-            "200 OK",
-            "text/css; charset=utf-8",
-            "",
-            APP_CSS.as_bytes(),
-        ),
-        ("GET", "/api/fleet") => {
-            let Some(snap) = shared.snapshot() else {
-                return text(&mut conn, "503 Service Unavailable", "reading the store…");
-            };
-            let body = match req.param("table") {
-                None => match View::parse(&req) {
-                    Ok(view) => document(&snap, &view, shared),
-                    Err(e) => return text(&mut conn, "400 Bad Request", &e),
-                },
-                Some(t) => {
-                    let Some(which) = TABLES.iter().position(|x| *x == t) else {
-                        return text(
-                            &mut conn,
-                            "400 Bad Request",
-                            &format!("table: one of {}", TABLES.join(", ")),
-                        );
-                    };
-                    let cut = match Cut::parse(&req, &t, "") {
-                        Ok(c) => c,
-                        Err(e) => return text(&mut conn, "400 Bad Request", &e),
-                    };
-                    let mut view = match View::parse(&req) {
-                        Ok(v) => v,
-                        Err(e) => return text(&mut conn, "400 Bad Request", &e),
-                    };
-                    view.cuts[which] = cut;
-                    let mut part = table(&snap, &view, which);
-                    part["version"] = json!(snap.version);
-                    part["now"] = json!(snap.now);
-                    part["table"] = json!(t);
-                    part["filter"] = json!(view.filter);
-                    part.to_string()
-                }
-            };
-            respond(&mut conn, "200 OK", "application/json", "", body.as_bytes())
-        }
-        ("GET", "/timeline.svg") => {
-            let since = req
-                .param("since")
-                .and_then(|s| s.parse::<i64>().ok())
-                .filter(|s| (60..=7 * 86_400).contains(s))
-                .unwrap_or(3600);
-            let by = match req.param("by").as_deref() {
-                None | Some("key") => timeline::By::Key,
-                Some("agent") => timeline::By::Agent,
-                Some(_) => return text(&mut conn, "400 Bad Request", "by: key or agent"),
-            };
-            let Some(snap) = shared.snapshot() else {
-                return text(&mut conn, "503 Service Unavailable", "reading the store…");
-            };
-            let svg = if since == 3600 && by == timeline::By::Key {
-                Arc::new(timeline::svg(&snap.timeline))
-            } else {
-                let want = (snap.version, since, by);
-                let mut drawn = shared.drawn.lock().unwrap_or_else(|p| p.into_inner());
-                match &*drawn {
-                    Some((at, svg)) if *at == want => svg.clone(),
-                    _ => {
-                        let events: Vec<AuditEvent> = snap.events.iter().cloned().collect();
-                        let t = timeline::build_by(
-                            &events,
-                            snap.fleet.as_deref(),
-                            snap.now - chrono::Duration::seconds(since),
-                            snap.now,
-                            by,
-                        );
-                        let svg = Arc::new(timeline::svg(&t));
-                        *drawn = Some((want, svg.clone()));
-                        svg
-                    }
-                }
-            };
-            let disposition = if req.param("download").is_some() {
-                "Content-Disposition: attachment; filename=\"tasklock-timeline.svg\"\r\n"
-            } else {
-                ""
-            };
-            respond(
-                &mut conn,
-                "200 OK",
-                "image/svg+xml",
-                disposition,
-                svg.as_bytes(),
-            )
-        }
-        ("GET", "/events") => match View::parse(&req) {
-            Ok(view) => stream(shared, conn, view),
-            Err(e) => text(&mut conn, "400 Bad Request", &e),
-        },
-        ("GET", "/api/key") => {
-            let Some(key) = req.param("key").filter(|k| !k.is_empty()) else {
-                return text(&mut conn, "400 Bad Request", "which key? /api/key?key=KEY");
-            };
-            let (notes, why) = super::key_detail(&shared.global, &key);
-            let history: Vec<AuditEvent> = shared
-                .snapshot()
-                .map(|s| {
-                    s.events
-                        .iter()
-                        .rev()
-                        .filter(|e| e.key == key)
-                        .take(20)
-                        .cloned()
-                        .collect()
-                })
-                .unwrap_or_default();
-            let body = json!({
-                "key": key,
-                "why": why,
-                "notes": notes.as_ref().ok(),
-                "notes_error": notes.as_ref().err(),
-                "history": history,
-            })
-            .to_string();
-            respond(&mut conn, "200 OK", "application/json", "", body.as_bytes())
-        }
-        ("POST", "/api/release") | ("POST", "/api/freeze") => change(shared, &mut conn, &req),
-        ("GET" | "POST", _) => text(&mut conn, "404 Not Found", "no such page"),
-        _ => text(
-            &mut conn,
-            "405 Method Not Allowed",
-            "only GET, and POST from the page",
-        ),
+/// The page's own files: nothing of the store, so no token (the page has it in its URL's
+/// fragment, which the browser never sends).
+fn asset(path: &str) -> Option<(&'static str, &'static str)> {
+    match path {
+        "/" => Some(("text/html; charset=utf-8", INDEX)),
+        "/app.js" => Some(("text/javascript; charset=utf-8", APP_JS)),
+        "/app.css" => Some(("text/css; charset=utf-8", APP_CSS)),
+        _ => None,
     }
 }
+
+impl server::App for Shared {
+    fn admit(&self, req: &Request) -> Admit {
+        if !self.host_ok(req) {
+            return Admit::Refuse(Response::text(
+                403,
+                "unknown Host: this server answers only to its own address",
+            ));
+        }
+        if req.method == "GET" && asset(&req.path).is_some() {
+            return Admit::Public;
+        }
+        if !self.authorised(req) {
+            return Admit::Refuse(Response::text(
+                403,
+                "this page needs its token: open the URL `tasklock ui` printed (http://…/#token=…)",
+            ));
+        }
+        Admit::Trusted
+    }
+
+    fn answer(self: Arc<Self>, req: Request) -> Response {
+        if req.method == "GET"
+            && let Some((ctype, body)) = asset(&req.path)
+        {
+            return Response::new(200, ctype, body);
+        }
+        match (req.method.as_str(), req.path.as_str()) {
+            ("GET", "/api/fleet") => fleet_part(&self, &req),
+            ("GET", "/timeline.svg") => picture(&self, &req),
+            ("GET", "/events") => match View::parse(&req) {
+                Ok(view) => stream(self, view),
+                Err(e) => Response::text(400, &e),
+            },
+            ("GET", "/api/key") => key_part(&self, &req),
+            ("POST", "/api/release") | ("POST", "/api/freeze") => change(&self, &req),
+            ("GET" | "POST", _) => Response::text(404, "no such page"),
+            _ => Response::text(405, "only GET, and POST from the page"),
+        }
+    }
+
+    fn decorate(&self, headers: &mut hyper::HeaderMap) {
+        for (k, v) in SECURITY {
+            headers.insert(k, hyper::header::HeaderValue::from_static(v));
+        }
+    }
+}
+
+/// `/api/fleet`: the page's view of the snapshot, or one table of it.
+fn fleet_part(shared: &Shared, req: &Request) -> Response {
+    let Some(snap) = shared.snapshot() else {
+        return Response::text(503, "reading the store…");
+    };
+    let body = match req.param("table") {
+        None => match View::parse(req) {
+            Ok(view) => document(&snap, &view, shared),
+            Err(e) => return Response::text(400, &e),
+        },
+        Some(t) => {
+            let Some(which) = TABLES.iter().position(|x| *x == t) else {
+                return Response::text(400, &format!("table: one of {}", TABLES.join(", ")));
+            };
+            let cut = match Cut::parse(req, &t, "") {
+                Ok(c) => c,
+                Err(e) => return Response::text(400, &e),
+            };
+            let mut view = match View::parse(req) {
+                Ok(v) => v,
+                Err(e) => return Response::text(400, &e),
+            };
+            view.cuts[which] = cut;
+            let mut part = table(&snap, &view, which);
+            part["version"] = json!(snap.version);
+            part["now"] = json!(snap.now);
+            part["table"] = json!(t);
+            part["filter"] = json!(view.filter);
+            part.to_string()
+        }
+    };
+    Response::new(200, "application/json", body)
+}
+
+/// `/timeline.svg`: the last hour by key as drawn with the snapshot, or another window.
+fn picture(shared: &Shared, req: &Request) -> Response {
+    let since = req
+        .param("since")
+        .and_then(|s| s.parse::<i64>().ok())
+        .filter(|s| (60..=7 * 86_400).contains(s))
+        .unwrap_or(3600);
+    let by = match req.param("by").as_deref() {
+        None | Some("key") => timeline::By::Key,
+        Some("agent") => timeline::By::Agent,
+        Some(_) => return Response::text(400, "by: key or agent"),
+    };
+    let Some(snap) = shared.snapshot() else {
+        return Response::text(503, "reading the store…");
+    };
+    let svg = if since == 3600 && by == timeline::By::Key {
+        Arc::new(timeline::svg(&snap.timeline))
+    } else {
+        let want = (snap.version, since, by);
+        let mut drawn = shared.drawn.lock().unwrap_or_else(|p| p.into_inner());
+        match &*drawn {
+            Some((at, svg)) if *at == want => svg.clone(),
+            _ => {
+                let events: Vec<AuditEvent> = snap.events.iter().cloned().collect();
+                let t = timeline::build_by(
+                    &events,
+                    snap.fleet.as_deref(),
+                    snap.now - chrono::Duration::seconds(since),
+                    snap.now,
+                    by,
+                );
+                let svg = Arc::new(timeline::svg(&t));
+                *drawn = Some((want, svg.clone()));
+                svg
+            }
+        }
+    };
+    let r = Response::new(200, "image/svg+xml", svg.as_bytes().to_vec());
+    if req.param("download").is_some() {
+        r.with(
+            "content-disposition",
+            "attachment; filename=\"tasklock-timeline.svg\"",
+        )
+    } else {
+        r
+    }
+}
+
+/// `/api/key`: one key in detail.
+fn key_part(shared: &Shared, req: &Request) -> Response {
+    let Some(key) = req.param("key").filter(|k| !k.is_empty()) else {
+        return Response::text(400, "which key? /api/key?key=KEY");
+    };
+    let (notes, why) = super::key_detail(&shared.global, &key);
+    let history: Vec<AuditEvent> = shared
+        .snapshot()
+        .map(|s| {
+            s.events
+                .iter()
+                .rev()
+                .filter(|e| e.key == key)
+                .take(20)
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default();
+    let body = json!({
+        "key": key,
+        "why": why,
+        "notes": notes.as_ref().ok(),
+        "notes_error": notes.as_ref().err(),
+        "history": history,
+    })
+    .to_string();
+    Response::new(200, "application/json", body)
+}
+
+/// How long a stream says nothing before it says it is still there.
+const STILL_HERE: Duration = Duration::from_secs(15);
 
 /// Server-sent events: the page's view of the current snapshot at once, then of each new
 /// one. The view (filter, sorts, pages) is the stream's own: a page that changes it opens
-/// another stream.
-fn stream(shared: &Shared, mut conn: TcpStream, view: View) -> std::io::Result<()> {
-    let (tx, rx) = mpsc::channel::<()>();
-    shared
-        .streams
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .push(tx);
-    let head = format!(
-        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n{SECURITY}Connection: keep-alive\r\n\r\n"
-    );
-    conn.write_all(head.as_bytes())?;
-    let mut sent = 0;
-    let mut send = |conn: &mut TcpStream| -> std::io::Result<()> {
-        if let Some(snap) = shared.snapshot()
-            && snap.version != sent
-        {
-            sent = snap.version;
-            let doc = document(&snap, &view, shared);
-            drop(snap);
-            write!(conn, "event: fleet\ndata: {doc}\n\n")?;
-        }
-        Ok(())
-    };
-    send(&mut conn)?;
-    conn.flush()?;
-    loop {
-        match rx.recv_timeout(Duration::from_secs(15)) {
-            Ok(()) => {
-                // Only the newest of a burst.
-                while rx.try_recv().is_ok() {}
-                send(&mut conn)?;
+/// another stream. One event is drawn at a time, when the page took the last: a page
+/// that reads slowly holds no queue of them.
+fn stream(shared: Arc<Shared>, view: View) -> Response {
+    let (tx, body) = server::events();
+    let mut versions = shared.versions.subscribe();
+    tokio::spawn(async move {
+        let mut sent = 0;
+        loop {
+            if let Some(snap) = shared.snapshot()
+                && snap.version != sent
+            {
+                sent = snap.version;
+                let (sh, v) = (shared.clone(), view.clone());
+                let Ok(doc) = tokio::task::spawn_blocking(move || document(&snap, &v, &sh)).await
+                else {
+                    return;
+                };
+                if tx
+                    .send(format!("event: fleet\ndata: {doc}\n\n").into())
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
             }
-            Err(RecvTimeoutError::Timeout) => conn.write_all(b": still here\n\n")?,
-            Err(RecvTimeoutError::Disconnected) => return Ok(()),
+            tokio::select! {
+                changed = versions.changed() => if changed.is_err() { return },
+                _ = tx.closed() => return,
+                _ = tokio::time::sleep(STILL_HERE) => {
+                    if tx.send(": still here\n\n".into()).await.is_err() {
+                        return;
+                    }
+                }
+            }
         }
-        conn.flush()?;
+    });
+    Response {
+        body,
+        ..Response::new(200, "text/event-stream", "")
     }
 }
 
 /// A change asked for by the page: only from the page itself, only where allowed.
-fn change(shared: &Shared, conn: &mut TcpStream, req: &Request) -> std::io::Result<()> {
+fn change(shared: &Shared, req: &Request) -> Response {
     let own = req
         .header("host")
         .map(|h| format!("http://{h}"))
         .unwrap_or_default();
     if req.header("origin") != Some(own.as_str()) {
-        return text(
-            conn,
-            "403 Forbidden",
-            "changes are made from the page itself (Origin)",
-        );
+        return Response::text(403, "changes are made from the page itself (Origin)");
     }
     if !req
         .header("x-tasklock-token")
         .is_some_and(|t| same(t, &shared.token))
     {
-        return text(conn, "403 Forbidden", "changes need the page's token");
+        return Response::text(403, "changes need the page's token");
     }
     if !req
         .header("content-type")
         .is_some_and(|c| c.starts_with("application/json"))
     {
-        return text(conn, "415 Unsupported Media Type", "changes are JSON");
+        return Response::text(415, "changes are JSON");
     }
     if let Err(why) = &shared.can_act {
         let body = json!({"ok": false, "message": format!("read-only: {why}")}).to_string();
-        return respond(
-            conn,
-            "403 Forbidden",
-            "application/json",
-            "",
-            body.as_bytes(),
-        );
+        return Response::new(403, "application/json", body);
     }
     let body: Value = match serde_json::from_slice(&req.body) {
         Ok(v) => v,
-        Err(e) => return text(conn, "400 Bad Request", &format!("not JSON: {e}")),
+        Err(e) => return Response::text(400, &format!("not JSON: {e}")),
     };
     let Some(key) = body.get("key").and_then(Value::as_str) else {
-        return text(conn, "400 Bad Request", "no key");
+        return Response::text(400, "no key");
     };
-    let args = if req.path == "/api/release" {
-        vec![
-            "release".to_string(),
-            key.to_string(),
-            "--force".into(),
-            "--note".into(),
-            "force-released from tasklock ui".into(),
-        ]
+    // Each option one word (`--for=…`): what the page sent is a value, never an option.
+    let (command, options) = if req.path == "/api/release" {
+        (
+            "release",
+            vec![
+                "--force".to_string(),
+                "--note=force-released from tasklock ui".into(),
+            ],
+        )
     } else {
         let Some(dur) = body.get("for").and_then(Value::as_str) else {
-            return text(conn, "400 Bad Request", "freeze needs \"for\": a duration");
+            return Response::text(400, "freeze needs \"for\": a duration");
         };
-        vec![
-            "freeze".to_string(),
-            key.to_string(),
-            "--for".into(),
-            dur.to_string(),
-            "--reason".into(),
-            "frozen from tasklock ui".into(),
-        ]
+        (
+            "freeze",
+            vec![
+                format!("--for={dur}"),
+                "--reason=frozen from tasklock ui".into(),
+            ],
+        )
     };
-    let (ok, message) = super::act(&shared.global, args);
+    let (ok, message) = super::act_on(&shared.global, command, &options, key);
     let body = json!({"ok": ok, "message": message}).to_string();
-    respond(
-        conn,
-        if ok { "200 OK" } else { "409 Conflict" },
-        "application/json",
-        "",
-        body.as_bytes(),
-    )
+    Response::new(if ok { 200 } else { 409 }, "application/json", body)
 }

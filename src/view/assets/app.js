@@ -2,9 +2,22 @@
 // cuts each table to a page; the page sends its view (filter, sorts, pages) with its event
 // stream, and opens another stream when the view changes. Every key, name, reason and
 // note is other agents' text: it is only ever set as text (textContent), never as markup.
+// The token: in the fragment of the URL `tasklock ui` printed (which the browser never
+// sends), then in this tab's sessionStorage, which is this origin's alone (scheme, host
+// and port): sent to this server only, as a header, or in the query where a script
+// gives no headers (the event stream, the picture). No cookie: a browser would send
+// one to every port of the host.
 "use strict";
 
-const csrf = document.querySelector('meta[name="tasklock-csrf"]').content;
+const token = (() => {
+  const m = location.hash.match(/token=([0-9a-f]+)/);
+  if (m) {
+    sessionStorage.setItem("tasklock-token", m[1]);
+    history.replaceState(null, "", location.pathname + location.search);
+  }
+  return sessionStorage.getItem("tasklock-token");
+})();
+const auth = "token=" + encodeURIComponent(token || "");
 let doc = null;
 let since = 3600;
 let by = "key";
@@ -241,12 +254,12 @@ function refreshTimeline() {
     return;
   }
   lastTimeline = Date.now();
-  document.getElementById("timeline").src = "/timeline.svg?since=" + since + "&by=" + by + "&v=" + lastTimeline;
+  document.getElementById("timeline").src = "/timeline.svg?" + auth + "&since=" + since + "&by=" + by + "&v=" + lastTimeline;
 }
 
 // A key in detail: why it can or cannot be taken, its notes, its history.
 async function showKey(key) {
-  const r = await fetch("/api/key?key=" + encodeURIComponent(key));
+  const r = await fetch("/api/key?key=" + encodeURIComponent(key), { headers: { "X-Tasklock-Token": token } });
   if (!r.ok) {
     document.getElementById("message").textContent = r.status + " " + r.statusText;
     return;
@@ -282,7 +295,7 @@ async function act(what, key) {
   }
   const r = await fetch("/api/" + what, {
     method: "POST",
-    headers: { "Content-Type": "application/json", "X-Tasklock-Token": csrf },
+    headers: { "Content-Type": "application/json", "X-Tasklock-Token": token },
     body: JSON.stringify(body),
   });
   let text;
@@ -300,7 +313,7 @@ function connect() {
   const live = document.getElementById("live");
   if (stream) stream.close();
   const q = query();
-  stream = new EventSource("/events" + (q ? "?" + q : ""));
+  stream = new EventSource("/events?" + auth + (q ? "&" + q : ""));
   stream.addEventListener("open", () => { live.textContent = "live"; live.className = "on"; });
   stream.addEventListener("error", () => { live.textContent = "reconnecting…"; live.className = "off"; });
   stream.addEventListener("fleet", (e) => { doc = JSON.parse(e.data); render(); });
@@ -332,9 +345,23 @@ for (const b of document.querySelectorAll("#windows button")) {
     if (b.dataset.by) by = b.dataset.by;
     else since = Number(b.dataset.since);
     for (const o of document.querySelectorAll(group)) o.classList.toggle("on", o === b);
-    document.getElementById("save").href = "/timeline.svg?since=" + since + "&by=" + by + "&download=1";
+    saveLink();
     lastTimeline = 0;
     refreshTimeline();
   });
 }
-connect();
+function saveLink() {
+  document.getElementById("save").href = "/timeline.svg?" + auth + "&since=" + since + "&by=" + by + "&download=1";
+}
+
+// The printed URL opened over this page (only its fragment changed: no new load).
+window.addEventListener("hashchange", () => {
+  if (/token=/.test(location.hash)) location.reload();
+});
+if (token) {
+  saveLink();
+  connect();
+} else {
+  document.getElementById("summary").textContent =
+    "this page needs its token: open the URL `tasklock ui` printed (http://…/#token=…)";
+}
