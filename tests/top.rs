@@ -556,6 +556,59 @@ fn live_view_force_release_needs_a_person_and_a_yes() {
     assert!(!s.contains("Checkouts ("), "{s}");
 }
 
+/// A key is other agents' text: one that begins with `-` is acted on as that key, never
+/// read as an option (`release --all --force` would end the person's own checkouts).
+#[test]
+fn live_view_acts_on_a_key_that_looks_like_an_option_as_a_key() {
+    let env = live_env();
+    for key in ["--all", "-x"] {
+        let r = env.run_now(None, &["checkout", "--agent=alice", "--", key]);
+        assert_eq!(r.code, 0, "{}", r.text());
+    }
+    real_ok(&env, "alice", &["checkout", "zzz-keep"]);
+    let t = Tmux::start(&env, "", &[], 120, 40);
+    t.shows("zzz-keep");
+
+    t.keys(&["/", "a", "l", "l", "Enter"]);
+    t.until("only --all", |s| {
+        s.contains("filter: all") && !s.contains("zzz-keep")
+    });
+    t.keys(&["r"]);
+    t.shows("Force-release --all?");
+    t.keys(&["y"]);
+    t.shows("force_release --all");
+
+    t.keys(&["/", "Escape", "/", "x", "Enter"]);
+    t.until("only -x", |s| {
+        s.contains("filter: x") && !s.contains("zzz-keep")
+    });
+    t.keys(&["f"]);
+    t.keys(&["Enter"]);
+    t.shows("Freeze -x for 30m?");
+    t.keys(&["y"]);
+    t.shows("freeze -x");
+
+    // Exactly those keys: `--all` is free, `-x` frozen, alice's other key untouched.
+    let list = real_ok(&env, "alice", &["list", "--json"]).stdout;
+    let list: serde_json::Value = serde_json::from_str(&list).unwrap();
+    let keys: Vec<&str> = list["checkouts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["key"].as_str().unwrap())
+        .collect();
+    assert!(!keys.contains(&"--all"), "{list}");
+    assert!(keys.contains(&"zzz-keep"), "{list}");
+    let log = env.run_now(None, &["audit", "--json"]).stdout;
+    let frozen: Vec<String> = log
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|e| e["event"] == "freeze")
+        .map(|e| e["key"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(frozen, ["-x"], "{log}");
+}
+
 #[test]
 fn no_color_means_no_colour() {
     let env = live_env();

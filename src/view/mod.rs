@@ -192,24 +192,9 @@ fn argv(global: &Global, command: &str, options: &[String], key: &str) -> Vec<St
     argv
 }
 
-/// Run a command line of tasklock's (`args` without the program name) as the person
-/// who started the view: under the command's own rules, audited as the command is.
-/// The first line of what it says, and whether it succeeded.
-fn act(global: &Global, args: Vec<String>) -> (bool, String) {
-    let mut argv: Vec<String> = vec!["tasklock".into()];
-    argv.extend(args);
-    if let Some(d) = &global.dir {
-        argv.push("--dir".into());
-        argv.push(d.display().to_string());
-    }
-    if let Some(a) = &global.agent {
-        argv.push("--agent".into());
-        argv.push(a.clone());
-    }
-    outcome(argv)
-}
-
-/// `act` on one key: `tasklock COMMAND OPTIONS -- KEY`.
+/// Run `tasklock COMMAND OPTIONS -- KEY` as the person who started the view: under the
+/// command's own rules, audited as the command is. The first line of what it says, and
+/// whether it succeeded.
 fn act_on(global: &Global, command: &str, options: &[String], key: &str) -> (bool, String) {
     outcome(argv(global, command, options, key))
 }

@@ -169,8 +169,13 @@ enum Detail {
 #[derive(Clone)]
 enum Job {
     Notes(String),
-    /// A command line of tasklock's, run under the commands' own rules.
-    Run(Vec<String>),
+    /// A command of tasklock's on one key (after `--`: never read as an option), run
+    /// under the commands' own rules.
+    Run {
+        command: &'static str,
+        options: Vec<String>,
+        key: String,
+    },
 }
 
 enum Msg {
@@ -337,14 +342,14 @@ impl App {
                 KeyCode::Esc => None,
                 KeyCode::Enter => match crate::duration::parse(input.trim()) {
                     Ok(_) => {
-                        let job = Job::Run(vec![
-                            "freeze".into(),
-                            key.clone(),
-                            "--for".into(),
-                            input.trim().into(),
-                            "--reason".into(),
-                            "frozen from tasklock top".into(),
-                        ]);
+                        let job = Job::Run {
+                            command: "freeze",
+                            options: vec![
+                                format!("--for={}", input.trim()),
+                                "--reason=frozen from tasklock top".into(),
+                            ],
+                            key: key.clone(),
+                        };
                         self.mode = Mode::Confirm {
                             prompt: format!("Freeze {} for {}?", draw::inert(&key), input.trim()),
                             job,
@@ -461,13 +466,14 @@ impl App {
                             "Force-release {}? Its holder is told, and the release is audited.",
                             draw::inert(&key)
                         ),
-                        job: Job::Run(vec![
-                            "release".into(),
+                        job: Job::Run {
+                            command: "release",
+                            options: vec![
+                                "--force".into(),
+                                "--note=force-released from tasklock top".into(),
+                            ],
                             key,
-                            "--force".into(),
-                            "--note".into(),
-                            "force-released from tasklock top".into(),
-                        ]),
+                        },
                     };
                 } else {
                     self.mode = Mode::FreezeFor {
@@ -550,7 +556,11 @@ fn work(global: Global, jobs: Receiver<Job>, tx: Sender<Msg>) {
                 let (notes, why) = super::key_detail(&global, &key);
                 Msg::Notes(key, notes, why)
             }
-            Job::Run(args) => Msg::Done(super::act(&global, args).1),
+            Job::Run {
+                command,
+                options,
+                key,
+            } => Msg::Done(super::act_on(&global, command, &options, &key).1),
         };
         if tx.send(msg).is_err() {
             return;
