@@ -126,6 +126,15 @@ pub enum Command {
     /// (`tasklock ui --help` for its options)
     #[command(disable_help_flag = true)]
     Ui(ViewArgs),
+    /// Try tasklock without any agent: a simulated fleet, live in `tasklock top` (q ends it)
+    ///
+    /// Simulated agents take issues from a backlog, add paths, queue, hand off, die (their
+    /// checkouts released by tasklock's death detection) and meet a freeze, through real
+    /// commands in a throwaway lock directory under TMPDIR, shown live in `tasklock top`
+    /// (q ends it) or, with --ui, in the browser (`tasklock ui` prints its URL; Ctrl-C
+    /// ends it). Your own lock directory is never used; when the demo ends, every process
+    /// it started has ended and its directory is removed.
+    Demo(DemoArgs),
     /// MCP server on stdin/stdout: the checkout tools for MCP clients (one server = one agent)
     Mcp,
     /// Append a checkpoint to KEY's history (holder only)
@@ -481,6 +490,15 @@ pub struct RunArgs {
     /// The command and its arguments, after `--`
     #[arg(last = true, required = true, value_name = "CMD")]
     pub cmd: Vec<std::ffi::OsString>,
+}
+
+// The arguments of `demo`.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Show the fleet in the browser: start `tasklock ui` on the demo's lock directory
+    /// (it prints the page's URL) instead of `tasklock top`
+    #[arg(long)]
+    pub ui: bool,
 }
 
 /// `tasklock top` and `tasklock ui`: their options go to the views' binary as they are.

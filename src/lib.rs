@@ -6,6 +6,7 @@ pub mod clients;
 pub mod clock;
 pub mod commands;
 pub mod config;
+pub mod demo;
 pub mod discover;
 pub mod duration;
 pub mod engine;
@@ -114,6 +115,9 @@ fn run_command(args: Vec<OsString>) -> i32 {
     }
     if let Command::Ui(a) = &cli.command {
         return view(&cli.global, "ui", a);
+    }
+    if let Command::Demo(a) = &cli.command {
+        return demo::run(&cli.global, a);
     }
     if let Command::Audit(cli::AuditArgs {
         since,
@@ -255,7 +259,12 @@ fn execute(cli: Cli) -> Result<report::Report, Error> {
         Command::Agents(a) => commands::agents::execute(&ctx, a),
         Command::Inbox(a) => commands::inbox::execute(&ctx, a),
         Command::Init(a) => commands::init::execute(&ctx, a),
-        Command::Hook(_) | Command::Mcp | Command::Top(_) | Command::Ui(_) | Command::Setup(_) => {
+        Command::Hook(_)
+        | Command::Mcp
+        | Command::Top(_)
+        | Command::Ui(_)
+        | Command::Demo(_)
+        | Command::Setup(_) => {
             unreachable!("handled before")
         }
         Command::Freeze(a) => commands::freeze::execute(&ctx, a),
@@ -293,13 +302,7 @@ fn view(global: &cli::Global, word: &str, a: &cli::ViewArgs) -> i32 {
     if global.json || global.format == Some(FormatArg::Json) {
         extra.push("--json".into());
     }
-    exec_beside(
-        VIEW_BINARY,
-        word,
-        global,
-        &extra,
-        "the views are the binary tasklock-view, installed beside tasklock by install.sh (and built with the default `view` feature)",
-    )
+    exec_beside(VIEW_BINARY, word, global, &extra, VIEW_MISSING)
 }
 
 /// Replace this process with `binary` (beside this one), passing the global options on.
@@ -346,8 +349,11 @@ fn exec_beside(
     EXIT_ERROR
 }
 
-/// The views' binary (`tasklock top`, `tasklock ui`), beside `tasklock`.
+/// The views' binary (`tasklock top`, `tasklock ui`, `tasklock demo`), beside `tasklock`.
 pub const VIEW_BINARY: &str = "tasklock-view";
+
+/// What to say when the views' binary cannot be started.
+pub const VIEW_MISSING: &str = "the views are the binary tasklock-view, installed beside tasklock by install.sh (and built with the default `view` feature)";
 
 /// The MCP server's binary, beside `tasklock`.
 pub const MCP_BINARY: &str = "tasklock-mcp";
@@ -409,6 +415,7 @@ where
                 Command::Hook(_)
                     | Command::Run(_)
                     | Command::Mcp
+                    | Command::Demo(_)
                     | Command::Audit(cli::AuditArgs { follow: true, .. })
                     | Command::Inbox(cli::InboxArgs { follow: true, .. })
             ) =>

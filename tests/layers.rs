@@ -15,7 +15,7 @@ fn layer(module: &str) -> Option<u8> {
         "report" => 3,
         "engine" | "render" | "clients" | "cli" | "argv" => 4,
         "commands" => 5,
-        "mcp" | "view" | "lib" | "main" | "bin" => 6,
+        "mcp" | "view" | "demo" | "lib" | "main" | "bin" => 6,
         _ => return None,
     })
 }

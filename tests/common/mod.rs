@@ -9,6 +9,7 @@ use serde_json::Value;
 
 #[cfg(unix)]
 pub mod strace;
+pub mod tmux;
 
 pub const T0: &str = "2026-01-01T00:00:00Z";
 pub const T5M: &str = "2026-01-01T00:05:00Z";

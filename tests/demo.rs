@@ -1,0 +1,256 @@
+//! `tasklock demo`: a live fleet of simulated agents in a throwaway lock directory, shown
+//! by `tasklock top` in a real terminal (tmux) or by `tasklock ui` (`--ui`). It shows
+//! agents at work, a queue, a death and a freeze at once; it ends with `q` (or SIGTERM
+//! with `--ui`) leaving no process and no directory behind; and it never touches the
+//! user's own lock directory, whatever the environment points at.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::Env;
+use common::tmux::Tmux;
+
+/// The processes whose environment carries `mark`: the demo and everything it started
+/// (the view, the agents' processes), and nothing else.
+fn marked(mark: &str) -> Vec<u32> {
+    let needle = format!("TASKLOCK_DEMO_TEST={mark}");
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(env) = std::fs::read(e.path().join("environ")) else {
+            continue;
+        };
+        if env.split(|b| *b == 0).any(|v| v == needle.as_bytes()) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+fn entries(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+/// A mark for one test's processes.
+fn mark(test: &str) -> String {
+    format!("{}-{test}", std::process::id())
+}
+
+/// A user's own project, with a checkout in its lock directory: what the demo must
+/// leave as it is. The audit log's events, to compare.
+fn users_project() -> (Env, usize) {
+    let env = Env::new();
+    env.ok("me", &["checkout", "my-own-key"]);
+    let events = env.run(None, &["audit", "--json"]).stdout.lines().count();
+    (env, events)
+}
+
+fn untouched(env: &Env, events: usize) {
+    let log = env.run(None, &["audit", "--json"]).stdout;
+    assert_eq!(
+        log.lines().count(),
+        events,
+        "the user's audit log grew:\n{log}"
+    );
+    let list = env.run(None, &["list", "--json"]).json();
+    let keys: Vec<&str> = list["checkouts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys, ["my-own-key"]);
+}
+
+#[test]
+fn the_demo_shows_a_fleet_at_work_and_q_ends_it_leaving_nothing() {
+    let (user, events) = users_project();
+    let tmp = tempfile::tempdir().unwrap();
+    let mark = mark("top");
+    // Run from the user's project, with the environment of an agent's session that points
+    // at the user's lock directory and a PostgreSQL server: the demo uses none of it.
+    let script = format!(
+        "cd '{project}'; export TMPDIR='{tmp}' TASKLOCK_DIR='{dir}' TASKLOCK_AGENT=me \
+         TASKLOCK_URL='postgres://nowhere.invalid/db' CLAUDE_CODE_SESSION_ID=me; \
+         unset TASKLOCK_NOW; \
+         TASKLOCK_DEMO_TEST={mark} '{bin}' demo; echo EXITED $?; sleep 600",
+        project = user.tmp.path().display(),
+        tmp = tmp.path().display(),
+        dir = user.dir().display(),
+        bin = env!("CARGO_BIN_EXE_tasklock"),
+    );
+    let start = Instant::now();
+    let t = Tmux::start(&script, 140, 45);
+    // Several agents at work, a queue, a death (and its key handed to the queue's head),
+    // a freeze.
+    t.until("five agents", |s| {
+        ["alice", "bob", "carol", "dave", "erin"]
+            .iter()
+            .all(|n| s.contains(n))
+    });
+    t.shows("waits for");
+    t.shows("frozen: deploy://prod*");
+    t.shows("dead: process_gone");
+    t.shows("(agent_death)");
+    t.shows("handoff ");
+    eprintln!(
+        "the demo showed agents, a queue, a freeze, a death and a handoff after {:?}",
+        start.elapsed()
+    );
+    let ours = marked(&mark);
+    assert!(
+        ours.len() >= 6,
+        "the demo, its view and at least four live agents: {ours:?}"
+    );
+    assert_eq!(entries(tmp.path()).len(), 1, "{:?}", entries(tmp.path()));
+
+    t.keys(&["q"]);
+    let s = t.shows("EXITED 0");
+    assert!(
+        !s.contains("Checkouts ("),
+        "the terminal was not given back:\n{s}"
+    );
+    assert_eq!(marked(&mark), Vec::<u32>::new(), "processes left behind");
+    assert_eq!(
+        entries(tmp.path()),
+        Vec::<String>::new(),
+        "a directory left behind"
+    );
+    untouched(&user, events);
+}
+
+#[test]
+fn the_demo_in_the_browser_prints_its_url_and_ends_on_sigterm() {
+    let (user, events) = users_project();
+    let tmp = tempfile::tempdir().unwrap();
+    let mark = mark("ui");
+    let mut child = common::base_cmd(common::T0)
+        .arg("demo")
+        .arg("--ui")
+        .current_dir(user.tmp.path())
+        .env("TMPDIR", tmp.path())
+        .env("TASKLOCK_DIR", user.dir())
+        .env("TASKLOCK_DEMO_TEST", &mark)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    let url = line
+        .trim()
+        .strip_prefix("tasklock ui: ")
+        .unwrap_or_else(|| panic!("no URL: {line:?}"));
+    // The page's own URL (its form is tests/ui.rs's business): loopback, with a token.
+    let rest = url.strip_prefix("http://127.0.0.1:").expect(url);
+    let (port, _) = rest.split_once('/').unwrap();
+    assert!(url.contains("token="), "{url}");
+
+    // Something answers there.
+    let mut conn = std::net::TcpStream::connect(("127.0.0.1", port.parse().unwrap())).unwrap();
+    write!(
+        conn,
+        "GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 "), "{answer}");
+
+    // The fleet is tasklock's own state, in the demo's lock directory.
+    let demo_dir = tmp.path().join(&entries(tmp.path())[0]).join(".locks");
+    let fleet = common::exec({
+        let mut c = common::base_cmd(common::T0);
+        c.env_remove("TASKLOCK_NOW")
+            .arg("top")
+            .arg("--once")
+            .arg("--json")
+            .arg("--dir")
+            .arg(&demo_dir);
+        c
+    })
+    .json();
+    assert!(fleet["agents"].as_array().unwrap().len() >= 5, "{fleet}");
+    assert!(!fleet["waits"].as_array().unwrap().is_empty(), "{fleet}");
+    assert_eq!(fleet["freezes"][0]["pattern"], "deploy://prod*", "{fleet}");
+    assert!(marked(&mark).len() >= 6, "{:?}", marked(&mark));
+
+    // SAFETY: a plain kill(2) of our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "{err}");
+    assert!(err.contains("Ctrl-C ends the demo"), "{err}");
+    assert_eq!(marked(&mark), Vec::<u32>::new(), "processes left behind");
+    assert_eq!(
+        entries(tmp.path()),
+        Vec::<String>::new(),
+        "a directory left behind"
+    );
+    untouched(&user, events);
+}
+
+#[test]
+fn the_demo_without_the_view_binary_says_so_and_leaves_nothing() {
+    let td = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let lone = td.path().join("tasklock");
+    // A hard link needs no file open for writing (see tests/cli.rs); copy only if it cannot be.
+    if std::fs::hard_link(env!("CARGO_BIN_EXE_tasklock"), &lone).is_err() {
+        std::fs::copy(env!("CARGO_BIN_EXE_tasklock"), &lone).unwrap();
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let out = (0..50)
+        .find_map(|_| {
+            match Command::new(&lone)
+                .arg("demo")
+                .env("TMPDIR", tmp.path())
+                .stdin(Stdio::null())
+                .output()
+            {
+                Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => {
+                    std::thread::sleep(Duration::from_millis(20));
+                    None
+                }
+                other => Some(other.unwrap()),
+            }
+        })
+        .expect("the link stayed busy");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("tasklock demo: cannot start")
+            && err.contains("tasklock-view")
+            && err.contains("install.sh"),
+        "{err}"
+    );
+    assert_eq!(entries(tmp.path()), Vec::<String>::new());
+}
+
+#[test]
+fn the_demo_takes_no_lock_directory() {
+    let env = Env::new();
+    let r = env.run(None, &["demo"]);
+    assert_eq!(r.code, 64, "{}", r.text());
+    assert!(
+        r.stderr.contains("throwaway lock directory"),
+        "{}",
+        r.text()
+    );
+    assert!(!env.dir().exists());
+}
