@@ -234,7 +234,7 @@ impl Fleet {
             self.beat(i, Some("looking for the next issue".into()));
         } else if !path && self.chance(2) {
             self.add_path(i, &key, task);
-        } else if left > 2 && self.chance(6) {
+        } else if left > 2 && self.chance(3) {
             let which = self.below(SHARED.len() as u64) as usize;
             self.want_shared(i, which);
         }
@@ -279,7 +279,7 @@ impl Fleet {
     }
 
     fn after_shared(&mut self, i: usize, code: i32) {
-        let left = 3 + self.below(3) as u32;
+        let left = 4 + self.below(4) as u32;
         let Some(s) = &mut self.agents[i].shared else {
             return;
         };
