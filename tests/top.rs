@@ -6,10 +6,10 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
+use common::tmux::{SESSION, Tmux};
 use common::{Env, T0};
 
 const T14M: &str = "2026-01-01T00:14:00Z";
@@ -275,126 +275,32 @@ fn bad_arguments_are_usage_errors() {
 
 // ---- The live view, in tmux ----
 
-struct Tmux {
-    socket: PathBuf,
-    _home: tempfile::TempDir,
-}
-
-const SESSION: &str = "top";
-
-impl Tmux {
-    /// `tasklock top ARGS` in a detached tmux session of `cols`×`rows` on a tmux server
-    /// of its own; the shell around it prints `EXITED <code>` when it ends.
-    fn start(env: &Env, args: &str, extra_env: &[(&str, &str)], cols: u16, rows: u16) -> Tmux {
-        let ok = Command::new("tmux")
-            .arg("-V")
-            .stdout(Stdio::null())
-            .status();
-        assert!(
-            ok.is_ok_and(|s| s.success()),
-            "`tmux` is not available: the live view is tested in tmux (apt-get install tmux)"
-        );
-        let home = tempfile::tempdir().unwrap();
-        let socket = home.path().join("tmux.sock");
-        let bin = env!("CARGO_BIN_EXE_tasklock");
-        let mut script = String::from(
-            "unset TASKLOCK_AGENT TASKLOCK_AGENT_NAME CLAUDE_CODE_SESSION_ID CODEX_THREAD_ID TASKLOCK_NOW TASKLOCK_OPERATOR_SECRET TASKLOCK_URL TASKLOCK_SESSION_URL; ",
-        );
-        let mut cmd = Command::new("true");
-        common::use_store(&mut cmd, &env.dir());
-        for (k, v) in cmd.get_envs() {
-            if let Some(v) = v {
-                script.push_str(&format!(
-                    "export {}='{}'; ",
-                    k.to_string_lossy(),
-                    v.to_string_lossy()
-                ));
-            }
-        }
-        for (k, v) in extra_env {
-            script.push_str(&format!("export {k}='{v}'; "));
-        }
-        script.push_str(&format!(
-            "'{bin}' top --dir '{}' {args}; echo EXITED $?; sleep 600",
-            env.dir().display()
-        ));
-        let t = Tmux {
-            socket,
-            _home: home,
-        };
-        t.ok(&[
-            "-f",
-            "/dev/null",
-            "new-session",
-            "-d",
-            "-s",
-            SESSION,
-            "-x",
-            &cols.to_string(),
-            "-y",
-            &rows.to_string(),
-            "sh",
-            "-c",
-            &script,
-        ]);
-        t
-    }
-
-    fn run(&self, args: &[&str]) -> std::process::Output {
-        Command::new("tmux")
-            .arg("-S")
-            .arg(&self.socket)
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .expect("run tmux")
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        assert!(
-            out.status.success(),
-            "tmux {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    fn screen(&self) -> String {
-        self.ok(&["capture-pane", "-p", "-t", SESSION])
-    }
-
-    fn keys(&self, keys: &[&str]) {
-        for k in keys {
-            self.ok(&["send-keys", "-t", SESSION, k]);
+/// `tasklock top ARGS` in a detached tmux session of `cols`×`rows` on a tmux server of
+/// its own; the shell around it prints `EXITED <code>` when it ends.
+fn start_top(env: &Env, args: &str, extra_env: &[(&str, &str)], cols: u16, rows: u16) -> Tmux {
+    let bin = env!("CARGO_BIN_EXE_tasklock");
+    let mut script = String::from(
+        "unset TASKLOCK_AGENT TASKLOCK_AGENT_NAME CLAUDE_CODE_SESSION_ID CODEX_THREAD_ID TASKLOCK_NOW TASKLOCK_OPERATOR_SECRET TASKLOCK_URL TASKLOCK_SESSION_URL; ",
+    );
+    let mut cmd = Command::new("true");
+    common::use_store(&mut cmd, &env.dir());
+    for (k, v) in cmd.get_envs() {
+        if let Some(v) = v {
+            script.push_str(&format!(
+                "export {}='{}'; ",
+                k.to_string_lossy(),
+                v.to_string_lossy()
+            ));
         }
     }
-
-    /// Wait (at most 10 s) until the screen satisfies `ok`; the screen then.
-    fn until(&self, what: &str, ok: impl Fn(&str) -> bool) -> String {
-        let start = Instant::now();
-        loop {
-            let s = self.screen();
-            if ok(&s) {
-                return s;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "never saw {what}; the screen:\n{s}"
-            );
-            std::thread::sleep(Duration::from_millis(40));
-        }
+    for (k, v) in extra_env {
+        script.push_str(&format!("export {k}='{v}'; "));
     }
-
-    fn shows(&self, text: &str) -> String {
-        self.until(text, |s| s.contains(text))
-    }
-}
-
-impl Drop for Tmux {
-    fn drop(&mut self) {
-        let _ = self.run(&["kill-server"]);
-    }
+    script.push_str(&format!(
+        "'{bin}' top --dir '{}' {args}; echo EXITED $?; sleep 600",
+        env.dir().display()
+    ));
+    Tmux::start(&script, cols, rows)
 }
 
 /// The live view reads the real clock: so do the commands of these tests ([`real`]).
@@ -430,7 +336,7 @@ fn alive(pid: u32) -> bool {
 fn live_view_follows_other_processes_and_gives_the_terminal_back() {
     let env = live_env();
     real_ok(&env, "seed", &["checkout", "seed-key"]);
-    let t = Tmux::start(&env, "", &[], 120, 40);
+    let t = start_top(&env, "", &[], 120, 40);
     t.shows("seed-key");
 
     // A checkout, a queue join, a death and a release, each made by another process.
@@ -496,14 +402,14 @@ fn live_view_force_release_needs_a_person_and_a_yes() {
     real_ok(&env, "alice", &["checkout", "hot-key"]);
 
     // Started with an agent's identity: read-only, and the key stays held.
-    let t = Tmux::start(&env, "", &[("TASKLOCK_AGENT", "some-agent")], 120, 40);
+    let t = start_top(&env, "", &[("TASKLOCK_AGENT", "some-agent")], 120, 40);
     t.shows("read-only (started as agent some-agent)");
     t.keys(&["r"]);
     t.shows("read-only: started as agent some-agent");
     drop(t);
 
     // A person: asked first; "n" keeps it, "y" releases it, audited as forced.
-    let t = Tmux::start(&env, "", &[], 120, 40);
+    let t = start_top(&env, "", &[], 120, 40);
     t.shows("hot-key");
     t.keys(&["r"]);
     t.shows("Force-release hot-key?");
@@ -537,14 +443,13 @@ fn live_view_force_release_needs_a_person_and_a_yes() {
     // --read-only: no action even for a person.
     drop(t);
     real_ok(&env, "alice", &["checkout", "hot-key"]);
-    let t = Tmux::start(&env, "--read-only", &[], 120, 40);
+    let t = start_top(&env, "--read-only", &[], 120, 40);
     t.shows("read-only (--read-only)");
     t.keys(&["r"]);
     t.shows("read-only: --read-only");
 
     // SIGTERM gives the terminal back too.
-    let pids = t.ok(&["list-panes", "-t", SESSION, "-F", "#{pane_pid}"]);
-    let shell: u32 = pids.trim().parse().unwrap();
+    let shell = t.shell_pid();
     let view = children_of(shell)
         .into_iter()
         .next()
@@ -566,7 +471,7 @@ fn live_view_acts_on_a_key_that_looks_like_an_option_as_a_key() {
         assert_eq!(r.code, 0, "{}", r.text());
     }
     real_ok(&env, "alice", &["checkout", "zzz-keep"]);
-    let t = Tmux::start(&env, "", &[], 120, 40);
+    let t = start_top(&env, "", &[], 120, 40);
     t.shows("zzz-keep");
 
     t.keys(&["/", "a", "l", "l", "Enter"]);
@@ -614,7 +519,7 @@ fn no_color_means_no_colour() {
     let env = live_env();
     real_ok(&env, "alice", &["checkout", "task-1"]);
     let coloured = |extra: &[(&str, &str)]| {
-        let t = Tmux::start(&env, "", extra, 120, 40);
+        let t = start_top(&env, "", extra, 120, 40);
         t.shows("task-1");
         let raw = t.ok(&["capture-pane", "-e", "-p", "-t", SESSION]);
         // A foreground colour in an SGR sequence: 30–38 or 90–97 (39 is the default).

@@ -83,8 +83,9 @@ impl Tmux {
         pids.trim().parse().expect("a pane pid")
     }
 
-    /// Wait (at most `limit`: a hang guard) until the screen satisfies `ok`; the screen then.
-    pub fn until_within(&self, limit: Duration, what: &str, ok: impl Fn(&str) -> bool) -> String {
+    /// Wait (at most 10 s: a guard against a hang) until the screen satisfies `ok`; the
+    /// screen then.
+    pub fn until(&self, what: &str, ok: impl Fn(&str) -> bool) -> String {
         let start = Instant::now();
         loop {
             let s = self.screen();
@@ -92,16 +93,11 @@ impl Tmux {
                 return s;
             }
             assert!(
-                start.elapsed() < limit,
+                start.elapsed() < Duration::from_secs(10),
                 "never saw {what}; the screen:\n{s}"
             );
             std::thread::sleep(Duration::from_millis(40));
         }
-    }
-
-    /// As [`Tmux::until_within`], at most 10 s.
-    pub fn until(&self, what: &str, ok: impl Fn(&str) -> bool) -> String {
-        self.until_within(Duration::from_secs(10), what, ok)
     }
 
     pub fn shows(&self, text: &str) -> String {
