@@ -243,7 +243,8 @@ fn the_demo_without_the_view_binary_says_so_and_leaves_nothing() {
 }
 
 #[test]
-fn the_demo_takes_no_lock_directory() {
+fn bad_invocations_are_usage_errors_and_leave_nothing() {
+    // A lock directory of the user's: the demo takes none.
     let env = Env::new();
     let r = env.run(None, &["demo"]);
     assert_eq!(r.code, 64, "{}", r.text());
@@ -253,4 +254,60 @@ fn the_demo_takes_no_lock_directory() {
         r.text()
     );
     assert!(!env.dir().exists());
+    // Not a terminal: said plainly, with the way to the browser.
+    let tmp = tempfile::tempdir().unwrap();
+    let mut cmd = common::base_cmd(common::T0);
+    cmd.arg("demo").env("TMPDIR", tmp.path());
+    let r = common::exec(cmd);
+    assert_eq!(r.code, 64, "{}", r.text());
+    assert!(r.stderr.contains("demo --ui"), "{}", r.text());
+    assert_eq!(entries(tmp.path()), Vec::<String>::new());
+}
+
+#[test]
+fn ctrl_c_ends_the_demo_in_the_browser() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mark = mark("ctrl-c");
+    // The browser the page is opened in: a stand-in that notes the URL.
+    let bin = tempfile::tempdir().unwrap();
+    let opened = bin.path().join("opened");
+    let opener = bin.path().join("xdg-open");
+    std::fs::write(
+        &opener,
+        format!("#!/bin/sh\necho \"$1\" > '{}'\n", opened.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&opener, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let script = format!(
+        // The shell outlives Ctrl-C (a trap, not an ignored signal: the demo gets the
+        // default), as an interactive shell would.
+        "trap 'echo interrupted' INT; \
+         export TMPDIR='{tmp}' PATH='{bin}':\"$PATH\"; unset TASKLOCK_NOW TASKLOCK_DIR TASKLOCK_URL; \
+         TASKLOCK_DEMO_TEST={mark} '{exe}' demo --ui; echo EXITED $?; sleep 600",
+        tmp = tmp.path().display(),
+        bin = bin.path().display(),
+        exe = env!("CARGO_BIN_EXE_tasklock"),
+    );
+    let t = Tmux::start(&script, 140, 20);
+    let s = t.shows("tasklock ui: http://127.0.0.1:");
+    assert!(s.contains("Ctrl-C ends the demo"), "{s}");
+    // The page is opened, as `tasklock ui` opens it.
+    let start = Instant::now();
+    while !std::fs::read_to_string(&opened).is_ok_and(|u| u.ends_with('\n')) {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the page was not opened"
+        );
+        std::thread::sleep(Duration::from_millis(40));
+    }
+    let url = std::fs::read_to_string(&opened).unwrap();
+    assert!(url.starts_with("http://127.0.0.1:"), "{url:?}");
+    t.keys(&["C-c"]);
+    t.shows("EXITED 0");
+    assert_eq!(marked(&mark), Vec::<u32>::new(), "processes left behind");
+    assert_eq!(
+        entries(tmp.path()),
+        Vec::<String>::new(),
+        "a directory left behind"
+    );
 }

@@ -62,6 +62,12 @@ pub fn run(global: &Global, a: &DemoArgs) -> i32 {
         eprintln!("{}", cannot_start(&view, "not found"));
         return EXIT_ERROR;
     }
+    if !a.ui && !std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+        eprintln!(
+            "tasklock demo: the demo is shown by `tasklock top`, which draws on a terminal, and stdout is not one; `tasklock demo --ui` shows it in the browser"
+        );
+        return EXIT_USAGE;
+    }
     let root = match throwaway_dir() {
         Ok(r) => r,
         Err(e) => {
