@@ -68,6 +68,8 @@ pub fn run(global: &Global, a: &DemoArgs) -> i32 {
         );
         return EXIT_USAGE;
     }
+    // From here on a signal ends the demo the way `q` does: nothing is left behind.
+    crate::signals::install();
     let root = match throwaway_dir() {
         Ok(r) => r,
         Err(e) => {
@@ -83,7 +85,6 @@ pub fn run(global: &Global, a: &DemoArgs) -> i32 {
         }
         std::env::set_var("TASKLOCK_DIR", &lock);
     }
-    crate::signals::install();
     let result = demo(&lock, &view, word);
     let removed = std::fs::remove_dir_all(&root);
     let code = match result {
