@@ -33,6 +33,14 @@ const SHARED: &[(&str, &str)] = &[
     ("db/migrations", "add a migration"),
 ];
 
+/// What agents note on their issues as they go.
+const NOTES: &[&str] = &[
+    "found the cause; writing a test that shows it",
+    "the test fails as expected, fixing now",
+    "fix works locally, running the whole suite",
+    "opened the PR, waiting for CI",
+];
+
 /// The key kept frozen, and why.
 const FROZEN: (&str, &str) = ("deploy://prod*", "release freeze until QA signs off");
 
@@ -237,6 +245,10 @@ impl Fleet {
         } else if left > 2 && self.chance(3) {
             let which = self.below(SHARED.len() as u64) as usize;
             self.want_shared(i, which);
+        } else if self.chance(4) {
+            // A checkpoint for whoever comes next, should this agent not finish.
+            let note = NOTES[self.below(NOTES.len() as u64) as usize];
+            self.call(&self.agents[i].id.clone(), &["note", &key, note]);
         }
     }
 
