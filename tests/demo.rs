@@ -187,7 +187,17 @@ fn the_demo_in_the_browser_prints_its_url_and_ends_on_sigterm() {
 
     // SAFETY: a plain kill(2) of our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let status = child.wait().unwrap();
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            panic!("the demo did not end on SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(40));
+    };
     let mut err = String::new();
     child
         .stderr
