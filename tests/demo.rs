@@ -128,22 +128,38 @@ fn the_demo_shows_a_fleet_at_work_and_q_ends_it_leaving_nothing() {
     untouched(&user, events);
 }
 
+/// The demo as a child of the test, ended (SIGTERM) when the test fails half-way.
+struct Demo(std::process::Child);
+
+impl Drop for Demo {
+    fn drop(&mut self) {
+        if self.0.try_wait().is_ok_and(|s| s.is_none()) {
+            // SAFETY: a plain kill(2) of our own child, not yet waited for.
+            unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+            let _ = self.0.wait();
+        }
+    }
+}
+
 #[test]
 fn the_demo_in_the_browser_prints_its_url_and_ends_on_sigterm() {
     let (user, events) = users_project();
     let tmp = tempfile::tempdir().unwrap();
     let mark = mark("ui");
-    let mut child = common::base_cmd(common::T0)
-        .arg("demo")
-        .arg("--ui")
-        .current_dir(user.tmp.path())
-        .env("TMPDIR", tmp.path())
-        .env("TASKLOCK_DIR", user.dir())
-        .env("TASKLOCK_DEMO_TEST", &mark)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = Demo(
+        common::base_cmd(common::T0)
+            .arg("demo")
+            .arg("--ui")
+            .current_dir(user.tmp.path())
+            .env("TMPDIR", tmp.path())
+            .env("TASKLOCK_DIR", user.dir())
+            .env("TASKLOCK_DEMO_TEST", &mark)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let child = &mut child.0;
     let mut stdout = BufReader::new(child.stdout.take().unwrap());
     let mut line = String::new();
     stdout.read_line(&mut line).unwrap();
