@@ -408,3 +408,41 @@ fn the_guard_folds_case_where_the_repository_ignores_case() {
     assert_eq!(guard.code, 2, "{}", guard.text());
     assert!(guard.stdout.contains("alice"), "{}", guard.text());
 }
+
+/// Edits stamped under one's own checkout whose process is gone: the checkout has ended
+/// (the guard ends it, as `agent_death`, as every command ends its caller's such
+/// checkout), so the commit is refused as made under a lost checkout (exit 4).
+#[test]
+fn a_commit_of_edits_under_ones_own_checkout_whose_process_is_gone_is_refused() {
+    let (env, main, _second) = repo();
+    tl(&env, &main, "alice", &["init", "--git-hook"]);
+    let mut process = AgentProcess::start();
+    let r = tl(
+        &env,
+        &main,
+        "alice",
+        &["checkout", "--path", "src/a", "--pid", &process.pid()],
+    );
+    assert_eq!(r.code, 0, "{}", r.text());
+    edit_hook(&env, &main, "alice", &main.join("src/a/x.rs"));
+    std::fs::write(main.join("src/a/x.rs"), "alice, then killed\n").unwrap();
+    git(&main, &["add", "src/a/x.rs"]);
+    process.kill();
+
+    let before = head(&main);
+    let r = commit(&env, &main, "alice", "after the kill");
+    assert_ne!(r.code, 0, "{}", r.text());
+    assert_eq!(head(&main), before);
+    let r = tl(&env, &main, "alice", &["guard-commit", "--json"]);
+    assert_eq!(r.code, 4, "{}", r.text());
+    let j = r.json();
+    assert_eq!(j["files"][0]["verdict"], "lost", "{j}");
+    assert_eq!(j["files"][0]["key"], "path:src/a", "{j}");
+    assert_eq!(j["files"][0]["ended"], "agent_death", "{j}");
+    let ended: Vec<Value> = audit(&locks(&main))
+        .into_iter()
+        .filter(|v| v["event"] == "auto_release")
+        .map(|v| v["reason"].clone())
+        .collect();
+    assert_eq!(ended, ["agent_death"]);
+}

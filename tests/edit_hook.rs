@@ -1050,3 +1050,55 @@ fn every_form_a_client_may_reach_a_file_in_is_judged() {
     let files: Vec<Value> = records(&top).iter().map(|e| e["file"].clone()).collect();
     assert_eq!(files, [json!("src/c.rs")]);
 }
+
+/// The agent's own checkout is judged as its own commands judge it: silence (no beat, no
+/// renewal for longer than `dead_after`) lets others take it, but its agent still holds it
+/// and asking answers the silence, so its edit is stamped; a checkout whose process is gone
+/// has ended, so an edit under it is not.
+#[test]
+fn an_edit_under_ones_own_silent_checkout_is_stamped_but_not_under_a_dead_ones() {
+    let (mut env, top) = repo();
+    let mut process = AgentProcess::start();
+    ok(&env, &top, "alice", &["heartbeat"]);
+    ok(
+        &env,
+        &top,
+        "alice",
+        &["checkout", "T-1", "--path", "src/a", "--timeout", "2h"],
+    );
+    ok(
+        &env,
+        &top,
+        "bob",
+        &[
+            "checkout",
+            "T-2",
+            "--path",
+            "src/b",
+            "--pid",
+            &process.pid(),
+            "--timeout",
+            "2h",
+        ],
+    );
+    process.kill();
+    env.at("2026-01-01T00:30:00Z");
+    let r = hook(
+        &env,
+        &top,
+        &edit("alice", &top, "Edit", &top.join("src/a/x.rs")),
+    );
+    assert_eq!(denied(&r), None, "{}", r.text());
+    let s = stamps(&top, "alice");
+    assert_eq!(s.len(), 1, "{s:?}");
+    assert_eq!(s[0]["key"], "T-1");
+    assert_eq!(s[0]["token"], 1);
+
+    let r = hook(
+        &env,
+        &top,
+        &edit("bob", &top, "Edit", &top.join("src/b/y.rs")),
+    );
+    assert_eq!(denied(&r), None, "{}", r.text());
+    assert!(stamps(&top, "bob").is_empty());
+}

@@ -908,3 +908,97 @@ fn a_checkout_whose_process_is_gone_is_not_revived_by_its_own_agent() {
         ]
     );
 }
+
+/// `R` holds `k` bound to a process of its own, which is then killed: its token.
+fn own_checkout_of_a_killed_process(e: &Env) -> u64 {
+    let mut a = AgentProcess::start();
+    e.ok("R", &["checkout", "k", "--pid", &a.pid()]);
+    let token = e.run(None, &["status", "k", "--json"]).json()["checkout"]["token"]
+        .as_u64()
+        .unwrap();
+    a.kill();
+    token
+}
+
+/// The keys ended (audited `auto_release`) and why.
+fn ended(e: &Env) -> Vec<(Value, Value)> {
+    auto_releases(e)
+        .iter()
+        .map(|v| (v["key"].clone(), v["reason"].clone()))
+        .collect()
+}
+
+/// `verify` of one's own checkout whose process is gone: it has ended (as `agent_death`),
+/// so the token is no longer valid: `lease_lost`, exit 4, as `renew` says.
+#[test]
+fn verify_of_ones_own_checkout_whose_process_is_gone_is_lease_lost() {
+    let e = Env::new();
+    let token = own_checkout_of_a_killed_process(&e).to_string();
+    let r = e.run(Some("R"), &["verify", "k", "--token", &token, "--json"]);
+    assert_eq!(r.code, 4, "{}", r.text());
+    let j = r.json();
+    assert_eq!(j["outcome"], "lease_lost", "{j}");
+    assert_eq!(j["valid"], false, "{j}");
+    assert_eq!(ended(&e), [("k".into(), "agent_death".into())]);
+    let r = e.run(Some("R"), &["verify", "k", "--token", &token]);
+    assert_eq!(
+        r.code,
+        3,
+        "ended, so nothing is left to verify: {}",
+        r.text()
+    );
+}
+
+/// `note` under one's own checkout whose process is gone: refused (`lease_lost`, exit 4),
+/// the checkout ended as `agent_death`, nothing noted.
+#[test]
+fn note_under_ones_own_checkout_whose_process_is_gone_is_refused() {
+    let e = Env::new();
+    own_checkout_of_a_killed_process(&e);
+    let r = e.run(Some("R"), &["note", "k", "half done", "--json"]);
+    assert_eq!(r.code, 4, "{}", r.text());
+    assert_eq!(r.json()["outcome"], "lease_lost");
+    assert_eq!(ended(&e), [("k".into(), "agent_death".into())]);
+    let j = e.run(None, &["status", "k", "--json"]).json();
+    assert_eq!(j["outcome"], "free", "{j}");
+    assert_eq!(j["notes"], serde_json::json!([]), "nothing noted: {j}");
+}
+
+/// `give` of one's own checkout whose process is gone: there is nothing left to hand
+/// over (`lease_lost`, exit 4); the receiver gets nothing.
+#[test]
+fn give_of_ones_own_checkout_whose_process_is_gone_is_refused() {
+    let e = Env::new();
+    e.ok("B", &["heartbeat"]);
+    own_checkout_of_a_killed_process(&e);
+    let r = e.run(Some("R"), &["give", "k", "--to", "B", "--json"]);
+    assert_eq!(r.code, 4, "{}", r.text());
+    assert_eq!(r.json()["outcome"], "lease_lost");
+    assert_eq!(ended(&e), [("k".into(), "agent_death".into())]);
+    let j = e.run(None, &["status", "k", "--json"]).json();
+    assert_eq!(j["outcome"], "free", "{j}");
+}
+
+/// `why` of one's own checkout whose process is gone says it has ended and can be
+/// checked out (without ending it: a read); the checkout that follows is a new grant.
+#[test]
+fn why_of_ones_own_checkout_whose_process_is_gone_says_it_has_ended() {
+    let e = Env::new();
+    let token = own_checkout_of_a_killed_process(&e);
+    let r = e.run(Some("R"), &["why", "k"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    assert!(
+        r.stdout
+            .contains("but its process is gone; the checkout has ended"),
+        "{}",
+        r.stdout
+    );
+    let j = e.run(Some("R"), &["why", "k", "--json"]).json();
+    assert_eq!(j["can_checkout"], true, "{j}");
+    assert_eq!(j["state"], "ended", "{j}");
+    assert!(ended(&e).is_empty(), "why writes nothing");
+    let j = e.run(Some("R"), &["checkout", "k", "--json"]).json();
+    assert_eq!(j["outcome"], "granted", "{j}");
+    assert!(j["checkout"]["token"].as_u64().unwrap() > token, "{j}");
+    assert_eq!(ended(&e), [("k".into(), "agent_death".into())]);
+}

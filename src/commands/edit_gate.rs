@@ -480,7 +480,6 @@ pub fn judge(
             &rels,
             written.as_ref(),
             agent,
-            &ctx,
             &coverage,
             &*store,
             &mut judge,
@@ -564,7 +563,6 @@ fn holders(
     rels: &[String],
     written: Option<&String>,
     agent: &str,
-    ctx: &Ctx,
     coverage: &epaths::Coverage,
     store: &dyn crate::store::Store,
     judge: &mut Judge,
@@ -574,15 +572,16 @@ fn holders(
     let mut shown: Option<String> = None;
     for rel in rels {
         for (record, pattern) in coverage.covering(store, rel)? {
-            // Expired leases and dead holders block nothing; they are ended by the next
-            // checkout that needs them, not here (no writes under the guard for a read).
-            if judge.reap_reason(&record)?.is_some() {
-                continue;
-            }
+            // Ended checkouts (a lease out, a dead holder, one's own whose process is
+            // gone) block and protect nothing; they are ended by the next checkout that
+            // needs them, not here (no writes under the guard for a read). One's own is
+            // judged as its agent's commands judge it: silence is answered by asking.
             if record.held_by(agent) {
-                if Some(rel) == written && !record.expired_for_holder(&ctx.now) && mine.is_none() {
+                if Some(rel) == written && mine.is_none() && judge.own_end(&record)?.is_none() {
                     mine = Some(record);
                 }
+            } else if judge.reap_reason(&record)?.is_some() {
+                continue;
             } else if !others.iter().any(|h| h.record.key == record.key) {
                 shown.get_or_insert_with(|| rel.clone());
                 others.push(Holder { record, pattern });

@@ -40,6 +40,7 @@ pub fn run(ctx: &Ctx, key: &str, to: &str, timeout: Option<Duration>) -> Result<
         return report(Outcome::NoSuchCheckout, None, None, Vec::new());
     };
     store.transaction(|guard| {
+        let mut judge = Judge::new(ctx, &*store);
         let r = match crate::engine::slots::read_mine(&*store, key, &me.id)? {
             Slot::Free => return report(Outcome::NoSuchCheckout, None, None, Vec::new()),
             Slot::Corrupt { path, problem } => {
@@ -50,11 +51,19 @@ pub fn run(ctx: &Ctx, key: &str, to: &str, timeout: Option<Duration>) -> Result<
                 });
             }
             Slot::Held(r) if !r.held_by(&me.id) => {
-                if let Some(reason) = Judge::new(ctx, &*store).reap_reason(&r)? {
+                if let Some(reason) = judge.reap_reason(&r)? {
                     auto_release(ctx, &*store, guard, &r, Some(&me.id), reason)?;
                     return report(Outcome::NoSuchCheckout, None, None, Vec::new());
                 }
                 return report(Outcome::NotHolder, Some(&r), None, Vec::new());
+            }
+            // A checkout whose process is gone is ended first, whoever asks: it has
+            // ended, and there is nothing left to hand over.
+            Slot::Held(r)
+                if let Some((ReapReason::AgentDeath, _)) = judge.own_end(&r)? =>
+            {
+                auto_release(ctx, &*store, guard, &r, Some(&me.id), ReapReason::AgentDeath)?;
+                return report(Outcome::LeaseLost, Some(&r), None, Vec::new());
             }
             Slot::Held(r) => r,
         };

@@ -12,10 +12,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::clock::Time;
-use crate::engine::{Ctx, Judge, edits, paths, stamps};
+use crate::engine::{Ctx, Judge, ReapReason, Settled, edits, paths, reap, stamps};
 use crate::error::{Error, Result};
 use crate::report::{CheckoutView, EditView, GuardFile, GuardReport, GuardVerdict, Report};
-use crate::store::{EndHow, Slot};
+use crate::store::{EndHow, Record, Slot};
 
 pub fn run(ctx: &Ctx) -> Result<Report> {
     let cwd = std::env::current_dir().map_err(|e| Error::io(".", e))?;
@@ -108,7 +108,7 @@ pub fn run(ctx: &Ctx) -> Result<Report> {
         // An edit stamped under a checkout the committer has lost refuses it too.
         if verdict.is_none()
             && let Some(stamp) = stamped.iter().find(|s| s.file == file)
-            && let Some(ended) = lost(&*store, stamp, &ctx.now)?
+            && let Some(ended) = lost(ctx, &*store, &mut judge, stamp, me.as_deref())?
         {
             verdict = Some(GuardFile {
                 file: file.clone(),
@@ -199,17 +199,34 @@ pub fn unstage_command(files: &[&str]) -> String {
 
 /// Is the checkout a stamp names lost? `None`: still held under that token, or released
 /// by its holder (work given up on purpose). `Some(how)`: lost, and how it ended when
-/// that is known.
+/// that is known. A checkout still there whose process is gone is ended first (as every
+/// command ends its caller's own such checkout), by `me`.
 fn lost(
+    ctx: &Ctx,
     store: &dyn crate::store::Store,
+    judge: &mut Judge,
     stamp: &stamps::Stamp,
-    now: &crate::clock::Time,
+    me: Option<&str>,
 ) -> Result<Option<Option<EndHow>>> {
     if let Slot::Held(r) = store.read(&stamp.key)?
         && r.token == stamp.token
     {
-        // Still there, but a lease that ran out is lost for its holder.
-        return Ok(r.expired_for_holder(now).then_some(Some(EndHow::Timeout)));
+        match judge.own_end(&r)? {
+            None => return Ok(None),
+            // Still there, but a lease that ran out is lost for its holder.
+            Some((ReapReason::Timeout, _)) => return Ok(Some(Some(EndHow::Timeout))),
+            Some(_) => {
+                let own_end = &mut |r: &Record, j: &mut Judge| j.own_end(r);
+                match reap(ctx, store, judge, vec![r.id()], me, own_end)?.pop() {
+                    // Ended by someone else meanwhile: how is read below.
+                    Some((_, Settled::Ended { .. })) | None => {}
+                    Some((_, Settled::Kept(Slot::Held(now)))) if now.token == stamp.token => {
+                        return Ok(None);
+                    }
+                    Some((_, Settled::Kept(_))) => {}
+                }
+            }
+        }
     }
     match store.read_ended(&stamp.key)? {
         Some(e) if e.token == stamp.token && e.how == EndHow::Released => Ok(None),

@@ -25,14 +25,25 @@ pub fn run(ctx: &Ctx, key: &str, text: String) -> Result<Report> {
     let Some(store) = ctx.existing_store()? else {
         return report(Outcome::NoSuchCheckout, None, None);
     };
-    store.transaction(
-        |guard| match crate::engine::slots::read_mine(&*store, key, &agent.id)? {
+    store.transaction(|guard| {
+        let mut judge = Judge::new(ctx, &*store);
+        match crate::engine::slots::read_mine(&*store, key, &agent.id)? {
             Slot::Free => report(Outcome::NoSuchCheckout, None, None),
             Slot::Corrupt { path, problem } => Err(Error::Corrupt {
                 key: key.to_string(),
                 path,
                 problem,
             }),
+            // A checkout whose process is gone is ended first, whoever asks: nothing is
+            // noted under a checkout that has ended.
+            Slot::Held(r)
+                if r.held_by(&agent.id)
+                    && let Some((ReapReason::AgentDeath, _)) = judge.own_end(&r)? =>
+            {
+                let death = ReapReason::AgentDeath;
+                auto_release(ctx, &*store, guard, &r, Some(&agent.id), death)?;
+                report(Outcome::LeaseLost, Some(CheckoutView::from(&r)), None)
+            }
             Slot::Held(r)
                 if r.held_by(&agent.id)
                     && crate::engine::holder_refused(ctx, &*store, guard, &r, "note")?
@@ -63,14 +74,14 @@ pub fn run(ctx: &Ctx, key: &str, text: String) -> Result<Report> {
                 report(Outcome::Noted, Some(CheckoutView::from(&r)), Some(note))
             }
             Slot::Held(r) => {
-                if let Some(reason) = Judge::new(ctx, &*store).reap_reason(&r)? {
+                if let Some(reason) = judge.reap_reason(&r)? {
                     auto_release(ctx, &*store, guard, &r, Some(&agent.id), reason)?;
                     return report(Outcome::NoSuchCheckout, None, None);
                 }
                 report(Outcome::NotHolder, Some(CheckoutView::from(&r)), None)
             }
-        },
-    )
+        }
+    })
 }
 
 /// `note KEY TEXT`.

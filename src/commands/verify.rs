@@ -21,13 +21,12 @@ pub fn run(ctx: &Ctx, key: &str, token: u64) -> Result<Report> {
     let Some(store) = ctx.existing_store()? else {
         return report(Outcome::NoSuchCheckout, None);
     };
-    // The holder loses its lease at its end; others' checkouts end after the skew margin
-    // or when their holder is dead.
+    // The holder loses its lease at its end, or when its process is gone (renewing never
+    // revives it); others' checkouts end after the skew margin or when their holder is dead.
     let mut judge = Judge::new(ctx, &*store);
     let mut ends = |r: &Record, judge: &mut Judge| -> Result<Option<(ReapReason, Option<Cause>)>> {
         if r.held_by(&me) {
-            Ok(r.expired_for_holder(&ctx.now)
-                .then_some((ReapReason::Timeout, None)))
+            judge.own_end(r)
         } else {
             judge.reap_cause(r)
         }

@@ -1,7 +1,7 @@
 //! `why KEY`: plain words on whether this agent can check KEY out now, and why not.
 
 use crate::clock::with_relative;
-use crate::engine::{Ctx, Judge};
+use crate::engine::{Ctx, Judge, ReapReason};
 use crate::error::Result;
 use crate::liveness::{Cause, State};
 use crate::report::{Report, WhyNext, WhyReport};
@@ -49,10 +49,11 @@ pub fn run(ctx: &Ctx, key: &str, paths: Vec<String>) -> Result<Report> {
                     live.push(r);
                 }
             }
-            let mine = me
-                .as_deref()
-                .and_then(|m| h.of(m))
-                .filter(|r| !r.expired_for_holder(&now));
+            // Yours unless it has ended for you (as `checkout` judges it).
+            let mine = match me.as_deref().and_then(|m| h.of(m)) {
+                Some(r) if judge.own_end(r)?.is_none() => Some(r),
+                _ => None,
+            };
             let others_reserved = queue
                 .reservations
                 .iter()
@@ -128,7 +129,16 @@ pub fn run(ctx: &Ctx, key: &str, paths: Vec<String>) -> Result<Report> {
                 ));
             }
             Slot::Held(r) if me.as_deref() == Some(r.agent.id.as_str()) => {
-                if r.expired_for_holder(&now) {
+                // Judged as `checkout` would judge it, without ending it here (a read).
+                let end = judge.own_end(&r)?;
+                if let Some((ReapReason::AgentDeath, cause)) = end {
+                    state = "ended";
+                    reasons.push(format!(
+                        "You held it (token {}), but {}; the checkout has ended. Checking it out again gives a new token.",
+                        r.token,
+                        cause_text(cause)
+                    ));
+                } else if end.is_some() {
                     reasons.push(format!(
                         "You held it, but your lease ran out {}; the checkout is lost. Checking it out again gives a new token.",
                         with_relative(&r.expires_at, &now)
@@ -155,13 +165,7 @@ pub fn run(ctx: &Ctx, key: &str, paths: Vec<String>) -> Result<Report> {
                         with_relative(&r.expires_at, &now)
                     ));
                 } else if judgement.dead() {
-                    let cause = match judgement.cause {
-                        Some(Cause::ProcessGone) => "its process is gone",
-                        Some(Cause::PidReused) => "its pid now belongs to another process",
-                        Some(Cause::Silent) => "it stopped sending heartbeats",
-                        Some(Cause::Ended) => "its session ended",
-                        None => "it is dead",
-                    };
+                    let cause = cause_text(judgement.cause);
                     state = "ended";
                     reasons.push(format!(
                         "{who} holds it, but {cause}; the next checkout takes it over."
@@ -457,6 +461,17 @@ fn cycle_reasons(
         )],
         (None, None) => Vec::new(),
     })
+}
+
+/// Why a holder is dead, in words.
+fn cause_text(cause: Option<Cause>) -> &'static str {
+    match cause {
+        Some(Cause::ProcessGone) => "its process is gone",
+        Some(Cause::PidReused) => "its pid now belongs to another process",
+        Some(Cause::Silent) => "it stopped sending heartbeats",
+        Some(Cause::Ended) => "its session ended",
+        None => "it is dead",
+    }
 }
 
 fn code_list(items: &[String]) -> String {
