@@ -289,6 +289,35 @@ pub fn judge_record(
     judge_holder(&record.agent, entry.as_ref(), now, cfg)
 }
 
+/// Is `agent` dead for a cause that asking cannot answer: the process recorded with its
+/// checkout gone (or its pid reused), its agent ended, or its registered process gone?
+/// [`judge_holder`] without silence, which needs no threshold (and no settings).
+pub fn gone_for_good(agent: &Agent, entry: Option<&AgentEntry>) -> Option<Cause> {
+    let recorded = process(
+        &agent.host,
+        agent.boot_id.as_deref(),
+        agent.pid_ns.as_deref(),
+        agent.pid,
+        agent.pid_start,
+    );
+    if let Err(dead) = recorded {
+        return dead.cause;
+    }
+    let e = entry?;
+    if e.ended_at.is_some() {
+        return Some(Cause::Ended);
+    }
+    process(
+        &e.host,
+        e.boot_id.as_deref(),
+        e.pid_ns.as_deref(),
+        e.pid,
+        e.pid_start,
+    )
+    .err()
+    .and_then(|dead| dead.cause)
+}
+
 /// Is the agent's registered process gone (or its pid reused)?
 pub fn registered_gone(e: &AgentEntry) -> bool {
     process(

@@ -101,7 +101,7 @@ pub fn beat(
             // Judged with the entry just beaten (a subagent's checkout by its own
             // process alone): a beat reads nothing more for it.
             let own_entry = r.held_by(&agent.id).then_some(&entry);
-            if renewable || own_end(&r, own_entry, &ctx.now, judge.config()?).is_some() {
+            if renewable || own_end(&r, own_entry, &ctx.now).is_some() {
                 todo.push(r);
             }
         } else if judge.reap_reason(&r)?.is_some() {
@@ -135,7 +135,7 @@ pub fn beat(
                     // Never revived: someone may already have acted on the lost lease; a
                     // checkout whose process is gone is dead for its own agent too.
                     let own_entry = r.held_by(me).then_some(&entry);
-                    Ok(own_end(r, own_entry, &ctx.now, judge.config()?))
+                    Ok(own_end(r, own_entry, &ctx.now))
                 } else {
                     judge.reap_cause(r)
                 }

@@ -406,24 +406,22 @@ impl<'a> Judge<'a> {
             return Ok(Some((ReapReason::Timeout, None)));
         }
         let entry = self.entry(&r.agent.id)?;
-        let cfg = self.config()?.clone();
-        Ok(own_end(r, entry.as_ref(), &self.ctx.now, &cfg))
+        Ok(own_end(r, entry.as_ref(), &self.ctx.now))
     }
 }
 
 /// The rule of [`Judge::own_end`], with the holder's registry entry in hand (a beat has
-/// it: no read).
+/// it: no read). Silence is not judged, so no setting is read: a release or a note of
+/// one's own checkout works with a settings file that cannot be read.
 pub fn own_end(
     r: &Record,
     entry: Option<&AgentEntry>,
     now: &Time,
-    cfg: &Config,
 ) -> Option<(ReapReason, Option<Cause>)> {
     if r.expired_for_holder(now) {
         return Some((ReapReason::Timeout, None));
     }
-    let j = liveness::judge_record(r, entry, now, cfg);
-    (j.dead() && j.cause != Some(Cause::Silent)).then_some((ReapReason::AgentDeath, j.cause))
+    liveness::gone_for_good(&r.agent, entry).map(|cause| (ReapReason::AgentDeath, Some(cause)))
 }
 
 /// What the reaper did with one key.
