@@ -1198,6 +1198,29 @@ fn the_handoff_skips_a_waiter_whose_agent_is_dead_even_while_its_wait_runs() {
     snap!(e, "wait_stopped_agent_gone", md);
 }
 
+/// A wait belongs to the life of its agent's process: when that process is gone and a
+/// later command of the agent's (an orchestrator retrying it) forgets it, the wait begun
+/// before still ends, and never takes the key for the life that is over.
+#[test]
+fn a_wait_ends_with_its_agents_process_even_once_a_new_command_forgot_it() {
+    let e = Env::new();
+    let (mut sleep, waiter) = ghost_waiting(&e);
+    stop_outside_the_guard(&e, waiter.id());
+    sleep.kill().unwrap();
+    sleep.wait().unwrap();
+    // The agent asks again: its dead process is forgotten, the agent alive again.
+    live_ok(&e, "ghost", &["checkout", "elsewhere", "--json"]);
+    live_ok(&e, "holder", &["release", "task-1", "--json"]);
+    signal(waiter.id(), "CONT");
+    let r = finish(waiter, "the wait of a life that is over");
+    assert_eq!(r.code, HELD, "{}", r.text());
+    let j = r.json();
+    assert_eq!(j["outcome"], "agent_gone", "{j}");
+    let s = live(&e, "observer", &["status", "task-1", "--json"]).json();
+    assert!(s["checkout"].is_null(), "{s}");
+    assert_eq!(s["queue"]["reserved_for"]["agent"], "next", "{s}");
+}
+
 /// A damaged record (garbage, or one this user cannot read) in the list is skipped with
 /// a warning, as `list` skips it, instead of failing the whole `--any`; only a list of
 /// nothing but damaged keys is the error one damaged key is.

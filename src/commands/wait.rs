@@ -94,38 +94,39 @@ fn wait_loop(
     let mut changes = store.changes()?;
     let pid = std::process::id();
     let started = ctx.now;
+    // The process the agent had registered at the wait's first attempt (or registered
+    // with it): the wait is that life's, and ends with it, even once a later command of
+    // the agent's has forgotten it.
+    let mut born: Option<(u32, Option<u64>)> = None;
     loop {
         let now_ctx = ctx.at_now(me)?;
         // An orphaned wait must never hand the key to a dead agent: stop as soon as the
         // agent's registered process is gone (or the agent was marked ended meanwhile).
-        if agent_gone(store, me, &started)? {
-            let (q, holder) = store.transaction(|guard| {
-                queue::leave(&now_ctx, store, guard, key, me, "wait ended")?;
-                let q = store.read_queue(key)?;
-                let holder = match store.read(key)? {
-                    Slot::Held(r) => Some(CheckoutView::from(&r)),
-                    _ => None,
-                };
-                Ok((q, holder))
-            })?;
-            let mut r = last
-                .take()
-                .unwrap_or_else(|| CheckoutReport::new(now_ctx.now, key, Outcome::Conflict, None));
-            r.now = now_ctx.now;
-            r.outcome = Outcome::AgentGone;
-            r.checkout = holder;
-            r.queue_length = q.waiters.len();
-            r.position = None;
-            r.reserved_for = q.reservation().cloned();
-            return Ok(Report::Checkout(r));
+        // Judged again under the guard, before anything there forgets that process (a
+        // command of the agent's that asks again forgets a registered process that is
+        // gone: the wait, begun before, must not take that as a new life).
+        let attempted = if agent_gone(store, me, &started, born)? {
+            None
+        } else {
+            store.transaction(|guard| {
+                if agent_gone(store, me, &started, born)? {
+                    return Ok(None);
+                }
+                let mut req = checkout::with_registered_pid(&now_ctx, store, guard, req.clone())?;
+                let registered = req.agent.pid.map(|p| (p, req.agent.pid_start));
+                if own_process {
+                    checkout::bind_to(&now_ctx, store, key, &mut req, pid)?;
+                }
+                let report = checkout::attempt(&now_ctx, store, guard, &req, key, Join::Wait(pid))?;
+                Ok(Some((report, registered)))
+            })?
+        };
+        let Some((report, registered)) = attempted else {
+            return gone(&now_ctx, store, key, me, last);
+        };
+        if born.is_none() {
+            born = registered;
         }
-        let report = store.transaction(|guard| {
-            let mut req = checkout::with_registered_pid(&now_ctx, store, guard, req.clone())?;
-            if own_process {
-                checkout::bind_to(&now_ctx, store, key, &mut req, pid)?;
-            }
-            checkout::attempt(&now_ctx, store, guard, &req, key, Join::Wait(pid))
-        })?;
         // An attempt may end a dead holder's checkout and reserve keys for others.
         crate::engine::deliver::flush();
         if report.outcome == Outcome::Deadlock && report.position.is_some() {
@@ -160,13 +161,52 @@ fn wait_loop(
     }
 }
 
+/// The wait of an agent that is gone ends: its place in the queue is left, and it is
+/// told who holds the key now.
+fn gone(
+    now_ctx: &Ctx,
+    store: &dyn Store,
+    key: &str,
+    me: &str,
+    last: &mut Option<CheckoutReport>,
+) -> Result<Report> {
+    let (q, holder) = store.transaction(|guard| {
+        queue::leave(now_ctx, store, guard, key, me, "wait ended")?;
+        let q = store.read_queue(key)?;
+        let holder = match store.read(key)? {
+            Slot::Held(r) => Some(CheckoutView::from(&r)),
+            _ => None,
+        };
+        Ok((q, holder))
+    })?;
+    let mut r = last
+        .take()
+        .unwrap_or_else(|| CheckoutReport::new(now_ctx.now, key, Outcome::Conflict, None));
+    r.now = now_ctx.now;
+    r.outcome = Outcome::AgentGone;
+    r.checkout = holder;
+    r.queue_length = q.waiters.len();
+    r.position = None;
+    r.reserved_for = q.reservation().cloned();
+    Ok(Report::Checkout(r))
+}
+
 /// Is the waiting agent gone: its registered process (`heartbeat --pid`) no longer runs
-/// (or its pid was reused), or it was marked ended after the wait began?
-fn agent_gone(store: &dyn Store, me: &str, started: &Time) -> Result<bool> {
+/// (or its pid was reused), or is no longer the one it had when the wait began (`born`),
+/// or it was marked ended after the wait began?
+fn agent_gone(
+    store: &dyn Store,
+    me: &str,
+    started: &Time,
+    born: Option<(u32, Option<u64>)>,
+) -> Result<bool> {
     let Some(e) = store.read_agent(me)? else {
         return Ok(false);
     };
     if e.ended_at.is_some_and(|t| t >= *started) {
+        return Ok(true);
+    }
+    if born.is_some_and(|b| e.pid.map(|p| (p, e.pid_start)) != Some(b)) {
         return Ok(true);
     }
     let Some(pid) = e.pid else {
