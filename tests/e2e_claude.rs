@@ -437,7 +437,8 @@ fn the_checkouts_skill_reaches_the_model_even_when_tasklock_fails() {
 /// Path checkouts are enforced where edits happen: session A holds `src/a/**`; session
 /// B's Edit of `src/a/x.rs` is denied by the PreToolUse hook (the model gets the reason
 /// as the tool result) and the file is untouched, while its Edit of `src/b/y.rs` goes
-/// through. The deny carries the top-level `tasklock` object (checked in
+/// through; an Edit and a Write of `l/../src/a/x.rs` (through a link `l -> a/b`) are
+/// denied as well. The deny carries the top-level `tasklock` object (checked in
 /// tests/edit_hook.rs), which Claude Code must ignore.
 #[test]
 fn an_edit_of_a_file_another_session_checked_out_is_denied() {
@@ -446,6 +447,10 @@ fn an_edit_of_a_file_another_session_checked_out_is_denied() {
     std::fs::create_dir_all(project.join("src/b")).unwrap();
     std::fs::write(project.join("src/a/x.rs"), "fn a() {}\n").unwrap();
     std::fs::write(project.join("src/b/y.rs"), "fn b() {}\n").unwrap();
+    // A link `l -> a/b`: `l/../src/a/x.rs` is A's file to Claude Code, which applies the
+    // `..` to the text, and `a/src/a/x.rs` to the kernel.
+    std::fs::create_dir_all(project.join("a/b")).unwrap();
+    std::os::unix::fs::symlink("a/b", project.join("l")).unwrap();
 
     // Session A's checkout, taken under A's session id as its Bash calls would.
     let a = e2e::uuid();
@@ -481,6 +486,14 @@ fn an_edit_of_a_file_another_session_checked_out_is_denied() {
                 "Edit",
                 json!({ "file_path": file("src/b/y.rs"), "old_string": "fn b()", "new_string": "fn b2()" }),
             ),
+            Script::tool_call(
+                "Edit",
+                json!({ "file_path": "l/../src/a/x.rs", "old_string": "fn a()", "new_string": "fn a3()" }),
+            ),
+            Script::tool_call(
+                "Write",
+                json!({ "file_path": "l/../src/a/x.rs", "content": "fn a4() {}\n" }),
+            ),
         ],
         ..Script::default()
     });
@@ -489,7 +502,7 @@ fn an_edit_of_a_file_another_session_checked_out_is_denied() {
         &project,
         &stub,
         "Rename the functions in src/a/x.rs and src/b/y.rs.",
-        &["Read", "Edit"],
+        &["Read", "Edit", "Write"],
     );
     let context = format!(
         "--- tool results\n{}\n--- audit\n{}\n--- requests\n{}\n--- claude\n{}",
@@ -528,6 +541,29 @@ fn an_edit_of_a_file_another_session_checked_out_is_denied() {
         "fn b2() {}\n",
         "{context}"
     );
+    // Through the link's `..`, the Edit and the Write are denied the same way, and
+    // nothing is written where the kernel would take the name. (Claude Code applies the
+    // `..` before its hooks see the name: the gate of old, which judged only the kernel's
+    // reading, denied these too.)
+    for call in ["main-4", "main-5"] {
+        let (err, text) = result_of(&stub, call);
+        assert!(err, "{call} was not refused: {text}\n{context}");
+        for part in [
+            "tasklock: `src/a/x.rs` is checked out by another agent",
+            &format!("`{a}`"),
+        ] {
+            assert!(
+                text.contains(part),
+                "{call}: {part:?} not in {text}\n{context}"
+            );
+        }
+    }
+    assert_eq!(
+        std::fs::read_to_string(project.join("src/a/x.rs")).unwrap(),
+        "fn a() {}\n",
+        "{context}"
+    );
+    assert!(!project.join("a/src").exists(), "{context}");
     // A still holds its checkout; B's session took nothing.
     let held = e2e::audit(&project.join(".locks"));
     assert!(

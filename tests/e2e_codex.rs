@@ -603,9 +603,9 @@ fn an_idle_codex_session_is_queued_its_turn_and_takes_the_key() {
 /// its next answer); session B's model patches `src/a.rs` with `apply_patch`, which the
 /// PreToolUse hook denies with a reason naming A that the model reads in the call's
 /// output, and then `src/b.rs`, which goes through. Then the routes around the tool: a
-/// patch of `../project/src/a.rs`, and `apply_patch` run as a shell command (a heredoc
-/// after `cd src &&`, and the argument form as `applypatch`), all denied with the file
-/// unchanged; and a shell patch of an unclaimed file, applied and recorded as B's edit.
+/// patch of `../project/src/a.rs` and of `l/../src/a.rs` (through a link `l -> a/b`),
+/// and `apply_patch` run as a shell command (a heredoc after `cd src &&`, and the argument
+/// form as `applypatch`), all denied with the file unchanged; and a shell patch of an unclaimed file, applied and recorded as B's edit.
 #[test]
 fn a_codex_patch_of_a_file_another_session_checked_out_is_denied() {
     let (tmp, project) = initialised_project();
@@ -662,6 +662,11 @@ fn a_codex_patch_of_a_file_another_session_checked_out_is_denied() {
     let shell_c = "apply_patch <<'PATCH'\n*** Begin Patch\n*** Update File: src/c.rs\n@@\n-c-old\n+c-new\n*** End Patch\nPATCH\n";
     let shell_workdir_a = "apply_patch <<'PATCH'\n*** Begin Patch\n*** Update File: a.rs\n@@\n-a-old\n+a-from-workdir\n*** End Patch\nPATCH\n";
     std::fs::write(project.join("src/c.rs"), "c-old\n").unwrap();
+    // Through a link's `..` (`l -> a/b`): Codex joins the name to the project and applies
+    // the `..` to the text (`src/a.rs`), where the kernel would reach `a/src/a.rs`.
+    std::fs::create_dir_all(project.join("a/b")).unwrap();
+    std::os::unix::fs::symlink("a/b", project.join("l")).unwrap();
+    let patch_link = "*** Begin Patch\n*** Update File: l/../src/a.rs\n@@\n-a-old\n+a-from-link\n*** End Patch\n";
     let stub_b = CodexStub::start(CodexScript {
         commands: vec![
             custom_call("apply_patch", patch_a),
@@ -675,9 +680,10 @@ fn a_codex_patch_of_a_file_another_session_checked_out_is_denied() {
                 "exec_command",
                 serde_json::json!({ "cmd": shell_workdir_a, "workdir": "src" }),
             ),
+            custom_call("apply_patch", patch_link),
         ],
         // Live until its edits are looked at (a session's end forgets them).
-        hold_after: Some(6),
+        hold_after: Some(7),
         sessions: 2,
         ..CodexScript::default()
     });
@@ -689,7 +695,7 @@ fn a_codex_patch_of_a_file_another_session_checked_out_is_denied() {
         codex_cmd(&home_b, &project, "Edit both files."),
         "codex exec (b)",
     );
-    let b_done = stub_b.wait_outputs("call_6", 1, SESSION_TIMEOUT);
+    let b_done = stub_b.wait_outputs("call_7", 1, SESSION_TIMEOUT);
     let edits = edit_records(&project);
     stub_b.release();
     let out_b = b.wait(SESSION_TIMEOUT);
@@ -755,7 +761,7 @@ fn a_codex_patch_of_a_file_another_session_checked_out_is_denied() {
     );
 
     // The routes around the tool are denied the same way; the file is as it was.
-    for call in ["call_2", "call_3", "call_4", "call_6"] {
+    for call in ["call_2", "call_3", "call_4", "call_6", "call_7"] {
         let out = stub_b.outputs_of(call).into_values().next();
         let out = out.unwrap_or_else(|| panic!("no output of B's {call}\n{}", context()));
         for part in [
@@ -771,8 +777,11 @@ fn a_codex_patch_of_a_file_another_session_checked_out_is_denied() {
     }
     assert_eq!(
         std::fs::read_to_string(project.join("src/a.rs")).unwrap(),
-        "a-old\n"
+        "a-old\n",
+        "{}",
+        context()
     );
+    assert!(!project.join("a/src").exists(), "{}", context());
     // A shell patch of an unclaimed file is applied, and recorded as B's edit (for the
     // commit guard and `tasklock stage`) while B lives, as a tool patch is.
     let (thread_b, applied) = stub_b.outputs_of("call_5").into_iter().next().unwrap();

@@ -303,7 +303,9 @@ fn killing_gemini_releases_its_task_through_the_watcher() {
 
 /// Session A checks out `src/a.rs` and stays live; session B's model writes `src/a.rs`
 /// (denied by the BeforeTool hook, the reason naming A reaching the model as the tool's
-/// error, the file unchanged), then edits `src/b.rs` with `replace` and writes `src/c.rs`,
+/// error, the file unchanged), and the same file through a link's `..` (`l -> a/b`):
+/// `write_file` of `l/../src/a.rs` and `replace` of its absolute form, blocked the same
+/// way; then edits `src/b.rs` with `replace` and writes `src/c.rs`,
 /// which go through and are recorded as B's edits (for the commit guard and `stage`).
 #[test]
 fn a_gemini_session_cannot_write_a_file_another_session_checked_out() {
@@ -311,6 +313,9 @@ fn a_gemini_session_cannot_write_a_file_another_session_checked_out() {
     std::fs::create_dir_all(project.join("src")).unwrap();
     std::fs::write(project.join("src/a.rs"), "a-old\n").unwrap();
     std::fs::write(project.join("src/b.rs"), "b-old\n").unwrap();
+    std::fs::create_dir_all(project.join("a/b")).unwrap();
+    std::os::unix::fs::symlink("a/b", project.join("l")).unwrap();
+    let up_a = project.join("l/../src/a.rs").display().to_string();
 
     let stub_a = GeminiStub::start(GeminiScript {
         steps: vec![GeminiScript::shell(
@@ -326,6 +331,16 @@ fn a_gemini_session_cannot_write_a_file_another_session_checked_out() {
                 "write_file".into(),
                 json!({"file_path": "src/a.rs", "content": "a-from-b\n"}),
             ),
+            // The same file through `..` after a link (`l -> a/b`): Gemini CLI applies
+            // the `..` to the text (`src/a.rs`), the kernel would not (`a/src/a.rs`).
+            (
+                "write_file".into(),
+                json!({"file_path": "l/../src/a.rs", "content": "a-from-link\n"}),
+            ),
+            (
+                "replace".into(),
+                json!({"file_path": up_a, "instruction": "Update a.", "old_string": "a-old", "new_string": "a-from-up"}),
+            ),
             (
                 "replace".into(),
                 json!({"file_path": "src/b.rs", "instruction": "Update b.", "old_string": "b-old", "new_string": "b-new"}),
@@ -338,7 +353,7 @@ fn a_gemini_session_cannot_write_a_file_another_session_checked_out() {
             GeminiScript::shell("tasklock stage && git diff --cached --name-only"),
         ],
         // Live until its edits are looked at (a session's end forgets them).
-        hold_after: Some(3),
+        hold_after: Some(5),
         sessions: 2,
         // B starts up beside A, and writes only once A holds the file.
         wait_for_go: true,
@@ -356,7 +371,7 @@ fn a_gemini_session_cannot_write_a_file_another_session_checked_out() {
         "A's checkout: {checkout}"
     );
     stub_b.go();
-    let b_done = stub_b.wait_outputs(3, 1, SESSION_TIMEOUT);
+    let b_done = stub_b.wait_outputs(5, 1, SESSION_TIMEOUT);
     let edits = edit_records(&project);
     stub_b.release();
     let out_b = b.running.wait(SESSION_TIMEOUT);
@@ -395,12 +410,32 @@ fn a_gemini_session_cannot_write_a_file_another_session_checked_out() {
             context()
         );
     }
+    // Through the link's `..`, relative and absolute: blocked the same way, the file as
+    // it was (and nothing written where the kernel would take the name).
+    for step in [1, 2] {
+        let out = stub_b.outputs_of(step).into_values().next();
+        let out = out.unwrap_or_else(|| panic!("no result of B's step {step}\n{}", context()));
+        for part in [
+            "Tool execution blocked",
+            "tasklock: `src/a.rs` is checked out by another agent",
+            &format!("`{id_a}`"),
+        ] {
+            assert!(
+                out.contains(part),
+                "step {step}: {part:?} not in B's result: {out}\n{}",
+                context()
+            );
+        }
+    }
     assert_eq!(
         std::fs::read_to_string(project.join("src/a.rs")).unwrap(),
-        "a-old\n"
+        "a-old\n",
+        "{}",
+        context()
     );
+    assert!(!project.join("a/src").exists(), "{}", context());
     // The other edits went through and were recorded as B's while B lived.
-    let (id_b, _) = stub_b.outputs_of(1).into_iter().next().unwrap();
+    let (id_b, _) = stub_b.outputs_of(3).into_iter().next().unwrap();
     for (file, text) in [("src/b.rs", "b-new\n"), ("src/c.rs", "c-new\n")] {
         assert_eq!(
             std::fs::read_to_string(project.join(file)).unwrap(),
@@ -418,7 +453,7 @@ fn a_gemini_session_cannot_write_a_file_another_session_checked_out() {
         !edits.iter().any(|(f, _)| f == "src/a.rs"),
         "a denied edit is recorded: {edits:?}"
     );
-    let staged = result_text(&stub_b.outputs_of(3).remove(&id_b).unwrap_or_default());
+    let staged = result_text(&stub_b.outputs_of(5).remove(&id_b).unwrap_or_default());
     let names: Vec<&str> = staged
         .lines()
         .filter(|l| l.starts_with("src/"))

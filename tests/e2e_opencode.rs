@@ -233,8 +233,9 @@ fn two_opencode_sessions_race_for_one_task_and_release_it_when_they_end() {
     eprintln!("e2e: race took {:?}", started.elapsed());
 }
 
-/// An edit inside another session's path checkout is refused; then that session is
-/// killed, and its checkout is released by the watcher.
+/// An edit inside another session's path checkout is refused, also through a link's `..`
+/// (`l/../src/a.rs`, relative and absolute); then that session is killed, and its
+/// checkout is released by the watcher.
 #[test]
 fn an_edit_inside_another_sessions_path_checkout_is_refused_and_kill_releases_it() {
     let stub_a = OpenCodeStub::start(OpenCodeScript {
@@ -260,6 +261,9 @@ fn an_edit_inside_another_sessions_path_checkout_is_refused_and_kill_releases_it
     // B (its own config: another stub) edits A's file, then writes its own.
     let a_rs = project.join("src/a.rs").display().to_string();
     let b_rs = project.join("src/b.rs").display().to_string();
+    std::fs::create_dir_all(project.join("a/b")).unwrap();
+    std::os::unix::fs::symlink("a/b", project.join("l")).unwrap();
+    let up_a = project.join("l/../src/a.rs").display().to_string();
     let stub_b = OpenCodeStub::start(OpenCodeScript {
         steps: vec![
             Step::Tool(
@@ -270,9 +274,21 @@ fn an_edit_inside_another_sessions_path_checkout_is_refused_and_kill_releases_it
                 "write".into(),
                 json!({"filePath": b_rs, "content": "b-new\n"}),
             ),
+            // A's file through a link's `..` (`l -> a/b`), relative and absolute. OpenCode
+            // `path.join`s the relative name to the project (`src/a.rs`) but takes the
+            // absolute one as given, as the kernel does (`a/src/a.rs`, which `write`
+            // would make): the gate judges both readings.
+            Step::Tool(
+                "edit".into(),
+                json!({"filePath": "l/../src/a.rs", "oldString": "a-old", "newString": "a-from-link"}),
+            ),
+            Step::Tool(
+                "write".into(),
+                json!({"filePath": up_a, "content": "a-from-up\n"}),
+            ),
         ],
         // Alive until its edits are looked at (a session's end forgets them).
-        hold_after: Some(1),
+        hold_after: Some(3),
         sessions: 2,
         ..OpenCodeScript::default()
     });
@@ -280,7 +296,7 @@ fn an_edit_inside_another_sessions_path_checkout_is_refused_and_kill_releases_it
     let mut cmd = run_cmd(&home, &project, "Edit both files.");
     cmd.env("OPENCODE_CONFIG_CONTENT", config_json(&stub_b).to_string());
     let b = Running::spawn(cmd, "opencode run (b)");
-    let b_done = stub_b.wait_outputs("call_1", 1, SESSION_TIMEOUT);
+    let b_done = stub_b.wait_outputs("call_3", 1, SESSION_TIMEOUT);
     let edits = edit_records(&project);
     stub_b.release();
     let out_b = b.wait(SESSION_TIMEOUT);
@@ -333,10 +349,28 @@ fn an_edit_inside_another_sessions_path_checkout_is_refused_and_kill_releases_it
             context()
         );
     }
+    // Through the link's `..`: refused the same way.
+    for call in ["call_2", "call_3"] {
+        let out = stub_b.outputs_of(call).into_values().next();
+        let out = out.unwrap_or_else(|| panic!("no output of B's {call}\n{}", context()));
+        for part in [
+            "tasklock: `src/a.rs` is checked out by another agent",
+            &format!("`{session_a}`"),
+        ] {
+            assert!(
+                out.contains(part),
+                "{call}: {part:?} not in B's output: {out}\n{}",
+                context()
+            );
+        }
+    }
     assert_eq!(
         std::fs::read_to_string(project.join("src/a.rs")).unwrap(),
-        "a-old\n"
+        "a-old\n",
+        "{}",
+        context()
     );
+    assert!(!project.join("a/src").exists(), "{}", context());
     assert_eq!(
         std::fs::read_to_string(project.join("src/b.rs")).unwrap(),
         "b-new\n"
