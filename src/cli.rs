@@ -178,8 +178,11 @@ pub struct BacklogAddArgs {
 /// The arguments of `backlog remove`.
 #[derive(Debug, Args)]
 pub struct BacklogRemoveArgs {
-    #[arg(value_name = "KEY", required = true)]
+    #[arg(value_name = "KEY", required_unless_present = "file")]
     pub keys: Vec<String>,
+    /// Read the keys from FILE, one a line, as `backlog add --file` does
+    #[arg(long, value_name = "FILE")]
+    pub file: Option<std::path::PathBuf>,
 }
 
 // The arguments of `checkout`.

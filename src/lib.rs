@@ -527,7 +527,7 @@ fn normalize_keys(mut command: Command) -> Command {
             action:
                 Some(
                     cli::BacklogAction::Add(cli::BacklogAddArgs { keys, .. })
-                    | cli::BacklogAction::Remove(cli::BacklogRemoveArgs { keys }),
+                    | cli::BacklogAction::Remove(cli::BacklogRemoveArgs { keys, .. }),
                 ),
         }) => keys.iter_mut().for_each(one),
         Command::Status(cli::StatusArgs { key })

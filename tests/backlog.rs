@@ -673,3 +673,31 @@ fn ten_thousand_keys_are_added_and_removed_at_the_default_open_file_limit() {
     assert_eq!(keys_of(&shown["next"]), ["key-10000"]);
     assert_eq!(claims(&e, "a1"), "key-10000");
 }
+
+/// `backlog remove --file` reads keys as `add --file` does (one a line, `#` and blank
+/// lines skipped); with neither keys nor a file it is a usage error.
+#[test]
+fn remove_reads_its_keys_from_a_file_as_add_does() {
+    let e = Env::new();
+    e.ok("ops", &["backlog", "add", "a", "b", "c"]);
+    let file = e.tmp.path().join("done.txt");
+    std::fs::write(&file, "# finished\na\n\nc\n").unwrap();
+    let r = e.ok(
+        "ops",
+        &[
+            "backlog",
+            "remove",
+            "--json",
+            "--file",
+            file.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(
+        r.json()["removed"],
+        serde_json::json!(["a", "c"]),
+        "{}",
+        r.text()
+    );
+    assert_eq!(keys_of(&show(&e)["next"]), ["b"]);
+    assert_eq!(e.run(Some("ops"), &["backlog", "remove"]).code, 64);
+}

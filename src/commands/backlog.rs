@@ -31,17 +31,13 @@ pub fn execute(ctx: &Ctx, a: BacklogArgs) -> Result<Report> {
             report(ctx, &*store, "show", None, None, Some(claims))
         }
         BacklogAction::Add(add) => {
-            let mut keys = add.keys;
-            if let Some(file) = &add.file {
-                keys.extend(read_keys(file)?);
-            }
-            let keys = crate::key::validate_all(keys)?;
+            let keys = keys_of(add.keys, add.file.as_deref())?;
             let store = ctx.open_store()?;
             let added = store.transaction(|g| store.backlog_add(g, &keys))?;
             report(ctx, &*store, "add", Some(added), None, None)
         }
         BacklogAction::Remove(rm) => {
-            let keys = crate::key::validate_all(rm.keys)?;
+            let keys = keys_of(rm.keys, rm.file.as_deref())?;
             let Some(store) = ctx.existing_store()? else {
                 let mut r = empty(ctx, "remove");
                 if let Report::Backlog(b) = &mut r {
@@ -98,6 +94,14 @@ fn empty(ctx: &Ctx, action: &'static str) -> Report {
         next: Vec::new(),
         claims: (action == "show").then(Vec::new),
     })
+}
+
+/// The keys named on the command line, then those of `--file`, validated.
+fn keys_of(mut keys: Vec<String>, file: Option<&std::path::Path>) -> Result<Vec<String>> {
+    if let Some(file) = file {
+        keys.extend(read_keys(file)?);
+    }
+    crate::key::validate_all(keys)
 }
 
 /// The most a `--file` of keys may hold: room for about a million keys, and a bound on
