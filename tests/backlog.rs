@@ -700,4 +700,19 @@ fn remove_reads_its_keys_from_a_file_as_add_does() {
     );
     assert_eq!(keys_of(&show(&e)["next"]), ["b"]);
     assert_eq!(e.run(Some("ops"), &["backlog", "remove"]).code, 64);
+
+    // Many keys: ten are named, the rest counted (the JSON above names every key).
+    let many: Vec<String> = (1..=12).map(|i| format!("k{i:02}")).collect();
+    let mut add = vec!["backlog", "add"];
+    add.extend(many.iter().map(String::as_str));
+    e.ok("ops", &add);
+    std::fs::write(&file, many.join("\n")).unwrap();
+    snap!(
+        e,
+        "remove_many",
+        e.run(
+            Some("ops"),
+            &["backlog", "remove", "--file", file.to_str().unwrap()]
+        )
+    );
 }

@@ -142,8 +142,14 @@ pub(super) fn backlog(r: &BacklogReport, inv: &Invocation) -> String {
 }
 
 /// `a`, `a` and `b`, `a`, `b` and `c`: keys in code.
+/// The most keys a sentence names; the rest are counted (the JSON has them all).
+const NAMED: usize = 10;
+
 fn key_words(keys: &[String]) -> String {
-    let coded: Vec<String> = keys.iter().map(|k| code(k)).collect();
+    let coded: Vec<String> = keys.iter().take(NAMED).map(|k| code(k)).collect();
+    if keys.len() > NAMED {
+        return format!("{} and {} more keys", coded.join(", "), keys.len() - NAMED);
+    }
     match coded.as_slice() {
         [] => String::new(),
         [one] => one.clone(),
