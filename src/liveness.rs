@@ -199,13 +199,7 @@ fn judge_entry_with(entry: &AgentEntry, now: &Time, cfg: &Config, running: bool)
     if entry.ended_at.is_some() {
         return Judgement::dead_of(Cause::Ended);
     }
-    let running = match process(
-        &entry.host,
-        entry.boot_id.as_deref(),
-        entry.pid_ns.as_deref(),
-        entry.pid,
-        entry.pid_start,
-    ) {
+    let running = match entry_process(entry) {
         Err(dead) => return dead,
         Ok(seen) => running || seen,
     };
@@ -255,13 +249,7 @@ pub fn judge_holder(
     now: &Time,
     cfg: &Config,
 ) -> Judgement {
-    let running = match process(
-        &agent.host,
-        agent.boot_id.as_deref(),
-        agent.pid_ns.as_deref(),
-        agent.pid,
-        agent.pid_start,
-    ) {
+    let running = match agent_process(agent) {
         Err(dead) => return dead,
         Ok(seen) => seen,
     };
@@ -293,33 +281,34 @@ pub fn judge_record(
 /// checkout gone (or its pid reused), its agent ended, or its registered process gone?
 /// [`judge_holder`] without silence, which needs no threshold (and no settings).
 pub fn gone_for_good(agent: &Agent, entry: Option<&AgentEntry>) -> Option<Cause> {
-    let recorded = process(
-        &agent.host,
-        agent.boot_id.as_deref(),
-        agent.pid_ns.as_deref(),
-        agent.pid,
-        agent.pid_start,
-    );
-    if let Err(dead) = recorded {
+    if let Err(dead) = agent_process(agent) {
         return dead.cause;
     }
     let e = entry?;
     if e.ended_at.is_some() {
         return Some(Cause::Ended);
     }
-    process(
-        &e.host,
-        e.boot_id.as_deref(),
-        e.pid_ns.as_deref(),
-        e.pid,
-        e.pid_start,
-    )
-    .err()
-    .and_then(|dead| dead.cause)
+    entry_process(e).err().and_then(|dead| dead.cause)
 }
 
 /// Is the agent's registered process gone (or its pid reused)?
 pub fn registered_gone(e: &AgentEntry) -> bool {
+    entry_process(e).is_err()
+}
+
+/// [`process`] of the one recorded with a checkout.
+fn agent_process(agent: &Agent) -> Result<bool, Judgement> {
+    process(
+        &agent.host,
+        agent.boot_id.as_deref(),
+        agent.pid_ns.as_deref(),
+        agent.pid,
+        agent.pid_start,
+    )
+}
+
+/// [`process`] of the one an agent registered.
+fn entry_process(e: &AgentEntry) -> Result<bool, Judgement> {
     process(
         &e.host,
         e.boot_id.as_deref(),
@@ -327,7 +316,6 @@ pub fn registered_gone(e: &AgentEntry) -> bool {
         e.pid,
         e.pid_start,
     )
-    .is_err()
 }
 
 /// Is a waiter gone: its waiting process died, or its agent is dead? A dead agent holds
