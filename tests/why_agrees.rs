@@ -491,5 +491,31 @@ fn a_holder_adding_paths_can_close_a_cycle() {
     assert_eq!(j["state"], "deadlock", "{j}");
 }
 
+/// A checkout that would fail (paths asked for with a key with slots: a usage error) is
+/// not promised: `why` says it cannot, and what the error would be.
+#[test]
+fn a_checkout_that_would_fail_is_not_promised() {
+    let w = World::new();
+    w.expect("a", None, &["checkout", "k4", "--slots", "2"], 0);
+    let why = w.expect(
+        "b",
+        None,
+        &["why", "k4", "--path", "docs/x.md", "--json"],
+        0,
+    );
+    let j = why.json();
+    assert_eq!(j["can_checkout"], false, "{j}");
+    assert!(j["decision"].is_null(), "{j}");
+    let last = j["reasons"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .as_str()
+        .unwrap();
+    assert!(last.starts_with("A checkout now would fail: "), "{j}");
+    w.expect("b", None, &["checkout", "k4", "--path", "docs/x.md"], 64);
+}
+
 // Cause 7 (a false cycle through a lapsed reservation) is
 // tests/waits.rs::a_lapsed_reservation_of_a_slot_closes_no_cycle.

@@ -335,17 +335,27 @@ pub fn run(ctx: &Ctx, key: &str, paths: Vec<String>) -> Result<Report> {
     if me.is_some()
         && state != "corrupt"
         && let Some(store) = ctx.existing_store()?
-        && let Some(d) = decide(ctx, &*store, key, &paths)
     {
-        let mut answer = Answer {
-            state,
-            can,
-            reasons: &mut reasons,
-            deadlock_via: &mut deadlock_via,
-        };
-        answer.follow(&d, me.as_deref().unwrap_or_default());
-        (state, can) = (answer.state, answer.can);
-        decision = Some(d.outcome);
+        match decide(ctx, &*store, key, &paths) {
+            Ok(d) => {
+                let mut answer = Answer {
+                    state,
+                    can,
+                    reasons: &mut reasons,
+                    deadlock_via: &mut deadlock_via,
+                };
+                answer.follow(&d, me.as_deref().unwrap_or_default());
+                (state, can) = (answer.state, answer.can);
+                decision = Some(d.outcome);
+            }
+            Err(e) => {
+                can = false;
+                reasons.push(format!(
+                    "A checkout now would fail: {}.",
+                    e.to_string().trim_end_matches('.')
+                ));
+            }
+        }
     }
     // A freeze outranks every other state: nothing else matters until it ends.
     if reasons.iter().any(|r| r.starts_with("It is frozen")) && state != "corrupt" {
@@ -397,22 +407,20 @@ pub fn run(ctx: &Ctx, key: &str, paths: Vec<String>) -> Result<Report> {
 }
 
 /// What `checkout KEY` (with `paths`) would decide for the caller now: [`attempt`]'s
-/// report, made on a [`DryRun`] of the store, so that nothing is written. `None` when
-/// the checkout would fail instead (no identity, bad settings, a damaged record).
+/// report, made on a [`DryRun`] of the store, so that nothing is written; or the error
+/// the checkout would fail with (bad settings, a key with slots asked for paths).
 fn decide(
     ctx: &Ctx,
     store: &dyn crate::store::Store,
     key: &str,
     paths: &[String],
-) -> Option<CheckoutReport> {
-    let mut req = Request::new(ctx, None, None, None).ok()?;
+) -> Result<CheckoutReport> {
+    let mut req = Request::new(ctx, None, None, None)?;
     req.paths = paths.to_vec();
-    DryRun::new(store)
-        .run(|store, guard| {
-            let req = with_registered_pid(ctx, store, guard, req)?;
-            attempt(ctx, store, guard, &req, key, Join::No)
-        })
-        .ok()
+    DryRun::new(store).run(|store, guard| {
+        let req = with_registered_pid(ctx, store, guard, req)?;
+        attempt(ctx, store, guard, &req, key, Join::No)
+    })
 }
 
 /// `why`'s answer as it is being made, to be brought in line with the checkout's

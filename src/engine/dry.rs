@@ -144,6 +144,16 @@ impl Store for DryRun<'_> {
         out.extend(self.added(&read, |_| true));
         Ok(out)
     }
+    fn path_index(&self) -> Result<Vec<(String, Vec<String>)>> {
+        // Entries whose record has gone here too are fine: readers judge the record.
+        let mut out = self.inner.path_index()?;
+        for r in self.records.borrow().values().flatten() {
+            if !r.paths.is_empty() && !out.iter().any(|(k, p)| *k == r.key && *p == r.paths) {
+                out.push((r.key.clone(), r.paths.clone()));
+            }
+        }
+        Ok(out)
+    }
     fn read_queue(&self, key: &str) -> Result<Queue> {
         if let Some(q) = self.queues.borrow().get(key) {
             return Ok(q.clone());
