@@ -491,6 +491,59 @@ fn a_holder_adding_paths_can_close_a_cycle() {
     assert_eq!(j["state"], "deadlock", "{j}");
 }
 
+/// The markdown of the answers that follow the decision where `why`'s own words once
+/// judged otherwise: the queue going first, a lapsed reservation, a dead agent's, the
+/// holder's secret, a holder adding paths into a cycle.
+#[test]
+fn the_answers_that_follow_the_decision_read_so() {
+    let why = |w: &World, agent: &str, secret: Option<&str>, args: &[&str]| {
+        w.expect(agent, secret, &[&["why"][..], args].concat(), 0)
+    };
+    let mut w = World::new();
+    w.expect("a", None, &["checkout", "k", "--timeout", "5m"], 0);
+    w.expect("b", None, &["checkout", "k", "--queue"], 2);
+    w.at(20);
+    snap!(w.env, "ended_goes_to_the_queue", why(&w, "c", None, &["k"]));
+
+    let mut w = World::new();
+    w.expect("a", None, &["checkout", "k"], 0);
+    w.expect("b", None, &["checkout", "k", "--queue"], 2);
+    w.expect("d", None, &["checkout", "k", "--queue"], 2);
+    w.expect("a", None, &["release", "k"], 0);
+    w.at(5);
+    snap!(w.env, "lapsed_reservation", why(&w, "c", None, &["k"]));
+
+    let w = World::new();
+    let mut p = AgentProcess::start();
+    w.expect("b", None, &["heartbeat", "--pid", &p.pid()], 0);
+    w.expect("a", None, &["checkout", "k"], 0);
+    w.expect("b", None, &["checkout", "k", "--queue"], 2);
+    w.expect("a", None, &["release", "k"], 0);
+    p.kill();
+    snap!(w.env, "dead_agents_reservation", why(&w, "c", None, &["k"]));
+
+    let w = World::new();
+    w.expect("a", Some("s1"), &["checkout", "k"], 0);
+    snap!(w.env, "secret_refused", why(&w, "a", None, &["k"]));
+
+    let w = World::new();
+    w.expect("c", None, &["checkout", "k5"], 0);
+    w.expect("b", None, &["checkout", "k3"], 0);
+    w.expect(
+        "b",
+        None,
+        &["checkout", "k5", "--path", "docs/x.md", "--queue"],
+        2,
+    );
+    w.expect("a", None, &["checkout", "k1"], 0);
+    w.expect("a", None, &["checkout", "k3", "--queue"], 2);
+    snap!(
+        w.env,
+        "holder_adding_paths_deadlock",
+        why(&w, "a", None, &["k1", "--path", "docs/x.md"])
+    );
+}
+
 /// A checkout that would fail (paths asked for with a key with slots: a usage error) is
 /// not promised: `why` says it cannot, and what the error would be.
 #[test]

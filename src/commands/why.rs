@@ -471,6 +471,24 @@ impl Answer<'_> {
             }
             _ => self.refused(d, me),
         }
+        if !self.can {
+            self.unpromise();
+        }
+    }
+
+    /// A checkout would not be granted: no reason promises one.
+    fn unpromise(&mut self) {
+        for r in self.reasons.iter_mut() {
+            for (promise, instead) in [
+                (" Checking it out again renews it.", ""),
+                (" Checking it out again gives a new token.", ""),
+                ("; the next checkout takes it over.", "."),
+            ] {
+                if r.ends_with(promise) {
+                    *r = format!("{}{instead}", &r[..r.len() - promise.len()]);
+                }
+            }
+        }
     }
 
     /// Taking it would close `cycle`.
@@ -516,7 +534,7 @@ impl Answer<'_> {
             self.reasons.push(format!(
                 "Its queue goes first: a checkout now would find it reserved for {}, the head of its queue, until {}, and be refused.",
                 res.agent,
-                crate::clock::rfc3339(&res.until)
+                with_relative(&res.until, &d.now)
             ));
         } else if let Some(o) = d.overlaps.first() {
             self.reasons.push(format!(
