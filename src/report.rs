@@ -692,7 +692,8 @@ pub struct WhyReport {
     pub can_checkout: bool,
     /// `free`, `yours`, `held`, `ended` (its holder is dead or its lease ran out: the next
     /// checkout takes it over), `reserved` (for another agent), `reserved_for_you`,
-    /// `frozen` or `corrupt`.
+    /// `paths_held`, `deadlock`, `secret_refused` (yours, bound to a secret the caller
+    /// did not give), `frozen` or `corrupt`.
     pub state: String,
     /// Plain-word explanations, most important first.
     pub reasons: Vec<String>,
@@ -707,6 +708,11 @@ pub struct WhyReport {
     /// What `next` advises, for the markdown renderer to spell out with the caller's flags.
     #[serde(skip)]
     pub advice: WhyNext,
+    /// What `checkout KEY` (with the same paths) would do now: its `outcome`, decided by
+    /// the checkout's own code without acting (absent without an agent, or when the
+    /// checkout would fail with an error).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decision: Option<crate::error::Outcome>,
 }
 
 /// The advice of `why`.
@@ -733,6 +739,8 @@ pub enum WhyNext {
     /// Held or reserved for another: work on something else, or queue.
     #[default]
     Queue,
+    /// Your checkout is bound to a secret you did not give.
+    Secret,
     /// Taking it would close a wait-for cycle through your place in the queue of `queue`.
     Deadlock {
         queue: String,

@@ -76,6 +76,9 @@ mod waits;
 #[cfg(tasklock_pg_tests)]
 #[path = "wake.rs"]
 mod wake;
+#[cfg(tasklock_pg_tests)]
+#[path = "why_agrees.rs"]
+mod why_agrees;
 
 #[cfg(tasklock_pg_tests)]
 #[path = "pg/pg_only.rs"]

@@ -193,6 +193,29 @@ fn adding_paths_that_close_a_cycle_is_refused() {
     assert!(status["checkout"]["paths"].is_null(), "{status}");
 }
 
+/// A waiter whose reservation of a slot lapsed waits no more (its queue drops it when
+/// next settled): no cycle stands through it. Here `a` waits for k4, its slot reserved,
+/// and `c`, holding k4's other slot, queues for k1, which `a` holds. Once the
+/// reservation lapses, a checkout by `a` of anything else with paths was refused for a
+/// cycle naming neither that key nor its paths (issue 46, cause 7).
+#[test]
+fn a_lapsed_reservation_of_a_slot_closes_no_cycle() {
+    let (mut env, top) = git_env();
+    ok(&env, &top, "c", &["checkout", "k4", "--slots", "2"]);
+    ok(&env, &top, "d", &["checkout", "k4"]);
+    ok(&env, &top, "a", &["checkout", "k1"]);
+    refused(&env, &top, "a", &["checkout", "k4", "--queue"]);
+    ok(&env, &top, "d", &["release", "k4"]);
+    refused(&env, &top, "c", &["checkout", "k1", "--queue"]);
+    env.at("2026-01-01T00:01:00Z");
+    ok(&env, &top, "a", &["checkout", "k3", "--path", "docs/x.md"]);
+    ok(&env, &top, "a", &["release", "k3"]);
+    // The reservation (2 minutes) has lapsed.
+    env.at(T5M);
+    let j = ok(&env, &top, "a", &["checkout", "k3", "--path", "docs/x.md"]);
+    assert_eq!(j["outcome"], "granted", "{j}");
+}
+
 /// A reservation for W, made by H's release, closes a cycle: X waits for a path W's
 /// reservation holds while W waits for X. X, whose wait for W closes it, leaves that
 /// queue and is told; W keeps its reservation.

@@ -1,10 +1,12 @@
 //! `why KEY`: plain words on whether this agent can check KEY out now, and why not.
 
 use crate::clock::with_relative;
+use crate::engine::dry::DryRun;
+use crate::engine::take::{Join, Request, attempt, with_registered_pid};
 use crate::engine::{Ctx, Judge, ReapReason};
-use crate::error::Result;
+use crate::error::{Outcome, Result};
 use crate::liveness::{Cause, State};
-use crate::report::{Report, WhyNext, WhyReport};
+use crate::report::{CheckoutReport, Report, WhyNext, WhyReport};
 use crate::store::Slot;
 
 pub fn run(ctx: &Ctx, key: &str, paths: Vec<String>) -> Result<Report> {
@@ -326,43 +328,33 @@ pub fn run(ctx: &Ctx, key: &str, paths: Vec<String>) -> Result<Report> {
             _ => {}
         }
     }
-    // Free for the caller, but taking it would close a cycle through a wait of its own.
+    // What `checkout KEY` would decide now: the checkout's own decision, made without
+    // acting. Where the words above judged otherwise, the decision stands.
     let mut deadlock_via = None;
-    if can
-        && let Some(m) = me.as_deref()
-        && matches!(state, "free" | "ended" | "reserved_for_you")
+    let mut decision = None;
+    if me.is_some()
+        && state != "corrupt"
         && let Some(store) = ctx.existing_store()?
     {
-        use crate::engine::waits::{Graph, Taking};
-        let taking = Taking {
-            agent: m,
-            key,
-            paths: &paths,
-        };
-        if let Some(c) = Graph::build(ctx, &*store, None, Some(taking))?.cycle_through(m)
-            && Graph::build(ctx, &*store, None, None)?
-                .cycle_through(m)
-                .is_none()
-        {
-            can = false;
-            state = "deadlock";
-            let words: Vec<String> = c
-                .iter()
-                .enumerate()
-                .map(|(i, s)| {
-                    if i % 2 == 1 {
-                        format!("`{s}`")
-                    } else {
-                        s.clone()
-                    }
-                })
-                .collect();
-            reasons.push(format!(
-                "Taking it now would close a wait-for cycle through your place in the queue of `{}`: {}. A checkout would be refused (deadlock, exit 5).",
-                c[1],
-                words.join(" → ")
-            ));
-            deadlock_via = Some(c[1].clone());
+        match decide(ctx, &*store, key, &paths) {
+            Ok(d) => {
+                let mut answer = Answer {
+                    state,
+                    can,
+                    reasons: &mut reasons,
+                    deadlock_via: &mut deadlock_via,
+                };
+                answer.follow(&d, me.as_deref().unwrap_or_default());
+                (state, can) = (answer.state, answer.can);
+                decision = Some(d.outcome);
+            }
+            Err(e) => {
+                can = false;
+                reasons.push(format!(
+                    "A checkout now would fail: {}.",
+                    e.to_string().trim_end_matches('.')
+                ));
+            }
         }
     }
     // A freeze outranks every other state: nothing else matters until it ends.
@@ -386,6 +378,7 @@ pub fn run(ctx: &Ctx, key: &str, paths: Vec<String>) -> Result<Report> {
             WhyNext::Upgrade
         }
         "corrupt" => WhyNext::Corrupt,
+        "secret_refused" => WhyNext::Secret,
         "deadlock" => WhyNext::Deadlock {
             queue: deadlock_via.unwrap_or_default(),
         },
@@ -409,7 +402,158 @@ pub fn run(ctx: &Ctx, key: &str, paths: Vec<String>) -> Result<Report> {
         paths,
         delivery,
         advice,
+        decision,
     }))
+}
+
+/// What `checkout KEY` (with `paths`) would decide for the caller now: [`attempt`]'s
+/// report, made on a [`DryRun`] of the store, so that nothing is written; or the error
+/// the checkout would fail with (bad settings, a key with slots asked for paths).
+fn decide(
+    ctx: &Ctx,
+    store: &dyn crate::store::Store,
+    key: &str,
+    paths: &[String],
+) -> Result<CheckoutReport> {
+    let mut req = Request::new(ctx, None, None, None)?;
+    req.paths = paths.to_vec();
+    DryRun::new(store).run(|store, guard| {
+        let req = with_registered_pid(ctx, store, guard, req)?;
+        attempt(ctx, store, guard, &req, key, Join::No)
+    })
+}
+
+/// `why`'s answer as it is being made, to be brought in line with the checkout's
+/// decision.
+struct Answer<'a> {
+    state: &'static str,
+    can: bool,
+    reasons: &'a mut Vec<String>,
+    deadlock_via: &'a mut Option<String>,
+}
+
+impl Answer<'_> {
+    /// The decision `d` of a checkout by `me` stands: the state and verdict follow it,
+    /// with a reason where the words above said otherwise.
+    fn follow(&mut self, d: &CheckoutReport, me: &str) {
+        match d.outcome {
+            Outcome::Granted => {
+                if !matches!(self.state, "free" | "ended" | "reserved_for_you") {
+                    self.reasons.push(
+                        "What stood in the way has ended (a lease ran out, a holder or the agent a reservation was for is gone, or a reservation lapsed): a checkout now takes it.".into(),
+                    );
+                    self.state = if d.took_over.is_some() {
+                        "ended"
+                    } else {
+                        "free"
+                    };
+                }
+                self.can = true;
+            }
+            Outcome::AlreadyHeld => {
+                self.state = "yours";
+                self.can = true;
+            }
+            Outcome::Frozen => {
+                self.state = "frozen";
+                self.can = false;
+            }
+            Outcome::SecretRefused => {
+                self.reasons.push(
+                    "Your checkout is bound to a secret you did not give (`TASKLOCK_SECRET`): a checkout would be refused (exit 4).".into(),
+                );
+                self.state = "secret_refused";
+                self.can = false;
+            }
+            Outcome::Deadlock => {
+                self.deadlock(&d.cycle);
+                self.can = false;
+            }
+            _ => self.refused(d, me),
+        }
+        if !self.can {
+            self.unpromise();
+        }
+    }
+
+    /// A checkout would not be granted: no reason promises one.
+    fn unpromise(&mut self) {
+        for r in self.reasons.iter_mut() {
+            for (promise, instead) in [
+                (" Checking it out again renews it.", ""),
+                (" Checking it out again gives a new token.", ""),
+                ("; the next checkout takes it over.", "."),
+            ] {
+                if r.ends_with(promise) {
+                    *r = format!("{}{instead}", &r[..r.len() - promise.len()]);
+                }
+            }
+        }
+    }
+
+    /// Taking it would close `cycle`.
+    fn deadlock(&mut self, cycle: &[String]) {
+        // A cycle the words above found already stands for this one.
+        self.reasons
+            .retain(|r| !r.starts_with("Taking it now would close"));
+        let words: Vec<String> = cycle
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                if i % 2 == 1 {
+                    format!("`{s}`")
+                } else {
+                    s.clone()
+                }
+            })
+            .collect();
+        let via = cycle.get(1).cloned().unwrap_or_default();
+        self.reasons.push(format!(
+            "Taking it now would close a wait-for cycle through your place in the queue of `{via}`: {}. A checkout would be refused (deadlock, exit 5).",
+            words.join(" → ")
+        ));
+        self.state = "deadlock";
+        *self.deadlock_via = Some(via);
+    }
+
+    /// A checkout would be refused (someone holds it or paths of it, or it is reserved).
+    fn refused(&mut self, d: &CheckoutReport, me: &str) {
+        self.can = false;
+        if matches!(self.state, "held" | "paths_held" | "reserved") {
+            return;
+        }
+        let reserved = d.reserved_for.as_ref().filter(|r| r.agent != me);
+        self.state = if let Some(o) = d.overlaps.first() {
+            if o.reserved { "reserved" } else { "paths_held" }
+        } else if reserved.is_some() && d.holders.is_empty() && d.checkout.is_none() {
+            "reserved"
+        } else {
+            "held"
+        };
+        if let Some(res) = reserved {
+            self.reasons.push(format!(
+                "Its queue goes first: a checkout now would find it reserved for {}, the head of its queue, until {}, and be refused.",
+                res.agent,
+                with_relative(&res.until, &d.now)
+            ));
+        } else if let Some(o) = d.overlaps.first() {
+            self.reasons.push(format!(
+                "Your path `{}` meets `{}` of `{}`, {} {}: a checkout now would be refused.",
+                o.mine,
+                o.theirs,
+                o.key,
+                if o.reserved {
+                    "reserved for"
+                } else {
+                    "held by"
+                },
+                o.agent.id
+            ));
+        } else {
+            self.reasons
+                .push("A checkout now would be refused: it is not free for you.".into());
+        }
+    }
 }
 
 /// What the waits-for graph says of `me` waiting for `key`: its wait (or the one it

@@ -38,6 +38,10 @@ pub(crate) fn truncate(mark: usize) {
 
 /// Push message `id` of `agent` once the current change is committed.
 pub(crate) fn after_commit(ctx: &Ctx, agent: &str, id: &str) {
+    // A dry run ([`super::dry`]) sent nothing.
+    if super::dry::active() {
+        return;
+    }
     if let Ok(mut p) = PENDING.lock() {
         p.push(Pending {
             ctx: ctx.clone(),

@@ -10,6 +10,7 @@
 pub mod backlog;
 pub mod claim;
 pub mod deliver;
+pub mod dry;
 pub mod edits;
 pub mod fleet;
 pub mod paths;

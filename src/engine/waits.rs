@@ -298,8 +298,8 @@ struct Builder<'a> {
     store: &'a dyn Store,
     judge: Judge<'a>,
     queues: Vec<Queue>,
-    /// Places in queues (agent, key) whose waiter is gone (its `--wait` ended, or it is
-    /// dead): no wait, no reservation.
+    /// Places in queues (agent, key) whose waiter is gone (its `--wait` ended, it is
+    /// dead, or its reservation lapsed): no wait, no reservation.
     gone: HashSet<(String, String)>,
     taking: Option<Taking<'a>>,
     /// Live holders of a key, by key.
@@ -313,7 +313,10 @@ impl<'a> Builder<'a> {
         let mut gone = HashSet::new();
         for q in &queues {
             for w in &q.waiters {
-                if crate::liveness::waiter_gone(store, w, &ctx.now, &cfg)? {
+                // A waiter whose reservation lapsed leaves the queue when it is next
+                // settled (`queue::settle`): it waits no more.
+                let lapsed = q.reserved_for(&w.agent).is_some_and(|r| ctx.now >= r.until);
+                if lapsed || crate::liveness::waiter_gone(store, w, &ctx.now, &cfg)? {
                     gone.insert((w.agent.clone(), q.key.clone()));
                 }
             }

@@ -252,6 +252,10 @@ pub fn why_next(advice: &WhyNext, key: &str, paths: &[String], inv: &Invocation)
             inv.code_of(&co)
         ),
         WhyNext::Frozen => "work on something else until the freeze ends.".into(),
+        WhyNext::Secret => format!(
+            "give the secret it was checked out with (`TASKLOCK_SECRET`), then {}.",
+            inv.code_of(&co)
+        ),
         WhyNext::Corrupt => format!(
             "inspect the file; {} if nobody works on it.",
             inv.code_of(&Line::new("release").arg(key).flag("--force"))
