@@ -8,6 +8,9 @@
 # repository's root (.claude-plugin/marketplace.json) points to it. tests/plugin.rs
 # fails when the copies are not the sources' (run this script and commit).
 set -eu
+. "$(dirname "$0")/usage.sh"
+script_help "$0" "${1:-}"
+[ $# -eq 0 ] || { echo "claude-plugin.sh: takes no arguments (see --help)" >&2; exit 64; }
 here=$(cd "$(dirname "$0")/.." && pwd)
 plugin=$here/plugins/claude
 rm -rf "$plugin/skills"

@@ -5,6 +5,9 @@
 # plugin holds copies; tests/codex_plugin.rs fails when they are not the sources' (run
 # this script and commit). The marketplace Codex reads is .agents/plugins/marketplace.json.
 set -eu
+. "$(dirname "$0")/usage.sh"
+script_help "$0" "${1:-}"
+[ $# -eq 0 ] || { echo "codex-plugin.sh: takes no arguments (see --help)" >&2; exit 64; }
 here=$(cd "$(dirname "$0")/.." && pwd)
 plugin=$here/plugins/codex
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$here/Cargo.toml" | head -n 1)

@@ -28,6 +28,10 @@
 # mode 644 or 755; members are in byte order of their names; gzip -n stores no name or
 # time.
 set -eu
+. "$(dirname "$0")/usage.sh"
+script_help "$0" "${1:-}"
+case ${1:-} in -*) echo "dist.sh: unknown option $1 (see --help)" >&2; exit 64 ;; esac
+[ $# -le 1 ] || { echo "dist.sh: one OUT_DIR at most (see --help)" >&2; exit 64; }
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-$here/dist}

@@ -7,6 +7,9 @@
 # copies the directory, so the extension holds copies; tests/gemini_plugin.rs fails when
 # they are not the sources' (run this script and commit).
 set -eu
+. "$(dirname "$0")/usage.sh"
+script_help "$0" "${1:-}"
+[ $# -eq 0 ] || { echo "gemini-plugin.sh: takes no arguments (see --help)" >&2; exit 64; }
 here=$(cd "$(dirname "$0")/.." && pwd)
 plugin=$here/plugins/gemini
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$here/Cargo.toml" | head -n 1)

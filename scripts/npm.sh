@@ -16,6 +16,8 @@
 # --main-only writes the main package alone (it holds no binary). The release workflow
 # publishes one platform package per platform, then the main one.
 set -eu
+. "$(dirname "$0")/usage.sh"
+script_help "$0" "${1:-}"
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 archive='' main_only=0
