@@ -496,21 +496,10 @@ impl Answer<'_> {
         // A cycle the words above found already stands for this one.
         self.reasons
             .retain(|r| !r.starts_with("Taking it now would close"));
-        let words: Vec<String> = cycle
-            .iter()
-            .enumerate()
-            .map(|(i, s)| {
-                if i % 2 == 1 {
-                    format!("`{s}`")
-                } else {
-                    s.clone()
-                }
-            })
-            .collect();
         let via = cycle.get(1).cloned().unwrap_or_default();
         self.reasons.push(format!(
             "Taking it now would close a wait-for cycle through your place in the queue of `{via}`: {}. A checkout would be refused (deadlock, exit 5).",
-            words.join(" → ")
+            cycle_words(cycle)
         ));
         self.state = "deadlock";
         *self.deadlock_via = Some(via);
@@ -572,19 +561,7 @@ fn cycle_reasons(
     } else {
         Graph::with_wait(ctx, store, None, me, key, paths)?
     };
-    let words = |c: &[String]| {
-        c.iter()
-            .enumerate()
-            .map(|(i, s)| {
-                if i % 2 == 1 {
-                    format!("`{s}`")
-                } else {
-                    s.clone()
-                }
-            })
-            .collect::<Vec<_>>()
-            .join(" → ")
-    };
+    let words = cycle_words;
     Ok(match (graph.cycle_of(me, key), graph.leads_into(me, key)) {
         (Some(c), _) if queued => vec![format!(
             "Your place in its queue is part of a wait-for cycle: {}. It cannot end until one of you gives something up.",
@@ -634,4 +611,20 @@ pub fn execute(ctx: &Ctx, a: crate::cli::WhyArgs) -> Result<Report> {
         None => crate::key::for_paths(&paths)?,
     };
     run(ctx, &key, paths)
+}
+
+/// A wait-for cycle in words: agents and keys (in code) in turn, joined by arrows.
+fn cycle_words(cycle: &[String]) -> String {
+    cycle
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            if i % 2 == 1 {
+                format!("`{s}`")
+            } else {
+                s.clone()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" → ")
 }
