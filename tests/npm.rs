@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+mod e2e;
 mod release;
 
 const REPO: &str = env!("CARGO_MANIFEST_DIR");
@@ -298,5 +299,68 @@ fn the_release_packs_npm_from_the_archive_it_built() {
         dist.contains("cargo build --release --locked --features postgres")
             && dist.contains("-C target-feature=+crt-static -C relocation-model=static"),
         "dist.sh builds the release binary: every store, static non-PIE"
+    );
+}
+
+/// The README, followed the way a new user would on a clean machine: `npm install -g
+/// tasklock && tasklock setup` from the packed tarballs into a fresh prefix and HOME (no
+/// cargo, nothing of this checkout on PATH), `tasklock init` in a new git project, then a
+/// real Claude Code session (stub model) whose user types `/checkout e2e-task`: the skill
+/// `setup` installed reaches the model, and the checkout it runs, through the hooks `init`
+/// wrote, is the session's own.
+#[test]
+fn a_new_user_follows_the_readme_from_npm_to_a_checkout_in_claude_code() {
+    let Some(node) = node_dir() else { return };
+    let claude = e2e::claude();
+    let tmp = tempfile::tempdir().unwrap();
+    let (main, platform, _) = pack(tmp.path());
+    let prefix = tmp.path().join("prefix");
+    npm_install(&node, tmp.path(), &prefix, &[&platform, &main], &[]);
+    let home = tmp.path().join("user");
+    std::fs::create_dir_all(&home).unwrap();
+    let path = format!(
+        "{}:{}:/usr/bin:/bin",
+        prefix.join("bin").display(),
+        node.display()
+    );
+    let user = |args: &[&str], dir: &Path| {
+        let out = Command::new("tasklock")
+            .args(args)
+            .current_dir(dir)
+            .env_clear()
+            .env("PATH", &path)
+            .env("HOME", &home)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "tasklock {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    user(&["setup"], &home);
+    assert!(
+        home.join(".claude/skills/checkout/SKILL.md").is_file(),
+        "`tasklock setup` installed no /checkout skill"
+    );
+    let project = e2e::git_project(tmp.path());
+    user(&["init"], &project);
+
+    let stub = e2e::Stub::start("tasklock checkout e2e-task");
+    let mut cmd = e2e::claude_cmd(&home, Some(&stub));
+    cmd.env("PATH", &path);
+    assert!(claude.is_file(), "{}", claude.display());
+    e2e::trust(&home, &project);
+    let session = e2e::session(cmd, &project, "/checkout e2e-task");
+    e2e::assert_session_lifecycle(&session, &project, &stub);
+    let bodies = stub.state.lock().unwrap().bodies.clone();
+    assert!(
+        bodies
+            .iter()
+            .any(|b| b.contains("Checkout: one agent per task")),
+        "the /checkout skill never reached the model\n{}",
+        stub.log()
     );
 }
