@@ -224,7 +224,7 @@ fn killing_codex_releases_its_task_through_the_watcher() {
     });
     let s = start_session(tmp.path(), "home", &project, &stub);
     assert!(
-        stub.wait_outputs(&format!("call_{LISTS}"), 1, SESSION_TIMEOUT),
+        stub.wait_outputs(format!("call_{LISTS}"), 1, SESSION_TIMEOUT),
         "the commands never ran\n{}",
         stub.log()
     );
@@ -234,7 +234,7 @@ fn killing_codex_releases_its_task_through_the_watcher() {
     // the namespace's pid 1 too, one list in two or three found the task free.)
     for i in 1..=LISTS {
         let listed = stub
-            .outputs_of(&format!("call_{i}"))
+            .outputs_of(format!("call_{i}"))
             .into_values()
             .next()
             .unwrap();

@@ -479,7 +479,7 @@ fn an_idle_opencode_server_session_is_woken_when_its_turn_comes() {
     wait_for("the session is idle", SESSION_TIMEOUT, || {
         stub.log()
             .lines()
-            .filter(|l| l.contains(&session) && l.ends_with("-> final"))
+            .filter(|l| l.ends_with(&format!("[{session}] final")))
             .count()
             >= 1
     });

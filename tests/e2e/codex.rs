@@ -2,25 +2,21 @@
 //! OpenAI Responses API, and a runner for `codex exec` sessions. See docs/e2e.md.
 
 use std::collections::BTreeMap;
-use std::io::{BufReader, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::{COMMAND_TIMEOUT, Running, npm_install, read_request, tasklock_bin};
+use super::stub::{ModelStub, Reply, Request, Shared, hold, record};
+use super::{COMMAND_TIMEOUT, Running, npm_install, tasklock_bin};
 
 /// The Codex CLI release these tests were written and checked against.
 pub const CODEX_VERSION: &str = "0.169.0";
 
 /// The stub model's final answer.
 pub const CODEX_FINAL_TEXT: &str = "E2E-CODEX-DONE";
-
-/// How long a stub holds back its answer at a [`CodexScript::hold_after`] point at most.
-const HOLD_LIMIT: Duration = Duration::from_secs(120);
 
 /// The `codex` launcher of the npm package at `CODEX_VERSION`, installed on first use.
 pub fn codex() -> PathBuf {
@@ -76,142 +72,47 @@ pub struct CodexScript {
     pub wake: Option<(String, String)>,
 }
 
+/// What the Codex stub records besides what every stub does.
 #[derive(Default)]
-pub struct CodexStubState {
-    /// One line per request.
-    pub log: Vec<String>,
-    /// Request bodies, as received.
-    pub bodies: Vec<String>,
-    /// The output of each call (`exec_command` or an MCP tool; the text of an MCP
-    /// result's content items, one a line), by session (`prompt_cache_key`, the thread id)
-    /// and call id.
-    pub outputs: BTreeMap<String, BTreeMap<String, String>>,
-    /// Set by [`CodexStub::release`]: answer held requests at once.
-    pub released: bool,
+pub struct Codex {
     /// The `tools` array of each session's first request, as Codex offered them.
     pub tools: BTreeMap<String, Value>,
 }
 
-pub struct CodexStub {
-    addr: SocketAddr,
-    pub state: Arc<(Mutex<CodexStubState>, Condvar)>,
-}
+/// The stub of the Responses API: sessions are told apart by `prompt_cache_key`, the
+/// thread id; outputs are by call id (`call_0`, …).
+pub type CodexStub = ModelStub<Codex>;
 
-impl CodexStub {
+impl ModelStub<Codex> {
     pub fn start(script: CodexScript) -> CodexStub {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
-        let addr = listener.local_addr().unwrap();
-        let state = Arc::new((Mutex::new(CodexStubState::default()), Condvar::new()));
-        super::serve_loopback(listener, Arc::clone(&state), script, serve);
-        CodexStub { addr, state }
-    }
-
-    pub fn base_url(&self) -> String {
-        format!("http://{}/v1", self.addr)
-    }
-
-    /// Let held requests go on.
-    pub fn release(&self) {
-        self.state.0.lock().unwrap().released = true;
-        self.state.1.notify_all();
-    }
-
-    /// Wait until `n` sessions have sent the output of `call`; false on timeout.
-    pub fn wait_outputs(&self, call: &str, n: usize, timeout: Duration) -> bool {
-        let (lock, cvar) = &*self.state;
-        let (_guard, result) = cvar
-            .wait_timeout_while(lock.lock().unwrap(), timeout, |s| {
-                s.outputs.values().filter(|o| o.contains_key(call)).count() < n
-            })
-            .unwrap();
-        !result.timed_out()
-    }
-
-    /// Outputs of `call` by session.
-    pub fn outputs_of(&self, call: &str) -> BTreeMap<String, String> {
-        self.state
-            .0
-            .lock()
-            .unwrap()
-            .outputs
-            .iter()
-            .filter_map(|(s, o)| Some((s.clone(), o.get(call)?.clone())))
-            .collect()
-    }
-
-    pub fn log(&self) -> String {
-        self.state.0.lock().unwrap().log.join("\n")
+        ModelStub::serve("/v1", script, route)
     }
 
     /// The tools Codex offered each session (its first request's `tools`).
     pub fn tools(&self) -> BTreeMap<String, Value> {
-        self.state.0.lock().unwrap().tools.clone()
-    }
-
-    pub fn any_body_contains(&self, needle: &str) -> bool {
-        self.state
-            .0
-            .lock()
-            .unwrap()
-            .bodies
-            .iter()
-            .any(|b| b.contains(needle))
+        self.state.0.lock().unwrap().more.tools.clone()
     }
 }
 
-fn serve(stream: TcpStream, state: &(Mutex<CodexStubState>, Condvar), script: &CodexScript) {
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(300)));
-    let Ok(mut writer) = stream.try_clone() else {
-        return;
-    };
-    let mut reader = BufReader::new(stream);
-    while let Some(req) = read_request(&mut reader) {
-        let route = req.path.split('?').next().unwrap_or_default().to_string();
-        let (status, content_type, body, note) = match (req.method.as_str(), route.as_str()) {
-            ("POST", "/v1/responses") => responses(&req.body, state, script),
-            _ => (
-                404,
-                "application/json",
-                br#"{"error":{"message":"not in the e2e stub"}}"#.to_vec(),
-                "404".to_string(),
-            ),
-        };
-        state.0.lock().unwrap().log.push(format!(
-            "{} {} ({} bytes) -> {status} {note}",
-            req.method,
-            req.path,
-            req.body.len()
-        ));
-        let head = format!(
-            "HTTP/1.1 {status} {}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: keep-alive\r\n\r\n",
-            if status == 200 { "OK" } else { "Not Found" },
-            body.len()
-        );
-        let mut reply = head.into_bytes();
-        reply.extend_from_slice(&body);
-        if writer
-            .write_all(&reply)
-            .and_then(|()| writer.flush())
-            .is_err()
-        {
-            return;
-        }
+fn route(req: &Request, state: &Shared<Codex>, script: &CodexScript) -> Reply {
+    match (req.method.as_str(), req.route()) {
+        ("POST", "/v1/responses") => responses(&req.body, state, script),
+        _ => Reply::json(
+            404,
+            br#"{"error":{"message":"not in the e2e stub"}}"#.to_vec(),
+            "404",
+        ),
     }
 }
 
 /// Answer POST /v1/responses with server-sent events: the next `exec_command` call of
 /// the script, or the final message.
-fn responses(
-    body: &[u8],
-    state: &(Mutex<CodexStubState>, Condvar),
-    script: &CodexScript,
-) -> (u16, &'static str, Vec<u8>, String) {
+fn responses(body: &[u8], state: &Shared<Codex>, script: &CodexScript) -> Reply {
     let Ok(req) = serde_json::from_slice::<Value>(body) else {
-        return (
+        return Reply::json(
             400,
-            "application/json",
             br#"{"error":{"message":"e2e stub: body is not JSON"}}"#.to_vec(),
-            "bad JSON".into(),
+            "bad JSON",
         );
     };
     let session = req["prompt_cache_key"]
@@ -240,18 +141,11 @@ fn responses(
             Some((i["call_id"].as_str()?.to_string(), output))
         })
         .collect();
-    {
-        let mut s = state.0.lock().unwrap();
-        s.bodies.push(String::from_utf8_lossy(body).into_owned());
-        s.tools
+    record(state, &session, body, &outputs, |c| {
+        c.tools
             .entry(session.clone())
             .or_insert_with(|| req["tools"].clone());
-        let seen = s.outputs.entry(session.clone()).or_default();
-        for (k, v) in &outputs {
-            seen.entry(k.clone()).or_insert_with(|| v.clone());
-        }
-    }
-    state.1.notify_all();
+    });
     let next = (0..script.commands.len()).find(|j| !outputs.contains_key(&format!("call_{j}")));
     if !outputs.is_empty() {
         std::thread::sleep(script.pause);
@@ -260,17 +154,7 @@ fn responses(
     if let Some(i) = script.hold_after
         && next.map_or(script.commands.len(), |j| j) == i + 1
     {
-        let call = format!("call_{i}");
-        let (lock, cvar) = state;
-        let started = Instant::now();
-        let _unused = cvar
-            .wait_timeout_while(lock.lock().unwrap(), HOLD_LIMIT, |s| {
-                !s.released
-                    && s.outputs.values().filter(|o| o.contains_key(&call)).count()
-                        < script.sessions
-            })
-            .unwrap();
-        note = format!(" (held {:?})", started.elapsed());
+        note = hold(state, &format!("call_{i}"), script.sessions);
     }
     // A side request of the session (the TUI's title for the thread) offers no shell: it
     // gets the final message, not a step of the script.
@@ -279,7 +163,7 @@ fn responses(
         .is_some_and(|t| t.iter().any(|t| t["name"] == "exec_command"));
     if !offers_shell {
         let note = format!("final message (no exec_command offered) for {session}");
-        return (200, "text/event-stream", sse(&final_message()), note);
+        return Reply::sse(sse(&final_message()), note);
     }
     let woken = script
         .wake
@@ -302,7 +186,7 @@ fn responses(
         } else {
             format!("exec_command call_wake for {session}")
         };
-        return (200, "text/event-stream", sse(&item), note);
+        return Reply::sse(sse(&item), note);
     }
     let item = match next {
         Some(j) if custom_step(&script.commands[j]).is_some() => {
@@ -345,7 +229,7 @@ fn responses(
         Some(j) => format!("exec_command call_{j} for {session}{note}"),
         None => format!("final message for {session}{note}"),
     };
-    (200, "text/event-stream", sse(&item), note)
+    Reply::sse(sse(&item), note)
 }
 
 /// Marks a step made by [`custom_call`].

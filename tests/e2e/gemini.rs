@@ -2,17 +2,15 @@
 //! Gemini API (`streamGenerateContent`), and a runner for headless `gemini -p` sessions.
 //! See docs/e2e.md.
 
-use std::collections::BTreeMap;
-use std::io::{BufReader, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::{npm_install, read_request};
+use super::npm_install;
+use super::stub::{ModelStub, Reply, Request, Shared, hold, record, wait_for_go};
 
 /// The Gemini CLI release these tests were written and checked against.
 pub const GEMINI_VERSION: &str = "0.61.0";
@@ -23,9 +21,6 @@ pub const GEMINI_MODEL: &str = "gemini-2.5-flash";
 
 /// The stub model's final answer.
 pub const GEMINI_FINAL_TEXT: &str = "E2E-GEMINI-DONE";
-
-/// How long a stub holds back its answer at a [`GeminiScript::hold_after`] point at most.
-const HOLD_LIMIT: Duration = Duration::from_secs(120);
 
 /// The `gemini` launcher of the npm package at `GEMINI_VERSION`, installed on first use.
 pub fn gemini() -> PathBuf {
@@ -79,144 +74,36 @@ impl GeminiScript {
     }
 }
 
+/// The stub of the Gemini API: sessions are told apart by the agent id SessionStart's
+/// context names; outputs are by step (`0`, `1`, …: the `functionResponse.response`
+/// Gemini CLI sent, as JSON text).
+pub type GeminiStub = ModelStub<Gemini>;
+
+/// Gemini CLI's stub records nothing more than every stub does.
 #[derive(Default)]
-pub struct GeminiStubState {
-    /// One line per request.
-    pub log: Vec<String>,
-    /// The result of each step (the `functionResponse.response` Gemini CLI sent, as JSON
-    /// text), by session (the agent id SessionStart's context named) and step.
-    pub outputs: BTreeMap<String, BTreeMap<usize, String>>,
-    /// Set by [`GeminiStub::release`]: answer held requests at once.
-    pub released: bool,
-    /// Request bodies, as received.
-    pub bodies: Vec<String>,
-    /// Set by [`GeminiStub::go`].
-    pub go: bool,
-}
+pub struct Gemini;
 
-pub struct GeminiStub {
-    addr: SocketAddr,
-    pub state: Arc<(Mutex<GeminiStubState>, Condvar)>,
-}
-
-impl GeminiStub {
+impl ModelStub<Gemini> {
     pub fn start(script: GeminiScript) -> GeminiStub {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
-        let addr = listener.local_addr().unwrap();
-        let state = Arc::new((Mutex::new(GeminiStubState::default()), Condvar::new()));
-        super::serve_loopback(listener, Arc::clone(&state), script, serve);
-        GeminiStub { addr, state }
-    }
-
-    pub fn base_url(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-
-    /// Let held requests go on.
-    pub fn release(&self) {
-        self.state.0.lock().unwrap().released = true;
-        self.state.1.notify_all();
-    }
-
-    /// Let sessions held by [`GeminiScript::wait_for_go`] make their first step.
-    pub fn go(&self) {
-        self.state.0.lock().unwrap().go = true;
-        self.state.1.notify_all();
-    }
-
-    /// Wait until `n` sessions have sent the result of step `i`; false on timeout.
-    pub fn wait_outputs(&self, i: usize, n: usize, timeout: Duration) -> bool {
-        let (lock, cvar) = &*self.state;
-        let (_guard, result) = cvar
-            .wait_timeout_while(lock.lock().unwrap(), timeout, |s| {
-                s.outputs.values().filter(|o| o.contains_key(&i)).count() < n
-            })
-            .unwrap();
-        !result.timed_out()
-    }
-
-    /// Results of step `i` by session.
-    pub fn outputs_of(&self, i: usize) -> BTreeMap<String, String> {
-        self.state
-            .0
-            .lock()
-            .unwrap()
-            .outputs
-            .iter()
-            .filter_map(|(s, o)| Some((s.clone(), o.get(&i)?.clone())))
-            .collect()
-    }
-
-    pub fn log(&self) -> String {
-        self.state.0.lock().unwrap().log.join("\n")
-    }
-
-    pub fn any_body_contains(&self, needle: &str) -> bool {
-        self.state
-            .0
-            .lock()
-            .unwrap()
-            .bodies
-            .iter()
-            .any(|b| b.contains(needle))
+        ModelStub::serve("", script, route)
     }
 }
 
-fn serve(stream: TcpStream, state: &(Mutex<GeminiStubState>, Condvar), script: &GeminiScript) {
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(300)));
-    let Ok(mut writer) = stream.try_clone() else {
-        return;
-    };
-    let mut reader = BufReader::new(stream);
-    while let Some(req) = read_request(&mut reader) {
-        let (status, content_type, body, note) = if req.method == "POST"
-            && req.path.contains(":streamGenerateContent")
-        {
-            stream_generate(&req.body, state, script)
-        } else if req.method == "POST" && req.path.contains(":generateContent") {
-            // A side request (a summary, a classification): a short text answer.
-            let v = json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "{}"}]}, "finishReason": "STOP"}]});
-            (
-                200,
-                "application/json",
-                v.to_string().into_bytes(),
-                "side request".into(),
-            )
-        } else if req.path.contains(":countTokens") {
-            (
-                200,
-                "application/json",
-                br#"{"totalTokens":1}"#.to_vec(),
-                String::new(),
-            )
-        } else {
-            (
-                404,
-                "application/json",
-                br#"{"error":{"code":404,"message":"not in the e2e stub"}}"#.to_vec(),
-                "404".to_string(),
-            )
-        };
-        state.0.lock().unwrap().log.push(format!(
-            "{} {} ({} bytes) -> {status} {note}",
-            req.method,
-            req.path,
-            req.body.len()
-        ));
-        let head = format!(
-            "HTTP/1.1 {status} {}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: keep-alive\r\n\r\n",
-            if status == 200 { "OK" } else { "Not Found" },
-            body.len()
-        );
-        let mut reply = head.into_bytes();
-        reply.extend_from_slice(&body);
-        if writer
-            .write_all(&reply)
-            .and_then(|()| writer.flush())
-            .is_err()
-        {
-            return;
-        }
+fn route(req: &Request, state: &Shared<Gemini>, script: &GeminiScript) -> Reply {
+    if req.method == "POST" && req.path.contains(":streamGenerateContent") {
+        stream_generate(&req.body, state, script)
+    } else if req.method == "POST" && req.path.contains(":generateContent") {
+        // A side request (a summary, a classification): a short text answer.
+        let v = json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "{}"}]}, "finishReason": "STOP"}]});
+        Reply::json(200, v.to_string(), "side request")
+    } else if req.path.contains(":countTokens") {
+        Reply::json(200, br#"{"totalTokens":1}"#.to_vec(), "")
+    } else {
+        Reply::json(
+            404,
+            br#"{"error":{"code":404,"message":"not in the e2e stub"}}"#.to_vec(),
+            "404",
+        )
     }
 }
 
@@ -235,17 +122,12 @@ fn session_of(req: &Value) -> Option<String> {
 
 /// Answer a streamGenerateContent request (`?alt=sse`) with one server-sent event: the
 /// next step's function call, or the final text.
-fn stream_generate(
-    body: &[u8],
-    state: &(Mutex<GeminiStubState>, Condvar),
-    script: &GeminiScript,
-) -> (u16, &'static str, Vec<u8>, String) {
+fn stream_generate(body: &[u8], state: &Shared<Gemini>, script: &GeminiScript) -> Reply {
     let Ok(req) = serde_json::from_slice::<Value>(body) else {
-        return (
+        return Reply::json(
             400,
-            "application/json",
             br#"{"error":{"code":400,"message":"e2e stub: body is not JSON"}}"#.to_vec(),
-            "bad JSON".into(),
+            "bad JSON",
         );
     };
     let session = session_of(&req).unwrap_or_else(|| "unknown".into());
@@ -256,37 +138,21 @@ fn stream_generate(
         .flat_map(|c| c["parts"].as_array().cloned().unwrap_or_default())
         .filter_map(|p| Some(p.get("functionResponse")?["response"].to_string()))
         .collect();
-    {
-        let mut s = state.0.lock().unwrap();
-        s.bodies.push(String::from_utf8_lossy(body).into_owned());
-        let seen = s.outputs.entry(session.clone()).or_default();
-        for (i, r) in results.iter().enumerate() {
-            seen.entry(i).or_insert_with(|| r.clone());
-        }
-    }
-    state.1.notify_all();
+    let outputs = results
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (i.to_string(), r.clone()))
+        .collect();
+    record(state, &session, body, &outputs, |_| {});
     let next = results.len();
     let mut note = String::new();
     if script.wait_for_go && next == 0 {
-        let (lock, cvar) = state;
-        let started = Instant::now();
-        let _unused = cvar
-            .wait_timeout_while(lock.lock().unwrap(), HOLD_LIMIT, |s| !s.go)
-            .unwrap();
-        note = format!(" (waited {:?} for go)", started.elapsed());
+        note = wait_for_go(state);
     }
     if let Some(i) = script.hold_after
         && next == i + 1
     {
-        let (lock, cvar) = state;
-        let started = Instant::now();
-        let _unused = cvar
-            .wait_timeout_while(lock.lock().unwrap(), HOLD_LIMIT, |s| {
-                !s.released
-                    && s.outputs.values().filter(|o| o.contains_key(&i)).count() < script.sessions
-            })
-            .unwrap();
-        note = format!(" (held {:?})", started.elapsed());
+        note = hold(state, &i.to_string(), script.sessions);
     }
     let part = match script.steps.get(next) {
         Some((tool, args)) => {
@@ -302,12 +168,7 @@ fn stream_generate(
         "candidates": [{ "content": { "role": "model", "parts": [part] }, "finishReason": "STOP" }],
         "usageMetadata": { "promptTokenCount": 1, "candidatesTokenCount": 1, "totalTokenCount": 2 },
     });
-    (
-        200,
-        "text/event-stream",
-        format!("data: {event}\r\n\r\n").into_bytes(),
-        note,
-    )
+    Reply::sse(format!("data: {event}\r\n\r\n"), note)
 }
 
 // ---------------------------------------------------------------------------------------

@@ -13,10 +13,11 @@ pub mod gemini;
 pub mod interactive;
 pub mod mcp;
 pub mod opencode;
+pub mod stub;
 
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::io::Read;
+use std::net::{SocketAddr, TcpListener};
 use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -510,7 +511,7 @@ impl Stub {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
         let addr = listener.local_addr().unwrap();
         let state = Arc::new(Mutex::new(StubState::default()));
-        serve_loopback(listener, Arc::clone(&state), script, serve_connection);
+        stub::serve_loopback(listener, Arc::clone(&state), script, route);
         Stub { addr, state }
     }
 
@@ -613,130 +614,40 @@ pub fn result_text(result: &Value) -> String {
     }
 }
 
-struct Request {
-    method: String,
-    path: String,
-    body: Vec<u8>,
+impl stub::Logged for Mutex<StubState> {
+    fn log_line(&self, line: String) {
+        self.lock().unwrap().log.push(line);
+    }
 }
 
-fn read_request(r: &mut BufReader<TcpStream>) -> Option<Request> {
-    let mut line = String::new();
-    if r.read_line(&mut line).ok()? == 0 {
-        return None;
-    }
-    let mut parts = line.split_whitespace();
-    let method = parts.next()?.to_string();
-    let path = parts.next()?.to_string();
-    let mut length = 0usize;
-    let mut chunked = false;
-    loop {
-        let mut h = String::new();
-        if r.read_line(&mut h).ok()? == 0 {
-            return None;
-        }
-        let h = h.trim_end();
-        if h.is_empty() {
-            break;
-        }
-        if let Some((name, value)) = h.split_once(':') {
-            let value = value.trim();
-            match name.trim().to_ascii_lowercase().as_str() {
-                "content-length" => length = value.parse().ok()?,
-                "transfer-encoding" => chunked = value.eq_ignore_ascii_case("chunked"),
-                _ => {}
+fn route(req: &stub::Request, state: &Mutex<StubState>, script: &Script) -> stub::Reply {
+    match (req.method.as_str(), req.route()) {
+        ("POST", "/v1/messages") => {
+            let (status, content_type, body, note) = messages(&req.body, state, script);
+            stub::Reply {
+                status,
+                content_type,
+                body,
+                note,
             }
         }
-    }
-    let mut body = Vec::new();
-    if chunked {
-        loop {
-            let mut size = String::new();
-            r.read_line(&mut size).ok()?;
-            let size = usize::from_str_radix(size.trim().split(';').next()?, 16).ok()?;
-            let mut chunk = vec![0; size + 2];
-            r.read_exact(&mut chunk).ok()?;
-            if size == 0 {
-                break;
-            }
-            body.extend_from_slice(&chunk[..size]);
-        }
-    } else {
-        body.resize(length, 0);
-        r.read_exact(&mut body).ok()?;
-    }
-    Some(Request { method, path, body })
-}
-
-/// Serve every connection to `listener` on a thread of its own, with the stub's shared
-/// state and its script.
-pub fn serve_loopback<S, T>(
-    listener: TcpListener,
-    state: Arc<S>,
-    script: T,
-    serve: fn(TcpStream, &S, &T),
-) where
-    S: Send + Sync + 'static,
-    T: Send + Sync + 'static,
-{
-    let script = Arc::new(script);
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(stream) = stream else { continue };
-            let state = Arc::clone(&state);
-            let script = Arc::clone(&script);
-            std::thread::spawn(move || serve(stream, &state, &script));
-        }
-    });
-}
-
-fn serve_connection(stream: TcpStream, state: &Mutex<StubState>, script: &Script) {
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(300)));
-    let mut writer = match stream.try_clone() {
-        Ok(w) => w,
-        Err(_) => return,
-    };
-    let mut reader = BufReader::new(stream);
-    while let Some(req) = read_request(&mut reader) {
-        let route = req.path.split('?').next().unwrap_or_default().to_string();
-        let (status, content_type, body, note) = match (req.method.as_str(), route.as_str()) {
-            ("POST", "/v1/messages") => messages(&req.body, state, script),
-            ("POST", "/v1/messages/count_tokens") => (
-                200,
-                "application/json",
-                br#"{"input_tokens":100}"#.to_vec(),
-                "token count".to_string(),
-            ),
-            ("HEAD", _) => (200, "text/plain", Vec::new(), "empty 200".to_string()),
-            _ => (
-                404,
-                "application/json",
-                br#"{"type":"error","error":{"type":"not_found_error","message":"not in the e2e stub"}}"#
-                    .to_vec(),
-                "404".to_string(),
-            ),
-        };
-        state.lock().unwrap().log.push(format!(
-            "{} {} ({} bytes) -> {status} {note}",
-            req.method,
-            req.path,
-            req.body.len()
-        ));
-        let head = format!(
-            "HTTP/1.1 {status} {}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nrequest-id: req_e2e\r\nconnection: keep-alive\r\n\r\n",
-            if status == 200 { "OK" } else { "Not Found" },
-            body.len()
-        );
-        let mut reply = head.into_bytes();
-        if req.method != "HEAD" {
-            reply.extend_from_slice(&body);
-        }
-        if writer
-            .write_all(&reply)
-            .and_then(|()| writer.flush())
-            .is_err()
-        {
-            return;
-        }
+        ("POST", "/v1/messages/count_tokens") => stub::Reply::json(
+            200,
+            br#"{"input_tokens":100}"#.to_vec(),
+            "token count",
+        ),
+        ("HEAD", _) => stub::Reply {
+            status: 200,
+            content_type: "text/plain",
+            body: Vec::new(),
+            note: "empty 200".into(),
+        },
+        _ => stub::Reply::json(
+            404,
+            br#"{"type":"error","error":{"type":"not_found_error","message":"not in the e2e stub"}}"#
+                .to_vec(),
+            "404",
+        ),
     }
 }
 

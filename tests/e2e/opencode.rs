@@ -3,15 +3,16 @@
 //! `opencode.json`), and runners for `opencode run` and `opencode serve`. See docs/e2e.md.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use super::stub::{ModelStub, Reply, Request, Shared, hold, record};
 use super::{COMMAND_TIMEOUT, Running, npm_install, path_with_tasklock};
 
 /// The OpenCode release these tests were written and checked against.
@@ -22,9 +23,6 @@ pub const OPENCODE_FINAL_TEXT: &str = "E2E-OPENCODE-DONE";
 
 /// What starts a turn nobody typed: tasklock's pushed text begins with it.
 pub const WAKE_MARKER: &str = "[tasklock]";
-
-/// How long a stub holds back its answer at a [`OpenCodeScript::hold_after`] point at most.
-const HOLD_LIMIT: Duration = Duration::from_secs(120);
 
 /// The `opencode` binary of the npm package at `OPENCODE_VERSION`, installed on first use.
 pub fn opencode() -> PathBuf {
@@ -82,145 +80,48 @@ pub struct OpenCodeScript {
     pub wake: Option<String>,
 }
 
+/// What the OpenCode stub records besides what every stub does.
 #[derive(Default)]
-pub struct OpenCodeStubState {
-    /// One line per request.
-    pub log: Vec<String>,
-    /// The output of each call, by session (`x-session-id`) and call id.
-    pub outputs: BTreeMap<String, BTreeMap<String, String>>,
+pub struct OpenCode {
     /// The system prompt of each session's first request with tools.
     pub system: BTreeMap<String, String>,
-    pub released: bool,
 }
 
-pub struct OpenCodeStub {
-    addr: SocketAddr,
-    pub state: Arc<(Mutex<OpenCodeStubState>, Condvar)>,
-}
+/// The stub of the Chat Completions API: sessions are told apart by the `x-session-id`
+/// header; outputs are by call id (`call_0`, …, `call_wake`).
+pub type OpenCodeStub = ModelStub<OpenCode>;
 
-impl OpenCodeStub {
+impl ModelStub<OpenCode> {
     pub fn start(script: OpenCodeScript) -> OpenCodeStub {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
-        let addr = listener.local_addr().unwrap();
-        let state = Arc::new((Mutex::new(OpenCodeStubState::default()), Condvar::new()));
-        super::serve_loopback(listener, Arc::clone(&state), script, serve);
-        OpenCodeStub { addr, state }
-    }
-
-    pub fn base_url(&self) -> String {
-        format!("http://{}/v1", self.addr)
-    }
-
-    pub fn release(&self) {
-        self.state.0.lock().unwrap().released = true;
-        self.state.1.notify_all();
-    }
-
-    /// Wait until `n` sessions have sent the output of `call`; false on timeout.
-    pub fn wait_outputs(&self, call: &str, n: usize, timeout: Duration) -> bool {
-        let (lock, cvar) = &*self.state;
-        let (_g, r) = cvar
-            .wait_timeout_while(lock.lock().unwrap(), timeout, |s| {
-                s.outputs.values().filter(|o| o.contains_key(call)).count() < n
-            })
-            .unwrap();
-        !r.timed_out()
-    }
-
-    /// Outputs of `call` by session.
-    pub fn outputs_of(&self, call: &str) -> BTreeMap<String, String> {
-        let s = self.state.0.lock().unwrap();
-        s.outputs
-            .iter()
-            .filter_map(|(id, o)| Some((id.clone(), o.get(call)?.clone())))
-            .collect()
+        ModelStub::serve("/v1", script, route)
     }
 
     pub fn system_of(&self, session: &str) -> Option<String> {
-        self.state.0.lock().unwrap().system.get(session).cloned()
-    }
-
-    pub fn log(&self) -> String {
-        self.state.0.lock().unwrap().log.join("\n")
-    }
-}
-
-struct Request {
-    path: String,
-    session: String,
-    body: Vec<u8>,
-}
-
-fn read_request(r: &mut BufReader<TcpStream>) -> Option<Request> {
-    let mut line = String::new();
-    if r.read_line(&mut line).ok()? == 0 {
-        return None;
-    }
-    let path = line.split_whitespace().nth(1)?.to_string();
-    let (mut length, mut session) = (0usize, String::new());
-    loop {
-        let mut h = String::new();
-        if r.read_line(&mut h).ok()? == 0 {
-            return None;
-        }
-        let h = h.trim_end();
-        if h.is_empty() {
-            break;
-        }
-        if let Some((name, value)) = h.split_once(':') {
-            match name.trim().to_ascii_lowercase().as_str() {
-                "content-length" => length = value.trim().parse().ok()?,
-                "x-session-id" => session = value.trim().to_string(),
-                _ => {}
-            }
-        }
-    }
-    let mut body = vec![0; length];
-    r.read_exact(&mut body).ok()?;
-    Some(Request {
-        path,
-        session,
-        body,
-    })
-}
-
-fn serve(stream: TcpStream, state: &(Mutex<OpenCodeStubState>, Condvar), script: &OpenCodeScript) {
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(300)));
-    let Ok(mut writer) = stream.try_clone() else {
-        return;
-    };
-    let mut reader = BufReader::new(stream);
-    while let Some(req) = read_request(&mut reader) {
-        let body: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
-        let (chunks, note) = if req.path.ends_with("/chat/completions") {
-            answer(&req.session, &body, state, script)
-        } else {
-            (Vec::new(), "not served".to_string())
-        };
-        state
+        self.state
             .0
             .lock()
             .unwrap()
-            .log
-            .push(format!("POST {} [{}] -> {note}", req.path, req.session));
-        let mut sse = String::new();
-        for c in chunks {
-            sse.push_str(&format!("data: {c}\n\n"));
-        }
-        sse.push_str("data: [DONE]\n\n");
-        let head = format!(
-            "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\nconnection: keep-alive\r\n\r\n",
-            sse.len()
-        );
-        if writer
-            .write_all(head.as_bytes())
-            .and_then(|()| writer.write_all(sse.as_bytes()))
-            .and_then(|()| writer.flush())
-            .is_err()
-        {
-            return;
-        }
+            .more
+            .system
+            .get(session)
+            .cloned()
     }
+}
+
+fn route(req: &Request, state: &Shared<OpenCode>, script: &OpenCodeScript) -> Reply {
+    let session = req.header("x-session-id").unwrap_or_default();
+    let body: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
+    let (chunks, note) = if req.path.ends_with("/chat/completions") {
+        answer(session, &req.body, &body, state, script)
+    } else {
+        (Vec::new(), "not served".to_string())
+    };
+    let mut sse = String::new();
+    for c in chunks {
+        sse.push_str(&format!("data: {c}\n\n"));
+    }
+    sse.push_str("data: [DONE]\n\n");
+    Reply::sse(sse, format!("[{session}] {note}"))
 }
 
 fn text_of(content: &Value) -> String {
@@ -270,8 +171,9 @@ fn call(id: &str, step: &Step) -> Vec<String> {
 
 fn answer(
     session: &str,
+    raw: &[u8],
     body: &Value,
-    state: &(Mutex<OpenCodeStubState>, Condvar),
+    state: &Shared<OpenCode>,
     script: &OpenCodeScript,
 ) -> (Vec<String>, String) {
     let messages = body["messages"].as_array().cloned().unwrap_or_default();
@@ -295,15 +197,9 @@ fn answer(
         .map(|m| text_of(&m["content"]))
         .collect::<Vec<_>>()
         .join("\n");
-    {
-        let mut s = state.0.lock().unwrap();
-        s.outputs
-            .entry(session.to_string())
-            .or_default()
-            .extend(outputs.clone());
-        s.system.entry(session.to_string()).or_insert(system);
-    }
-    state.1.notify_all();
+    record(state, session, raw, &outputs, |o| {
+        o.system.entry(session.to_string()).or_insert(system);
+    });
     // A turn nobody typed.
     if last["role"] == "user"
         && text_of(&last["content"]).contains(WAKE_MARKER)
@@ -327,12 +223,7 @@ fn answer(
     if let Some(h) = script.hold_after
         && done == h + 1
     {
-        let call = format!("call_{h}");
-        let (lock, cvar) = state;
-        let _ = cvar.wait_timeout_while(lock.lock().unwrap(), HOLD_LIMIT, |s| {
-            !s.released
-                && s.outputs.values().filter(|o| o.contains_key(&call)).count() < script.sessions
-        });
+        hold(state, &format!("call_{h}"), script.sessions);
     }
     match script.steps.get(done) {
         Some(step) => (call(&format!("call_{done}"), step), format!("call_{done}")),
