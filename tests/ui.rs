@@ -37,6 +37,15 @@ impl Ui {
     /// As `start`, with at most `files` open descriptors (`ulimit -n` in a shell that
     /// then becomes the server: its pid is the server's).
     fn start_in(env: &Env, extra: &[&str], files: Option<u32>) -> Ui {
+        Ui::launch(env, extra, files, &[])
+    }
+
+    /// As `start`, with more environment variables.
+    fn start_with(env: &Env, vars: &[(&str, &str)]) -> Ui {
+        Ui::launch(env, &[], None, vars)
+    }
+
+    fn launch(env: &Env, extra: &[&str], files: Option<u32>, vars: &[(&str, &str)]) -> Ui {
         let mut cmd = match files {
             None => Command::new(env!("CARGO_BIN_EXE_tasklock")),
             Some(n) => {
@@ -62,6 +71,7 @@ impl Ui {
         if env.operator {
             cmd.env("TASKLOCK_OPERATOR_SECRET", common::OPERATOR_SECRET);
         }
+        cmd.envs(vars.iter().copied());
         cmd.arg("--dir")
             .arg(env.dir())
             .args(["ui", "--no-open"])
@@ -1440,4 +1450,124 @@ fn a_big_fleet_in_the_browser_a_page_of_rows_and_the_server_finds_the_rest() {
         "the last key first",
         "return document.querySelector('#checkouts tbody tr').cells[0].textContent === 'task-149'",
     );
+}
+
+/// The metric `name` (with `label` = `value`, when given) in a scrape, as a number.
+fn sample(scrape: &prometheus_parse::Scrape, name: &str, label: Option<(&str, &str)>) -> f64 {
+    let found = scrape
+        .samples
+        .iter()
+        .find(|s| s.metric == name && label.is_none_or(|(k, v)| s.labels.get(k) == Some(v)));
+    match found.map(|s| &s.value) {
+        Some(prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Gauge(v)) => *v,
+        Some(prometheus_parse::Value::Histogram(buckets)) => {
+            buckets.iter().map(|b| b.count).fold(0.0, f64::max)
+        }
+        other => panic!("{name} {label:?}: {other:?}"),
+    }
+}
+
+/// `/metrics`: Prometheus' text format behind the page's token (given as a bearer token, as
+/// a Prometheus scrape sends it; `TASKLOCK_UI_TOKEN` keeps it across restarts), parsed
+/// by a Prometheus text-format parser: the fleet's gauges, and the events, holds and waits
+/// that happen while the server runs, with labels that never name a key or an agent.
+#[test]
+fn metrics_for_prometheus_behind_the_token() {
+    let env = Env::new();
+    let token = "metrics-token-0123456789abcdef0123456789";
+    let refused = env.run_env(
+        None,
+        &["ui", "--no-open"],
+        &[("TASKLOCK_UI_TOKEN", "short")],
+    );
+    assert_eq!(refused.code, 64, "{}", refused.text());
+
+    real_ok(&env, "alice", &["checkout", "metrics-key"]);
+    let ui = Ui::start_with(&env, &[("TASKLOCK_UI_TOKEN", token)]);
+    assert_eq!(ui.token, token);
+    let host = format!("127.0.0.1:{}", ui.port);
+    let scrape = || {
+        let bearer = format!("Bearer {token}");
+        let a = ui.http(
+            "GET",
+            "/metrics",
+            &[("Host", &host), ("Authorization", &bearer)],
+            "",
+        );
+        assert_eq!(a.status, 200, "{}", a.body);
+        assert!(
+            a.header("content-type")
+                .unwrap()
+                .starts_with("text/plain; version=0.0.4"),
+            "{}",
+            a.head
+        );
+        let lines = a.body.lines().map(|l| Ok(l.to_string()));
+        (prometheus_parse::Scrape::parse(lines).unwrap(), a.body)
+    };
+    let anonymous = ui.http("GET", "/metrics", &[("Host", &host)], "");
+    assert_eq!(anonymous.status, 403);
+    let wrong = ui.http(
+        "GET",
+        "/metrics",
+        &[
+            ("Host", &host),
+            (
+                "Authorization",
+                "Bearer metrics-token-not-this-one-0123456789",
+            ),
+        ],
+        "",
+    );
+    assert_eq!(wrong.status, 403);
+
+    let started = Instant::now();
+    let (first, text) = loop {
+        let (s, text) = scrape();
+        if sample(&s, "tasklock_up", None) == 1.0 {
+            break (s, text);
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "{text}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(sample(&first, "tasklock_checkouts", None), 1.0, "{text}");
+    assert_eq!(
+        sample(&first, "tasklock_agents", Some(("state", "alive"))),
+        1.0,
+        "{text}"
+    );
+    assert!(
+        !text.contains("metrics-key") && !text.contains("alice"),
+        "{text}"
+    );
+
+    // bob queues, alice releases, bob takes the key: one hold ended, one wait ended.
+    real_ok(&env, "bob", &["checkout", "metrics-key", "--queue"]);
+    real_ok(&env, "alice", &["release", "metrics-key"]);
+    real_ok(&env, "bob", &["checkout", "metrics-key"]);
+    let (last, text) = loop {
+        let (s, text) = scrape();
+        if sample(&s, "tasklock_wait_duration_seconds", None) >= 1.0 {
+            break (s, text);
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "{text}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(
+        sample(&last, "tasklock_checkout_duration_seconds", None),
+        1.0,
+        "{text}"
+    );
+    assert_eq!(
+        sample(&last, "tasklock_events_total", Some(("event", "acquire"))),
+        1.0,
+        "{text}"
+    );
+    assert_eq!(
+        sample(&last, "tasklock_events_total", Some(("event", "queue"))),
+        1.0,
+        "{text}"
+    );
+    assert_eq!(sample(&last, "tasklock_checkouts", None), 1.0, "{text}");
+    assert_eq!(sample(&last, "tasklock_waiting", None), 0.0, "{text}");
 }

@@ -4,6 +4,7 @@
 //! on `engine::fleet::snapshot`, read with no lock taken and nothing written, and woken by
 //! the store's own change signal.
 
+mod metrics;
 mod server;
 pub mod timeline;
 pub mod top;

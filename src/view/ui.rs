@@ -116,6 +116,8 @@ struct Shared {
     /// The last timeline drawn for another window or by agent, with the snapshot version,
     /// window and rows it was drawn for: open pages ask every two seconds.
     drawn: Mutex<Option<Drawn>>,
+    /// What `/metrics` counts: the events the watcher followed, the durations they show.
+    metrics: Mutex<super::metrics::Metrics>,
 }
 
 /// A timeline drawn: for which snapshot version, window and rows, and the SVG.
@@ -177,6 +179,27 @@ impl Shared {
     }
 }
 
+/// The page's token: `TASKLOCK_UI_TOKEN` when set (so that a Prometheus scrape, or a
+/// bookmark, keeps working across restarts), else a random one.
+fn token() -> Result<String> {
+    match std::env::var("TASKLOCK_UI_TOKEN") {
+        Ok(t) if !t.is_empty() => {
+            let fits = t.len() >= 32
+                && t.len() <= 256
+                && t.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+            if fits {
+                Ok(t)
+            } else {
+                Err(Error::Usage(
+                    "TASKLOCK_UI_TOKEN: 32 to 256 letters, digits, `-` or `_` (for example `openssl rand -hex 24`)".into(),
+                ))
+            }
+        }
+        _ => random_token(),
+    }
+}
+
 fn random_token() -> Result<String> {
     let mut b = [0u8; 24];
     std::fs::File::open("/dev/urandom")
@@ -204,7 +227,7 @@ fn serve(a: &Args) -> Result<()> {
         .port();
     let server = server::Server::new(listener)?;
     let shared = Arc::new(Shared {
-        token: random_token()?,
+        token: token()?,
         port,
         listen: a.listen,
         global: a.global.clone(),
@@ -212,6 +235,7 @@ fn serve(a: &Args) -> Result<()> {
         state: Mutex::new(None),
         versions: tokio::sync::watch::Sender::new(0),
         drawn: Mutex::new(None),
+        metrics: Mutex::new(Default::default()),
     });
     let host = match a.listen {
         IpAddr::V6(ip) if !ip.is_unspecified() => format!("[{ip}]"),
@@ -317,6 +341,13 @@ fn watch(shared: Arc<Shared>, events: VecDeque<AuditEvent>) {
                 continue;
             }
             sent = print.map(|p| (p, std::time::Instant::now()));
+            {
+                let mut m = shared.metrics.lock().unwrap_or_else(|p| p.into_inner());
+                m.follow(&new);
+                if let Ok(f) = &read {
+                    m.read(f);
+                }
+            }
             if !new.is_empty() {
                 let kept = Arc::make_mut(&mut events);
                 for e in new {
@@ -745,6 +776,10 @@ impl Shared {
     /// give headers: the event stream, the picture) in the query.
     fn authorised(&self, req: &Request) -> bool {
         req.header("x-tasklock-token")
+            .or_else(|| {
+                req.header("authorization")
+                    .and_then(|a| a.strip_prefix("Bearer "))
+            })
             .map(str::to_string)
             .or_else(|| req.param("token"))
             .is_some_and(|t| same(&t, &self.token))
@@ -796,6 +831,7 @@ impl server::App for Shared {
                 Err(e) => Response::text(400, &e),
             },
             ("GET", "/api/key") => key_part(&self, &req),
+            ("GET", "/metrics") => metrics(&self),
             ("POST", "/api/release") | ("POST", "/api/freeze") => change(&self, &req),
             ("GET" | "POST", _) => Response::text(404, "no such page"),
             _ => Response::text(405, "only GET, and POST from the page"),
@@ -807,6 +843,18 @@ impl server::App for Shared {
             headers.insert(k, hyper::header::HeaderValue::from_static(v));
         }
     }
+}
+
+/// `/metrics`: Prometheus' text format (see `view::metrics`).
+fn metrics(shared: &Shared) -> Response {
+    let snap = shared.snapshot();
+    let fleet = snap.as_ref().and_then(|s| s.fleet.as_deref());
+    let text = shared
+        .metrics
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .render(fleet);
+    Response::new(200, "text/plain; version=0.0.4; charset=utf-8", text)
 }
 
 /// `/api/fleet`: the page's view of the snapshot, or one table of it.
