@@ -135,6 +135,9 @@ pub enum Command {
     /// ends it). Your own lock directory is never used; when the demo ends, every process
     /// it started has ended and its directory is removed.
     Demo(DemoArgs),
+    /// Tell the events `notify:` asks for to its webhooks (started by other commands)
+    #[command(name = "notify-drain", hide = true)]
+    NotifyDrain,
     /// MCP server on stdin/stdout: the checkout tools for MCP clients (one server = one agent)
     Mcp,
     /// Append a checkpoint to KEY's history (holder only)

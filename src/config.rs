@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 
@@ -45,6 +45,8 @@ pub struct Config {
     /// `slots:`, keys with slots: a key (or a prefix ending in `*`) and how many agents
     /// may hold it at once. The first entry that covers a key applies.
     pub slots: Vec<(String, u32)>,
+    /// `notify:`, webhooks told of deaths, deadlocks, handoffs and the like.
+    pub notify: Vec<NotifyTarget>,
 }
 
 /// `enforce:`, what the edit hook (PreToolUse on Edit, Write, MultiEdit, NotebookEdit)
@@ -80,6 +82,7 @@ impl Default for Config {
             enforce: Enforce::Deny,
             auto_checkout: false,
             slots: Vec::new(),
+            notify: Vec::new(),
         }
     }
 }
@@ -104,6 +107,7 @@ struct RawConfig {
     enforce: Option<String>,
     auto_checkout: Option<bool>,
     slots: Option<Vec<SlotsEntry>>,
+    notify: Option<Vec<RawNotify>>,
 }
 
 /// One entry of `slots:`: `- key: cargo-build` / `slots: 3`.
@@ -317,6 +321,7 @@ impl Config {
         if let Some(a) = raw.auto_checkout {
             c.auto_checkout = a;
         }
+        c.notify = parse_notify(raw.notify.unwrap_or_default())?;
         if c.stalled_after > c.dead_after {
             return Err("stalled_after must not be longer than dead_after".into());
         }
@@ -324,7 +329,7 @@ impl Config {
     }
 }
 
-const SETTINGS: &str = "lease, heartbeat_interval, sweep_interval, stalled_after, dead_after, handoff_grace, max_hold, audit_max_size, audit_keep, agent_retention, guard_timeout, store, session_store, enforce, auto_checkout";
+const SETTINGS: &str = "lease, heartbeat_interval, sweep_interval, stalled_after, dead_after, handoff_grace, max_hold, audit_max_size, audit_keep, agent_retention, guard_timeout, store, session_store, enforce, auto_checkout, slots, notify";
 
 /// A YAML error in words that never quote the file: the parser's own messages can
 /// (`invalid type: string "…"`), and config.yaml may be a link to, or a copy of, a
@@ -335,6 +340,25 @@ fn yaml_error(e: &serde_norway::Error) -> String {
         .map(|l| format!(" at line {} column {}", l.line(), l.column()))
         .unwrap_or_default();
     let full = e.to_string();
+    if let Some((path, rest)) = full.split_once(": unknown field `")
+        && let Some(section) = ["slots", "notify"].iter().find(|s| path.starts_with(*s))
+    {
+        let name = rest.split('`').next().unwrap_or("");
+        let plausible = !name.is_empty()
+            && name.len() <= 32
+            && name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_');
+        let named = if plausible {
+            format!(" `{name}`")
+        } else {
+            String::new()
+        };
+        let takes = if *section == "slots" {
+            "key, slots"
+        } else {
+            "url, on, format"
+        };
+        return format!("unknown setting{named} in `{section}`{at}; an entry there takes {takes}");
+    }
     if let Some(rest) = full.strip_prefix("unknown field `") {
         let name = rest.split('`').next().unwrap_or("");
         let plausible = !name.is_empty()
@@ -551,4 +575,119 @@ mod tests {
         assert!(e.contains("deny, warn, off"), "{e}");
         assert!(Config::parse("auto_checkout: sometimes\n").is_err());
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// `notify:`: webhooks told of events (engine::notify sends them)
+// ---------------------------------------------------------------------------------------
+
+/// One entry of `notify:`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotifyTarget {
+    pub url: String,
+    /// The kinds of events told (all of them when `on:` is left out).
+    pub on: Vec<NotifyKind>,
+    pub form: NotifyForm,
+}
+
+/// What is told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NotifyKind {
+    /// A checkout ended because its holder died.
+    Death,
+    /// A checkout ended because its lease ran out.
+    Expired,
+    /// A request refused, or a waiter dropped, for a wait-for cycle.
+    Deadlock,
+    /// A freed key reserved for the head of its queue.
+    Handoff,
+    /// A reservation that ran out and passed on.
+    Lapse,
+    /// A live holder's checkout force-released.
+    ForceRelease,
+    Freeze,
+    Unfreeze,
+}
+
+const KINDS: [(&str, NotifyKind); 8] = [
+    ("death", NotifyKind::Death),
+    ("expired", NotifyKind::Expired),
+    ("deadlock", NotifyKind::Deadlock),
+    ("handoff", NotifyKind::Handoff),
+    ("lapse", NotifyKind::Lapse),
+    ("force_release", NotifyKind::ForceRelease),
+    ("freeze", NotifyKind::Freeze),
+    ("unfreeze", NotifyKind::Unfreeze),
+];
+
+/// The body sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotifyForm {
+    /// The event as a JSON object (docs/json.md, "notify").
+    Json,
+    /// `{"text": …}`, as Slack's (and Mattermost's, Discord's `/slack`) incoming webhooks take.
+    Slack,
+    /// The sentence as plain text with a `Title` header, as ntfy takes it.
+    Ntfy,
+}
+
+/// `notify:` as written in `config.yaml`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawNotify {
+    url: String,
+    on: Option<Vec<String>>,
+    format: Option<String>,
+}
+
+/// Check `notify:`; the message names the entry at fault.
+fn parse_notify(raw: Vec<RawNotify>) -> std::result::Result<Vec<NotifyTarget>, String> {
+    raw.into_iter()
+        .map(|r| {
+            let url = r.url.trim().to_string();
+            if !(url.starts_with("http://") || url.starts_with("https://")) || url.contains(' ') {
+                return Err(format!(
+                    "notify: `url` must be an http:// or https:// URL, not {:?}",
+                    notify_mask(&url)
+                ));
+            }
+            let on = match r.on {
+                None => KINDS.iter().map(|(_, k)| *k).collect(),
+                Some(names) => names
+                    .iter()
+                    .map(|n| {
+                        KINDS
+                            .iter()
+                            .find(|(w, _)| *w == n.trim())
+                            .map(|(_, k)| *k)
+                            .ok_or_else(|| {
+                                let all: Vec<&str> = KINDS.iter().map(|(w, _)| *w).collect();
+                                format!("notify: `on` takes {}, not {n:?}", all.join(", "))
+                            })
+                    })
+                    .collect::<std::result::Result<Vec<NotifyKind>, String>>()?,
+            };
+            let form = match r.format.as_deref().map(str::trim) {
+                None | Some("json") => NotifyForm::Json,
+                Some("slack") => NotifyForm::Slack,
+                Some("ntfy") => NotifyForm::Ntfy,
+                Some(f) => {
+                    return Err(format!(
+                        "notify: `format` is json, slack or ntfy, not {f:?}"
+                    ));
+                }
+            };
+            Ok(NotifyTarget { url, on, form })
+        })
+        .collect()
+}
+
+/// The URL without what may be a secret in it (a Slack webhook's path is one): for
+/// messages and the failures `doctor` shows.
+pub fn notify_mask(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let host = rest.split(['/', '?']).next().unwrap_or_default();
+    let host = host.rsplit('@').next().unwrap_or(host);
+    format!("{scheme}://{host}/…")
 }

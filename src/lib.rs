@@ -49,6 +49,8 @@ where
     // Once the command's changes stand (and its output is out), push the inbox messages it
     // wrote into the sessions that can be reached.
     engine::deliver::flush();
+    // And, where `notify:` asks for it, have the events it wrote told to webhooks.
+    engine::notify::flush();
     code
 }
 
@@ -118,6 +120,9 @@ fn run_command(args: Vec<OsString>) -> i32 {
     }
     if let Command::Demo(a) = &cli.command {
         return demo::run(&cli.global, a);
+    }
+    if let Command::NotifyDrain = &cli.command {
+        return notify_drain(&cli.global);
     }
     if let Command::Audit(cli::AuditArgs {
         since,
@@ -213,6 +218,25 @@ fn run_command(args: Vec<OsString>) -> i32 {
     }
 }
 
+/// `tasklock notify-drain`, started detached by a command whose configuration has
+/// `notify:`: nobody reads what it says, so failures go to `doctor` through its records.
+fn notify_drain(global: &cli::Global) -> i32 {
+    let result = discover::read_dir(global.dir.as_deref()).and_then(|dir| {
+        let ctx = Ctx {
+            dir,
+            now: clock::now()?,
+            agent_flag: None,
+            name_flag: None,
+            cfg: Default::default(),
+        };
+        engine::notify::drain(&ctx)
+    });
+    match result {
+        Ok(()) => EXIT_OK,
+        Err(e) => e.exit_code(),
+    }
+}
+
 fn execute(cli: Cli) -> Result<report::Report, Error> {
     // For `audit`, --agent filters the log instead of naming the caller.
     let audit_agent = cli.global.agent.clone();
@@ -264,6 +288,7 @@ fn execute(cli: Cli) -> Result<report::Report, Error> {
         | Command::Top(_)
         | Command::Ui(_)
         | Command::Demo(_)
+        | Command::NotifyDrain
         | Command::Setup(_) => {
             unreachable!("handled before")
         }

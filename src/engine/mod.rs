@@ -13,6 +13,7 @@ pub mod deliver;
 pub mod dry;
 pub mod edits;
 pub mod fleet;
+pub mod notify;
 pub mod paths;
 pub mod queue;
 pub mod slots;
@@ -93,10 +94,14 @@ impl Ctx {
     /// it is never read again (under the guard) to give the same error.
     pub fn config(&self) -> Result<Config> {
         let r = self.cfg.get_or_init(|| {
-            Config::load(&self.dir).map_err(|e| match e {
+            let c = Config::load(&self.dir).map_err(|e| match e {
                 crate::error::Error::Config { path, message } => (path, message),
                 other => (self.dir.join(Config::FILE), other.to_string()),
-            })
+            });
+            if c.as_ref().is_ok_and(|c| !c.notify.is_empty()) {
+                notify::configured(&self.dir);
+            }
+            c
         });
         r.clone()
             .map_err(|(path, message)| crate::error::Error::Config { path, message })
