@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use super::slots::Holders;
 use super::take::Join;
+use crate::error::Outcome;
 use crate::report::{OverlapView, Reaped};
 use crate::store::{Freeze, Queue, Record, Reservation};
 
@@ -132,6 +133,20 @@ pub enum Decision {
 }
 
 impl Decision {
+    /// The outcome a checkout reports for this decision (none for a damaged record: an
+    /// error).
+    pub fn outcome(&self) -> Option<Outcome> {
+        Some(match self {
+            Decision::Corrupt { .. } => return None,
+            Decision::Frozen(..) => Outcome::Frozen,
+            Decision::NotYours(_) => Outcome::SecretRefused,
+            Decision::Renew(_) => Outcome::AlreadyHeld,
+            Decision::Grant => Outcome::Granted,
+            Decision::Refuse(_) | Decision::Queue(_) => Outcome::Conflict,
+            Decision::WaitDeadlock(..) | Decision::Deadlock(_) => Outcome::Deadlock,
+        })
+    }
+
     /// Is this a grant (or a renewal adding paths) whose wait-for cycle must be read
     /// before it stands?
     pub fn grants_paths_or_key(&self, s: &KeyState) -> bool {

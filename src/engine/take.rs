@@ -539,7 +539,9 @@ pub fn apply(
     s: KeyState,
     d: Decision,
 ) -> Result<CheckoutReport> {
-    let mut r = CheckoutReport::new(ctx.now, &s.key, Outcome::Granted, None);
+    // The outcome is the decision's; a damaged record is an error instead.
+    let outcome = d.outcome().unwrap_or(Outcome::Conflict);
+    let mut r = CheckoutReport::new(ctx.now, &s.key, outcome, None);
     r.paths = req.paths.clone();
     r.slots = s.capacity();
     r.took_over = s.took_over.clone();
@@ -552,14 +554,12 @@ pub fn apply(
         Decision::Frozen(f, holder) => apply_frozen(ctx, store, guard, req, join, (f, holder), r),
         Decision::NotYours(current) => {
             crate::engine::holder_refused(ctx, store, guard, &current, "checkout")?;
-            r.outcome = Outcome::SecretRefused;
             r.checkout = Some(CheckoutView::from(&current));
             Ok(r)
         }
         Decision::Renew(current) => apply_renew(ctx, store, guard, req, s, current, r),
         Decision::Grant => apply_grant(ctx, store, guard, req, s, r),
         Decision::Deadlock(cycle) => {
-            r.outcome = Outcome::Deadlock;
             in_the_way(&s, None, &mut r);
             deadlocked(ctx, store, guard, req, r, cycle, &s.queue)
         }
@@ -608,7 +608,6 @@ fn apply_frozen(
     if !matches!(join, Join::Wait(_)) {
         store.audit(guard, &ev)?;
     }
-    r.outcome = Outcome::Frozen;
     r.checkout = holder;
     r.frozen = Some(f);
     Ok(r)
@@ -649,7 +648,6 @@ fn apply_renew(
         ),
         store.audit(guard, &ctx.event("renew", &renewed)),
     );
-    r.outcome = Outcome::AlreadyHeld;
     r.checkout = Some(CheckoutView::from(&renewed));
     Ok(r)
 }
@@ -720,7 +718,6 @@ fn apply_refusal(
 ) -> Result<CheckoutReport> {
     let key = s.key.as_str();
     let mut q = s.queue.clone();
-    r.outcome = Outcome::Conflict;
     if matches!(b, Blocked::Paths { .. }) {
         r.overlaps = s.blockers.clone();
     }
@@ -738,7 +735,6 @@ fn apply_refusal(
                 queue::leave(ctx, store, guard, key, &req.agent.id, "deadlock")?;
                 q = store.read_queue(key)?;
             }
-            r.outcome = Outcome::Deadlock;
             r.cycle = cycle;
         }
         Some(None) => {
