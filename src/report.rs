@@ -690,11 +690,7 @@ pub struct WhyReport {
     /// The agent asking, when known: the answer is for it.
     pub agent: Option<String>,
     pub can_checkout: bool,
-    /// `free`, `yours`, `held`, `ended` (its holder is dead or its lease ran out: the next
-    /// checkout takes it over), `reserved` (for another agent), `reserved_for_you`,
-    /// `paths_held`, `deadlock`, `secret_refused` (yours, bound to a secret the caller
-    /// did not give), `frozen` or `corrupt`.
-    pub state: String,
+    pub state: WhyState,
     /// Plain-word explanations, most important first.
     pub reasons: Vec<String>,
     pub next: String,
@@ -713,6 +709,48 @@ pub struct WhyReport {
     /// checkout would fail with an error).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub decision: Option<crate::error::Outcome>,
+}
+
+/// What `why` says of a key, in one word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WhyState {
+    Free,
+    /// The caller's.
+    Yours,
+    /// Another agent's (or every slot taken).
+    Held,
+    /// Its holder is dead or its lease ran out: the next checkout takes it over.
+    Ended,
+    /// Reserved for another agent, the head of its queue.
+    Reserved,
+    ReservedForYou,
+    /// Paths asked about are held by others.
+    PathsHeld,
+    /// Taking it would close a wait-for cycle.
+    Deadlock,
+    /// Yours, bound to a secret the caller did not give.
+    SecretRefused,
+    Frozen,
+    Corrupt,
+}
+
+impl WhyState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WhyState::Free => "free",
+            WhyState::Yours => "yours",
+            WhyState::Held => "held",
+            WhyState::Ended => "ended",
+            WhyState::Reserved => "reserved",
+            WhyState::ReservedForYou => "reserved_for_you",
+            WhyState::PathsHeld => "paths_held",
+            WhyState::Deadlock => "deadlock",
+            WhyState::SecretRefused => "secret_refused",
+            WhyState::Frozen => "frozen",
+            WhyState::Corrupt => "corrupt",
+        }
+    }
 }
 
 /// The advice of `why`.

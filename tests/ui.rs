@@ -487,6 +487,9 @@ fn events_carry_changes_made_elsewhere() {
             .any(|l| l.as_str().unwrap().contains("bob holds it")),
         "{j}"
     );
+    // The verdict leads, with the state, read from `why`'s typed answer (the view has no
+    // agent: no checkout of its own is decided).
+    assert_eq!(j["why"][0], "You cannot check it out now (held).", "{j}");
     assert_eq!(j["history"][0]["event"], "acquire", "{j}");
     assert_eq!(ui.get("/api/key").status, 400);
     // By agent: bob's row says what he holds.

@@ -1,210 +1,346 @@
-//! `why KEY`: plain words on whether this agent can check KEY out now, and why not.
+//! `why KEY`: plain words on whether this agent can check KEY out now, and why not. The
+//! verdict is the checkout's own [`Decision`] (made by `take::decided` on a [`DryRun`] of
+//! the store: nothing written), put in words with what the store shows around it.
 
-use crate::clock::with_relative;
+use crate::clock::{Time, with_relative};
+use crate::engine::decide::{Blocked, Decision, Holding, KeyState};
 use crate::engine::dry::DryRun;
-use crate::engine::take::{Join, Request, attempt, with_registered_pid};
+use crate::engine::slots::Holders;
+use crate::engine::take::{Join, Request, decided, with_registered_pid};
 use crate::engine::{Ctx, Judge, ReapReason};
-use crate::error::{Outcome, Result};
+use crate::error::{Error, Outcome, Result};
 use crate::liveness::{Cause, State};
-use crate::report::{CheckoutReport, Report, WhyNext, WhyReport};
-use crate::store::Slot;
+use crate::report::{Report, WhyNext, WhyReport, WhyState};
+use crate::store::{Delivery, Freeze, Queue, Record, Slot, Store};
 
 pub fn run(ctx: &Ctx, key: &str, paths: Vec<String>) -> Result<Report> {
     crate::key::validate(key)?;
-    let me = ctx.agent_id().ok();
-    let mut reasons = Vec::new();
-    let mut can = true;
-    let mut state = "free";
-    // Your place in the key's queue, and who holds the key (alive), when known.
-    let mut position = None;
-    // The push of the reservation's message, when the key is reserved.
-    let mut delivery = None;
-    let mut holder: Option<String> = None;
+    let mut a = Answer::new(ctx.agent_id().ok(), ctx.now);
     if let Some(store) = ctx.existing_store()? {
-        let now = ctx.now;
-        if let Some(f) = store.frozen(key, &now)? {
-            can = false;
-            state = "frozen";
-            reasons.push(format!(
-                "It is frozen by {} until {}{}{}. Nobody can check it out until then.",
-                f.by,
-                with_relative(&f.until, &now),
-                if f.pattern != key {
-                    format!(", by the freeze on `{}`", f.pattern)
-                } else {
-                    String::new()
-                },
-                f.reason
-                    .as_deref()
-                    .map(|r| format!("; the reason given: {r}"))
-                    .unwrap_or_default()
-            ));
+        a.words(ctx, &*store, key, &paths)?;
+    }
+    // What `checkout KEY` would decide now: the checkout's own decision, made without
+    // acting. Where the words judged otherwise, the decision stands.
+    if a.me.is_some()
+        && a.state != WhyState::Corrupt
+        && let Some(store) = ctx.existing_store()?
+    {
+        match decision(ctx, &*store, key, &paths) {
+            Ok((s, d)) => a.follow(&s, &d),
+            Err(e) => a.failed(&e),
         }
-        let mut judge = Judge::new(ctx, &*store);
+    }
+    Ok(Report::Why(a.finish(key, paths)))
+}
+
+/// What `checkout KEY` (with `paths`) would decide for the caller now, with the key's
+/// state it was decided on: made on a [`DryRun`] of the store, so that nothing is
+/// written; or the error the checkout would fail with (bad settings, a key with slots
+/// asked for paths).
+fn decision(
+    ctx: &Ctx,
+    store: &dyn Store,
+    key: &str,
+    paths: &[String],
+) -> Result<(KeyState, Decision)> {
+    let mut req = Request::new(ctx, None, None, None)?;
+    req.paths = paths.to_vec();
+    DryRun::new(store).run(|store, guard| {
+        let req = with_registered_pid(ctx, store, guard, req)?;
+        decided(ctx, store, guard, &req, key, Join::No)
+    })
+}
+
+/// `why`'s answer as it is made: the words of what the store shows, then the checkout's
+/// decision, which stands.
+struct Answer {
+    me: Option<String>,
+    now: Time,
+    state: WhyState,
+    can: bool,
+    reasons: Vec<String>,
+    /// Your place in the key's queue, and who holds the key (alive), when known.
+    position: Option<usize>,
+    holder: Option<String>,
+    /// The push of the reservation's message, when the key is reserved.
+    delivery: Option<Delivery>,
+    /// A freeze covers the key.
+    frozen: bool,
+    /// Its record was written by a newer tasklock.
+    newer: bool,
+    /// On a deadlock: the key through whose queue the cycle runs.
+    deadlock_via: Option<String>,
+    decision: Option<Outcome>,
+}
+
+impl Answer {
+    fn new(me: Option<String>, now: Time) -> Answer {
+        Answer {
+            me,
+            now,
+            state: WhyState::Free,
+            can: true,
+            reasons: Vec::new(),
+            position: None,
+            holder: None,
+            delivery: None,
+            frozen: false,
+            newer: false,
+            deadlock_via: None,
+            decision: None,
+        }
+    }
+
+    fn is_me(&self, agent: &str) -> bool {
+        self.me.as_deref() == Some(agent)
+    }
+
+    /// What the store shows of the key, in words.
+    fn words(&mut self, ctx: &Ctx, store: &dyn Store, key: &str, paths: &[String]) -> Result<()> {
+        if let Some(f) = store.frozen(key, &self.now)? {
+            self.frozen_words(&f, key);
+        }
+        let mut judge = Judge::new(ctx, store);
         let own = store.read(key)?;
         let queue = store.read_queue(key)?;
-        let with_slots = crate::engine::slots::Holders::read(&*store, key, Some(&queue), &own)?;
+        let with_slots = Holders::read(store, key, Some(&queue), &own)?;
         if let Some(h) = &with_slots {
-            let mut live = Vec::new();
-            for r in &h.records {
-                if !r.breakable(&now) && !judge.holder(r)?.dead() {
-                    live.push(r);
-                }
-            }
-            // Yours unless it has ended for you (as `checkout` judges it).
-            let mine = match me.as_deref().and_then(|m| h.of(m)) {
-                Some(r) if judge.own_end(r)?.is_none() => Some(r),
-                _ => None,
-            };
-            let others_reserved = queue
-                .reservations
-                .iter()
-                .filter(|r| Some(r.agent.as_str()) != me.as_deref())
-                .count();
-            let held: Vec<String> = live
-                .iter()
-                .map(|r| match r.slot {
-                    Some(n) => format!("{} (slot {n}, token {})", r.agent.label(), r.token),
-                    None => format!("{} (token {})", r.agent.label(), r.token),
-                })
-                .collect();
-            if let Some(r) = mine {
-                state = "yours";
-                reasons.push(format!(
-                    "You hold slot {} of its {} (token {}); your lease ends {}. Checking it out again renews it.",
-                    r.slot.unwrap_or(1),
-                    h.capacity,
-                    r.token,
-                    with_relative(&r.expires_at, &now)
-                ));
-            } else if live.len() + others_reserved < h.capacity as usize
-                || queue
-                    .reserved_for(me.as_deref().unwrap_or_default())
-                    .is_some()
-            {
-                reasons.push(format!(
-                    "It has {} slots and {} of them are held{}; one is free for you.",
-                    h.capacity,
-                    live.len(),
-                    if held.is_empty() {
-                        String::new()
-                    } else {
-                        format!(": {}", held.join(", "))
-                    }
-                ));
-            } else {
-                can = false;
-                state = "held";
-                holder = live.first().map(|r| r.agent.id.clone());
-                reasons.push(if live.len() >= h.capacity as usize {
-                    format!("All {} of its slots are taken: {}.", h.capacity, held.join(", "))
-                } else {
-                    format!(
-                        "{} of its {} slots are taken ({}), and the free ones are reserved for agents ahead of you in its queue.",
-                        live.len(),
-                        h.capacity,
-                        held.join(", ")
-                    )
-                });
-            }
+            self.slots_words(&mut judge, h, &queue)?;
         }
         match if with_slots.is_some() {
             Slot::Free
         } else {
             own
         } {
-            Slot::Corrupt { path, problem } if crate::error::newer_format(&problem) => {
-                can = false;
-                state = "corrupt";
-                reasons.push(format!(
-                    "Its record at {} was written by a newer tasklock ({problem}).",
-                    path.display()
-                ));
-            }
-            Slot::Corrupt { path, problem } => {
-                can = false;
-                state = "corrupt";
-                reasons.push(format!(
-                    "Its record at {} is damaged ({problem}), so nobody can check it out. If nobody works on it, `tasklock {}` removes it (audited).",
-                    path.display(),
-                    crate::key::Line::new("release").arg(key).flag("--force").render(&[])
-                ));
-            }
-            Slot::Held(r) if me.as_deref() == Some(r.agent.id.as_str()) => {
-                // Judged as `checkout` would judge it, without ending it here (a read).
-                let end = judge.own_end(&r)?;
-                if let Some((ReapReason::AgentDeath, cause)) = end {
-                    state = "ended";
-                    reasons.push(format!(
-                        "You held it (token {}), but {}; the checkout has ended. Checking it out again gives a new token.",
-                        r.token,
-                        cause_text(cause)
-                    ));
-                } else if end.is_some() {
-                    reasons.push(format!(
-                        "You held it, but your lease ran out {}; the checkout is lost. Checking it out again gives a new token.",
-                        with_relative(&r.expires_at, &now)
-                    ));
-                } else {
-                    state = "yours";
-                    reasons.push(format!(
-                        "You hold it (token {}); your lease ends {}. Checking it out again renews it.",
-                        r.token,
-                        with_relative(&r.expires_at, &now)
-                    ));
-                }
-            }
-            Slot::Held(r) => {
-                let judgement = judge.holder(&r)?;
-                let who = match &r.agent.name {
-                    Some(n) => format!("{} ({n})", r.agent.id),
-                    None => r.agent.id.clone(),
-                };
-                if r.breakable(&now) {
-                    state = "ended";
-                    reasons.push(format!(
-                        "{who} held it, but the lease ran out {}; the next checkout takes it over.",
-                        with_relative(&r.expires_at, &now)
-                    ));
-                } else if judgement.dead() {
-                    let cause = cause_text(judgement.cause);
-                    state = "ended";
-                    reasons.push(format!(
-                        "{who} holds it, but {cause}; the next checkout takes it over."
-                    ));
-                } else {
-                    can = false;
-                    state = "held";
-                    holder = Some(who.clone());
-                    let liveness = match judgement.state {
-                        State::Stalled => "stalled (no recent heartbeat, but not dead yet)",
-                        _ => "alive",
-                    };
-                    reasons.push(format!(
-                        "{who} holds it (token {}) since {}; it is {liveness}, and its lease ends {}.",
-                        r.token,
-                        with_relative(&r.acquired_at, &now),
-                        with_relative(&r.expires_at, &now)
-                    ));
-                    if let Some(reason) = &r.reason {
-                        reasons.push(format!("Their reason: {reason}."));
-                    }
-                }
-            }
+            Slot::Corrupt { path, problem } => self.corrupt_words(key, &path, &problem),
+            Slot::Held(r) if self.is_me(&r.agent.id) => self.own_words(&mut judge, &r)?,
+            Slot::Held(r) => self.held_words(&mut judge, &r)?,
             Slot::Free => {}
         }
         if let Slot::Held(r) = store.read(key)?
             && !r.paths.is_empty()
         {
-            reasons.push(format!(
+            self.reasons.push(format!(
                 "Its checkout covers the paths {}.",
                 code_list(&r.paths)
             ));
         }
-        // The paths asked about: other agents' checkouts (and reservations) that overlap.
-        let mine = crate::engine::paths::compile(&paths);
-        let asker = me.clone().unwrap_or_default();
-        for o in crate::engine::paths::held_overlaps(&*store, &asker, key, &mine)? {
+        self.path_words(ctx, store, &mut judge, key, paths)?;
+        let queue = store.read_queue(key)?;
+        self.queue_words(store, &queue)?;
+        if let Some(m) = self.me.clone()
+            && !self.can
+            && matches!(
+                self.state,
+                WhyState::Held | WhyState::PathsHeld | WhyState::Reserved
+            )
+        {
+            let queued = self.position.is_some();
+            let cycle = cycle_reasons(ctx, store, &m, key, paths, queued)?;
+            self.reasons.extend(cycle);
+        }
+        let held = matches!(self.state, WhyState::Held | WhyState::PathsHeld);
+        match self.position {
+            Some(1) if held => self.reasons.push(
+                "You are first in its queue: when it is released, it is reserved for you.".into(),
+            ),
+            Some(p) if self.state != WhyState::ReservedForYou => self
+                .reasons
+                .push(format!("You are number {p} in its queue.")),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn frozen_words(&mut self, f: &Freeze, key: &str) {
+        self.can = false;
+        self.state = WhyState::Frozen;
+        self.frozen = true;
+        self.reasons.push(format!(
+            "It is frozen by {} until {}{}{}. Nobody can check it out until then.",
+            f.by,
+            with_relative(&f.until, &self.now),
+            if f.pattern != key {
+                format!(", by the freeze on `{}`", f.pattern)
+            } else {
+                String::new()
+            },
+            f.reason
+                .as_deref()
+                .map(|r| format!("; the reason given: {r}"))
+                .unwrap_or_default()
+        ));
+    }
+
+    /// A key with slots: the caller's slot, a free one, or every one taken or reserved.
+    fn slots_words(&mut self, judge: &mut Judge, h: &Holders, queue: &Queue) -> Result<()> {
+        let now = self.now;
+        let mut live = Vec::new();
+        for r in &h.records {
+            if !r.breakable(&now) && !judge.holder(r)?.dead() {
+                live.push(r);
+            }
+        }
+        // Yours unless it has ended for you (as `checkout` judges it).
+        let mine = match self.me.as_deref().and_then(|m| h.of(m)) {
+            Some(r) if judge.own_end(r)?.is_none() => Some(r),
+            _ => None,
+        };
+        let others_reserved = queue
+            .reservations
+            .iter()
+            .filter(|r| !self.is_me(&r.agent))
+            .count();
+        let held: Vec<String> = live
+            .iter()
+            .map(|r| match r.slot {
+                Some(n) => format!("{} (slot {n}, token {})", r.agent.label(), r.token),
+                None => format!("{} (token {})", r.agent.label(), r.token),
+            })
+            .collect();
+        if let Some(r) = mine {
+            self.state = WhyState::Yours;
+            self.reasons.push(format!(
+                "You hold slot {} of its {} (token {}); your lease ends {}. Checking it out again renews it.",
+                r.slot.unwrap_or(1),
+                h.capacity,
+                r.token,
+                with_relative(&r.expires_at, &now)
+            ));
+        } else if live.len() + others_reserved < h.capacity as usize
+            || queue
+                .reserved_for(self.me.as_deref().unwrap_or_default())
+                .is_some()
+        {
+            self.reasons.push(format!(
+                "It has {} slots and {} of them are held{}; one is free for you.",
+                h.capacity,
+                live.len(),
+                if held.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", held.join(", "))
+                }
+            ));
+        } else {
+            self.can = false;
+            self.state = WhyState::Held;
+            self.holder = live.first().map(|r| r.agent.id.clone());
+            self.reasons.push(if live.len() >= h.capacity as usize {
+                format!("All {} of its slots are taken: {}.", h.capacity, held.join(", "))
+            } else {
+                format!(
+                    "{} of its {} slots are taken ({}), and the free ones are reserved for agents ahead of you in its queue.",
+                    live.len(),
+                    h.capacity,
+                    held.join(", ")
+                )
+            });
+        }
+        Ok(())
+    }
+
+    fn corrupt_words(&mut self, key: &str, path: &std::path::Path, problem: &str) {
+        self.can = false;
+        self.state = WhyState::Corrupt;
+        if crate::error::newer_format(problem) {
+            self.newer = true;
+            self.reasons.push(format!(
+                "Its record at {} was written by a newer tasklock ({problem}).",
+                path.display()
+            ));
+        } else {
+            self.reasons.push(format!(
+                "Its record at {} is damaged ({problem}), so nobody can check it out. If nobody works on it, `tasklock {}` removes it (audited).",
+                path.display(),
+                crate::key::Line::new("release").arg(key).flag("--force").render(&[])
+            ));
+        }
+    }
+
+    /// The caller's own checkout, judged as `checkout` would judge it, without ending it
+    /// here (a read).
+    fn own_words(&mut self, judge: &mut Judge, r: &Record) -> Result<()> {
+        let now = self.now;
+        let end = judge.own_end(r)?;
+        if let Some((ReapReason::AgentDeath, cause)) = end {
+            self.state = WhyState::Ended;
+            self.reasons.push(format!(
+                "You held it (token {}), but {}; the checkout has ended. Checking it out again gives a new token.",
+                r.token,
+                cause_text(cause)
+            ));
+        } else if end.is_some() {
+            self.reasons.push(format!(
+                "You held it, but your lease ran out {}; the checkout is lost. Checking it out again gives a new token.",
+                with_relative(&r.expires_at, &now)
+            ));
+        } else {
+            self.state = WhyState::Yours;
+            self.reasons.push(format!(
+                "You hold it (token {}); your lease ends {}. Checking it out again renews it.",
+                r.token,
+                with_relative(&r.expires_at, &now)
+            ));
+        }
+        Ok(())
+    }
+
+    /// Another agent's checkout: standing, or ended (the next checkout takes it over).
+    fn held_words(&mut self, judge: &mut Judge, r: &Record) -> Result<()> {
+        let now = self.now;
+        let judgement = judge.holder(r)?;
+        let who = match &r.agent.name {
+            Some(n) => format!("{} ({n})", r.agent.id),
+            None => r.agent.id.clone(),
+        };
+        if r.breakable(&now) {
+            self.state = WhyState::Ended;
+            self.reasons.push(format!(
+                "{who} held it, but the lease ran out {}; the next checkout takes it over.",
+                with_relative(&r.expires_at, &now)
+            ));
+        } else if judgement.dead() {
+            let cause = cause_text(judgement.cause);
+            self.state = WhyState::Ended;
+            self.reasons.push(format!(
+                "{who} holds it, but {cause}; the next checkout takes it over."
+            ));
+        } else {
+            self.can = false;
+            self.state = WhyState::Held;
+            self.holder = Some(who.clone());
+            let liveness = match judgement.state {
+                State::Stalled => "stalled (no recent heartbeat, but not dead yet)",
+                _ => "alive",
+            };
+            self.reasons.push(format!(
+                "{who} holds it (token {}) since {}; it is {liveness}, and its lease ends {}.",
+                r.token,
+                with_relative(&r.acquired_at, &now),
+                with_relative(&r.expires_at, &now)
+            ));
+            if let Some(reason) = &r.reason {
+                self.reasons.push(format!("Their reason: {reason}."));
+            }
+        }
+        Ok(())
+    }
+
+    /// The paths asked about: other agents' checkouts (and reservations) that overlap.
+    fn path_words(
+        &mut self,
+        ctx: &Ctx,
+        store: &dyn Store,
+        judge: &mut Judge,
+        key: &str,
+        paths: &[String],
+    ) -> Result<()> {
+        let now = self.now;
+        let mine = crate::engine::paths::compile(paths);
+        let asker = self.me.clone().unwrap_or_default();
+        let open = |s: WhyState| matches!(s, WhyState::Free | WhyState::Ended);
+        for o in crate::engine::paths::held_overlaps(store, &asker, key, &mine)? {
             let r = &o.record;
             let who = r.agent.label();
             let meets = format!(
@@ -212,28 +348,28 @@ pub fn run(ctx: &Ctx, key: &str, paths: Vec<String>) -> Result<Report> {
                 o.mine, o.theirs, r.key, o.witness
             );
             if judge.reap_reason(r)?.is_some() {
-                reasons.push(format!(
+                self.reasons.push(format!(
                     "Your path {meets}, held by {who}, whose lease is over or who is dead; the next checkout takes it over."
                 ));
                 continue;
             }
-            can = false;
-            if state == "free" || state == "ended" {
-                state = "paths_held";
+            self.can = false;
+            if open(self.state) {
+                self.state = WhyState::PathsHeld;
             }
-            holder.get_or_insert(who.clone());
-            reasons.push(format!(
+            self.holder.get_or_insert(who.clone());
+            self.reasons.push(format!(
                 "Your path {meets}, held by {who} (token {}); its lease ends {}.",
                 r.token,
                 with_relative(&r.expires_at, &now)
             ));
         }
-        for o in crate::engine::paths::reserved_overlaps(ctx, &*store, &asker, key, &mine)? {
-            can = false;
-            if state == "free" || state == "ended" {
-                state = "reserved";
+        for o in crate::engine::paths::reserved_overlaps(ctx, store, &asker, key, &mine)? {
+            self.can = false;
+            if open(self.state) {
+                self.state = WhyState::Reserved;
             }
-            reasons.push(format!(
+            self.reasons.push(format!(
                 "Your path `{}` meets `{}`, reserved for {}, the head of the queue of `{}`, until {}.",
                 o.mine,
                 o.theirs,
@@ -242,238 +378,119 @@ pub fn run(ctx: &Ctx, key: &str, paths: Vec<String>) -> Result<Report> {
                 with_relative(&o.view().until, &now)
             ));
         }
-        let queue = store.read_queue(key)?;
-        position = me.as_deref().and_then(|m| queue.position(m));
+        Ok(())
+    }
+
+    /// The key's queue: a reservation (for the caller or another, and how its head was
+    /// told), and who waits.
+    fn queue_words(&mut self, store: &dyn Store, queue: &Queue) -> Result<()> {
+        let now = self.now;
+        self.position = self.me.as_deref().and_then(|m| queue.position(m));
         if let Some(res) = queue.reservation()
             && res.until > now
-            && state != "held"
-            && state != "paths_held"
+            && !matches!(self.state, WhyState::Held | WhyState::PathsHeld)
         {
-            if me.as_deref() == Some(res.agent.as_str()) {
-                state = "reserved_for_you";
-                reasons.push(format!(
+            if self.is_me(&res.agent) {
+                self.state = WhyState::ReservedForYou;
+                self.reasons.push(format!(
                     "It is reserved for you, the head of its queue, until {}: check it out now.",
                     with_relative(&res.until, &now)
                 ));
             } else {
-                can = false;
-                if state == "free" || state == "ended" {
-                    state = "reserved";
+                self.can = false;
+                if matches!(self.state, WhyState::Free | WhyState::Ended) {
+                    self.state = WhyState::Reserved;
                 }
-                reasons.push(format!(
+                self.reasons.push(format!(
                     "It is reserved for {}, the head of its queue, until {}.",
                     res.agent,
                     with_relative(&res.until, &now)
                 ));
             }
-            // How the head was told.
             let told = match &res.message {
                 Some(id) => store.message(&res.agent, id)?,
                 None => None,
             };
             if let Some(d) = told.and_then(|m| m.delivery) {
-                let who = if me.as_deref() == Some(res.agent.as_str()) {
+                let who = if self.is_me(&res.agent) {
                     "You were".to_string()
                 } else {
                     format!("{} was", res.agent)
                 };
-                reasons.push(if d.delivered && d.via == crate::store::VIA_MONITOR {
-                    format!(
-                        "{who} told by the session's monitor (`tasklock inbox --follow`) {}; the reservation runs from then.",
-                        with_relative(&d.at, &now)
-                    )
-                } else if d.delivered {
-                    format!(
-                        "{who} told by a push into the session {}; the reservation runs from then.",
-                        with_relative(&d.at, &now)
-                    )
-                } else {
-                    format!(
-                        "{who} told through the inbox only, read at the next prompt or tool call: pushing into the session failed {}: {}.",
-                        with_relative(&d.at, &now),
-                        d.error.as_deref().unwrap_or("unknown")
-                    )
-                });
-                delivery = Some(d);
+                self.reasons.push(told_words(&who, &d, &now));
+                self.delivery = Some(d);
             }
         }
         if !queue.waiters.is_empty() {
             let names: Vec<&str> = queue.waiters.iter().map(|w| w.agent.as_str()).collect();
-            reasons.push(format!(
+            self.reasons.push(format!(
                 "{} waiting in its queue: {}.",
                 names.len(),
                 names.join(", ")
             ));
         }
-        if let Some(m) = me.as_deref()
-            && !can
-            && matches!(state, "held" | "paths_held" | "reserved")
-        {
-            reasons.extend(cycle_reasons(
-                ctx,
-                &*store,
-                m,
-                key,
-                &paths,
-                position.is_some(),
-            )?);
-        }
-        match position {
-            Some(1) if state == "held" || state == "paths_held" => reasons.push(
-                "You are first in its queue: when it is released, it is reserved for you.".into(),
-            ),
-            Some(p) if state != "reserved_for_you" => {
-                reasons.push(format!("You are number {p} in its queue."))
-            }
-            _ => {}
-        }
+        Ok(())
     }
-    // What `checkout KEY` would decide now: the checkout's own decision, made without
-    // acting. Where the words above judged otherwise, the decision stands.
-    let mut deadlock_via = None;
-    let mut decision = None;
-    if me.is_some()
-        && state != "corrupt"
-        && let Some(store) = ctx.existing_store()?
-    {
-        match decide(ctx, &*store, key, &paths) {
-            Ok(d) => {
-                let mut answer = Answer {
-                    state,
-                    can,
-                    reasons: &mut reasons,
-                    deadlock_via: &mut deadlock_via,
-                };
-                answer.follow(&d, me.as_deref().unwrap_or_default());
-                (state, can) = (answer.state, answer.can);
-                decision = Some(d.outcome);
-            }
-            Err(e) => {
-                can = false;
-                reasons.push(format!(
-                    "A checkout now would fail: {}.",
-                    e.to_string().trim_end_matches('.')
-                ));
-            }
-        }
-    }
-    // A freeze outranks every other state: nothing else matters until it ends.
-    if reasons.iter().any(|r| r.starts_with("It is frozen")) && state != "corrupt" {
-        state = "frozen";
-        can = false;
-    }
-    if reasons.is_empty() {
-        reasons.push("Nobody holds it, nobody waits for it, and it is not frozen.".into());
-    }
-    let advice = match state {
-        "yours" => WhyNext::KeepWorking,
-        "reserved_for_you" if can => WhyNext::CheckoutReserved,
-        _ if can => WhyNext::Checkout,
-        "frozen" => WhyNext::Frozen,
-        "corrupt"
-            if reasons
-                .iter()
-                .any(|r| r.contains("written by a newer tasklock")) =>
-        {
-            WhyNext::Upgrade
-        }
-        "corrupt" => WhyNext::Corrupt,
-        "secret_refused" => WhyNext::Secret,
-        "deadlock" => WhyNext::Deadlock {
-            queue: deadlock_via.unwrap_or_default(),
-        },
-        // Already waiting: say where, never "queue" again.
-        _ => match (position, holder) {
-            (Some(1), Some(h)) => WhyNext::FirstInLine { holder: h },
-            (Some(p), _) => WhyNext::InLine { position: p },
-            _ => WhyNext::Queue,
-        },
-    };
-    let next = crate::render::markdown::why_next(&advice, key, &paths, &Default::default());
-    Ok(Report::Why(WhyReport {
-        command: "why",
-        now: ctx.now,
-        key: key.to_string(),
-        agent: me,
-        can_checkout: can,
-        state: state.to_string(),
-        reasons,
-        next,
-        paths,
-        delivery,
-        advice,
-        decision,
-    }))
-}
 
-/// What `checkout KEY` (with `paths`) would decide for the caller now: [`attempt`]'s
-/// report, made on a [`DryRun`] of the store, so that nothing is written; or the error
-/// the checkout would fail with (bad settings, a key with slots asked for paths).
-fn decide(
-    ctx: &Ctx,
-    store: &dyn crate::store::Store,
-    key: &str,
-    paths: &[String],
-) -> Result<CheckoutReport> {
-    let mut req = Request::new(ctx, None, None, None)?;
-    req.paths = paths.to_vec();
-    DryRun::new(store).run(|store, guard| {
-        let req = with_registered_pid(ctx, store, guard, req)?;
-        attempt(ctx, store, guard, &req, key, Join::No)
-    })
-}
-
-/// `why`'s answer as it is being made, to be brought in line with the checkout's
-/// decision.
-struct Answer<'a> {
-    state: &'static str,
-    can: bool,
-    reasons: &'a mut Vec<String>,
-    deadlock_via: &'a mut Option<String>,
-}
-
-impl Answer<'_> {
-    /// The decision `d` of a checkout by `me` stands: the state and verdict follow it,
-    /// with a reason where the words above said otherwise.
-    fn follow(&mut self, d: &CheckoutReport, me: &str) {
-        match d.outcome {
-            Outcome::Granted => {
-                if !matches!(self.state, "free" | "ended" | "reserved_for_you") {
+    /// The decision `d`, made on `s`, stands: the state and verdict follow it, with a
+    /// reason where the words said otherwise.
+    fn follow(&mut self, s: &KeyState, d: &Decision) {
+        self.decision = d.outcome();
+        match d {
+            Decision::Corrupt { path, problem } => {
+                return self.failed(&Error::Corrupt {
+                    key: s.key.clone(),
+                    path: path.clone(),
+                    problem: problem.clone(),
+                });
+            }
+            Decision::Grant => {
+                let open = [WhyState::Free, WhyState::Ended, WhyState::ReservedForYou];
+                if !open.contains(&self.state) {
                     self.reasons.push(
                         "What stood in the way has ended (a lease ran out, a holder or the agent a reservation was for is gone, or a reservation lapsed): a checkout now takes it.".into(),
                     );
-                    self.state = if d.took_over.is_some() {
-                        "ended"
+                    self.state = if s.took_over.is_some() {
+                        WhyState::Ended
                     } else {
-                        "free"
+                        WhyState::Free
                     };
                 }
                 self.can = true;
             }
-            Outcome::AlreadyHeld => {
-                self.state = "yours";
+            Decision::Renew(_) => {
+                self.state = WhyState::Yours;
                 self.can = true;
             }
-            Outcome::Frozen => {
-                self.state = "frozen";
+            Decision::Frozen(..) => {
+                self.state = WhyState::Frozen;
                 self.can = false;
             }
-            Outcome::SecretRefused => {
+            Decision::NotYours(_) => {
                 self.reasons.push(
                     "Your checkout is bound to a secret you did not give (`TASKLOCK_SECRET`): a checkout would be refused (exit 4).".into(),
                 );
-                self.state = "secret_refused";
+                self.state = WhyState::SecretRefused;
                 self.can = false;
             }
-            Outcome::Deadlock => {
-                self.deadlock(&d.cycle);
+            Decision::Deadlock(cycle) | Decision::WaitDeadlock(_, cycle) => {
+                self.deadlock(cycle);
                 self.can = false;
             }
-            _ => self.refused(d, me),
+            Decision::Refuse(b) | Decision::Queue(b) => self.refused(s, b),
         }
         if !self.can {
             self.unpromise();
         }
+    }
+
+    /// A checkout now would fail with `e`.
+    fn failed(&mut self, e: &Error) {
+        self.can = false;
+        self.reasons.push(format!(
+            "A checkout now would fail: {}.",
+            e.to_string().trim_end_matches('.')
+        ));
     }
 
     /// A checkout would not be granted: no reason promises one.
@@ -493,7 +510,7 @@ impl Answer<'_> {
 
     /// Taking it would close `cycle`.
     fn deadlock(&mut self, cycle: &[String]) {
-        // A cycle the words above found already stands for this one.
+        // A cycle the words found already stands for this one.
         self.reasons
             .retain(|r| !r.starts_with("Taking it now would close"));
         let via = cycle.get(1).cloned().unwrap_or_default();
@@ -501,32 +518,40 @@ impl Answer<'_> {
             "Taking it now would close a wait-for cycle through your place in the queue of `{via}`: {}. A checkout would be refused (deadlock, exit 5).",
             cycle_words(cycle)
         ));
-        self.state = "deadlock";
-        *self.deadlock_via = Some(via);
+        self.state = WhyState::Deadlock;
+        self.deadlock_via = Some(via);
     }
 
-    /// A checkout would be refused (someone holds it or paths of it, or it is reserved).
-    fn refused(&mut self, d: &CheckoutReport, me: &str) {
+    /// A checkout would be refused, kept out by `b` (someone holds the key or paths of
+    /// it, or it is reserved).
+    fn refused(&mut self, s: &KeyState, b: &Blocked) {
         self.can = false;
-        if matches!(self.state, "held" | "paths_held" | "reserved") {
+        if matches!(
+            self.state,
+            WhyState::Held | WhyState::PathsHeld | WhyState::Reserved
+        ) {
             return;
         }
-        let reserved = d.reserved_for.as_ref().filter(|r| r.agent != me);
-        self.state = if let Some(o) = d.overlaps.first() {
-            if o.reserved { "reserved" } else { "paths_held" }
-        } else if reserved.is_some() && d.holders.is_empty() && d.checkout.is_none() {
-            "reserved"
-        } else {
-            "held"
+        let me = self.me.clone().unwrap_or_default();
+        let reserved = s.queue.reservation().filter(|r| r.agent != me);
+        let overlap = match b {
+            Blocked::Paths { .. } => s.blockers.first(),
+            _ => None,
         };
-        if let Some(res) = reserved {
-            self.reasons.push(format!(
+        self.state = match overlap {
+            Some(o) if o.reserved => WhyState::Reserved,
+            Some(_) => WhyState::PathsHeld,
+            None if reserved.is_some() && !holder_in_the_way(s, b) => WhyState::Reserved,
+            None => WhyState::Held,
+        };
+        self.reasons.push(if let Some(res) = reserved {
+            format!(
                 "Its queue goes first: a checkout now would find it reserved for {}, the head of its queue, until {}, and be refused.",
                 res.agent,
-                with_relative(&res.until, &d.now)
-            ));
-        } else if let Some(o) = d.overlaps.first() {
-            self.reasons.push(format!(
+                with_relative(&res.until, &self.now)
+            )
+        } else if let Some(o) = overlap {
+            format!(
                 "Your path `{}` meets `{}` of `{}`, {} {}: a checkout now would be refused.",
                 o.mine,
                 o.theirs,
@@ -537,11 +562,91 @@ impl Answer<'_> {
                     "held by"
                 },
                 o.agent.id
-            ));
+            )
         } else {
-            self.reasons
-                .push("A checkout now would be refused: it is not free for you.".into());
+            "A checkout now would be refused: it is not free for you.".into()
+        });
+    }
+
+    /// The answer as it stands, with its advice.
+    fn finish(mut self, key: &str, paths: Vec<String>) -> WhyReport {
+        // A freeze outranks every other state: nothing else matters until it ends.
+        if self.frozen && self.state != WhyState::Corrupt {
+            self.state = WhyState::Frozen;
+            self.can = false;
         }
+        if self.reasons.is_empty() {
+            self.reasons
+                .push("Nobody holds it, nobody waits for it, and it is not frozen.".into());
+        }
+        let advice = self.advice();
+        let next = crate::render::markdown::why_next(&advice, key, &paths, &Default::default());
+        WhyReport {
+            command: "why",
+            now: self.now,
+            key: key.to_string(),
+            agent: self.me,
+            can_checkout: self.can,
+            state: self.state,
+            reasons: self.reasons,
+            next,
+            paths,
+            delivery: self.delivery,
+            advice,
+            decision: self.decision,
+        }
+    }
+
+    fn advice(&self) -> WhyNext {
+        match self.state {
+            WhyState::Yours => WhyNext::KeepWorking,
+            WhyState::ReservedForYou if self.can => WhyNext::CheckoutReserved,
+            _ if self.can => WhyNext::Checkout,
+            WhyState::Frozen => WhyNext::Frozen,
+            WhyState::Corrupt if self.newer => WhyNext::Upgrade,
+            WhyState::Corrupt => WhyNext::Corrupt,
+            WhyState::SecretRefused => WhyNext::Secret,
+            WhyState::Deadlock => WhyNext::Deadlock {
+                queue: self.deadlock_via.clone().unwrap_or_default(),
+            },
+            // Already waiting: say where, never "queue" again.
+            _ => match (self.position, self.holder.clone()) {
+                (Some(1), Some(h)) => WhyNext::FirstInLine { holder: h },
+                (Some(p), _) => WhyNext::InLine { position: p },
+                _ => WhyNext::Queue,
+            },
+        }
+    }
+}
+
+/// Does a checkout refused by `b` show whom it found holding the key (its holder, the
+/// caller's own checkout waiting for paths, the holders of its slots)?
+fn holder_in_the_way(s: &KeyState, b: &Blocked) -> bool {
+    match &s.holding {
+        Holding::Slots { holders, .. } => !holders.records.is_empty(),
+        Holding::Mine(_) => true,
+        _ => matches!(b, Blocked::Holder(_)),
+    }
+}
+
+/// How the head of the queue was told of its reservation.
+fn told_words(who: &str, d: &Delivery, now: &Time) -> String {
+    if d.delivered && d.via == crate::store::VIA_MONITOR {
+        format!(
+            "{who} told by the session's monitor (`tasklock inbox --follow`) {}; the reservation runs from then.",
+            with_relative(&d.at, now)
+        )
+    } else if d.delivered {
+        format!(
+            "{who} told by a push into the session {}; the reservation runs from then.",
+            with_relative(&d.at, now)
+        )
+    } else {
+        format!(
+            "{who} told through the inbox only, read at the next prompt or tool call: pushing into the session failed {}: {}.",
+            with_relative(&d.at, now),
+            d.error.as_deref().unwrap_or("unknown")
+        )
     }
 }
 

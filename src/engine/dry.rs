@@ -1,6 +1,8 @@
-//! A store that keeps every change in memory and writes nothing: what `why` runs the
-//! checkout's own decision ([`super::take::attempt`]) on, so that `why KEY` answers with
-//! the decision `checkout KEY` would make at that moment, and changes nothing.
+//! A store that keeps every change in memory and writes nothing: what `why` makes the
+//! checkout's own decision ([`super::take::decided`]) on, so that `why KEY` answers with
+//! the decision `checkout KEY` would make at that moment, and changes nothing. Reading
+//! the key's state for a decision writes (it ends checkouts that have ended and settles
+//! queues, telling the waiters it serves): here those changes stay in memory.
 //!
 //! Reads go to the real store and see the changes made so far (a take-over ends a
 //! checkout, then the queue is settled against what is left); changes stay here and are

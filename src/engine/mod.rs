@@ -9,6 +9,7 @@
 
 pub mod backlog;
 pub mod claim;
+pub mod decide;
 pub mod deliver;
 pub mod dry;
 pub mod edits;

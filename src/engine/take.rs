@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use super::decide::{Blocked, Decision, Holding, KeyState, WaitCheck, decide};
 use super::queue::{self, KeyNow};
 use super::waits::{Graph, Taking};
 use super::{Ctx, Judge, NOTES_SHOWN, auto_release, auto_release_for, paths, slots};
@@ -252,7 +253,8 @@ pub fn audited<T>(ctx: &Ctx, store: &dyn Store, req: &Request, r: Result<T>) -> 
     r
 }
 
-/// One checkout attempt under the guard.
+/// One checkout attempt under the guard: the key's state read, the decision made on it
+/// ([`decide`]), and carried out ([`apply`]).
 pub fn attempt(
     ctx: &Ctx,
     store: &dyn Store,
@@ -261,40 +263,60 @@ pub fn attempt(
     key: &str,
     join: Join,
 ) -> Result<CheckoutReport> {
-    let now = ctx.now;
-    let agent = &req.agent;
-    let expires_at = now + to_chrono(req.lease);
-    let mut took_over = None;
-    let base = |outcome, checkout| {
-        let mut r = CheckoutReport::new(now, key, outcome, checkout);
-        r.paths = req.paths.clone();
-        r
-    };
+    let (state, decision) = decided(ctx, store, guard, req, key, join)?;
+    apply(ctx, store, guard, req, join, state, decision)
+}
 
-    if let Some(f) = store.frozen(key, &now)? {
+/// What a checkout of `key` by `req` decides now: the key's state as read under `guard`,
+/// and the decision made on it, not carried out. Reading ends the checkouts in the way
+/// that have ended and settles the key's queue, as any command that meets them does; the
+/// waits-for graph is read where the decision needs it (a grant, a wait).
+pub fn decided(
+    ctx: &Ctx,
+    store: &dyn Store,
+    guard: &Guard,
+    req: &Request,
+    key: &str,
+    join: Join,
+) -> Result<(KeyState, Decision)> {
+    let me = req.agent.id.as_str();
+    let mut s = read(ctx, store, guard, req, key)?;
+    let mut d = decide(&s, me, join);
+    if d.grants_paths_or_key(&s) {
+        let paths = granting(&s, req);
+        s.grant_cycle = grant_closes(ctx, store, guard, me, key, &paths, &s.queue)?;
+        d = decide(&s, me, join);
+    }
+    if d.would_wait(join) {
+        s.wait = Some(read_wait(ctx, store, guard, req, key, &s.queue)?);
+        d = decide(&s, me, join);
+    }
+    Ok((s, d))
+}
+
+/// All the paths a grant (or a renewal) would cover.
+fn granting(s: &KeyState, req: &Request) -> Vec<String> {
+    match &s.holding {
+        Holding::Mine(r) => r.paths.iter().chain(&s.added).cloned().collect(),
+        Holding::Slots { .. } => Vec::new(),
+        _ => req.paths.clone(),
+    }
+}
+
+/// The key's state for `req`, under the guard.
+fn read(ctx: &Ctx, store: &dyn Store, guard: &Guard, req: &Request, key: &str) -> Result<KeyState> {
+    let mut s = KeyState::new(key);
+    if let Some(f) = store.frozen(key, &ctx.now)? {
         let holder = match store.read(key)? {
-            Slot::Held(r) => Some(CheckoutView::from(&r)),
+            Slot::Held(r) => Some(r),
             _ => None,
         };
-        let mut ev = ctx.agent_event("deny", key, agent);
-        ev.reason = Some("frozen".into());
-        ev.holder = holder.as_ref().map(|h| h.agent.id.clone());
-        ev.detail = Some(format!(
-            "frozen by {} until {}",
-            f.by,
-            crate::clock::rfc3339(&f.until)
-        ));
-        // A blocked --wait polls: only a plain refusal is worth an event.
-        if !matches!(join, Join::Wait(_)) {
-            store.audit(guard, &ev)?;
-        }
-        let mut r = base(Outcome::Frozen, holder);
-        r.frozen = Some(f);
-        return Ok(r);
+        s.frozen = Some((f, holder));
+        return Ok(s);
     }
     let own = store.read(key)?;
-    // The queue as read for its slots, kept for honouring it below when nothing since
-    // could have changed it.
+    // The queue as read for its slots, kept for honouring it when nothing since could
+    // have changed it.
     let mut read_queue = None;
     // A key with slots, or one asked to have them: its holders are read together. Without
     // `--slots` the count it keeps (its queue's too) wins over config.yaml's.
@@ -311,213 +333,483 @@ pub fn attempt(
         if !req.paths.is_empty() {
             return Err(slots::no_paths(key, h.capacity));
         }
-        return attempt_slots(ctx, store, guard, req, key, join, h);
+        read_slots(ctx, store, guard, req, &mut s, h)?;
+    } else {
+        read_key(ctx, store, guard, req, &mut s, own, read_queue)?;
     }
+    Ok(s)
+}
+
+/// A key without slots: who holds it (a checkout that has ended is ended for the
+/// caller), the paths asked for in the way, its queue settled.
+fn read_key(
+    ctx: &Ctx,
+    store: &dyn Store,
+    guard: &Guard,
+    req: &Request,
+    s: &mut KeyState,
+    own: Slot,
+    read_queue: Option<Queue>,
+) -> Result<()> {
+    let me = req.agent.id.as_str();
+    let key = s.key.clone();
     let mut judge = Judge::new(ctx, store);
-    // Our own checkout still stands: its lease not over, its process not gone.
-    let live_own = |judge: &mut Judge, r: &Record| -> Result<bool> {
-        Ok(r.held_by(&agent.id) && judge.own_end(r)?.is_none())
-    };
     match own {
         Slot::Corrupt { path, problem } => {
-            return Err(Error::Corrupt {
-                key: key.to_string(),
-                path,
-                problem,
-            });
+            s.holding = Holding::Corrupt { path, problem };
+            return Ok(());
         }
-        Slot::Held(current)
-            if live_own(&mut judge, &current)?
-                && crate::engine::holder_refused(ctx, store, guard, &current, "checkout")?
-                    .is_some() =>
-        {
-            return Ok(base(
-                Outcome::SecretRefused,
-                Some(CheckoutView::from(&current)),
-            ));
+        // Our own checkout still stands: its lease not over, its process not gone.
+        Slot::Held(current) if current.held_by(me) && judge.own_end(&current)?.is_none() => {
+            return read_own(ctx, store, guard, req, s, current);
         }
-        Slot::Held(current) if live_own(&mut judge, &current)? => {
-            // Paths asked for that the checkout does not cover yet join it, all or none.
-            let added: Vec<String> = req
-                .paths
-                .iter()
-                .filter(|p| !current.paths.contains(p))
-                .cloned()
-                .collect();
-            if !added.is_empty() {
-                let blockers = path_blockers(ctx, store, guard, req, key, &added)?;
-                if let Some(first) = blockers.first() {
-                    // Waiting to add paths, the holder queues for its own key: at the head,
-                    // served when the paths are free, and seen by deadlock detection.
-                    let blocker = first.agent.id.clone();
-                    let mut q =
-                        queue::settle_key(ctx, store, guard, key, KeyNow::HeldBy(&agent.id), None)?;
-                    let mut r = refuse(
-                        ctx,
-                        store,
-                        guard,
-                        req,
-                        key,
-                        (&[blocker], true),
-                        &mut q,
-                        join,
-                        blockers,
-                        true,
-                    )?;
-                    r.checkout = Some(CheckoutView::from(&current));
-                    return Ok(r);
-                }
+        // Our own lease ran out or its process is gone (never revived: a new token
+        // follows), or another agent's lease is past its end plus the skew margin, or
+        // its holder is dead.
+        Slot::Held(current) => match take_over(ctx, store, guard, &mut judge, &current, me)? {
+            Some(ended) => s.took_over = Some(ended),
+            None => {
+                let holder = KeyNow::HeldBy(&current.agent.id);
+                s.queue = queue::settle_key(ctx, store, guard, &key, holder, None)?;
+                s.holding = Holding::Other(current);
+                return Ok(());
             }
-            if !added.is_empty() {
-                let all: Vec<String> = current.paths.iter().chain(&added).cloned().collect();
-                let q = store.read_queue(key)?;
-                if let Some(cycle) = grant_closes(ctx, store, guard, &agent.id, key, &all, &q)? {
-                    let r = base(Outcome::Deadlock, Some(CheckoutView::from(&current)));
-                    return deadlocked(ctx, store, guard, req, r, cycle, &q);
-                }
-            }
-            let version = if added.is_empty() {
-                current.version
-            } else {
-                crate::store::version_for(&added, None)
-            };
-            let mut renewed = renewed(req, current, now);
-            renewed.paths.extend(added.iter().cloned());
-            renewed.version = version;
-            store.replace(guard, &renewed)?;
-            if !added.is_empty() {
-                // What it may have queued for is its own now.
-                let mut q = store.read_queue(key)?;
-                crate::warnings::after_change(
-                    &format!("the paths were added to `{key}`, but its queue was not updated"),
-                    queue::granted(store, guard, &mut q, &agent.id),
-                );
-            }
-            crate::warnings::after_change(
-                &format!(
-                    "`{key}` is still yours and its lease was extended, but the audit log was not written"
-                ),
-                store.audit(guard, &ctx.event("renew", &renewed)),
-            );
-            return Ok(base(
-                Outcome::AlreadyHeld,
-                Some(CheckoutView::from(&renewed)),
-            ));
-        }
-        Slot::Held(current) => {
-            // Our own lease ran out or its process is gone (never revived: a new token
-            // follows), or another agent's lease is past its end plus the skew margin,
-            // or its holder is dead.
-            match take_over(ctx, store, guard, &mut judge, &current, &agent.id)? {
-                Some(ended) => took_over = Some(ended),
-                None => {
-                    let holder = KeyNow::HeldBy(&current.agent.id);
-                    let mut q = queue::settle_key(ctx, store, guard, key, holder, None)?;
-                    let mut r = refuse(
-                        ctx,
-                        store,
-                        guard,
-                        req,
-                        key,
-                        (std::slice::from_ref(&current.agent.id), true),
-                        &mut q,
-                        join,
-                        Vec::new(),
-                        false,
-                    )?;
-                    r.checkout = Some(CheckoutView::from(&current));
-                    return Ok(r);
-                }
-            }
-        }
+        },
         Slot::Free => {}
     }
-
     // The key is free; the paths asked for must be too.
     if !req.paths.is_empty() {
-        let blockers = path_blockers(ctx, store, guard, req, key, &req.paths)?;
-        if let Some(first) = blockers.first() {
-            let mut q = queue::settle_key(ctx, store, guard, key, KeyNow::Free, None)?;
-            let blocker = first.agent.id.clone();
-            let mut r = refuse(
-                ctx,
-                store,
-                guard,
-                req,
-                key,
-                (&[blocker], true),
-                &mut q,
-                join,
-                blockers,
-                false,
-            )?;
-            r.took_over = took_over;
-            return Ok(r);
+        s.blockers = path_blockers(ctx, store, guard, req, &key, &req.paths)?;
+        if !s.blockers.is_empty() {
+            s.queue = queue::settle_key(ctx, store, guard, &key, KeyNow::Free, None)?;
+            return Ok(());
         }
     }
-
-    // The key is free: honour the queue. Read above unless a take-over (which hands the
-    // key on through the queue) or path checks came between.
-    let taker = Some(agent.id.as_str());
-    let mut q = match read_queue.filter(|_| took_over.is_none() && req.paths.is_empty()) {
-        Some(q) => queue::settle_read(ctx, store, guard, key, q, KeyNow::Free, taker)?,
-        None => queue::settle_key(ctx, store, guard, key, KeyNow::Free, taker)?,
+    // The key is free: its queue is honoured. Read above unless a take-over (which hands
+    // the key on through the queue) or path checks came between.
+    let taker = Some(me);
+    s.queue = match read_queue.filter(|_| s.took_over.is_none() && req.paths.is_empty()) {
+        Some(q) => queue::settle_read(ctx, store, guard, &key, q, KeyNow::Free, taker)?,
+        None => queue::settle_key(ctx, store, guard, &key, KeyNow::Free, taker)?,
     };
-    match q.reservation().cloned() {
-        Some(res) if res.agent != agent.id => {
-            let mut r = refuse(
-                ctx,
-                store,
-                guard,
-                req,
-                key,
-                (std::slice::from_ref(&res.agent), true),
-                &mut q,
-                join,
-                Vec::new(),
-                false,
-            )?;
-            r.took_over = took_over;
-            return Ok(r);
+    Ok(())
+}
+
+/// The caller's own standing checkout: its secret, and the paths asked for that it does
+/// not cover yet, which join it all or none.
+fn read_own(
+    ctx: &Ctx,
+    store: &dyn Store,
+    guard: &Guard,
+    req: &Request,
+    s: &mut KeyState,
+    current: Record,
+) -> Result<()> {
+    let me = req.agent.id.as_str();
+    s.secret_refused =
+        crate::secret::standing_for(&current.agent.id, current.owner.as_ref()).refused();
+    if !s.secret_refused {
+        s.added = req
+            .paths
+            .iter()
+            .filter(|p| !current.paths.contains(p))
+            .cloned()
+            .collect();
+    }
+    if !s.added.is_empty() {
+        let key = s.key.clone();
+        s.blockers = path_blockers(ctx, store, guard, req, &key, &s.added)?;
+        s.queue = if s.blockers.is_empty() {
+            store.read_queue(&key)?
+        } else {
+            // Waiting to add paths, the holder queues for its own key: at the head,
+            // served when the paths are free, and seen by deadlock detection.
+            queue::settle_key(ctx, store, guard, &key, KeyNow::HeldBy(me), None)?
+        };
+    }
+    s.holding = Holding::Mine(current);
+    Ok(())
+}
+
+/// A key with slots: its holders (checkouts that have ended free their slots first,
+/// unless the caller's own stands), its count as asked, its queue settled.
+fn read_slots(
+    ctx: &Ctx,
+    store: &dyn Store,
+    guard: &Guard,
+    req: &Request,
+    s: &mut KeyState,
+    mut h: slots::Holders,
+) -> Result<()> {
+    let me = req.agent.id.as_str();
+    if let Some((path, problem)) = h.corrupt.clone() {
+        s.holding = Holding::Corrupt { path, problem };
+        return Ok(());
+    }
+    let mut judge = Judge::new(ctx, store);
+    if let Some(current) = h.of(me).cloned()
+        && judge.own_end(&current)?.is_none()
+    {
+        s.secret_refused =
+            crate::secret::standing_for(&current.agent.id, current.owner.as_ref()).refused();
+        s.holding = Holding::Slots {
+            holders: h,
+            mine: Some(current),
+        };
+        return Ok(());
+    }
+    let mut live = Vec::with_capacity(h.records.len());
+    for r in std::mem::take(&mut h.records) {
+        match take_over(ctx, store, guard, &mut judge, &r, me)? {
+            Some(ended) => {
+                s.took_over.get_or_insert(ended);
+            }
+            None => live.push(r),
         }
+    }
+    h.records = live;
+    set_capacity(ctx, store, guard, &s.key, &mut h)?;
+    // The waiters ahead are served first: as many as there are free slots.
+    let free = KeyNow::Slots(h.free());
+    s.queue = queue::settle_key(ctx, store, guard, &s.key, free, Some(me))?;
+    s.holding = Holding::Slots {
+        holders: h,
+        mine: None,
+    };
+    Ok(())
+}
+
+/// What joining the key's queue (`q`, settled) would do: close a cycle, or wait behind
+/// one of other agents.
+fn read_wait(
+    ctx: &Ctx,
+    store: &dyn Store,
+    guard: &Guard,
+    req: &Request,
+    key: &str,
+    q: &Queue,
+) -> Result<WaitCheck> {
+    let me = req.agent.id.as_str();
+    // A reservation of the key re-joined with other paths holds those paths against
+    // others from now on, as paths added to a checkout do: besides its own wait, every
+    // wait of the caller is checked.
+    let reserved_rejoin = q.reserved_for(me).is_some()
+        && q.waiters
+            .iter()
+            .any(|w| w.agent == me && w.paths != req.paths);
+    let graph = Graph::with_wait(ctx, store, Some(guard), me, key, &req.paths)?;
+    let mut cycle = graph.cycle_of(me, key);
+    if cycle.is_none() && reserved_rejoin {
+        cycle = graph.cycle_through(me);
+        // One through another of its waits that stands already is not its doing.
+        if cycle.is_some()
+            && Graph::build(ctx, store, Some(guard), None)?
+                .cycle_through(me)
+                .is_some()
+        {
+            cycle = None;
+        }
+    }
+    let mut leave = false;
+    // The wait is not joined. A place the caller had already stays only if it closes no
+    // cycle itself (it asked for other paths then).
+    if cycle.is_some()
+        && let Some(w) = q.waiters.iter().find(|w| w.agent == me)
+    {
+        leave = w.paths == req.paths
+            || Graph::build(ctx, store, Some(guard), None)?
+                .cycle_of(me, key)
+                .is_some();
+    }
+    Ok(WaitCheck {
+        cycle,
+        leave,
+        waits_behind: graph.leads_into(me, key).unwrap_or_default(),
+    })
+}
+
+/// Carry out `d`, decided on `s` for `req`, under the guard: the one place a checkout
+/// writes what it decided. Returns its report.
+pub fn apply(
+    ctx: &Ctx,
+    store: &dyn Store,
+    guard: &Guard,
+    req: &Request,
+    join: Join,
+    s: KeyState,
+    d: Decision,
+) -> Result<CheckoutReport> {
+    // The outcome is the decision's; a damaged record is an error instead.
+    let outcome = d.outcome().unwrap_or(Outcome::Conflict);
+    let mut r = CheckoutReport::new(ctx.now, &s.key, outcome, None);
+    r.paths = req.paths.clone();
+    r.slots = s.capacity();
+    r.took_over = s.took_over.clone();
+    match d {
+        Decision::Corrupt { path, problem } => Err(Error::Corrupt {
+            key: s.key,
+            path,
+            problem,
+        }),
+        Decision::Frozen(f, holder) => apply_frozen(ctx, store, guard, req, join, (f, holder), r),
+        Decision::NotYours(current) => {
+            crate::engine::holder_refused(ctx, store, guard, &current, "checkout")?;
+            r.checkout = Some(CheckoutView::from(&current));
+            Ok(r)
+        }
+        Decision::Renew(current) => apply_renew(ctx, store, guard, req, s, current, r),
+        Decision::Grant => apply_grant(ctx, store, guard, req, s, r),
+        Decision::Deadlock(cycle) => {
+            in_the_way(&s, None, &mut r);
+            deadlocked(ctx, store, guard, req, r, cycle, &s.queue)
+        }
+        Decision::Refuse(b) => apply_refusal(ctx, store, guard, req, join, s, &b, None, r),
+        Decision::Queue(b) => apply_refusal(ctx, store, guard, req, join, s, &b, Some(None), r),
+        Decision::WaitDeadlock(b, cycle) => {
+            apply_refusal(ctx, store, guard, req, join, s, &b, Some(Some(cycle)), r)
+        }
+    }
+}
+
+/// Who has the key, on a refusal or a deadlock: the holder (or the caller's own
+/// checkout waiting to add paths), every slot's holder for a key with slots.
+fn in_the_way(s: &KeyState, blocked: Option<&Blocked>, r: &mut CheckoutReport) {
+    match (&s.holding, blocked) {
+        (Holding::Slots { holders, .. }, _) => {
+            r.holders = holders.records.iter().map(CheckoutView::from).collect();
+            r.checkout = r.holders.first().cloned();
+        }
+        (Holding::Mine(own), _) => r.checkout = Some(CheckoutView::from(own)),
+        (_, Some(Blocked::Holder(h))) => r.checkout = Some(CheckoutView::from(h)),
         _ => {}
     }
-    if let Some(cycle) = grant_closes(ctx, store, guard, &agent.id, key, &req.paths, &q)? {
-        let mut r = base(Outcome::Deadlock, None);
-        r.took_over = took_over;
-        return deadlocked(ctx, store, guard, req, r, cycle, &q);
-    }
-    // Reserved for us, or for nobody: a place we had in the queue is done with.
-    queue::granted(store, guard, &mut q, &agent.id)?;
+}
 
+/// A freeze refuses the checkout, audited as `deny` (but for a blocked `--wait`'s polls).
+fn apply_frozen(
+    ctx: &Ctx,
+    store: &dyn Store,
+    guard: &Guard,
+    req: &Request,
+    join: Join,
+    (f, holder): (crate::store::Freeze, Option<Record>),
+    mut r: CheckoutReport,
+) -> Result<CheckoutReport> {
+    let holder = holder.as_ref().map(CheckoutView::from);
+    let mut ev = ctx.agent_event("deny", &r.key, &req.agent);
+    ev.reason = Some("frozen".into());
+    ev.holder = holder.as_ref().map(|h| h.agent.id.clone());
+    ev.detail = Some(format!(
+        "frozen by {} until {}",
+        f.by,
+        crate::clock::rfc3339(&f.until)
+    ));
+    // A blocked --wait polls: only a plain refusal is worth an event.
+    if !matches!(join, Join::Wait(_)) {
+        store.audit(guard, &ev)?;
+    }
+    r.checkout = holder;
+    r.frozen = Some(f);
+    Ok(r)
+}
+
+/// The caller's own checkout goes on: same token, lease extended, the paths it did not
+/// cover yet added (what it queued for them is its own now); a slot keeps the key's count.
+fn apply_renew(
+    ctx: &Ctx,
+    store: &dyn Store,
+    guard: &Guard,
+    req: &Request,
+    s: KeyState,
+    current: Record,
+    mut r: CheckoutReport,
+) -> Result<CheckoutReport> {
+    let key = s.key.as_str();
+    let added = &s.added;
+    let mut renewed = renewed(req, current, ctx.now);
+    if let Holding::Slots { mut holders, .. } = s.holding {
+        set_capacity(ctx, store, guard, key, &mut holders)?;
+        renewed.slots = renewed.slot.map(|_| holders.capacity);
+    } else if !added.is_empty() {
+        renewed.paths.extend(added.iter().cloned());
+        renewed.version = crate::store::version_for(added, None);
+    }
+    store.replace(guard, &renewed)?;
+    if !added.is_empty() {
+        let mut q = store.read_queue(key)?;
+        crate::warnings::after_change(
+            &format!("the paths were added to `{key}`, but its queue was not updated"),
+            queue::granted(store, guard, &mut q, &req.agent.id),
+        );
+    }
+    crate::warnings::after_change(
+        &format!(
+            "`{key}` is still yours and its lease was extended, but the audit log was not written"
+        ),
+        store.audit(guard, &ctx.event("renew", &renewed)),
+    );
+    r.checkout = Some(CheckoutView::from(&renewed));
+    Ok(r)
+}
+
+/// The key (or its lowest free slot) is the caller's: a new checkout with a new token; a
+/// place it had in the queue is done with.
+fn apply_grant(
+    ctx: &Ctx,
+    store: &dyn Store,
+    guard: &Guard,
+    req: &Request,
+    s: KeyState,
+    mut r: CheckoutReport,
+) -> Result<CheckoutReport> {
+    let now = ctx.now;
+    let key = s.key.as_str();
+    let mut q = s.queue;
+    queue::granted(store, guard, &mut q, &req.agent.id)?;
+    let (slot, paths) = match &s.holding {
+        Holding::Slots { holders, .. } => (Some(holders.next_slot()), Vec::new()),
+        _ => (None, req.paths.clone()),
+    };
     let (token, previous) = crate::engine::grant_token(store, guard, key)?;
     let record = Record {
-        version: crate::store::version_for(&req.paths, None),
+        version: crate::store::version_for(&paths, slot),
         key: key.to_string(),
         token,
-        agent: agent.clone(),
+        agent: req.agent.clone(),
         acquired_at: now,
         renewed_at: now,
-        expires_at,
+        expires_at: now + to_chrono(req.lease),
         reason: req.reason.clone(),
         owner: req.owner.clone(),
-        paths: req.paths.clone(),
-        slot: None,
-        slots: None,
+        paths,
+        slot,
+        slots: r.slots.filter(|_| slot.is_some()),
     };
     store.insert(guard, &record)?;
     // From here the key is the caller's: a failure now is a warning, never exit 1.
     let mut ev = ctx.event("acquire", &record);
     ev.reason = record.reason.clone();
+    if let (Some(slot), Some(n)) = (slot, record.slots) {
+        ev.detail = Some(format!("slot {slot} of {n}"));
+    }
     crate::warnings::after_change(
         &format!("`{key}` is checked out to you, but the audit log was not written"),
         store.audit(guard, &ev),
     );
-    let mut r = base(Outcome::Granted, Some(CheckoutView::from(&record)));
-    r.took_over = took_over;
+    r.checkout = Some(CheckoutView::from(&record));
     r.previous = previous;
     r.queue_length = q.waiters.len();
     Ok(r)
+}
+
+/// Kept out by `b`: refused (audited as `deny`), or, `waits`, the queue joined; unless
+/// the wait would close the cycle `waits` has (audited as `deadlock`, exit 5).
+#[allow(clippy::too_many_arguments)]
+fn apply_refusal(
+    ctx: &Ctx,
+    store: &dyn Store,
+    guard: &Guard,
+    req: &Request,
+    join: Join,
+    s: KeyState,
+    b: &Blocked,
+    waits: Option<Option<Vec<String>>>,
+    mut r: CheckoutReport,
+) -> Result<CheckoutReport> {
+    let key = s.key.as_str();
+    let mut q = s.queue.clone();
+    if matches!(b, Blocked::Paths { .. }) {
+        r.overlaps = s.blockers.clone();
+    }
+    in_the_way(&s, Some(b), &mut r);
+    let wait = s.wait.clone().unwrap_or_default();
+    match waits {
+        None => deny(ctx, store, guard, req, key, &s, b, &r)?,
+        Some(Some(cycle)) => {
+            let mut ev = ctx.agent_event("deadlock", key, &req.agent);
+            ev.holder = cycle.get(2).cloned();
+            ev.paths = req.paths.clone();
+            ev.detail = Some(cycle.join(" → "));
+            store.audit(guard, &ev)?;
+            if wait.leave {
+                queue::leave(ctx, store, guard, key, &req.agent.id, "deadlock")?;
+                q = store.read_queue(key)?;
+            }
+            r.cycle = cycle;
+        }
+        Some(None) => {
+            if let Some(n) = s.capacity() {
+                q.slots = Some(n);
+            }
+            r.waits_behind = wait.waits_behind;
+            let pid = match join {
+                Join::Wait(p) => Some(p),
+                _ => None,
+            };
+            let holder = matches!(b, Blocked::Paths { own: Some(_) });
+            queue::join(
+                ctx, store, guard, &mut q, &req.agent, pid, &req.paths, holder,
+            )?;
+            push_wake(store, req, pid, &mut r)?;
+        }
+    }
+    r.queue_length = q.waiters.len();
+    r.position = q.position(&req.agent.id);
+    r.reserved_for = q.reservation().cloned();
+    Ok(r)
+}
+
+/// A refusal, audited as `deny` with what kept the caller out.
+#[allow(clippy::too_many_arguments)]
+fn deny(
+    ctx: &Ctx,
+    store: &dyn Store,
+    guard: &Guard,
+    req: &Request,
+    key: &str,
+    s: &KeyState,
+    b: &Blocked,
+    r: &CheckoutReport,
+) -> Result<()> {
+    let mut ev = ctx.agent_event("deny", key, &req.agent);
+    ev.holder = match b {
+        Blocked::Holder(h) => Some(h.agent.id.clone()),
+        Blocked::Paths { .. } => s.blockers.first().map(|o| o.agent.id.clone()),
+        Blocked::Reserved(res) => Some(res.agent.clone()),
+        Blocked::Slots => match &s.holding {
+            Holding::Slots { holders, .. } => holders.records.first().map(|r| r.agent.id.clone()),
+            _ => None,
+        }
+        .or_else(|| s.queue.reservations.first().map(|r| r.agent.clone())),
+    };
+    if let Some(o) = r.overlaps.first() {
+        ev.detail = Some(overlap_detail(o));
+    } else if let (Blocked::Slots, Holding::Slots { holders, .. }) = (b, &s.holding) {
+        let n = holders.records.len() + s.queue.reservations.len();
+        ev.detail = Some(format!("all {n} slots are taken"));
+    } else if !s.queue.reservations.is_empty() {
+        ev.detail = Some("reserved for the head of the queue".into());
+    }
+    store.audit(guard, &ev)
+}
+
+/// A queued agent (not a blocked `--wait`, which learns it itself) is told by its inbox,
+/// and at once when its session takes pushes.
+fn push_wake(
+    store: &dyn Store,
+    req: &Request,
+    pid: Option<u32>,
+    r: &mut CheckoutReport,
+) -> Result<()> {
+    if pid.is_none()
+        && let Some(e) = store.read_agent(&req.agent.id)?
+        && e.ended_at.is_none()
+        && let Some(reach) = e.reach
+    {
+        r.push_wake = true;
+        r.push_via = Some(reach.via.as_str().to_string());
+    }
+    Ok(())
 }
 
 /// A checkout in the way of `taker` that has ended (its own lease lapsed or its process
@@ -565,154 +857,6 @@ fn renewed(req: &Request, current: Record, now: crate::clock::Time) -> Record {
     }
 }
 
-/// One checkout attempt under the guard, of a key with slots: a free slot is granted
-/// to the caller unless the waiters ahead of it in the queue have them all reserved.
-fn attempt_slots(
-    ctx: &Ctx,
-    store: &dyn Store,
-    guard: &Guard,
-    req: &Request,
-    key: &str,
-    join: Join,
-    mut h: slots::Holders,
-) -> Result<CheckoutReport> {
-    let now = ctx.now;
-    let agent = &req.agent;
-    if let Some((path, problem)) = h.corrupt.clone() {
-        return Err(Error::Corrupt {
-            key: key.to_string(),
-            path,
-            problem,
-        });
-    }
-    let base = |outcome, checkout, capacity| {
-        let mut r = CheckoutReport::new(now, key, outcome, checkout);
-        r.slots = Some(capacity);
-        r
-    };
-    let mut judge = Judge::new(ctx, store);
-    if let Some(current) = h.of(&agent.id).cloned()
-        && judge.own_end(&current)?.is_none()
-    {
-        if crate::engine::holder_refused(ctx, store, guard, &current, "checkout")?.is_some() {
-            return Ok(base(
-                Outcome::SecretRefused,
-                Some(CheckoutView::from(&current)),
-                h.capacity,
-            ));
-        }
-        set_capacity(ctx, store, guard, key, &mut h)?;
-        // The holder checking out again keeps its slot (same token), renewed as a key's.
-        let mut renewed = renewed(req, current, now);
-        renewed.slots = renewed.slot.map(|_| h.capacity);
-        store.replace(guard, &renewed)?;
-        crate::warnings::after_change(
-            &format!(
-                "`{key}` is still yours and its lease was extended, but the audit log was not written"
-            ),
-            store.audit(guard, &ctx.event("renew", &renewed)),
-        );
-        return Ok(base(
-            Outcome::AlreadyHeld,
-            Some(CheckoutView::from(&renewed)),
-            h.capacity,
-        ));
-    }
-    // Checkouts that have ended (a lease over, a dead holder; our own lapsed lease or gone
-    // process) free
-    // their slots first.
-    let mut took_over = None;
-    let mut live = Vec::with_capacity(h.records.len());
-    for r in std::mem::take(&mut h.records) {
-        match take_over(ctx, store, guard, &mut judge, &r, &agent.id)? {
-            Some(ended) => {
-                took_over.get_or_insert(ended);
-            }
-            None => live.push(r),
-        }
-    }
-    h.records = live;
-    set_capacity(ctx, store, guard, key, &mut h)?;
-    // The waiters ahead are served first: as many as there are free slots.
-    let mut q = queue::settle_key(
-        ctx,
-        store,
-        guard,
-        key,
-        queue::KeyNow::Slots(h.free()),
-        Some(&agent.id),
-    )?;
-    let open = h.free() > q.reservations.len() || q.reserved_for(&agent.id).is_some();
-    if !open || h.free() == 0 {
-        let mut blockers: Vec<String> = h.records.iter().map(|r| r.agent.id.clone()).collect();
-        blockers.extend(q.reservations.iter().map(|r| r.agent.clone()));
-        if q.slots != Some(h.capacity) && !matches!(join, Join::No) {
-            q.slots = Some(h.capacity);
-        }
-        let mut r = refuse(
-            ctx,
-            store,
-            guard,
-            req,
-            key,
-            (&blockers, false),
-            &mut q,
-            join,
-            Vec::new(),
-            false,
-        )?;
-        r.slots = Some(h.capacity);
-        r.holders = h.records.iter().map(CheckoutView::from).collect();
-        r.checkout = r.holders.first().cloned();
-        r.took_over = took_over;
-        return Ok(r);
-    }
-    if let Some(cycle) = grant_closes(ctx, store, guard, &agent.id, key, &[], &q)? {
-        let mut r = base(
-            Outcome::Deadlock,
-            h.records.first().map(CheckoutView::from),
-            h.capacity,
-        );
-        r.holders = h.records.iter().map(CheckoutView::from).collect();
-        r.took_over = took_over;
-        return deadlocked(ctx, store, guard, req, r, cycle, &q);
-    }
-    queue::granted(store, guard, &mut q, &agent.id)?;
-    let slot = h.next_slot();
-    let (token, previous) = crate::engine::grant_token(store, guard, key)?;
-    let record = Record {
-        version: crate::store::version_for(&[], Some(slot)),
-        key: key.to_string(),
-        token,
-        agent: agent.clone(),
-        acquired_at: now,
-        renewed_at: now,
-        expires_at: now + to_chrono(req.lease),
-        reason: req.reason.clone(),
-        owner: req.owner.clone(),
-        paths: Vec::new(),
-        slot: Some(slot),
-        slots: Some(h.capacity),
-    };
-    store.insert(guard, &record)?;
-    let mut ev = ctx.event("acquire", &record);
-    ev.reason = record.reason.clone();
-    ev.detail = Some(format!("slot {slot} of {}", h.capacity));
-    crate::warnings::after_change(
-        &format!("`{key}` is checked out to you, but the audit log was not written"),
-        store.audit(guard, &ev),
-    );
-    let mut r = base(
-        Outcome::Granted,
-        Some(CheckoutView::from(&record)),
-        h.capacity,
-    );
-    r.took_over = took_over;
-    r.previous = previous;
-    r.queue_length = q.waiters.len();
-    Ok(r)
-}
-
 /// A checkout asked for a different number of slots than the key keeps: from now on the
 /// key has that many. Every slot's record and the queue keep the new count; holders
 /// beyond it keep their slots until they let go. Audited as `slots`.
@@ -744,115 +888,6 @@ fn set_capacity(
     }
     h.stored = Some(h.capacity);
     Ok(())
-}
-
-/// The key is held (or reserved) by `blocked_by.0`, or paths asked for are: refuse, or
-/// queue, or find a cycle. `blocked_by.1`: each of them keeps the caller out (a key and
-/// its paths), else one of them letting go is enough (the holders of a key with slots).
-/// `holder`: the caller holds the key and waits to add paths.
-#[allow(clippy::too_many_arguments)]
-fn refuse(
-    ctx: &Ctx,
-    store: &dyn Store,
-    guard: &Guard,
-    req: &Request,
-    key: &str,
-    blocked_by: (&[String], bool),
-    q: &mut Queue,
-    join: Join,
-    overlaps: Vec<OverlapView>,
-    holder: bool,
-) -> Result<CheckoutReport> {
-    let agent = &req.agent;
-    let mut r = CheckoutReport::new(ctx.now, key, Outcome::Conflict, None);
-    r.overlaps = overlaps;
-    r.paths = req.paths.clone();
-    r.queue_length = q.waiters.len();
-    r.position = q.position(&agent.id);
-    r.reserved_for = q.reservation().cloned();
-    let (blocked_by, any) = blocked_by;
-    match join {
-        Join::No => {
-            let mut ev = ctx.agent_event("deny", key, agent);
-            ev.holder = blocked_by.first().cloned();
-            if let Some(o) = r.overlaps.first() {
-                ev.holder = Some(o.agent.id.clone());
-                ev.detail = Some(overlap_detail(o));
-            } else if !any {
-                ev.detail = Some(format!("all {} slots are taken", blocked_by.len()));
-            } else if !q.reservations.is_empty() {
-                ev.detail = Some("reserved for the head of the queue".into());
-            }
-            store.audit(guard, &ev)?;
-        }
-        Join::Queue | Join::Wait(_) => {
-            // A reservation of the key re-joined with other paths holds those paths
-            // against others from now on, as paths added to a checkout do: besides its
-            // own wait, every wait of the caller is checked.
-            let reserved_rejoin = q.reserved_for(&agent.id).is_some()
-                && q.waiters
-                    .iter()
-                    .any(|w| w.agent == agent.id && w.paths != req.paths);
-            let graph = Graph::with_wait(ctx, store, Some(guard), &agent.id, key, &req.paths)?;
-            let mut cycle = graph.cycle_of(&agent.id, key);
-            if cycle.is_none() && reserved_rejoin {
-                cycle = graph.cycle_through(&agent.id);
-                // One through another of its waits that stands already is not its doing.
-                if cycle.is_some()
-                    && Graph::build(ctx, store, Some(guard), None)?
-                        .cycle_through(&agent.id)
-                        .is_some()
-                {
-                    cycle = None;
-                }
-            }
-            if let Some(cycle) = cycle {
-                let mut ev = ctx.agent_event("deadlock", key, agent);
-                ev.holder = cycle.get(2).cloned();
-                ev.paths = req.paths.clone();
-                ev.detail = Some(cycle.join(" → "));
-                store.audit(guard, &ev)?;
-                // The wait is not joined. A place the caller had already stays only if
-                // it closes no cycle itself (it asked for other paths then).
-                if let Some(w) = q.waiters.iter().find(|w| w.agent == agent.id) {
-                    let stays = w.paths != req.paths
-                        && Graph::build(ctx, store, Some(guard), None)?
-                            .cycle_of(&agent.id, key)
-                            .is_none();
-                    if !stays {
-                        queue::leave(ctx, store, guard, key, &agent.id, "deadlock")?;
-                        *q = store.read_queue(key)?;
-                    }
-                }
-                r.queue_length = q.waiters.len();
-                r.position = q.position(&agent.id);
-                r.reserved_for = q.reservation().cloned();
-                r.outcome = Outcome::Deadlock;
-                r.cycle = cycle;
-                return Ok(r);
-            }
-            r.waits_behind = graph.leads_into(&agent.id, key).unwrap_or_default();
-            let pid = match join {
-                Join::Wait(p) => Some(p),
-                _ => None,
-            };
-            queue::join(ctx, store, guard, q, agent, pid, &req.paths, holder)?;
-            r.queue_length = q.waiters.len();
-            r.position = q.position(&agent.id);
-            r.reserved_for = q.reservation().cloned();
-            // A blocked --wait learns it itself; a queued agent is told by its inbox, and
-            // at once when its session takes pushes.
-            if pid.is_none()
-                && let Some(e) = store.read_agent(&agent.id)?
-                && e.ended_at.is_none()
-                && let Some(reach) = e.reach
-            {
-                r.push_wake = true;
-                r.push_via = Some(reach.via.as_str().to_string());
-            }
-        }
-    }
-    Ok(r)
 }
 
 /// Would granting `key` (with `paths`, all the paths the checkout would cover) to

@@ -136,7 +136,7 @@ fn may_act(read_only: bool, global: &Global, ctx: &Ctx) -> std::result::Result<(
 
 /// What the views show of one key besides the fleet: how its last checkout ended and its
 /// notes for the next holder (or why they could not be read), and what `tasklock why KEY`
-/// says of it (it reads and writes nothing), line by line without markup.
+/// says of it ([`why_lines`]).
 fn key_detail(
     global: &Global,
     key: &str,
@@ -164,14 +164,55 @@ fn key_detail(
             Ok(out)
         })
         .map_err(|e| e.to_string());
-    let why = crate::call(argv(global, "why", &[], key))
-        .markdown
-        .lines()
+    (notes, why_lines(global, key))
+}
+
+/// What `tasklock why KEY` answers the view's agent, as lines without markup: the verdict
+/// with its state and the checkout's decision, each reason, the advice. Read from the
+/// typed answer (it reads and writes nothing), never from its markdown.
+fn why_lines(global: &Global, key: &str) -> Vec<String> {
+    let _ = crate::warnings::take();
+    let key = crate::key::normalize(key);
+    let answer = context(global).and_then(|ctx| crate::commands::why::run(&ctx, &key, Vec::new()));
+    let mut lines = match answer {
+        Ok(crate::report::Report::Why(w)) => {
+            let inv = crate::render::Invocation {
+                dir: global.dir.clone(),
+                agent: global.agent.clone(),
+                cmd: Vec::new(),
+                tools: false,
+                anonymous: false,
+            };
+            let verdict = match (w.can_checkout, w.state) {
+                (_, crate::report::WhyState::Yours) => "It is yours",
+                (true, _) => "You can check it out now",
+                (false, _) => "You cannot check it out now",
+            };
+            let decided = w
+                .decision
+                .and_then(|d| serde_json::to_value(d).ok())
+                .and_then(|v| v.as_str().map(|d| format!("; a checkout now: {d}")))
+                .unwrap_or_default();
+            let mut lines = vec![format!("{verdict} ({}{decided}).", w.state.as_str())];
+            lines.extend(w.reasons.iter().map(|r| format!("- {r}")));
+            let next = crate::render::markdown::why_next(&w.advice, &w.key, &w.paths, &inv);
+            lines.push(format!("Next: {next}"));
+            lines
+        }
+        Ok(_) => Vec::new(),
+        Err(e) => vec![format!("Error: {e}")],
+    };
+    lines.extend(
+        crate::warnings::take()
+            .iter()
+            .map(|w| format!("Warning: {w}")),
+    );
+    lines
+        .iter()
         .map(|l| l.replace('`', "").trim().to_string())
         .filter(|l| !l.is_empty())
         .take(12)
-        .collect();
-    (notes, why)
+        .collect()
 }
 
 /// The command line of `tasklock COMMAND` with the view's `--dir` and `--agent`, the
