@@ -8,6 +8,7 @@ use std::process::{Command, Stdio};
 use serde_json::Value;
 
 #[cfg(unix)]
+pub mod browser;
 pub mod strace;
 pub mod tmux;
 
