@@ -290,7 +290,7 @@ impl Fleet {
             self.beat(i, Some("looking for the next issue".into()));
         } else if !path && self.chance(2) {
             self.add_path(i, &key, task);
-        } else if left > 2 && self.chance(3) {
+        } else if left > 2 && self.chance(6) {
             let which = self.below(SHARED.len() as u64) as usize;
             self.want_shared(i, which);
         } else if self.chance(4) {
@@ -384,10 +384,13 @@ impl Fleet {
         self.beat(i, Some(format!("working on {key}")));
     }
 
-    /// Agent `i` takes the path its issue edits, beside the issue's key.
+    /// Agent `i` takes the path its issue edits, beside the issue's key: in the project
+    /// the lock directory is in (named in full: the demo runs elsewhere).
     fn add_path(&mut self, i: usize, key: &str, task: usize) {
         let id = self.agents[i].id.clone();
-        let c = self.call(&id, &["checkout", key, "--path", TASKS[task].1]);
+        let project = self.lock.parent().unwrap_or(&self.lock);
+        let path = project.join(TASKS[task].1).to_string_lossy().into_owned();
+        let c = self.call(&id, &["checkout", key, "--path", &path]);
         if let Some(w) = &mut self.agents[i].work {
             // Refused (another agent edits an overlapping path): it goes on without.
             w.path = true;
