@@ -134,25 +134,18 @@ impl Fleet {
     /// demo cannot run.
     pub fn open(&mut self) -> Result<(), String> {
         past(HISTORY_TICKS);
-        self.add_issues(TASKS.len())?;
-        for _ in 0..AGENTS {
-            self.join()?;
-        }
-        for i in 0..self.agents.len() {
-            self.take_issue(i);
-        }
-        self.crowd();
-        let frozen = self.history();
-        // Now again: the live fleet, its clock of ticks started afresh, and a crowd at the
-        // shared keys to show at once.
+        let made = self.history();
+        // Now again, whatever happened: the live fleet, its clock of ticks started
+        // afresh, and a crowd at the shared keys to show at once.
         past(0);
+        made?;
         self.tick = 0;
         self.crowd();
         if let Some(w) = &self.agents[0].work {
             let (key, task) = (w.key.clone(), w.task);
             self.add_path(0, &key, task);
         }
-        frozen
+        Ok(())
     }
 
     /// Every agent wants a shared key: one holds each, the others queue for them.
@@ -162,19 +155,27 @@ impl Fleet {
         }
     }
 
-    /// The fleet's work over [`HISTORY_TICKS`] ticks of [`HISTORY_TICK`] seconds, on a clock
-    /// set back that far: no death in it (the live fleet shows one at once).
+    /// The fleet's start and its work over [`HISTORY_TICKS`] ticks of [`HISTORY_TICK`]
+    /// seconds, on a clock set back that far: no death in it (the live fleet shows one at
+    /// once).
     fn history(&mut self) -> Result<(), String> {
-        let mut frozen = Ok(());
+        self.add_issues(TASKS.len())?;
+        for _ in 0..AGENTS {
+            self.join()?;
+        }
+        for i in 0..self.agents.len() {
+            self.take_issue(i);
+        }
+        self.crowd();
         for n in 1..=HISTORY_TICKS {
             past(HISTORY_TICKS - n);
             self.tick += 1;
             self.steps(HISTORY_BEAT_EVERY);
             if n == FREEZE_AT {
-                frozen = self.freeze();
+                self.freeze()?;
             }
         }
-        frozen
+        Ok(())
     }
 
     /// One tick of the fleet (about a second of it): a death or a newcomer when it is
