@@ -266,3 +266,24 @@ fn the_page_picture() {
     };
     assert_eq!(status.code(), Some(0));
 }
+
+#[test]
+fn the_svg_writer_keeps_text_as_text_in_its_colours() {
+    // Markup, an ampersand, a control character; bold red, 256 colours, reverse video,
+    // and another escape (a title) skipped.
+    let ansi = "\x1b]0;title\x07\x1b[1;31m<script>&x\x01\x1b[0m  \x1b[38;5;2mok\x1b[0m\n\
+                \x1b[7m rev \x1b[27mplain";
+    let svg = common::svg::svg(ansi, 20, 3, "a <b> & c");
+    let rows = svg_rows(&svg);
+    assert_eq!(rows, ["a <b> & c", "<script>&x? ok", "rev plain"], "{svg}");
+    assert!(!svg.contains("<script"), "{svg}");
+    assert!(
+        svg.contains("fill=\"#ff7b72\" font-weight=\"bold\">&lt;script&gt;&amp;x?</text>"),
+        "{svg}"
+    );
+    // Colour 2 of 256 is the palette's green; reverse video draws the default text colour
+    // behind the default background's.
+    assert!(svg.contains("fill=\"#3fb950\">ok</text>"), "{svg}");
+    assert!(svg.contains("fill=\"#c9d1d9\"/>"), "{svg}");
+    assert!(svg.contains("fill=\"#0d1117\">rev</text>"), "{svg}");
+}

@@ -2,7 +2,8 @@
 //! `tasklock top` with it): what `tmux capture-pane -e -p` prints, read as a grid of cells
 //! with the SGR attributes a view uses (the 16 colours, the 256, 24-bit ones, bold,
 //! reverse), written as monospace text, every run of cells at its column, XML-escaped.
-//! Other escape sequences are skipped.
+//! Other escape sequences are skipped; a character is one cell (the demo's screen has no
+//! wide ones).
 
 /// A colour as the terminal was told it.
 #[derive(Clone, Copy, PartialEq, Debug)]
@@ -160,8 +161,9 @@ fn grid(ansi: &str, cols: usize) -> Vec<Vec<(char, Style)>> {
                 _ => {}
             }
         }
+        // What tmux left out at a line's end is blank, in no colour.
         row.truncate(cols);
-        row.resize(cols, (' ', style));
+        row.resize(cols, (' ', PLAIN));
         rows.push(row);
     }
     rows
