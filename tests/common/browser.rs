@@ -201,10 +201,15 @@ impl Browser {
 
     /// Wait (20 s at most) until `script` returns true.
     pub fn until(&self, what: &str, script: &str) {
+        self.until_within(what, script, Duration::from_secs(20));
+    }
+
+    /// Wait (`hang` at most: a guard against a hang) until `script` returns true.
+    pub fn until_within(&self, what: &str, script: &str, hang: Duration) {
         let start = Instant::now();
         while self.js(script) != Value::Bool(true) {
             assert!(
-                start.elapsed() < Duration::from_secs(20),
+                start.elapsed() < hang,
                 "never saw {what}; the page says: {}",
                 self.js("return document.body.innerText")
             );
