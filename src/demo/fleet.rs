@@ -301,8 +301,8 @@ impl Fleet {
         }
     }
 
-    /// An agent in a shared key's queue asks again (it may be its turn); one that holds
-    /// it hands it on when done.
+    /// An agent in a shared key's queue asks again (it may be its turn; still waiting, it
+    /// has nothing new to say in a heartbeat); one that holds it hands it on when done.
     fn step_shared(&mut self, i: usize) {
         let id = self.agents[i].id.clone();
         let Some(s) = &mut self.agents[i].shared else {
@@ -319,7 +319,9 @@ impl Fleet {
             return;
         }
         let c = self.call(&id, &["checkout", key, "--queue", "--reason", reason]);
-        self.after_shared(i, c.exit_code);
+        if c.exit_code != EXIT_HELD {
+            self.after_shared(i, c.exit_code);
+        }
     }
 
     /// Agent `i` asks for shared key `which`: it holds it, or joins its queue.
