@@ -61,6 +61,20 @@ const NEWCOMER_AFTER: u64 = 4;
 /// carries their status), and the freeze made again this often.
 const BEAT_EVERY: u64 = 5;
 const FREEZE_EVERY: u64 = 1800;
+/// The fleet's past, made when the demo starts: this many ticks of [`HISTORY_TICK`]
+/// seconds each (45 minutes: most of the page's timeline of the last hour), a heartbeat
+/// every [`HISTORY_BEAT_EVERY`] of them (no agent stalls), the freeze made [`FREEZE_AT`]
+/// ticks into it. Few ticks: the demo shows its fleet within a second or two.
+const HISTORY_TICKS: u64 = 45;
+const HISTORY_TICK: i64 = 60;
+const HISTORY_BEAT_EVERY: u64 = 2;
+const FREEZE_AT: u64 = 25;
+
+/// Act `ticks` ticks of [`HISTORY_TICK`] in the past (0: now): every command of the
+/// demo's process judges time by that clock.
+fn past(ticks: u64) {
+    crate::clock::set_offset(chrono::Duration::seconds(-(ticks as i64) * HISTORY_TICK));
+}
 
 /// One simulated agent: its id, the process its liveness is bound to, what it works on.
 struct Agent {
@@ -115,8 +129,36 @@ impl Fleet {
     }
 
     /// The first moments, at once: a backlog, five agents at work, a queue on each shared
-    /// key and a freeze. An error when tasklock refuses any of it: the demo cannot run.
+    /// key, then 45 minutes of their work (so that the timeline and the events have a
+    /// past to show), a freeze within it. An error when tasklock refuses any of it: the
+    /// demo cannot run.
     pub fn open(&mut self) -> Result<(), String> {
+        past(HISTORY_TICKS);
+        let made = self.history();
+        // Now again, whatever happened: the live fleet, its clock of ticks started
+        // afresh, and a crowd at the shared keys to show at once.
+        past(0);
+        made?;
+        self.tick = 0;
+        self.crowd();
+        if let Some(w) = &self.agents[0].work {
+            let (key, task) = (w.key.clone(), w.task);
+            self.add_path(0, &key, task);
+        }
+        Ok(())
+    }
+
+    /// Every agent wants a shared key: one holds each, the others queue for them.
+    fn crowd(&mut self) {
+        for (i, which) in [(3, 0), (1, 1), (4, 0), (0, 0), (2, 1)] {
+            self.want_shared(i, which);
+        }
+    }
+
+    /// The fleet's start and its work over [`HISTORY_TICKS`] ticks of [`HISTORY_TICK`]
+    /// seconds, on a clock set back that far: no death in it (the live fleet shows one at
+    /// once).
+    fn history(&mut self) -> Result<(), String> {
         self.add_issues(TASKS.len())?;
         for _ in 0..AGENTS {
             self.join()?;
@@ -124,19 +166,16 @@ impl Fleet {
         for i in 0..self.agents.len() {
             self.take_issue(i);
         }
-        // Two hold a shared key each; the others queue for them.
-        for (i, which) in [(3, 0), (1, 1), (4, 0), (0, 0), (2, 1)] {
-            self.want_shared(i, which);
+        self.crowd();
+        for n in 1..=HISTORY_TICKS {
+            past(HISTORY_TICKS - n);
+            self.tick += 1;
+            self.steps(HISTORY_BEAT_EVERY);
+            if n == FREEZE_AT {
+                self.freeze()?;
+            }
         }
-        if let Some(w) = &self.agents[0].work {
-            let (key, task) = (w.key.clone(), w.task);
-            self.add_path(0, &key, task);
-        }
-        let c = self.call(
-            "carol",
-            &["freeze", FROZEN.0, "--for", "1h", "--reason", FROZEN.1],
-        );
-        expect(&c, "freeze")
+        Ok(())
     }
 
     /// One tick of the fleet (about a second of it): a death or a newcomer when it is
@@ -151,20 +190,30 @@ impl Fleet {
             self.newcomer_at = None;
             let _ = self.join();
         }
+        self.steps(BEAT_EVERY);
+        if t.is_multiple_of(FREEZE_EVERY) {
+            let _ = self.freeze();
+        }
+    }
+
+    /// A step of each agent, and their heartbeats every `beat_every` ticks.
+    fn steps(&mut self, beat_every: u64) {
         for i in 0..self.agents.len() {
             self.step(i);
         }
-        if t.is_multiple_of(BEAT_EVERY) {
+        if self.tick.is_multiple_of(beat_every) {
             for i in 0..self.agents.len() {
                 self.beat(i, None);
             }
         }
-        if t.is_multiple_of(FREEZE_EVERY) {
-            self.call(
-                "carol",
-                &["freeze", FROZEN.0, "--for", "1h", "--reason", FROZEN.1],
-            );
-        }
+    }
+
+    fn freeze(&mut self) -> Result<(), String> {
+        let c = self.call(
+            "carol",
+            &["freeze", FROZEN.0, "--for", "1h", "--reason", FROZEN.1],
+        );
+        expect(&c, "freeze")
     }
 
     /// End every agent's process (the fleet ends with the demo).
@@ -242,7 +291,7 @@ impl Fleet {
             self.beat(i, Some("looking for the next issue".into()));
         } else if !path && self.chance(2) {
             self.add_path(i, &key, task);
-        } else if left > 2 && self.chance(3) {
+        } else if left > 2 && self.chance(6) {
             let which = self.below(SHARED.len() as u64) as usize;
             self.want_shared(i, which);
         } else if self.chance(4) {
@@ -252,8 +301,8 @@ impl Fleet {
         }
     }
 
-    /// An agent in a shared key's queue asks again (it may be its turn); one that holds
-    /// it hands it on when done.
+    /// An agent in a shared key's queue asks again (it may be its turn; still waiting, it
+    /// has nothing new to say in a heartbeat); one that holds it hands it on when done.
     fn step_shared(&mut self, i: usize) {
         let id = self.agents[i].id.clone();
         let Some(s) = &mut self.agents[i].shared else {
@@ -270,7 +319,9 @@ impl Fleet {
             return;
         }
         let c = self.call(&id, &["checkout", key, "--queue", "--reason", reason]);
-        self.after_shared(i, c.exit_code);
+        if c.exit_code != EXIT_HELD {
+            self.after_shared(i, c.exit_code);
+        }
     }
 
     /// Agent `i` asks for shared key `which`: it holds it, or joins its queue.
@@ -336,10 +387,13 @@ impl Fleet {
         self.beat(i, Some(format!("working on {key}")));
     }
 
-    /// Agent `i` takes the path its issue edits, beside the issue's key.
+    /// Agent `i` takes the path its issue edits, beside the issue's key: in the project
+    /// the lock directory is in (named in full: the demo runs elsewhere).
     fn add_path(&mut self, i: usize, key: &str, task: usize) {
         let id = self.agents[i].id.clone();
-        let c = self.call(&id, &["checkout", key, "--path", TASKS[task].1]);
+        let project = self.lock.parent().unwrap_or(&self.lock);
+        let path = project.join(TASKS[task].1).to_string_lossy().into_owned();
+        let c = self.call(&id, &["checkout", key, "--path", &path]);
         if let Some(w) = &mut self.agents[i].work {
             // Refused (another agent edits an overlapping path): it goes on without.
             w.path = true;

@@ -157,14 +157,20 @@ fn demo(lock: &Path, view: &Path, word: &str) -> Result<i32, String> {
 }
 
 /// `tasklock WORD --dir LOCK` (the views' binary, seen as `tasklock WORD`) on this
-/// terminal, in the demo's process group: `top` reads the terminal.
+/// terminal, in the demo's process group: `top` reads the terminal. It runs in the
+/// throwaway directory and is given LOCK by its name there, so that the view names the
+/// demo's lock directory, not the random temporary path it is at.
 fn start_view(lock: &Path, view: &Path, word: &str) -> std::io::Result<Child> {
     use std::os::unix::process::CommandExt;
+    let (Some(root), Some(name)) = (lock.parent(), lock.file_name()) else {
+        return Err(std::io::Error::other("the lock directory has no parent"));
+    };
     Command::new(view)
         .arg0("tasklock")
         .arg(word)
         .arg("--dir")
-        .arg(lock)
+        .arg(name)
+        .current_dir(root)
         .stdin(Stdio::inherit())
         .spawn()
 }

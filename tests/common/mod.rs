@@ -8,7 +8,9 @@ use std::process::{Command, Stdio};
 use serde_json::Value;
 
 #[cfg(unix)]
+pub mod browser;
 pub mod strace;
+pub mod svg;
 pub mod tmux;
 
 pub const T0: &str = "2026-01-01T00:00:00Z";
