@@ -79,10 +79,12 @@ fn run_command(args: Vec<OsString>) -> i32 {
         tools: false,
         anonymous: cli.global.agent.is_none() && identity::resolve_id(None).is_err(),
     };
-    let format = if cli.global.json || cli.global.format == Some(FormatArg::Json) {
-        Format::Json
-    } else {
-        Format::Markdown
+    let format = match cli.global.output_format() {
+        Ok(f) => f,
+        Err(msg) => {
+            emit_stderr(&render::error(&Error::Usage(msg), Format::Markdown, &inv));
+            return EXIT_USAGE;
+        }
     };
     if let Command::Hook(cli::HookArgs { event }) = &cli.command {
         // Hooks never break the agent: failures go to stderr and the exit code is 0.
@@ -143,7 +145,7 @@ fn run_command(args: Vec<OsString>) -> i32 {
             if store::pg::open_early(ctx.config().ok().as_ref())? {
                 ctx.now = clock::now()?;
             }
-            commands::audit::follow(&ctx, &filter, format, &mut std::io::stdout())
+            commands::audit::follow(&ctx, &filter, format.text_or_json(), &mut std::io::stdout())
         });
         return match result {
             Ok(()) => EXIT_OK,
@@ -169,7 +171,8 @@ fn run_command(args: Vec<OsString>) -> i32 {
             }
             Ok(ctx)
         };
-        let result = commands::inbox::follow(&mut open, format, &mut std::io::stdout());
+        let result =
+            commands::inbox::follow(&mut open, format.text_or_json(), &mut std::io::stdout());
         return match result {
             Ok(()) => EXIT_OK,
             Err(e) => {
@@ -206,7 +209,7 @@ fn run_command(args: Vec<OsString>) -> i32 {
             let text = render::error(&e, format, &inv);
             match format {
                 Format::Json => emit_stdout(&text),
-                Format::Markdown => emit_stderr(&text),
+                Format::Markdown | Format::Table(_) => emit_stderr(&text),
             }
             e.exit_code()
         }
