@@ -429,7 +429,7 @@ where
             let msg = "this command cannot be called here";
             return Called {
                 exit_code: EXIT_USAGE,
-                markdown: format!("Error: {msg}\n"),
+                markdown: render::error_line(msg),
                 json: render::error_json("usage", msg, None, EXIT_USAGE),
                 error_kind: Some("usage".into()),
             };
@@ -441,7 +441,7 @@ where
                 .unwrap_or_else(|| "usage error".into());
             return Called {
                 exit_code: EXIT_USAGE,
-                markdown: format!("Error: {first}\n"),
+                markdown: render::error_line(&first),
                 json: render::error_json("usage", &first, None, EXIT_USAGE),
                 error_kind: Some("usage".into()),
             };

@@ -193,7 +193,7 @@ pub fn error_hint(e: &Error, inv: &Invocation) -> Option<String> {
 pub fn error(e: &Error, format: Format, inv: &Invocation) -> String {
     match format {
         Format::Markdown | Format::Table(_) => {
-            let mut s = format!("Error: {e}\n");
+            let mut s = error_line(&e.to_string());
             if let Some(h) = error_hint(e, inv) {
                 s.push_str(&format!("\nNext: {h}\n"));
             }
@@ -206,6 +206,12 @@ pub fn error(e: &Error, format: Format, inv: &Invocation) -> String {
             e.exit_code(),
         )),
     }
+}
+
+/// An error for people and agents, in clap's style (clap's own usage errors cannot
+/// change): `error: MESSAGE`.
+pub fn error_line(message: &str) -> String {
+    format!("error: {message}\n")
 }
 
 pub fn error_json(kind: &str, message: &str, hint: Option<String>, code: i32) -> serde_json::Value {
