@@ -424,6 +424,10 @@ pub struct InitArgs {
     /// when the project has a .cursor directory
     #[arg(long)]
     pub cursor: bool,
+    /// The clients to set up: claude, codex, gemini, opencode, cursor (comma-separated;
+    /// default: those whose folder the project has or whose command is on PATH, else claude)
+    #[arg(long, value_name = "NAMES", value_delimiter = ',')]
+    pub client: Vec<String>,
 }
 
 // The arguments of `setup`.

@@ -636,10 +636,24 @@ pub struct InitReport {
     pub dry_run: bool,
     pub project: String,
     pub changes: Vec<Change>,
+    /// The agent clients set up, why each, and what each still needs.
+    pub clients: Vec<ClientSetup>,
     /// How other MCP clients start `tasklock mcp`.
     pub mcp: McpSetup,
     /// A git repository without `--git-hook`: `init` says how to add the commit guard.
     pub git_hook_offered: bool,
+}
+
+/// An agent client `init` set the project up for.
+#[derive(Debug, Serialize)]
+pub struct ClientSetup {
+    /// `claude`, `codex`, `gemini`, `opencode` or `cursor`.
+    pub client: &'static str,
+    /// Why: named with `--client`, its folder in the project, its command on PATH, or
+    /// none found (Claude Code alone).
+    pub why: String,
+    /// What is left to do in the client itself.
+    pub needs: &'static str,
 }
 
 /// The MCP server's setup for clients `init` does not configure itself.
