@@ -79,13 +79,6 @@ fn run_command(args: Vec<OsString>) -> i32 {
         tools: false,
         anonymous: cli.global.agent.is_none() && identity::resolve_id(None).is_err(),
     };
-    let format = match cli.global.output_format() {
-        Ok(f) => f,
-        Err(msg) => {
-            emit_stderr(&render::error(&Error::Usage(msg), Format::Markdown, &inv));
-            return EXIT_USAGE;
-        }
-    };
     if let Command::Hook(cli::HookArgs { event }) = &cli.command {
         // Hooks never break the agent: failures go to stderr and the exit code is 0.
         let Some(event) = event else {
@@ -121,6 +114,14 @@ fn run_command(args: Vec<OsString>) -> i32 {
     if let Command::Demo(a) = &cli.command {
         return demo::run(&cli.global, a);
     }
+    // After the hooks, which print Claude Code's format whatever TASKLOCK_FORMAT says.
+    let format = match cli.global.output_format() {
+        Ok(f) => f,
+        Err(msg) => {
+            emit_stderr(&render::error(&Error::Usage(msg), Format::Markdown, &inv));
+            return EXIT_USAGE;
+        }
+    };
     if let Command::Audit(cli::AuditArgs {
         since,
         key,

@@ -205,3 +205,16 @@ fn an_unknown_format_is_a_usage_error() {
     let r = e.run(Some("agent-c"), &["list", "--format", "xml"]);
     assert_eq!(r.code, 64, "{}", r.text());
 }
+
+#[test]
+fn hooks_never_break_on_a_bad_format_variable() {
+    let e = fleet();
+    let mut cmd = base_cmd(&e.now);
+    cmd.env("TASKLOCK_FORMAT", "xml")
+        .args(["--dir"])
+        .arg(e.dir())
+        .args(["hook", "user-prompt-submit"]);
+    let r = exec(cmd);
+    assert_eq!(r.code, 0, "{}", r.text());
+    assert!(!r.stderr.contains("TASKLOCK_FORMAT"), "{}", r.text());
+}
