@@ -34,7 +34,7 @@ fn fleet() -> Env {
 fn tables(e: &Env, width: &str) -> String {
     let env = [("COLUMNS", width), ("TZ", "UTC")];
     let mut out = String::new();
-    let steps: [(&str, &[&str]); 7] = [
+    let steps: [(&str, &[&str]); 9] = [
         ("agent-c", &["list"]),
         ("agent-c", &["status", "task-1"]),
         ("agent-c", &["agents"]),
@@ -42,6 +42,8 @@ fn tables(e: &Env, width: &str) -> String {
         ("agent-c", &["checkout", "task-2"]),
         ("agent-c", &["checkout", "task-3", "--reason", "docs"]),
         ("agent-c", &["release", "task-3"]),
+        ("agent-a", &["release", "task-1"]),
+        ("agent-c", &["inbox"]),
     ];
     for (agent, args) in steps {
         let mut a = args.to_vec();

@@ -25,6 +25,7 @@ pub fn report(r: &Report, inv: &Invocation, screen: &Screen) -> String {
         Report::Agents(r) => reports::agents(r, &t),
         Report::Checkout(r) => reports::checkout(r, inv, &t),
         Report::Keys(r) => reports::keys(r, &t),
+        Report::Inbox(r) => reports::inbox(r, &t),
         _ => None,
     };
     table.unwrap_or_else(|| t.localize(&markdown::report(r, inv)))

@@ -301,3 +301,35 @@ pub(super) fn keys(r: &KeysReport, t: &Printer) -> Option<String> {
     }
     Some(out)
 }
+
+pub(super) fn inbox(r: &InboxReport, t: &Printer) -> Option<String> {
+    if r.messages.is_empty() {
+        return None;
+    }
+    let mut table = Table::new(&[
+        ("Time", Fit::Keep),
+        ("Type", Fit::Keep),
+        ("Key", Fit::Keep),
+        ("From", Fit::Keep),
+        ("Message", Fit::Cut),
+    ]);
+    for m in &r.messages {
+        table.row(vec![
+            t.ago(&m.ts),
+            m.kind.to_string(),
+            m.key.clone(),
+            m.from.clone().unwrap_or_else(|| "tasklock".into()),
+            t.localize(&m.body),
+        ]);
+    }
+    let said = table.said_once(&["Type", "From"]);
+    let read = if r.marked_read {
+        "now marked read"
+    } else {
+        "left unread"
+    };
+    let first = format!("{} ({read})", plural(r.messages.len(), "unread message"));
+    let mut out = heading(first, said);
+    out.push_str(&table.render(t.width()));
+    Some(out)
+}
