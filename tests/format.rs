@@ -220,3 +220,28 @@ fn hooks_never_break_on_a_bad_format_variable() {
     assert_eq!(r.code, 0, "{}", r.text());
     assert!(!r.stderr.contains("TASKLOCK_FORMAT"), "{}", r.text());
 }
+
+/// The width is the terminal's own (TIOCGWINSZ), with no COLUMNS to say it: a 72-column
+/// tmux pane, and a clean environment (no agent variables, no COLUMNS).
+#[test]
+fn tables_fit_the_terminal_they_are_printed_on() {
+    let e = fleet();
+    let done = e.tmp.path().join("done");
+    let script = format!(
+        "env -i PATH=/usr/bin:/bin TZ=UTC TASKLOCK_NOW={} {} --dir {} --agent agent-c list; touch {}; sleep 60",
+        e.now,
+        env!("CARGO_BIN_EXE_tasklock"),
+        e.dir().display(),
+        done.display()
+    );
+    let t = common::tmux::Tmux::start(&script, 72, 20);
+    t.until("the table", |s| s.contains("agent-b") && done.exists());
+    // Wrapped lines joined: a line wider than the pane shows as one.
+    let screen = t.ok(&["capture-pane", "-p", "-J", "-t", common::tmux::SESSION]);
+    assert!(screen.contains("KEY"), "{screen}");
+    assert!(screen.contains('…'), "the reason is cut to fit:\n{screen}");
+    assert!(!screen.contains("|---"), "{screen}");
+    for l in screen.lines() {
+        assert!(l.trim_end().chars().count() <= 72, "{l:?}\n{screen}");
+    }
+}
