@@ -147,3 +147,23 @@ fn doctor_knows_the_install_script_by_its_receipt_wherever_it_put_the_binary() {
         "{fix}"
     );
 }
+
+#[test]
+fn doctor_says_how_to_remove_skills_installed_twice_by_the_channel() {
+    let e = Env::new();
+    let home = e.tmp.path().join("home");
+    let exe = place(&home.join("prefix/lib/node_modules/tasklock/bin/tasklock"));
+    // The same skills in HOME and in the project.
+    for root in [home.clone(), home.join("project")] {
+        for name in ["checkout", "heartbeat", "checkouts"] {
+            let dir = root.join(".claude/skills").join(name);
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("SKILL.md"), "---\nname: x\n---\n").unwrap();
+        }
+    }
+    let c = check(&e, &exe, &home, "duplicates");
+    assert_eq!(c["status"], "warn", "{c}");
+    let fix = c["fix"].as_str().unwrap();
+    assert!(fix.contains("`tasklock setup --uninstall`"), "{fix}");
+    assert!(!fix.contains("install.sh"), "{fix}");
+}

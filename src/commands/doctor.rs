@@ -53,11 +53,12 @@ pub fn run(ctx: &Ctx, discovery: Option<&Discovery>) -> Result<Report> {
     // Skills, hooks, permissions, and what is loaded twice.
     let project = project_root();
     let home = std::env::var_os("HOME").map(PathBuf::from);
-    checks.push(skills_check(&project, home.as_deref(), channel()));
+    let channel = channel();
+    checks.push(skills_check(&project, home.as_deref(), channel));
     checks.push(hooks_check(&project));
     checks.extend(gemini_hooks_check(&project, home.as_deref()));
     checks.push(permissions_check(&project));
-    checks.push(duplicates_check(&project, home.as_deref()));
+    checks.push(duplicates_check(&project, home.as_deref(), channel));
 
     let healthy = !checks.iter().any(|c| c.status == "fail");
     Ok(Report::Doctor(DoctorReport {
@@ -830,7 +831,7 @@ fn tasklock_plugins(home: &Path) -> Vec<String> {
 
 /// Skills installed both for the user and in the project are listed twice in the
 /// model's context; the plugin plus `init`'s hooks run every hook twice.
-fn duplicates_check(project: &Path, home: Option<&Path>) -> Check {
+fn duplicates_check(project: &Path, home: Option<&Path>, channel: Channel) -> Check {
     let Some(home) = home else {
         return ok("duplicates", "no HOME, nothing to compare".into());
     };
@@ -853,7 +854,10 @@ fn duplicates_check(project: &Path, home: Option<&Path>) -> Check {
             user_skills.display(),
             project_skills.display()
         ));
-        fixes.push("keep one copy: `./install.sh --uninstall` removes the global one, or delete the project's");
+        fixes.push(match channel {
+            Channel::Script | Channel::Unknown => "keep one copy: `./install.sh --uninstall` removes the global one, or delete the project's",
+            _ => "keep one copy: `tasklock setup --uninstall` removes the global one, or delete the project's",
+        });
     }
     let plugins = tasklock_plugins(home);
     let hooked = project_settings(project).iter().any(|(_, v)| {
