@@ -34,7 +34,7 @@ fn fleet() -> Env {
 fn tables(e: &Env, width: &str) -> String {
     let env = [("COLUMNS", width), ("TZ", "UTC")];
     let mut out = String::new();
-    let steps: [(&str, &[&str]); 9] = [
+    let steps: [(&str, &[&str]); 11] = [
         ("agent-c", &["list"]),
         ("agent-c", &["status", "task-1"]),
         ("agent-c", &["agents"]),
@@ -44,6 +44,8 @@ fn tables(e: &Env, width: &str) -> String {
         ("agent-c", &["release", "task-3"]),
         ("agent-a", &["release", "task-1"]),
         ("agent-c", &["inbox"]),
+        ("agent-c", &["backlog", "add", "docs-1", "docs-2"]),
+        ("agent-c", &["backlog"]),
     ];
     for (agent, args) in steps {
         let mut a = args.to_vec();

@@ -26,6 +26,7 @@ pub fn report(r: &Report, inv: &Invocation, screen: &Screen) -> String {
         Report::Checkout(r) => reports::checkout(r, inv, &t),
         Report::Keys(r) => reports::keys(r, &t),
         Report::Inbox(r) => reports::inbox(r, &t),
+        Report::Backlog(r) => reports::backlog(r, &t),
         _ => None,
     };
     table.unwrap_or_else(|| t.localize(&markdown::report(r, inv)))
@@ -142,6 +143,10 @@ impl Table {
             heads: heads.to_vec(),
             rows: Vec::new(),
         }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
     }
 
     /// One row, a cell per column; control characters are shown as their code points and

@@ -333,3 +333,38 @@ pub(super) fn inbox(r: &InboxReport, t: &Printer) -> Option<String> {
     out.push_str(&table.render(t.width()));
     Some(out)
 }
+
+/// `backlog`: the keys in line, then the claimed ones and who claimed them.
+pub(super) fn backlog(r: &BacklogReport, t: &Printer) -> Option<String> {
+    let counts = format!("{} ready, {} claimed", r.ready, r.claimed);
+    let first = match (r.added, &r.removed) {
+        (Some(n), _) => format!("Added {} to the backlog: {counts}", plural(n, "key")),
+        (_, Some(gone)) => format!(
+            "Removed {} from the backlog: {counts}",
+            plural(gone.len(), "key")
+        ),
+        _ if r.ready == 0 && r.claimed == 0 => return None,
+        _ => format!("Backlog: {counts}"),
+    };
+    let mut table = Table::new(&[
+        ("Next", Fit::Keep),
+        ("Key", Fit::Keep),
+        ("Claimed by", Fit::Keep),
+    ]);
+    for (i, k) in r.next.iter().enumerate() {
+        table.row(vec![(i + 1).to_string(), k.key.clone(), String::new()]);
+    }
+    for k in r.claims.iter().flatten() {
+        let by = k.claimed_by.clone().unwrap_or_else(|| "-".into());
+        table.row(vec![String::new(), k.key.clone(), by]);
+    }
+    let mut out = heading(first, Vec::new());
+    if !table.is_empty() {
+        out.push_str(&table.render(t.width()));
+    }
+    let more = r.ready.saturating_sub(r.next.len() as u64);
+    if more > 0 {
+        let _ = writeln!(out, "…and {more} more ready");
+    }
+    Some(out)
+}
