@@ -17,7 +17,7 @@ mod reports;
 pub fn report(r: &Report, inv: &Invocation, screen: &Screen) -> String {
     let t = Printer {
         screen,
-        now: now_of(r),
+        now: r.now(),
     };
     let table = match r {
         Report::List(r) => reports::list(r, &t),
@@ -30,15 +30,6 @@ pub fn report(r: &Report, inv: &Invocation, screen: &Screen) -> String {
         _ => None,
     };
     table.unwrap_or_else(|| t.localize(&markdown::report(r, inv)))
-}
-
-/// The report's own "now" (every report carries the time it was made at).
-fn now_of(r: &Report) -> Time {
-    serde_json::to_value(r)
-        .ok()
-        .and_then(|v| v.get("now").cloned())
-        .and_then(|v| serde_json::from_value(v).ok())
-        .unwrap_or_default()
 }
 
 /// The screen and the report's time, which every time is told relative to.
