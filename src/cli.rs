@@ -1,9 +1,13 @@
-//! Command-line types only; no logic.
+//! Command-line types, and which output format the global options (and the terminal)
+//! choose; no other logic.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::render::{Format, Screen};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -22,7 +26,8 @@ pub struct Cli {
 
 #[derive(Debug, Args, Clone)]
 pub struct Global {
-    /// Output format
+    /// Output format (default: TASKLOCK_FORMAT, else `table` for a person at a terminal,
+    /// `md` for agents and pipes)
     #[arg(long, global = true, value_enum)]
     pub format: Option<FormatArg>,
     /// Short for --format json
@@ -43,6 +48,61 @@ pub struct Global {
 pub enum FormatArg {
     Md,
     Json,
+    Table,
+}
+
+impl Global {
+    /// The output format: `--json` or `--format`, else `TASKLOCK_FORMAT`, else a table when
+    /// stdout is a terminal and no agent client runs this command
+    /// ([`crate::identity::agent_environment`]), markdown otherwise.
+    pub fn output_format(&self) -> Result<Format, String> {
+        let given = if self.json {
+            Some(FormatArg::Json)
+        } else {
+            self.format
+        };
+        let chosen = match given {
+            Some(f) => f,
+            None => match std::env::var("TASKLOCK_FORMAT")
+                .ok()
+                .filter(|v| !v.is_empty())
+            {
+                Some(v) => FormatArg::from_str(&v, false).map_err(|_| {
+                    format!("TASKLOCK_FORMAT={v:?} is not an output format: md, json or table")
+                })?,
+                None if std::io::stdout().is_terminal()
+                    && crate::identity::agent_environment().is_none() =>
+                {
+                    FormatArg::Table
+                }
+                None => FormatArg::Md,
+            },
+        };
+        Ok(match chosen {
+            FormatArg::Md => Format::Markdown,
+            FormatArg::Json => Format::Json,
+            FormatArg::Table => Format::Table(screen()),
+        })
+    }
+}
+
+/// The terminal on stdout: its width (else `COLUMNS`, else 80) and the local time zone.
+fn screen() -> Screen {
+    let width = crate::os::terminal_width()
+        .or_else(|| {
+            std::env::var("COLUMNS")
+                .ok()
+                .and_then(|c| c.trim().parse().ok())
+                .filter(|&c: &usize| c > 0)
+        })
+        .unwrap_or(80);
+    let now = crate::clock::now()
+        .map(|t| t.timestamp())
+        .unwrap_or_default();
+    Screen {
+        width,
+        utc_offset: crate::os::utc_offset(now).unwrap_or(0),
+    }
 }
 
 fn duration(s: &str) -> Result<Duration, String> {
@@ -367,6 +427,10 @@ pub struct InitArgs {
     /// when the project has a .cursor directory
     #[arg(long)]
     pub cursor: bool,
+    /// The clients to set up: claude, codex, gemini, opencode, cursor (comma-separated;
+    /// default: those whose folder the project has or whose command is on PATH, else claude)
+    #[arg(long, value_name = "NAMES", value_delimiter = ',')]
+    pub client: Vec<String>,
 }
 
 // The arguments of `setup`.

@@ -111,6 +111,30 @@ impl Agent {
 /// session's id.
 pub const OPENCODE_SESSION_ENV: &str = "OPENCODE_SESSION_ID";
 
+/// The agent client this process runs under, judged by the variables each sets in the
+/// commands it runs: Claude Code `CLAUDECODE` and `CLAUDE_CODE_*`, Codex `CODEX_*` (even
+/// when it gives the command a terminal), Gemini CLI `GEMINI_CLI` (its hooks
+/// `GEMINI_SESSION_ID`), OpenCode `OPENCODE*`, Cursor's agent `CURSOR_AGENT`. Output is
+/// for that agent then, not for a person.
+pub fn agent_environment() -> Option<&'static str> {
+    std::env::vars_os().find_map(|(name, _)| {
+        let n = name.to_string_lossy();
+        if n == "CLAUDECODE" || n.starts_with("CLAUDE_CODE_") {
+            Some("claude")
+        } else if n.starts_with("CODEX_") {
+            Some("codex")
+        } else if n == "GEMINI_CLI" || n == "GEMINI_SESSION_ID" {
+            Some("gemini")
+        } else if n.starts_with("OPENCODE") {
+            Some("opencode")
+        } else if n == "CURSOR_AGENT" {
+            Some("cursor")
+        } else {
+            None
+        }
+    })
+}
+
 /// How the id was found; `doctor` warns about the fallback.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Source {

@@ -81,11 +81,6 @@ fn run_command(args: Vec<OsString>) -> i32 {
         tools: false,
         anonymous: cli.global.agent.is_none() && identity::resolve_id(None).is_err(),
     };
-    let format = if cli.global.json || cli.global.format == Some(FormatArg::Json) {
-        Format::Json
-    } else {
-        Format::Markdown
-    };
     if let Command::Hook(cli::HookArgs { event }) = &cli.command {
         // Hooks never break the agent: failures go to stderr and the exit code is 0.
         let Some(event) = event else {
@@ -124,6 +119,14 @@ fn run_command(args: Vec<OsString>) -> i32 {
     if let Command::NotifyDrain = &cli.command {
         return notify_drain(&cli.global);
     }
+    // After the hooks, which print Claude Code's format whatever TASKLOCK_FORMAT says.
+    let format = match cli.global.output_format() {
+        Ok(f) => f,
+        Err(msg) => {
+            emit_stderr(&render::error(&Error::Usage(msg), Format::Markdown, &inv));
+            return EXIT_USAGE;
+        }
+    };
     if let Command::Audit(cli::AuditArgs {
         since,
         key,
@@ -148,7 +151,7 @@ fn run_command(args: Vec<OsString>) -> i32 {
             if store::pg::open_early(ctx.config().ok().as_ref())? {
                 ctx.now = clock::now()?;
             }
-            commands::audit::follow(&ctx, &filter, format, &mut std::io::stdout())
+            commands::audit::follow(&ctx, &filter, format.text_or_json(), &mut std::io::stdout())
         });
         return match result {
             Ok(()) => EXIT_OK,
@@ -174,7 +177,8 @@ fn run_command(args: Vec<OsString>) -> i32 {
             }
             Ok(ctx)
         };
-        let result = commands::inbox::follow(&mut open, format, &mut std::io::stdout());
+        let result =
+            commands::inbox::follow(&mut open, format.text_or_json(), &mut std::io::stdout());
         return match result {
             Ok(()) => EXIT_OK,
             Err(e) => {
@@ -211,7 +215,7 @@ fn run_command(args: Vec<OsString>) -> i32 {
             let text = render::error(&e, format, &inv);
             match format {
                 Format::Json => emit_stdout(&text),
-                Format::Markdown => emit_stderr(&text),
+                Format::Markdown | Format::Table(_) => emit_stderr(&text),
             }
             e.exit_code()
         }
@@ -451,7 +455,7 @@ where
             let msg = "this command cannot be called here";
             return Called {
                 exit_code: EXIT_USAGE,
-                markdown: format!("Error: {msg}\n"),
+                markdown: render::error_line(msg),
                 json: render::error_json("usage", msg, None, EXIT_USAGE),
                 error_kind: Some("usage".into()),
             };
@@ -463,7 +467,7 @@ where
                 .unwrap_or_else(|| "usage error".into());
             return Called {
                 exit_code: EXIT_USAGE,
-                markdown: format!("Error: {first}\n"),
+                markdown: render::error_line(&first),
                 json: render::error_json("usage", &first, None, EXIT_USAGE),
                 error_kind: Some("usage".into()),
             };

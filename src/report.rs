@@ -636,10 +636,24 @@ pub struct InitReport {
     pub dry_run: bool,
     pub project: String,
     pub changes: Vec<Change>,
+    /// The agent clients set up, why each, and what each still needs.
+    pub clients: Vec<ClientSetup>,
     /// How other MCP clients start `tasklock mcp`.
     pub mcp: McpSetup,
     /// A git repository without `--git-hook`: `init` says how to add the commit guard.
     pub git_hook_offered: bool,
+}
+
+/// An agent client `init` set the project up for.
+#[derive(Debug, Serialize)]
+pub struct ClientSetup {
+    /// `claude`, `codex`, `gemini`, `opencode` or `cursor`.
+    pub client: &'static str,
+    /// Why: named with `--client`, its folder in the project, its command on PATH, or
+    /// none found (Claude Code alone).
+    pub why: String,
+    /// What is left to do in the client itself.
+    pub needs: &'static str,
 }
 
 /// The MCP server's setup for clients `init` does not configure itself.
@@ -953,6 +967,35 @@ pub struct GuardFile {
 }
 
 impl Report {
+    /// When it was made: every time in it is told relative to this.
+    pub fn now(&self) -> Time {
+        match self {
+            Report::Checkout(r) => r.now,
+            Report::Keys(r) => r.now,
+            Report::Status(r) => r.now,
+            Report::List(r) => r.now,
+            Report::Verify(r) => r.now,
+            Report::Heartbeat(r) => r.now,
+            Report::Agents(r) => r.now,
+            Report::Note(r) => r.now,
+            Report::Give(r) => r.now,
+            Report::Watch(r) => r.now,
+            Report::Run(r) => r.now,
+            Report::Any(r) => r.now,
+            Report::Next(r) => r.now,
+            Report::Backlog(r) => r.now,
+            Report::Inbox(r) => r.now,
+            Report::Init(r) => r.now,
+            Report::Freeze(r) => r.now,
+            Report::Why(r) => r.now,
+            Report::Audit(r) => r.now,
+            Report::Doctor(r) => r.now,
+            Report::Guard(r) => r.now,
+            Report::Stage(r) => r.now,
+            Report::Setup(r) => r.now,
+        }
+    }
+
     /// The process exit code; multi-key commands exit with the first failing key's code.
     pub fn exit_code(&self) -> i32 {
         match self {

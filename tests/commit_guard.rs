@@ -261,7 +261,12 @@ fn the_guard_runs_before_an_existing_hook_and_with_husky() {
         std::fs::Permissions::from_mode(0o755),
     )
     .unwrap();
-    let r = tl(&env, &main, "alice", &["init", "--git-hook", "--dry-run"]);
+    let r = tl(
+        &env,
+        &main,
+        "alice",
+        &["init", "--git-hook", "--dry-run", "--client", "claude"],
+    );
     assert_eq!(r.code, 0, "{}", r.text());
     snap!(env, "init_git_hook_dry_run", r);
     assert_eq!(

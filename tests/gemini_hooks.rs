@@ -34,7 +34,8 @@ fn init(cwd: &Path, args: &[&str]) -> Run {
     cmd.env_remove("GEMINI_SESSION_ID")
         .current_dir(cwd)
         .arg("init")
-        .args(args);
+        .args(args)
+        .args(["--client", "claude,gemini"]);
     exec(cmd)
 }
 

@@ -243,6 +243,16 @@ fn init(cwd: &Path, args: &[&str]) -> Run {
     exec(cmd)
 }
 
+/// The clients `init` sets up whatever the project and PATH show: all but Cursor.
+const ALL_CLIENTS: &str = "claude,codex,gemini,opencode";
+
+/// [`init`] for every client but Cursor, named, so that PATH does not matter.
+fn init_all(cwd: &Path, args: &[&str]) -> Run {
+    let mut a = args.to_vec();
+    a.extend(["--client", ALL_CLIENTS]);
+    init(cwd, &a)
+}
+
 /// Every file and directory under `root` but `.git`: contents, mtime and inode.
 fn tree(root: &Path) -> BTreeMap<PathBuf, (Option<Vec<u8>>, SystemTime, u64)> {
     fn walk(
@@ -822,7 +832,7 @@ fn init_merges_into_an_existing_project() {
     std::fs::write(repo.join("CLAUDE.md"), "# Project\n\nUse tabs.").unwrap();
     let before: Value = serde_json::from_str(SETTINGS).unwrap();
 
-    let r = init(&repo, &["--json"]);
+    let r = init_all(&repo, &["--json"]);
     assert_eq!(r.code, 0, "{}", r.text());
     let report = r.json();
     assert_eq!(report["command"], "init");
@@ -914,10 +924,10 @@ fn init_merges_into_an_existing_project() {
     // Again: nothing changes, not a byte, not an mtime, and it says so.
     age(&repo);
     let snapshot = tree(&repo);
-    let r = init(&repo, &[]);
+    let r = init_all(&repo, &[]);
     assert_eq!(r.code, 0, "{}", r.text());
     assert!(r.stdout.starts_with("Nothing to do: "), "{}", r.text());
-    let r = init(&repo, &["--json"]);
+    let r = init_all(&repo, &["--json"]);
     assert_eq!(r.code, 0, "{}", r.text());
     assert!(
         changes(&r.json()).iter().all(|(_, a)| a == "unchanged"),
@@ -933,7 +943,7 @@ fn init_merges_into_an_existing_project() {
     assert_eq!(read(&repo.join("CLAUDE.md")).matches(BEGIN).count(), 1);
 
     // A dry run on the set-up project plans nothing and touches nothing.
-    let r = init(&repo, &["--dry-run", "--json"]);
+    let r = init_all(&repo, &["--dry-run", "--json"]);
     assert_eq!(r.code, 0, "{}", r.text());
     assert!(changes(&r.json()).iter().all(|(_, a)| a == "unchanged"));
     assert_eq!(tree(&repo), snapshot);
@@ -943,7 +953,7 @@ fn init_merges_into_an_existing_project() {
 fn init_in_a_fresh_repository_and_again() {
     let e = Env::new();
     let repo = git_repo(&e.tmp.path().join("fresh"));
-    let r = init(&repo, &[]);
+    let r = init_all(&repo, &[]);
     assert_eq!(r.code, 0, "{}", r.text());
     snap!(e, "init_fresh", r);
 
@@ -979,7 +989,7 @@ fn init_in_a_fresh_repository_and_again() {
 
     age(&repo);
     let snapshot = tree(&repo);
-    let r = init(&repo, &[]);
+    let r = init_all(&repo, &[]);
     assert_eq!(r.code, 0, "{}", r.text());
     snap!(e, "init_second_run", r);
     assert_eq!(tree(&repo), snapshot, "a second init changed files");
@@ -989,10 +999,10 @@ fn init_in_a_fresh_repository_and_again() {
 fn init_dry_run_changes_nothing() {
     let e = Env::new();
     let repo = git_repo(&e.tmp.path().join("dry"));
-    let r = init(&repo, &["--dry-run"]);
+    let r = init_all(&repo, &["--dry-run"]);
     assert_eq!(r.code, 0, "{}", r.text());
     snap!(e, "init_dry_run", r);
-    let r = init(&repo, &["--dry-run", "--json"]);
+    let r = init_all(&repo, &["--dry-run", "--json"]);
     assert_eq!(r.code, 0, "{}", r.text());
     let report = r.json();
     assert_eq!(report["dry_run"], true);
@@ -1032,7 +1042,7 @@ fn init_dry_run_changes_nothing() {
     std::fs::write(repo.join("AGENTS.md"), "# Agents\n").unwrap();
     age(&repo);
     let snapshot = tree(&repo);
-    let r = init(&repo, &["--dry-run", "--json"]);
+    let r = init_all(&repo, &["--dry-run", "--json"]);
     assert_eq!(r.code, 0, "{}", r.text());
     let planned = changes(&r.json());
     assert!(planned.contains(&(p(&repo.join(".claude/settings.json")), "updated".into())));
@@ -1143,7 +1153,7 @@ fn init_recognises_tasklock_by_path_and_replaces_the_catch_all_permission() {
         "permissions": {"allow": ["Read", "Bash(tasklock *)", "Bash(tasklock status *)"]}
     });
     std::fs::write(&settings, serde_json::to_string_pretty(&before).unwrap()).unwrap();
-    let r = init(&repo, &[]);
+    let r = init_all(&repo, &[]);
     assert_eq!(r.code, 0, "{}", r.text());
     snap!(e, "init_replaces_catch_all_permission", r);
     let after: Value = serde_json::from_str(&read(&settings)).unwrap();
@@ -1181,7 +1191,7 @@ fn init_recognises_tasklock_by_path_and_replaces_the_catch_all_permission() {
 
     // JSON says the same; a second run changes nothing.
     std::fs::write(&settings, serde_json::to_string_pretty(&before).unwrap()).unwrap();
-    let j = init(&repo, &["--json", "--dry-run"]).json();
+    let j = init_all(&repo, &["--json", "--dry-run"]).json();
     let what: Vec<&str> = j["changes"]
         .as_array()
         .unwrap()
@@ -1197,8 +1207,8 @@ fn init_recognises_tasklock_by_path_and_replaces_the_catch_all_permission() {
         what[0]
     );
     assert!(!what[0].contains("SessionStart"), "{}", what[0]);
-    init(&repo, &[]);
-    let r = init(&repo, &["--json"]);
+    init_all(&repo, &[]);
+    let r = init_all(&repo, &["--json"]);
     assert!(
         changes(&r.json()).iter().all(|(_, a)| a == "unchanged"),
         "{}",
@@ -1324,7 +1334,7 @@ fn init_wires_codex_hooks_and_agents_md_keeping_what_is_there() {
     });
     std::fs::write(repo.join(".codex/hooks.json"), mine.to_string()).unwrap();
 
-    let r = init(&repo, &["--json"]);
+    let r = init_all(&repo, &["--json"]);
     assert_eq!(r.code, 0, "{}", r.text());
     let report = r.json();
     let codex = report["changes"]
@@ -1380,7 +1390,7 @@ fn init_wires_codex_hooks_and_agents_md_keeping_what_is_there() {
     assert_eq!(agents, read(&repo.join("CLAUDE.md")));
 
     // Again: nothing to do, nothing doubled.
-    let r = init(&repo, &["--json"]);
+    let r = init_all(&repo, &["--json"]);
     assert_eq!(r.code, 0, "{}", r.text());
     let again = changes(&r.json());
     assert!(
@@ -1394,7 +1404,7 @@ fn init_wires_codex_hooks_and_agents_md_keeping_what_is_there() {
     let mut old = after.clone();
     old["hooks"]["PreToolUse"].as_array_mut().unwrap().pop();
     std::fs::write(repo.join(".codex/hooks.json"), old.to_string()).unwrap();
-    let r = init(&repo, &["--json"]);
+    let r = init_all(&repo, &["--json"]);
     assert_eq!(r.code, 0, "{}", r.text());
     let again: Value = serde_json::from_str(&read(&repo.join(".codex/hooks.json"))).unwrap();
     assert_eq!(again["hooks"]["PreToolUse"], after["hooks"]["PreToolUse"]);
@@ -1833,4 +1843,156 @@ fn init_does_not_pre_approve_unfreeze_and_removes_the_old_rule() {
         "{allow:?}"
     );
     assert_eq!(allow[0], "Read");
+}
+
+/// `tasklock init ARGS` in `cwd` with PATH only `path`: the clients' commands on it are
+/// those the test put there.
+fn init_with_path(cwd: &Path, path: &Path, args: &[&str]) -> Run {
+    let mut cmd = clean_cmd(T0);
+    cmd.current_dir(cwd)
+        .env("PATH", path)
+        .arg("init")
+        .args(args);
+    exec(cmd)
+}
+
+/// A directory for PATH holding an executable file for each of `commands`.
+fn fake_path(e: &Env, commands: &[&str]) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let bin = e.tmp.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    for c in commands {
+        let f = bin.join(c);
+        std::fs::write(&f, "#!/bin/sh\nexit 0\n").unwrap();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    bin
+}
+
+/// (client, why) of an init report.
+fn clients(report: &Value) -> Vec<(String, String)> {
+    report["clients"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            assert!(!c["needs"].as_str().unwrap().is_empty(), "{c}");
+            (
+                c["client"].as_str().unwrap().to_string(),
+                c["why"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn init_wires_the_clients_the_project_and_path_show_and_only_them() {
+    let e = Env::new();
+    let repo = git_repo(&e.tmp.path().join("found"));
+    std::fs::create_dir_all(repo.join(".gemini")).unwrap();
+    let bin = fake_path(&e, &["codex"]);
+    // A file named like a client that is not executable is no client.
+    std::fs::write(bin.join("opencode"), "").unwrap();
+    let r = init_with_path(&repo, &bin, &["--json"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    let j = r.json();
+    assert_eq!(
+        clients(&j),
+        [
+            ("codex".into(), "`codex` is on PATH".into()),
+            ("gemini".into(), "the project has .gemini/".into()),
+        ]
+    );
+    for made in [
+        ".codex/hooks.json",
+        ".codex/config.toml",
+        ".gemini/settings.json",
+        "AGENTS.md",
+    ] {
+        assert!(repo.join(made).is_file(), "{made}: {}", r.text());
+    }
+    for not in [".claude", "CLAUDE.md", ".opencode", ".cursor"] {
+        assert!(!repo.join(not).exists(), "{not} made: {}", r.text());
+    }
+    // What each still needs is said.
+    let md = init_with_path(&repo, &bin, &[]);
+    assert!(md.stdout.contains("`/hooks`"), "{}", md.text());
+    assert!(md.stdout.contains("trust the folder"), "{}", md.text());
+    // Again: the same clients, nothing changed.
+    let before = tree(&repo);
+    let r = init_with_path(&repo, &bin, &["--json"]);
+    assert_eq!(clients(&r.json()).len(), 2, "{}", r.text());
+    assert!(
+        changes(&r.json()).iter().all(|(_, a)| a == "unchanged"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(tree(&repo), before, "a second init changed files");
+}
+
+#[test]
+fn init_with_no_client_found_sets_up_claude_code_alone_and_says_so() {
+    let e = Env::new();
+    let repo = git_repo(&e.tmp.path().join("none"));
+    let bin = fake_path(&e, &[]);
+    let r = init_with_path(&repo, &bin, &["--json"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    let found = clients(&r.json());
+    assert_eq!(found.len(), 1, "{}", r.text());
+    assert_eq!(found[0].0, "claude");
+    assert!(found[0].1.contains("Claude Code only"), "{found:?}");
+    assert!(repo.join(".claude/settings.json").is_file());
+    assert!(repo.join("CLAUDE.md").is_file());
+    for not in [".codex", ".gemini", ".opencode", "AGENTS.md"] {
+        assert!(!repo.join(not).exists(), "{not} made: {}", r.text());
+    }
+    let md = init_with_path(&repo, &bin, &[]);
+    assert!(md.stdout.contains("- claude: "), "{}", md.text());
+}
+
+#[test]
+fn init_client_sets_up_the_clients_named_whatever_is_found() {
+    let e = Env::new();
+    let repo = git_repo(&e.tmp.path().join("named"));
+    std::fs::create_dir_all(repo.join(".gemini")).unwrap();
+    let bin = fake_path(&e, &["codex", "claude"]);
+    let r = init_with_path(
+        &repo,
+        &bin,
+        &[
+            "--client",
+            "opencode",
+            "--client",
+            "cursor,opencode",
+            "--json",
+        ],
+    );
+    assert_eq!(r.code, 0, "{}", r.text());
+    let named: Vec<String> = clients(&r.json()).into_iter().map(|c| c.0).collect();
+    assert_eq!(named, ["opencode", "cursor"]);
+    assert!(repo.join(".opencode/plugin/tasklock.js").is_file());
+    assert!(repo.join(".cursor/rules/tasklock.mdc").is_file());
+    for not in [".codex", ".claude", ".gemini/settings.json"] {
+        assert!(!repo.join(not).exists(), "{not} made: {}", r.text());
+    }
+}
+
+#[test]
+fn init_refuses_an_unknown_client_naming_the_clients_and_changes_nothing() {
+    let e = Env::new();
+    let repo = git_repo(&e.tmp.path().join("unknown"));
+    let before = tree(&repo);
+    let r = init(&repo, &["--client", "claude,vscode"]);
+    assert_eq!(r.code, 64, "{}", r.text());
+    assert!(
+        r.stderr.contains(
+            "\"vscode\": no such client; the clients are claude, codex, gemini, opencode, cursor"
+        ),
+        "{}",
+        r.text()
+    );
+    assert_eq!(tree(&repo), before, "nothing is written");
+    let r = init(&repo, &["--client", "", "--json"]);
+    assert_eq!(r.code, 64, "{}", r.text());
+    assert_eq!(r.json()["error"]["exit_code"], 64);
 }

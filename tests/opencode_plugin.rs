@@ -32,7 +32,10 @@ fn repo(e: &Env) -> PathBuf {
 
 fn init(cwd: &Path, args: &[&str]) -> Run {
     let mut cmd = base_cmd(T0);
-    cmd.current_dir(cwd).arg("init").args(args);
+    cmd.current_dir(cwd)
+        .arg("init")
+        .args(args)
+        .args(["--client", "claude,opencode"]);
     exec(cmd)
 }
 

@@ -1077,7 +1077,12 @@ impl Setup {
         let mut s = Setup::bare(e);
         s.install_skills();
         s.cwd = git_repo(e);
-        let r = s.run(e, Some("a"), &["init"], &[]);
+        let r = s.run(
+            e,
+            Some("a"),
+            &["init", "--client", "claude,codex,gemini,opencode"],
+            &[],
+        );
         assert_eq!(r.code, 0, "{}", r.text());
         s
     }

@@ -169,7 +169,7 @@ fn paths_outside_the_repository_are_refused() {
     for bad in ["../x", "/etc/passwd", "etc-link/passwd", "src/[a", "."] {
         let r = run(&env, &top, "alice", &["checkout", "--path", bad]);
         assert_eq!(r.code, 64, "{bad}: {}", r.text());
-        assert!(r.stderr.contains("Error:"), "{bad}: {}", r.text());
+        assert!(r.stderr.contains("error:"), "{bad}: {}", r.text());
     }
     let r = run(&env, &top, "alice", &["checkout", "--path", "../x"]);
     snap!(env, "outside", r);

@@ -77,7 +77,9 @@ pub fn follow(ctx: &Ctx, filter: &Filter, format: Format, out: &mut dyn Write) -
         |out: &mut dyn Write, e: &AuditEvent, now: &crate::clock::Time| -> std::io::Result<()> {
             match format {
                 Format::Json => writeln!(out, "{}", serde_json::to_string(e).unwrap_or_default()),
-                Format::Markdown => writeln!(out, "{}", crate::render::markdown::audit_row(e, now)),
+                Format::Markdown | Format::Table(_) => {
+                    writeln!(out, "{}", crate::render::markdown::audit_row(e, now))
+                }
             }
         };
     if format == Format::Markdown {

@@ -24,10 +24,56 @@ const NETWORK_FS: &[(i64, &str)] = &[
 ];
 
 pub fn run(ctx: &Ctx, discovery: Option<&Discovery>) -> Result<Report> {
-    let mut checks = Vec::new();
     let dir = &ctx.dir;
-    let exists = dir.is_dir();
     // A foreign lock directory is reported, never written to or read as records.
+    let foreign = matches!(discovery, Some(Discovery::Foreign { .. }));
+    let mut checks = lock_dir_checks(dir, discovery);
+    checks.push(fs_check(dir));
+    // Settings.
+    checks.push(match ctx.config() {
+        Ok(_) if dir.join("config.yaml").exists() => ok("settings", "config.yaml is valid".into()),
+        Ok(_) => ok("settings", "no config.yaml; defaults apply".into()),
+        Err(e) => fail(
+            "settings",
+            e.to_string(),
+            Some("fix the file or delete it to use the defaults".into()),
+        ),
+    });
+    // The PostgreSQL store, when one is selected: connection, server and schema.
+    checks.extend(postgres_checks(ctx.config().ok().as_ref()));
+    checks.push(identity_check(ctx));
+    if let Some(store) = crate::store::FileStore::open_existing(dir)
+        .ok()
+        .flatten()
+        .filter(|_| !foreign)
+    {
+        checks.extend(records_checks(ctx, &store)?);
+    }
+
+    // Skills, hooks, permissions, and what is loaded twice.
+    let project = project_root();
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let channel = channel();
+    checks.push(skills_check(&project, home.as_deref(), channel));
+    checks.push(hooks_check(&project));
+    checks.extend(gemini_hooks_check(&project, home.as_deref()));
+    checks.push(permissions_check(&project));
+    checks.push(duplicates_check(&project, home.as_deref(), channel));
+
+    let healthy = !checks.iter().any(|c| c.status == "fail");
+    Ok(Report::Doctor(DoctorReport {
+        command: "doctor",
+        now: ctx.now,
+        lock_dir: dir.display().to_string(),
+        healthy,
+        checks,
+    }))
+}
+
+/// The lock directory: found, a directory, whose, writable, shared or not.
+fn lock_dir_checks(dir: &Path, discovery: Option<&Discovery>) -> Vec<Check> {
+    let mut checks = Vec::new();
+    let exists = dir.is_dir();
     let foreign = matches!(discovery, Some(Discovery::Foreign { .. }));
     let missing = matches!(discovery, Some(Discovery::Missing { .. })) && !exists;
     if let Some(Discovery::Missing { cwd }) = discovery.filter(|_| missing) {
@@ -98,35 +144,37 @@ pub fn run(ctx: &Ctx, discovery: Option<&Discovery>) -> Result<Report> {
         checks.push(sharing_check(dir));
     }
 
-    // File system.
+    checks
+}
+
+/// The file system under the lock directory: local, or one where flock is unreliable.
+fn fs_check(dir: &Path) -> Check {
     let fs_dir = existing_ancestor(dir);
-    checks.push(match fs_type(&fs_dir) {
+    match fs_type(&fs_dir) {
         Some(t) => match NETWORK_FS.iter().find(|(m, _)| *m == t) {
             Some((_, name)) => warn(
                 "file system",
-                format!("{} is on {name}: flock is unreliable there and locks may not be seen by every machine", fs_dir.display()),
-                Some("keep the lock directory on a local file system (--dir or TASKLOCK_DIR)".into()),
+                format!(
+                    "{} is on {name}: flock is unreliable there and locks may not be seen by every machine",
+                    fs_dir.display()
+                ),
+                Some(
+                    "keep the lock directory on a local file system (--dir or TASKLOCK_DIR)".into(),
+                ),
             ),
             None => ok("file system", format!("local (type {t:#x})")),
         },
-        None => warn("file system", "could not read the file-system type".into(), None),
-    });
-
-    // Settings.
-    checks.push(match ctx.config() {
-        Ok(_) if dir.join("config.yaml").exists() => ok("settings", "config.yaml is valid".into()),
-        Ok(_) => ok("settings", "no config.yaml; defaults apply".into()),
-        Err(e) => fail(
-            "settings",
-            e.to_string(),
-            Some("fix the file or delete it to use the defaults".into()),
+        None => warn(
+            "file system",
+            "could not read the file-system type".into(),
+            None,
         ),
-    });
+    }
+}
 
-    // Identity.
-    // The PostgreSQL store, when one is selected: connection, server and schema.
-    checks.extend(postgres_checks(ctx.config().ok().as_ref()));
-    checks.push(match identity::resolve_id(ctx.agent_flag.as_deref()) {
+/// Who this command would act as, and where that came from.
+fn identity_check(ctx: &Ctx) -> Check {
+    match identity::resolve_id(ctx.agent_flag.as_deref()) {
         Ok((id, Source::UserAtHost)) => warn(
             "identity",
             format!("falling back to {id} (USER@HOSTNAME): agents run as one user would share it and both win"),
@@ -146,110 +194,92 @@ pub fn run(ctx: &Ctx, discovery: Option<&Discovery>) -> Result<Report> {
             "no agent identity: commands that act for an agent exit 64".into(),
             Some("set TASKLOCK_AGENT or pass --agent".into()),
         ),
-    });
+    }
+}
 
-    // Records, clock and debris.
-    if let Some(store) = crate::store::FileStore::open_existing(dir)
-        .ok()
-        .flatten()
-        .filter(|_| !foreign)
-    {
-        let scan = store.scan()?;
-        let mut newest = None;
-        let mut corrupt = Vec::new();
-        let mut held = 0;
-        for (_, slot) in &scan {
-            match slot {
-                Slot::Held(r) => {
-                    held += 1;
-                    newest = newest.max(Some(r.renewed_at.max(r.acquired_at)));
-                }
-                Slot::Corrupt { path, problem } => {
-                    corrupt.push(format!("{} ({problem})", path.display()))
-                }
-                Slot::Free => {}
+/// The records (readable or corrupt), the clock against them, temp files left over, and
+/// a guard held for too long.
+fn records_checks(ctx: &Ctx, store: &crate::store::FileStore) -> Result<Vec<Check>> {
+    let dir = &ctx.dir;
+    let mut checks = Vec::new();
+    let scan = store.scan()?;
+    let mut newest = None;
+    let mut corrupt = Vec::new();
+    let mut held = 0;
+    for (_, slot) in &scan {
+        match slot {
+            Slot::Held(r) => {
+                held += 1;
+                newest = newest.max(Some(r.renewed_at.max(r.acquired_at)));
             }
-        }
-        checks.push(if corrupt.is_empty() {
-            ok(
-                "records",
-                format!(
-                    "{held} checkout{} readable",
-                    if held == 1 { "" } else { "s" }
-                ),
-            )
-        } else {
-            fail(
-                "records",
-                format!("{} corrupt: {}", corrupt.len(), corrupt.join("; ")),
-                Some("inspect each; `tasklock release KEY --force` removes one (audited)".into()),
-            )
-        });
-        for a in store.scan_agents()? {
-            newest = newest.max(a.last_heartbeat);
-        }
-        checks.push(match newest {
-            Some(t) if t > ctx.now + chrono::Duration::seconds(5) => warn(
-                "clock",
-                format!(
-                    "the newest record is from {}, {} ahead of this clock: the clock jumped backwards, or another machine's clock is ahead",
-                    crate::clock::rfc3339(&t),
-                    crate::duration::humanize((t - ctx.now).num_seconds().unsigned_abs())
-                ),
-                Some("sync clocks (NTP); leases are judged by wall-clock time".into()),
-            ),
-            _ => ok("clock", "no record is from the future".into()),
-        });
-        let debris = std::fs::read_dir(dir.join("tmp"))
-            .map(|d| {
-                d.flatten()
-                    .filter(|e| e.file_type().is_ok_and(|t| !t.is_dir()))
-                    .count()
-            })
-            .unwrap_or(0);
-        checks.push(if debris == 0 {
-            ok("temp files", "none left over".into())
-        } else {
-            warn(
-                "temp files",
-                format!("{debris} left by interrupted commands"),
-                Some("harmless: the next checkout or release sweeps them".into()),
-            )
-        });
-        // Shown only when someone holds the guard: every change waits for it, and a
-        // holder still there a second later is stuck (stopped, hung), not busy.
-        if crate::store::guard_held(dir).is_some() {
-            std::thread::sleep(std::time::Duration::from_secs(1));
-            if let Some(holder) = crate::store::guard_held(dir) {
-                checks.push(warn(
-                    "guard",
-                    format!(
-                        "the lock on {} is {holder}, for over a second: every change waits for it (up to guard_timeout, then exit 1)",
-                        dir.join(".guard").display()
-                    ),
-                    Some("let that process go on (kill -CONT PID if it was stopped) or end it".into()),
-                ));
+            Slot::Corrupt { path, problem } => {
+                corrupt.push(format!("{} ({problem})", path.display()))
             }
+            Slot::Free => {}
         }
     }
-
-    // Skills, hooks, permissions, and what is loaded twice.
-    let project = project_root();
-    let home = std::env::var_os("HOME").map(PathBuf::from);
-    checks.push(skills_check(&project, home.as_deref()));
-    checks.push(hooks_check(&project));
-    checks.extend(gemini_hooks_check(&project, home.as_deref()));
-    checks.push(permissions_check(&project));
-    checks.push(duplicates_check(&project, home.as_deref()));
-
-    let healthy = !checks.iter().any(|c| c.status == "fail");
-    Ok(Report::Doctor(DoctorReport {
-        command: "doctor",
-        now: ctx.now,
-        lock_dir: dir.display().to_string(),
-        healthy,
-        checks,
-    }))
+    checks.push(if corrupt.is_empty() {
+        ok(
+            "records",
+            format!(
+                "{held} checkout{} readable",
+                if held == 1 { "" } else { "s" }
+            ),
+        )
+    } else {
+        fail(
+            "records",
+            format!("{} corrupt: {}", corrupt.len(), corrupt.join("; ")),
+            Some("inspect each; `tasklock release KEY --force` removes one (audited)".into()),
+        )
+    });
+    for a in store.scan_agents()? {
+        newest = newest.max(a.last_heartbeat);
+    }
+    checks.push(match newest {
+        Some(t) if t > ctx.now + chrono::Duration::seconds(5) => warn(
+            "clock",
+            format!(
+                "the newest record is from {}, {} ahead of this clock: the clock jumped backwards, or another machine's clock is ahead",
+                crate::clock::rfc3339(&t),
+                crate::duration::humanize((t - ctx.now).num_seconds().unsigned_abs())
+            ),
+            Some("sync clocks (NTP); leases are judged by wall-clock time".into()),
+        ),
+        _ => ok("clock", "no record is from the future".into()),
+    });
+    let debris = std::fs::read_dir(dir.join("tmp"))
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.file_type().is_ok_and(|t| !t.is_dir()))
+                .count()
+        })
+        .unwrap_or(0);
+    checks.push(if debris == 0 {
+        ok("temp files", "none left over".into())
+    } else {
+        warn(
+            "temp files",
+            format!("{debris} left by interrupted commands"),
+            Some("harmless: the next checkout or release sweeps them".into()),
+        )
+    });
+    // Shown only when someone holds the guard: every change waits for it, and a
+    // holder still there a second later is stuck (stopped, hung), not busy.
+    if crate::store::guard_held(dir).is_some() {
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        if let Some(holder) = crate::store::guard_held(dir) {
+            checks.push(warn(
+                "guard",
+                format!(
+                    "the lock on {} is {holder}, for over a second: every change waits for it (up to guard_timeout, then exit 1)",
+                    dir.join(".guard").display()
+                ),
+                Some("let that process go on (kill -CONT PID if it was stopped) or end it".into()),
+            ));
+        }
+    }
+    Ok(checks)
 }
 
 /// Private or shared with a group, and the files whose modes do not fit that.
@@ -412,7 +442,99 @@ fn project_root() -> PathBuf {
         .to_path_buf()
 }
 
-fn skills_check(project: &Path, home: Option<&Path>) -> Check {
+/// How the running binary was installed, judged by where it lives: what the fixes name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Channel {
+    /// The npm package (`npm install -g tasklock`, `npx tasklock`): under `node_modules/`.
+    Npm,
+    /// The Claude Code plugin's own copy, which its launcher downloads into
+    /// `${XDG_DATA_HOME:-~/.local/share}/tasklock/plugin/`.
+    Plugin,
+    /// `cargo install`: in `${CARGO_HOME:-~/.cargo}/bin`.
+    Cargo,
+    /// The release script, install.sh: in `${XDG_BIN_HOME:-~/.local/bin}`, or wherever its
+    /// receipt says it put it (`--prefix`).
+    Script,
+    /// Anything else, such as a build in a checkout.
+    Unknown,
+}
+
+/// The channel of the running binary.
+fn channel() -> Channel {
+    let Ok(exe) = std::env::current_exe() else {
+        return Channel::Unknown;
+    };
+    let env = |v: &str| {
+        std::env::var_os(v)
+            .filter(|s| !s.is_empty())
+            .map(PathBuf::from)
+    };
+    let home = env("HOME").unwrap_or_default();
+    let data = env("XDG_DATA_HOME").unwrap_or_else(|| home.join(".local/share"));
+    let receipt =
+        std::fs::read_to_string(data.join("tasklock/install-receipt")).unwrap_or_default();
+    if exe.components().any(|c| c.as_os_str() == "node_modules") {
+        Channel::Npm
+    } else if exe.starts_with(data.join("tasklock/plugin")) {
+        Channel::Plugin
+    } else if exe.starts_with(
+        env("CARGO_HOME")
+            .unwrap_or_else(|| home.join(".cargo"))
+            .join("bin"),
+    ) {
+        Channel::Cargo
+    } else if exe.parent() == Some(&env("XDG_BIN_HOME").unwrap_or_else(|| home.join(".local/bin")))
+        || receipt
+            .lines()
+            .any(|l| l.ends_with(&*exe.to_string_lossy()))
+    {
+        Channel::Script
+    } else {
+        Channel::Unknown
+    }
+}
+
+impl Channel {
+    /// How to install the skills this binary carries, when none are.
+    fn install_skills(self) -> &'static str {
+        match self {
+            Channel::Npm => {
+                "run `tasklock setup`: the npm package brings the binary, and the binary its skills"
+            }
+            Channel::Cargo => {
+                "run `tasklock setup`: `cargo install` brings the binary, and the binary its skills"
+            }
+            Channel::Plugin => {
+                "the Claude Code plugin loads its own skills: make sure it is enabled (`/plugin`); or run `tasklock setup` to install them for every client"
+            }
+            Channel::Script => {
+                "run the install script again (it installs the skills), or `tasklock setup`"
+            }
+            Channel::Unknown => {
+                "run ./install.sh from a tasklock checkout (or install.sh --project)"
+            }
+        }
+    }
+
+    /// How to bring the binary and its skills to one version.
+    fn update(self) -> &'static str {
+        match self {
+            Channel::Npm => {
+                "`npm install -g tasklock@latest && tasklock setup --force` (or `npx tasklock@latest setup --force`)"
+            }
+            Channel::Cargo => "`cargo install tasklock --locked --force && tasklock setup --force`",
+            Channel::Plugin => {
+                "update the tasklock plugin in Claude Code (`/plugin`): its launcher brings the binary of its version; then `tasklock setup --force`"
+            }
+            Channel::Script => {
+                "run the install script again: `curl -fsSL https://github.com/tasklock/tasklock/releases/latest/download/install.sh | sh`"
+            }
+            Channel::Unknown => "reinstall with ./install.sh",
+        }
+    }
+}
+
+fn skills_check(project: &Path, home: Option<&Path>, channel: Channel) -> Check {
     let version = env!("CARGO_PKG_VERSION");
     let mut roots = vec![project.join(".claude/skills")];
     if let Some(home) = home {
@@ -449,7 +571,7 @@ fn skills_check(project: &Path, home: Option<&Path>) -> Check {
         warn(
             "skills",
             format!("not installed: {}", missing.join(", ")),
-            Some("run ./install.sh from a tasklock checkout (or install.sh --project)".into()),
+            Some(channel.install_skills().into()),
         )
     } else if !stale.is_empty() {
         warn(
@@ -458,7 +580,7 @@ fn skills_check(project: &Path, home: Option<&Path>) -> Check {
                 "from another version than this binary ({version}): {}",
                 stale.join(", ")
             ),
-            Some("reinstall with ./install.sh".into()),
+            Some(channel.update().into()),
         )
     } else {
         ok(
@@ -709,7 +831,7 @@ fn tasklock_plugins(home: &Path) -> Vec<String> {
 
 /// Skills installed both for the user and in the project are listed twice in the
 /// model's context; the plugin plus `init`'s hooks run every hook twice.
-fn duplicates_check(project: &Path, home: Option<&Path>) -> Check {
+fn duplicates_check(project: &Path, home: Option<&Path>, channel: Channel) -> Check {
     let Some(home) = home else {
         return ok("duplicates", "no HOME, nothing to compare".into());
     };
@@ -732,7 +854,10 @@ fn duplicates_check(project: &Path, home: Option<&Path>) -> Check {
             user_skills.display(),
             project_skills.display()
         ));
-        fixes.push("keep one copy: `./install.sh --uninstall` removes the global one, or delete the project's");
+        fixes.push(match channel {
+            Channel::Script | Channel::Unknown => "keep one copy: `./install.sh --uninstall` removes the global one, or delete the project's",
+            _ => "keep one copy: `tasklock setup --uninstall` removes the global one, or delete the project's",
+        });
     }
     let plugins = tasklock_plugins(home);
     let hooked = project_settings(project).iter().any(|(_, v)| {

@@ -155,7 +155,9 @@ pub fn follow(
             for msg in claim.shown {
                 let line = match format {
                     crate::render::Format::Json => serde_json::to_string(&msg).unwrap_or_default(),
-                    crate::render::Format::Markdown => crate::clients::wake::line(&msg),
+                    crate::render::Format::Markdown | crate::render::Format::Table(_) => {
+                        crate::clients::wake::line(&msg)
+                    }
                 };
                 // Delivered once written out, not before: killed at any point, the
                 // monitor loses no message (one may be shown twice).

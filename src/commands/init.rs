@@ -8,7 +8,7 @@ use crate::clients::codex as codex_config;
 use crate::clients::hooks_json::*;
 use crate::engine::Ctx;
 use crate::error::{Error, Result};
-use crate::report::{Change, InitReport, McpSetup, Report};
+use crate::report::{Change, ClientSetup, InitReport, McpSetup, Report};
 use crate::store::sharing;
 
 const INSTRUCTIONS: &str = include_str!("../../templates/instructions.md");
@@ -20,31 +20,229 @@ pub const OPENCODE_PLUGIN: &str = include_str!("../../templates/opencode-plugin.
 /// `.opencode/plugin/`.
 const OPENCODE_PLUGIN_PATH: &str = ".opencode/plugin/tasklock.js";
 
-pub fn run(
-    ctx: &Ctx,
-    dry_run: bool,
-    shared: Option<&str>,
-    git_hook: bool,
-    cursor: bool,
-) -> Result<Report> {
+/// The agent clients `init` can set a project up for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Client {
+    Claude,
+    Codex,
+    Gemini,
+    OpenCode,
+    Cursor,
+}
+
+pub const CLIENTS: [Client; 5] = [
+    Client::Claude,
+    Client::Codex,
+    Client::Gemini,
+    Client::OpenCode,
+    Client::Cursor,
+];
+
+impl Client {
+    /// Its name for `--client`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Client::Claude => "claude",
+            Client::Codex => "codex",
+            Client::Gemini => "gemini",
+            Client::OpenCode => "opencode",
+            Client::Cursor => "cursor",
+        }
+    }
+
+    /// The folder a project that uses it has.
+    fn folder(self) -> &'static str {
+        match self {
+            Client::Claude => ".claude",
+            Client::Codex => ".codex",
+            Client::Gemini => ".gemini",
+            Client::OpenCode => ".opencode",
+            Client::Cursor => ".cursor",
+        }
+    }
+
+    /// Its command, when it is installed.
+    fn command(self) -> &'static str {
+        match self {
+            Client::Cursor => "cursor-agent",
+            c => c.name(),
+        }
+    }
+
+    /// What is left to do in the client itself once `init` has written its files.
+    fn needs(self) -> &'static str {
+        match self {
+            Client::Claude => "nothing: new Claude Code sessions in the project read it",
+            Client::Codex => {
+                "trust the project, then its hooks: run `/hooks` in Codex and approve them"
+            }
+            Client::Gemini => {
+                "trust the folder (Gemini CLI asks when it starts in it): hooks run only in a trusted folder"
+            }
+            Client::OpenCode => "nothing: OpenCode loads the plugin when it starts",
+            Client::Cursor => "enable the MCP server `tasklock` in Cursor's settings (MCP)",
+        }
+    }
+}
+
+/// The clients to set up and why: those named with `--client` (and `--cursor`), else
+/// those the project or PATH shows it uses, else Claude Code alone.
+fn choose(project: &Path, named: &[String], cursor: bool) -> Result<Vec<ClientSetup>> {
+    let setup = |c: Client, why: String| ClientSetup {
+        client: c.name(),
+        why,
+        needs: c.needs(),
+    };
+    let mut chosen = Vec::new();
+    for name in named.iter().flat_map(|n| n.split(',')).map(str::trim) {
+        let Some(c) = CLIENTS.into_iter().find(|c| c.name() == name) else {
+            let all: Vec<_> = CLIENTS.iter().map(|c| c.name()).collect();
+            return Err(Error::Usage(format!(
+                "--client {name:?}: no such client; the clients are {}",
+                all.join(", ")
+            )));
+        };
+        if !chosen.iter().any(|s: &ClientSetup| s.client == c.name()) {
+            chosen.push(setup(c, "named with --client".into()));
+        }
+    }
+    if cursor && !chosen.iter().any(|s| s.client == "cursor") {
+        chosen.push(setup(Client::Cursor, "asked for with --cursor".into()));
+    }
+    if !named.is_empty() {
+        return Ok(chosen);
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for c in CLIENTS {
+        if chosen.iter().any(|s| s.client == c.name()) {
+            continue;
+        }
+        let why = if project.join(c.folder()).is_dir() {
+            format!("the project has {}/", c.folder())
+        } else if on_path(&path, c.command()) {
+            format!("`{}` is on PATH", c.command())
+        } else {
+            continue;
+        };
+        chosen.push(setup(c, why));
+    }
+    if chosen.is_empty() {
+        chosen.push(setup(
+            Client::Claude,
+            "no client's folder in the project nor command on PATH, so Claude Code only (name others with --client)".into(),
+        ));
+    }
+    Ok(chosen)
+}
+
+/// Is `command` an executable file in one of the directories of `path`?
+fn on_path(path: &std::ffi::OsStr, command: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::env::split_paths(path).any(|d| {
+        std::fs::metadata(d.join(command))
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    })
+}
+
+/// What `init` was asked.
+pub struct Options<'a> {
+    pub dry_run: bool,
+    pub shared: Option<&'a str>,
+    pub git_hook: bool,
+    pub cursor: bool,
+    pub clients: &'a [String],
+}
+
+pub fn run(ctx: &Ctx, o: &Options) -> Result<Report> {
     let cwd = std::env::current_dir().map_err(|e| Error::io(".", e))?;
     let project = project_root(&cwd);
-    let mut changes = Vec::new();
-
-    // Read both hook files first: if one cannot be read, nothing is changed at all.
-    let settings = project.join(".claude").join("settings.json");
-    let (existing, mut doc) = read_object(&settings, &HOOK_EVENTS)?;
+    let clients = choose(&project, o.clients, o.cursor)?;
+    let has = |c: Client| clients.iter().any(|s| s.client == c.name());
+    // Read every file first: if one cannot be read, nothing is changed at all.
+    let claude = has(Client::Claude)
+        .then(|| read_object(&project.join(".claude").join("settings.json"), &HOOK_EVENTS))
+        .transpose()?;
     let codex_hooks = project.join(".codex").join("hooks.json");
-    let (codex_existing, mut codex_doc) = read_object(&codex_hooks, &CODEX_HOOK_EVENTS)?;
-    let mut gemini = crate::clients::gemini::read(&project)?;
-    // And Codex's config, where the MCP server goes.
-    let mut codex_config = codex_config::read(&project.join(".codex").join("config.toml"))?;
-    // Cursor's rules and MCP server, when asked or when the project has `.cursor/`.
-    let cursor_files = match crate::clients::cursor::wanted(&project, cursor) {
+    let codex = match has(Client::Codex) {
+        true => Some((
+            read_object(&codex_hooks, &CODEX_HOOK_EVENTS)?,
+            codex_config::read(&project.join(".codex").join("config.toml"))?,
+        )),
+        false => None,
+    };
+    let gemini = has(Client::Gemini)
+        .then(|| crate::clients::gemini::read(&project))
+        .transpose()?;
+    let cursor_files = match has(Client::Cursor) {
         true => crate::clients::cursor::plan(&project)?,
         false => Vec::new(),
     };
-    // The lock directory, its .gitignore and a commented config.
+    let mut changes = lock_dir(ctx, o.shared, o.dry_run)?;
+    if let Some((existing, mut doc)) = claude {
+        let settings = project.join(".claude").join("settings.json");
+        changes.push(claude_settings(
+            &settings,
+            existing.is_some(),
+            &mut doc,
+            o.dry_run,
+        )?);
+    }
+    let mut codex_config = None;
+    if let Some(((existing, mut doc), config)) = codex {
+        let exists = existing.is_some();
+        changes.push(codex_hook_file(&codex_hooks, exists, &mut doc, o.dry_run)?);
+        codex_config = Some(config);
+    }
+    if let Some(mut g) = gemini {
+        changes.push(gemini_hooks(&mut g, o.dry_run)?);
+    }
+    if let Some(mut config) = codex_config {
+        changes.push(codex_mcp(&mut config, o.dry_run)?);
+    }
+    if has(Client::OpenCode) {
+        changes.push(opencode_plugin(&project, o.dry_run)?);
+    }
+    // CLAUDE.md for Claude Code, AGENTS.md for Codex and the others.
+    let others = clients.iter().any(|s| s.client != "claude");
+    for (file, wanted) in [("CLAUDE.md", has(Client::Claude)), ("AGENTS.md", others)] {
+        if wanted {
+            changes.push(instructions(&project.join(file), o.dry_run)?);
+        }
+    }
+    for f in cursor_files {
+        if let (false, Some(text)) = (o.dry_run, &f.text) {
+            let parent = f.path.parent().expect("has a parent");
+            std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
+            write_atomic(&f.path, text)?;
+        }
+        changes.push(change(&f.path, f.action, &f.what));
+    }
+    // The git pre-commit guard, when asked for; otherwise `init` says how.
+    let in_git = crate::discover::git_common_dir(&project).is_some();
+    if o.git_hook {
+        let Some(p) = crate::clients::git_hook::install(&project, o.dry_run)? else {
+            return Err(Error::Usage(format!(
+                "--git-hook: {} is not in a git repository",
+                project.display()
+            )));
+        };
+        changes.push(change(&p.path, p.action, &p.what));
+    }
+    Ok(Report::Init(InitReport {
+        command: "init",
+        now: ctx.now,
+        dry_run: o.dry_run,
+        project: project.display().to_string(),
+        changes,
+        clients,
+        mcp: mcp_setup(),
+        git_hook_offered: in_git && !o.git_hook,
+    }))
+}
+
+/// The lock directory, its .gitignore, its sharing (`--shared`) and a commented config.
+fn lock_dir(ctx: &Ctx, shared: Option<&str>, dry_run: bool) -> Result<Vec<Change>> {
+    let mut changes = Vec::new();
     let lock_dir = ctx.dir.clone();
     let had_dir = lock_dir.join(".gitignore").is_file();
     // `--shared`: the group, checked before anything is changed.
@@ -102,170 +300,122 @@ pub fn run(
         }
         changes.push(change(&config, "created", "commented default settings"));
     }
+    Ok(changes)
+}
 
-    // Claude Code hooks and the permissions to run tasklock, merged into settings.json.
-    let merged = merge_settings(&mut doc);
+/// Claude Code hooks and the permissions to run tasklock, merged into settings.json.
+fn claude_settings(
+    settings: &Path,
+    existed: bool,
+    doc: &mut Value,
+    dry_run: bool,
+) -> Result<Change> {
+    let merged = merge_settings(doc);
     if merged.is_empty() {
-        changes.push(change(
-            &settings,
+        return Ok(change(
+            settings,
             "unchanged",
             "hooks and permissions already in place",
         ));
-    } else {
-        if !dry_run {
-            std::fs::create_dir_all(settings.parent().expect("has a parent"))
-                .map_err(|e| Error::io(&settings, e))?;
-            let mut text = serde_json::to_string_pretty(&doc).expect("a JSON value serializes");
-            text.push('\n');
-            write_atomic(&settings, &text)?;
-        }
-        let action = if existing.is_some() {
-            "updated"
-        } else {
-            "created"
-        };
-        changes.push(change(&settings, action, &merged.describe()));
     }
+    if !dry_run {
+        write_json(settings, doc)?;
+    }
+    let action = if existed { "updated" } else { "created" };
+    Ok(change(settings, action, &merged.describe()))
+}
 
-    // Codex hooks, merged into the project's .codex/hooks.json (read by Codex in a
-    // project it trusts, once the hooks themselves are trusted).
+/// Codex hooks, merged into the project's .codex/hooks.json (read by Codex in a project
+/// it trusts, once the hooks themselves are trusted).
+fn codex_hook_file(path: &Path, existed: bool, doc: &mut Value, dry_run: bool) -> Result<Change> {
     let template: Value =
         serde_json::from_str(CODEX_HOOKS_TEMPLATE).expect("the Codex template is JSON");
-    let added = merge_hooks(&mut codex_doc, &template, &CODEX_HOOK_EVENTS);
+    let added = merge_hooks(doc, &template, &CODEX_HOOK_EVENTS);
     if added.is_empty() {
-        changes.push(change(
-            &codex_hooks,
-            "unchanged",
-            "Codex hooks already in place",
-        ));
-    } else {
-        if !dry_run {
-            std::fs::create_dir_all(codex_hooks.parent().expect("has a parent"))
-                .map_err(|e| Error::io(&codex_hooks, e))?;
-            let mut text =
-                serde_json::to_string_pretty(&codex_doc).expect("a JSON value serializes");
-            text.push('\n');
-            write_atomic(&codex_hooks, &text)?;
-        }
-        let action = if codex_existing.is_some() {
-            "updated"
-        } else {
-            "created"
-        };
-        changes.push(change(
-            &codex_hooks,
-            action,
-            &format!(
-                "added Codex hooks {} (Codex runs them once the project and the hooks are trusted)",
-                added.join(", ")
-            ),
-        ));
+        return Ok(change(path, "unchanged", "Codex hooks already in place"));
     }
+    if !dry_run {
+        write_json(path, doc)?;
+    }
+    Ok(change(
+        path,
+        if existed { "updated" } else { "created" },
+        &format!(
+            "added Codex hooks {} (Codex runs them once the project and the hooks are trusted)",
+            added.join(", ")
+        ),
+    ))
+}
 
-    changes.push(gemini_hooks(&mut gemini, dry_run)?);
+/// A JSON document, pretty, in a directory made if missing.
+fn write_json(path: &Path, doc: &Value) -> Result<()> {
+    std::fs::create_dir_all(path.parent().expect("has a parent"))
+        .map_err(|e| Error::io(path, e))?;
+    let mut text = serde_json::to_string_pretty(doc).expect("a JSON value serializes");
+    text.push('\n');
+    write_atomic(path, &text)
+}
 
-    // The MCP server for Codex, merged into the project's .codex/config.toml.
-    let path = codex_config.path.clone();
-    match codex_config.merge() {
-        codex_config::Merged::Present => changes.push(change(
+/// The MCP server for Codex, merged into the project's .codex/config.toml.
+fn codex_mcp(config: &mut codex_config::CodexConfig, dry_run: bool) -> Result<Change> {
+    let path = config.path.clone();
+    Ok(match config.merge() {
+        codex_config::Merged::Present => change(
             &path,
             "unchanged",
             "MCP server `tasklock` already configured (kept as it is)",
-        )),
+        ),
         codex_config::Merged::Added => {
             if !dry_run {
                 std::fs::create_dir_all(path.parent().expect("has a parent"))
                     .map_err(|e| Error::io(&path, e))?;
-                write_atomic(&path, &codex_config.text())?;
+                write_atomic(&path, &config.text())?;
             }
-            changes.push(change(
+            change(
                 &path,
-                if codex_config.existing.is_some() {
+                if config.existing.is_some() {
                     "updated"
                 } else {
                     "created"
                 },
                 "added MCP server `tasklock` (`tasklock mcp`), its tools approved (Codex reads it once the project is trusted)",
-            ));
+            )
         }
-    }
+    })
+}
 
-    changes.push(opencode_plugin(&project, dry_run)?);
-
-    // The coordination protocol for the agents' instructions.
-    // CLAUDE.md for Claude Code, AGENTS.md for Codex and most others.
-    for (file, always) in [("CLAUDE.md", true), ("AGENTS.md", true)] {
-        let path = project.join(file);
-        let text = match std::fs::read_to_string(&path) {
-            Ok(t) => Some(t),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => return Err(Error::io(&path, e)),
-        };
-        match text {
-            Some(t) if t.contains(MARKER) => changes.push(change(
-                &path,
-                "unchanged",
-                "coordination instructions present",
-            )),
-            Some(t) => {
-                if !dry_run {
-                    let sep = if t.is_empty() || t.ends_with("\n\n") {
-                        ""
-                    } else if t.ends_with('\n') {
-                        "\n"
-                    } else {
-                        "\n\n"
-                    };
-                    write_atomic(&path, &format!("{t}{sep}{INSTRUCTIONS}"))?;
-                }
-                changes.push(change(
-                    &path,
-                    "updated",
-                    "appended coordination instructions",
-                ));
+/// The coordination protocol in an instructions file (CLAUDE.md, AGENTS.md): created,
+/// or appended once.
+fn instructions(path: &Path, dry_run: bool) -> Result<Change> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => Some(t),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(Error::io(path, e)),
+    };
+    Ok(match text {
+        Some(t) if t.contains(MARKER) => {
+            change(path, "unchanged", "coordination instructions present")
+        }
+        Some(t) => {
+            if !dry_run {
+                let sep = if t.is_empty() || t.ends_with("\n\n") {
+                    ""
+                } else if t.ends_with('\n') {
+                    "\n"
+                } else {
+                    "\n\n"
+                };
+                write_atomic(path, &format!("{t}{sep}{INSTRUCTIONS}"))?;
             }
-            None if always => {
-                if !dry_run {
-                    write_new(&path, INSTRUCTIONS)?;
-                }
-                changes.push(change(&path, "created", "coordination instructions"));
+            change(path, "updated", "appended coordination instructions")
+        }
+        None => {
+            if !dry_run {
+                write_new(path, INSTRUCTIONS)?;
             }
-            None => {}
+            change(path, "created", "coordination instructions")
         }
-    }
-
-    for f in cursor_files {
-        if let (false, Some(text)) = (dry_run, &f.text) {
-            let parent = f.path.parent().expect("has a parent");
-            std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
-            write_atomic(&f.path, text)?;
-        }
-        changes.push(change(&f.path, f.action, &f.what));
-    }
-
-    // The git pre-commit guard, when asked for; otherwise `init` says how.
-    let in_git = crate::discover::git_common_dir(&project).is_some();
-    if git_hook {
-        match crate::clients::git_hook::install(&project, dry_run)? {
-            Some(p) => changes.push(change(&p.path, p.action, &p.what)),
-            None => {
-                return Err(Error::Usage(format!(
-                    "--git-hook: {} is not in a git repository",
-                    project.display()
-                )));
-            }
-        }
-    }
-
-    Ok(Report::Init(InitReport {
-        command: "init",
-        now: ctx.now,
-        dry_run,
-        project: project.display().to_string(),
-        changes,
-        mcp: mcp_setup(),
-        git_hook_offered: in_git && !git_hook,
-    }))
+    })
 }
 
 /// Gemini CLI's hooks, merged into the project's `.gemini/settings.json` (read by Gemini
@@ -382,7 +532,16 @@ fn write_atomic(path: &Path, text: &str) -> Result<()> {
 
 /// `init`.
 pub fn execute(ctx: &Ctx, a: crate::cli::InitArgs) -> Result<Report> {
-    run(ctx, a.dry_run, a.shared.as_deref(), a.git_hook, a.cursor)
+    run(
+        ctx,
+        &Options {
+            dry_run: a.dry_run,
+            shared: a.shared.as_deref(),
+            git_hook: a.git_hook,
+            cursor: a.cursor,
+            clients: &a.client,
+        },
+    )
 }
 
 #[cfg(test)]

@@ -518,7 +518,7 @@ fn random_hex() -> String {
 fn internal(message: &str) -> Called {
     Called {
         exit_code: EXIT_ERROR,
-        markdown: format!("Error: {message}\n"),
+        markdown: crate::render::error_line(message),
         json: crate::render::error_json("internal", message, None, EXIT_ERROR),
         error_kind: Some("internal".into()),
     }
@@ -527,7 +527,7 @@ fn internal(message: &str) -> Called {
 fn usage(message: &str) -> Called {
     Called {
         exit_code: EXIT_USAGE,
-        markdown: format!("Error: {message}\n"),
+        markdown: crate::render::error_line(message),
         json: crate::render::error_json("usage", message, None, EXIT_USAGE),
         error_kind: Some("usage".into()),
     }

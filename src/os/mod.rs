@@ -304,6 +304,24 @@ pub fn parent_chain_pid() -> Option<u32> {
     (pid > 1).then_some(pid)
 }
 
+/// The width in columns of the terminal on stdout, when stdout is one.
+pub fn terminal_width() -> Option<usize> {
+    // SAFETY: winsize is plain data; TIOCGWINSZ only writes into it.
+    let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
+    let r = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut ws) };
+    (r == 0 && ws.ws_col > 0).then_some(usize::from(ws.ws_col))
+}
+
+/// How many seconds local time (`TZ`, else the system's zone) is ahead of UTC at the
+/// Unix time `secs`.
+pub fn utc_offset(secs: i64) -> Option<i32> {
+    let t = secs as libc::time_t;
+    // SAFETY: tm is plain data; localtime_r writes into it and reads only `t`.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    let r = unsafe { libc::localtime_r(&t, &mut tm) };
+    (!r.is_null()).then_some(tm.tm_gmtoff as i32)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

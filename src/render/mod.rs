@@ -3,6 +3,7 @@
 //! layer; it decides nothing and calls neither the engine nor a store.
 
 pub mod markdown;
+pub mod table;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -110,8 +111,30 @@ impl Invocation {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
+    /// For agents (and pipes): the default.
     Markdown,
     Json,
+    /// For a person at a terminal (src/render/table/).
+    Table(Screen),
+}
+
+/// The terminal a table is printed for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Screen {
+    /// Its width in columns.
+    pub width: usize,
+    /// How far local time is ahead of UTC, in seconds.
+    pub utc_offset: i32,
+}
+
+impl Format {
+    /// Markdown or JSON, for outputs a table is not made for (streams of lines).
+    pub fn text_or_json(self) -> Format {
+        match self {
+            Format::Table(_) => Format::Markdown,
+            f => f,
+        }
+    }
 }
 
 /// A word for a shell: quoted when needed. Unlike a key, it may start with `-`.
@@ -125,6 +148,7 @@ fn shell_word(s: &str) -> String {
 pub fn report(r: &Report, format: Format, inv: &Invocation) -> String {
     match format {
         Format::Markdown => markdown::report(r, inv),
+        Format::Table(screen) => table::report(r, inv, &screen),
         // The audit log is JSON lines: one event per line, like the file itself.
         Format::Json => match r {
             Report::Audit(a) => a
@@ -168,8 +192,8 @@ pub fn error_hint(e: &Error, inv: &Invocation) -> Option<String> {
 /// Errors: JSON goes to stdout (one object, like every other result); markdown to stderr.
 pub fn error(e: &Error, format: Format, inv: &Invocation) -> String {
     match format {
-        Format::Markdown => {
-            let mut s = format!("Error: {e}\n");
+        Format::Markdown | Format::Table(_) => {
+            let mut s = error_line(&e.to_string());
             if let Some(h) = error_hint(e, inv) {
                 s.push_str(&format!("\nNext: {h}\n"));
             }
@@ -182,6 +206,12 @@ pub fn error(e: &Error, format: Format, inv: &Invocation) -> String {
             e.exit_code(),
         )),
     }
+}
+
+/// An error for people and agents, in clap's style (clap's own usage errors cannot
+/// change): `error: MESSAGE`.
+pub fn error_line(message: &str) -> String {
+    format!("error: {message}\n")
 }
 
 pub fn error_json(kind: &str, message: &str, hint: Option<String>, code: i32) -> serde_json::Value {

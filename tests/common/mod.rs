@@ -200,6 +200,7 @@ pub fn base_cmd(now: &str) -> Command {
         .env_remove("TASKLOCK_AGENT")
         .env_remove("TASKLOCK_AGENT_NAME")
         .env_remove("TASKLOCK_DIR")
+        .env_remove("TASKLOCK_FORMAT")
         .env_remove("CLAUDE_CODE_SESSION_ID")
         .env_remove("CLAUDE_CODE_MESSAGING_SOCKET")
         .env_remove("CODEX_THREAD_ID")

@@ -970,7 +970,8 @@ pub fn git_project(parent: &Path) -> PathBuf {
 /// `tasklock init` in the project, with no identity from the environment.
 pub fn tasklock_init(project: &Path) -> Output {
     let mut cmd = Command::new(tasklock_bin());
-    cmd.arg("init")
+    // Every client the end-to-end tests run, whatever is on PATH.
+    cmd.args(["init", "--client", "claude,codex,gemini,opencode"])
         .current_dir(project)
         .env_remove("TASKLOCK_AGENT")
         .env_remove("TASKLOCK_AGENT_NAME")

@@ -78,7 +78,7 @@ pub(super) fn inbox(r: &InboxReport) -> String {
     out
 }
 
-pub(super) fn state_words(a: &AgentRow) -> String {
+pub(in crate::render) fn state_words(a: &AgentRow) -> String {
     let base = match a.state {
         State::Alive => "alive",
         State::Stalled => "stalled",

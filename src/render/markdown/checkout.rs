@@ -27,7 +27,7 @@ pub(super) fn overlaps_table(out: &mut String, overlaps: &[OverlapView], now: &T
     }
 }
 
-pub(super) fn checkout(r: &CheckoutReport, inv: &Invocation) -> String {
+pub(in crate::render) fn checkout(r: &CheckoutReport, inv: &Invocation) -> String {
     let mut out = String::new();
     let k = code(&r.key);
     match (r.outcome, &r.checkout) {

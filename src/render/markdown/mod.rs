@@ -19,8 +19,10 @@ mod keys;
 mod setup;
 mod state;
 
+pub(in crate::render) use agents::state_words;
 use agents::*;
 use backlog::*;
+pub(in crate::render) use checkout::checkout;
 use checkout::*;
 use commit::*;
 use keys::*;
@@ -168,7 +170,7 @@ fn freeze_words(f: &Freeze, key: &str, now: &Time) -> String {
     )
 }
 
-fn queue_words(q: &QueueView) -> String {
+pub(in crate::render) fn queue_words(q: &QueueView) -> String {
     match q.waiters.first() {
         Some(next) => format!(
             "{} waiting (next: {next}{})",
@@ -180,7 +182,7 @@ fn queue_words(q: &QueueView) -> String {
 }
 
 /// "agent-a (token 1), whose lease ran out 2026-… (5m ago)".
-fn reaped_words(p: &Reaped, now: &Time) -> String {
+pub(in crate::render) fn reaped_words(p: &Reaped, now: &Time) -> String {
     let why = match p.reason {
         ReapReason::Timeout => format!("whose lease ran out {}", with_relative(&p.expires_at, now)),
         ReapReason::AgentDeath => match p.cause {

@@ -56,7 +56,7 @@ fn setup_uninstall(r: &crate::report::SetupReport, inv: &Invocation) -> String {
     let receipt = r.receipt.as_deref().unwrap_or("its receipt");
     if r.changes.is_empty() {
         return format!(
-            "Nothing to remove: no path installed by `tasklock setup` is listed in {}.\n\nNext: remove the binary the way it was installed (see the README's Uninstall).\n",
+            "Nothing to remove: no path installed by `tasklock setup` is listed in {}.\n\nNext: remove the binary the way it was installed (see Uninstall in docs/install.md).\n",
             code(receipt)
         );
     }
@@ -74,9 +74,9 @@ fn setup_uninstall(r: &crate::report::SetupReport, inv: &Invocation) -> String {
     let next = if r.dry_run {
         format!("Next: run {} to apply.", inv.code("setup --uninstall"))
     } else if kept > 0 {
-        "Next: the paths kept hold what you wrote or changed, and are yours now; delete them by hand if you do not want them. Then remove the binary the way it was installed (see the README's Uninstall).".to_string()
+        "Next: the paths kept hold what you wrote or changed, and are yours now; delete them by hand if you do not want them. Then remove the binary the way it was installed (see Uninstall in docs/install.md).".to_string()
     } else {
-        "Next: remove the binary the way it was installed (see the README's Uninstall); hooks that `tasklock init` wrote into projects stay there.".to_string()
+        "Next: remove the binary the way it was installed (see Uninstall in docs/install.md); hooks that `tasklock init` wrote into projects stay there.".to_string()
     };
     let _ = writeln!(out, "\n{next}");
     out
@@ -125,6 +125,10 @@ pub(super) fn init(r: &InitReport, inv: &Invocation) -> String {
         )
     };
     changes_table(&mut out, "File", &r.changes, r.dry_run);
+    out.push_str("\nClients set up, and what each still needs:\n");
+    for c in &r.clients {
+        let _ = writeln!(out, "- {}: {}. Still to do: {}.", c.client, c.why, c.needs);
+    }
     let next = if r.dry_run {
         &format!(
             "Next: run {} to apply.",
@@ -137,7 +141,7 @@ pub(super) fn init(r: &InitReport, inv: &Invocation) -> String {
             )
         )
     } else {
-        "Next: commit `.claude/settings.json`, `.codex/` and the instructions so every agent session coordinates; make sure `tasklock` is on PATH for the hooks and the MCP server."
+        "Next: commit these files so every agent session coordinates; make sure `tasklock` is on PATH for the hooks and the MCP server."
     };
     let _ = writeln!(out, "\n{next}");
     if r.git_hook_offered {
@@ -147,16 +151,25 @@ pub(super) fn init(r: &InitReport, inv: &Invocation) -> String {
             inv.code("init --git-hook")
         );
     }
-    mcp_setup(&mut out, &r.mcp);
+    mcp_setup(
+        &mut out,
+        &r.mcp,
+        r.clients.iter().any(|c| c.client == "codex"),
+    );
     out
 }
 
 /// How to give other MCP clients the tools (`tasklock mcp`), printed by `init`.
-pub(super) fn mcp_setup(out: &mut String, m: &crate::report::McpSetup) {
+pub(super) fn mcp_setup(out: &mut String, m: &crate::report::McpSetup, codex: bool) {
     let _ = writeln!(
         out,
-        "\nMCP clients get the same commands as tools from {} (one server per session; its checkouts are released when the session ends). Codex: the project's `.codex/config.toml` above. Others:\n- Claude Code: {}\n- Codex, for every project: {}\n- Cursor, Claude Desktop and most others, in their `mcpServers` JSON:\n\n```json\n{}\n```",
+        "\nMCP clients get the same commands as tools from {} (one server per session; its checkouts are released when the session ends).{} Others:\n- Claude Code: {}\n- Codex, for every project: {}\n- Cursor, Claude Desktop and most others, in their `mcpServers` JSON:\n\n```json\n{}\n```",
         code(&format!("{} {}", m.command, m.args.join(" "))),
+        if codex {
+            " Codex: the project's `.codex/config.toml` above."
+        } else {
+            ""
+        },
         code(&m.claude_code),
         code(&m.codex),
         m.mcp_servers
