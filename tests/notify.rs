@@ -206,6 +206,19 @@ fn an_unreachable_webhook_leaves_a_failure_and_bad_entries_are_refused() {
         !text.contains("secret-path"),
         "the URL's path is kept out: {text}"
     );
+    let doctor = env.run_now(None, &["doctor", "--json"]).json();
+    let check = doctor["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "notify")
+        .cloned()
+        .unwrap_or_else(|| panic!("no notify check: {doctor}"));
+    assert_eq!(check["status"], "warn", "{check}");
+    assert!(
+        check["detail"].as_str().unwrap().contains("deploy-3"),
+        "{check}"
+    );
     {
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(&failures).unwrap().permissions().mode();

@@ -41,6 +41,7 @@ pub fn run(ctx: &Ctx, discovery: Option<&Discovery>) -> Result<Report> {
     });
     // The PostgreSQL store, when one is selected: connection, server and schema.
     checks.extend(postgres_checks(ctx.config().ok().as_ref()));
+    checks.extend(notify_check(ctx));
     checks.push(identity_check(ctx));
     if let Some(store) = crate::store::FileStore::open_existing(dir)
         .ok()
@@ -68,6 +69,44 @@ pub fn run(ctx: &Ctx, discovery: Option<&Discovery>) -> Result<Report> {
         healthy,
         checks,
     }))
+}
+
+/// `notify:`, when set: the webhooks, and the failures to tell them of the last day.
+fn notify_check(ctx: &Ctx) -> Option<Check> {
+    let cfg = ctx.config().ok()?;
+    if cfg.notify.is_empty() {
+        return None;
+    }
+    let hooks = match cfg.notify.len() {
+        1 => "1 webhook".to_string(),
+        n => format!("{n} webhooks"),
+    };
+    let recent: Vec<_> = crate::engine::notify::failures(&ctx.dir)
+        .into_iter()
+        .filter(|f| (ctx.now - f.ts).num_hours() < 24)
+        .collect();
+    Some(match recent.last() {
+        None => ok("notify", format!("{hooks}; no failure in the last day")),
+        Some(last) => warn(
+            "notify",
+            format!(
+                "{hooks}; {} failure(s) to tell one in the last day, the last at {} ({}, {} of `{}`): {}",
+                recent.len(),
+                last.ts.format("%Y-%m-%dT%H:%M:%SZ"),
+                last.url,
+                serde_json::to_value(last.kind)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default(),
+                last.key,
+                last.error
+            ),
+            Some(format!(
+                "check that the endpoint is up and takes a POST; the failures are kept in {}",
+                ctx.dir.join("notify/failures.jsonl").display()
+            )),
+        ),
+    })
 }
 
 /// The lock directory: found, a directory, whose, writable, shared or not.
