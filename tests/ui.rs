@@ -1034,7 +1034,29 @@ fn the_server_filters_sorts_and_pages() {
     let first: Vec<String> = (0..100).map(|i| format!("task-{i:03}")).collect();
     assert_eq!(keys_of(c), first);
     assert_eq!(rows(&d["agents"]).len(), 7);
-    assert!(rows(c)[0]["colour"].as_str().unwrap().starts_with("hsl("));
+    // Each of the seven agents has a colour of its own, the same in every table.
+    let colour_of = |table: &Value, field: &str| -> std::collections::BTreeMap<String, String> {
+        rows(table)
+            .iter()
+            .map(|r| {
+                let id = r
+                    .pointer(field)
+                    .and_then(Value::as_str)
+                    .unwrap()
+                    .to_string();
+                (id, r["colour"].as_str().unwrap().to_string())
+            })
+            .collect()
+    };
+    let by_agent = colour_of(&d["agents"], "/id");
+    let mut distinct: Vec<&String> = by_agent.values().collect();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(distinct.len(), 7, "{by_agent:?}");
+    for (id, colour) in colour_of(c, "/agent/id") {
+        assert_eq!(by_agent.get(&id), Some(&colour), "{id}");
+        assert!(colour.starts_with('#') && colour.len() == 7, "{colour}");
+    }
     assert!(d["version"].as_u64().unwrap() >= 1);
 
     // The next page, through one table.

@@ -5,6 +5,7 @@
 //! the store's own change signal.
 
 mod metrics;
+pub mod palette;
 mod server;
 pub mod timeline;
 pub mod top;

@@ -36,6 +36,16 @@ pub struct Timeline {
     pub agents: Vec<AgentColour>,
     /// Where the time went, per agent.
     pub agent_time: Vec<AgentTime>,
+    /// The colour of every agent in view: the fleet's, then the events'.
+    #[serde(skip)]
+    pub colours: super::palette::Colours,
+}
+
+impl Timeline {
+    /// An agent's colour, as `#rrggbb`.
+    pub fn colour(&self, id: &str) -> String {
+        self.colours.hex(id)
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -330,11 +340,12 @@ pub fn build_by(
     });
     out.truncate(MAX_ROWS);
     out.sort_by(|a, b| a.key.cmp(&b.key));
+    let colours = super::palette::Colours::new(fleet, order.iter().map(String::as_str));
     let agents = order
         .iter()
         .map(|id| AgentColour {
             id: id.clone(),
-            colour: colour(id),
+            colour: colours.hex(id),
         })
         .collect();
     let mut agent_time: Vec<AgentTime> = agent_time
@@ -353,6 +364,7 @@ pub fn build_by(
         rows: out,
         agents,
         agent_time,
+        colours,
     }
 }
 
@@ -412,14 +424,6 @@ fn row<'a>(rows: &'a mut BTreeMap<String, KeyRow>, key: &str) -> &'a mut KeyRow 
         waited_secs: 0,
         contention: 0,
     })
-}
-
-/// A colour of its own for each agent, the same on every page and file.
-pub fn colour(id: &str) -> String {
-    use sha2::Digest;
-    let h = sha2::Sha256::digest(id.as_bytes());
-    let hue = u16::from_be_bytes([h[0], h[1]]) % 360;
-    format!("hsl({hue} 60% 50%)")
 }
 
 /// Text for XML, attributes included.
@@ -536,7 +540,7 @@ pub fn svg(t: &Timeline) -> String {
                 y + 3.0,
                 (x(h.to) - x(h.from)).max(1.5),
                 ROW - 10.0,
-                colour(&h.agent),
+                t.colour(&h.agent),
                 escape(&h.agent),
                 match &h.on {
                     Some(k) => format!(" held {}", escape(k)),
@@ -558,7 +562,7 @@ pub fn svg(t: &Timeline) -> String {
                 x(w.from),
                 y + ROW - 6.0,
                 (x(w.to) - x(w.from)).max(1.5),
-                colour(&w.agent),
+                t.colour(&w.agent),
                 escape(&w.agent),
                 w.on.as_ref()
                     .map(|k| format!(" for {}", escape(k)))

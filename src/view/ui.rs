@@ -437,7 +437,7 @@ fn time_spent(t: &timeline::Timeline) -> Value {
         })).collect::<Vec<_>>(),
         "agents": agents.iter().map(|a| json!({
             "id": a.id, "held_secs": a.held_secs, "waited_secs": a.waited_secs,
-            "colour": timeline::colour(&a.id),
+            "colour": t.colour(&a.id),
         })).collect::<Vec<_>>(),
     })
 }
@@ -653,7 +653,7 @@ fn table(snap: &Snapshot, view: &View, which: usize) -> Value {
             checkout_tie,
             |r| Coloured {
                 row: r,
-                colour: timeline::colour(&r.view.agent.id),
+                colour: snap.timeline.colour(&r.view.agent.id),
             },
         )),
         "agents" => serde_json::to_value(cut(
@@ -671,7 +671,7 @@ fn table(snap: &Snapshot, view: &View, which: usize) -> Value {
             agent_tie,
             |r| Coloured {
                 row: r,
-                colour: timeline::colour(&r.row.id),
+                colour: snap.timeline.colour(&r.row.id),
             },
         )),
         "waits" => serde_json::to_value(cut(

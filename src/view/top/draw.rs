@@ -92,6 +92,17 @@ impl Styles {
             State::Dead => self.fg(Color::Red).add_modifier(Modifier::BOLD),
         }
     }
+    /// The agent's own colour before its name (as on the page); nothing without colour.
+    fn swatch(&self, app: &App, id: &str, label: String, style: Style) -> Line<'static> {
+        if !self.color {
+            return Line::from(Span::styled(label, style));
+        }
+        let (r, g, b) = app.colours.rgb(id);
+        Line::from(vec![
+            Span::styled("■ ", Style::default().fg(Color::Rgb(r, g, b))),
+            Span::styled(label, style),
+        ])
+    }
     fn title(&self) -> Style {
         Style::default().add_modifier(Modifier::BOLD)
     }
@@ -326,7 +337,12 @@ fn checkouts(f: &mut Frame, app: &App, area: Rect, st: &Styles, now: Time) {
             };
             Row::new(pick(vec![
                 Cell::from(inert(&c.view.key)),
-                Cell::from(holder_label(c)).style(st.state(c.holder_state)),
+                Cell::from(st.swatch(
+                    app,
+                    &c.view.agent.id,
+                    holder_label(c),
+                    st.state(c.holder_state),
+                )),
                 Cell::from(c.view.token.to_string()),
                 Cell::from(short(now - c.view.acquired_at)),
                 Cell::from(lease),
@@ -421,7 +437,7 @@ fn agents(f: &mut Frame, app: &App, area: Rect, st: &Styles, now: Time) {
                 _ => state_word(a.row.state).to_string(),
             };
             Row::new(pick(vec![
-                Cell::from(agent_label(a)),
+                Cell::from(st.swatch(app, &a.row.id, agent_label(a), Style::default())),
                 Cell::from(state).style(st.state(a.row.state)),
                 Cell::from(match a.row.last_heartbeat {
                     Some(t) => format!("{} ago", short(now - t)),

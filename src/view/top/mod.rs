@@ -92,6 +92,7 @@ fn once(a: &Args, json: bool) -> Result<()> {
     }
     let mut app = App::new(a, &ctx);
     app.events = recent_events(&*store)?;
+    app.colours = crate::view::palette::Colours::new(Some(&fleet), []);
     app.fleet = Some(fleet);
     let (cols, rows) = a.size;
     let backend = ratatui::backend::TestBackend::new(cols, rows);
@@ -192,6 +193,8 @@ enum Msg {
 
 pub struct App {
     fleet: Option<Fleet>,
+    /// Each agent's colour, given out over the fleet as the page gives it.
+    colours: crate::view::palette::Colours,
     events: VecDeque<AuditEvent>,
     focus: Pane,
     selected: [usize; 3],
@@ -212,6 +215,7 @@ impl App {
         let color = std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
         App {
             fleet: None,
+            colours: Default::default(),
             events: VecDeque::new(),
             focus: Pane::Checkouts,
             selected: [0; 3],
@@ -491,6 +495,7 @@ impl App {
         match msg {
             Msg::Fleet(f, new) => {
                 self.error = None;
+                self.colours = crate::view::palette::Colours::new(Some(&f), []);
                 self.fleet = Some(*f);
                 for e in new {
                     if self.events.len() == EVENTS_KEPT {
