@@ -120,215 +120,18 @@ pub fn build_by(
     end: Time,
     by: By,
 ) -> Timeline {
-    let mut rows: BTreeMap<String, KeyRow> = BTreeMap::new();
-    // Open holds by (key, token), and open waits by (key, agent).
-    let mut holding: HashMap<(String, Option<u64>), (String, Time)> = HashMap::new();
-    let mut waiting: HashMap<(String, String), Time> = HashMap::new();
-    let mut freezes: Vec<(String, Time, Time)> = Vec::new();
-    let mut order: Vec<String> = Vec::new();
-    let mut seen: std::collections::HashSet<String> = std::collections::HashSet::new();
-    // A fleet of thousands of agents: a set, not a scan of the list, for each hold.
-    let mut seen_agent = |order: &mut Vec<String>, a: &str| {
-        if !a.is_empty() && !seen.contains(a) {
-            seen.insert(a.to_string());
-            order.push(a.to_string());
-        }
-    };
-    for e in events {
-        if e.ts > end {
-            break;
-        }
-        let key = e.key.as_str();
-        match e.event.as_str() {
-            "acquire" => {
-                seen_agent(&mut order, &e.agent);
-                holding.insert((key.into(), e.token), (e.agent.clone(), e.ts));
-                if let Some(since) = waiting.remove(&(key.into(), e.agent.clone())) {
-                    let r = row(&mut rows, key);
-                    r.waits.push(ended_wait(e, since));
-                }
-            }
-            "release" | "auto_release" | "force_release" => {
-                let found = holding.remove(&(key.into(), e.token)).or_else(|| {
-                    let k = holding
-                        .iter()
-                        .find(|((k, _), (a, _))| k == key && *a == e.agent)
-                        .map(|(k, _)| k.clone())?;
-                    holding.remove(&k)
-                });
-                let r = row(&mut rows, key);
-                if let Some((agent, from)) = found {
-                    r.holds.push(Span {
-                        agent,
-                        on: None,
-                        token: e.token,
-                        from,
-                        to: e.ts,
-                        open: false,
-                        ended_by: Some(e.event.clone()),
-                    });
-                }
-                if e.event == "force_release" {
-                    r.marks.push(Mark {
-                        at: e.ts,
-                        kind: "force_release",
-                        agent: e.agent.clone(),
-                    });
-                } else if e.event == "auto_release" && e.reason.as_deref() == Some("agent_death") {
-                    r.marks.push(Mark {
-                        at: e.ts,
-                        kind: "death",
-                        agent: e.agent.clone(),
-                    });
-                }
-            }
-            // The giver's hold ends and the receiver's begins, under the new token.
-            "give" => {
-                let found = holding
-                    .iter()
-                    .find(|((k, _), (a, _))| k == key && *a == e.agent)
-                    .map(|(k, _)| k.clone())
-                    .and_then(|k| holding.remove(&k).map(|held| (k.1, held)));
-                if let Some((token, (agent, from))) = found {
-                    row(&mut rows, key).holds.push(Span {
-                        agent,
-                        on: None,
-                        token,
-                        from,
-                        to: e.ts,
-                        open: false,
-                        ended_by: Some("give".into()),
-                    });
-                }
-                if let Some(to) = &e.holder {
-                    seen_agent(&mut order, to);
-                    holding.insert((key.into(), e.token), (to.clone(), e.ts));
-                    if let Some(since) = waiting.remove(&(key.into(), to.clone())) {
-                        row(&mut rows, key).waits.push(ended_wait(e, since));
-                    }
-                }
-            }
-            "queue" => {
-                seen_agent(&mut order, &e.agent);
-                waiting.entry((key.into(), e.agent.clone())).or_insert(e.ts);
-                row(&mut rows, key).contention += 1;
-            }
-            "deny" => row(&mut rows, key).contention += 1,
-            "dequeue" | "leave" | "deadlock" => {
-                if let Some(since) = waiting.remove(&(key.into(), e.agent.clone())) {
-                    let r = row(&mut rows, key);
-                    r.waits.push(ended_wait(e, since));
-                }
-                if e.event == "deadlock" {
-                    row(&mut rows, key).marks.push(Mark {
-                        at: e.ts,
-                        kind: "deadlock",
-                        agent: e.agent.clone(),
-                    });
-                }
-            }
-            "notify" if e.detail.as_deref() == Some("reserved") => {
-                row(&mut rows, key).marks.push(Mark {
-                    at: e.ts,
-                    kind: "handoff",
-                    agent: e.agent.clone(),
-                });
-            }
-            "freeze" => {
-                let until = e
-                    .detail
-                    .as_deref()
-                    .and_then(|d| d.strip_prefix("until "))
-                    .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
-                    .map(|t| t.with_timezone(&chrono::Utc))
-                    .unwrap_or(end);
-                freezes.push((e.key.clone(), e.ts, until));
-            }
-            "unfreeze" => {
-                for f in freezes.iter_mut().filter(|f| f.0 == e.key && f.2 > e.ts) {
-                    f.2 = e.ts;
-                }
-            }
-            _ => {}
-        }
+    let mut replay = Replay::default();
+    for e in events.iter().take_while(|e| e.ts <= end) {
+        replay.event(e, end);
     }
-    // What is still held or waited for runs to the end; checkouts older than the log
-    // (or than the events kept) come from the fleet.
-    for ((key, token), (agent, from)) in holding {
-        row(&mut rows, &key).holds.push(Span {
-            agent,
-            on: None,
-            token,
-            from,
-            to: end,
-            open: true,
-            ended_by: None,
-        });
-    }
-    if let Some(fl) = fleet {
-        for c in &fl.checkouts {
-            let r = row(&mut rows, &c.view.key);
-            if !r
-                .holds
-                .iter()
-                .any(|h| h.open && h.token == Some(c.view.token))
-            {
-                seen_agent(&mut order, &c.view.agent.id);
-                r.holds.push(Span {
-                    agent: c.view.agent.id.clone(),
-                    on: None,
-                    token: Some(c.view.token),
-                    from: c.view.acquired_at,
-                    to: end,
-                    open: true,
-                    ended_by: None,
-                });
-            }
-        }
-    }
-    for ((key, agent), from) in waiting {
-        row(&mut rows, &key).waits.push(Span {
-            agent,
-            on: None,
-            token: None,
-            from,
-            to: end,
-            open: true,
-            ended_by: None,
-        });
-    }
-    // Clip to the window; drop what lies wholly before it.
-    let mut agent_time: BTreeMap<String, (i64, i64)> = BTreeMap::new();
-    let mut out: Vec<KeyRow> = Vec::new();
-    for (_, mut r) in rows {
-        let clip = |spans: &mut Vec<Span>| {
-            spans.retain(|s| s.to >= start);
-            for s in spans.iter_mut() {
-                s.from = s.from.max(start);
-            }
-            spans.sort_by_key(|s| s.from);
-        };
-        clip(&mut r.holds);
-        clip(&mut r.waits);
-        r.marks.retain(|m| m.at >= start);
-        r.frozen = freezes
-            .iter()
-            .filter(|(p, _, until)| crate::store::freeze::covers(p, &r.key) && *until >= start)
-            .map(|(_, from, until)| ((*from).max(start), (*until).min(end)))
-            .collect();
-        r.held_secs = r.holds.iter().map(|s| secs(s.from, s.to)).sum();
-        r.waited_secs = r.waits.iter().map(|s| secs(s.from, s.to)).sum();
-        for s in &r.holds {
-            agent_time.entry(s.agent.clone()).or_default().0 += secs(s.from, s.to);
-        }
-        for s in &r.waits {
-            agent_time.entry(s.agent.clone()).or_default().1 += secs(s.from, s.to);
-        }
-        if r.holds.is_empty() && r.waits.is_empty() && r.marks.is_empty() {
-            continue;
-        }
-        out.push(r);
-    }
+    replay.close(fleet, end);
+    let Replay {
+        rows,
+        freezes,
+        order,
+        ..
+    } = replay;
+    let (mut out, agent_time) = clip(rows, &freezes, start, end);
     if by == By::Agent {
         out = per_agent(out);
     }
@@ -366,6 +169,229 @@ pub fn build_by(
         agent_time,
         colours,
     }
+}
+
+/// The audit log replayed: the rows so far, what is open, the freezes, and the agents in
+/// the order they first appear.
+#[derive(Default)]
+struct Replay {
+    rows: BTreeMap<String, KeyRow>,
+    /// Open holds by (key, token).
+    holding: HashMap<(String, Option<u64>), (String, Time)>,
+    /// Open waits by (key, agent).
+    waiting: HashMap<(String, String), Time>,
+    freezes: Vec<(String, Time, Time)>,
+    order: Vec<String>,
+    /// A fleet of thousands of agents: a set, not a scan of the list, for each hold.
+    seen: std::collections::HashSet<String>,
+}
+
+impl Replay {
+    fn seen_agent(&mut self, a: &str) {
+        if !a.is_empty() && self.seen.insert(a.to_string()) {
+            self.order.push(a.to_string());
+        }
+    }
+
+    fn mark(&mut self, e: &AuditEvent, kind: &'static str) {
+        row(&mut self.rows, &e.key).marks.push(Mark {
+            at: e.ts,
+            kind,
+            agent: e.agent.clone(),
+        });
+    }
+
+    /// The wait of `agent` for the event's key ends with the event, if it was waiting.
+    fn end_wait(&mut self, e: &AuditEvent, agent: &str) {
+        if let Some(since) = self.waiting.remove(&(e.key.clone(), agent.to_string())) {
+            row(&mut self.rows, &e.key).waits.push(ended_wait(e, since));
+        }
+    }
+
+    fn event(&mut self, e: &AuditEvent, end: Time) {
+        let key = e.key.as_str();
+        match e.event.as_str() {
+            "acquire" => {
+                self.seen_agent(&e.agent);
+                self.holding
+                    .insert((key.into(), e.token), (e.agent.clone(), e.ts));
+                self.end_wait(e, &e.agent);
+            }
+            "release" | "auto_release" | "force_release" => self.hold_ended(e),
+            "give" => self.given(e),
+            "queue" => {
+                self.seen_agent(&e.agent);
+                self.waiting
+                    .entry((key.into(), e.agent.clone()))
+                    .or_insert(e.ts);
+                row(&mut self.rows, key).contention += 1;
+            }
+            "deny" => row(&mut self.rows, key).contention += 1,
+            "dequeue" | "leave" | "deadlock" => {
+                self.end_wait(e, &e.agent);
+                if e.event == "deadlock" {
+                    self.mark(e, "deadlock");
+                }
+            }
+            "notify" if e.detail.as_deref() == Some("reserved") => self.mark(e, "handoff"),
+            "freeze" => {
+                let until = e
+                    .detail
+                    .as_deref()
+                    .and_then(|d| d.strip_prefix("until "))
+                    .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+                    .map(|t| t.with_timezone(&chrono::Utc))
+                    .unwrap_or(end);
+                self.freezes.push((e.key.clone(), e.ts, until));
+            }
+            "unfreeze" => {
+                for f in self
+                    .freezes
+                    .iter_mut()
+                    .filter(|f| f.0 == e.key && f.2 > e.ts)
+                {
+                    f.2 = e.ts;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The open hold of `agent` on the event's key, taken out: its token and holder.
+    fn take_hold_of(&mut self, key: &str, agent: &str) -> Option<(Option<u64>, (String, Time))> {
+        let k = self
+            .holding
+            .iter()
+            .find(|((k, _), (a, _))| k == key && a == agent)
+            .map(|(k, _)| k.clone())?;
+        self.holding.remove(&k).map(|held| (k.1, held))
+    }
+
+    fn hold_ended(&mut self, e: &AuditEvent) {
+        let found = self
+            .holding
+            .remove(&(e.key.clone(), e.token))
+            .or_else(|| self.take_hold_of(&e.key, &e.agent).map(|(_, held)| held));
+        if let Some((agent, from)) = found {
+            row(&mut self.rows, &e.key).holds.push(Span {
+                agent,
+                on: None,
+                token: e.token,
+                from,
+                to: e.ts,
+                open: false,
+                ended_by: Some(e.event.clone()),
+            });
+        }
+        if e.event == "force_release" {
+            self.mark(e, "force_release");
+        } else if e.event == "auto_release" && e.reason.as_deref() == Some("agent_death") {
+            self.mark(e, "death");
+        }
+    }
+
+    /// The giver's hold ends and the receiver's begins, under the new token.
+    fn given(&mut self, e: &AuditEvent) {
+        if let Some((token, (agent, from))) = self.take_hold_of(&e.key, &e.agent) {
+            row(&mut self.rows, &e.key).holds.push(Span {
+                agent,
+                on: None,
+                token,
+                from,
+                to: e.ts,
+                open: false,
+                ended_by: Some("give".into()),
+            });
+        }
+        if let Some(to) = &e.holder {
+            self.seen_agent(to);
+            self.holding
+                .insert((e.key.clone(), e.token), (to.clone(), e.ts));
+            self.end_wait(e, to);
+        }
+    }
+
+    /// What is still held or waited for runs to the end; checkouts older than the log
+    /// (or than the events kept) come from the fleet.
+    fn close(&mut self, fleet: Option<&Fleet>, end: Time) {
+        let open = |agent: String, token: Option<u64>, from: Time| Span {
+            agent,
+            on: None,
+            token,
+            from,
+            to: end,
+            open: true,
+            ended_by: None,
+        };
+        for ((key, token), (agent, from)) in std::mem::take(&mut self.holding) {
+            row(&mut self.rows, &key)
+                .holds
+                .push(open(agent, token, from));
+        }
+        for c in fleet.map(|f| &f.checkouts[..]).unwrap_or_default() {
+            let r = row(&mut self.rows, &c.view.key);
+            let known = r
+                .holds
+                .iter()
+                .any(|h| h.open && h.token == Some(c.view.token));
+            if !known {
+                r.holds.push(open(
+                    c.view.agent.id.clone(),
+                    Some(c.view.token),
+                    c.view.acquired_at,
+                ));
+                self.seen_agent(&c.view.agent.id);
+            }
+        }
+        for ((key, agent), from) in std::mem::take(&mut self.waiting) {
+            row(&mut self.rows, &key)
+                .waits
+                .push(open(agent, None, from));
+        }
+    }
+}
+
+/// The rows cut to the window (what lies wholly before it dropped), with their freezes
+/// and sums, and the time each agent held and waited.
+type AgentSums = BTreeMap<String, (i64, i64)>;
+
+fn clip(
+    rows: BTreeMap<String, KeyRow>,
+    freezes: &[(String, Time, Time)],
+    start: Time,
+    end: Time,
+) -> (Vec<KeyRow>, AgentSums) {
+    let mut agent_time = AgentSums::new();
+    let mut out: Vec<KeyRow> = Vec::new();
+    for (_, mut r) in rows {
+        let cut = |spans: &mut Vec<Span>| {
+            spans.retain(|s| s.to >= start);
+            for s in spans.iter_mut() {
+                s.from = s.from.max(start);
+            }
+            spans.sort_by_key(|s| s.from);
+        };
+        cut(&mut r.holds);
+        cut(&mut r.waits);
+        r.marks.retain(|m| m.at >= start);
+        r.frozen = freezes
+            .iter()
+            .filter(|(p, _, until)| crate::store::freeze::covers(p, &r.key) && *until >= start)
+            .map(|(_, from, until)| ((*from).max(start), (*until).min(end)))
+            .collect();
+        r.held_secs = r.holds.iter().map(|s| secs(s.from, s.to)).sum();
+        r.waited_secs = r.waits.iter().map(|s| secs(s.from, s.to)).sum();
+        for s in &r.holds {
+            agent_time.entry(s.agent.clone()).or_default().0 += secs(s.from, s.to);
+        }
+        for s in &r.waits {
+            agent_time.entry(s.agent.clone()).or_default().1 += secs(s.from, s.to);
+        }
+        if !(r.holds.is_empty() && r.waits.is_empty() && r.marks.is_empty()) {
+            out.push(r);
+        }
+    }
+    (out, agent_time)
 }
 
 /// The same spans, one row per agent: what it held and what it waited for.
