@@ -8,6 +8,7 @@
 //! the renderer.
 
 pub mod backlog;
+pub mod bind;
 pub mod claim;
 pub mod deliver;
 pub mod dry;

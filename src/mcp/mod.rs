@@ -2,7 +2,7 @@
 //!
 //! Each tool builds the same command line a person would type (`tasklock --agent=ID
 //! checkout -- KEY`: every key after `--`, every value joined to its option, so that no
-//! text of the caller's is read as an option) and runs it through [`crate::call`], the path `tasklock` itself takes:
+//! text of the caller's is read as an option) and runs it through [`crate::dispatch::call`], the path `tasklock` itself takes:
 //! the content is the CLI's markdown (what the model reads), `_meta["tasklock/json"]` the
 //! CLI's `--json` object (for programs), and a non-zero exit is an error result (`isError`)
 //! with `exit_code` and `error_kind` in that object.
@@ -43,7 +43,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::Called;
+use crate::dispatch::Called;
 use crate::engine::{Ctx, ReapReason};
 use crate::error::{EXIT_ERROR, EXIT_OK, EXIT_USAGE};
 
@@ -320,7 +320,7 @@ impl Server {
         let argv = self.argv(me, args);
         // The server lives on: what the command queued to push goes now, not at exit.
         let called = on_commands(move || {
-            let called = crate::call(argv);
+            let called = crate::dispatch::call(argv);
             crate::engine::deliver::flush();
             called
         });
