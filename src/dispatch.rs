@@ -13,7 +13,7 @@ use crate::cli::{self, Cli, Command};
 use crate::engine::Ctx;
 use crate::error::{EXIT_USAGE, Error};
 use crate::render::{self, Format};
-use crate::{argv, clock, commands, discover, key, report, store, warnings};
+use crate::{argv, clock, commands, discover, key, report, warnings};
 
 pub fn execute(cli: Cli) -> Result<report::Report, Error> {
     // For `audit`, --agent filters the log instead of naming the caller.
@@ -33,21 +33,13 @@ pub fn execute(cli: Cli) -> Result<report::Report, Error> {
         (cmd, Some(d)) if creates_store(cmd) => d.for_store()?,
         (_, Some(d)) => d.for_reading()?,
     };
-    let mut ctx = Ctx {
-        dir,
-        now: clock::now()?,
-        agent_flag: cli.global.agent,
-        name_flag: cli.global.name,
-        cfg: Default::default(),
+    let (agent, name) = (cli.global.agent, cli.global.name);
+    // `doctor` reports a server that cannot be reached instead of failing on it.
+    let ctx = if matches!(cli.command, Command::Doctor | Command::Init(_)) {
+        Ctx::new(dir, agent, name)?
+    } else {
+        Ctx::connected(dir, agent, name)?
     };
-    // A PostgreSQL store judges time by the server's clock: connect first (the
-    // connection serves the whole command), then take "now" again. `doctor` reports a
-    // server that cannot be reached instead of failing on it.
-    if !matches!(cli.command, Command::Doctor | Command::Init(_))
-        && store::pg::open_early(ctx.config().ok().as_ref())?
-    {
-        ctx.now = clock::now()?;
-    }
     match normalize_keys(cli.command) {
         Command::Checkout(a) => commands::checkout::execute(&ctx, a),
         Command::Release(a) => commands::release::execute(&ctx, a),

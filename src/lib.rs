@@ -87,104 +87,95 @@ fn run_command(args: Vec<OsString>) -> i32 {
     } else {
         Format::Markdown
     };
-    if let Command::Hook(cli::HookArgs { event }) = &cli.command {
-        // Hooks never break the agent: failures go to stderr and the exit code is 0.
-        let Some(event) = event else {
-            emit_stderr(HOOK_NO_EVENT);
-            return EXIT_OK;
-        };
-        match commands::hook::run(
-            cli.global.dir.clone(),
-            cli.global.agent.clone(),
-            cli.global.name.clone(),
-            event,
-        ) {
-            Ok(Some(out)) => emit_stdout(&out),
-            Ok(None) => {}
-            Err(e) => {
-                let next = render::error_hint(&e, &render::Invocation::default())
-                    .map(|h| format!("Next: {h}\n"))
-                    .unwrap_or_default();
-                emit_stderr(&format!("tasklock hook {event}: {e}\n{next}"));
-            }
+    let global = &cli.global;
+    match &cli.command {
+        Command::Hook(cli::HookArgs { event }) => return hook(global, event.as_deref()),
+        Command::Mcp => return mcp_server(global),
+        Command::Top(a) => return view(global, "top", a),
+        Command::Ui(a) => return view(global, "ui", a),
+        Command::Demo(a) => return demo::run(global, a),
+        Command::Audit(a @ cli::AuditArgs { follow: true, .. }) => {
+            return followed(follow_audit(global, a, format), &inv);
         }
+        Command::Inbox(cli::InboxArgs { follow: true, .. }) => {
+            return followed(follow_inbox(global, format), &inv);
+        }
+        _ => {}
+    }
+    let result = execute(cli);
+    print_answer(result, format, &inv)
+}
+
+/// `tasklock hook EVENT`. Hooks never break the agent: failures go to stderr and the exit
+/// code is 0.
+fn hook(global: &cli::Global, event: Option<&str>) -> i32 {
+    let Some(event) = event else {
+        emit_stderr(HOOK_NO_EVENT);
         return EXIT_OK;
+    };
+    match commands::hook::run(
+        global.dir.clone(),
+        global.agent.clone(),
+        global.name.clone(),
+        event,
+    ) {
+        Ok(Some(out)) => emit_stdout(&out),
+        Ok(None) => {}
+        Err(e) => {
+            let next = render::error_hint(&e, &render::Invocation::default())
+                .map(|h| format!("Next: {h}\n"))
+                .unwrap_or_default();
+            emit_stderr(&format!("tasklock hook {event}: {e}\n{next}"));
+        }
     }
-    if let Command::Mcp = &cli.command {
-        return mcp_server(&cli.global);
+    EXIT_OK
+}
+
+/// `audit --follow`: the log's events as they come, until interrupted.
+fn follow_audit(global: &cli::Global, a: &cli::AuditArgs, format: Format) -> error::Result<()> {
+    let filter = commands::audit::Filter {
+        since: a.since,
+        key: a.key.clone(),
+        agent: global.agent.clone(),
+        limit: a.limit,
+    };
+    let dir = discover::read_dir(global.dir.as_deref())?;
+    // --agent filters the log here; it does not name the caller.
+    let ctx = Ctx::connected(dir, None, None)?;
+    commands::audit::follow(&ctx, &filter, format, &mut std::io::stdout())
+}
+
+/// `inbox --follow`: the caller's messages as they come, with a context made again for
+/// each round.
+fn follow_inbox(global: &cli::Global, format: Format) -> error::Result<()> {
+    let mut open = || -> error::Result<Ctx> {
+        let dir = discover::read_dir(global.dir.as_deref())?;
+        Ctx::connected(dir, global.agent.clone(), global.name.clone())
+    };
+    commands::inbox::follow(&mut open, format, &mut std::io::stdout())
+}
+
+/// The exit of a following command; its error in markdown on stderr.
+fn followed(result: error::Result<()>, inv: &render::Invocation) -> i32 {
+    match result {
+        Ok(()) => EXIT_OK,
+        Err(e) => {
+            emit_stderr(&render::error(&e, Format::Markdown, inv));
+            e.exit_code()
+        }
     }
-    if let Command::Top(a) = &cli.command {
-        return view(&cli.global, "top", a);
-    }
-    if let Command::Ui(a) = &cli.command {
-        return view(&cli.global, "ui", a);
-    }
-    if let Command::Demo(a) = &cli.command {
-        return demo::run(&cli.global, a);
-    }
-    if let Command::Audit(cli::AuditArgs {
-        since,
-        key,
-        limit,
-        follow: true,
-    }) = &cli.command
-    {
-        let filter = commands::audit::Filter {
-            since: *since,
-            key: key.clone(),
-            agent: cli.global.agent.clone(),
-            limit: *limit,
-        };
-        let result = discover::read_dir(cli.global.dir.as_deref()).and_then(|dir| {
-            let mut ctx = Ctx {
-                dir,
-                now: clock::now()?,
-                agent_flag: None,
-                name_flag: None,
-                cfg: Default::default(),
-            };
-            if store::pg::open_early(ctx.config().ok().as_ref())? {
-                ctx.now = clock::now()?;
-            }
-            commands::audit::follow(&ctx, &filter, format, &mut std::io::stdout())
-        });
-        return match result {
-            Ok(()) => EXIT_OK,
-            Err(e) => {
-                emit_stderr(&render::error(&e, Format::Markdown, &inv));
-                e.exit_code()
-            }
-        };
-    }
-    if let Command::Inbox(cli::InboxArgs { follow: true, .. }) = &cli.command {
-        let global = &cli.global;
-        let mut open = || -> error::Result<Ctx> {
-            let dir = discover::read_dir(global.dir.as_deref())?;
-            let mut ctx = Ctx {
-                dir,
-                now: clock::now()?,
-                agent_flag: global.agent.clone(),
-                name_flag: global.name.clone(),
-                cfg: Default::default(),
-            };
-            if store::pg::open_early(ctx.config().ok().as_ref())? {
-                ctx.now = clock::now()?;
-            }
-            Ok(ctx)
-        };
-        let result = commands::inbox::follow(&mut open, format, &mut std::io::stdout());
-        return match result {
-            Ok(()) => EXIT_OK,
-            Err(e) => {
-                emit_stderr(&render::error(&e, Format::Markdown, &inv));
-                e.exit_code()
-            }
-        };
-    }
-    match execute(cli) {
+}
+
+/// Print a command's report (or error) with the warnings its steps left; its exit code.
+fn print_answer(
+    result: error::Result<report::Report>,
+    format: Format,
+    inv: &render::Invocation,
+) -> i32 {
+    match result {
         Ok(report) => {
             let warnings = warnings::take();
-            let mut text = render::report(&report, format, &inv);
+            let mut text = render::report(&report, format, inv);
             if format == Format::Json
                 && !warnings.is_empty()
                 && !matches!(report, report::Report::Audit(_))
@@ -206,7 +197,7 @@ fn run_command(args: Vec<OsString>) -> i32 {
             for w in warnings::take() {
                 emit_stderr(&format!("tasklock: warning: {w}\n"));
             }
-            let text = render::error(&e, format, &inv);
+            let text = render::error(&e, format, inv);
             match format {
                 Format::Json => emit_stdout(&text),
                 Format::Markdown => emit_stderr(&text),

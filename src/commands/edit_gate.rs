@@ -442,13 +442,7 @@ pub fn judge(
     if files.is_empty() && edited.unknown.is_none() {
         return Ok(Verdict::default());
     }
-    let ctx = Ctx {
-        dir,
-        now: crate::clock::now()?,
-        agent_flag: Some(agent.to_string()),
-        name_flag: None,
-        cfg: Default::default(),
-    };
+    let ctx = Ctx::new(dir, Some(agent.to_string()), None)?;
     let Some(store) = ctx.existing_store()? else {
         return Ok(Verdict::default());
     };

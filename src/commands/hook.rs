@@ -163,13 +163,7 @@ pub fn run(
     let dir = crate::discover::explicit(global_dir.as_deref())
         .unwrap_or_else(|| crate::discover::discover_from(&project))
         .for_store()?;
-    let ctx = Ctx {
-        dir,
-        now: crate::clock::now()?,
-        agent_flag: Some(agent.clone()),
-        name_flag: Some(name),
-        cfg: Default::default(),
-    };
+    let ctx = Ctx::new(dir, Some(agent.clone()), Some(name))?;
     let parent = subagent.as_ref().map(|_| session.clone());
     // Hook input is only JSON on stdin: anyone can name any session in it. A session
     // bound to a secret is acted for only by its own process's hooks (or with its secret).
@@ -327,15 +321,8 @@ pub(crate) fn prove_if_child_of(dir: Option<&std::path::Path>, agent: &str) {
     else {
         return;
     };
-    let Ok(now) = crate::clock::now() else {
+    let Ok(ctx) = Ctx::new(dir, None, None) else {
         return;
-    };
-    let ctx = Ctx {
-        dir,
-        now,
-        agent_flag: None,
-        name_flag: None,
-        cfg: Default::default(),
     };
     if let Ok(Some(store)) = ctx.existing_store()
         && let Ok(Some(entry)) = store.read_agent(agent)
@@ -358,13 +345,7 @@ pub(crate) fn session_of_this_process(
         .unwrap_or_else(|| crate::discover::discover_from(&cwd))
         .for_reading()
         .ok()?;
-    let ctx = Ctx {
-        dir,
-        now: crate::clock::now().ok()?,
-        agent_flag: None,
-        name_flag: None,
-        cfg: Default::default(),
-    };
+    let ctx = Ctx::new(dir, None, None).ok()?;
     let store = ctx.existing_store().ok()??;
     store
         .scan_agents()

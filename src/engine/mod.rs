@@ -46,6 +46,33 @@ pub struct Ctx {
 }
 
 impl Ctx {
+    /// A command's context, the one way to make one: the lock directory, the caller as
+    /// the options name it, "now" from the clock, `config.yaml` not read yet.
+    pub fn new(dir: PathBuf, agent_flag: Option<String>, name_flag: Option<String>) -> Result<Ctx> {
+        Ok(Ctx {
+            dir,
+            now: crate::clock::now()?,
+            agent_flag,
+            name_flag,
+            cfg: Default::default(),
+        })
+    }
+
+    /// [`Ctx::new`] for a command that judges time: a PostgreSQL store judges it by the
+    /// server's clock, so connect first (the connection serves the whole command) and
+    /// take "now" again.
+    pub fn connected(
+        dir: PathBuf,
+        agent_flag: Option<String>,
+        name_flag: Option<String>,
+    ) -> Result<Ctx> {
+        let mut ctx = Ctx::new(dir, agent_flag, name_flag)?;
+        if crate::store::pg::open_early(ctx.config().ok().as_ref())? {
+            ctx.now = crate::clock::now()?;
+        }
+        Ok(ctx)
+    }
+
     /// The same context at the current time, with the agent id fixed (long-running commands).
     pub fn at_now(&self, agent_id: &str) -> Result<Ctx> {
         Ok(Ctx {

@@ -379,13 +379,7 @@ impl Server {
         let result = crate::discover::discover(self.0.dir.as_deref())
             .and_then(|d| d.for_reading())
             .and_then(|dir| {
-                let ctx = Ctx {
-                    dir,
-                    now: crate::clock::now()?,
-                    agent_flag: Some(me.id.clone()),
-                    name_flag: Some(me.name.clone()),
-                    cfg: Default::default(),
-                };
+                let ctx = Ctx::new(dir, Some(me.id.clone()), Some(me.name.clone()))?;
                 crate::engine::end_agent(&ctx, &me.id, true, reason)
             });
         if let Err(e) = result {
