@@ -118,19 +118,7 @@ impl Releasing<'_> {
             Slot::Free if left(&key)? => Ok(KeyResult::new(key, Outcome::LeftQueue, None)),
             Slot::Free => Ok(KeyResult::new(key, Outcome::NoSuchCheckout, None)),
             Slot::Corrupt { path, problem } if !force => {
-                let e = Error::Corrupt {
-                    key: key.clone(),
-                    path,
-                    problem,
-                };
-                if self.single {
-                    return Err(e);
-                }
-                // Several keys: report it in its row and go on with the others.
-                Ok(KeyResult {
-                    problem: Some(e.to_string()),
-                    ..KeyResult::new(key, Outcome::Corrupt, None)
-                })
+                super::corrupt_row(Error::Corrupt { key, path, problem }, self.single)
             }
             Slot::Corrupt { problem, .. } => {
                 self.remove_corrupt(&key, &problem)?;
