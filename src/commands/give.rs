@@ -10,7 +10,7 @@ use crate::engine::{Ctx, Judge, ReapReason, auto_release, queue};
 use crate::error::{Error, Outcome, Result};
 use crate::identity::Agent;
 use crate::report::{CheckoutView, GiveReport, Report};
-use crate::store::{AgentEntry, Guard, MessageKind, Record, Slot, Store};
+use crate::store::{AgentEntry, Event, Guard, MessageKind, Record, Slot, Store};
 
 pub fn run(ctx: &Ctx, key: &str, to: &str, timeout: Option<Duration>) -> Result<Report> {
     crate::key::validate(key)?;
@@ -60,7 +60,7 @@ pub fn run(ctx: &Ctx, key: &str, to: &str, timeout: Option<Duration>) -> Result<
         if let Some(cycle) =
             crate::engine::take::grant_closes(ctx, &*store, guard, &to, key, &r.paths, &q)?
         {
-            let mut ev = ctx.event("deadlock", &r);
+            let mut ev = ctx.event(Event::Deadlock, &r);
             ev.holder = Some(to.clone());
             ev.detail = Some(format!("give to {to}: {}", cycle.join(" → ")));
             store.audit(guard, &ev)?;
@@ -198,7 +198,7 @@ impl Giving<'_> {
             &format!("{done}, but its queue was not updated"),
             queue::granted(store, guard, q, to),
         );
-        let mut ev = ctx.agent_event("give", key, self.me);
+        let mut ev = ctx.agent_event(Event::Give, key, self.me);
         ev.token = Some(token);
         ev.paths = given.paths.clone();
         ev.holder = Some(to.to_string());

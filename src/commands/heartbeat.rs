@@ -5,7 +5,7 @@ use crate::error::{Error, Result};
 use crate::identity::Agent;
 use crate::liveness;
 use crate::report::{AgentRow, EndedCheckout, HeartbeatReport, Report};
-use crate::store::{AgentEntry, Guard, Record, Slot, Store};
+use crate::store::{AgentEntry, Event, Guard, Record, Slot, Store};
 
 /// One beat: update the registry, renew this agent's leases that are past half-way,
 /// and end checkouts of dead agents met on the way.
@@ -260,7 +260,7 @@ fn renew(
             "`{}` was renewed, but the audit log was not written",
             fresh.key
         ),
-        store.audit(guard, &ctx.event("renew", &fresh)),
+        store.audit(guard, &ctx.event(Event::Renew, &fresh)),
     );
     if expires_at == cap {
         let body = format!(

@@ -16,7 +16,7 @@ use crate::engine::{Ctx, ReapReason, end_agent};
 use crate::error::{Error, Result};
 use crate::liveness::is_own_process;
 use crate::report::Report;
-use crate::store::{AgentEntry, Message};
+use crate::store::{AgentEntry, Event, Message};
 
 pub const EVENTS: [&str; 8] = [
     "session-start",
@@ -773,7 +773,7 @@ fn adopt(
                 ..r.clone()
             };
             store.replace(g, &fresh)?;
-            let mut ev = ctx.event("adopt", &fresh);
+            let mut ev = ctx.event(Event::Adopt, &fresh);
             ev.detail = Some(match &r.owner {
                 Some(_) => {
                     "claimed for this session; proven by the secret it was started with".into()

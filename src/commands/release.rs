@@ -5,7 +5,7 @@ use crate::engine::{Ctx, Judge, ReapReason, auto_release, held_keys, queue};
 use crate::engine::{holder_refused, record_end};
 use crate::error::{Error, Outcome, Result};
 use crate::report::{KeyResult, KeysCommand, KeysReport, Report};
-use crate::store::{EndHow, Guard, Record, Slot, Store};
+use crate::store::{AuditEvent, EndHow, Event, Guard, Record, Slot, Store};
 use crate::warnings::after_change;
 
 /// `done`: the work on each key released is finished: it leaves the project's backlog
@@ -181,7 +181,7 @@ impl Releasing<'_> {
     fn remove_corrupt(&self, key: &str, problem: &str) -> Result<()> {
         let (store, guard) = (self.store, self.guard);
         store.remove(guard, key, None, None)?;
-        let mut ev = crate::store::AuditEvent::new(self.ctx.now, "force_release", key, self.me);
+        let mut ev = AuditEvent::new(self.ctx.now, Event::ForceRelease, key, self.me);
         ev.reason = self.note.clone();
         ev.detail = Some(format!("removed corrupt record: {problem}"));
         after_change(
@@ -203,7 +203,7 @@ impl Releasing<'_> {
         }
         store.remove(guard, &r.key, r.slot, Some(&r.paths))?;
         let released = format!("`{}` was released", r.key);
-        let mut ev = ctx.event("release", r);
+        let mut ev = ctx.event(Event::Release, r);
         ev.reason = self.note.clone();
         after_change(
             &format!("{released}, but the audit log was not written"),
@@ -246,7 +246,7 @@ impl Releasing<'_> {
     /// `--force` of a live holder's checkout by a caller who may not: audited, refused;
     /// the problem to report.
     fn refuse_force(&self, r: &Record) -> Result<String> {
-        let mut ev = self.ctx.event("refused", r);
+        let mut ev = self.ctx.event(Event::Refused, r);
         ev.by = Some(self.me.to_string());
         ev.reason = Some("force".into());
         ev.detail = Some(format!(
@@ -266,7 +266,7 @@ impl Releasing<'_> {
         let (ctx, store, guard, me) = (self.ctx, self.store, self.guard, self.me);
         store.remove(guard, &r.key, r.slot, Some(&r.paths))?;
         let released = format!("`{}` was force-released", r.key);
-        let mut ev = ctx.event("force_release", r);
+        let mut ev = ctx.event(Event::ForceRelease, r);
         ev.by = Some(me.to_string());
         ev.reason = self.note.clone();
         ev.detail = Some(format!(

@@ -4,7 +4,7 @@ use crate::duration::to_chrono;
 use crate::engine::{Ctx, Judge, ReapReason, auto_release, held_keys, holder_refused};
 use crate::error::{Error, Outcome, Result};
 use crate::report::{KeyResult, KeysCommand, KeysReport, Report};
-use crate::store::{Guard, Record, Slot, Store};
+use crate::store::{Event, Guard, Record, Slot, Store};
 
 pub fn run(ctx: &Ctx, keys: Vec<String>, all: bool, timeout: Option<Duration>) -> Result<Report> {
     let keys = crate::key::validate_all(keys)?;
@@ -130,7 +130,7 @@ impl Renewing<'_> {
                 renewed.key
             ),
             self.store
-                .audit(self.guard, &self.ctx.event("renew", &renewed)),
+                .audit(self.guard, &self.ctx.event(Event::Renew, &renewed)),
         );
         Ok(renewed)
     }

@@ -31,7 +31,8 @@ use crate::identity::{self, Agent};
 use crate::liveness::{self, Cause, Judgement};
 use crate::report::{AgentView, Previous, Reaped};
 use crate::store::{
-    AgentEntry, AuditEvent, EndHow, Ended, FileStore, Guard, MessageKind, Note, Record, Slot, Store,
+    AgentEntry, AuditEvent, EndHow, Ended, Event, EventName, FileStore, Guard, MessageKind, Note,
+    Record, Slot, Store,
 };
 
 /// What every command gets: resolved global options and "now".
@@ -131,7 +132,7 @@ impl Ctx {
     }
 
     /// An event about a checkout record: its key, holder and token.
-    pub fn event(&self, event: &str, record: &Record) -> AuditEvent {
+    pub fn event(&self, event: impl EventName, record: &Record) -> AuditEvent {
         let mut ev = self.agent_event(event, &record.key, &record.agent);
         ev.token = Some(record.token);
         ev.paths = record.paths.clone();
@@ -139,7 +140,7 @@ impl Ctx {
     }
 
     /// An event about `agent` and `key`.
-    pub fn agent_event(&self, event: &str, key: &str, agent: &Agent) -> AuditEvent {
+    pub fn agent_event(&self, event: impl EventName, key: &str, agent: &Agent) -> AuditEvent {
         let mut ev = AuditEvent::new(self.now, event, key, &agent.id);
         ev.name = agent.name.clone();
         ev
@@ -193,7 +194,7 @@ fn after_auto_release(
     reason: ReapReason,
     taker: Option<&str>,
 ) -> Result<()> {
-    let mut ev = ctx.event("auto_release", record);
+    let mut ev = ctx.event(Event::AutoRelease, record);
     ev.reason = Some(reason.as_str().into());
     ev.by = by.filter(|b| *b != record.agent.id).map(str::to_string);
     store.audit(guard, &ev)?;
@@ -756,7 +757,7 @@ pub fn holder_refused(
     if !standing.refused() {
         return Ok(None);
     }
-    let mut ev = ctx.event("refused", r);
+    let mut ev = ctx.event(Event::Refused, r);
     ev.reason = Some(standing.as_str().into());
     ev.detail = Some(format!("{command} as the holder without its secret"));
     ev.by = Some(crate::identity::UnixUser::current().name);
@@ -778,7 +779,7 @@ pub fn agent_refused(
     if !standing.refused() {
         return Ok(None);
     }
-    let mut ev = ctx.agent_event("refused", &agent.id, agent);
+    let mut ev = ctx.agent_event(Event::Refused, &agent.id, agent);
     ev.reason = Some(standing.as_str().into());
     ev.detail = Some(format!("{command} as the agent without its secret"));
     ev.by = Some(crate::identity::UnixUser::current().name);

@@ -10,7 +10,7 @@ use crate::error::Result;
 use crate::identity::Agent;
 use crate::liveness;
 use crate::store::{
-    AuditEvent, Guard, Message, MessageKind, Queue, Record, Reservation, Slot, Store, Waiter,
+    AuditEvent, Event, Guard, Message, MessageKind, Queue, Record, Reservation, Slot, Store, Waiter,
 };
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
@@ -86,7 +86,7 @@ fn defer_announce(reserved: &[String]) {
     });
 }
 
-fn audit(ctx: &Ctx, event: &str, key: &str, agent: &str) -> AuditEvent {
+fn audit(ctx: &Ctx, event: Event, key: &str, agent: &str) -> AuditEvent {
     AuditEvent::new(ctx.now, event, key, agent)
 }
 
@@ -122,7 +122,7 @@ pub(crate) fn notify(
         delivery: None,
     };
     store.send(g, &msg)?;
-    let mut ev = audit(ctx, "notify", key, to);
+    let mut ev = audit(ctx, Event::Notify, key, to);
     ev.by = msg.from.clone();
     ev.detail = Some(kind.to_string());
     store.audit(g, &ev)?;
@@ -267,7 +267,7 @@ pub(crate) fn settle(
     let mut kept = Vec::with_capacity(q.waiters.len());
     for w in std::mem::take(&mut q.waiters) {
         if waiter_gone(ctx, store, &w)? {
-            let mut ev = audit(ctx, "dequeue", &q.key, &w.agent);
+            let mut ev = audit(ctx, Event::Dequeue, &q.key, &w.agent);
             ev.reason = Some("gone".into());
             store.audit(g, &ev)?;
             if q.reserved_for(&w.agent).is_some() {
@@ -295,7 +295,7 @@ pub(crate) fn settle(
         if ctx.now >= res.until && !keeps {
             let h = q.waiters.remove(i);
             freed.extend(h.paths);
-            let mut ev = audit(ctx, "lapse", &q.key, &res.agent);
+            let mut ev = audit(ctx, Event::Lapse, &q.key, &res.agent);
             ev.detail = Some("the reservation's grace ran out; passed to the next waiter".into());
             store.audit(g, &ev)?;
             notify(
@@ -369,7 +369,7 @@ fn reserve(
         until,
         message: None,
     });
-    let mut ev = audit(ctx, "handoff", &q.key, &head.agent);
+    let mut ev = audit(ctx, Event::Handoff, &q.key, &head.agent);
     ev.paths = head.paths.clone();
     ev.detail = Some(match passed {
         0 => format!("reserved until {}", crate::clock::rfc3339(&until)),
@@ -574,7 +574,7 @@ pub(crate) fn join(
             store.write_queue(g, q)?;
             if changed {
                 // A re-join asking for other paths: a wait of its own, audited as one.
-                let mut ev = audit(ctx, "queue", &q.key, &agent.id);
+                let mut ev = audit(ctx, Event::Queue, &q.key, &agent.id);
                 ev.name = agent.name.clone();
                 ev.paths = paths.to_vec();
                 ev.detail = Some(format!(
@@ -608,7 +608,7 @@ pub(crate) fn join(
         q.waiters.push(w);
     }
     store.write_queue(g, q)?;
-    let mut ev = audit(ctx, "queue", &q.key, &agent.id);
+    let mut ev = audit(ctx, Event::Queue, &q.key, &agent.id);
     ev.name = agent.name.clone();
     ev.paths = paths.to_vec();
     ev.detail = Some(format!(
@@ -664,7 +664,7 @@ fn dequeue_then_settle(
                 q.reservations.retain(|r| r.agent != agent);
                 freed = w.paths;
             }
-            let mut ev = audit(ctx, "dequeue", &q.key, agent);
+            let mut ev = audit(ctx, Event::Dequeue, &q.key, agent);
             ev.reason = Some(reason.into());
             store.audit(g, &ev)?;
             true
@@ -750,7 +750,7 @@ pub(crate) fn announce_through(
         // Kept above only with a cycle, in a graph that the other drops only shrink.
         let Some(cycle) = cycle else { continue };
         let words = cycle.join(" → ");
-        let mut ev = audit(ctx, "deadlock", kx, x);
+        let mut ev = audit(ctx, Event::Deadlock, kx, x);
         ev.holder = Some(cycle[2].clone());
         ev.reason = Some("dropped".into());
         ev.detail = Some(words.clone());
