@@ -6,11 +6,11 @@
 use std::time::Duration;
 
 use crate::duration::to_chrono;
-use crate::engine::{Ctx, Judge, ReapReason, auto_release, queue};
+use crate::engine::{Ctx, Judge, ReapReason, Scope, auto_release, queue};
 use crate::error::{Error, Outcome, Result};
 use crate::identity::Agent;
 use crate::report::{CheckoutView, GiveReport, Report};
-use crate::store::{AgentEntry, Event, Guard, MessageKind, Record, Slot, Store};
+use crate::store::{AgentEntry, Event, MessageKind, Record, Slot};
 
 pub fn run(ctx: &Ctx, key: &str, to: &str, timeout: Option<Duration>) -> Result<Report> {
     crate::key::validate(key)?;
@@ -41,9 +41,7 @@ pub fn run(ctx: &Ctx, key: &str, to: &str, timeout: Option<Duration>) -> Result<
     };
     store.transaction(|guard| {
         let giving = Giving {
-            ctx,
-            store: &*store,
-            guard,
+            scope: Scope::new(ctx, &*store, guard),
             key,
             me: &me,
             to: &to,
@@ -73,9 +71,7 @@ pub fn run(ctx: &Ctx, key: &str, to: &str, timeout: Option<Duration>) -> Result<
 
 /// A give under the scope.
 struct Giving<'a> {
-    ctx: &'a Ctx,
-    store: &'a dyn Store,
-    guard: &'a Guard,
+    scope: Scope<'a>,
     key: &'a str,
     me: &'a Agent,
     to: &'a str,
@@ -85,7 +81,7 @@ impl Giving<'_> {
     /// The giver's own live checkout of the key, or the outcome that ends the give (with
     /// the checkout it is about).
     fn held(&self) -> Result<std::result::Result<Record, (Outcome, Option<Record>)>> {
-        let (ctx, store, guard, me) = (self.ctx, self.store, self.guard, &self.me.id);
+        let (Scope { ctx, store, guard }, me) = (self.scope, &self.me.id);
         let mut judge = Judge::new(ctx, store);
         let r = match crate::engine::slots::read_mine(store, self.key, me)? {
             Slot::Free => return Ok(Err((Outcome::NoSuchCheckout, None))),
@@ -132,7 +128,7 @@ impl Giving<'_> {
         r: &Record,
         cfg: &crate::config::Config,
     ) -> Result<std::result::Result<AgentEntry, Outcome>> {
-        let (store, now, to) = (self.store, &self.ctx.now, self.to);
+        let (store, now, to) = (self.scope.store, &self.scope.ctx.now, self.to);
         let Some(entry) = store.read_agent(to)? else {
             return Ok(Err(Outcome::UnknownAgent));
         };
@@ -160,7 +156,7 @@ impl Giving<'_> {
         lease: Duration,
         q: &mut crate::store::Queue,
     ) -> Result<Record> {
-        let (ctx, store, guard, key, to) = (self.ctx, self.store, self.guard, self.key, self.to);
+        let (Scope { ctx, store, guard }, key, to) = (self.scope, self.key, self.to);
         let receiver = Agent {
             id: entry.id.clone(),
             name: entry.name.clone(),
@@ -214,17 +210,9 @@ impl Giving<'_> {
         );
         crate::warnings::after_change(
             &format!("{done}, but it was not told"),
-            queue::notify(
-                ctx,
-                store,
-                guard,
-                to,
-                Some(&self.me.id),
-                MessageKind::Given,
-                key,
-                &body,
-            )
-            .map(drop),
+            self.scope
+                .notify(to, Some(&self.me.id), MessageKind::Given, key, &body)
+                .map(drop),
         );
         Ok(given)
     }

@@ -1,11 +1,11 @@
 use super::checkout::check_text;
 use crate::duration::to_chrono;
-use crate::engine::{Ctx, Judge, Settled, own_end, queue, reap_in};
+use crate::engine::{Ctx, Judge, Scope, Settled, own_end, reap_in};
 use crate::error::{Error, Result};
 use crate::identity::Agent;
 use crate::liveness;
 use crate::report::{AgentRow, EndedCheckout, HeartbeatReport, Report};
-use crate::store::{AgentEntry, Event, Guard, Record, Slot, Store};
+use crate::store::{AgentEntry, Event, Record, Slot, Store};
 
 /// One beat: update the registry, renew this agent's leases that are past half-way,
 /// and end checkouts of dead agents met on the way.
@@ -219,7 +219,9 @@ fn renew_and_reap(
                 Settled::Kept(Slot::Held(r)) if mine(&r) && needs_renewal(&r, &ctx.now) => {
                     if store.frozen(&r.key, &ctx.now)?.is_some() {
                         out.frozen.push(r.key);
-                    } else if let Some(key) = renew(ctx, store, guard, judge, r, max_hold)? {
+                    } else if let Some(key) =
+                        renew(Scope::new(ctx, store, guard), judge, r, max_hold)?
+                    {
                         out.renewed.push(key);
                     }
                 }
@@ -234,13 +236,12 @@ fn renew_and_reap(
 /// max_hold. Automatic renewals stop at max_hold after the grant; the holder is told
 /// once, when the last one is made.
 fn renew(
-    ctx: &Ctx,
-    store: &dyn Store,
-    guard: &Guard,
+    scope: Scope,
     judge: &mut Judge,
     r: Record,
     max_hold: chrono::Duration,
 ) -> Result<Option<String>> {
+    let Scope { ctx, store, guard } = scope;
     let cap = r.acquired_at + max_hold;
     if r.expires_at >= cap {
         return Ok(None);
@@ -275,17 +276,15 @@ fn renew(
                 "`{}` was renewed, but the max_hold message was not delivered",
                 fresh.key
             ),
-            queue::notify(
-                ctx,
-                store,
-                guard,
-                &fresh.agent.id,
-                None,
-                crate::store::MessageKind::MaxHold,
-                &fresh.key,
-                &body,
-            )
-            .map(drop),
+            scope
+                .notify(
+                    &fresh.agent.id,
+                    None,
+                    crate::store::MessageKind::MaxHold,
+                    &fresh.key,
+                    &body,
+                )
+                .map(drop),
         );
     }
     Ok(Some(fresh.key))

@@ -2,10 +2,10 @@ use std::io::IsTerminal;
 
 use super::checkout::check_text;
 use crate::engine::{Ctx, Judge, ReapReason, auto_release, held_keys, queue};
-use crate::engine::{holder_refused, record_end};
+use crate::engine::{Scope, holder_refused};
 use crate::error::{Error, Outcome, Result};
 use crate::report::{KeyResult, KeysCommand, KeysReport, Report};
-use crate::store::{AuditEvent, EndHow, Event, Guard, Record, Slot, Store};
+use crate::store::{AuditEvent, EndHow, Event, Record, Slot, Store};
 use crate::warnings::after_change;
 
 /// `done`: the work on each key released is finished: it leaves the project's backlog
@@ -58,9 +58,7 @@ pub fn run(
     let locks = crate::engine::key_locks(&keys, &me);
     let results = crate::engine::transaction_scoped(&*store, &locks, |guard| {
         let mut releasing = Releasing {
-            ctx,
-            store: &*store,
-            guard,
+            scope: Scope::new(ctx, &*store, guard),
             judge: Judge::new(ctx, &*store),
             me: &me,
             all,
@@ -81,9 +79,7 @@ pub fn run(
 
 /// A release under the scope: the caller, what it asked, and the store's guard.
 struct Releasing<'a> {
-    ctx: &'a Ctx,
-    store: &'a dyn Store,
-    guard: &'a Guard,
+    scope: Scope<'a>,
     judge: Judge<'a>,
     me: &'a str,
     all: bool,
@@ -101,7 +97,7 @@ struct Releasing<'a> {
 impl Releasing<'_> {
     /// Release one key, re-read under the guard: its row of the report.
     fn key(&mut self, key: String) -> Result<KeyResult> {
-        let (ctx, store, guard, me) = (self.ctx, self.store, self.guard, self.me);
+        let (Scope { ctx, store, guard }, me) = (self.scope, self.me);
         let slot = crate::engine::slots::read_mine(store, &key, me)?;
         // `--all` ends what the caller holds and leaves its queues: `--force` there
         // never takes a key from anyone else (nor removes a record it cannot read).
@@ -179,9 +175,9 @@ impl Releasing<'_> {
 
     /// `release --force` of a record that cannot be read: removed, audited.
     fn remove_corrupt(&self, key: &str, problem: &str) -> Result<()> {
-        let (store, guard) = (self.store, self.guard);
+        let Scope { store, guard, .. } = self.scope;
         store.remove(guard, key, None, None)?;
-        let mut ev = AuditEvent::new(self.ctx.now, Event::ForceRelease, key, self.me);
+        let mut ev = AuditEvent::new(self.scope.ctx.now, Event::ForceRelease, key, self.me);
         ev.reason = self.note.clone();
         ev.detail = Some(format!("removed corrupt record: {problem}"));
         after_change(
@@ -196,7 +192,7 @@ impl Releasing<'_> {
     /// The caller's own live checkout: removed (and out of the backlog with `--done`);
     /// what follows is bookkeeping, and its failure a warning.
     fn release_own(&self, r: &Record) -> Result<()> {
-        let (ctx, store, guard) = (self.ctx, self.store, self.guard);
+        let Scope { ctx, store, guard } = self.scope;
         if self.done {
             // First, so that the release does not give it back.
             store.backlog_remove(guard, std::slice::from_ref(&r.key))?;
@@ -223,11 +219,11 @@ impl Releasing<'_> {
         by: Option<String>,
         name: Option<String>,
     ) {
-        let (ctx, store, guard) = (self.ctx, self.store, self.guard);
+        let Scope { ctx, store, guard } = self.scope;
         let note = self.note.clone();
         after_change(
             &format!("{released}, but how it ended was not recorded for its next holder"),
-            record_end(ctx, store, guard, r, how, None, by, note),
+            self.scope.record_end(r, how, None, by, note),
         );
         // A release note is the last checkpoint: the next holder reads it.
         after_change(
@@ -246,14 +242,14 @@ impl Releasing<'_> {
     /// `--force` of a live holder's checkout by a caller who may not: audited, refused;
     /// the problem to report.
     fn refuse_force(&self, r: &Record) -> Result<String> {
-        let mut ev = self.ctx.event(Event::Refused, r);
+        let mut ev = self.scope.ctx.event(Event::Refused, r);
         ev.by = Some(self.me.to_string());
         ev.reason = Some("force".into());
         ev.detail = Some(format!(
             "release --force of a live holder's checkout by {}, neither a person at a terminal nor holding the operator secret",
             self.user
         ));
-        self.store.audit(self.guard, &ev)?;
+        self.scope.store.audit(self.scope.guard, &ev)?;
         Ok(format!(
             "--force refused: {} is alive and its lease has not run out. Only a person at a terminal or a caller with the operator secret (TASKLOCK_OPERATOR_SECRET) may take a live agent's checkout away.",
             r.agent.label()
@@ -263,7 +259,7 @@ impl Releasing<'_> {
     /// Another's checkout (or one whose holder is gone) taken away: removed, audited, its
     /// holder told.
     fn force_release(&self, r: &Record) -> Result<()> {
-        let (ctx, store, guard, me) = (self.ctx, self.store, self.guard, self.me);
+        let (Scope { ctx, store, guard }, me) = (self.scope, self.me);
         store.remove(guard, &r.key, r.slot, Some(&r.paths))?;
         let released = format!("`{}` was force-released", r.key);
         let mut ev = ctx.event(Event::ForceRelease, r);
@@ -300,17 +296,15 @@ impl Releasing<'_> {
         };
         after_change(
             &format!("{released}, but its holder was not told"),
-            queue::notify(
-                self.ctx,
-                self.store,
-                self.guard,
-                &r.agent.id,
-                Some(me),
-                crate::store::MessageKind::ForceReleased,
-                &r.key,
-                &body,
-            )
-            .map(drop),
+            self.scope
+                .notify(
+                    &r.agent.id,
+                    Some(me),
+                    crate::store::MessageKind::ForceReleased,
+                    &r.key,
+                    &body,
+                )
+                .map(drop),
         );
     }
 }

@@ -1,10 +1,10 @@
 use std::time::Duration;
 
 use crate::duration::to_chrono;
-use crate::engine::{Ctx, Judge, ReapReason, auto_release, held_keys, holder_refused};
+use crate::engine::{Ctx, Judge, ReapReason, Scope, auto_release, held_keys, holder_refused};
 use crate::error::{Error, Outcome, Result};
 use crate::report::{KeyResult, KeysCommand, KeysReport, Report};
-use crate::store::{Event, Guard, Record, Slot, Store};
+use crate::store::{Event, Record, Slot};
 
 pub fn run(ctx: &Ctx, keys: Vec<String>, all: bool, timeout: Option<Duration>) -> Result<Report> {
     let keys = crate::key::validate_all(keys)?;
@@ -29,9 +29,7 @@ pub fn run(ctx: &Ctx, keys: Vec<String>, all: bool, timeout: Option<Duration>) -
     let locks = crate::engine::key_locks(&keys, &me);
     let results = crate::engine::transaction_scoped(&*store, &locks, |guard| {
         let mut renewing = Renewing {
-            ctx,
-            store: &*store,
-            guard,
+            scope: Scope::new(ctx, &*store, guard),
             judge: Judge::new(ctx, &*store),
             me: &me,
             timeout,
@@ -47,9 +45,7 @@ pub fn run(ctx: &Ctx, keys: Vec<String>, all: bool, timeout: Option<Duration>) -
 
 /// A renewal under the scope.
 struct Renewing<'a> {
-    ctx: &'a Ctx,
-    store: &'a dyn Store,
-    guard: &'a Guard,
+    scope: Scope<'a>,
     judge: Judge<'a>,
     me: &'a str,
     timeout: Option<Duration>,
@@ -60,7 +56,7 @@ struct Renewing<'a> {
 impl Renewing<'_> {
     /// Renew one key, re-read under the guard: its row of the report.
     fn key(&mut self, key: String) -> Result<KeyResult> {
-        let (ctx, store, guard, me) = (self.ctx, self.store, self.guard, self.me);
+        let (Scope { ctx, store, guard }, me) = (self.scope, self.me);
         let row = |outcome, r: &Record| Ok(KeyResult::new(key.clone(), outcome, Some(r)));
         match crate::engine::slots::read_mine(store, &key, me)? {
             Slot::Free => Ok(KeyResult::new(key, Outcome::NoSuchCheckout, None)),
@@ -108,7 +104,8 @@ impl Renewing<'_> {
 
     /// The caller's live lease, renewed and audited.
     fn renew(&self, r: Record) -> Result<Record> {
-        let now = self.ctx.now;
+        let Scope { ctx, store, guard } = self.scope;
+        let now = ctx.now;
         // Without --timeout the lease keeps its own length, as a heartbeat renews it: a
         // renewal never shortens a lease by surprise. A clock far behind (a VM resumed,
         // a bad NTP step) never moves the lease backwards: never before the grant, and a
@@ -123,14 +120,13 @@ impl Renewing<'_> {
             expires_at,
             ..r
         };
-        self.store.replace(self.guard, &renewed)?;
+        store.replace(guard, &renewed)?;
         crate::warnings::after_change(
             &format!(
                 "`{}` was renewed, but the audit log was not written",
                 renewed.key
             ),
-            self.store
-                .audit(self.guard, &self.ctx.event(Event::Renew, &renewed)),
+            store.audit(guard, &ctx.event(Event::Renew, &renewed)),
         );
         Ok(renewed)
     }

@@ -252,7 +252,53 @@ fn death_cause(ctx: &Ctx, store: &dyn Store, record: &Record) -> Result<Option<C
     Ok(liveness::judge_record(record, entry.as_ref(), &ctx.now, &cfg).cause)
 }
 
-/// Remember how a key's checkout ended, for its next holder.
+/// A change under way: the command's context, the store and the guard of the scope it
+/// holds, which the engine's writers take together instead of one parameter each.
+#[derive(Clone, Copy)]
+pub struct Scope<'a> {
+    pub ctx: &'a Ctx,
+    pub store: &'a dyn Store,
+    pub guard: &'a Guard,
+}
+
+impl<'a> Scope<'a> {
+    pub fn new(ctx: &'a Ctx, store: &'a dyn Store, guard: &'a Guard) -> Self {
+        Scope { ctx, store, guard }
+    }
+
+    /// Remember how a key's checkout ended, for its next holder.
+    pub fn record_end(
+        &self,
+        record: &Record,
+        how: EndHow,
+        cause: Option<Cause>,
+        by: Option<String>,
+        note: Option<String>,
+    ) -> Result<()> {
+        let cause = cause.and_then(|c| {
+            serde_json::to_value(c)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+        });
+        self.store.write_ended(
+            self.guard,
+            &Ended {
+                version: 1,
+                key: record.key.clone(),
+                agent: record.agent.clone(),
+                token: record.token,
+                acquired_at: record.acquired_at,
+                ended_at: self.ctx.now,
+                how,
+                cause,
+                by,
+                note,
+            },
+        )
+    }
+}
+
+/// [`Scope::record_end`], for the callers that do not hold a [`Scope`] yet.
 #[allow(clippy::too_many_arguments)]
 pub fn record_end(
     ctx: &Ctx,
@@ -264,26 +310,7 @@ pub fn record_end(
     by: Option<String>,
     note: Option<String>,
 ) -> Result<()> {
-    let cause = cause.and_then(|c| {
-        serde_json::to_value(c)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_string))
-    });
-    store.write_ended(
-        guard,
-        &Ended {
-            version: 1,
-            key: record.key.clone(),
-            agent: record.agent.clone(),
-            token: record.token,
-            acquired_at: record.acquired_at,
-            ended_at: ctx.now,
-            how,
-            cause,
-            by,
-            note,
-        },
-    )
+    Scope::new(ctx, store, guard).record_end(record, how, cause, by, note)
 }
 
 /// A grant of `key`: its fencing token, and what its next holder should know (`None`

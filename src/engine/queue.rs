@@ -3,8 +3,8 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use super::Ctx;
 use super::waits::Graph;
+use super::{Ctx, Scope};
 use crate::duration::to_chrono;
 use crate::error::Result;
 use crate::identity::Agent;
@@ -90,9 +90,7 @@ fn audit(ctx: &Ctx, event: Event, key: &str, agent: &str) -> AuditEvent {
     AuditEvent::new(ctx.now, event, key, agent)
 }
 
-/// Put a message in `to`'s inbox and audit it; once the change is committed, the message
-/// is pushed into `to`'s session if it can be reached ([`super::deliver`]). Returns the
-/// message's id.
+/// [`Scope::notify`], for the callers that do not hold a [`Scope`] yet.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn notify(
     ctx: &Ctx,
@@ -104,30 +102,47 @@ pub(crate) fn notify(
     key: &str,
     body: &str,
 ) -> Result<String> {
-    let seq = SEQ.fetch_add(1, Ordering::Relaxed);
-    let msg = Message {
-        version: 1,
-        id: format!(
-            "{:013}-{}-{seq}",
-            ctx.now.timestamp_millis().max(0),
-            std::process::id()
-        ),
-        from: from.map(str::to_string),
-        to: to.to_string(),
-        kind,
-        key: key.to_string(),
-        ts: ctx.now,
-        body: body.to_string(),
-        user: Some(crate::identity::UnixUser::current()),
-        delivery: None,
-    };
-    store.send(g, &msg)?;
-    let mut ev = audit(ctx, Event::Notify, key, to);
-    ev.by = msg.from.clone();
-    ev.detail = Some(kind.to_string());
-    store.audit(g, &ev)?;
-    super::deliver::after_commit(ctx, to, &msg.id);
-    Ok(msg.id)
+    Scope::new(ctx, store, g).notify(to, from, kind, key, body)
+}
+
+impl Scope<'_> {
+    /// Put a message in `to`'s inbox about `key`, from `from`, audited; once the change
+    /// stands it is pushed into `to`'s session if it can be reached
+    /// ([`super::deliver`]). Returns the message's id.
+    pub(crate) fn notify(
+        &self,
+        to: &str,
+        from: Option<&str>,
+        kind: MessageKind,
+        key: &str,
+        body: &str,
+    ) -> Result<String> {
+        let (ctx, store, g) = (self.ctx, self.store, self.guard);
+        let seq = SEQ.fetch_add(1, Ordering::Relaxed);
+        let msg = Message {
+            version: 1,
+            id: format!(
+                "{:013}-{}-{seq}",
+                ctx.now.timestamp_millis().max(0),
+                std::process::id()
+            ),
+            from: from.map(str::to_string),
+            to: to.to_string(),
+            kind,
+            key: key.to_string(),
+            ts: ctx.now,
+            body: body.to_string(),
+            user: Some(crate::identity::UnixUser::current()),
+            delivery: None,
+        };
+        store.send(g, &msg)?;
+        let mut ev = audit(ctx, Event::Notify, key, to);
+        ev.by = msg.from.clone();
+        ev.detail = Some(kind.to_string());
+        store.audit(g, &ev)?;
+        super::deliver::after_commit(ctx, to, &msg.id);
+        Ok(msg.id)
+    }
 }
 
 /// Is a waiter gone ([`liveness::waiter_gone`], judged now)?
