@@ -212,7 +212,7 @@ impl Config {
     }
 
     pub fn parse(text: &str) -> std::result::Result<Config, String> {
-        let raw: RawConfig = if text.trim().is_empty() {
+        let mut raw: RawConfig = if text.trim().is_empty() {
             RawConfig::default()
         } else {
             serde_norway::from_str::<Option<RawConfig>>(text)
@@ -220,40 +220,8 @@ impl Config {
                 .unwrap_or_default()
         };
         let mut c = Config::default();
-        let set = |slot: &mut Duration,
-                   name: &str,
-                   v: Option<String>|
-         -> std::result::Result<(), String> {
-            if let Some(v) = v {
-                *slot = crate::duration::parse(&v).map_err(|e| format!("{name}: {e}"))?;
-            }
-            Ok(())
-        };
-        set(&mut c.lease, "lease", raw.lease)?;
-        set(
-            &mut c.heartbeat_interval,
-            "heartbeat_interval",
-            raw.heartbeat_interval,
-        )?;
-        if let Some(v) = raw.sweep_interval {
-            // Zero is allowed here alone: every beat sweeps.
-            c.sweep_interval =
-                crate::duration::parse_or_zero(&v).map_err(|e| format!("sweep_interval: {e}"))?;
-        }
-        set(&mut c.stalled_after, "stalled_after", raw.stalled_after)?;
-        set(&mut c.dead_after, "dead_after", raw.dead_after)?;
-        set(&mut c.handoff_grace, "handoff_grace", raw.handoff_grace)?;
-        set(&mut c.max_hold, "max_hold", raw.max_hold)?;
-        set(
-            &mut c.agent_retention,
-            "agent_retention",
-            raw.agent_retention,
-        )?;
-        set(&mut c.guard_timeout, "guard_timeout", raw.guard_timeout)?;
-        if c.heartbeat_interval < MIN_WATCH_INTERVAL {
-            return Err("heartbeat_interval: at least 1s".into());
-        }
-        if let Some(size) = raw.audit_max_size {
+        c.set_durations(&mut raw)?;
+        if let Some(size) = raw.audit_max_size.take() {
             c.audit_max_size = parse_size(&size).map_err(|e| format!("audit_max_size: {e}"))?;
         }
         if let Some(keep) = raw.audit_keep {
@@ -262,7 +230,7 @@ impl Config {
             }
             c.audit_keep = keep;
         }
-        if let Some(h) = raw.operator_secret_sha256 {
+        if let Some(h) = raw.operator_secret_sha256.take() {
             let h = h.trim().to_ascii_lowercase();
             if h.len() != 64 || !h.bytes().all(|b| b.is_ascii_hexdigit()) {
                 return Err(
@@ -272,30 +240,8 @@ impl Config {
             }
             c.operator_secret_sha256 = Some(h);
         }
-        if let Some(store) = raw
-            .store
-            .filter(|s| !s.trim().is_empty() && s.trim() != "file")
-        {
-            if !is_url(&store) {
-                return Err(
-                    "store: a postgres:// or postgresql:// URL (or `file` for the lock directory)"
-                        .into(),
-                );
-            }
-            c.store = Some(store.trim().to_string());
-        }
-        if let Some(session) = raw.session_store.filter(|s| !s.trim().is_empty()) {
-            if !is_url(&session) {
-                return Err("session_store: a postgres:// or postgresql:// URL".into());
-            }
-            if c.store.is_none() {
-                return Err(
-                    "session_store: goes with store: (where the sessions of that store go)".into(),
-                );
-            }
-            c.session_store = Some(session.trim().to_string());
-        }
-        for e in raw.slots.unwrap_or_default() {
+        c.set_stores(&mut raw)?;
+        for e in raw.slots.take().unwrap_or_default() {
             let key = crate::key::normalize(e.key.trim());
             let bare = key.strip_suffix('*').unwrap_or(&key);
             if !bare.is_empty() {
@@ -326,6 +272,85 @@ impl Config {
             return Err("stalled_after must not be longer than dead_after".into());
         }
         Ok(c)
+    }
+
+    /// The settings that are durations, each checked as it is read.
+    fn set_durations(&mut self, raw: &mut RawConfig) -> std::result::Result<(), String> {
+        let set = |slot: &mut Duration,
+                   name: &str,
+                   v: Option<String>|
+         -> std::result::Result<(), String> {
+            if let Some(v) = v {
+                *slot = crate::duration::parse(&v).map_err(|e| format!("{name}: {e}"))?;
+            }
+            Ok(())
+        };
+        set(&mut self.lease, "lease", raw.lease.take())?;
+        set(
+            &mut self.heartbeat_interval,
+            "heartbeat_interval",
+            raw.heartbeat_interval.take(),
+        )?;
+        if let Some(v) = raw.sweep_interval.take() {
+            // Zero is allowed here alone: every beat sweeps.
+            self.sweep_interval =
+                crate::duration::parse_or_zero(&v).map_err(|e| format!("sweep_interval: {e}"))?;
+        }
+        set(
+            &mut self.stalled_after,
+            "stalled_after",
+            raw.stalled_after.take(),
+        )?;
+        set(&mut self.dead_after, "dead_after", raw.dead_after.take())?;
+        set(
+            &mut self.handoff_grace,
+            "handoff_grace",
+            raw.handoff_grace.take(),
+        )?;
+        set(&mut self.max_hold, "max_hold", raw.max_hold.take())?;
+        set(
+            &mut self.agent_retention,
+            "agent_retention",
+            raw.agent_retention.take(),
+        )?;
+        set(
+            &mut self.guard_timeout,
+            "guard_timeout",
+            raw.guard_timeout.take(),
+        )?;
+        if self.heartbeat_interval < MIN_WATCH_INTERVAL {
+            return Err("heartbeat_interval: at least 1s".into());
+        }
+        Ok(())
+    }
+
+    /// `store:` and `session_store:`, the PostgreSQL URLs.
+    fn set_stores(&mut self, raw: &mut RawConfig) -> std::result::Result<(), String> {
+        if let Some(store) = raw
+            .store
+            .take()
+            .filter(|s| !s.trim().is_empty() && s.trim() != "file")
+        {
+            if !is_url(&store) {
+                return Err(
+                    "store: a postgres:// or postgresql:// URL (or `file` for the lock directory)"
+                        .into(),
+                );
+            }
+            self.store = Some(store.trim().to_string());
+        }
+        if let Some(session) = raw.session_store.take().filter(|s| !s.trim().is_empty()) {
+            if !is_url(&session) {
+                return Err("session_store: a postgres:// or postgresql:// URL".into());
+            }
+            if self.store.is_none() {
+                return Err(
+                    "session_store: goes with store: (where the sessions of that store go)".into(),
+                );
+            }
+            self.session_store = Some(session.trim().to_string());
+        }
+        Ok(())
     }
 }
 

@@ -8,6 +8,7 @@ pub mod commands;
 pub mod config;
 pub mod demo;
 pub mod discover;
+pub mod dispatch;
 pub mod duration;
 pub mod engine;
 pub mod error;
@@ -31,13 +32,15 @@ pub mod warnings;
 use std::ffi::OsString;
 use std::io::Write;
 
-use clap::Parser;
 use clap::error::ErrorKind;
 
-use cli::{Cli, Command, FormatArg};
+use cli::{Command, FormatArg};
 use commands::Ctx;
-use error::{EXIT_ERROR, EXIT_OK, EXIT_USAGE, Error};
+use dispatch::{execute, first_paragraph, parse_args};
+use error::{EXIT_ERROR, EXIT_OK, EXIT_USAGE};
 use render::Format;
+
+pub use dispatch::{Called, MCP_BINARY, VIEW_BINARY, VIEW_MISSING, call};
 
 /// Run tasklock with these arguments; returns the process exit code.
 pub fn run<I, T>(args: I) -> i32
@@ -81,116 +84,107 @@ fn run_command(args: Vec<OsString>) -> i32 {
         tools: false,
         anonymous: cli.global.agent.is_none() && identity::resolve_id(None).is_err(),
     };
-    if let Command::Hook(cli::HookArgs { event }) = &cli.command {
-        // Hooks never break the agent: failures go to stderr and the exit code is 0.
-        let Some(event) = event else {
-            emit_stderr(HOOK_NO_EVENT);
-            return EXIT_OK;
-        };
-        match commands::hook::run(
-            cli.global.dir.clone(),
-            cli.global.agent.clone(),
-            cli.global.name.clone(),
-            event,
-        ) {
-            Ok(Some(out)) => emit_stdout(&out),
-            Ok(None) => {}
-            Err(e) => {
-                let next = render::error_hint(&e, &render::Invocation::default())
-                    .map(|h| format!("Next: {h}\n"))
-                    .unwrap_or_default();
-                emit_stderr(&format!("tasklock hook {event}: {e}\n{next}"));
-            }
-        }
-        return EXIT_OK;
-    }
-    if let Command::Mcp = &cli.command {
-        return mcp_server(&cli.global);
-    }
-    if let Command::Top(a) = &cli.command {
-        return view(&cli.global, "top", a);
-    }
-    if let Command::Ui(a) = &cli.command {
-        return view(&cli.global, "ui", a);
-    }
-    if let Command::Demo(a) = &cli.command {
-        return demo::run(&cli.global, a);
-    }
-    if let Command::NotifyDrain = &cli.command {
-        return notify_drain(&cli.global);
+    let global = &cli.global;
+    match &cli.command {
+        Command::Hook(cli::HookArgs { event }) => return hook(global, event.as_deref()),
+        Command::Mcp => return mcp_server(global),
+        Command::Top(a) => return view(global, "top", a),
+        Command::Ui(a) => return view(global, "ui", a),
+        Command::Demo(a) => return demo::run(global, a),
+        Command::NotifyDrain => return notify_drain(global),
+        _ => {}
     }
     // After the hooks, which print Claude Code's format whatever TASKLOCK_FORMAT says.
-    let format = match cli.global.output_format() {
+    let format = match global.output_format() {
         Ok(f) => f,
         Err(msg) => {
-            emit_stderr(&render::error(&Error::Usage(msg), Format::Markdown, &inv));
+            emit_stderr(&render::error(&error::Error::Usage(msg), Format::Markdown, &inv));
             return EXIT_USAGE;
         }
     };
-    if let Command::Audit(cli::AuditArgs {
-        since,
-        key,
-        limit,
-        follow: true,
-    }) = &cli.command
-    {
-        let filter = commands::audit::Filter {
-            since: *since,
-            key: key.clone(),
-            agent: cli.global.agent.clone(),
-            limit: *limit,
-        };
-        let result = discover::read_dir(cli.global.dir.as_deref()).and_then(|dir| {
-            let mut ctx = Ctx {
-                dir,
-                now: clock::now()?,
-                agent_flag: None,
-                name_flag: None,
-                cfg: Default::default(),
-            };
-            if store::pg::open_early(ctx.config().ok().as_ref())? {
-                ctx.now = clock::now()?;
-            }
-            commands::audit::follow(&ctx, &filter, format.text_or_json(), &mut std::io::stdout())
-        });
-        return match result {
-            Ok(()) => EXIT_OK,
-            Err(e) => {
-                emit_stderr(&render::error(&e, Format::Markdown, &inv));
-                e.exit_code()
-            }
-        };
+    match &cli.command {
+        Command::Audit(a @ cli::AuditArgs { follow: true, .. }) => {
+            return followed(follow_audit(global, a, format.text_or_json()), &inv);
+        }
+        Command::Inbox(cli::InboxArgs { follow: true, .. }) => {
+            return followed(follow_inbox(global, format.text_or_json()), &inv);
+        }
+        _ => {}
     }
-    if let Command::Inbox(cli::InboxArgs { follow: true, .. }) = &cli.command {
-        let global = &cli.global;
-        let mut open = || -> error::Result<Ctx> {
-            let dir = discover::read_dir(global.dir.as_deref())?;
-            let mut ctx = Ctx {
-                dir,
-                now: clock::now()?,
-                agent_flag: global.agent.clone(),
-                name_flag: global.name.clone(),
-                cfg: Default::default(),
-            };
-            if store::pg::open_early(ctx.config().ok().as_ref())? {
-                ctx.now = clock::now()?;
-            }
-            Ok(ctx)
-        };
-        let result =
-            commands::inbox::follow(&mut open, format.text_or_json(), &mut std::io::stdout());
-        return match result {
-            Ok(()) => EXIT_OK,
-            Err(e) => {
-                emit_stderr(&render::error(&e, Format::Markdown, &inv));
-                e.exit_code()
-            }
-        };
+    let result = execute(cli);
+    print_answer(result, format, &inv)
+}
+
+/// `tasklock hook EVENT`. Hooks never break the agent: failures go to stderr and the exit
+/// code is 0.
+fn hook(global: &cli::Global, event: Option<&str>) -> i32 {
+    let Some(event) = event else {
+        emit_stderr(HOOK_NO_EVENT);
+        return EXIT_OK;
+    };
+    match commands::hook::run(
+        global.dir.clone(),
+        global.agent.clone(),
+        global.name.clone(),
+        event,
+    ) {
+        Ok(Some(out)) => emit_stdout(&out),
+        Ok(None) => {}
+        Err(e) => {
+            let next = render::error_hint(&e, &render::Invocation::default())
+                .map(|h| format!("Next: {h}\n"))
+                .unwrap_or_default();
+            emit_stderr(&format!("tasklock hook {event}: {e}\n{next}"));
+        }
     }
-    match execute(cli) {
+    EXIT_OK
+}
+
+/// `audit --follow`: the log's events as they come, until interrupted.
+fn follow_audit(global: &cli::Global, a: &cli::AuditArgs, format: Format) -> error::Result<()> {
+    let filter = commands::audit::Filter {
+        since: a.since,
+        key: a.key.clone(),
+        agent: global.agent.clone(),
+        limit: a.limit,
+    };
+    let dir = discover::read_dir(global.dir.as_deref())?;
+    // --agent filters the log here; it does not name the caller.
+    let ctx = Ctx::connected(dir, None, None)?;
+    commands::audit::follow(&ctx, &filter, format, &mut std::io::stdout())
+}
+
+/// `inbox --follow`: the caller's messages as they come, with a context made again for
+/// each round.
+fn follow_inbox(global: &cli::Global, format: Format) -> error::Result<()> {
+    let mut open = || -> error::Result<Ctx> {
+        let dir = discover::read_dir(global.dir.as_deref())?;
+        Ctx::connected(dir, global.agent.clone(), global.name.clone())
+    };
+    commands::inbox::follow(&mut open, format, &mut std::io::stdout())
+}
+
+/// The exit of a following command; its error in markdown on stderr.
+fn followed(result: error::Result<()>, inv: &render::Invocation) -> i32 {
+    match result {
+        Ok(()) => EXIT_OK,
+        Err(e) => {
+            emit_stderr(&render::error(&e, Format::Markdown, inv));
+            e.exit_code()
+        }
+    }
+}
+
+/// Print a command's report (or error) with the warnings its steps left; its exit code.
+fn print_answer(
+    result: error::Result<report::Report>,
+    format: Format,
+    inv: &render::Invocation,
+) -> i32 {
+    match result {
         Ok(report) => {
             let warnings = warnings::take();
-            let mut text = render::report(&report, format, &inv);
+            let mut text = render::report(&report, format, inv);
             if format == Format::Json
                 && !warnings.is_empty()
                 && !matches!(report, report::Report::Audit(_))
@@ -212,7 +206,7 @@ fn run_command(args: Vec<OsString>) -> i32 {
             for w in warnings::take() {
                 emit_stderr(&format!("tasklock: warning: {w}\n"));
             }
-            let text = render::error(&e, format, &inv);
+            let text = render::error(&e, format, inv);
             match format {
                 Format::Json => emit_stdout(&text),
                 Format::Markdown | Format::Table(_) => emit_stderr(&text),
@@ -225,88 +219,12 @@ fn run_command(args: Vec<OsString>) -> i32 {
 /// `tasklock notify-drain`, started detached by a command whose configuration has
 /// `notify:`: nobody reads what it says, so failures go to `doctor` through its records.
 fn notify_drain(global: &cli::Global) -> i32 {
-    let result = discover::read_dir(global.dir.as_deref()).and_then(|dir| {
-        let ctx = Ctx {
-            dir,
-            now: clock::now()?,
-            agent_flag: None,
-            name_flag: None,
-            cfg: Default::default(),
-        };
-        engine::notify::drain(&ctx)
-    });
+    let result = discover::read_dir(global.dir.as_deref())
+        .and_then(|dir| Ctx::new(dir, None, None))
+        .and_then(|ctx| engine::notify::drain(&ctx));
     match result {
         Ok(()) => EXIT_OK,
         Err(e) => e.exit_code(),
-    }
-}
-
-fn execute(cli: Cli) -> Result<report::Report, Error> {
-    // For `audit`, --agent filters the log instead of naming the caller.
-    let audit_agent = cli.global.agent.clone();
-    let flag = cli.global.dir.as_deref();
-    // `setup` is about the user's agents, not a project: no lock directory.
-    if let Command::Setup(args) = cli.command {
-        return commands::setup::run(clock::now()?, args);
-    }
-    let discovery = match &cli.command {
-        Command::Init(_) => None,
-        _ => Some(discover::discover(flag)?),
-    };
-    let dir = match (&cli.command, discovery.clone()) {
-        (_, None) => discover::init_dir(flag)?,
-        (Command::Doctor, Some(d)) => d.dir(),
-        (cmd, Some(d)) if creates_store(cmd) => d.for_store()?,
-        (_, Some(d)) => d.for_reading()?,
-    };
-    let mut ctx = Ctx {
-        dir,
-        now: clock::now()?,
-        agent_flag: cli.global.agent,
-        name_flag: cli.global.name,
-        cfg: Default::default(),
-    };
-    // A PostgreSQL store judges time by the server's clock: connect first (the
-    // connection serves the whole command), then take "now" again. `doctor` reports a
-    // server that cannot be reached instead of failing on it.
-    if !matches!(cli.command, Command::Doctor | Command::Init(_))
-        && store::pg::open_early(ctx.config().ok().as_ref())?
-    {
-        ctx.now = clock::now()?;
-    }
-    match normalize_keys(cli.command) {
-        Command::Checkout(a) => commands::checkout::execute(&ctx, a),
-        Command::Release(a) => commands::release::execute(&ctx, a),
-        Command::Leave(a) => commands::release::execute_leave(&ctx, a),
-        Command::Renew(a) => commands::renew::execute(&ctx, a),
-        Command::Status(a) => commands::status::execute(&ctx, a),
-        Command::List(a) => commands::list::execute(&ctx, a),
-        Command::Verify(a) => commands::verify::execute(&ctx, a),
-        Command::Heartbeat(a) if !a.watch => commands::heartbeat::execute(&ctx, a),
-        Command::Heartbeat(a) => commands::watch::execute(&ctx, a),
-        Command::Agents(a) => commands::agents::execute(&ctx, a),
-        Command::Inbox(a) => commands::inbox::execute(&ctx, a),
-        Command::Init(a) => commands::init::execute(&ctx, a),
-        Command::Hook(_)
-        | Command::Mcp
-        | Command::Top(_)
-        | Command::Ui(_)
-        | Command::Demo(_)
-        | Command::NotifyDrain
-        | Command::Setup(_) => {
-            unreachable!("handled before")
-        }
-        Command::Freeze(a) => commands::freeze::execute(&ctx, a),
-        Command::Unfreeze(a) => commands::freeze::execute_unfreeze(&ctx, a),
-        Command::GuardCommit => commands::guard::run(&ctx),
-        Command::Stage(a) => commands::stage::execute(&ctx, a),
-        Command::Why(a) => commands::why::execute(&ctx, a),
-        Command::Doctor => commands::doctor::run(&ctx, discovery.as_ref()),
-        Command::Audit(a) => commands::audit::execute(&ctx, a, audit_agent),
-        Command::Note(a) => commands::note::execute(&ctx, a),
-        Command::Give(a) => commands::give::execute(&ctx, a),
-        Command::Run(a) => commands::run::execute(&ctx, a),
-        Command::Backlog(a) => commands::backlog::execute(&ctx, a),
     }
 }
 
@@ -378,15 +296,6 @@ fn exec_beside(
     EXIT_ERROR
 }
 
-/// The views' binary (`tasklock top`, `tasklock ui`, `tasklock demo`), beside `tasklock`.
-pub const VIEW_BINARY: &str = "tasklock-view";
-
-/// What to say when the views' binary cannot be started.
-pub const VIEW_MISSING: &str = "the views are the binary tasklock-view, installed beside tasklock by install.sh (and built with the default `view` feature)";
-
-/// The MCP server's binary, beside `tasklock`.
-pub const MCP_BINARY: &str = "tasklock-mcp";
-
 /// `tasklock-mcp [mcp] [--dir PATH] [--agent ID] [--name NAME]`: serve MCP on stdio.
 #[cfg(feature = "mcp")]
 pub fn mcp_main<I, T>(args: I) -> i32
@@ -417,169 +326,6 @@ where
     }
 }
 
-/// What one command did, rendered both ways: the markdown the CLI prints, and the object
-/// `--json` prints (with `warnings` when a step after the change failed).
-#[derive(Debug, Clone)]
-pub struct Called {
-    pub exit_code: i32,
-    pub markdown: String,
-    pub json: serde_json::Value,
-    /// For an error (rather than a report with a non-zero exit): its kind, as in the JSON.
-    pub error_kind: Option<String>,
-}
-
-/// Run one command as `tasklock ARGS…` would (`args[0]` is the program name), without
-/// printing: parse, execute and render it both ways. For the MCP server, which offers the
-/// commands as tools; `hook`, `run`, `mcp` and `audit --follow` are not for this path.
-pub fn call<I, T>(args: I) -> Called
-where
-    I: IntoIterator<Item = T>,
-    T: Into<OsString> + Clone,
-{
-    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
-    let cli = match parse_args(&args) {
-        Ok(cli)
-            if !matches!(
-                cli.command,
-                Command::Hook(_)
-                    | Command::Run(_)
-                    | Command::Mcp
-                    | Command::Demo(_)
-                    | Command::Audit(cli::AuditArgs { follow: true, .. })
-                    | Command::Inbox(cli::InboxArgs { follow: true, .. })
-            ) =>
-        {
-            cli
-        }
-        Ok(_) => {
-            let msg = "this command cannot be called here";
-            return Called {
-                exit_code: EXIT_USAGE,
-                markdown: render::error_line(msg),
-                json: render::error_json("usage", msg, None, EXIT_USAGE),
-                error_kind: Some("usage".into()),
-            };
-        }
-        Err(e) => {
-            let rendered = e.render().to_string();
-            let first = first_paragraph(&rendered)
-                .map(|p| p.split_whitespace().collect::<Vec<_>>().join(" "))
-                .unwrap_or_else(|| "usage error".into());
-            return Called {
-                exit_code: EXIT_USAGE,
-                markdown: render::error_line(&first),
-                json: render::error_json("usage", &first, None, EXIT_USAGE),
-                error_kind: Some("usage".into()),
-            };
-        }
-    };
-    let inv = render::Invocation {
-        dir: cli.global.dir.clone(),
-        agent: cli.global.agent.clone(),
-        cmd: Vec::new(),
-        tools: true,
-        anonymous: false,
-    };
-    let _ = warnings::take();
-    let result = execute(cli);
-    let (exit_code, mut markdown, json, error_kind) = match result {
-        Ok(report) => (
-            report.exit_code(),
-            render::report(&report, Format::Markdown, &inv),
-            render::report(&report, Format::Json, &inv),
-            None,
-        ),
-        Err(e) => (
-            e.exit_code(),
-            render::error(&e, Format::Markdown, &inv),
-            render::error(&e, Format::Json, &inv),
-            Some(e.kind().to_string()),
-        ),
-    };
-    let warnings = warnings::take();
-    for w in &warnings {
-        markdown.push_str(&format!("\nWarning: {w}\n"));
-    }
-    let mut json: serde_json::Value =
-        serde_json::from_str(&json).unwrap_or_else(|_| serde_json::Value::String(json));
-    if let (serde_json::Value::Object(map), false) = (&mut json, warnings.is_empty()) {
-        map.insert("warnings".into(), serde_json::json!(warnings));
-    }
-    Called {
-        exit_code,
-        markdown,
-        json,
-        error_kind,
-    }
-}
-
-/// The command line as clap reads it: the most frequent ones without building clap's
-/// command tree ([`argv`]), every other one, and every error, by clap.
-fn parse_args(args: &[OsString]) -> Result<Cli, clap::Error> {
-    match argv::parse(args) {
-        Some(cli) => Ok(cli),
-        None => Cli::try_parse_from(args),
-    }
-}
-
-/// Commands that create the lock directory when it does not exist. Without a lock
-/// directory to find they refuse (exit 64) instead of creating one where other agents
-/// would not look; the others answer as for an empty lock directory.
-fn creates_store(cmd: &Command) -> bool {
-    matches!(
-        cmd,
-        Command::Checkout(_)
-            | Command::Heartbeat(_)
-            | Command::Freeze(_)
-            | Command::Run(_)
-            | Command::Backlog(cli::BacklogArgs {
-                action: Some(cli::BacklogAction::Add(_))
-            })
-    )
-}
-
-/// Every key on the command line in NFC, so each spelling of a key names the same lock
-/// (see [`key::normalize`]). `checkout --wait KEY`'s key may still sit in `wait`.
-fn normalize_keys(mut command: Command) -> Command {
-    let one = |k: &mut String| *k = key::normalize(k);
-    match &mut command {
-        Command::Checkout(cli::CheckoutArgs { keys, wait, .. }) => {
-            keys.iter_mut().for_each(one);
-            if let Some(Some(w)) = wait {
-                one(w);
-            }
-        }
-        Command::Release(cli::ReleaseArgs { keys, .. })
-        | Command::Renew(cli::RenewArgs { keys, .. })
-        | Command::Leave(cli::LeaveArgs { keys, .. })
-        | Command::Backlog(cli::BacklogArgs {
-            action:
-                Some(
-                    cli::BacklogAction::Add(cli::BacklogAddArgs { keys, .. })
-                    | cli::BacklogAction::Remove(cli::BacklogRemoveArgs { keys, .. }),
-                ),
-        }) => keys.iter_mut().for_each(one),
-        Command::Status(cli::StatusArgs { key })
-        | Command::Verify(cli::VerifyArgs { key, .. })
-        | Command::Note(cli::NoteArgs { key, .. })
-        | Command::Give(cli::GiveArgs { key, .. })
-        | Command::Freeze(cli::FreezeArgs { key, .. })
-        | Command::Unfreeze(cli::UnfreezeArgs { key })
-        | Command::Why(cli::WhyArgs { key: Some(key), .. }) => one(key),
-        Command::Audit(cli::AuditArgs { key: Some(k), .. }) => one(k),
-        Command::Run(cli::RunArgs { key, wait, .. }) => {
-            if let Some(k) = key {
-                one(k);
-            }
-            if let Some(Some(w)) = wait {
-                one(w);
-            }
-        }
-        _ => {}
-    }
-    command
-}
-
 const HOOK_NO_EVENT: &str = "tasklock hook: no event given (expected session-start, user-prompt-submit, pre-tool-use, post-tool-use, subagent-start, subagent-stop or session-end); nothing done\n";
 
 /// The subcommand named on the command line, skipping global options and their values.
@@ -594,16 +340,6 @@ fn subcommand(args: &[OsString]) -> Option<&str> {
         }
     }
     None
-}
-
-/// The first paragraph of a clap error, on one line, without the `error: ` prefix:
-/// "the following required arguments were not provided: <KEY>...".
-fn first_paragraph(rendered: &str) -> Option<&str> {
-    rendered
-        .split("\n\n")
-        .next()
-        .map(|p| p.trim().trim_start_matches("error: "))
-        .filter(|p| !p.is_empty())
 }
 
 /// clap errors: help and version succeed; everything else is a usage error (64, never 2).

@@ -341,6 +341,19 @@ pub struct KeyResult {
     pub problem: Option<String>,
 }
 
+impl KeyResult {
+    /// A key's row: its outcome and the checkout it is about, if any.
+    pub fn new(key: String, outcome: Outcome, checkout: Option<&crate::store::Record>) -> Self {
+        KeyResult {
+            key,
+            outcome,
+            checkout: checkout.map(CheckoutView::from),
+            frozen: None,
+            problem: None,
+        }
+    }
+}
+
 /// `release` and `renew`: one result per key.
 #[derive(Debug, Serialize)]
 pub struct KeysReport {

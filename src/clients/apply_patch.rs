@@ -5,10 +5,12 @@
 //! `tool_input.command`). Codex also puts an `apply_patch` program on the PATH of the
 //! commands it runs, so any script that invokes one changes the files its patch names.
 //!
-//! [`shell_patch`] tells such a command from any other with a small shell lexer (quotes,
-//! backslashes, comments, here-documents, the operators that start a new command) and
-//! says which files its patch touches and from which directory. It knows nothing of
+//! [`shell_patch`] tells such a command from any other with the crate's shell lexer
+//! ([`super::shell`]: quotes, backslashes, comments, here-documents, the operators that
+//! start a new command) and says which files its patch touches and from which directory. It knows nothing of
 //! checkouts: the edit gate judges what it finds.
+
+use super::shell::{Lexer, Token, Word, is_assignment};
 
 /// What a shell command that applies a patch changes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -132,130 +134,30 @@ struct Lexed {
     invoked: Option<Vec<Option<String>>>,
 }
 
-/// One shell word: its text with quotes removed.
-struct Word {
-    text: String,
-    /// Had quotes or escapes (never an assignment then).
-    quoted: bool,
-    /// Holds an expansion the shell makes (`$…`, `` ` ``, a leading `~` is not one).
-    dynamic: bool,
-}
-
 fn lex(line: &str) -> Lexed {
-    let bytes = line.as_bytes();
-    let mut i = 0;
+    let mut lexer = Lexer::new(line);
     let mut words: Vec<Word> = Vec::new();
     let mut dirs: Vec<Option<String>> = Vec::new();
-    // Here-documents whose bodies start at the next newline: (delimiter, strip tabs).
-    let mut heredocs: Vec<(String, bool)> = Vec::new();
-    let finish = |words: &mut Vec<Word>, dirs: &mut Vec<Option<String>>| -> bool {
-        let mut rest = words.iter().skip_while(|w| {
-            !w.quoted
-                && (is_assignment(&w.text)
-                    || matches!(
-                        w.text.as_str(),
-                        "command" | "exec" | "env" | "sudo" | "time" | "nice" | "nohup" | "!"
-                    ))
-        });
-        let found = match rest.next() {
-            Some(program) if is_apply_patch(&program.text) => true,
-            Some(program) if program.text == "cd" && !program.quoted => {
-                let args: Vec<&Word> = rest
-                    .filter(|w| !w.text.starts_with('-') || w.text == "-")
-                    .collect();
-                dirs.push(match args.as_slice() {
-                    [] => Some("~".to_string()),
-                    [w] if !w.dynamic && w.text != "-" => Some(w.text.clone()),
-                    _ => None,
-                });
-                false
-            }
-            _ => false,
-        };
-        words.clear();
-        found
-    };
-    while i < bytes.len() {
-        let c = bytes[i];
-        match c {
-            b' ' | b'\t' | b'\r' => i += 1,
-            b'\n' => {
+    while let Some(token) = lexer.next(words.is_empty()) {
+        match token {
+            Token::Word(w) => words.push(w),
+            // A command substitution. As an argument its value is the shell's to know (and
+            // its words are read as more arguments); as a whole command, its commands are
+            // commands.
+            Token::Subst if !words.is_empty() => words.push(Word {
+                text: "$(".into(),
+                start: 0,
+                end: 0,
+                quoted: false,
+                dynamic: true,
+            }),
+            Token::Subst | Token::Redirect => {}
+            Token::Newline { .. } | Token::Op(_) => {
                 if finish(&mut words, &mut dirs) {
                     return Lexed {
                         invoked: Some(dirs),
                     };
                 }
-                i += 1;
-                // The bodies of the here-documents opened on the line just ended.
-                for (delim, strip) in std::mem::take(&mut heredocs) {
-                    loop {
-                        if i >= bytes.len() {
-                            break;
-                        }
-                        let end = line[i..].find('\n').map_or(bytes.len(), |p| i + p);
-                        let body_line = &line[i..end];
-                        let body_line = if strip {
-                            body_line.trim_start_matches('\t')
-                        } else {
-                            body_line
-                        };
-                        i = (end + 1).min(bytes.len());
-                        if body_line == delim {
-                            break;
-                        }
-                    }
-                }
-            }
-            b';' | b'&' | b'|' | b'(' | b')' | b'`' => {
-                if finish(&mut words, &mut dirs) {
-                    return Lexed {
-                        invoked: Some(dirs),
-                    };
-                }
-                i += 1;
-            }
-            b'{' | b'}' | b'!' if words.is_empty() => i += 1,
-            b'#' if words.is_empty() || bytes[i - 1].is_ascii_whitespace() => {
-                while i < bytes.len() && bytes[i] != b'\n' {
-                    i += 1;
-                }
-            }
-            b'<' | b'>' => {
-                let here = line[i..].starts_with("<<") && !line[i..].starts_with("<<<");
-                let strip = line[i..].starts_with("<<-");
-                while i < bytes.len() && matches!(bytes[i], b'<' | b'>' | b'&' | b'-' | b'|') {
-                    i += 1;
-                }
-                while i < bytes.len() && matches!(bytes[i], b' ' | b'\t') {
-                    i += 1;
-                }
-                // A redirection's target is not a word of the command.
-                if i < bytes.len() && !matches!(bytes[i], b';' | b'&' | b'|' | b'(' | b')' | b'\n')
-                {
-                    let (w, end) = read_word(line, i);
-                    i = end.max(i + 1);
-                    if here {
-                        heredocs.push((w.text, strip));
-                    }
-                }
-            }
-            b'$' if bytes.get(i + 1) == Some(&b'(') => {
-                // A command substitution. As an argument its value is the shell's to know
-                // (and its words are read as more arguments); as a whole command, its
-                // commands are commands.
-                if !words.is_empty() {
-                    words.push(Word {
-                        text: "$(".into(),
-                        quoted: false,
-                        dynamic: true,
-                    });
-                }
-                i += 2;
-            }
-            _ => {
-                let (w, end) = read_word(line, i);
-                i = end.max(i + 1);
-                words.push(w);
             }
         }
     }
@@ -264,84 +166,39 @@ fn lex(line: &str) -> Lexed {
     }
 }
 
+/// A simple command ended: does it run the patch program? A `cd` before it adds its
+/// target to `dirs`.
+fn finish(words: &mut Vec<Word>, dirs: &mut Vec<Option<String>>) -> bool {
+    let mut rest = words.iter().skip_while(|w| {
+        !w.quoted
+            && (is_assignment(&w.text)
+                || matches!(
+                    w.text.as_str(),
+                    "command" | "exec" | "env" | "sudo" | "time" | "nice" | "nohup" | "!"
+                ))
+    });
+    let found = match rest.next() {
+        Some(program) if is_apply_patch(&program.text) => true,
+        Some(program) if program.text == "cd" && !program.quoted => {
+            let args: Vec<&Word> = rest
+                .filter(|w| !w.text.starts_with('-') || w.text == "-")
+                .collect();
+            dirs.push(match args.as_slice() {
+                [] => Some("~".to_string()),
+                [w] if !w.dynamic && w.text != "-" => Some(w.text.clone()),
+                _ => None,
+            });
+            false
+        }
+        _ => false,
+    };
+    words.clear();
+    found
+}
+
 fn is_apply_patch(program: &str) -> bool {
     let base = program.rsplit('/').next().unwrap_or(program);
     PROGRAMS.contains(&base)
-}
-
-fn is_assignment(word: &str) -> bool {
-    match word.split_once('=') {
-        Some((name, _)) => {
-            !name.is_empty()
-                && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
-                && !name.as_bytes()[0].is_ascii_digit()
-        }
-        None => false,
-    }
-}
-
-/// Read one word starting at `start`; returns it and where it ends.
-fn read_word(line: &str, start: usize) -> (Word, usize) {
-    let bytes = line.as_bytes();
-    let mut i = start;
-    let mut w = Word {
-        text: String::new(),
-        quoted: false,
-        dynamic: false,
-    };
-    while i < bytes.len() {
-        match bytes[i] {
-            b' ' | b'\t' | b'\r' | b'\n' | b';' | b'&' | b'|' | b'(' | b')' | b'<' | b'>'
-            | b'`' => break,
-            b'\\' => {
-                w.quoted = true;
-                if let Some(ch) = line[i + 1..].chars().next() {
-                    if ch != '\n' {
-                        w.text.push(ch);
-                    }
-                    i += 1 + ch.len_utf8();
-                } else {
-                    i += 1;
-                }
-            }
-            b'\'' => {
-                w.quoted = true;
-                let close = line[i + 1..].find('\'').map_or(bytes.len(), |p| i + 1 + p);
-                w.text.push_str(&line[i + 1..close]);
-                i = (close + 1).min(bytes.len());
-            }
-            b'"' => {
-                w.quoted = true;
-                i += 1;
-                while i < bytes.len() && bytes[i] != b'"' {
-                    if bytes[i] == b'\\' && i + 1 < bytes.len() {
-                        i += 1;
-                    } else if matches!(bytes[i], b'$' | b'`') {
-                        w.dynamic = true;
-                    }
-                    let ch = line[i..].chars().next().expect("inside the line");
-                    w.text.push(ch);
-                    i += ch.len_utf8();
-                }
-                i = (i + 1).min(bytes.len());
-            }
-            b'$' => {
-                w.dynamic = true;
-                w.text.push('$');
-                i += 1;
-            }
-            _ => {
-                let ch = line[i..].chars().next().expect("inside the line");
-                if matches!(ch, '*' | '?' | '[') {
-                    // A glob: the shell picks the name.
-                    w.dynamic = true;
-                }
-                w.text.push(ch);
-                i += ch.len_utf8();
-            }
-        }
-    }
-    (w, i)
 }
 
 #[cfg(test)]

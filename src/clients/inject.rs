@@ -8,10 +8,13 @@
 //! is never read as an option), so that the permission rules written by `init`
 //! (`Bash(tasklock checkout *)` …) still match the rewritten command.
 //!
-//! The scan is a small shell lexer: it knows quotes, backslashes, comments and the
-//! operators that start a new command (`;`, `&`, `|`, `(`, newline, …). A `tasklock` word
+//! The scan reads the command with the crate's shell lexer ([`super::shell`]): it knows
+//! quotes, backslashes, comments and the operators that start a new command (`;`, `&`,
+//! `|`, `(`, `` ` ``, `$(`, newline, …). A `tasklock` word
 //! inside quotes, an argument (`echo tasklock checkout`) or a here-document body is left
 //! alone, and an invocation that already names `--agent` is never changed.
+
+use super::shell::{Lexer, Token, Word, is_assignment};
 
 /// Where `--agent ID` goes in `command`, or `None` when nothing needs a change.
 pub fn inject_agent(command: &str, agent: &str) -> Option<String> {
@@ -59,15 +62,6 @@ struct Invocation {
     agent_at: Option<usize>,
 }
 
-/// One shell word: its text with quotes removed, and where it begins and ends in the line.
-struct Word {
-    text: String,
-    start: usize,
-    end: usize,
-    /// The word had quotes or escapes (so it is never an operator or assignment).
-    quoted: bool,
-}
-
 /// Byte offsets right after the subcommand word of each `tasklock` invocation that does
 /// not already carry `--agent`.
 fn insertion_points(line: &str) -> Vec<usize> {
@@ -79,69 +73,33 @@ fn insertion_points(line: &str) -> Vec<usize> {
 
 /// The `tasklock` invocations of a command line, in order.
 fn invocations(line: &str) -> Vec<Invocation> {
-    let bytes = line.as_bytes();
     let mut points = Vec::new();
-    let mut i = 0;
-    // Words of the simple command being read, and whether the next word is in command
-    // position.
+    let mut lexer = Lexer::new(line);
+    // Words of the simple command being read.
     let mut words: Vec<Word> = Vec::new();
-    let mut heredoc_pending = false;
-    while i < bytes.len() {
-        let c = bytes[i];
-        match c {
-            b' ' | b'\t' => i += 1,
-            b'\n' => {
-                finish(line, &mut words, &mut points);
-                i += 1;
-                if heredoc_pending {
+    while let Some(token) = lexer.next(words.is_empty()) {
+        match token {
+            Token::Word(w) => words.push(w),
+            Token::Newline { bodies } => {
+                finish(&mut words, &mut points);
+                if bodies {
                     // A here-document body is data: stop at it rather than guess.
                     return points;
                 }
             }
-            b';' | b'&' | b'|' | b'(' | b')' | b'{' | b'}' if words.is_empty() || c != b'{' => {
-                finish(line, &mut words, &mut points);
-                i += 1;
-            }
-            b'#' if words.is_empty() || bytes[i - 1].is_ascii_whitespace() => {
-                // A comment runs to the end of the line.
-                while i < bytes.len() && bytes[i] != b'\n' {
-                    i += 1;
-                }
-            }
-            b'<' | b'>' => {
-                if bytes.get(i + 1) == Some(&b'<') && c == b'<' {
-                    heredoc_pending = true;
-                }
-                // A redirection and its target are not words of the command.
-                while i < bytes.len() && matches!(bytes[i], b'<' | b'>' | b'&' | b'-') {
-                    i += 1;
-                }
-                while i < bytes.len() && matches!(bytes[i], b' ' | b'\t') {
-                    i += 1;
-                }
-                if i < bytes.len() && !is_operator(bytes[i]) {
-                    let w = read_word(line, i);
-                    i = w.end;
-                }
-            }
-            _ => {
-                let w = read_word(line, i);
-                i = w.end.max(i + 1);
-                words.push(w);
-            }
+            // A command substitution's commands are commands.
+            Token::Op(_) | Token::Subst => finish(&mut words, &mut points),
+            // A redirection and its target are not words of the command.
+            Token::Redirect => {}
         }
     }
-    finish(line, &mut words, &mut points);
+    finish(&mut words, &mut points);
     points
-}
-
-fn is_operator(b: u8) -> bool {
-    matches!(b, b';' | b'&' | b'|' | b'(' | b')' | b'\n')
 }
 
 /// A simple command ended: if it runs tasklock, note where it begins and where its
 /// subcommand ends.
-fn finish(_line: &str, words: &mut Vec<Word>, points: &mut Vec<Invocation>) {
+fn finish(words: &mut Vec<Word>, points: &mut Vec<Invocation>) {
     let start = words.first().map_or(0, |w| w.start);
     let mut rest = words.iter().skip_while(|w| {
         // Leading assignments (`A=b tasklock …`) and wrappers that run their arguments.
@@ -186,73 +144,8 @@ fn finish(_line: &str, words: &mut Vec<Word>, points: &mut Vec<Invocation>) {
     words.clear();
 }
 
-fn is_assignment(word: &str) -> bool {
-    match word.split_once('=') {
-        Some((name, _)) => {
-            !name.is_empty()
-                && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
-                && !name.as_bytes()[0].is_ascii_digit()
-        }
-        None => false,
-    }
-}
-
 fn is_tasklock(program: &str) -> bool {
     program == "tasklock" || program.ends_with("/tasklock")
-}
-
-/// Read one word starting at `start` (not whitespace, not an operator).
-fn read_word(line: &str, start: usize) -> Word {
-    let bytes = line.as_bytes();
-    let mut i = start;
-    let mut text = String::new();
-    let mut quoted = false;
-    while i < bytes.len() {
-        match bytes[i] {
-            b' ' | b'\t' | b'\n' | b';' | b'&' | b'|' | b'(' | b')' | b'<' | b'>' => break,
-            b'\\' => {
-                quoted = true;
-                if let Some(ch) = line[i + 1..].chars().next() {
-                    if ch != '\n' {
-                        text.push(ch);
-                    }
-                    i += 1 + ch.len_utf8();
-                } else {
-                    i += 1;
-                }
-            }
-            b'\'' => {
-                quoted = true;
-                let close = line[i + 1..].find('\'').map_or(bytes.len(), |p| i + 1 + p);
-                text.push_str(&line[i + 1..close]);
-                i = (close + 1).min(bytes.len());
-            }
-            b'"' => {
-                quoted = true;
-                i += 1;
-                while i < bytes.len() && bytes[i] != b'"' {
-                    if bytes[i] == b'\\' && i + 1 < bytes.len() {
-                        i += 1;
-                    }
-                    let ch = line[i..].chars().next().expect("inside the line");
-                    text.push(ch);
-                    i += ch.len_utf8();
-                }
-                i = (i + 1).min(bytes.len());
-            }
-            _ => {
-                let ch = line[i..].chars().next().expect("inside the line");
-                text.push(ch);
-                i += ch.len_utf8();
-            }
-        }
-    }
-    Word {
-        text,
-        start,
-        end: i,
-        quoted,
-    }
 }
 
 #[cfg(test)]

@@ -11,4 +11,5 @@ pub mod gemini;
 pub mod git_hook;
 pub mod hooks_json;
 pub mod inject;
+pub mod shell;
 pub mod wake;

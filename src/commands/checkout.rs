@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::engine::Ctx;
+use crate::engine::bind::bind_to;
 pub use crate::engine::take::{
     Join, Request, Want, attempt, check_text, overlap_detail, with_registered_pid,
 };
@@ -58,33 +59,6 @@ pub fn run_as(
         bind_to(ctx, &*store, key, &mut req, pid)?;
         attempt(ctx, &*store, guard, &req, key, Join::No).map(Report::Checkout)
     })
-}
-
-/// `run`'s checkout ends when process `pid` (`run` itself) dies; but a checkout the agent
-/// holds already is not `run`'s: it keeps the process it is bound to (and `run` leaves it
-/// held when the command ends). One that has ended (its lease over, its process gone: a
-/// killed `run`'s) is ended by the checkout, and the new one is `run`'s. Decided under
-/// the scope that takes the key.
-pub(crate) fn bind_to(
-    ctx: &Ctx,
-    store: &dyn crate::store::Store,
-    key: &str,
-    req: &mut Request,
-    pid: u32,
-) -> Result<()> {
-    use crate::store::Slot;
-    let mut judge = crate::engine::Judge::new(ctx, store);
-    match crate::engine::slots::read_mine(store, key, &req.agent.id)? {
-        Slot::Held(r) if r.held_by(&req.agent.id) && judge.own_end(&r)?.is_none() => {
-            req.agent.pid = r.agent.pid;
-            req.agent.pid_start = r.agent.pid_start;
-        }
-        _ => {
-            req.agent.pid = Some(pid);
-            req.agent.pid_start = crate::os::start_time(pid);
-        }
-    }
-    Ok(())
 }
 
 /// `checkout`: one key (or paths alone), `--queue`, `--wait`, or `--any` over several.

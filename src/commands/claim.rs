@@ -27,7 +27,7 @@ pub fn any(
     let req = Request::new(ctx, timeout, reason, None)?.registering(pid)?;
     let store = ctx.open_store()?;
     let claimed = store.transaction(|guard| {
-        let req = super::checkout::with_registered_pid(ctx, &*store, guard, req.clone())?;
+        let req = crate::engine::take::with_registered_pid(ctx, &*store, guard, req.clone())?;
         claim_next(ctx, &*store, guard, &req, keys)
     });
     let claimed = crate::engine::take::audited(ctx, &*store, &req, claimed)?;
@@ -75,7 +75,7 @@ pub fn next(
         &*store,
         || store.begin_claim(&locks),
         |guard, by_key| {
-            let req = super::checkout::with_registered_pid(ctx, &*store, guard, req.clone())?;
+            let req = crate::engine::take::with_registered_pid(ctx, &*store, guard, req.clone())?;
             if by_key {
                 crate::engine::backlog::claim_by_key(ctx, &*store, guard, &req)
             } else {

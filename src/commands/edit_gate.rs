@@ -442,13 +442,7 @@ pub fn judge(
     if files.is_empty() && edited.unknown.is_none() {
         return Ok(Verdict::default());
     }
-    let ctx = Ctx {
-        dir,
-        now: crate::clock::now()?,
-        agent_flag: Some(agent.to_string()),
-        name_flag: None,
-        cfg: Default::default(),
-    };
+    let ctx = Ctx::new(dir, Some(agent.to_string()), None)?;
     let Some(store) = ctx.existing_store()? else {
         return Ok(Verdict::default());
     };
@@ -467,34 +461,7 @@ pub fn judge(
         return Ok(verdict(vec![unknown_patch(cfg.enforce, why)]));
     }
     let root = epaths::root(&ctx, cwd);
-    let coverage = epaths::Coverage::load(&*store)?;
-    let mut judged: Vec<Judged> = Vec::new();
-    let mut judge = Judge::new(&ctx, &*store);
-    for file in files {
-        let (rels, written) = located(&root, cwd, edited.writer, file);
-        let seen = |j: &Judged| written.is_some() && j.written == written;
-        if rels.is_empty() || judged.iter().any(seen) {
-            continue;
-        }
-        let (others, mine, shown) = holders(
-            &rels,
-            written.as_ref(),
-            agent,
-            &coverage,
-            &*store,
-            &mut judge,
-        )?;
-        let rel = shown
-            .or_else(|| written.clone())
-            .unwrap_or_else(|| rels[0].clone());
-        judged.push(Judged {
-            rel,
-            written,
-            others,
-            mine,
-        });
-    }
-    drop(judge);
+    let judged = judge_files(&ctx, &*store, &root, cwd, agent, edited)?;
     drop(store);
     let mut said = Vec::new();
     // Refused as a whole before anything is stamped or checked out.
@@ -535,6 +502,79 @@ pub fn judge(
         }
     }
     Ok(verdict(said))
+}
+
+/// Each file of the edit, once, with who else holds it and the caller's own checkout of
+/// it.
+fn judge_files(
+    ctx: &Ctx,
+    store: &dyn crate::store::Store,
+    root: &Path,
+    cwd: &Path,
+    agent: &str,
+    edited: &Edited,
+) -> Result<Vec<Judged>> {
+    let coverage = epaths::Coverage::load(store)?;
+    let mut judged: Vec<Judged> = Vec::new();
+    let mut judge = Judge::new(ctx, store);
+    for file in &edited.files {
+        let (rels, written) = located(root, cwd, edited.writer, file);
+        let seen = |j: &Judged| written.is_some() && j.written == written;
+        if rels.is_empty() || judged.iter().any(seen) {
+            continue;
+        }
+        let (others, mine, shown) =
+            holders(&rels, written.as_ref(), agent, &coverage, store, &mut judge)?;
+        let rel = shown
+            .or_else(|| written.clone())
+            .unwrap_or_else(|| rels[0].clone());
+        judged.push(Judged {
+            rel,
+            written,
+            others,
+            mine,
+        });
+    }
+    Ok(judged)
+}
+
+/// Who is in the way of a refused checkout, each with its label (for the prose): the
+/// holder of the key, or those of overlapping paths (or the agents they are reserved
+/// for).
+fn in_the_way(r: &crate::report::CheckoutReport) -> Vec<(String, HolderData<'_>)> {
+    if r.overlaps.is_empty() {
+        return r
+            .checkout
+            .iter()
+            .map(|c| {
+                let h = HolderData {
+                    agent: &c.agent.id,
+                    name: c.agent.name.as_deref(),
+                    key: &c.key,
+                    token: Some(c.token),
+                    pattern: None,
+                    until: c.expires_at,
+                    reserved: false,
+                };
+                (c.agent.label(), h)
+            })
+            .collect();
+    }
+    r.overlaps
+        .iter()
+        .map(|o| {
+            let h = HolderData {
+                agent: &o.agent.id,
+                name: o.agent.name.as_deref(),
+                key: &o.key,
+                token: o.token,
+                pattern: Some(&o.theirs),
+                until: o.until,
+                reserved: o.reserved,
+            };
+            (o.agent.label(), h)
+        })
+        .collect()
 }
 
 /// The forms of `file` in the repository (normalised, each once) and the one the client
@@ -678,40 +718,7 @@ fn auto_checkout(
         ))));
     }
     // Refused: someone else's checkout (or a reservation, or a freeze) is in the way.
-    // Each with its label, for the prose.
-    let in_the_way: Vec<(String, HolderData)> = if r.overlaps.is_empty() {
-        r.checkout
-            .iter()
-            .map(|c| {
-                let h = HolderData {
-                    agent: &c.agent.id,
-                    name: c.agent.name.as_deref(),
-                    key: &c.key,
-                    token: Some(c.token),
-                    pattern: None,
-                    until: c.expires_at,
-                    reserved: false,
-                };
-                (c.agent.label(), h)
-            })
-            .collect()
-    } else {
-        r.overlaps
-            .iter()
-            .map(|o| {
-                let h = HolderData {
-                    agent: &o.agent.id,
-                    name: o.agent.name.as_deref(),
-                    key: &o.key,
-                    token: o.token,
-                    pattern: Some(&o.theirs),
-                    until: o.until,
-                    reserved: o.reserved,
-                };
-                (o.agent.label(), h)
-            })
-            .collect()
-    };
+    let in_the_way = in_the_way(&r);
     let blockers: Vec<String> = in_the_way
         .iter()
         .map(|(label, h)| match h.pattern {

@@ -5,7 +5,7 @@ use crate::duration::to_chrono;
 use crate::engine::Ctx;
 use crate::error::{Error, Result};
 use crate::report::{FreezeReport, Report};
-use crate::store::{AuditEvent, Freeze, Guard, Store};
+use crate::store::{AuditEvent, Event, Freeze, Guard, Store};
 
 /// The key part of a pattern: a key, or a prefix followed by `*`.
 fn validate_pattern(pattern: &str) -> Result<()> {
@@ -66,7 +66,7 @@ pub fn freeze(ctx: &Ctx, pattern: &str, for_: Duration, reason: Option<String>) 
         return Ok(refused(ctx, "freeze", s, why));
     }
     store.write_freeze(&guard, &f)?;
-    store.audit(&guard, &event(ctx, "freeze", &f))?;
+    store.audit(&guard, &event(ctx, Event::Freeze, &f))?;
     // Tell the other agents whose checkouts it covers: their leases are no longer renewed.
     // The keys are found before the lock (a scan of every record), each judged again
     // under it; a key first checked out in between was taken before the freeze stood,
@@ -171,7 +171,7 @@ fn refuse(
     why: &str,
     command: &str,
 ) -> Result<()> {
-    let mut ev = event(ctx, "refused", f);
+    let mut ev = event(ctx, Event::Refused, f);
     ev.by = Some(me.to_string());
     ev.reason = Some(why.into());
     ev.detail = Some(if f.by == me {
@@ -229,7 +229,7 @@ pub fn unfreeze(ctx: &Ctx, pattern: &str) -> Result<Report> {
                 (Some(_), may) => {
                     let removed = store.remove_freeze(&guard, pattern)?;
                     if let Some(f) = &removed {
-                        let mut ev = event(ctx, "unfreeze", f);
+                        let mut ev = event(ctx, Event::Unfreeze, f);
                         ev.agent = agent.id.clone();
                         ev.name = agent.name.clone();
                         ev.by = Some(f.by.clone()).filter(|b| *b != agent.id);
@@ -264,7 +264,7 @@ pub fn unfreeze(ctx: &Ctx, pattern: &str) -> Result<Report> {
     }))
 }
 
-fn event(ctx: &Ctx, name: &str, f: &Freeze) -> AuditEvent {
+fn event(ctx: &Ctx, name: Event, f: &Freeze) -> AuditEvent {
     let mut ev = AuditEvent::new(ctx.now, name, &f.pattern, &f.by);
     ev.name = f.name.clone();
     ev.reason = f.reason.clone();

@@ -6,11 +6,11 @@
 use std::time::Duration;
 
 use crate::duration::to_chrono;
-use crate::engine::{Ctx, Judge, ReapReason, auto_release, queue};
+use crate::engine::{Ctx, Judge, ReapReason, Scope, auto_release, queue};
 use crate::error::{Error, Outcome, Result};
 use crate::identity::Agent;
 use crate::report::{CheckoutView, GiveReport, Report};
-use crate::store::{MessageKind, Record, Slot};
+use crate::store::{AgentEntry, Event, MessageKind, Record, Slot};
 
 pub fn run(ctx: &Ctx, key: &str, to: &str, timeout: Option<Duration>) -> Result<Report> {
     crate::key::validate(key)?;
@@ -40,70 +40,123 @@ pub fn run(ctx: &Ctx, key: &str, to: &str, timeout: Option<Duration>) -> Result<
         return report(Outcome::NoSuchCheckout, None, None, Vec::new());
     };
     store.transaction(|guard| {
-        let mut judge = Judge::new(ctx, &*store);
-        let r = match crate::engine::slots::read_mine(&*store, key, &me.id)? {
-            Slot::Free => return report(Outcome::NoSuchCheckout, None, None, Vec::new()),
-            Slot::Corrupt { path, problem } => {
-                return Err(Error::Corrupt {
-                    key: key.to_string(),
-                    path,
-                    problem,
-                });
-            }
-            Slot::Held(r) if !r.held_by(&me.id) => {
-                if let Some(reason) = judge.reap_reason(&r)? {
-                    auto_release(ctx, &*store, guard, &r, Some(&me.id), reason)?;
-                    return report(Outcome::NoSuchCheckout, None, None, Vec::new());
-                }
-                return report(Outcome::NotHolder, Some(&r), None, Vec::new());
-            }
-            // A checkout whose process is gone is ended first, whoever asks: it has
-            // ended, and there is nothing left to hand over.
-            Slot::Held(r)
-                if let Some((ReapReason::AgentDeath, _)) = judge.own_end(&r)? =>
-            {
-                auto_release(ctx, &*store, guard, &r, Some(&me.id), ReapReason::AgentDeath)?;
-                return report(Outcome::LeaseLost, Some(&r), None, Vec::new());
-            }
-            Slot::Held(r) => r,
+        let giving = Giving {
+            scope: Scope::new(ctx, &*store, guard),
+            key,
+            me: &me,
+            to: &to,
         };
-        if crate::engine::holder_refused(ctx, &*store, guard, &r, "give")?.is_some() {
-            return report(Outcome::SecretRefused, Some(&r), None, Vec::new());
-        }
-        if r.expired_for_holder(&ctx.now) {
-            auto_release(ctx, &*store, guard, &r, Some(&me.id), ReapReason::Timeout)?;
-            return report(Outcome::LeaseLost, Some(&r), None, Vec::new());
-        }
-        // Refused the way a checkout of the key would be: a freeze keeps new holders out.
-        if store.frozen(key, &ctx.now)?.is_some() {
-            return report(Outcome::Frozen, Some(&r), None, Vec::new());
-        }
-        // The receiver: a registered agent that has not ended and is not dead.
-        let Some(entry) = store.read_agent(&to)? else {
-            return report(Outcome::UnknownAgent, Some(&r), None, Vec::new());
+        let r = match giving.held()? {
+            Ok(r) => r,
+            Err((outcome, r)) => return report(outcome, r.as_ref(), None, Vec::new()),
         };
-        if crate::liveness::judge_entry(&entry, &ctx.now, &cfg).dead() {
-            return report(Outcome::AgentDead, Some(&r), None, Vec::new());
-        }
-        if r.slot.is_some()
-            && store
-                .read_slots(key)?
-                .into_iter()
-                .filter_map(Slot::held)
-                .any(|s| s.held_by(&to) && !s.expired_for_holder(&ctx.now))
-        {
-            return report(Outcome::ReceiverHolds, Some(&r), None, Vec::new());
-        }
+        let entry = match giving.receiver(&r, &cfg)? {
+            Ok(entry) => entry,
+            Err(outcome) => return report(outcome, Some(&r), None, Vec::new()),
+        };
         let mut q = store.read_queue(key)?;
         if let Some(cycle) =
             crate::engine::take::grant_closes(ctx, &*store, guard, &to, key, &r.paths, &q)?
         {
-            let mut ev = ctx.event("deadlock", &r);
+            let mut ev = ctx.event(Event::Deadlock, &r);
             ev.holder = Some(to.clone());
             ev.detail = Some(format!("give to {to}: {}", cycle.join(" → ")));
             store.audit(guard, &ev)?;
             return report(Outcome::Deadlock, Some(&r), None, cycle);
         }
+        let given = giving.hand_over(&r, &entry, lease, &mut q)?;
+        report(Outcome::Given, Some(&given), Some(r.token), Vec::new())
+    })
+}
+
+/// A give under the scope.
+struct Giving<'a> {
+    scope: Scope<'a>,
+    key: &'a str,
+    me: &'a Agent,
+    to: &'a str,
+}
+
+impl Giving<'_> {
+    /// The giver's own live checkout of the key, or the outcome that ends the give (with
+    /// the checkout it is about).
+    fn held(&self) -> Result<std::result::Result<Record, (Outcome, Option<Record>)>> {
+        let (Scope { ctx, store, guard }, me) = (self.scope, &self.me.id);
+        let mut judge = Judge::new(ctx, store);
+        let r = match crate::engine::slots::read_mine(store, self.key, me)? {
+            Slot::Free => return Ok(Err((Outcome::NoSuchCheckout, None))),
+            Slot::Corrupt { path, problem } => {
+                return Err(Error::Corrupt {
+                    key: self.key.to_string(),
+                    path,
+                    problem,
+                });
+            }
+            Slot::Held(r) if !r.held_by(me) => {
+                if let Some(reason) = judge.reap_reason(&r)? {
+                    auto_release(ctx, store, guard, &r, Some(me), reason)?;
+                    return Ok(Err((Outcome::NoSuchCheckout, None)));
+                }
+                return Ok(Err((Outcome::NotHolder, Some(r))));
+            }
+            // A checkout whose process is gone is ended first, whoever asks: it has
+            // ended, and there is nothing left to hand over.
+            Slot::Held(r) if let Some((ReapReason::AgentDeath, _)) = judge.own_end(&r)? => {
+                auto_release(ctx, store, guard, &r, Some(me), ReapReason::AgentDeath)?;
+                return Ok(Err((Outcome::LeaseLost, Some(r))));
+            }
+            Slot::Held(r) => r,
+        };
+        if crate::engine::holder_refused(ctx, store, guard, &r, "give")?.is_some() {
+            return Ok(Err((Outcome::SecretRefused, Some(r))));
+        }
+        if r.expired_for_holder(&ctx.now) {
+            auto_release(ctx, store, guard, &r, Some(me), ReapReason::Timeout)?;
+            return Ok(Err((Outcome::LeaseLost, Some(r))));
+        }
+        // Refused the way a checkout of the key would be: a freeze keeps new holders out.
+        if store.frozen(self.key, &ctx.now)?.is_some() {
+            return Ok(Err((Outcome::Frozen, Some(r))));
+        }
+        Ok(Ok(r))
+    }
+
+    /// The receiver: a registered agent that has not ended, is not dead and holds no
+    /// slot of the key; else the outcome that refuses the give.
+    fn receiver(
+        &self,
+        r: &Record,
+        cfg: &crate::config::Config,
+    ) -> Result<std::result::Result<AgentEntry, Outcome>> {
+        let (store, now, to) = (self.scope.store, &self.scope.ctx.now, self.to);
+        let Some(entry) = store.read_agent(to)? else {
+            return Ok(Err(Outcome::UnknownAgent));
+        };
+        if crate::liveness::judge_entry(&entry, now, cfg).dead() {
+            return Ok(Err(Outcome::AgentDead));
+        }
+        if r.slot.is_some()
+            && store
+                .read_slots(self.key)?
+                .into_iter()
+                .filter_map(Slot::held)
+                .any(|s| s.held_by(to) && !s.expired_for_holder(now))
+        {
+            return Ok(Err(Outcome::ReceiverHolds));
+        }
+        Ok(Ok(entry))
+    }
+
+    /// The checkout written as the receiver's, with a new token and the lease from now;
+    /// the queue, the audit log and the receiver told. Returns the new record.
+    fn hand_over(
+        &self,
+        r: &Record,
+        entry: &AgentEntry,
+        lease: Duration,
+        q: &mut crate::store::Queue,
+    ) -> Result<Record> {
+        let (Scope { ctx, store, guard }, key, to) = (self.scope, self.key, self.to);
         let receiver = Agent {
             id: entry.id.clone(),
             name: entry.name.clone(),
@@ -139,12 +192,12 @@ pub fn run(ctx: &Ctx, key: &str, to: &str, timeout: Option<Duration>) -> Result<
         let done = format!("`{key}` was given to {to}");
         crate::warnings::after_change(
             &format!("{done}, but its queue was not updated"),
-            queue::granted(&*store, guard, &mut q, &to),
+            queue::granted(store, guard, q, to),
         );
-        let mut ev = ctx.agent_event("give", key, &me);
+        let mut ev = ctx.agent_event(Event::Give, key, self.me);
         ev.token = Some(token);
         ev.paths = given.paths.clone();
-        ev.holder = Some(to.clone());
+        ev.holder = Some(to.to_string());
         ev.detail = Some(format!("token {} → {token}", r.token));
         crate::warnings::after_change(
             &format!("{done}, but the audit log was not written"),
@@ -152,25 +205,17 @@ pub fn run(ctx: &Ctx, key: &str, to: &str, timeout: Option<Duration>) -> Result<
         );
         let body = format!(
             "{} gave you its checkout (token {token}, lease until {}); it is yours now: release it with `tasklock release` when done",
-            me.id,
+            self.me.id,
             crate::clock::rfc3339(&given.expires_at)
         );
         crate::warnings::after_change(
             &format!("{done}, but it was not told"),
-            queue::notify(
-                ctx,
-                &*store,
-                guard,
-                &to,
-                Some(&me.id),
-                MessageKind::Given,
-                key,
-                &body,
-            )
-            .map(drop),
+            self.scope
+                .notify(to, Some(&self.me.id), MessageKind::Given, key, &body)
+                .map(drop),
         );
-        report(Outcome::Given, Some(&given), Some(r.token), Vec::new())
-    })
+        Ok(given)
+    }
 }
 
 /// `give KEY --to AGENT`.

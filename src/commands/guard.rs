@@ -48,10 +48,16 @@ pub fn run(ctx: &Ctx) -> Result<Report> {
     if staged.is_empty() {
         return Ok(Report::Guard(report));
     }
-    let mine = |id: &str| me.as_deref().is_some_and(|m| edits::is_own(id, m));
-    let mut judge = Judge::new(ctx, &*store);
-    // Entries of editors found dead or ended: forgotten once judged.
-    let mut gone: Vec<edits::Edit> = Vec::new();
+    let mut guarding = Guarding {
+        ctx,
+        store: &*store,
+        judge: Judge::new(ctx, &*store),
+        coverage: &coverage,
+        edit_dir: edit_dir.as_deref(),
+        stamped: &stamped,
+        me: me.as_deref(),
+        gone: Vec::new(),
+    };
     let mut theirs: Vec<String> = Vec::new();
     for raw in staged {
         let file = match crate::paths::normalize_file(&root, &root, &raw) {
@@ -59,80 +65,20 @@ pub fn run(ctx: &Ctx) -> Result<Report> {
             // Git names it, so it is inside the worktree; take git's spelling.
             Err(_) => crate::key::normalize(&raw),
         };
-        // Another live agent's checkout covering the file refuses the commit.
-        let mut verdict = None;
-        for (record, pattern) in coverage.covering(&*store, &file)? {
-            if mine(&record.agent.id) || judge.reap_reason(&record)?.is_some() {
-                continue;
-            }
-            verdict = Some(GuardFile {
-                file: file.clone(),
-                verdict: GuardVerdict::Held,
-                key: Some(record.key.clone()),
-                token: Some(record.token),
-                pattern: Some(pattern),
-                checkout: Some(CheckoutView::from(&record)),
-                ended: None,
-                edit: None,
-            });
-            break;
+        let Some(v) = guarding.file(&file, &mut report)? else {
+            continue;
+        };
+        if matches!(v.verdict, GuardVerdict::Held | GuardVerdict::Edited) {
+            // As git spells it, for the command that unstages it.
+            theirs.push(raw);
         }
-        // So does a file whose last edit another live agent made.
-        if verdict.is_none()
-            && let Some(dir) = &edit_dir
-            && let Some(edit) = edits::read(dir, &file)?
-            && !mine(&edit.agent)
-        {
-            match live_editor(&mut judge, &ctx.now, &edit)? {
-                Some(view) => {
-                    let f = GuardFile {
-                        file: file.clone(),
-                        verdict: GuardVerdict::Edited,
-                        key: None,
-                        token: None,
-                        pattern: None,
-                        checkout: None,
-                        ended: None,
-                        edit: Some(view),
-                    };
-                    // Nobody to protect it from: a person at the terminal is told.
-                    if me.is_some() {
-                        verdict = Some(f);
-                    } else {
-                        report.edited_by_agents.push(f);
-                    }
-                }
-                None => gone.push(edit),
-            }
-        }
-        // An edit stamped under a checkout the committer has lost refuses it too.
-        if verdict.is_none()
-            && let Some(stamp) = stamped.iter().find(|s| s.file == file)
-            && let Some(ended) = lost(ctx, &*store, &mut judge, stamp, me.as_deref())?
-        {
-            verdict = Some(GuardFile {
-                file: file.clone(),
-                verdict: GuardVerdict::Lost,
-                key: Some(stamp.key.clone()),
-                token: Some(stamp.token),
-                pattern: None,
-                checkout: None,
-                ended,
-                edit: None,
-            });
-        }
-        if let Some(v) = verdict {
-            if matches!(v.verdict, GuardVerdict::Held | GuardVerdict::Edited) {
-                // As git spells it, for the command that unstages it.
-                theirs.push(raw);
-            }
-            report.files.push(v);
-        }
+        report.files.push(v);
     }
     if !theirs.is_empty() {
         let theirs: Vec<&str> = theirs.iter().map(String::as_str).collect();
         report.unstage = Some(unstage_command(&theirs));
     }
+    let gone = guarding.gone;
     if let Some(dir) = &edit_dir
         && !gone.is_empty()
     {
@@ -145,6 +91,84 @@ pub fn run(ctx: &Ctx) -> Result<Report> {
         );
     }
     Ok(Report::Guard(report))
+}
+
+/// The commit's files judged one by one.
+struct Guarding<'a> {
+    ctx: &'a Ctx,
+    store: &'a dyn crate::store::Store,
+    judge: Judge<'a>,
+    coverage: &'a paths::Coverage,
+    edit_dir: Option<&'a Path>,
+    stamped: &'a [stamps::Stamp],
+    me: Option<&'a str>,
+    /// Entries of editors found dead or ended: forgotten once judged.
+    gone: Vec<edits::Edit>,
+}
+
+impl Guarding<'_> {
+    fn mine(&self, id: &str) -> bool {
+        self.me.is_some_and(|m| edits::is_own(id, m))
+    }
+
+    /// What refuses the commit of `file`, if anything: another live agent's checkout
+    /// covering it, its last edit by another live agent, or the committer's edit stamped
+    /// under a checkout it has lost. An edit by another agent with no one committing for
+    /// an agent (a person at the terminal) is told in the report instead.
+    fn file(&mut self, file: &str, report: &mut GuardReport) -> Result<Option<GuardFile>> {
+        let row = |verdict| GuardFile {
+            file: file.to_string(),
+            verdict,
+            key: None,
+            token: None,
+            pattern: None,
+            checkout: None,
+            ended: None,
+            edit: None,
+        };
+        for (record, pattern) in self.coverage.covering(self.store, file)? {
+            if self.mine(&record.agent.id) || self.judge.reap_reason(&record)?.is_some() {
+                continue;
+            }
+            return Ok(Some(GuardFile {
+                key: Some(record.key.clone()),
+                token: Some(record.token),
+                pattern: Some(pattern),
+                checkout: Some(CheckoutView::from(&record)),
+                ..row(GuardVerdict::Held)
+            }));
+        }
+        if let Some(dir) = self.edit_dir
+            && let Some(edit) = edits::read(dir, file)?
+            && !self.mine(&edit.agent)
+        {
+            match live_editor(&mut self.judge, &self.ctx.now, &edit)? {
+                Some(view) => {
+                    let f = GuardFile {
+                        edit: Some(view),
+                        ..row(GuardVerdict::Edited)
+                    };
+                    // Nobody to protect it from: a person at the terminal is told.
+                    if self.me.is_some() {
+                        return Ok(Some(f));
+                    }
+                    report.edited_by_agents.push(f);
+                }
+                None => self.gone.push(edit),
+            }
+        }
+        if let Some(stamp) = self.stamped.iter().find(|s| s.file == file)
+            && let Some(ended) = lost(self.ctx, self.store, &mut self.judge, stamp, self.me)?
+        {
+            return Ok(Some(GuardFile {
+                key: Some(stamp.key.clone()),
+                token: Some(stamp.token),
+                ended,
+                ..row(GuardVerdict::Lost)
+            }));
+        }
+        Ok(None)
+    }
 }
 
 /// Does the directory hold anything (entries, or the lock)?

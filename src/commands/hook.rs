@@ -16,7 +16,7 @@ use crate::engine::{Ctx, ReapReason, end_agent};
 use crate::error::{Error, Result};
 use crate::liveness::is_own_process;
 use crate::report::Report;
-use crate::store::{AgentEntry, Message};
+use crate::store::{AgentEntry, Event, Message};
 
 pub const EVENTS: [&str; 8] = [
     "session-start",
@@ -42,47 +42,152 @@ pub fn run(
             EVENTS.join(", ")
         )));
     }
-    let mut input = Vec::new();
-    std::io::stdin()
-        .take(1 << 20)
-        .read_to_end(&mut input)
-        .map_err(|e| Error::io("stdin", e))?;
-    let payload: Value = if input.iter().all(u8::is_ascii_whitespace) {
-        Value::Null
-    } else {
-        serde_json::from_slice(&input)
-            .map_err(|e| Error::Usage(format!("hook input is not JSON: {e}")))?
-    };
-    let text = |v: &Value| v.as_str().filter(|s| !s.is_empty()).map(str::to_string);
-    // The session is the agent; a subagent (Claude Code names it in `agent_id`) is an
-    // agent of its own, `<session>/<agent_id>`.
-    let session = agent_flag
-        .or_else(|| text(&payload["session_id"]))
+    let input = Input::read(agent_flag)?;
+    if event == "pre-tool-use" {
+        return input.pre_tool_use(global_dir);
+    }
+    let project = input.project()?;
+    let agent_pid = crate::os::client_pid();
+    let client = client(&input.payload, agent_pid);
+    input.remember_reach(client, agent_pid);
+    let (session, agent) = (&input.session, &input.agent);
+    let session_name = name_flag
         .or_else(|| {
-            std::env::var("CLAUDE_CODE_SESSION_ID")
+            std::env::var("TASKLOCK_AGENT_NAME")
                 .ok()
                 .filter(|s| !s.is_empty())
         })
-        .ok_or_else(|| {
-            Error::Usage("hook input has no session_id and no agent identity is set".into())
-        })?;
-    let subagent = text(&payload["agent_id"]).map(|id| Subagent {
-        id: format!("{session}/{id}"),
-        kind: text(&payload["agent_type"]).unwrap_or_else(|| "subagent".into()),
-    });
-    let agent = subagent.as_ref().map_or(&session, |s| &s.id).clone();
-    let project = || {
-        payload["cwd"]
+        .unwrap_or_else(|| session_label(client, &project, session));
+    let name = match &input.subagent {
+        Some(s) => format!("{} subagent of {session_name}", s.kind),
+        None => session_name,
+    };
+    // Searched from the session's directory, with the same refusals as the commands: a
+    // lock directory owned by another user, or none at all outside a git repository.
+    let dir = crate::discover::explicit(global_dir.as_deref())
+        .unwrap_or_else(|| crate::discover::discover_from(&project))
+        .for_store()?;
+    let ctx = Ctx::new(dir, Some(agent.clone()), Some(name))?;
+    // Hook input is only JSON on stdin: anyone can name any session in it. A session
+    // bound to a secret is acted for only by its own process's hooks (or with its secret).
+    let registered = match ctx.existing_store()? {
+        Some(store) => store.read_agent(session)?,
+        None => None,
+    };
+    // OpenCode's plugin makes the session's secret itself (it gives it to the session's
+    // shell commands) and hands it to its hooks.
+    let own_secret = (client == Client::OpenCode)
+        .then(crate::secret::caller)
+        .flatten();
+    let start = Start {
+        pid: agent_pid,
+        client,
+        own_secret,
+        project: &project,
+    };
+    if event == "session-start" && input.subagent.is_none() {
+        return session_start(&ctx, agent, registered.as_ref(), start);
+    }
+    authorize(session, registered.as_ref())?;
+    input.after_start(&ctx, event, start)
+}
+
+/// What a hook was given: its JSON, and the agent it acts for.
+struct Input {
+    payload: Value,
+    /// The session: the agent, unless a subagent called.
+    session: String,
+    subagent: Option<Subagent>,
+    /// The agent acting: the session or its subagent.
+    agent: String,
+}
+
+impl Input {
+    /// The hook's JSON on stdin (at most 1 MiB; none is `null`), and who calls.
+    fn read(agent_flag: Option<String>) -> Result<Input> {
+        let mut input = Vec::new();
+        std::io::stdin()
+            .take(1 << 20)
+            .read_to_end(&mut input)
+            .map_err(|e| Error::io("stdin", e))?;
+        let payload: Value = if input.iter().all(u8::is_ascii_whitespace) {
+            Value::Null
+        } else {
+            serde_json::from_slice(&input)
+                .map_err(|e| Error::Usage(format!("hook input is not JSON: {e}")))?
+        };
+        // The session is the agent; a subagent (Claude Code names it in `agent_id`) is an
+        // agent of its own, `<session>/<agent_id>`.
+        let session = agent_flag
+            .or_else(|| text(&payload["session_id"]))
+            .or_else(|| {
+                std::env::var("CLAUDE_CODE_SESSION_ID")
+                    .ok()
+                    .filter(|s| !s.is_empty())
+            })
+            .ok_or_else(|| {
+                Error::Usage("hook input has no session_id and no agent identity is set".into())
+            })?;
+        let subagent = text(&payload["agent_id"]).map(|id| Subagent {
+            id: format!("{session}/{id}"),
+            kind: text(&payload["agent_type"]).unwrap_or_else(|| "subagent".into()),
+        });
+        let agent = subagent.as_ref().map_or(&session, |s| &s.id).clone();
+        Ok(Input {
+            payload,
+            session,
+            subagent,
+            agent,
+        })
+    }
+
+    /// The project the hook runs for: its `cwd`, else Claude Code's project, else ours.
+    fn project(&self) -> Result<PathBuf> {
+        self.payload["cwd"]
             .as_str()
             .map(PathBuf::from)
             .or_else(|| std::env::var_os("CLAUDE_PROJECT_DIR").map(PathBuf::from))
             .map_or_else(std::env::current_dir, Ok)
             .map_err(|e| Error::io(".", e))
-    };
-    if event == "pre-tool-use" {
-        if let Some(edited) = edit_gate::edited_files(&payload) {
-            // An edit: judged against the path checkouts (none without a lock directory).
-            let cwd = project()?;
+    }
+
+    /// The session's own hook (the thread in its input is the agent, not a subagent,
+    /// not another agent named with --agent).
+    fn own_session(&self) -> bool {
+        self.subagent.is_none()
+            && text(&self.payload["session_id"]).as_deref() == Some(self.session.as_str())
+    }
+
+    /// Where the session is reached, for this process's beats to record: a Codex
+    /// thread's way to queue messages, or where the OpenCode plugin's server listens (a
+    /// push checks who listens there).
+    fn remember_reach(&self, client: Client, agent_pid: Option<u32>) {
+        if client == Client::Codex
+            && self.own_session()
+            && let Some(reach) =
+                agent_pid.and_then(|pid| crate::clients::wake::codex_reach(&self.session, pid))
+        {
+            crate::clients::wake::set_hook_reach(reach);
+        }
+        if client == Client::OpenCode
+            && self.own_session()
+            && let (Some(url), Some(directory)) = (
+                self.payload["opencode"]["server_url"].as_str(),
+                self.payload["opencode"]["directory"].as_str(),
+            )
+            && let Some(reach) = crate::clients::wake::opencode_reach(&self.session, url, directory)
+        {
+            crate::clients::wake::set_hook_reach(reach);
+        }
+    }
+
+    /// `pre-tool-use`: an edit judged against the path checkouts (none without a lock
+    /// directory), a Gemini shell command given the session's identity, or a subagent's
+    /// command that starts tasklock's agents told who they are.
+    fn pre_tool_use(&self, global_dir: Option<PathBuf>) -> Result<Option<String>> {
+        let (session, agent) = (&self.session, &self.agent);
+        if let Some(edited) = edit_gate::edited_files(&self.payload) {
+            let cwd = self.project()?;
             let dir = match crate::discover::explicit(global_dir.as_deref())
                 .unwrap_or_else(|| crate::discover::discover_from(&cwd))
             {
@@ -90,9 +195,9 @@ pub fn run(
                 d => Some(d.for_store()?),
             };
             let authorize_session = |store: &dyn crate::store::Store| {
-                authorize(&session, store.read_agent(&session)?.as_ref())
+                authorize(session, store.read_agent(session)?.as_ref())
             };
-            let verdict = edit_gate::judge(dir, &cwd, &agent, &edited, &authorize_session);
+            let verdict = edit_gate::judge(dir, &cwd, agent, &edited, &authorize_session);
             // An edit no PostToolUse will follow (a patch applied through Codex's shell)
             // is recorded now, unless it was refused. A failing gate allows the edit
             // (below), so it is recorded then too.
@@ -100,7 +205,7 @@ pub fn run(
                 let now = crate::clock::now()?;
                 let timeout = verdict.as_ref().ok().and_then(|v| v.guard_timeout);
                 let wait = crate::engine::edits::wait_for(timeout, true);
-                let failed = record(&cwd, &agent, &edited, &now, wait, "pre-tool-use");
+                let failed = record(&cwd, agent, &edited, &now, wait, "pre-tool-use");
                 // Allowed, but not recorded: said to the model and the user, not only on
                 // stderr.
                 if let Some(text) = failed
@@ -112,143 +217,100 @@ pub fn run(
             return verdict.map(|v| v.output);
         }
         // Needs no lock directory: it only rewrites the command.
-        if payload["tool_name"] == GEMINI_SHELL {
-            let secret = match &subagent {
-                None => crate::clients::gemini::secret_assignment(&project()?, &session),
+        if self.payload["tool_name"] == GEMINI_SHELL {
+            let secret = match &self.subagent {
+                None => crate::clients::gemini::secret_assignment(&self.project()?, session),
                 Some(_) => None,
             };
-            return Ok(gemini_shell(&payload, &agent, secret.as_deref()));
+            return Ok(gemini_shell(&self.payload, agent, secret.as_deref()));
         }
-        return Ok(pre_tool_use(&payload, subagent.as_ref()));
+        Ok(pre_tool_use(&self.payload, self.subagent.as_ref()))
     }
-    let project = project()?;
-    let agent_pid = crate::os::client_pid();
-    let client = client(&payload, agent_pid);
-    // A Codex session's own hook (the thread in its input is the agent, not a subagent,
-    // not another agent named with --agent): its beats record how to queue messages for
-    // the thread.
-    if client == Client::Codex
-        && subagent.is_none()
-        && text(&payload["session_id"]).as_deref() == Some(session.as_str())
-        && let Some(reach) =
-            agent_pid.and_then(|pid| crate::clients::wake::codex_reach(&session, pid))
-    {
-        crate::clients::wake::set_hook_reach(reach);
-    }
-    // The OpenCode plugin says where its server listens; a push checks who listens there.
-    if client == Client::OpenCode
-        && subagent.is_none()
-        && text(&payload["session_id"]).as_deref() == Some(session.as_str())
-        && let (Some(url), Some(directory)) = (
-            payload["opencode"]["server_url"].as_str(),
-            payload["opencode"]["directory"].as_str(),
-        )
-        && let Some(reach) = crate::clients::wake::opencode_reach(&session, url, directory)
-    {
-        crate::clients::wake::set_hook_reach(reach);
-    }
-    let session_name = name_flag
-        .or_else(|| {
-            std::env::var("TASKLOCK_AGENT_NAME")
-                .ok()
-                .filter(|s| !s.is_empty())
-        })
-        .unwrap_or_else(|| session_label(client, &project, &session));
-    let name = match &subagent {
-        Some(s) => format!("{} subagent of {session_name}", s.kind),
-        None => session_name,
-    };
-    // Searched from the session's directory, with the same refusals as the commands: a
-    // lock directory owned by another user, or none at all outside a git repository.
-    let dir = crate::discover::explicit(global_dir.as_deref())
-        .unwrap_or_else(|| crate::discover::discover_from(&project))
-        .for_store()?;
-    let ctx = Ctx {
-        dir,
-        now: crate::clock::now()?,
-        agent_flag: Some(agent.clone()),
-        name_flag: Some(name),
-        cfg: Default::default(),
-    };
-    let parent = subagent.as_ref().map(|_| session.clone());
-    // Hook input is only JSON on stdin: anyone can name any session in it. A session
-    // bound to a secret is acted for only by its own process's hooks (or with its secret).
-    let registered = match ctx.existing_store()? {
-        Some(store) => store.read_agent(&session)?,
-        None => None,
-    };
-    // OpenCode's plugin makes the session's secret itself (it gives it to the session's
-    // shell commands) and hands it to its hooks.
-    let own_secret = (client == Client::OpenCode)
-        .then(crate::secret::caller)
-        .flatten();
-    if event == "session-start" && subagent.is_none() {
-        return session_start(
-            &ctx,
-            &agent,
-            agent_pid,
-            registered.as_ref(),
-            client,
-            own_secret,
-            &project,
-        );
-    }
-    authorize(&session, registered.as_ref())?;
-    let wait = || crate::engine::edits::wait_for(ctx.config().ok().map(|c| c.guard_timeout), true);
-    let mut unrecorded = None;
-    if event == "post-tool-use"
-        && let Some(edited) = edit_gate::edited_files(&payload)
-    {
-        // The edit happened (PostToolUse follows only a tool call that succeeded): record
-        // who made it, for the commit guard and `tasklock stage`. A failure here must not
-        // cost the session its heartbeat.
-        unrecorded = record(&project, &agent, &edited, &ctx.now, wait(), "post-tool-use");
-    }
-    match event {
-        "session-start" => {
-            session_start(&ctx, &agent, agent_pid, None, client, own_secret, &project)
+
+    /// Every event but `pre-tool-use` and a session's own `session-start`, once the
+    /// caller may act for the session.
+    fn after_start(&self, ctx: &Ctx, event: &str, start: Start) -> Result<Option<String>> {
+        let (session, agent) = (&self.session, &self.agent);
+        let parent = self.subagent.as_ref().map(|_| session.clone());
+        let wait =
+            || crate::engine::edits::wait_for(ctx.config().ok().map(|c| c.guard_timeout), true);
+        let mut unrecorded = None;
+        if event == "post-tool-use"
+            && let Some(edited) = edit_gate::edited_files(&self.payload)
+        {
+            // The edit happened (PostToolUse follows only a tool call that succeeded):
+            // record who made it, for the commit guard and `tasklock stage`. A failure
+            // here must not cost the session its heartbeat.
+            unrecorded = record(
+                start.project,
+                agent,
+                &edited,
+                &ctx.now,
+                wait(),
+                "post-tool-use",
+            );
         }
-        "post-tool-use" => {
-            let out = beat_and_deliver(&ctx, "PostToolUse", parent, None)?;
-            Ok(match unrecorded {
-                None => out,
-                Some(text) => {
-                    let inbox = out
-                        .and_then(|o| serde_json::from_str::<Value>(&o).ok())
-                        .and_then(|v| {
-                            v["hookSpecificOutput"]["additionalContext"]
-                                .as_str()
-                                .map(str::to_string)
-                        });
-                    Some(loud("PostToolUse", &text, inbox.as_deref()))
-                }
-            })
-        }
-        "user-prompt-submit" => {
-            beat_and_deliver(&ctx, "UserPromptSubmit", parent, payload["prompt"].as_str())
-        }
-        // Codex: the model finished a turn. Only beat: Stop takes no context, so the inbox
-        // waits for the next prompt or tool call.
-        "stop" => {
-            heartbeat::beat(&ctx, None, None, parent)?;
-            Ok(None)
-        }
-        "subagent-start" => subagent_start(&ctx, &agent, &session, parent),
-        "subagent-stop" => {
-            end_agent(&ctx, &agent, false, ReapReason::SubagentEnd)?;
-            Ok(None)
-        }
-        "session-end" => {
-            end_agent(&ctx, &agent, true, ReapReason::SessionEnd)?;
-            if client == Client::Gemini && subagent.is_none() {
-                crate::clients::gemini::forget_secret(&project, &agent);
+        match event {
+            "session-start" => session_start(ctx, agent, None, start),
+            "post-tool-use" => {
+                let out = beat_and_deliver(ctx, "PostToolUse", parent, None)?;
+                Ok(match unrecorded {
+                    None => out,
+                    Some(text) => {
+                        let inbox = out
+                            .and_then(|o| serde_json::from_str::<Value>(&o).ok())
+                            .and_then(|v| {
+                                v["hookSpecificOutput"]["additionalContext"]
+                                    .as_str()
+                                    .map(str::to_string)
+                            });
+                        Some(loud("PostToolUse", &text, inbox.as_deref()))
+                    }
+                })
             }
-            // Its edits (and its subagents') are nobody's to protect any more.
-            edit_gate::forget_edits(&project, &agent, &ctx.now, wait())?;
-            Ok(None)
+            "user-prompt-submit" => beat_and_deliver(
+                ctx,
+                "UserPromptSubmit",
+                parent,
+                self.payload["prompt"].as_str(),
+            ),
+            // Codex: the model finished a turn. Only beat: Stop takes no context, so the
+            // inbox waits for the next prompt or tool call.
+            "stop" => {
+                heartbeat::beat(ctx, None, None, parent)?;
+                Ok(None)
+            }
+            "subagent-start" => subagent_start(ctx, agent, session, parent),
+            "subagent-stop" => {
+                end_agent(ctx, agent, false, ReapReason::SubagentEnd)?;
+                Ok(None)
+            }
+            "session-end" => {
+                end_agent(ctx, agent, true, ReapReason::SessionEnd)?;
+                if start.client == Client::Gemini && self.subagent.is_none() {
+                    crate::clients::gemini::forget_secret(start.project, agent);
+                }
+                // Its edits (and its subagents') are nobody's to protect any more.
+                edit_gate::forget_edits(start.project, agent, &ctx.now, wait())?;
+                Ok(None)
+            }
+            _ => unreachable!("checked above"),
         }
-        _ => unreachable!("checked above"),
     }
+}
+
+/// A non-empty string of the hook's JSON.
+fn text(v: &Value) -> Option<String> {
+    v.as_str().filter(|s| !s.is_empty()).map(str::to_string)
+}
+
+/// What a session's start needs besides its context: the client's process, which client
+/// it is, the secret its plugin made (OpenCode's), and the project.
+struct Start<'a> {
+    pid: Option<u32>,
+    client: Client,
+    own_secret: Option<String>,
+    project: &'a std::path::Path,
 }
 
 /// Record the edit of `files` by `agent`; what to tell the model and the user when some
@@ -327,15 +389,8 @@ pub(crate) fn prove_if_child_of(dir: Option<&std::path::Path>, agent: &str) {
     else {
         return;
     };
-    let Ok(now) = crate::clock::now() else {
+    let Ok(ctx) = Ctx::new(dir, None, None) else {
         return;
-    };
-    let ctx = Ctx {
-        dir,
-        now,
-        agent_flag: None,
-        name_flag: None,
-        cfg: Default::default(),
     };
     if let Ok(Some(store)) = ctx.existing_store()
         && let Ok(Some(entry)) = store.read_agent(agent)
@@ -358,13 +413,7 @@ pub(crate) fn session_of_this_process(
         .unwrap_or_else(|| crate::discover::discover_from(&cwd))
         .for_reading()
         .ok()?;
-    let ctx = Ctx {
-        dir,
-        now: crate::clock::now().ok()?,
-        agent_flag: None,
-        name_flag: None,
-        cfg: Default::default(),
-    };
+    let ctx = Ctx::new(dir, None, None).ok()?;
     let store = ctx.existing_store().ok()??;
     store
         .scan_agents()
@@ -498,15 +547,50 @@ fn output(event: &str, context: String) -> Option<String> {
 fn session_start(
     ctx: &Ctx,
     agent: &str,
-    pid: Option<u32>,
     registered: Option<&AgentEntry>,
-    client: Client,
-    own_secret: Option<String>,
-    project: &std::path::Path,
+    start: Start,
 ) -> Result<Option<String>> {
-    // A session bound to a secret whose process still runs is not started again by
-    // another process (that would take it over); a resumed session (its old process
-    // gone) gets a new secret.
+    refuse_takeover(agent, registered)?;
+    // The secret the session was started with (`TASKLOCK_SECRET` in its environment, set
+    // by an orchestrator that claimed keys for it), read before the session's own
+    // replaces it.
+    let given = crate::secret::caller();
+    let secret = own_secret(ctx, agent, registered, start.own_secret)?;
+    let Report::Heartbeat(beat) = heartbeat::run(ctx, Some("session started".into()), start.pid)?
+    else {
+        unreachable!("heartbeat returns a heartbeat report")
+    };
+    // A Codex thread's commands carry no secret (Codex lets hooks set no environment
+    // for them): what it adopts stays unbound, as its own checkouts are.
+    let bind = (start.client != Client::Codex).then_some(secret.as_str());
+    let adopted = adopt(ctx, agent, &beat.agent.checkouts, given.as_deref(), bind)?;
+    export_to_shell(agent, &secret)?;
+    // Gemini CLI has no such file: its shell commands read the secret from one of ours.
+    // Without it they carry none (their checkouts unbound): said, but the session starts.
+    if start.client == Client::Gemini
+        && let Err(e) = crate::clients::gemini::keep_secret(start.project, agent, &secret)
+    {
+        eprintln!("tasklock hook session-start: {e}");
+    }
+    // While the Claude Code (or Codex) process lives, a watcher beats for the session: its leases
+    // stay renewed through long turns, long commands and a user away from the keyboard,
+    // and its checkouts end the moment the process is gone.
+    if let Some(pid) = start.pid {
+        let interval = ctx.config()?.heartbeat_interval;
+        watch::spawn_detached(ctx, agent, ctx.name_flag.as_deref(), None, pid, interval)?;
+    }
+    let mut context = start_context(agent, &beat.agent.checkouts, &adopted);
+    if let Some(text) = deliver(ctx, None)? {
+        context.push('\n');
+        context.push_str(&text);
+    }
+    Ok(output("SessionStart", context))
+}
+
+/// A session bound to a secret whose process still runs is not started again by
+/// another process (that would take it over); a resumed session (its old process gone)
+/// gets a new secret.
+fn refuse_takeover(agent: &str, registered: Option<&AgentEntry>) -> Result<()> {
     if let Some(e) = registered.filter(|e| e.owner.is_some())
         && !is_own_process(e)
         && crate::secret::standing(e.owner.as_ref(), crate::secret::caller().as_deref())
@@ -526,13 +610,20 @@ fn session_start(
             wrong: crate::secret::caller().is_some(),
         });
     }
-    // The secret the session was started with (`TASKLOCK_SECRET` in its environment, set
-    // by an orchestrator that claimed keys for it), read before the session's own
-    // replaces it.
-    let given = crate::secret::caller();
-    // The session's own secret: its Bash calls get it through CLAUDE_ENV_FILE, its
-    // watcher through the environment; the lock directory keeps only a salted hash.
-    let secret = match own_secret {
+    Ok(())
+}
+
+/// The session's own secret (its plugin's, else a new one), used by this process and
+/// bound to the session's registry entry: its Bash calls get it through
+/// CLAUDE_ENV_FILE, its watcher through the environment; the lock directory keeps only
+/// a salted hash.
+fn own_secret(
+    ctx: &Ctx,
+    agent: &str,
+    registered: Option<&AgentEntry>,
+    made: Option<String>,
+) -> Result<String> {
+    let secret = match made {
         Some(s) => s,
         None => crate::secret::generate()?,
     };
@@ -549,74 +640,52 @@ fn session_start(
             Ok(())
         })?;
     }
-    let Report::Heartbeat(beat) = heartbeat::run(ctx, Some("session started".into()), pid)? else {
-        unreachable!("heartbeat returns a heartbeat report")
+    Ok(secret)
+}
+
+/// Every later Bash call of a Claude Code session sees the identity and the secret, even
+/// outside hooks: appended to its CLAUDE_ENV_FILE, when it has one.
+fn export_to_shell(agent: &str, secret: &str) -> Result<()> {
+    let Some(env_file) = std::env::var_os("CLAUDE_ENV_FILE").filter(|f| !f.is_empty()) else {
+        return Ok(());
     };
-    // A Codex thread's commands carry no secret (Codex lets hooks set no environment
-    // for them): what it adopts stays unbound, as its own checkouts are.
-    let bind = (client != Client::Codex).then_some(secret.as_str());
-    let adopted = adopt(ctx, agent, &beat.agent.checkouts, given.as_deref(), bind)?;
-    if let Some(env_file) = std::env::var_os("CLAUDE_ENV_FILE").filter(|f| !f.is_empty()) {
-        // Every later Bash call of the session sees the identity and the secret, even
-        // outside hooks.
-        let line = format!(
-            "export TASKLOCK_AGENT={}\nexport {}={}\n",
-            crate::error::shell_quote(agent),
-            crate::secret::ENV,
-            secret
-        );
-        std::fs::OpenOptions::new()
-            .append(true)
-            .create(true)
-            .open(&env_file)
-            .and_then(|mut f| f.write_all(line.as_bytes()))
-            .map_err(|e| Error::io(PathBuf::from(&env_file), e))?;
-    }
-    // Gemini CLI has no such file: its shell commands read the secret from one of ours.
-    // Without it they carry none (their checkouts unbound): said, but the session starts.
-    if client == Client::Gemini
-        && let Err(e) = crate::clients::gemini::keep_secret(project, agent, &secret)
-    {
-        eprintln!("tasklock hook session-start: {e}");
-    }
-    // While the Claude Code (or Codex) process lives, a watcher beats for the session: its leases
-    // stay renewed through long turns, long commands and a user away from the keyboard,
-    // and its checkouts end the moment the process is gone.
-    if let Some(pid) = pid {
-        let interval = ctx.config()?.heartbeat_interval;
-        watch::spawn_detached(ctx, agent, ctx.name_flag.as_deref(), None, pid, interval)?;
-    }
+    let line = format!(
+        "export TASKLOCK_AGENT={}\nexport {}={}\n",
+        crate::error::shell_quote(agent),
+        crate::secret::ENV,
+        secret
+    );
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(&env_file)
+        .and_then(|mut f| f.write_all(line.as_bytes()))
+        .map_err(|e| Error::io(PathBuf::from(&env_file), e))
+}
+
+/// What a session is told when it starts: who it is, what it holds, what it adopted.
+fn start_context(agent: &str, held: &[String], adopted: &[String]) -> String {
+    let listed = |keys: &[String]| {
+        keys.iter()
+            .map(|k| format!("`{k}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     let mut context = format!(
         "tasklock: this session is agent `{agent}`. Before working on a task, review or deploy, check it out with `tasklock checkout KEY` (exit 2 = another agent holds it: pick other work). Subagents you start are agents of their own: each checks out its own tasks. "
     );
-    if beat.agent.checkouts.is_empty() {
+    if held.is_empty() {
         context.push_str("You hold no checkouts.");
     } else {
-        context.push_str(&format!(
-            "You hold: {}.",
-            beat.agent
-                .checkouts
-                .iter()
-                .map(|k| format!("`{k}`"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
+        context.push_str(&format!("You hold: {}.", listed(held)));
     }
     if !adopted.is_empty() {
         context.push_str(&format!(
             " Claimed for this session before it started, now yours (bound to this session's secret, renewed by its hooks): {}. When the work on one is finished, run `tasklock release KEY --done`; hand one back unfinished with `tasklock release KEY`.",
-            adopted
-                .iter()
-                .map(|k| format!("`{k}`"))
-                .collect::<Vec<_>>()
-                .join(", ")
+            listed(adopted)
         ));
     }
-    if let Some(text) = deliver(ctx, None)? {
-        context.push('\n');
-        context.push_str(&text);
-    }
-    Ok(output("SessionStart", context))
+    context
 }
 
 /// A session that starts adopts the checkouts claimed for it before it started (an
@@ -704,7 +773,7 @@ fn adopt(
                 ..r.clone()
             };
             store.replace(g, &fresh)?;
-            let mut ev = ctx.event("adopt", &fresh);
+            let mut ev = ctx.event(Event::Adopt, &fresh);
             ev.detail = Some(match &r.owner {
                 Some(_) => {
                     "claimed for this session; proven by the secret it was started with".into()

@@ -61,3 +61,21 @@ pub(crate) fn wait_or_key(
 pub(crate) fn missing_key() -> crate::error::Error {
     crate::error::Error::Usage("the following required arguments were not provided: <KEY>".into())
 }
+
+/// A key of `release` or `renew` whose record cannot be read: with one key asked for,
+/// the command's error; with several, its row of the report, and the others go on.
+pub(crate) fn corrupt_row(
+    e: crate::error::Error,
+    single: bool,
+) -> crate::error::Result<crate::report::KeyResult> {
+    let crate::error::Error::Corrupt { key, .. } = &e else {
+        return Err(e);
+    };
+    if single {
+        return Err(e);
+    }
+    Ok(crate::report::KeyResult {
+        problem: Some(e.to_string()),
+        ..crate::report::KeyResult::new(key.clone(), crate::error::Outcome::Corrupt, None)
+    })
+}

@@ -26,23 +26,7 @@ pub fn run(
         return Err(Error::Usage("run needs a command after `--`".into()));
     };
     let agent = ctx.agent_id()?;
-    // Our own pid is recorded: if this process is killed, the checkout ends at once.
-    let granted = match wait {
-        Some(dur) => super::wait::run_for(
-            ctx,
-            key,
-            checkout::Want {
-                paths: Vec::new(),
-                slots,
-                pid: None,
-            },
-            timeout,
-            reason,
-            dur,
-            true,
-        )?,
-        None => checkout::run_as(ctx, key, slots, timeout, reason, std::process::id())?,
-    };
+    let granted = take(ctx, key, slots, timeout, reason, wait)?;
     let Report::Checkout(c) = &granted else {
         unreachable!("checkout returns a checkout report")
     };
@@ -60,42 +44,16 @@ pub fn run(
     let lease = (held.expires_at - held.renewed_at)
         .to_std()
         .unwrap_or(Duration::from_secs(60));
+    let ended = |released, code| finish(ctx, key, token, None, false, released, kept, code);
 
     crate::signals::install();
     if let Some(sig) = crate::signals::received() {
         // Asked to stop before CMD started: do not start it.
         let released = !kept && release_quietly(ctx, &agent, key).unwrap_or(false);
-        return Ok(finish(
-            ctx,
-            key,
-            token,
-            None,
-            false,
-            released,
-            kept,
-            128 + sig,
-        ));
+        return Ok(ended(released, 128 + sig));
     }
-    let mut command = Command::new(program);
-    command.args(args);
-    // Without a terminal, CMD gets its own process group so a forwarded signal reaches
-    // everything it started. At a terminal it stays in ours, so it can read the terminal
-    // and gets Ctrl-C from it directly.
-    let interactive = std::io::stdin().is_terminal();
-    if !interactive {
-        command.process_group(0);
-    }
-    let parent = std::process::id() as libc::pid_t;
-    // SAFETY: die_with_parent makes async-signal-safe calls only; no allocation here.
-    unsafe {
-        command.pre_exec(move || {
-            // Die with us: CMD must not live on unguarded after the key is reaped.
-            crate::os::die_with_parent(parent);
-            Ok(())
-        });
-    }
-    let mut child = match command.spawn() {
-        Ok(c) => c,
+    let mut child = match start(program, args) {
+        Ok(child) => child,
         Err(e) => {
             let released = !kept && release_quietly(ctx, &agent, key).unwrap_or(false);
             let code = if e.kind() == std::io::ErrorKind::NotFound {
@@ -107,69 +65,13 @@ pub fn run(
                 "tasklock run: cannot run {}: {e}",
                 program.to_string_lossy()
             );
-            return Ok(finish(ctx, key, token, None, false, released, kept, code));
+            return Ok(ended(released, code));
         }
     };
-    let target = if interactive {
-        child.id() as i32
-    } else {
-        -(child.id() as i32)
-    };
-    crate::signals::forward_to(target, interactive);
-    if let Some(sig) = crate::signals::received() {
-        // A signal that came between installing the handler and knowing the child.
-        // SAFETY: plain kill of the process (group) we just started.
-        unsafe {
-            libc::kill(target, sig);
-        }
-    }
 
-    // Renew well before the lease runs out: every third of it.
     let lost = Arc::new(AtomicBool::new(false));
     let (stop_tx, stop_rx) = mpsc::channel::<()>();
-    let renewer = {
-        let ctx = ctx.clone();
-        let (agent, key, lost) = (agent.clone(), key.to_string(), lost.clone());
-        let every = (lease / 3).max(Duration::from_millis(200));
-        std::thread::spawn(move || {
-            let mut warned_frozen = false;
-            while let Err(mpsc::RecvTimeoutError::Timeout) = stop_rx.recv_timeout(every) {
-                let Ok(now_ctx) = ctx.at_now(&agent) else {
-                    continue;
-                };
-                let still_ours = match renew::run(&now_ctx, vec![key.clone()], false, Some(lease)) {
-                    Ok(Report::Keys(r))
-                        if r.results
-                            .first()
-                            .is_some_and(|k| k.outcome == crate::error::Outcome::Frozen) =>
-                    {
-                        // Still ours until the lease ends; a freeze only stops renewals.
-                        if !warned_frozen {
-                            warned_frozen = true;
-                            eprintln!(
-                                "tasklock run: {key} was frozen while the command runs; the lease can no longer be renewed and ends at its current end."
-                            );
-                        }
-                        true
-                    }
-                    Ok(r) => r.exit_code() == 0,
-                    Err(e) => {
-                        eprintln!("tasklock run: renewing {key} failed: {e}");
-                        true
-                    }
-                };
-                if !still_ours {
-                    lost.store(true, Ordering::SeqCst);
-                    eprintln!(
-                        "tasklock run: LEASE LOST on {key} (token {token}) while the command runs; \
-                         another agent may take it. Its results must not be trusted as done under the lock."
-                    );
-                    return;
-                }
-            }
-        })
-    };
-
+    let renewer = renew_while_running(ctx, &agent, key, token, lease, lost.clone(), stop_rx);
     let status = child.wait().map_err(|e| Error::io(program, e))?;
     let _ = stop_tx.send(());
     let _ = renewer.join();
@@ -206,6 +108,128 @@ pub fn run(
         kept,
         code,
     ))
+}
+
+/// `run`'s checkout, waited for with `--wait`. Our own pid is recorded: if this process
+/// is killed, the checkout ends at once.
+fn take(
+    ctx: &Ctx,
+    key: &str,
+    slots: Option<u32>,
+    timeout: Option<Duration>,
+    reason: Option<String>,
+    wait: Option<Option<Duration>>,
+) -> Result<Report> {
+    match wait {
+        Some(dur) => super::wait::run_for(
+            ctx,
+            key,
+            checkout::Want {
+                paths: Vec::new(),
+                slots,
+                pid: None,
+            },
+            timeout,
+            reason,
+            dur,
+            true,
+        ),
+        None => checkout::run_as(ctx, key, slots, timeout, reason, std::process::id()),
+    }
+}
+
+/// Start CMD, dying with us, and forward the signals we get to it.
+fn start(program: &OsString, args: &[OsString]) -> std::io::Result<std::process::Child> {
+    let mut command = Command::new(program);
+    command.args(args);
+    // Without a terminal, CMD gets its own process group so a forwarded signal reaches
+    // everything it started. At a terminal it stays in ours, so it can read the terminal
+    // and gets Ctrl-C from it directly.
+    let interactive = std::io::stdin().is_terminal();
+    if !interactive {
+        command.process_group(0);
+    }
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: die_with_parent makes async-signal-safe calls only; no allocation here.
+    unsafe {
+        command.pre_exec(move || {
+            // Die with us: CMD must not live on unguarded after the key is reaped.
+            crate::os::die_with_parent(parent);
+            Ok(())
+        });
+    }
+    let child = command.spawn()?;
+    let target = if interactive {
+        child.id() as i32
+    } else {
+        -(child.id() as i32)
+    };
+    crate::signals::forward_to(target, interactive);
+    if let Some(sig) = crate::signals::received() {
+        // A signal that came between installing the handler and knowing the child.
+        // SAFETY: plain kill of the process (group) we just started.
+        unsafe {
+            libc::kill(target, sig);
+        }
+    }
+    Ok(child)
+}
+
+/// A thread that renews the lease well before it runs out (every third of it) until
+/// told to stop; it sets `lost` and stops when the checkout is no longer ours.
+fn renew_while_running(
+    ctx: &Ctx,
+    agent: &str,
+    key: &str,
+    token: u64,
+    lease: Duration,
+    lost: Arc<AtomicBool>,
+    stop: mpsc::Receiver<()>,
+) -> std::thread::JoinHandle<()> {
+    let ctx = ctx.clone();
+    let (agent, key) = (agent.to_string(), key.to_string());
+    let every = (lease / 3).max(Duration::from_millis(200));
+    std::thread::spawn(move || {
+        let mut warned_frozen = false;
+        while let Err(mpsc::RecvTimeoutError::Timeout) = stop.recv_timeout(every) {
+            let Ok(now_ctx) = ctx.at_now(&agent) else {
+                continue;
+            };
+            if !renew_once(&now_ctx, &key, lease, &mut warned_frozen) {
+                lost.store(true, Ordering::SeqCst);
+                eprintln!(
+                    "tasklock run: LEASE LOST on {key} (token {token}) while the command runs; \
+                     another agent may take it. Its results must not be trusted as done under the lock."
+                );
+                return;
+            }
+        }
+    })
+}
+
+/// One renewal of `run`'s lease: whether the checkout is still ours.
+fn renew_once(ctx: &Ctx, key: &str, lease: Duration, warned_frozen: &mut bool) -> bool {
+    match renew::run(ctx, vec![key.to_string()], false, Some(lease)) {
+        Ok(Report::Keys(r))
+            if r.results
+                .first()
+                .is_some_and(|k| k.outcome == crate::error::Outcome::Frozen) =>
+        {
+            // Still ours until the lease ends; a freeze only stops renewals.
+            if !*warned_frozen {
+                *warned_frozen = true;
+                eprintln!(
+                    "tasklock run: {key} was frozen while the command runs; the lease can no longer be renewed and ends at its current end."
+                );
+            }
+            true
+        }
+        Ok(r) => r.exit_code() == 0,
+        Err(e) => {
+            eprintln!("tasklock run: renewing {key} failed: {e}");
+            true
+        }
+    }
 }
 
 /// Does `agent` still hold `key` under `token`, its lease not over?

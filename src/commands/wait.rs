@@ -9,8 +9,9 @@
 
 use std::time::{Duration, Instant};
 
-use super::checkout::{self, Join, Request, Want};
 use crate::clock::Time;
+use crate::engine::bind::bind_to;
+use crate::engine::take::{Join, Request, Want, attempt, with_registered_pid};
 use crate::engine::{Ctx, queue};
 use crate::error::{Outcome, Result};
 use crate::liveness::{self, Proc};
@@ -112,12 +113,12 @@ fn wait_loop(
                 if agent_gone(store, me, &started, born)? {
                     return Ok(None);
                 }
-                let mut req = checkout::with_registered_pid(&now_ctx, store, guard, req.clone())?;
+                let mut req = with_registered_pid(&now_ctx, store, guard, req.clone())?;
                 let registered = req.agent.pid.map(|p| (p, req.agent.pid_start));
                 if own_process {
-                    checkout::bind_to(&now_ctx, store, key, &mut req, pid)?;
+                    bind_to(&now_ctx, store, key, &mut req, pid)?;
                 }
-                let report = checkout::attempt(&now_ctx, store, guard, &req, key, Join::Wait(pid))?;
+                let report = attempt(&now_ctx, store, guard, &req, key, Join::Wait(pid))?;
                 Ok(Some((report, registered)))
             })?
         };

@@ -25,7 +25,7 @@ pub fn run(
         Error::Usage("--watch needs --pid PID: no Claude Code process or parent shell found".into())
     })?;
     let agent = ctx.agent()?;
-    let mut start = match crate::os::start_time(pid) {
+    let start = match crate::os::start_time(pid) {
         Some(start) => start,
         // Started by --detach, which checked the process and recorded it: it died
         // before this watcher got going, so do at once what the watcher is for.
@@ -65,63 +65,111 @@ pub fn run(
         ));
     };
     crate::signals::install();
-    let mut beats = 0u64;
+    let mut watcher = Watcher {
+        ctx,
+        agent: &agent,
+        pid,
+        start,
+        beats: 0,
+    };
     let mut status = status;
     let mut skip_beat = after_beat;
     loop {
-        let beat_ctx = ctx.at_now(&agent.id)?;
-        let beat = if std::mem::take(&mut skip_beat) {
-            Ok(())
-        } else {
-            // Register the watched process only while it is (or nothing is) the agent's
-            // process: a beat must not take the registration back from a process the
-            // agent registered since.
-            let register = match registered(ctx, &agent.id) {
-                Ok(Some((p, s))) => p == pid && s.is_none_or(|s| s == start),
-                _ => true,
-            };
-            heartbeat::run(&beat_ctx, status.take(), register.then_some(pid)).map(|_| beats += 1)
+        if !std::mem::take(&mut skip_beat)
+            && let Some(stopped) = watcher.beat(status.take())?
+        {
+            return Ok(stopped);
+        }
+        if let Some(ended) = watcher.watch_until(Instant::now() + interval)? {
+            return Ok(ended);
+        }
+    }
+}
+
+/// A watcher's agent, the process it watches and the beats it made.
+struct Watcher<'a> {
+    ctx: &'a Ctx,
+    agent: &'a crate::identity::Agent,
+    pid: u32,
+    start: u64,
+    beats: u64,
+}
+
+impl Watcher<'_> {
+    /// One beat for the agent; the report to end with when the lock directory is gone.
+    fn beat(&mut self, status: Option<String>) -> Result<Option<Report>> {
+        let (ctx, id, pid) = (self.ctx, &self.agent.id, self.pid);
+        let beat_ctx = ctx.at_now(id)?;
+        // Register the watched process only while it is (or nothing is) the agent's
+        // process: a beat must not take the registration back from a process the agent
+        // registered since.
+        let register = match registered(ctx, id) {
+            Ok(Some((p, s))) => p == pid && s.is_none_or(|s| s == self.start),
+            _ => true,
         };
+        let beat = heartbeat::run(&beat_ctx, status, register.then_some(pid));
+        if beat.is_ok() {
+            self.beats += 1;
+        }
         // A beat may end others' checkouts and hand their keys on: push those messages now.
         crate::engine::deliver::flush();
         match beat {
-            Ok(()) => {}
+            Ok(_) => {}
             // The lock directory was removed: nothing is left to keep alive.
             Err(_) if !ctx.dir.is_dir() => {
-                return Ok(report(ctx, &agent.id, pid, "stopped", beats, Vec::new()));
+                return Ok(Some(self.report("stopped")));
             }
             // Keep watching through a transient failure; say so where someone may look.
-            Err(_) if crate::os::start_time(pid) != Some(start) => {}
+            Err(_) if crate::os::start_time(pid) != Some(self.start) => {}
             Err(e) => eprintln!("tasklock heartbeat --watch: {e}"),
         }
-        let next = Instant::now() + interval;
+        Ok(None)
+    }
+
+    /// Watch the process until `next` (the next beat), following the agent to the
+    /// process it registered since when this one dies; the report to end with when the
+    /// watching is over (a signal, the agent ended with its process).
+    fn watch_until(&mut self, next: Instant) -> Result<Option<Report>> {
+        let agent = self.agent;
         while Instant::now() < next {
             if crate::signals::received().is_some() {
-                return Ok(report(ctx, &agent.id, pid, "stopped", beats, Vec::new()));
+                return Ok(Some(self.report("stopped")));
             }
             let gone = match liveness::check_process(
                 &agent.host,
                 agent.boot_id.as_deref(),
                 agent.pid_ns.as_deref(),
-                pid,
-                Some(start),
+                self.pid,
+                Some(self.start),
             ) {
                 Proc::Gone | Proc::Reused => true,
                 Proc::Running | Proc::Unknown => false,
             };
             if gone {
-                match died(ctx, &agent, pid, Some(start), beats)? {
+                match died(self.ctx, agent, self.pid, Some(self.start), self.beats)? {
                     Died::Follow(next, next_start) => {
                         // The agent lives on in the process it registered since: watch
                         // that one now, so its death still ends the agent at once.
-                        pid = next;
-                        start = next_start;
+                        self.pid = next;
+                        self.start = next_start;
                     }
-                    Died::Ended(report) => return Ok(*report),
+                    Died::Ended(report) => return Ok(Some(*report)),
                 }
             }
             std::thread::sleep(POLL.min(next.saturating_duration_since(Instant::now())));
         }
+        Ok(None)
+    }
+
+    fn report(&self, outcome: &'static str) -> Report {
+        report(
+            self.ctx,
+            &self.agent.id,
+            self.pid,
+            outcome,
+            self.beats,
+            Vec::new(),
+        )
     }
 }
 

@@ -1,14 +1,14 @@
 //! The simulated fleet of `tasklock demo`: agents that take issues from the backlog, add
 //! the paths they edit, queue for the shared keys (staging, the migrations), hand them on,
 //! finish their work, and now and then die. Every step is a real command line run through
-//! [`crate::call`] on the demo's own lock directory, so what the view shows is tasklock's
+//! [`crate::dispatch::call`] on the demo's own lock directory, so what the view shows is tasklock's
 //! own state: a death is found by tasklock (the agent's process is gone) and its keys are
 //! released and handed on by tasklock's rules, not by the demo.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 
-use crate::Called;
+use crate::dispatch::Called;
 use crate::error::{EXIT_HELD, EXIT_NO_SUCH_CHECKOUT, EXIT_OK};
 
 /// The issues of the backlog: what an agent says it is doing, and the path it edits.
@@ -428,7 +428,7 @@ impl Fleet {
         argv.push(self.lock.clone().into_os_string());
         argv.extend(["--agent", agent].map(Into::into));
         argv.extend(args.iter().map(Into::into));
-        let called = crate::call(argv);
+        let called = crate::dispatch::call(argv);
         // Nobody to push the inbox messages to, but what was queued for it goes.
         crate::engine::deliver::flush();
         called

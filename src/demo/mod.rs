@@ -52,7 +52,7 @@ pub fn run(global: &Global, a: &DemoArgs) -> i32 {
     }
     let word = if a.ui { "ui" } else { "top" };
     let view = match std::env::current_exe() {
-        Ok(exe) => exe.with_file_name(crate::VIEW_BINARY),
+        Ok(exe) => exe.with_file_name(crate::dispatch::VIEW_BINARY),
         Err(e) => {
             eprintln!("tasklock demo: cannot find this binary's path: {e}");
             return EXIT_ERROR;
@@ -108,7 +108,7 @@ fn cannot_start(view: &Path, err: &str) -> String {
     format!(
         "tasklock demo: cannot start {} ({err}): {}",
         view.display(),
-        crate::VIEW_MISSING
+        crate::dispatch::VIEW_MISSING
     )
 }
 

@@ -32,8 +32,8 @@ use crate::error::{Outcome, Result};
 use crate::report::CheckoutReport;
 use crate::store::{
     AgentEntry, AuditEvent, AuditFollow, BacklogClaim, BacklogEntry, BacklogSummary, Changes,
-    Delivery, Ended, FileStore, Freeze, Guard, Held, History, Message, Note, Queue, Record, Slot,
-    Store,
+    Delivery, Ended, Event, FileStore, Freeze, Guard, Held, History, Message, Note, Queue, Record,
+    Slot, Store,
 };
 
 /// Keys read by the first [`Store::read_many`]; each later one reads four times as many,
@@ -163,7 +163,7 @@ pub(super) fn one_deny(
         .iter()
         .find(|e| e.key == *first)
         .cloned()
-        .unwrap_or_else(|| ctx.agent_event("deny", first, &req.agent));
+        .unwrap_or_else(|| ctx.agent_event(Event::Deny, first, &req.agent));
     let why = |r: &CheckoutReport| -> String {
         let own = denied.iter().find(|e| e.key == r.key);
         match r.outcome {
@@ -392,7 +392,7 @@ impl Store for Claiming<'_> {
         self.inner.remove(g, key, slot, paths)
     }
     fn audit(&self, g: &Guard, event: &AuditEvent) -> Result<()> {
-        if event.event == "deny" {
+        if event.is(Event::Deny) {
             self.denied.borrow_mut().push(event.clone());
             return Ok(());
         }

@@ -1,15 +1,25 @@
 //! The decision of a checkout, made from what was read of the key: [`decide`] is pure
-//! (no store, no clock, no I/O). [`super::take::attempt`] reads the key's state under
+//! (no store, no clock, no I/O). `take::attempt` reads the key's state under
 //! the guard ([`KeyState`]), asks [`decide`], and carries the [`Decision`] out in one
 //! place; `why` reads the same decision and puts it in words.
 
 use std::path::PathBuf;
 
 use super::slots::Holders;
-use super::take::Join;
 use crate::error::Outcome;
 use crate::report::{OverlapView, Reaped};
 use crate::store::{Freeze, Queue, Record, Reservation};
+
+/// What to do when the key is not ours to take now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Join {
+    /// Refuse (exit 2).
+    No,
+    /// Join the queue and return (exit 2 with the position).
+    Queue,
+    /// Join the queue as the blocked process `pid` (`--wait`).
+    Wait(u32),
+}
 
 /// Who has the key, as read under the guard once the checkouts in the way that had
 /// ended were ended ([`KeyState::took_over`]).

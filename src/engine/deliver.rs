@@ -14,7 +14,7 @@ use super::Ctx;
 use crate::clock;
 use crate::error::Result;
 use crate::liveness::{self, Proc};
-use crate::store::{AuditEvent, Delivery, MessageKind, Store};
+use crate::store::{AuditEvent, Delivery, Event, MessageKind, Store};
 
 struct Pending {
     ctx: Ctx,
@@ -231,7 +231,7 @@ pub fn shown_by_monitor(store: &dyn Store, msg: &crate::store::Message) -> Resul
     };
     store.transaction(|g| {
         store.record_delivery(g, &msg.to, &msg.id, d)?;
-        let mut ev = AuditEvent::new(d.at, "push", &msg.key, &msg.to);
+        let mut ev = AuditEvent::new(d.at, Event::Push, &msg.key, &msg.to);
         ev.detail = Some(format!("{}: shown by the session's monitor", msg.kind));
         store.audit(g, &ev)?;
         if msg.kind == MessageKind::Reserved {
@@ -257,7 +257,7 @@ fn record(
         error,
     };
     store.record_delivery(g, &msg.to, &msg.id, &d)?;
-    let mut ev = AuditEvent::new(at, "push", &msg.key, &msg.to);
+    let mut ev = AuditEvent::new(at, Event::Push, &msg.key, &msg.to);
     ev.detail = Some(match &d.error {
         None if reach.via == crate::store::Via::Codex => {
             format!("{}: handed to the session's Codex queue", msg.kind)

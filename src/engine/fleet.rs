@@ -100,73 +100,118 @@ pub fn snapshot(ctx: &Ctx, store: &dyn Store) -> Result<Fleet> {
         .filter(|q| !q.is_empty())
         .map(|q| (q.key.clone(), QueueView::from_queue(q)))
         .collect();
-
-    let mut checkouts = Vec::new();
-    let mut corrupt = 0;
-    let mut held: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    let mut renewed: BTreeMap<String, Time> = BTreeMap::new();
-    let mut unregistered = BTreeMap::new();
-    for slot in slots {
-        let r = match slot {
-            Slot::Held(r) => r,
-            Slot::Corrupt { .. } => {
-                corrupt += 1;
-                continue;
-            }
-            Slot::Free => continue,
-        };
-        let j = judge.holder(&r)?;
-        let ending = judge.reap_reason(&r)?;
-        held.entry(r.agent.id.clone())
-            .or_default()
-            .push(r.key.clone());
-        let last = renewed.entry(r.agent.id.clone()).or_insert(r.renewed_at);
-        *last = (*last).max(r.renewed_at);
-        let entry = judge.entry(&r.agent.id)?;
-        if entry.is_none() {
-            unregistered.entry(r.agent.id.clone()).or_insert(r.clone());
-        }
-        let holder_client = client_of(entry.as_ref());
-        checkouts.push(FleetCheckout {
-            view: CheckoutView::from(&r),
-            holder_state: j.state,
-            holder_client,
-            holder_cause: j.cause,
-            ending,
-            queued: queues.get(&r.key).map_or(0, |q| q.length),
-        });
-    }
-    checkouts.sort_by(|a, b| (&a.view.key, a.view.slot).cmp(&(&b.view.key, b.view.slot)));
-
+    let held = Held::judge(&mut judge, slots, &queues)?;
     // Waits, from the engine's one waits-for graph (the one every change is checked
     // against): an edge from each waiter to each agent that keeps it waiting.
     let graph = super::waits::Graph::build(ctx, store, None, None)?;
-    let mut waits = Vec::new();
     let mut waiting_for: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for q in &queues_raw {
-        for r in &q.reservations {
+        let agents = q.reservations.iter().map(|r| &r.agent);
+        for agent in agents.chain(q.waiters.iter().map(|w| &w.agent)) {
             waiting_for
-                .entry(r.agent.clone())
-                .or_default()
-                .insert(q.key.clone());
-        }
-        for w in &q.waiters {
-            waiting_for
-                .entry(w.agent.clone())
+                .entry(agent.clone())
                 .or_default()
                 .insert(q.key.clone());
         }
     }
-    for w in &graph.waits {
-        for b in w.blockers.iter().filter(|b| **b != w.agent) {
-            waits.push(Wait {
+    let waits = graph
+        .waits
+        .iter()
+        .flat_map(|w| {
+            w.blockers.iter().filter(|b| **b != w.agent).map(|b| Wait {
                 waiter: w.agent.clone(),
                 key: w.key.clone(),
                 blocker: b.clone(),
+            })
+        })
+        .collect();
+    let cycles = cycles(&graph);
+    let agents = agents(ctx, store, &mut judge, &held, &waiting_for)?;
+    let mut freezes: Vec<_> = store.freezes()?.iter().map(Freeze::public).collect();
+    freezes.retain(|f| f.until > ctx.now);
+    freezes.sort_by(|a, b| a.pattern.cmp(&b.pattern));
+    Ok(Fleet {
+        now: ctx.now,
+        store: store.describe(),
+        checkouts: held.checkouts,
+        agents,
+        queues,
+        waits,
+        cycles,
+        freezes,
+        corrupt: held.corrupt,
+    })
+}
+
+/// The checkouts as judged now, and what the agents' rows need of them.
+struct Held {
+    /// By key, then slot.
+    checkouts: Vec<FleetCheckout>,
+    corrupt: usize,
+    /// Each holder's keys.
+    keys: BTreeMap<String, Vec<String>>,
+    /// Each holder's latest renewal.
+    renewed: BTreeMap<String, Time>,
+    /// A checkout of each holder with no registry entry.
+    unregistered: BTreeMap<String, crate::store::Record>,
+}
+
+impl Held {
+    fn judge(
+        judge: &mut Judge,
+        slots: Vec<Slot>,
+        queues: &BTreeMap<String, QueueView>,
+    ) -> Result<Held> {
+        let mut held = Held {
+            checkouts: Vec::new(),
+            corrupt: 0,
+            keys: BTreeMap::new(),
+            renewed: BTreeMap::new(),
+            unregistered: BTreeMap::new(),
+        };
+        for slot in slots {
+            let r = match slot {
+                Slot::Held(r) => r,
+                Slot::Corrupt { .. } => {
+                    held.corrupt += 1;
+                    continue;
+                }
+                Slot::Free => continue,
+            };
+            let j = judge.holder(&r)?;
+            let ending = judge.reap_reason(&r)?;
+            held.keys
+                .entry(r.agent.id.clone())
+                .or_default()
+                .push(r.key.clone());
+            let last = held
+                .renewed
+                .entry(r.agent.id.clone())
+                .or_insert(r.renewed_at);
+            *last = (*last).max(r.renewed_at);
+            let entry = judge.entry(&r.agent.id)?;
+            if entry.is_none() {
+                held.unregistered
+                    .entry(r.agent.id.clone())
+                    .or_insert(r.clone());
+            }
+            held.checkouts.push(FleetCheckout {
+                view: CheckoutView::from(&r),
+                holder_state: j.state,
+                holder_client: client_of(entry.as_ref()),
+                holder_cause: j.cause,
+                ending,
+                queued: queues.get(&r.key).map_or(0, |q| q.length),
             });
         }
+        held.checkouts
+            .sort_by(|a, b| (&a.view.key, a.view.slot).cmp(&(&b.view.key, b.view.slot)));
+        Ok(held)
     }
-    // Each cycle once, as its agents, from the smallest id.
+}
+
+/// Each cycle of waits once, as its agents, from the smallest id.
+fn cycles(graph: &super::waits::Graph) -> Vec<Vec<String>> {
     let mut cycles: BTreeSet<Vec<String>> = BTreeSet::new();
     let agents_waiting: BTreeSet<&str> = graph.waits.iter().map(|w| w.agent.as_str()).collect();
     for a in agents_waiting {
@@ -184,19 +229,32 @@ pub fn snapshot(ctx: &Ctx, store: &dyn Store) -> Result<Fleet> {
             cycles.insert(ring);
         }
     }
-    let cycles: Vec<Vec<String>> = cycles.into_iter().collect();
+    cycles.into_iter().collect()
+}
 
+/// The agents in view: registered ones that are alive, stalled, hold or wait for
+/// something, or died lately; then holders with no registry entry. Live ones first.
+fn agents(
+    ctx: &Ctx,
+    store: &dyn Store,
+    judge: &mut Judge,
+    held: &Held,
+    waiting_for: &BTreeMap<String, BTreeSet<String>>,
+) -> Result<Vec<FleetAgent>> {
+    let waits_of = |id: &String| -> Vec<String> {
+        waiting_for
+            .get(id)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
+    };
     let cfg = judge.config()?.clone();
     let mut agents = Vec::new();
     let mut seen = BTreeSet::new();
     for entry in store.scan_agents()? {
-        let judged = liveness::with_renewal(&entry, renewed.get(&entry.id));
+        let judged = liveness::with_renewal(&entry, held.renewed.get(&entry.id));
         let j = liveness::judge_entry(&judged, &ctx.now, &cfg);
-        let keys = held.get(&entry.id).cloned().unwrap_or_default();
-        let waits_on: Vec<String> = waiting_for
-            .get(&entry.id)
-            .map(|s| s.iter().cloned().collect())
-            .unwrap_or_default();
+        let keys = held.keys.get(&entry.id).cloned().unwrap_or_default();
+        let waits_on = waits_of(&entry.id);
         let recent =
             ctx.now - liveness::last_sign(&judged) < chrono::Duration::seconds(DEAD_SHOWN_SECS);
         if j.dead() && keys.is_empty() && waits_on.is_empty() && !recent {
@@ -209,18 +267,15 @@ pub fn snapshot(ctx: &Ctx, store: &dyn Store) -> Result<Fleet> {
             waiting_for: waits_on,
         });
     }
-    for (id, keys) in &held {
+    for (id, keys) in &held.keys {
         if seen.contains(id) {
             continue;
         }
-        if let Some(r) = unregistered.get(id) {
+        if let Some(r) = held.unregistered.get(id) {
             agents.push(FleetAgent {
                 client: None,
                 row: AgentRow::unregistered(r, keys.clone()),
-                waiting_for: waiting_for
-                    .get(id)
-                    .map(|s| s.iter().cloned().collect())
-                    .unwrap_or_default(),
+                waiting_for: waits_of(id),
             });
         }
     }
@@ -234,18 +289,5 @@ pub fn snapshot(ctx: &Ctx, store: &dyn Store) -> Result<Fleet> {
             .cmp(&rank(b.row.state))
             .then_with(|| a.row.id.cmp(&b.row.id))
     });
-    let mut freezes: Vec<_> = store.freezes()?.iter().map(Freeze::public).collect();
-    freezes.retain(|f| f.until > ctx.now);
-    freezes.sort_by(|a, b| a.pattern.cmp(&b.pattern));
-    Ok(Fleet {
-        now: ctx.now,
-        store: store.describe(),
-        checkouts,
-        agents,
-        queues,
-        waits,
-        cycles,
-        freezes,
-        corrupt,
-    })
+    Ok(agents)
 }

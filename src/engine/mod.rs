@@ -8,6 +8,7 @@
 //! the renderer.
 
 pub mod backlog;
+pub mod bind;
 pub mod claim;
 pub mod decide;
 pub mod deliver;
@@ -32,7 +33,8 @@ use crate::identity::{self, Agent};
 use crate::liveness::{self, Cause, Judgement};
 use crate::report::{AgentView, Previous, Reaped};
 use crate::store::{
-    AgentEntry, AuditEvent, EndHow, Ended, FileStore, Guard, MessageKind, Note, Record, Slot, Store,
+    AgentEntry, AuditEvent, EndHow, Ended, Event, EventName, FileStore, Guard, MessageKind, Note,
+    Record, Slot, Store,
 };
 
 /// What every command gets: resolved global options and "now".
@@ -47,6 +49,33 @@ pub struct Ctx {
 }
 
 impl Ctx {
+    /// A command's context, the one way to make one: the lock directory, the caller as
+    /// the options name it, "now" from the clock, `config.yaml` not read yet.
+    pub fn new(dir: PathBuf, agent_flag: Option<String>, name_flag: Option<String>) -> Result<Ctx> {
+        Ok(Ctx {
+            dir,
+            now: crate::clock::now()?,
+            agent_flag,
+            name_flag,
+            cfg: Default::default(),
+        })
+    }
+
+    /// [`Ctx::new`] for a command that judges time: a PostgreSQL store judges it by the
+    /// server's clock, so connect first (the connection serves the whole command) and
+    /// take "now" again.
+    pub fn connected(
+        dir: PathBuf,
+        agent_flag: Option<String>,
+        name_flag: Option<String>,
+    ) -> Result<Ctx> {
+        let mut ctx = Ctx::new(dir, agent_flag, name_flag)?;
+        if crate::store::pg::open_early(ctx.config().ok().as_ref())? {
+            ctx.now = crate::clock::now()?;
+        }
+        Ok(ctx)
+    }
+
     /// The same context at the current time, with the agent id fixed (long-running commands).
     pub fn at_now(&self, agent_id: &str) -> Result<Ctx> {
         Ok(Ctx {
@@ -109,7 +138,7 @@ impl Ctx {
     }
 
     /// An event about a checkout record: its key, holder and token.
-    pub fn event(&self, event: &str, record: &Record) -> AuditEvent {
+    pub fn event(&self, event: impl EventName, record: &Record) -> AuditEvent {
         let mut ev = self.agent_event(event, &record.key, &record.agent);
         ev.token = Some(record.token);
         ev.paths = record.paths.clone();
@@ -117,7 +146,7 @@ impl Ctx {
     }
 
     /// An event about `agent` and `key`.
-    pub fn agent_event(&self, event: &str, key: &str, agent: &Agent) -> AuditEvent {
+    pub fn agent_event(&self, event: impl EventName, key: &str, agent: &Agent) -> AuditEvent {
         let mut ev = AuditEvent::new(self.now, event, key, &agent.id);
         ev.name = agent.name.clone();
         ev
@@ -171,7 +200,7 @@ fn after_auto_release(
     reason: ReapReason,
     taker: Option<&str>,
 ) -> Result<()> {
-    let mut ev = ctx.event("auto_release", record);
+    let mut ev = ctx.event(Event::AutoRelease, record);
     ev.reason = Some(reason.as_str().into());
     ev.by = by.filter(|b| *b != record.agent.id).map(str::to_string);
     store.audit(guard, &ev)?;
@@ -229,7 +258,53 @@ fn death_cause(ctx: &Ctx, store: &dyn Store, record: &Record) -> Result<Option<C
     Ok(liveness::judge_record(record, entry.as_ref(), &ctx.now, &cfg).cause)
 }
 
-/// Remember how a key's checkout ended, for its next holder.
+/// A change under way: the command's context, the store and the guard of the scope it
+/// holds, which the engine's writers take together instead of one parameter each.
+#[derive(Clone, Copy)]
+pub struct Scope<'a> {
+    pub ctx: &'a Ctx,
+    pub store: &'a dyn Store,
+    pub guard: &'a Guard,
+}
+
+impl<'a> Scope<'a> {
+    pub fn new(ctx: &'a Ctx, store: &'a dyn Store, guard: &'a Guard) -> Self {
+        Scope { ctx, store, guard }
+    }
+
+    /// Remember how a key's checkout ended, for its next holder.
+    pub fn record_end(
+        &self,
+        record: &Record,
+        how: EndHow,
+        cause: Option<Cause>,
+        by: Option<String>,
+        note: Option<String>,
+    ) -> Result<()> {
+        let cause = cause.and_then(|c| {
+            serde_json::to_value(c)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+        });
+        self.store.write_ended(
+            self.guard,
+            &Ended {
+                version: 1,
+                key: record.key.clone(),
+                agent: record.agent.clone(),
+                token: record.token,
+                acquired_at: record.acquired_at,
+                ended_at: self.ctx.now,
+                how,
+                cause,
+                by,
+                note,
+            },
+        )
+    }
+}
+
+/// [`Scope::record_end`], for the callers that do not hold a [`Scope`] yet.
 #[allow(clippy::too_many_arguments)]
 pub fn record_end(
     ctx: &Ctx,
@@ -241,26 +316,7 @@ pub fn record_end(
     by: Option<String>,
     note: Option<String>,
 ) -> Result<()> {
-    let cause = cause.and_then(|c| {
-        serde_json::to_value(c)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_string))
-    });
-    store.write_ended(
-        guard,
-        &Ended {
-            version: 1,
-            key: record.key.clone(),
-            agent: record.agent.clone(),
-            token: record.token,
-            acquired_at: record.acquired_at,
-            ended_at: ctx.now,
-            how,
-            cause,
-            by,
-            note,
-        },
-    )
+    Scope::new(ctx, store, guard).record_end(record, how, cause, by, note)
 }
 
 /// A grant of `key`: its fencing token, and what its next holder should know (`None`
@@ -734,7 +790,7 @@ pub fn holder_refused(
     if !standing.refused() {
         return Ok(None);
     }
-    let mut ev = ctx.event("refused", r);
+    let mut ev = ctx.event(Event::Refused, r);
     ev.reason = Some(standing.as_str().into());
     ev.detail = Some(format!("{command} as the holder without its secret"));
     ev.by = Some(crate::identity::UnixUser::current().name);
@@ -756,7 +812,7 @@ pub fn agent_refused(
     if !standing.refused() {
         return Ok(None);
     }
-    let mut ev = ctx.agent_event("refused", &agent.id, agent);
+    let mut ev = ctx.agent_event(Event::Refused, &agent.id, agent);
     ev.reason = Some(standing.as_str().into());
     ev.detail = Some(format!("{command} as the agent without its secret"));
     ev.by = Some(crate::identity::UnixUser::current().name);

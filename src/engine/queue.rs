@@ -3,14 +3,14 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use super::Ctx;
 use super::waits::Graph;
+use super::{Ctx, Scope};
 use crate::duration::to_chrono;
 use crate::error::Result;
 use crate::identity::Agent;
 use crate::liveness;
 use crate::store::{
-    AuditEvent, Guard, Message, MessageKind, Queue, Record, Reservation, Slot, Store, Waiter,
+    AuditEvent, Event, Guard, Message, MessageKind, Queue, Record, Reservation, Slot, Store, Waiter,
 };
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
@@ -86,13 +86,11 @@ fn defer_announce(reserved: &[String]) {
     });
 }
 
-fn audit(ctx: &Ctx, event: &str, key: &str, agent: &str) -> AuditEvent {
+fn audit(ctx: &Ctx, event: Event, key: &str, agent: &str) -> AuditEvent {
     AuditEvent::new(ctx.now, event, key, agent)
 }
 
-/// Put a message in `to`'s inbox and audit it; once the change is committed, the message
-/// is pushed into `to`'s session if it can be reached ([`super::deliver`]). Returns the
-/// message's id.
+/// [`Scope::notify`], for the callers that do not hold a [`Scope`] yet.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn notify(
     ctx: &Ctx,
@@ -104,30 +102,47 @@ pub(crate) fn notify(
     key: &str,
     body: &str,
 ) -> Result<String> {
-    let seq = SEQ.fetch_add(1, Ordering::Relaxed);
-    let msg = Message {
-        version: 1,
-        id: format!(
-            "{:013}-{}-{seq}",
-            ctx.now.timestamp_millis().max(0),
-            std::process::id()
-        ),
-        from: from.map(str::to_string),
-        to: to.to_string(),
-        kind,
-        key: key.to_string(),
-        ts: ctx.now,
-        body: body.to_string(),
-        user: Some(crate::identity::UnixUser::current()),
-        delivery: None,
-    };
-    store.send(g, &msg)?;
-    let mut ev = audit(ctx, "notify", key, to);
-    ev.by = msg.from.clone();
-    ev.detail = Some(kind.to_string());
-    store.audit(g, &ev)?;
-    super::deliver::after_commit(ctx, to, &msg.id);
-    Ok(msg.id)
+    Scope::new(ctx, store, g).notify(to, from, kind, key, body)
+}
+
+impl Scope<'_> {
+    /// Put a message in `to`'s inbox about `key`, from `from`, audited; once the change
+    /// stands it is pushed into `to`'s session if it can be reached
+    /// ([`super::deliver`]). Returns the message's id.
+    pub(crate) fn notify(
+        &self,
+        to: &str,
+        from: Option<&str>,
+        kind: MessageKind,
+        key: &str,
+        body: &str,
+    ) -> Result<String> {
+        let (ctx, store, g) = (self.ctx, self.store, self.guard);
+        let seq = SEQ.fetch_add(1, Ordering::Relaxed);
+        let msg = Message {
+            version: 1,
+            id: format!(
+                "{:013}-{}-{seq}",
+                ctx.now.timestamp_millis().max(0),
+                std::process::id()
+            ),
+            from: from.map(str::to_string),
+            to: to.to_string(),
+            kind,
+            key: key.to_string(),
+            ts: ctx.now,
+            body: body.to_string(),
+            user: Some(crate::identity::UnixUser::current()),
+            delivery: None,
+        };
+        store.send(g, &msg)?;
+        let mut ev = audit(ctx, Event::Notify, key, to);
+        ev.by = msg.from.clone();
+        ev.detail = Some(kind.to_string());
+        store.audit(g, &ev)?;
+        super::deliver::after_commit(ctx, to, &msg.id);
+        Ok(msg.id)
+    }
 }
 
 /// Is a waiter gone ([`liveness::waiter_gone`], judged now)?
@@ -267,7 +282,7 @@ pub(crate) fn settle(
     let mut kept = Vec::with_capacity(q.waiters.len());
     for w in std::mem::take(&mut q.waiters) {
         if waiter_gone(ctx, store, &w)? {
-            let mut ev = audit(ctx, "dequeue", &q.key, &w.agent);
+            let mut ev = audit(ctx, Event::Dequeue, &q.key, &w.agent);
             ev.reason = Some("gone".into());
             store.audit(g, &ev)?;
             if q.reserved_for(&w.agent).is_some() {
@@ -295,7 +310,7 @@ pub(crate) fn settle(
         if ctx.now >= res.until && !keeps {
             let h = q.waiters.remove(i);
             freed.extend(h.paths);
-            let mut ev = audit(ctx, "lapse", &q.key, &res.agent);
+            let mut ev = audit(ctx, Event::Lapse, &q.key, &res.agent);
             ev.detail = Some("the reservation's grace ran out; passed to the next waiter".into());
             store.audit(g, &ev)?;
             notify(
@@ -369,7 +384,7 @@ fn reserve(
         until,
         message: None,
     });
-    let mut ev = audit(ctx, "handoff", &q.key, &head.agent);
+    let mut ev = audit(ctx, Event::Handoff, &q.key, &head.agent);
     ev.paths = head.paths.clone();
     ev.detail = Some(match passed {
         0 => format!("reserved until {}", crate::clock::rfc3339(&until)),
@@ -574,7 +589,7 @@ pub(crate) fn join(
             store.write_queue(g, q)?;
             if changed {
                 // A re-join asking for other paths: a wait of its own, audited as one.
-                let mut ev = audit(ctx, "queue", &q.key, &agent.id);
+                let mut ev = audit(ctx, Event::Queue, &q.key, &agent.id);
                 ev.name = agent.name.clone();
                 ev.paths = paths.to_vec();
                 ev.detail = Some(format!(
@@ -608,7 +623,7 @@ pub(crate) fn join(
         q.waiters.push(w);
     }
     store.write_queue(g, q)?;
-    let mut ev = audit(ctx, "queue", &q.key, &agent.id);
+    let mut ev = audit(ctx, Event::Queue, &q.key, &agent.id);
     ev.name = agent.name.clone();
     ev.paths = paths.to_vec();
     ev.detail = Some(format!(
@@ -664,7 +679,7 @@ fn dequeue_then_settle(
                 q.reservations.retain(|r| r.agent != agent);
                 freed = w.paths;
             }
-            let mut ev = audit(ctx, "dequeue", &q.key, agent);
+            let mut ev = audit(ctx, Event::Dequeue, &q.key, agent);
             ev.reason = Some(reason.into());
             store.audit(g, &ev)?;
             true
@@ -750,7 +765,7 @@ pub(crate) fn announce_through(
         // Kept above only with a cycle, in a graph that the other drops only shrink.
         let Some(cycle) = cycle else { continue };
         let words = cycle.join(" → ");
-        let mut ev = audit(ctx, "deadlock", kx, x);
+        let mut ev = audit(ctx, Event::Deadlock, kx, x);
         ev.holder = Some(cycle[2].clone());
         ev.reason = Some("dropped".into());
         ev.detail = Some(words.clone());

@@ -15,16 +15,7 @@ use crate::identity::Agent;
 use crate::report::{CheckoutReport, CheckoutView, OverlapView, Reaped};
 use crate::store::{AgentEntry, AuditEvent, Guard, Queue, Record, Slot, Store};
 
-/// What to do when the key is not ours to take now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Join {
-    /// Refuse (exit 2).
-    No,
-    /// Join the queue and return (exit 2 with the position).
-    Queue,
-    /// Join the queue as the blocked process `pid` (`--wait`).
-    Wait(u32),
-}
+pub use super::decide::Join;
 
 /// Everything a checkout needs besides the key.
 #[derive(Debug, Clone)]

@@ -2,7 +2,7 @@
 //!
 //! Each tool builds the same command line a person would type (`tasklock --agent=ID
 //! checkout -- KEY`: every key after `--`, every value joined to its option, so that no
-//! text of the caller's is read as an option) and runs it through [`crate::call`], the path `tasklock` itself takes:
+//! text of the caller's is read as an option) and runs it through [`crate::dispatch::call`], the path `tasklock` itself takes:
 //! the content is the CLI's markdown (what the model reads), `_meta["tasklock/json"]` the
 //! CLI's `--json` object (for programs), and a non-zero exit is an error result (`isError`)
 //! with `exit_code` and `error_kind` in that object.
@@ -43,7 +43,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::Called;
+use crate::dispatch::Called;
 use crate::engine::{Ctx, ReapReason};
 use crate::error::{EXIT_ERROR, EXIT_OK, EXIT_USAGE};
 
@@ -320,7 +320,7 @@ impl Server {
         let argv = self.argv(me, args);
         // The server lives on: what the command queued to push goes now, not at exit.
         let called = on_commands(move || {
-            let called = crate::call(argv);
+            let called = crate::dispatch::call(argv);
             crate::engine::deliver::flush();
             called
         });
@@ -379,13 +379,7 @@ impl Server {
         let result = crate::discover::discover(self.0.dir.as_deref())
             .and_then(|d| d.for_reading())
             .and_then(|dir| {
-                let ctx = Ctx {
-                    dir,
-                    now: crate::clock::now()?,
-                    agent_flag: Some(me.id.clone()),
-                    name_flag: Some(me.name.clone()),
-                    cfg: Default::default(),
-                };
+                let ctx = Ctx::new(dir, Some(me.id.clone()), Some(me.name.clone()))?;
                 crate::engine::end_agent(&ctx, &me.id, true, reason)
             });
         if let Err(e) = result {
@@ -865,142 +859,138 @@ fn parse<T: for<'de> Deserialize<'de>>(args: Value) -> Result<T, String> {
 /// tool; `Err` for arguments the tool does not take.
 fn command(tool: &str, args: Value) -> Option<Result<Vec<String>, String>> {
     let s = |v: &str| v.to_string();
-    Some((|| -> Result<Vec<String>, String> {
-        Ok(match tool {
-            "checkout" => {
-                let a: CheckoutArgs = parse(args)?;
-                let mut v = vec![s("checkout")];
-                if let Some(r) = a.reason {
-                    v.push(opt("--reason", &r));
-                }
-                if let Some(t) = a.timeout {
-                    v.push(opt("--timeout", &t));
-                }
-                if a.queue {
-                    v.push(s("--queue"));
-                }
-                if let Some(w) = a.wait_seconds {
-                    if !(1..=MAX_WAIT_SECS).contains(&w) {
-                        return Err(format!(
-                            "wait_seconds must be between 1 and {MAX_WAIT_SECS}; to wait longer, queue (`queue: true`) and look at your inbox later"
-                        ));
-                    }
-                    v.push(opt("--wait", &format!("{w}s")));
-                }
-                for p in &a.paths {
-                    v.push(opt("--path", p));
-                }
-                if let Some(n) = a.slots {
-                    v.push(opt("--slots", &n.to_string()));
-                }
-                if a.next {
-                    if a.key.is_some() || a.any.is_some() || !a.paths.is_empty() {
-                        return Err("`next` claims from the backlog: give no `key`, `any` or `paths`".into());
-                    }
-                    if a.queue || a.wait_seconds.is_some() || a.slots.is_some() {
-                        return Err("`next` takes no `queue`, `wait_seconds` or `slots`".into());
-                    }
-                    v.push(s("--next"));
-                    return Ok(v);
-                }
-                match (a.key, a.any) {
-                    (Some(k), None) => v.extend([s("--"), k]),
-                    (None, None) if !a.paths.is_empty() => {}
-                    (_, Some(_)) if !a.paths.is_empty() => {
-                        return Err("`any` takes no `paths`".into());
-                    }
-                    (None, Some(keys)) if !keys.is_empty() => {
-                        if a.queue || a.wait_seconds.is_some() {
-                            return Err("`any` takes no `queue` or `wait_seconds`".into());
-                        }
-                        v.push(s("--any"));
-                        v.push(s("--"));
-                        v.extend(keys);
-                    }
-                    (Some(_), Some(_)) => return Err("give `key` or `any`, not both".into()),
-                    _ => {
-                        return Err(
-                            "give `key` (one key), `paths`, or `any` (a list of keys)".into(),
-                        );
-                    }
-                }
-                v
+    let flag = |v: &mut Vec<String>, on: bool, name: &str| {
+        if on {
+            v.push(s(name));
+        }
+    };
+    Some(match tool {
+        "checkout" => parse(args).and_then(checkout_command),
+        "release" => parse(args).and_then(|a: ReleaseArgs| {
+            let mut extra: Vec<String> =
+                a.note.map(|n| vec![opt("--note", &n)]).unwrap_or_default();
+            flag(&mut extra, a.done, "--done");
+            keys_command(tool, extra, a.keys, a.all)
+        }),
+        "renew" => parse(args).and_then(|a: RenewArgs| {
+            let extra = a.timeout.map(|t| vec![opt("--timeout", &t)]);
+            keys_command(tool, extra.unwrap_or_default(), a.keys, a.all)
+        }),
+        "status" | "why" => parse(args).map(|a: KeyArgs| vec![s(tool), s("--"), a.key]),
+        "list" => parse(args).map(|a: ListArgs| {
+            let mut v = vec![s("list")];
+            flag(&mut v, a.mine, "--mine");
+            v
+        }),
+        "note" => parse(args).map(|a: NoteArgs| vec![s("note"), s("--"), a.key, a.text]),
+        "give" => parse(args).map(|a: GiveArgs| {
+            let mut v = vec![s("give"), opt("--to", &a.to)];
+            if let Some(t) = a.timeout {
+                v.push(opt("--timeout", &t));
             }
-            "release" | "renew" => {
-                let (keys, all, extra) = if tool == "release" {
-                    let a: ReleaseArgs = parse(args)?;
-                    let mut extra: Vec<String> =
-                        a.note.map(|n| vec![opt("--note", &n)]).unwrap_or_default();
-                    if a.done {
-                        extra.push(s("--done"));
-                    }
-                    (a.keys, a.all, Some(extra))
-                } else {
-                    let a: RenewArgs = parse(args)?;
-                    (a.keys, a.all, a.timeout.map(|t| vec![opt("--timeout", &t)]))
-                };
-                let mut v = vec![s(tool)];
-                v.extend(extra.into_iter().flatten());
-                match (all, keys.is_empty()) {
-                    (true, true) => v.push(s("--all")),
-                    (false, false) => {
-                        v.push(s("--"));
-                        v.extend(keys);
-                    }
-                    (true, false) => return Err("give `keys` or `all: true`, not both".into()),
-                    (false, true) => return Err("give `keys`, or `all: true`".into()),
-                }
-                v
+            v.extend([s("--"), a.key]);
+            v
+        }),
+        "verify" => parse(args).map(|a: VerifyArgs| {
+            vec![
+                s("verify"),
+                opt("--token", &a.token.to_string()),
+                s("--"),
+                a.key,
+            ]
+        }),
+        "inbox" => parse(args).map(|a: InboxArgs| {
+            let mut v = vec![s("inbox")];
+            flag(&mut v, a.peek, "--peek");
+            v
+        }),
+        "agents" => parse(args).map(|a: AgentsArgs| {
+            let mut v = vec![s("agents")];
+            flag(&mut v, a.all, "--all");
+            v
+        }),
+        _ => return None,
+    })
+}
+
+/// `release` and `renew`: their options, then `--all` or the keys.
+fn keys_command(
+    tool: &str,
+    extra: Vec<String>,
+    keys: Vec<String>,
+    all: bool,
+) -> Result<Vec<String>, String> {
+    let mut v = vec![tool.to_string()];
+    v.extend(extra);
+    match (all, keys.is_empty()) {
+        (true, true) => v.push("--all".into()),
+        (false, false) => {
+            v.push("--".into());
+            v.extend(keys);
+        }
+        (true, false) => return Err("give `keys` or `all: true`, not both".into()),
+        (false, true) => return Err("give `keys`, or `all: true`".into()),
+    }
+    Ok(v)
+}
+
+/// The `checkout` tool: one key, paths, `any` of a list, or `next` from the backlog.
+fn checkout_command(a: CheckoutArgs) -> Result<Vec<String>, String> {
+    let s = |v: &str| v.to_string();
+    let mut v = vec![s("checkout")];
+    if let Some(r) = a.reason {
+        v.push(opt("--reason", &r));
+    }
+    if let Some(t) = a.timeout {
+        v.push(opt("--timeout", &t));
+    }
+    if a.queue {
+        v.push(s("--queue"));
+    }
+    if let Some(w) = a.wait_seconds {
+        if !(1..=MAX_WAIT_SECS).contains(&w) {
+            return Err(format!(
+                "wait_seconds must be between 1 and {MAX_WAIT_SECS}; to wait longer, queue (`queue: true`) and look at your inbox later"
+            ));
+        }
+        v.push(opt("--wait", &format!("{w}s")));
+    }
+    for p in &a.paths {
+        v.push(opt("--path", p));
+    }
+    if let Some(n) = a.slots {
+        v.push(opt("--slots", &n.to_string()));
+    }
+    if a.next {
+        if a.key.is_some() || a.any.is_some() || !a.paths.is_empty() {
+            return Err("`next` claims from the backlog: give no `key`, `any` or `paths`".into());
+        }
+        if a.queue || a.wait_seconds.is_some() || a.slots.is_some() {
+            return Err("`next` takes no `queue`, `wait_seconds` or `slots`".into());
+        }
+        v.push(s("--next"));
+        return Ok(v);
+    }
+    match (a.key, a.any) {
+        (Some(k), None) => v.extend([s("--"), k]),
+        (None, None) if !a.paths.is_empty() => {}
+        (_, Some(_)) if !a.paths.is_empty() => {
+            return Err("`any` takes no `paths`".into());
+        }
+        (None, Some(keys)) if !keys.is_empty() => {
+            if a.queue || a.wait_seconds.is_some() {
+                return Err("`any` takes no `queue` or `wait_seconds`".into());
             }
-            "status" | "why" => {
-                let a: KeyArgs = parse(args)?;
-                vec![s(tool), s("--"), a.key]
-            }
-            "list" => {
-                let a: ListArgs = parse(args)?;
-                let mut v = vec![s("list")];
-                if a.mine {
-                    v.push(s("--mine"));
-                }
-                v
-            }
-            "note" => {
-                let a: NoteArgs = parse(args)?;
-                vec![s("note"), s("--"), a.key, a.text]
-            }
-            "give" => {
-                let a: GiveArgs = parse(args)?;
-                let mut v = vec![s("give"), opt("--to", &a.to)];
-                if let Some(t) = a.timeout {
-                    v.push(opt("--timeout", &t));
-                }
-                v.extend([s("--"), a.key]);
-                v
-            }
-            "verify" => {
-                let a: VerifyArgs = parse(args)?;
-                vec![s("verify"), opt("--token", &a.token.to_string()), s("--"), a.key]
-            }
-            "inbox" => {
-                let a: InboxArgs = parse(args)?;
-                let mut v = vec![s("inbox")];
-                if a.peek {
-                    v.push(s("--peek"));
-                }
-                v
-            }
-            "agents" => {
-                let a: AgentsArgs = parse(args)?;
-                let mut v = vec![s("agents")];
-                if a.all {
-                    v.push(s("--all"));
-                }
-                v
-            }
-            _ => return Err(String::new()),
-        })
-    })())
-    .filter(|r| !matches!(r, Err(e) if e.is_empty()))
+            v.push(s("--any"));
+            v.push(s("--"));
+            v.extend(keys);
+        }
+        (Some(_), Some(_)) => return Err("give `key` or `any`, not both".into()),
+        _ => {
+            return Err("give `key` (one key), `paths`, or `any` (a list of keys)".into());
+        }
+    }
+    Ok(v)
 }
 
 impl ServerHandler for Server {

@@ -460,12 +460,113 @@ impl dyn Store + '_ {
     }
 }
 
+/// What an audit event records: each kind by the name the log keeps in `event`
+/// (docs/file-format.md, "Audit log", lists them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Event {
+    Acquire,
+    Deny,
+    Renew,
+    Release,
+    ForceRelease,
+    AutoRelease,
+    Queue,
+    Dequeue,
+    Handoff,
+    Lapse,
+    Notify,
+    Push,
+    Deadlock,
+    Adopt,
+    Give,
+    Freeze,
+    Unfreeze,
+    Refused,
+    /// A key's number of slots changed (`detail`: `OLD → NEW`).
+    Slots,
+}
+
+impl Event {
+    pub const ALL: [Event; 19] = [
+        Event::Acquire,
+        Event::Deny,
+        Event::Renew,
+        Event::Release,
+        Event::ForceRelease,
+        Event::AutoRelease,
+        Event::Queue,
+        Event::Dequeue,
+        Event::Handoff,
+        Event::Lapse,
+        Event::Notify,
+        Event::Push,
+        Event::Deadlock,
+        Event::Adopt,
+        Event::Give,
+        Event::Freeze,
+        Event::Unfreeze,
+        Event::Refused,
+        Event::Slots,
+    ];
+
+    /// The name in the log.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Event::Acquire => "acquire",
+            Event::Deny => "deny",
+            Event::Renew => "renew",
+            Event::Release => "release",
+            Event::ForceRelease => "force_release",
+            Event::AutoRelease => "auto_release",
+            Event::Queue => "queue",
+            Event::Dequeue => "dequeue",
+            Event::Handoff => "handoff",
+            Event::Lapse => "lapse",
+            Event::Notify => "notify",
+            Event::Push => "push",
+            Event::Deadlock => "deadlock",
+            Event::Adopt => "adopt",
+            Event::Give => "give",
+            Event::Freeze => "freeze",
+            Event::Unfreeze => "unfreeze",
+            Event::Refused => "refused",
+            Event::Slots => "slots",
+        }
+    }
+}
+
+impl std::fmt::Display for Event {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An audit event's kind as its writer names it: an [`Event`]. The log keeps the name
+/// as text, so that a line of a newer version's kind is still read. (A `&str` is taken
+/// too, until the writers that still spell the names out name an `Event`.)
+pub trait EventName {
+    fn event_name(&self) -> &str;
+}
+
+impl EventName for Event {
+    fn event_name(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl EventName for &str {
+    fn event_name(&self) -> &str {
+        self
+    }
+}
+
 impl AuditEvent {
     /// An event with only the required fields; set the others as they apply.
-    pub fn new(ts: Time, event: &str, key: &str, agent: &str) -> AuditEvent {
+    pub fn new(ts: Time, event: impl EventName, key: &str, agent: &str) -> AuditEvent {
         AuditEvent {
             ts,
-            event: event.to_string(),
+            event: event.event_name().to_string(),
             key: key.to_string(),
             agent: agent.to_string(),
             name: None,
@@ -476,6 +577,11 @@ impl AuditEvent {
             detail: None,
             paths: Vec::new(),
         }
+    }
+
+    /// Is this an event of kind `kind`?
+    pub fn is(&self, kind: Event) -> bool {
+        self.event == kind.as_str()
     }
 }
 
@@ -504,4 +610,31 @@ pub struct AuditEvent {
     /// The paths of the checkout the event is about (absent for a key alone).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub paths: Vec<String>,
+}
+
+#[cfg(test)]
+mod event_names {
+    use super::Event;
+
+    #[test]
+    fn each_kind_has_its_serialized_name_and_its_row_in_the_file_format() {
+        let doc = include_str!("../../docs/file-format.md");
+        // The table of events: from its header to the first line that is not a row.
+        let table = doc.split("| event | written when |").nth(1).unwrap();
+        let table = table.split("\n\n").next().unwrap();
+        for e in Event::ALL {
+            assert_eq!(
+                serde_json::to_value(e).unwrap(),
+                serde_json::json!(e.as_str())
+            );
+            assert_eq!(
+                serde_json::from_value::<Event>(serde_json::json!(e.as_str())).unwrap(),
+                e
+            );
+            assert!(
+                table.contains(&format!("\n| `{e}` |")),
+                "docs/file-format.md has no row for the audit event `{e}`"
+            );
+        }
+    }
 }

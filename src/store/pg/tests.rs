@@ -232,7 +232,12 @@ fn notifications_wake_a_waiter_after_commit() {
     assert!(follow.next(Duration::from_millis(10)).unwrap().is_empty());
     let g = s.begin(true).unwrap().unwrap();
     s.insert(&g, &record("k", 1)).unwrap();
-    let ev = crate::store::AuditEvent::new(record("k", 1).acquired_at, "acquire", "k", "a");
+    let ev = crate::store::AuditEvent::new(
+        record("k", 1).acquired_at,
+        crate::store::Event::Acquire,
+        "k",
+        "a",
+    );
     s.audit(&g, &ev).unwrap();
     s.commit(g).unwrap();
     let started = std::time::Instant::now();
@@ -746,7 +751,12 @@ fn behind_a_pooler_the_session_url_keeps_watcher_locks_and_notifications() {
     assert!(follow.next(Duration::from_millis(10)).unwrap().is_empty());
     let g = s.begin(true).unwrap().unwrap();
     s.insert(&g, &record("k", 1)).unwrap();
-    let ev = crate::store::AuditEvent::new(record("k", 1).acquired_at, "acquire", "k", "a");
+    let ev = crate::store::AuditEvent::new(
+        record("k", 1).acquired_at,
+        crate::store::Event::Acquire,
+        "k",
+        "a",
+    );
     s.audit(&g, &ev).unwrap();
     s.commit(g).unwrap();
     let started = std::time::Instant::now();

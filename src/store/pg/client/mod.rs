@@ -1011,45 +1011,7 @@ impl PgStore {
             .iter()
             .filter_map(|l| l.strip_prefix(AGENT_LOCK_PREFIX))
             .collect();
-        // The scope's locks, waited for (`try_` empty) or tried (`try_`: `f` for a lock
-        // that is busy), and those entries.
-        let locks = |try_: &str| {
-            let mut sql = String::new();
-            match scope {
-                None => sql.push_str(&format!(
-                    "; SELECT pg_{try_}advisory_xact_lock({})",
-                    self.lock_id
-                )),
-                Some(locks) => {
-                    let mut ids: Vec<i64> = locks.iter().map(|l| self.key_lock(l)).collect();
-                    ids.sort_unstable();
-                    ids.dedup();
-                    // A scope of registry entries alone takes no project lock: project
-                    // scopes take the lock of each entry they change (`lock_agent`).
-                    // A claim's keys come later: it holds the project shared from the start.
-                    let agents_only = !claim
-                        && !locks.is_empty()
-                        && locks.iter().all(|l| l.starts_with(AGENT_LOCK_PREFIX));
-                    if !agents_only {
-                        sql.push_str(&format!(
-                            "; SELECT pg_{try_}advisory_xact_lock_shared({})",
-                            self.lock_id
-                        ));
-                    }
-                    for id in ids {
-                        sql.push_str(&format!("; SELECT pg_{try_}advisory_xact_lock({id})"));
-                    }
-                }
-            }
-            for id in &agents {
-                sql.push_str(&format!(
-                    "; SELECT id, data::text FROM {}.agents WHERE id = {}",
-                    self.schema,
-                    literal(id)
-                ));
-            }
-            sql
-        };
+        let locks = |try_: &str| self.lock_sql(scope, &agents, claim, try_);
         let mut client = self.conn.client.borrow_mut();
         // A wait can be stopped, as the lock directory's can: by a signal (for the
         // commands that catch them) or the command's own deadline. The lock query blocks,
@@ -1118,6 +1080,52 @@ impl PgStore {
             return Ok(None);
         }
         Ok(Some(guard))
+    }
+
+    /// The SQL that takes a scope's locks, waited for (`try_` empty) or tried (`try_`:
+    /// `f` for a lock that is busy), and reads the registry entries of `agents`.
+    fn lock_sql(
+        &self,
+        scope: Option<&[String]>,
+        agents: &[&str],
+        claim: bool,
+        try_: &str,
+    ) -> String {
+        let mut sql = String::new();
+        match scope {
+            None => sql.push_str(&format!(
+                "; SELECT pg_{try_}advisory_xact_lock({})",
+                self.lock_id
+            )),
+            Some(locks) => {
+                let mut ids: Vec<i64> = locks.iter().map(|l| self.key_lock(l)).collect();
+                ids.sort_unstable();
+                ids.dedup();
+                // A scope of registry entries alone takes no project lock: project
+                // scopes take the lock of each entry they change (`lock_agent`).
+                // A claim's keys come later: it holds the project shared from the start.
+                let agents_only = !claim
+                    && !locks.is_empty()
+                    && locks.iter().all(|l| l.starts_with(AGENT_LOCK_PREFIX));
+                if !agents_only {
+                    sql.push_str(&format!(
+                        "; SELECT pg_{try_}advisory_xact_lock_shared({})",
+                        self.lock_id
+                    ));
+                }
+                for id in ids {
+                    sql.push_str(&format!("; SELECT pg_{try_}advisory_xact_lock({id})"));
+                }
+            }
+        }
+        for id in agents {
+            sql.push_str(&format!(
+                "; SELECT id, data::text FROM {}.agents WHERE id = {}",
+                self.schema,
+                literal(id)
+            ));
+        }
+        sql
     }
 
     /// The guard of the transaction just begun, holding `scope`'s locks (or the project's),
