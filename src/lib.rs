@@ -98,7 +98,11 @@ fn run_command(args: Vec<OsString>) -> i32 {
     let format = match global.output_format() {
         Ok(f) => f,
         Err(msg) => {
-            emit_stderr(&render::error(&error::Error::Usage(msg), Format::Markdown, &inv));
+            emit_stderr(&render::error(
+                &error::Error::Usage(msg),
+                Format::Markdown,
+                &inv,
+            ));
             return EXIT_USAGE;
         }
     };

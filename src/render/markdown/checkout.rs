@@ -35,238 +35,261 @@ pub(in crate::render) fn checkout(r: &CheckoutReport, inv: &Invocation) -> Strin
             let _ = writeln!(out, "{}", secret_refused_words(&k, c.as_ref()));
             let _ = writeln!(out, "\n{SECRET_NEXT}");
         }
-        (Outcome::Deadlock, _) if r.cycle.get(1) != Some(&r.key) => {
-            let _ = writeln!(
-                out,
-                "Deadlock: taking {k} now would close a wait-for cycle through your own place in the queue of {}; nothing was taken.",
-                code(r.cycle.get(1).map(String::as_str).unwrap_or_default())
-            );
-            let _ = writeln!(out, "\n- Cycle: {}", cycle_words(&r.cycle));
-            let _ = writeln!(
-                out,
-                "\nNext: leave the queue you wait in ({}) or release what others wait for, then take {k}; never wait in a cycle.",
-                inv.code("leave KEY")
-            );
-        }
-        (Outcome::Deadlock, _) => {
-            let _ = writeln!(
-                out,
-                "Deadlock: waiting for {k} would close a wait-for cycle; you were not queued."
-            );
-            let _ = writeln!(out, "\n- Cycle: {}", cycle_words(&r.cycle));
-            let _ = writeln!(
-                out,
-                "\nNext: release one of the keys you hold that others wait for ({}), or work on something else; never wait in a cycle.",
-                inv.code("release KEY")
-            );
-        }
-        (Outcome::AgentGone, holder) => {
-            let _ = writeln!(
-                out,
-                "Stopped waiting: your agent's process is gone, so {k} will not be handed to you; you are out of its queue."
-            );
-            if let Some(c) = holder {
-                out.push('\n');
-                checkout_lines(&mut out, c, &r.now);
-            }
-            let _ = writeln!(
-                out,
-                "\nNext: nothing, if the agent has ended. If it is still at work, register its live process ({}) and wait again.",
-                inv.code("heartbeat --pid PID")
-            );
-        }
-        (Outcome::Frozen, holder) => {
-            if let Some(f) = &r.frozen {
-                let _ = writeln!(out, "Frozen: {k} {}.", freeze_words(f, &r.key, &r.now));
-            } else {
-                let _ = writeln!(out, "Frozen: {k} cannot be checked out now.");
-            }
-            if let Some(c) = holder {
-                out.push('\n');
-                checkout_lines(&mut out, c, &r.now);
-                let _ = writeln!(
-                    out,
-                    "- The holder keeps it until its lease ends, but cannot renew while frozen."
-                );
-            }
-            let _ = writeln!(
-                out,
-                "\nNext: work on something else; the freeze ends by itself."
-            );
-        }
+        (Outcome::Deadlock, _) => deadlock(&mut out, r, inv, &k),
+        (Outcome::AgentGone, holder) => agent_gone(&mut out, r, inv, &k, holder.as_ref()),
+        (Outcome::Frozen, holder) => frozen(&mut out, r, &k, holder.as_ref()),
         (Outcome::Conflict, holder) if !r.overlaps.is_empty() => {
-            match holder {
-                Some(c) => {
-                    let _ = writeln!(
-                        out,
-                        "Conflict: the paths you added to {k} overlap checkouts of other agents; your checkout of {k} is unchanged (token {}).",
-                        c.token
-                    );
-                }
-                None if !r.line().has_operands() => {
-                    let _ = writeln!(
-                        out,
-                        "Conflict: the paths of {k} overlap checkouts of other agents; nothing was checked out."
-                    );
-                }
-                None => {
-                    let _ = writeln!(
-                        out,
-                        "Conflict: the paths asked for with {k} overlap checkouts of other agents; nothing was checked out."
-                    );
-                }
-            }
-            out.push('\n');
-            overlaps_table(&mut out, &r.overlaps, &r.now);
-            out.push('\n');
-            let _ = writeln!(out, "- Queue: {} waiting", r.queue_length);
-            if let Some(p) = r.position {
-                let _ = writeln!(out, "- Your place in the queue: {p}");
-            }
-            if !r.waits_behind.is_empty() {
-                let _ = writeln!(
-                    out,
-                    "- Waiting behind a wait-for cycle of other agents: {}. It is not yours to break: you keep your place, and your turn comes once one of them gives something up.",
-                    cycle_words(&r.waits_behind)
-                );
-            }
-            if r.push_wake {
-                out.push_str(push_wake_line(r.push_via.as_deref()));
-            }
-            if let Some(prev) = &r.took_over {
-                let _ = writeln!(out, "- Ended: {}", reaped_words(prev, &r.now));
-            }
-            let next = match (r.position, holder) {
-                (Some(_), _) => format!(
-                    "Next: work on other files; when the paths are free, your inbox says so ({}) and they are held for you for the handoff grace. Or block until then with {}.",
-                    inv.code("inbox"),
-                    inv.code_of(&r.line().flag("--wait"))
-                ),
-                (None, _) => format!(
-                    "Next: work on other files, or {} to be told when they free up; do not retry in a loop.",
-                    inv.code_of(&r.line().flag("--queue"))
-                ),
-            };
-            let _ = writeln!(out, "\n{next}");
+            paths_conflict(&mut out, r, inv, &k, holder.as_ref())
         }
-        (Outcome::Conflict, holder) => {
-            match (&r.reserved_for, holder) {
-                _ if !r.holders.is_empty() || r.slots.is_some() => {
-                    slots_taken(&mut out, r);
-                }
-                (Some(res), None) => {
-                    let _ = writeln!(
-                        out,
-                        "Reserved: {k} is free but reserved for {}, the head of its queue, until {}.",
-                        res.agent,
-                        with_relative(&res.until, &r.now)
-                    );
-                    out.push('\n');
-                }
-                (_, Some(c)) => {
-                    let _ = writeln!(
-                        out,
-                        "Conflict: {k} is held by {}; its lease ends {}.",
-                        c.agent.label(),
-                        with_relative(&c.expires_at, &r.now)
-                    );
-                    out.push('\n');
-                    checkout_lines(&mut out, c, &r.now);
-                }
-                (None, None) => {
-                    let _ = writeln!(out, "Conflict: {k} cannot be taken now.");
-                    out.push('\n');
-                }
-            }
-            let _ = writeln!(out, "- Queue: {} waiting", r.queue_length);
-            if let Some(p) = r.position {
-                let _ = writeln!(out, "- Your place in the queue: {p}");
-            }
-            if !r.waits_behind.is_empty() {
-                let _ = writeln!(
-                    out,
-                    "- Waiting behind a wait-for cycle of other agents: {}. It is not yours to break: you keep your place, and your turn comes once one of them gives something up.",
-                    cycle_words(&r.waits_behind)
-                );
-            }
-            if r.push_wake {
-                out.push_str(push_wake_line(r.push_via.as_deref()));
-            }
-            if let Some(prev) = &r.took_over {
-                let _ = writeln!(out, "- Ended: {}", reaped_words(prev, &r.now));
-            }
-            let next = match r.position {
-                Some(_) => format!(
-                    "Next: work on something else; when {k} is handed to you, your inbox says so ({}) and it is held for you for the handoff grace. Or block until then with {}.",
-                    inv.code("inbox"),
-                    inv.code_of(&r.line().flag("--wait"))
-                ),
-                None if r.command == "run" => format!(
-                    "Next: work on something else, or {} to wait in line and run the command once the key is yours; do not retry in a loop.",
-                    inv.run_wait(&r.key)
-                ),
-                None if holder.is_none() && r.reserved_for.is_some() => format!(
-                    "Next: work on something else, or {} to take your turn after the agents already waiting; do not retry in a loop.",
-                    inv.code_of(&r.line().flag("--queue"))
-                ),
-                None => format!(
-                    "Next: work on something else, or {} to be told when it frees up; do not retry in a loop.",
-                    inv.code_of(&r.line().flag("--queue"))
-                ),
-            };
-            let _ = writeln!(out, "\n{next}");
-        }
-        (_, Some(c)) => {
-            if r.outcome == Outcome::AlreadyHeld {
-                let _ = writeln!(
-                    out,
-                    "Already yours: you have held {k} since {} under token {}; this was not a new checkout. Lease extended to {}.",
-                    with_relative(&c.acquired_at, &r.now),
-                    c.token,
-                    with_relative(&c.expires_at, &r.now)
-                );
-            } else {
-                let _ = writeln!(
-                    out,
-                    "Checked out {k} (token {}); lease ends {}.",
-                    c.token,
-                    with_relative(&c.expires_at, &r.now)
-                );
-            }
-            out.push('\n');
-            checkout_lines(&mut out, c, &r.now);
-            if let Some(prev) = &r.took_over {
-                let _ = writeln!(out, "- Took over from: {}", reaped_words(prev, &r.now));
-            } else if let Some(p) = &r.previous
-                && let Some(words) = previous_words(p, &r.now)
-            {
-                let _ = writeln!(out, "- Previous holder: {words}");
-            }
-            match (&r.previous, &r.took_over) {
-                (Some(p), _) => notes_lines(&mut out, &p.notes, &r.now),
-                (None, Some(prev)) => notes_lines(&mut out, &prev.notes, &r.now),
-                (None, None) => {}
-            }
-            if r.queue_length > 0 {
-                let _ = writeln!(out, "- Queue: {} waiting after you", r.queue_length);
-            }
-            let _ = writeln!(
-                out,
-                "\nNext: do the work, then {}. If it takes longer, {}. Before an irreversible step (push, deploy), {}.",
-                inv.cmd("release", &r.key),
-                inv.cmd("renew", &r.key),
-                inv.code_of(
-                    &Line::new("verify")
-                        .arg(&r.key)
-                        .opt("--token", &c.token.to_string())
-                )
-            );
-        }
+        (Outcome::Conflict, holder) => key_conflict(&mut out, r, inv, &k, holder.as_ref()),
+        (_, Some(c)) => granted(&mut out, r, inv, &k, c),
         (_, None) => {
             let _ = writeln!(out, "{k}: {}", outcome_words(r.outcome));
         }
     }
     out
+}
+
+fn deadlock(out: &mut String, r: &CheckoutReport, inv: &Invocation, k: &str) {
+    if r.cycle.get(1) != Some(&r.key) {
+        let _ = writeln!(
+            out,
+            "Deadlock: taking {k} now would close a wait-for cycle through your own place in the queue of {}; nothing was taken.",
+            code(r.cycle.get(1).map(String::as_str).unwrap_or_default())
+        );
+        let _ = writeln!(out, "\n- Cycle: {}", cycle_words(&r.cycle));
+        let _ = writeln!(
+            out,
+            "\nNext: leave the queue you wait in ({}) or release what others wait for, then take {k}; never wait in a cycle.",
+            inv.code("leave KEY")
+        );
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "Deadlock: waiting for {k} would close a wait-for cycle; you were not queued."
+    );
+    let _ = writeln!(out, "\n- Cycle: {}", cycle_words(&r.cycle));
+    let _ = writeln!(
+        out,
+        "\nNext: release one of the keys you hold that others wait for ({}), or work on something else; never wait in a cycle.",
+        inv.code("release KEY")
+    );
+}
+
+fn agent_gone(
+    out: &mut String,
+    r: &CheckoutReport,
+    inv: &Invocation,
+    k: &str,
+    holder: Option<&CheckoutView>,
+) {
+    let _ = writeln!(
+        out,
+        "Stopped waiting: your agent's process is gone, so {k} will not be handed to you; you are out of its queue."
+    );
+    if let Some(c) = holder {
+        out.push('\n');
+        checkout_lines(out, c, &r.now);
+    }
+    let _ = writeln!(
+        out,
+        "\nNext: nothing, if the agent has ended. If it is still at work, register its live process ({}) and wait again.",
+        inv.code("heartbeat --pid PID")
+    );
+}
+
+fn frozen(out: &mut String, r: &CheckoutReport, k: &str, holder: Option<&CheckoutView>) {
+    if let Some(f) = &r.frozen {
+        let _ = writeln!(out, "Frozen: {k} {}.", freeze_words(f, &r.key, &r.now));
+    } else {
+        let _ = writeln!(out, "Frozen: {k} cannot be checked out now.");
+    }
+    if let Some(c) = holder {
+        out.push('\n');
+        checkout_lines(out, c, &r.now);
+        let _ = writeln!(
+            out,
+            "- The holder keeps it until its lease ends, but cannot renew while frozen."
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\nNext: work on something else; the freeze ends by itself."
+    );
+}
+
+/// The lines every refusal ends with: the queue, your place in it, a cycle of others it
+/// waits behind, how you will be told, and a checkout that was ended on the way.
+fn queue_lines(out: &mut String, r: &CheckoutReport) {
+    let _ = writeln!(out, "- Queue: {} waiting", r.queue_length);
+    if let Some(p) = r.position {
+        let _ = writeln!(out, "- Your place in the queue: {p}");
+    }
+    if !r.waits_behind.is_empty() {
+        let _ = writeln!(
+            out,
+            "- Waiting behind a wait-for cycle of other agents: {}. It is not yours to break: you keep your place, and your turn comes once one of them gives something up.",
+            cycle_words(&r.waits_behind)
+        );
+    }
+    if r.push_wake {
+        out.push_str(push_wake_line(r.push_via.as_deref()));
+    }
+    if let Some(prev) = &r.took_over {
+        let _ = writeln!(out, "- Ended: {}", reaped_words(prev, &r.now));
+    }
+}
+
+fn paths_conflict(
+    out: &mut String,
+    r: &CheckoutReport,
+    inv: &Invocation,
+    k: &str,
+    holder: Option<&CheckoutView>,
+) {
+    match holder {
+        Some(c) => {
+            let _ = writeln!(
+                out,
+                "Conflict: the paths you added to {k} overlap checkouts of other agents; your checkout of {k} is unchanged (token {}).",
+                c.token
+            );
+        }
+        None if !r.line().has_operands() => {
+            let _ = writeln!(
+                out,
+                "Conflict: the paths of {k} overlap checkouts of other agents; nothing was checked out."
+            );
+        }
+        None => {
+            let _ = writeln!(
+                out,
+                "Conflict: the paths asked for with {k} overlap checkouts of other agents; nothing was checked out."
+            );
+        }
+    }
+    out.push('\n');
+    overlaps_table(out, &r.overlaps, &r.now);
+    out.push('\n');
+    queue_lines(out, r);
+    let next = match r.position {
+        Some(_) => format!(
+            "Next: work on other files; when the paths are free, your inbox says so ({}) and they are held for you for the handoff grace. Or block until then with {}.",
+            inv.code("inbox"),
+            inv.code_of(&r.line().flag("--wait"))
+        ),
+        None => format!(
+            "Next: work on other files, or {} to be told when they free up; do not retry in a loop.",
+            inv.code_of(&r.line().flag("--queue"))
+        ),
+    };
+    let _ = writeln!(out, "\n{next}");
+}
+
+fn key_conflict(
+    out: &mut String,
+    r: &CheckoutReport,
+    inv: &Invocation,
+    k: &str,
+    holder: Option<&CheckoutView>,
+) {
+    match (&r.reserved_for, holder) {
+        _ if !r.holders.is_empty() || r.slots.is_some() => {
+            slots_taken(out, r);
+        }
+        (Some(res), None) => {
+            let _ = writeln!(
+                out,
+                "Reserved: {k} is free but reserved for {}, the head of its queue, until {}.",
+                res.agent,
+                with_relative(&res.until, &r.now)
+            );
+            out.push('\n');
+        }
+        (_, Some(c)) => {
+            let _ = writeln!(
+                out,
+                "Conflict: {k} is held by {}; its lease ends {}.",
+                c.agent.label(),
+                with_relative(&c.expires_at, &r.now)
+            );
+            out.push('\n');
+            checkout_lines(out, c, &r.now);
+        }
+        (None, None) => {
+            let _ = writeln!(out, "Conflict: {k} cannot be taken now.");
+            out.push('\n');
+        }
+    }
+    queue_lines(out, r);
+    let next = match r.position {
+        Some(_) => format!(
+            "Next: work on something else; when {k} is handed to you, your inbox says so ({}) and it is held for you for the handoff grace. Or block until then with {}.",
+            inv.code("inbox"),
+            inv.code_of(&r.line().flag("--wait"))
+        ),
+        None if r.command == "run" => format!(
+            "Next: work on something else, or {} to wait in line and run the command once the key is yours; do not retry in a loop.",
+            inv.run_wait(&r.key)
+        ),
+        None if holder.is_none() && r.reserved_for.is_some() => format!(
+            "Next: work on something else, or {} to take your turn after the agents already waiting; do not retry in a loop.",
+            inv.code_of(&r.line().flag("--queue"))
+        ),
+        None => format!(
+            "Next: work on something else, or {} to be told when it frees up; do not retry in a loop.",
+            inv.code_of(&r.line().flag("--queue"))
+        ),
+    };
+    let _ = writeln!(out, "\n{next}");
+}
+
+fn granted(out: &mut String, r: &CheckoutReport, inv: &Invocation, k: &str, c: &CheckoutView) {
+    if r.outcome == Outcome::AlreadyHeld {
+        let _ = writeln!(
+            out,
+            "Already yours: you have held {k} since {} under token {}; this was not a new checkout. Lease extended to {}.",
+            with_relative(&c.acquired_at, &r.now),
+            c.token,
+            with_relative(&c.expires_at, &r.now)
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "Checked out {k} (token {}); lease ends {}.",
+            c.token,
+            with_relative(&c.expires_at, &r.now)
+        );
+    }
+    out.push('\n');
+    checkout_lines(out, c, &r.now);
+    if let Some(prev) = &r.took_over {
+        let _ = writeln!(out, "- Took over from: {}", reaped_words(prev, &r.now));
+    } else if let Some(p) = &r.previous
+        && let Some(words) = previous_words(p, &r.now)
+    {
+        let _ = writeln!(out, "- Previous holder: {words}");
+    }
+    match (&r.previous, &r.took_over) {
+        (Some(p), _) => notes_lines(out, &p.notes, &r.now),
+        (None, Some(prev)) => notes_lines(out, &prev.notes, &r.now),
+        (None, None) => {}
+    }
+    if r.queue_length > 0 {
+        let _ = writeln!(out, "- Queue: {} waiting after you", r.queue_length);
+    }
+    let _ = writeln!(
+        out,
+        "\nNext: do the work, then {}. If it takes longer, {}. Before an irreversible step (push, deploy), {}.",
+        inv.cmd("release", &r.key),
+        inv.cmd("renew", &r.key),
+        inv.code_of(
+            &Line::new("verify")
+                .arg(&r.key)
+                .opt("--token", &c.token.to_string())
+        )
+    );
 }
 
 /// A key with slots that has none to give: who holds them, and who is served first.
