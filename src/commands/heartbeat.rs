@@ -3,7 +3,7 @@ use crate::duration::to_chrono;
 use crate::engine::{Ctx, Judge, Settled, own_end, queue, reap_in};
 use crate::error::{Error, Result};
 use crate::liveness;
-use crate::report::{AgentRow, EndedCheckout, HeartbeatReport, Report};
+use crate::report::{AgentRow, EndedCheckout, HeartbeatReport, ReapReason, Report};
 use crate::store::{Record, Slot};
 
 /// One beat: update the registry, renew this agent's leases that are past half-way,
@@ -110,6 +110,7 @@ pub fn beat(
     }
     let mut renewed = Vec::new();
     let mut lost = Vec::new();
+    let mut died = Vec::new();
     let mut ended = Vec::new();
     let mut frozen = Vec::new();
     let max_hold = to_chrono(judge.config()?.max_hold);
@@ -123,6 +124,7 @@ pub fn beat(
             // Run again under the project's lock if it escalates: from the start.
             renewed.clear();
             lost.clear();
+            died.clear();
             ended.clear();
             frozen.clear();
             held.clone_from(&held_before);
@@ -144,8 +146,11 @@ pub fn beat(
             for (_, settled) in reap_in(ctx, &*store, guard, &mut judge, keys, Some(me), &mut rule)?
             {
                 let r = match settled {
-                    Settled::Ended { record, .. } if mine(&record) => {
+                    Settled::Ended { record, reason, .. } if mine(&record) => {
                         held.retain(|k| *k != record.key);
+                        if reason == ReapReason::AgentDeath {
+                            died.push(record.key.clone());
+                        }
                         lost.push(record.key);
                         continue;
                     }
@@ -229,6 +234,7 @@ pub fn beat(
         agent: AgentRow::new(&entry, judgement, held),
         renewed,
         lost,
+        died,
         ended,
         frozen,
         swept,

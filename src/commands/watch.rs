@@ -29,7 +29,7 @@ pub fn run(
         Some(start) => start,
         // Started by --detach, which checked the process and recorded it: it died
         // before this watcher got going, so do at once what the watcher is for.
-        None if after_beat => match died(ctx, &agent, pid, None, 0)? {
+        None if after_beat => match died(ctx, &agent, pid, None, 0, &mut Vec::new())? {
             Died::Follow(next, next_start) => {
                 pid = next;
                 next_start
@@ -66,6 +66,9 @@ pub fn run(
     };
     crate::signals::install();
     let mut beats = 0u64;
+    // Checkouts a beat ended because the process died as it beat: released by this
+    // watcher as much as those `died` ends, and reported with them.
+    let mut released = Vec::new();
     let mut status = status;
     let mut skip_beat = after_beat;
     loop {
@@ -80,7 +83,12 @@ pub fn run(
                 Ok(Some((p, s))) => p == pid && s.is_none_or(|s| s == start),
                 _ => true,
             };
-            heartbeat::run(&beat_ctx, status.take(), register.then_some(pid)).map(|_| beats += 1)
+            heartbeat::run(&beat_ctx, status.take(), register.then_some(pid)).map(|r| {
+                beats += 1;
+                if let Report::Heartbeat(h) = r {
+                    released.extend(h.died);
+                }
+            })
         };
         // A beat may end others' checkouts and hand their keys on: push those messages now.
         crate::engine::deliver::flush();
@@ -110,7 +118,7 @@ pub fn run(
                 Proc::Running | Proc::Unknown => false,
             };
             if gone {
-                match died(ctx, &agent, pid, Some(start), beats)? {
+                match died(ctx, &agent, pid, Some(start), beats, &mut released)? {
                     Died::Follow(next, next_start) => {
                         // The agent lives on in the process it registered since: watch
                         // that one now, so its death still ends the agent at once.
@@ -139,12 +147,15 @@ enum Died {
 /// Code process for the session, `heartbeat --pid` from elsewhere) and that one is
 /// alive, the agent lives on and this watcher follows that process, or stops
 /// (`superseded`) when it runs where it cannot be checked from here (another host).
+/// `released`: what the watcher's beats already ended for the death, reported with
+/// what is ended here.
 fn died(
     ctx: &Ctx,
     agent: &crate::identity::Agent,
     pid: u32,
     start: Option<u64>,
     beats: u64,
+    released: &mut Vec<String>,
 ) -> Result<Died> {
     let now = ctx.at_now(&agent.id)?;
     if let Some(store) = now.existing_store()?
@@ -180,14 +191,14 @@ fn died(
             }
         }
     }
-    let released = release_all(&now, &agent.id)?;
+    released.extend(release_all(&now, &agent.id)?);
     Ok(Died::Ended(Box::new(report(
         ctx,
         &agent.id,
         pid,
         "process_exited",
         beats,
-        released,
+        std::mem::take(released),
     ))))
 }
 
