@@ -6,6 +6,7 @@ use std::time::Duration;
 use crate::engine::Ctx;
 pub use crate::engine::take::{
     Join, Request, Want, attempt, check_text, overlap_detail, with_registered_pid,
+    with_registered_pid_kept,
 };
 use crate::error::Result;
 use crate::report::Report;

@@ -112,8 +112,14 @@ fn wait_loop(
                 if agent_gone(store, me, &started, born)? {
                     return Ok(None);
                 }
-                let mut req = checkout::with_registered_pid(&now_ctx, store, guard, req.clone())?;
+                let mut req =
+                    checkout::with_registered_pid_kept(&now_ctx, store, guard, req.clone())?;
                 let registered = req.agent.pid.map(|p| (p, req.agent.pid_start));
+                // Judged again as the scope now stands: the process may have died since
+                // the look above, and the key must not go to the life that is over.
+                if agent_gone(store, me, &started, born.or(registered))? {
+                    return Ok(None);
+                }
                 if own_process {
                     checkout::bind_to(&now_ctx, store, key, &mut req, pid)?;
                 }
