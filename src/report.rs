@@ -560,6 +560,10 @@ pub struct HeartbeatReport {
     pub renewed: Vec<String>,
     /// Keys whose lease had already run out: released, never revived.
     pub lost: Vec<String>,
+    /// Of `lost`, the keys that ended because the agent's registered process is gone
+    /// (not by their lease): a watcher of that process counts them as released by it.
+    #[serde(skip)]
+    pub died: Vec<String>,
     /// Other agents' checkouts this beat ended because their holder is dead.
     pub ended: Vec<EndedCheckout>,
     /// Keys of this agent a freeze kept from being renewed.

@@ -1156,6 +1156,48 @@ fn an_orphaned_wait_stops_when_its_agents_process_dies() {
     assert_ghost_never_got_it(&e, &r);
 }
 
+/// The agent's process dies while its wait is inside an attempt, at whatever point: the
+/// wait ends, never hands the key to the life that is over, and never makes the dead
+/// agent look alive again (its process is kept on record, so every command judges it
+/// dead). Each round stops the wait inside the guard at a point found by racing it,
+/// kills the agent's process, and lets the wait go on.
+#[test]
+fn an_orphaned_wait_whose_agent_dies_inside_an_attempt_never_revives_it() {
+    for round in 0..12 {
+        let e = Env::new();
+        let (mut sleep, waiter) = ghost_waiting(&e);
+        let pid = waiter.id() as i32;
+        let end = Instant::now() + DEADLINE;
+        loop {
+            // SAFETY: signals to the wait process this test started and still owns.
+            unsafe { libc::kill(pid, libc::SIGSTOP) };
+            if scope_held(&e.dir(), waiter.id()) {
+                break;
+            }
+            unsafe { libc::kill(pid, libc::SIGCONT) };
+            assert!(
+                Instant::now() < end,
+                "round {round}: never met the wait in the guard"
+            );
+            std::thread::sleep(Duration::from_micros(300));
+        }
+        sleep.kill().unwrap();
+        sleep.wait().unwrap();
+        unsafe { libc::kill(pid, libc::SIGCONT) };
+        live_ok(&e, "holder", &["release", "task-1", "--json"]);
+        let r = finish(waiter, "the orphaned wait");
+        assert_ghost_never_got_it(&e, &r);
+        let j = live(&e, "observer", &["agents", "--json"]).json();
+        let ghost = j["agents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["id"] == "ghost")
+            .unwrap_or_else(|| panic!("round {round}: ghost not listed: {j}"));
+        assert_eq!(ghost["state"], "dead", "round {round}: {ghost}");
+    }
+}
+
 /// SIGSTOP a process at a moment it does not hold the lock directory's guard (a wait
 /// takes it briefly on each attempt; stopped inside, it would block everyone).
 fn stop_outside_the_guard(e: &Env, pid: u32) {

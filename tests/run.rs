@@ -904,6 +904,50 @@ fn watch_releases_the_agents_checkouts_when_the_process_exits() {
     assert_eq!(a["pid"], p_pid);
 }
 
+/// A beat that meets the watched process dead ends the agent's checkouts itself (the
+/// process died as the watcher beat): the watcher reports them released all the same.
+/// Made certain with a process that has exited but is not yet collected (a zombie): its
+/// pid is still found, so the watcher starts, and its first beat judges it gone.
+#[test]
+fn watch_reports_the_checkouts_its_beat_ended_when_the_process_died_during_it() {
+    let e = Env::new();
+    live_ok(&e, "agent-a", &["checkout", "k1"]);
+    live_ok(&e, "agent-a", &["checkout", "k2"]);
+    live_ok(&e, "agent-b", &["checkout", "k3"]);
+    let mut z = Command::new("true")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let z_pid = z.id();
+    eventually("the process exited, not yet collected", || {
+        tasklock::os::process(z_pid).is_some_and(|p| p.zombie)
+    });
+    let watcher = Spawned::start({
+        let mut c = live(&e, "agent-a");
+        c.args(["--json", "heartbeat", "--watch", "--pid"])
+            .arg(z_pid.to_string())
+            .args(["--interval", "1s"]);
+        c
+    });
+    let (status, r) = watcher.finish();
+    z.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "{}", r.text());
+    let j = r.json();
+    assert_eq!(j["outcome"], "process_exited", "{j}");
+    assert_eq!(j["beats"], 1, "{j}");
+    let mut released: Vec<&str> = j["released"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k.as_str().unwrap())
+        .collect();
+    released.sort();
+    assert_eq!(released, ["k1", "k2"], "{j}");
+    assert_eq!(held_keys(&e.dir()), ["k3"]);
+    assert_reaped_for_death(&e, &["k1", "k2"]);
+}
+
 #[test]
 fn watch_detached_returns_at_once_and_releases_when_the_process_exits() {
     let e = Env::new();

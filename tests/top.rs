@@ -514,6 +514,45 @@ fn live_view_acts_on_a_key_that_looks_like_an_option_as_a_key() {
     assert_eq!(frozen, ["-x"], "{log}");
 }
 
+/// Esc and the next key arriving together (typed fast, or read at once on a busy
+/// machine) reach the view as that key with Alt, as a terminal sends Alt: the view takes
+/// it as the Esc and then the key. Sent here as one write (`M-/`), as that race sends it.
+#[test]
+fn live_view_reads_esc_and_a_key_arriving_together_as_both() {
+    let env = live_env();
+    real_ok(&env, "alice", &["checkout", "task-1"]);
+    real_ok(&env, "alice", &["checkout", "zzz-keep"]);
+    let t = start_top(&env, "", &[], 120, 40);
+    t.shows("zzz-keep");
+
+    t.keys(&["/", "z", "z", "z"]);
+    t.shows("/zzz▏");
+    // The Esc clears the filter and the `/` begins a new one.
+    t.keys(&["M-/"]);
+    t.until("an empty filter", |s| {
+        s.contains("/▏") && !s.contains("/zzz")
+    });
+    t.keys(&["t", "a", "s", "k", "Enter"]);
+    t.until("only task-1", |s| {
+        s.contains("filter: task") && !s.contains("zzz-keep")
+    });
+
+    // At a prompt the Esc cancels it: Esc and `y` together never confirm.
+    t.keys(&["r"]);
+    t.shows("Force-release task-1?");
+    t.keys(&["M-y"]);
+    t.until("the prompt gone", |s| !s.contains("Force-release task-1?"));
+    let list = real_ok(&env, "alice", &["list", "--json"]).stdout;
+    let list: serde_json::Value = serde_json::from_str(&list).unwrap();
+    let keys: Vec<&str> = list["checkouts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys, ["task-1", "zzz-keep"], "{list}");
+}
+
 #[test]
 fn no_color_means_no_colour() {
     let env = live_env();

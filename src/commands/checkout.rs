@@ -7,6 +7,7 @@ use crate::engine::Ctx;
 use crate::engine::bind::bind_to;
 pub use crate::engine::take::{
     Join, Request, Want, attempt, check_text, overlap_detail, with_registered_pid,
+    with_registered_pid_kept,
 };
 use crate::error::Result;
 use crate::report::Report;

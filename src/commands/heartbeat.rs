@@ -4,7 +4,7 @@ use crate::engine::{Ctx, Judge, Scope, Settled, own_end, reap_in};
 use crate::error::{Error, Result};
 use crate::identity::Agent;
 use crate::liveness;
-use crate::report::{AgentRow, EndedCheckout, HeartbeatReport, Report};
+use crate::report::{AgentRow, EndedCheckout, HeartbeatReport, ReapReason, Report};
 use crate::store::{AgentEntry, Event, Record, Slot, Store};
 
 /// One beat: update the registry, renew this agent's leases that are past half-way,
@@ -56,6 +56,7 @@ pub fn beat(
         agent: AgentRow::new(&entry, judgement, beaten.held),
         renewed: beaten.renewed,
         lost: beaten.lost,
+        died: beaten.died,
         ended: beaten.ended,
         frozen: beaten.frozen,
         swept,
@@ -165,6 +166,8 @@ struct Beaten {
     held: Vec<String>,
     renewed: Vec<String>,
     lost: Vec<String>,
+    /// Of `lost`, those that ended because this agent died.
+    died: Vec<String>,
     ended: Vec<EndedCheckout>,
     frozen: Vec<String>,
 }
@@ -206,8 +209,11 @@ fn renew_and_reap(
         let keys = todo.iter().map(Record::id).collect();
         for (_, settled) in reap_in(ctx, store, guard, judge, keys, Some(me), &mut rule)? {
             match settled {
-                Settled::Ended { record, .. } if mine(&record) => {
+                Settled::Ended { record, reason, .. } if mine(&record) => {
                     out.held.retain(|k| *k != record.key);
+                    if reason == ReapReason::AgentDeath {
+                        out.died.push(record.key.clone());
+                    }
                     out.lost.push(record.key);
                 }
                 Settled::Ended { record, reason, .. } => out.ended.push(EndedCheckout {

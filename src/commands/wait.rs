@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use crate::clock::Time;
 use crate::engine::bind::bind_to;
-use crate::engine::take::{Join, Request, Want, attempt, with_registered_pid};
+use crate::engine::take::{Join, Request, Want, attempt, with_registered_pid_kept};
 use crate::engine::{Ctx, queue};
 use crate::error::{Outcome, Result};
 use crate::liveness::{self, Proc};
@@ -113,8 +113,13 @@ fn wait_loop(
                 if agent_gone(store, me, &started, born)? {
                     return Ok(None);
                 }
-                let mut req = with_registered_pid(&now_ctx, store, guard, req.clone())?;
+                let mut req = with_registered_pid_kept(&now_ctx, store, guard, req.clone())?;
                 let registered = req.agent.pid.map(|p| (p, req.agent.pid_start));
+                // Judged again as the scope now stands: the process may have died since
+                // the look above, and the key must not go to the life that is over.
+                if agent_gone(store, me, &started, born.or(registered))? {
+                    return Ok(None);
+                }
                 if own_process {
                     bind_to(&now_ctx, store, key, &mut req, pid)?;
                 }

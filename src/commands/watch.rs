@@ -29,7 +29,7 @@ pub fn run(
         Some(start) => start,
         // Started by --detach, which checked the process and recorded it: it died
         // before this watcher got going, so do at once what the watcher is for.
-        None if after_beat => match died(ctx, &agent, pid, None, 0)? {
+        None if after_beat => match died(ctx, &agent, pid, None, 0, &mut Vec::new())? {
             Died::Follow(next, next_start) => {
                 pid = next;
                 next_start
@@ -71,6 +71,7 @@ pub fn run(
         pid,
         start,
         beats: 0,
+        released: Vec::new(),
     };
     let mut status = status;
     let mut skip_beat = after_beat;
@@ -93,6 +94,9 @@ struct Watcher<'a> {
     pid: u32,
     start: u64,
     beats: u64,
+    /// Checkouts a beat ended because the agent died (the death seen mid-beat): the
+    /// watcher reports them with what it ends itself.
+    released: Vec<String>,
 }
 
 impl Watcher<'_> {
@@ -108,8 +112,11 @@ impl Watcher<'_> {
             _ => true,
         };
         let beat = heartbeat::run(&beat_ctx, status, register.then_some(pid));
-        if beat.is_ok() {
+        if let Ok(r) = &beat {
             self.beats += 1;
+            if let Report::Heartbeat(h) = r {
+                self.released.extend(h.died.iter().cloned());
+            }
         }
         // A beat may end others' checkouts and hand their keys on: push those messages now.
         crate::engine::deliver::flush();
@@ -146,7 +153,8 @@ impl Watcher<'_> {
                 Proc::Running | Proc::Unknown => false,
             };
             if gone {
-                match died(self.ctx, agent, self.pid, Some(self.start), self.beats)? {
+                let (ctx, pid, start, beats) = (self.ctx, self.pid, self.start, self.beats);
+                match died(ctx, agent, pid, Some(start), beats, &mut self.released)? {
                     Died::Follow(next, next_start) => {
                         // The agent lives on in the process it registered since: watch
                         // that one now, so its death still ends the agent at once.
@@ -187,12 +195,15 @@ enum Died {
 /// Code process for the session, `heartbeat --pid` from elsewhere) and that one is
 /// alive, the agent lives on and this watcher follows that process, or stops
 /// (`superseded`) when it runs where it cannot be checked from here (another host).
+/// `released`: what the watcher's beats already ended for the death, reported with
+/// what is ended here.
 fn died(
     ctx: &Ctx,
     agent: &crate::identity::Agent,
     pid: u32,
     start: Option<u64>,
     beats: u64,
+    released: &mut Vec<String>,
 ) -> Result<Died> {
     let now = ctx.at_now(&agent.id)?;
     if let Some(store) = now.existing_store()?
@@ -228,14 +239,14 @@ fn died(
             }
         }
     }
-    let released = release_all(&now, &agent.id)?;
+    released.extend(release_all(&now, &agent.id)?);
     Ok(Died::Ended(Box::new(report(
         ctx,
         &agent.id,
         pid,
         "process_exited",
         beats,
-        released,
+        std::mem::take(released),
     ))))
 }
 

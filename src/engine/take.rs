@@ -152,7 +152,32 @@ pub fn with_registered_pid(
     ctx: &Ctx,
     store: &dyn Store,
     guard: &Guard,
+    req: Request,
+) -> Result<Request> {
+    registered_pid(ctx, store, guard, req, true)
+}
+
+/// As [`with_registered_pid`] for an attempt of a wait: a registered process found gone
+/// is kept, not forgotten, and put in the request as it is. A wait belongs to that
+/// process's life and ends with it (the caller judges it again in the same scope):
+/// forgetting it would make the agent look alive to the release that hands the key on.
+pub fn with_registered_pid_kept(
+    ctx: &Ctx,
+    store: &dyn Store,
+    guard: &Guard,
+    req: Request,
+) -> Result<Request> {
+    registered_pid(ctx, store, guard, req, false)
+}
+
+/// [`with_registered_pid`]; `forget`: whether a registered process that is gone is
+/// forgotten (an agent that asks again) or kept.
+fn registered_pid(
+    ctx: &Ctx,
+    store: &dyn Store,
+    guard: &Guard,
     mut req: Request,
+    forget: bool,
 ) -> Result<Request> {
     if let Some(pid) = req.register {
         // A project scope needs the entry's own lock; a claim's scope holds it already.
@@ -202,7 +227,7 @@ pub fn with_registered_pid(
             store.lock_agent(guard, &req.agent.id, true)?;
             entry = store.read_agent(&req.agent.id)?.unwrap_or(entry);
         }
-        if gone(&entry) {
+        if gone(&entry) && (forget || !crate::liveness::registered_gone(&entry)) {
             // The process it had is gone: forget it until it registers a new one.
             entry.ended_at = None;
             entry.ended_reason = None;

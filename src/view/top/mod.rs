@@ -324,6 +324,9 @@ impl App {
             self.quit = true;
             return None;
         }
+        if k.modifiers.contains(KeyModifiers::ALT) {
+            return self.esc_then(k);
+        }
         match std::mem::replace(&mut self.mode, Mode::Normal) {
             Mode::Filter => {
                 match k.code {
@@ -392,6 +395,20 @@ impl App {
             },
             Mode::Normal => self.normal_key(k),
         }
+    }
+
+    /// A key with Alt. A terminal sends Alt+c as Esc then c, so Esc followed at once by
+    /// a key (typed fast, or both bytes read at once on a busy machine) arrives as Alt and
+    /// that key. The view binds no Alt key: it is Esc then the key, the Esc taken where
+    /// it backs out of something (a filter, a prompt, a detail) and never as a quit.
+    fn esc_then(&mut self, k: KeyEvent) -> Option<Job> {
+        if !matches!(self.mode, Mode::Normal) || self.detail.is_some() {
+            let _ = self.key(KeyEvent::new(KeyCode::Esc, KeyModifiers::NONE));
+        }
+        self.key(KeyEvent {
+            modifiers: k.modifiers - KeyModifiers::ALT,
+            ..k
+        })
     }
 
     fn normal_key(&mut self, k: KeyEvent) -> Option<Job> {
