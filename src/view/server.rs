@@ -222,8 +222,11 @@ pub struct Server {
 impl Server {
     pub fn new(listener: std::net::TcpListener) -> Result<Server> {
         use tokio::signal::unix::{SignalKind, signal};
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
+        // One thread for the connections (each answer runs on the blocking pool): the
+        // multi-threaded scheduler would, through Cargo's feature unification, be linked
+        // into `tasklock` itself with the PostgreSQL client's runtime, and cost every
+        // command its start-up.
+        let rt = tokio::runtime::Builder::new_current_thread()
             .max_blocking_threads(ANSWER_THREADS)
             .thread_name("tasklock-ui")
             .enable_io()
