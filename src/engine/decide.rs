@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use super::slots::Holders;
 use super::take::Join;
+use super::waits::Dropped;
 use crate::error::Outcome;
 use crate::report::{OverlapView, Reaped};
 use crate::store::{Freeze, Queue, Record, Reservation};
@@ -66,6 +67,9 @@ pub struct KeyState {
     pub grant_cycle: Option<Vec<String>>,
     /// What waiting would do (read only for a refusal that would wait).
     pub wait: Option<WaitCheck>,
+    /// The passive places in queues the grant or the wait drops: without them it closes
+    /// no cycle ([`super::waits::breaking`]).
+    pub dropped: Vec<Dropped>,
 }
 
 impl KeyState {
@@ -82,6 +86,7 @@ impl KeyState {
             queue: Queue::empty(key),
             grant_cycle: None,
             wait: None,
+            dropped: Vec::new(),
         }
     }
 
