@@ -1762,7 +1762,7 @@ impl Replay {
     }
 }
 
-/// 6 agents work tasks over 5 shared files: each takes a task with one or two files
+/// 8 agents work tasks over 5 shared files: each takes a task with one or two files
 /// (`--wait 2s`), sometimes queues for another file (`--queue`) and goes on working,
 /// then takes the commit key `git:index` with `--wait` and no time limit, commits and
 /// releases; a killer `kill -9`s their registered processes. Checked: every commit
@@ -1783,7 +1783,7 @@ fn a_swarm_committing_with_wait_never_hangs_and_is_told_only_its_own_cycles() {
     let killed: std::sync::Mutex<BTreeSet<String>> = Default::default();
     let commits: std::sync::Mutex<Vec<(String, i32, Value)>> = Default::default();
     std::thread::scope(|s| {
-        for a in 0..6u64 {
+        for a in 0..8u64 {
             let (env, top, files, procs, killed, commits) =
                 (&env, &top, &files, &procs, &killed, &commits);
             s.spawn(move || {
