@@ -196,6 +196,20 @@ pub struct CheckoutReport {
     /// On `conflict` over a key with slots: the holder of every slot.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub holders: Vec<CheckoutView>,
+    /// On `granted`, `renewed` or queued: the passive places in queues (of agents that
+    /// queued with `--queue`, not blocked in a `--wait`) this checkout dropped because
+    /// with them it would have closed a wait-for cycle; each was told. Absent when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub dropped: Vec<Dropped>,
+}
+
+/// A place in a queue dropped so that a change closes no wait-for cycle: its agent and
+/// key, and the cycle it would close with the change made, from and back to its agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Dropped {
+    pub agent: String,
+    pub key: String,
+    pub cycle: Vec<String>,
 }
 
 /// Another agent's checkout (or a reservation for the head of a queue) whose paths
@@ -250,6 +264,7 @@ impl CheckoutReport {
             paths: Vec::new(),
             slots: None,
             holders: Vec::new(),
+            dropped: Vec::new(),
         }
     }
 }

@@ -467,10 +467,12 @@ fn a_blocked_wait_for_paths_is_granted_when_the_overlap_is_released() {
     assert_eq!(j["checkout"]["paths"], serde_json::json!(["src/a/x"]));
 }
 
-/// Two agents each holding paths the other queues for: the second is told `deadlock`
-/// instead of waiting forever.
+/// Two agents each holding paths the other queues for: the cycle the second wait would
+/// close goes through alice's passive place (`--queue`, no blocked `--wait`), which is
+/// dropped and told; bob waits (issue 46). Nobody waits forever. Through blocked
+/// `--wait`s the second is refused with exit 5 (tests/waits.rs).
 #[test]
-fn a_wait_for_cycle_through_paths_is_a_deadlock() {
+fn a_wait_for_cycle_through_paths_is_broken() {
     let (env, top) = repo();
     run(&env, &top, "alice", &["checkout", "--path", "src/a"]);
     run(&env, &top, "bob", &["checkout", "--path", "src/b"]);
@@ -488,12 +490,23 @@ fn a_wait_for_cycle_through_paths_is_a_deadlock() {
         "bob",
         &["checkout", "B-2", "--path", "src/a/y", "--queue"],
     );
-    assert_eq!(code, 5, "{j}");
-    assert_eq!(j["outcome"], "deadlock", "{j}");
+    assert_eq!(code, 2, "{j}");
+    assert_eq!(j["position"], 1, "{j}");
     assert_eq!(
-        j["cycle"],
-        serde_json::json!(["bob", "B-2", "alice", "A-2", "bob"]),
+        j["dropped"],
+        serde_json::json!([{
+            "agent": "alice",
+            "key": "A-2",
+            "cycle": ["alice", "A-2", "bob", "B-2", "alice"]
+        }]),
         "{j}"
+    );
+    let (_, q) = json_run(&env, &top, "observer", &["status", "A-2"]);
+    assert!(
+        q["queue"]["waiters"]
+            .as_array()
+            .is_none_or(|w| w.is_empty()),
+        "{q}"
     );
 }
 

@@ -736,63 +736,97 @@ fn dead_waiters_are_dropped_when_the_key_frees() {
 // ---------------------------------------------------------------------------------------
 // 6. Deadlock
 
-fn assert_deadlock(e: &Env, agent: &str, key: &str, cycle: &[&str]) {
-    let (code, j) = checkout(e, agent, key, &["--queue"]);
-    assert_eq!(code, DEADLOCK, "{j}");
-    assert_eq!(j["outcome"], "deadlock", "{j}");
-    assert_eq!(j["cycle"], json!(cycle), "{j}");
-    assert!(j["position"].is_null(), "not queued: {j}");
-    let s = status(e, key);
-    assert!(
-        !waiters(&s).contains(&agent.to_string()),
-        "{agent} must not be queued: {s}"
-    );
-    let log = audit(&e.dir());
-    let dl = events(&log, "deadlock");
-    let last = dl.last().expect("a deadlock event");
-    assert_eq!(last["agent"], agent);
-    assert_eq!(last["key"], key);
-    assert_eq!(last["holder"], cycle[2]);
-    assert_eq!(last["detail"], cycle.join(" → "));
-}
-
+/// B's wait closes B → x → A → y → B through A's passive place (`--queue`, no blocked
+/// `--wait`): that place is dropped and A told; B waits (issue 46).
 #[test]
-fn two_agent_cycle_is_refused() {
+fn two_agent_cycle_drops_the_passive_place() {
     let e = Env::new();
     checkout(&e, "agent-a", "x", &[]);
     checkout(&e, "agent-b", "y", &[]);
     let j = queue_up(&e, "agent-a", "y");
     assert_eq!(j["position"], 1);
-    assert_deadlock(
-        &e,
-        "agent-b",
-        "x",
-        &["agent-b", "x", "agent-a", "y", "agent-b"],
+    let j = queue_up(&e, "agent-b", "x");
+    assert_eq!(j["position"], 1, "{j}");
+    assert_eq!(
+        j["dropped"],
+        json!([{"agent": "agent-a", "key": "y", "cycle": ["agent-a", "y", "agent-b", "x", "agent-a"]}]),
+        "{j}"
     );
-    assert_eq!(status(&e, "x")["queue"]["length"], 0);
-    let r = e.run(Some("agent-b"), &["checkout", "x", "--queue"]);
+    assert!(waiters(&status(&e, "y")).is_empty());
+    let log = audit(&e.dir());
+    let dl = events(&log, "deadlock");
+    assert_eq!(dl.len(), 1);
+    assert_eq!(dl[0]["agent"], "agent-a");
+    assert_eq!(dl[0]["reason"], "dropped");
+    assert_eq!(
+        kinds(&inbox(&e, "agent-a", true)),
+        pairs(&[("deadlock", "y")])
+    );
+}
+
+/// As above, A blocked in a `--wait` for y: no passive place breaks the cycle, and B is
+/// refused (exit 5), not queued; A's wait is untouched.
+#[test]
+fn two_agent_cycle_is_refused() {
+    // `--wait` on the real clock: everything on the real clock.
+    let e = Env::new();
+    live_ok(&e, "agent-b", &["checkout", "y", "--json"]);
+    live_ok(&e, "agent-a", &["checkout", "x", "--json"]);
+    let mut a = spawn_waiter(&e, "agent-a", "y", "60s");
+    poll_until("A to wait for y", || live_waiters(&e, "y") == ["agent-a"]);
+    let r = live(&e, "agent-b", &["checkout", "x", "--queue", "--json"]);
+    assert_eq!(r.code, DEADLOCK, "{}", r.text());
+    let j = r.json();
+    assert_eq!(j["outcome"], "deadlock", "{j}");
+    assert_eq!(
+        j["cycle"],
+        json!(["agent-b", "x", "agent-a", "y", "agent-b"]),
+        "{j}"
+    );
+    assert!(j["position"].is_null(), "not queued: {j}");
+    assert!(live_waiters(&e, "x").is_empty());
+    let log = audit(&e.dir());
+    let last = events(&log, "deadlock")
+        .last()
+        .cloned()
+        .expect("a deadlock event");
+    assert_eq!(last["agent"], "agent-b");
+    assert_eq!(last["key"], "x");
+    assert_eq!(last["holder"], "agent-a");
+    assert_eq!(last["detail"], "agent-b → x → agent-a → y → agent-b");
+    let r = live(&e, "agent-b", &["checkout", "x", "--queue"]);
     assert_eq!(r.code, DEADLOCK);
     snap!(e, "deadlock_two_agents", r);
     assert_eq!(events(&audit(&e.dir()), "deadlock").len(), 2);
     // A's own wait is untouched.
-    assert_eq!(waiters(&status(&e, "y")), ["agent-a"]);
+    assert_eq!(live_waiters(&e, "y"), ["agent-a"]);
+    let _ = a.kill();
+    let _ = a.wait();
 }
 
+/// A three-agent cycle through passive places: only the first walked from C's request,
+/// A's place in y, is dropped; B keeps its place (issue 46).
 #[test]
-fn three_agent_cycle_is_refused() {
+fn three_agent_cycle_drops_one_passive_place() {
     let e = Env::new();
     checkout(&e, "agent-a", "x", &[]);
     checkout(&e, "agent-b", "y", &[]);
     checkout(&e, "agent-c", "z", &[]);
     queue_up(&e, "agent-a", "y");
     queue_up(&e, "agent-b", "z");
-    assert_deadlock(
-        &e,
-        "agent-c",
-        "x",
-        &["agent-c", "x", "agent-a", "y", "agent-b", "z", "agent-c"],
+    let j = queue_up(&e, "agent-c", "x");
+    assert_eq!(
+        j["dropped"],
+        json!([{
+            "agent": "agent-a",
+            "key": "y",
+            "cycle": ["agent-a", "y", "agent-b", "z", "agent-c", "x", "agent-a"]
+        }]),
+        "{j}"
     );
-    assert!(waiters(&status(&e, "x")).is_empty());
+    assert_eq!(waiters(&status(&e, "x")), ["agent-c"]);
+    assert!(waiters(&status(&e, "y")).is_empty());
+    assert_eq!(waiters(&status(&e, "z")), ["agent-b"]);
     assert_eq!(events(&audit(&e.dir()), "deadlock").len(), 1);
 }
 
@@ -814,10 +848,13 @@ fn wait_that_would_deadlock_returns_at_once() {
     let e = Env::new();
     live_ok(&e, "agent-a", &["checkout", "x", "--json"]);
     live_ok(&e, "agent-b", &["checkout", "y", "--json"]);
-    let r = live(&e, "agent-a", &["checkout", "y", "--queue", "--json"]);
-    assert_eq!(r.code, HELD, "{}", r.text());
+    // A's place blocked in a `--wait` too: no passive place breaks the cycle.
+    let mut a = spawn_waiter(&e, "agent-a", "y", "60s");
+    poll_until("A to wait for y", || live_waiters(&e, "y") == ["agent-a"]);
     let child = spawn_waiter(&e, "agent-b", "x", "30s");
     let r = finish(child, "deadlocking checkout --wait");
+    let _ = a.kill();
+    let _ = a.wait();
     assert_eq!(r.code, DEADLOCK, "{}", r.text());
     let j = r.json();
     assert_eq!(j["outcome"], "deadlock");

@@ -16,7 +16,6 @@ use serde_json::{Value, json};
 const GRANTED: i32 = 0;
 const HELD: i32 = 2;
 const NOT_HOLDER: i32 = 4;
-const DEADLOCK: i32 = 5;
 const USAGE: i32 = 64;
 
 fn checkout(e: &Env, agent: &str, key: &str, extra: &[&str]) -> (i32, Value) {
@@ -486,17 +485,23 @@ fn deadlock_detection_counts_slots() {
     let (code, j) = checkout(&e, "c", "build", &["--queue"]);
     assert_eq!(code, HELD, "{j}");
     assert_eq!(j["outcome"], "conflict");
-    // But once b waits for x too, every slot's holder waits on c: a deadlock.
+    // But once b waits for x too, every slot's holder waits on c: a cycle, broken by
+    // dropping c's passive place (`--queue`) in the queue of `build` (issue 46).
     let (code, j) = checkout(&e, "b", "x", &["--queue"]);
-    assert_eq!(code, DEADLOCK, "{j}");
-    let cycle: Vec<&str> = j["cycle"]
+    assert_eq!(code, HELD, "{j}");
+    assert_eq!(j["position"], 2, "{j}");
+    let dropped = j["dropped"].as_array().expect("a place dropped");
+    assert_eq!(dropped.len(), 1, "{j}");
+    assert_eq!(dropped[0]["agent"], "c", "{j}");
+    assert_eq!(dropped[0]["key"], "build", "{j}");
+    let cycle: Vec<&str> = dropped[0]["cycle"]
         .as_array()
         .unwrap()
         .iter()
         .map(|v| v.as_str().unwrap())
         .collect();
-    assert_eq!(&cycle[..4], ["b", "x", "c", "build"], "{j}");
-    assert!(j["position"].is_null(), "not queued: {j}");
+    assert_eq!(&cycle[..2], ["c", "build"], "{j}");
+    assert!(cycle.contains(&"b"), "through b's wait: {j}");
 }
 
 #[test]
@@ -513,9 +518,18 @@ fn slot_holder_waiting_on_a_plain_key_closes_a_cycle_only_through_every_slot() {
     // agent d holding the last slot and waiting for x makes c's wait a deadlock.
     granted(&e, "d", "build", &[]);
     assert_eq!(checkout(&e, "d", "x", &["--queue"]).0, HELD);
+    // A cycle through every slot's holder's wait, broken by dropping one of those
+    // passive places (issue 46): c waits.
     let (code, j) = checkout(&e, "c", "build", &["--queue"]);
-    assert_eq!(code, DEADLOCK, "{j}");
-    assert_eq!(j["cycle"][0], "c");
+    assert_eq!(code, HELD, "{j}");
+    let dropped = j["dropped"].as_array().expect("a place dropped");
+    assert_eq!(dropped.len(), 1, "{j}");
+    assert_eq!(dropped[0]["key"], "x", "{j}");
+    assert_eq!(
+        dropped[0]["cycle"].as_array().unwrap().last().unwrap(),
+        &dropped[0]["agent"],
+        "{j}"
+    );
 }
 
 /// `run --slots N` on the real clock.

@@ -1,7 +1,9 @@
 //! The waits-for graph, through the real binary: every change that adds a wait is
-//! checked, exit 5 goes only to an agent whose own wait closes a cycle (printed from and
-//! back to it), a grant to someone else that closes one drops the waiter that closes it
-//! and tells it, and a blocked `--wait` never outlives a cycle it is part of. The
+//! checked; a passive place (`--queue`, no blocked `--wait`) on a cycle a change would
+//! close is dropped and told (issue 46); exit 5 goes only to an agent whose own wait
+//! closes a cycle no such drop breaks (printed from and back to it); a grant to someone
+//! else that closes one drops the waiter that closes it and tells it; and a blocked
+//! `--wait` never outlives a cycle it is part of. The
 //! reproductions of issue 34, a property test against a model of the graph written
 //! here, and a swarm with `kill -9`.
 
@@ -83,15 +85,162 @@ fn example() -> (Env, std::path::PathBuf) {
 }
 
 /// Defect (issue 34, 1): C took a free key that B waited for while C waited for B; the
-/// cycle stood and nobody was told. Now the grant is refused to C, whose own action
-/// closed it, with the cycle from and back to C.
+/// cycle stood and nobody was told. Both places in it are passive (`--queue`): the grant
+/// stands, and C's own place in `kC`, the first passive one walked from C, is dropped
+/// (issue 46), audited and told as a dropped reservation is; `why` says so beforehand.
 #[test]
-fn a_grant_that_closes_a_cycle_is_refused_to_the_taker() {
+fn a_grant_that_closes_a_cycle_drops_a_passive_place() {
     let (env, top) = example();
+    let why = ok(&env, &top, "C", &["why", "k2"]);
+    assert_eq!(why["can_checkout"], true, "{why}");
+    assert!(
+        strings(&why["reasons"])
+            .iter()
+            .any(|r| r.contains("your place in the queue of `kC` (C → `kC` → B → `k2` → C)")),
+        "{why}"
+    );
+    let (code, j) = run(&env, &top, "C", &["checkout", "k2"]);
+    assert_eq!(code, 0, "{j}");
+    assert_eq!(j["outcome"], "granted");
+    assert_eq!(
+        j["dropped"],
+        json!([{"agent": "C", "key": "kC", "cycle": ["C", "kC", "B", "k2", "C"]}]),
+        "{j}"
+    );
+    assert_eq!(waiters(&env, &top, "kC"), Vec::<String>::new(), "C left kC");
+    assert_eq!(waiters(&env, &top, "k2"), ["B"], "B waits for C now");
+    let last = audit(&env.dir())
+        .into_iter()
+        .rfind(|e| e["event"] == "deadlock")
+        .expect("a deadlock event");
+    assert_eq!(last["agent"], "C");
+    assert_eq!(last["key"], "kC");
+    assert_eq!(last["reason"], "dropped");
+    assert_eq!(last["detail"], "C → kC → B → k2 → C");
+    let msgs = inbox(&env, &top, "C");
+    assert!(
+        msgs.iter().any(|(t, k, body)| t == "deadlock"
+            && k == "kC"
+            && body.contains("when C took `k2` (C → kC → B → k2 → C)")),
+        "{msgs:?}"
+    );
+}
+
+/// Issue 46, the swarm's finding: H holds the commit key and queued (`--queue`) for the
+/// task key F holds, going on with its work; F, its task done, asks for the commit key.
+/// F's wait closes F → git:index → H → t1 → F, through H's passive place: that place is
+/// dropped and H told, and F waits its turn. It was refused with exit 5 (in the swarm,
+/// three times in a row, and the work given up).
+#[test]
+fn a_finished_agent_asking_for_the_commit_key_drops_the_holders_passive_place() {
+    let (env, top) = git_env();
+    ok(&env, &top, "F", &["checkout", "t1"]);
+    ok(&env, &top, "H", &["checkout", "git:index"]);
+    refused(&env, &top, "H", &["checkout", "t1", "--queue"]);
+    let r = env.run_in(&top, Some("F"), &["checkout", "git:index", "--queue"]);
+    assert_eq!(r.code, 2, "{}", r.text());
+    snap!(env, "commit_key_drops_a_passive_place", r);
+    assert_eq!(waiters(&env, &top, "git:index"), ["F"]);
+    assert_eq!(waiters(&env, &top, "t1"), Vec::<String>::new(), "H left t1");
+    let msgs = inbox(&env, &top, "H");
+    assert!(
+        msgs.iter().any(|(t, k, body)| t == "deadlock"
+            && k == "t1"
+            && body.contains("when F queued for `git:index` (H → t1 → F → git:index → H)")),
+        "{msgs:?}"
+    );
+    let ev = audit(&env.dir())
+        .into_iter()
+        .rfind(|e| e["event"] == "deadlock")
+        .expect("a deadlock event");
+    assert_eq!(ev["agent"], "H", "{ev}");
+    assert_eq!(ev["key"], "t1", "{ev}");
+    assert_eq!(ev["reason"], "dropped", "{ev}");
+    assert_eq!(ev["holder"], "F", "{ev}");
+}
+
+/// The same with F blocked in a real `--wait`: H's place goes, F is not refused, and F
+/// is served once H lets go of the commit key.
+#[test]
+fn a_commit_wait_through_a_passive_place_is_served() {
+    let (mut env, top) = git_env();
+    env.at(&real_now());
+    ok(&env, &top, "F", &["checkout", "t1"]);
+    ok(&env, &top, "H", &["checkout", "git:index"]);
+    refused(&env, &top, "H", &["checkout", "t1", "--queue"]);
+    let f = live_cmd(&env, &top, "F", &["checkout", "git:index", "--wait"])
+        .spawn()
+        .unwrap();
+    poll_until(
+        "F to wait for the commit key",
+        Duration::from_secs(20),
+        || waiters(&env, &top, "git:index") == ["F"],
+    );
+    assert_eq!(waiters(&env, &top, "t1"), Vec::<String>::new(), "H left t1");
+    assert!(
+        inbox(&env, &top, "H")
+            .iter()
+            .any(|(t, k, _)| t == "deadlock" && k == "t1")
+    );
+    ok(&env, &top, "H", &["release", "git:index"]);
+    let (code, j) = finish(f, "F's --wait", Duration::from_secs(20));
+    assert_eq!(code, 0, "{j}");
+    assert_eq!(j["outcome"], "granted", "{j}");
+}
+
+/// A blocked `--wait` of `agent` (`args` and `--wait`, on the real clock), once it has
+/// its place in the queue of `key`: an active place, ended (kill -9) when dropped.
+struct Blocked(std::process::Child);
+
+impl Blocked {
+    fn start(env: &Env, top: &Path, agent: &str, key: &str, args: &[&str]) -> Blocked {
+        let mut a = args.to_vec();
+        a.push("--wait");
+        let child = Blocked(live_cmd(env, top, agent, &a).spawn().unwrap());
+        poll_until(
+            &format!("{agent} to wait for {key}"),
+            Duration::from_secs(20),
+            || waiters(env, top, key).iter().any(|w| w == agent),
+        );
+        child
+    }
+}
+
+impl Drop for Blocked {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// As above with both places held by blocked `--wait`s: no passive place breaks the
+/// cycle, so the grant is refused to C, whose own action closed it, with the cycle from
+/// and back to C (exit 5).
+#[test]
+fn a_grant_that_closes_a_cycle_of_blocked_waits_is_refused_to_the_taker() {
+    let (mut env, top) = git_env();
+    env.at(&real_now());
+    ok(&env, &top, "A", &["checkout", "kA", "--path", "src/p2"]);
+    ok(&env, &top, "B", &["checkout", "kB", "--path", "src/p1"]);
+    let _b = Blocked::start(
+        &env,
+        &top,
+        "B",
+        "k2",
+        &["checkout", "k2", "--path", "src/p2"],
+    );
+    let c = Blocked::start(
+        &env,
+        &top,
+        "C",
+        "kC",
+        &["checkout", "kC", "--path", "src/p1"],
+    );
     let (code, j) = run(&env, &top, "C", &["checkout", "k2"]);
     assert_eq!(code, 5, "{j}");
     assert_eq!(j["outcome"], "deadlock");
     assert_eq!(j["cycle"], json!(["C", "kC", "B", "k2", "C"]), "{j}");
+    assert!(j.get("dropped").is_none(), "{j}");
     let status = ok(&env, &top, "observer", &["status", "k2"]);
     assert_eq!(status["outcome"], "free", "nothing taken: {status}");
     assert_eq!(waiters(&env, &top, "kC"), ["C"], "C keeps its place");
@@ -116,19 +265,21 @@ fn a_grant_that_closes_a_cycle_is_refused_to_the_taker() {
     let r = env.run_in(&top, Some("C"), &["why", "k2"]);
     snap!(env, "why_grant_closing_a_cycle", r);
 
-    // Once C leaves the queue it waited in, the key is its to take.
-    ok(&env, &top, "C", &["leave", "kC"]);
+    // Once C's wait in kC ends, the key is its to take.
+    drop(c);
     assert_eq!(
         ok(&env, &top, "C", &["checkout", "k2"])["outcome"],
         "granted"
     );
 }
 
-/// Defect (issue 34, 1): a re-join with other paths replaced the waiter's paths with no
-/// check at all.
-#[test]
-fn a_rejoin_asking_for_other_paths_is_checked_and_keeps_the_old_place() {
-    let (env, top) = git_env();
+/// X holds `src/p3`, B `src/p1`, C `src/p2`; B queues for `k2` with `src/p3`, and C
+/// for `k3` with `src/p1` (with `--queue`, or blocked in a `--wait`: `c_waits`).
+fn rejoin_example(c_waits: bool) -> (Env, std::path::PathBuf, Option<Blocked>) {
+    let (mut env, top) = git_env();
+    if c_waits {
+        env.at(&real_now());
+    }
     ok(&env, &top, "X", &["checkout", "kX", "--path", "src/p3"]);
     ok(&env, &top, "B", &["checkout", "kB", "--path", "src/p1"]);
     ok(&env, &top, "C", &["checkout", "kC", "--path", "src/p2"]);
@@ -138,12 +289,21 @@ fn a_rejoin_asking_for_other_paths_is_checked_and_keeps_the_old_place() {
         "B",
         &["checkout", "k2", "--path", "src/p3", "--queue"],
     );
-    refused(
-        &env,
-        &top,
-        "C",
-        &["checkout", "k3", "--path", "src/p1", "--queue"],
-    );
+    let c = ["checkout", "k3", "--path", "src/p1"];
+    let blocked = if c_waits {
+        Some(Blocked::start(&env, &top, "C", "k3", &c))
+    } else {
+        refused(&env, &top, "C", &[&c[..], &["--queue"]].concat());
+        None
+    };
+    (env, top, blocked)
+}
+
+/// Defect (issue 34, 1): a re-join with other paths replaced the waiter's paths with no
+/// check at all. Closing a cycle through C's blocked `--wait`, it is refused (exit 5).
+#[test]
+fn a_rejoin_asking_for_other_paths_is_checked_and_keeps_the_old_place() {
+    let (env, top, _c) = rejoin_example(true);
     let (code, j) = run(
         &env,
         &top,
@@ -167,21 +327,65 @@ fn a_rejoin_asking_for_other_paths_is_checked_and_keeps_the_old_place() {
     );
 }
 
-/// Defect (issue 34, 1): paths added to a held key that another agent waits for, by an
-/// agent that waits for that agent, closed a cycle unchecked.
+/// As above, C's place passive (`--queue`): it is dropped and told, and B's re-join
+/// stands (issue 46).
 #[test]
-fn adding_paths_that_close_a_cycle_is_refused() {
-    let (env, top) = git_env();
+fn a_rejoin_closing_a_cycle_through_a_passive_place_drops_it() {
+    let (env, top, _) = rejoin_example(false);
+    let (code, j) = run(
+        &env,
+        &top,
+        "B",
+        &["checkout", "k2", "--path", "src/p2", "--queue"],
+    );
+    assert_eq!(code, 2, "{j}");
+    assert_eq!(j["position"], 1, "{j}");
+    assert_eq!(
+        j["dropped"],
+        json!([{"agent": "C", "key": "k3", "cycle": ["C", "k3", "B", "k2", "C"]}]),
+        "{j}"
+    );
+    assert_eq!(waiters(&env, &top, "k3"), Vec::<String>::new());
+    let msgs = inbox(&env, &top, "C");
+    assert!(
+        msgs.iter().any(|(t, k, body)| t == "deadlock"
+            && k == "k3"
+            && body.contains("when B queued for `k2` (C → k3 → B → k2 → C)")),
+        "{msgs:?}"
+    );
+}
+
+/// B holds `kB` and waits for `kC2` (C's); C waits for `kX` with `src/p3`. Each wait
+/// is a `--queue`, or a blocked `--wait` (`active`).
+fn adding_paths_example(active: bool) -> (Env, std::path::PathBuf, Vec<Blocked>) {
+    let (mut env, top) = git_env();
+    if active {
+        env.at(&real_now());
+    }
     ok(&env, &top, "B", &["checkout", "kB"]);
     ok(&env, &top, "C", &["checkout", "kC2"]);
     ok(&env, &top, "Y", &["checkout", "kX"]);
-    refused(&env, &top, "B", &["checkout", "kC2", "--queue"]);
-    refused(
-        &env,
-        &top,
-        "C",
-        &["checkout", "kX", "--path", "src/p3", "--queue"],
-    );
+    let waits = [
+        ("B", "kC2", vec!["checkout", "kC2"]),
+        ("C", "kX", vec!["checkout", "kX", "--path", "src/p3"]),
+    ];
+    let mut blocked = Vec::new();
+    for (who, key, args) in waits {
+        if active {
+            blocked.push(Blocked::start(&env, &top, who, key, &args));
+        } else {
+            refused(&env, &top, who, &[&args[..], &["--queue"]].concat());
+        }
+    }
+    (env, top, blocked)
+}
+
+/// Defect (issue 34, 1): paths added to a held key that another agent waits for, by an
+/// agent that waits for that agent, closed a cycle unchecked. Through blocked `--wait`s
+/// only, it is refused (exit 5).
+#[test]
+fn adding_paths_that_close_a_cycle_is_refused() {
+    let (env, top, _waits) = adding_paths_example(true);
     let (code, j) = run(&env, &top, "B", &["checkout", "kB", "--path", "src/p3"]);
     assert_eq!(code, 5, "{j}");
     assert_eq!(j["cycle"], json!(["B", "kC2", "C", "kX", "B"]), "{j}");
@@ -191,6 +395,24 @@ fn adding_paths_that_close_a_cycle_is_refused() {
     );
     let status = ok(&env, &top, "observer", &["status", "kB"]);
     assert!(status["checkout"]["paths"].is_null(), "{status}");
+}
+
+/// As above through passive places: B's own place in `kC2`, the first walked from B, is
+/// dropped, and the paths are added (issue 46).
+#[test]
+fn adding_paths_that_close_a_cycle_through_a_passive_place_drops_it() {
+    let (env, top, _) = adding_paths_example(false);
+    let (code, j) = run(&env, &top, "B", &["checkout", "kB", "--path", "src/p3"]);
+    assert_eq!(code, 0, "{j}");
+    assert_eq!(j["outcome"], "already_held", "{j}");
+    assert_eq!(j["checkout"]["paths"], json!(["src/p3"]), "{j}");
+    assert_eq!(
+        j["dropped"],
+        json!([{"agent": "B", "key": "kC2", "cycle": ["B", "kC2", "C", "kX", "B"]}]),
+        "{j}"
+    );
+    assert_eq!(waiters(&env, &top, "kC2"), Vec::<String>::new());
+    assert_eq!(waiters(&env, &top, "kX"), ["C"]);
 }
 
 /// A waiter whose reservation of a slot lapsed waits no more (its queue drops it when
@@ -219,10 +441,13 @@ fn a_lapsed_reservation_of_a_slot_closes_no_cycle() {
 /// A reservation for W, made by H's release, closes a cycle: X waits for a path W's
 /// reservation holds while W waits for X. X, whose wait for W closes it, leaves that
 /// queue and is told; W keeps its reservation.
+/// With `w_waits`, W's wait for `k2` is a blocked `--wait` (an active place), else a
+/// `--queue`.
 fn reservation_closing_a_cycle(
     real_clock: bool,
+    w_waits: bool,
     x_waits: impl FnOnce(&Env, &Path),
-) -> (Env, std::path::PathBuf) {
+) -> (Env, std::path::PathBuf, Option<Blocked>) {
     let (mut env, top) = git_env();
     if real_clock {
         // Beside a blocked `--wait`, which runs on the real clock.
@@ -237,15 +462,20 @@ fn reservation_closing_a_cycle(
         "W",
         &["checkout", "k1", "--path", "src/p5", "--queue"],
     );
-    refused(&env, &top, "W", &["checkout", "k2", "--queue"]);
+    let w = if w_waits {
+        Some(Blocked::start(&env, &top, "W", "k2", &["checkout", "k2"]))
+    } else {
+        refused(&env, &top, "W", &["checkout", "k2", "--queue"]);
+        None
+    };
     x_waits(&env, &top);
     ok(&env, &top, "H", &["release", "k1"]);
-    (env, top)
+    (env, top, w)
 }
 
 #[test]
 fn a_reservation_that_closes_a_cycle_drops_the_waiter_that_closes_it() {
-    let (env, top) = reservation_closing_a_cycle(false, |env, top| {
+    let (env, top, _) = reservation_closing_a_cycle(false, false, |env, top| {
         refused(
             env,
             top,
@@ -271,15 +501,22 @@ fn a_reservation_that_closes_a_cycle_drops_the_waiter_that_closes_it() {
     assert_eq!(ev["agent"], "X");
     assert_eq!(ev["reason"], "dropped");
     assert_eq!(ev["holder"], "W");
-    // X queueing again is its own wait closing the cycle: exit 5.
+    // X queueing again is its own wait closing the cycle, through W's passive place in
+    // k2: that place goes (issue 46), and X waits.
     let (code, j) = run(
         &env,
         &top,
         "X",
         &["checkout", "kX2", "--path", "src/p5", "--queue"],
     );
-    assert_eq!(code, 5, "{j}");
-    assert_eq!(j["cycle"], json!(["X", "kX2", "W", "k2", "X"]), "{j}");
+    assert_eq!(code, 2, "{j}");
+    assert_eq!(
+        j["dropped"],
+        json!([{"agent": "W", "key": "k2", "cycle": ["W", "k2", "X", "kX2", "W"]}]),
+        "{j}"
+    );
+    assert_eq!(waiters(&env, &top, "k2"), Vec::<String>::new(), "W left k2");
+    assert_eq!(waiters(&env, &top, "k1"), ["W"], "W keeps its reservation");
 }
 
 /// `tasklock ARGS --agent AGENT --json` from `top`, on the real clock.
@@ -340,11 +577,12 @@ fn finish(mut child: std::process::Child, what: &str, limit: Duration) -> (i32, 
 }
 
 /// Defect (issue 34, 3): a blocked `--wait` (no time limit) whose wait became part of a
-/// cycle waited until killed. Now it ends with exit 5 as soon as the cycle closes.
+/// cycle waited until killed. Now it ends with exit 5 as soon as the cycle closes, when
+/// every other place on it is a blocked `--wait` too (W's here).
 #[test]
 fn a_blocked_wait_ends_when_its_wait_becomes_part_of_a_cycle() {
     let mut child = None;
-    let (env, top) = reservation_closing_a_cycle(true, |env, top| {
+    let (env, top, _w) = reservation_closing_a_cycle(true, true, |env, top| {
         let c = live_cmd(
             env,
             top,
@@ -369,8 +607,38 @@ fn a_blocked_wait_ends_when_its_wait_becomes_part_of_a_cycle() {
     assert_eq!(waiters(&env, &top, "kX2"), Vec::<String>::new());
 }
 
+/// As above with W's place in `k2` passive (`--queue`): the cycle W's reservation
+/// closes is broken by dropping that place, not X's blocked `--wait` (issue 46). W is
+/// told; X keeps waiting.
+#[test]
+fn a_reservation_closing_a_cycle_drops_a_passive_place_before_a_blocked_wait() {
+    let mut x = None;
+    let (env, top, _) = reservation_closing_a_cycle(true, false, |env, top| {
+        let args = ["checkout", "kX2", "--path", "src/p5"];
+        x = Some(Blocked::start(env, top, "X", "kX2", &args));
+    });
+    let mut x = x.unwrap();
+    assert_eq!(waiters(&env, &top, "k2"), Vec::<String>::new(), "W left k2");
+    assert_eq!(waiters(&env, &top, "k1"), ["W"], "W keeps its reservation");
+    assert_eq!(waiters(&env, &top, "kX2"), ["X"], "X keeps waiting");
+    let msgs = inbox(&env, &top, "W");
+    assert!(
+        msgs.iter().any(|(t, k, body)| t == "deadlock"
+            && k == "k2"
+            && body.contains("you were handed what others wait for (W → k2 → X → kX2 → W)")),
+        "{msgs:?}"
+    );
+    let ev = audit(&env.dir())
+        .into_iter()
+        .rfind(|e| e["event"] == "deadlock")
+        .expect("a deadlock event");
+    assert_eq!(ev["agent"], "W", "{ev}");
+    assert_eq!(ev["reason"], "dropped", "{ev}");
+    assert!(x.0.try_wait().unwrap().is_none(), "X's wait goes on");
+}
+
 /// Issue 34, 3, as reported: B blocks in `--wait` for a key and a path A holds; C,
-/// waiting for B, takes that key. That grant would close a cycle through B's wait, so C,
+/// blocked in a `--wait` for B, takes that key. That grant would close a cycle through B's wait, so C,
 /// whose own action it is, is refused; B, in no cycle, keeps waiting and is served once
 /// A lets go.
 #[test]
@@ -390,11 +658,13 @@ fn a_blocked_wait_behind_a_refused_grant_keeps_waiting_and_is_served() {
     poll_until("B to queue", Duration::from_secs(20), || {
         waiters(&env, &top, "k2") == ["B"]
     });
-    refused(
+    // C's place blocked in a `--wait` too: no passive place breaks the cycle.
+    let _c = Blocked::start(
         &env,
         &top,
         "C",
-        &["checkout", "kC", "--path", "src/p1", "--queue"],
+        "kC",
+        &["checkout", "kC", "--path", "src/p1"],
     );
     let (code, j) = run(&env, &top, "C", &["checkout", "k2"]);
     assert_eq!(code, 5, "{j}");
@@ -405,35 +675,76 @@ fn a_blocked_wait_behind_a_refused_grant_keeps_waiting_and_is_served() {
     assert_eq!(j["outcome"], "granted", "{j}");
 }
 
-/// A blocked `--wait` that finds the key's holder dead takes the key over, and the key
-/// is reserved for it in the same step: no one else's action, so nobody was told. W
-/// waits in `k2`'s queue for X, who queued for `k1` behind W: W taking `k1` would make X
-/// wait for W while W waits for X. W's wait ends with exit 5 and leaves `k1`'s queue;
-/// `k1` goes to X.
-#[test]
-fn a_wait_that_takes_over_a_dead_holder_does_not_close_a_cycle() {
+/// H holds `k1` and dies once W blocks in `--wait` for it and X queues for it behind W;
+/// X holds `k2`, for which W waits (`active`: W and X blocked in `--wait`s, else
+/// `--queue`). Returns W's wait for `k1`, ended.
+fn a_dead_holder_taken_over(active: bool) -> (Env, std::path::PathBuf, i32, Value, Vec<Blocked>) {
     let (mut env, top) = git_env();
     env.at(&real_now());
     let mut holder = AgentProcess::start();
     ok(&env, &top, "H", &["heartbeat", "--pid", &holder.pid()]);
     ok(&env, &top, "H", &["checkout", "k1"]);
     ok(&env, &top, "X", &["checkout", "k2"]);
-    refused(&env, &top, "W", &["checkout", "k2", "--queue"]);
+    let mut blocked = Vec::new();
+    if active {
+        blocked.push(Blocked::start(&env, &top, "W", "k2", &["checkout", "k2"]));
+    } else {
+        refused(&env, &top, "W", &["checkout", "k2", "--queue"]);
+    }
     let w = live_cmd(&env, &top, "W", &["checkout", "k1", "--wait"])
         .spawn()
         .unwrap();
     poll_until("W to queue", Duration::from_secs(20), || {
         waiters(&env, &top, "k1") == ["W"]
     });
-    refused(&env, &top, "X", &["checkout", "k1", "--queue"]);
+    if active {
+        let x = Blocked::start(&env, &top, "X", "k1", &["checkout", "k1"]);
+        // Stopped, X's wait keeps its place active but does not race W's to end H's
+        // checkout: W's wait is the one that meets H dead.
+        let stopped = Command::new("kill")
+            .args(["-STOP", &x.0.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(stopped.success());
+        blocked.push(x);
+    } else {
+        refused(&env, &top, "X", &["checkout", "k1", "--queue"]);
+    }
     holder.kill();
     let (code, j) = finish(w, "W's --wait", Duration::from_secs(20));
+    (env, top, code, j, blocked)
+}
+
+/// A blocked `--wait` that finds the key's holder dead takes the key over, and the key
+/// is reserved for it in the same step: no one else's action, so nobody was told. W
+/// waits in `k2`'s queue for X, who waits for `k1` behind W: W taking `k1` would make X
+/// wait for W while W waits for X. Both other places are blocked `--wait`s: W's wait
+/// ends with exit 5 and leaves `k1`'s queue; `k1` goes to X.
+#[test]
+fn a_wait_that_takes_over_a_dead_holder_does_not_close_a_cycle() {
+    let (env, top, code, j, _blocked) = a_dead_holder_taken_over(true);
     assert_eq!(code, 5, "{j}");
     assert_eq!(j["cycle"], json!(["W", "k2", "X", "k1", "W"]), "{j}");
     assert!(j["position"].is_null(), "{j}");
     let status = ok(&env, &top, "observer", &["status", "k1"]);
     assert_eq!(status["queue"]["waiters"], json!(["X"]), "{status}");
     assert_eq!(status["queue"]["reserved_for"]["agent"], "X", "{status}");
+}
+
+/// As above with W's place in `k2` and X's in `k1` passive: W's own place in `k2`, the
+/// first walked from W, is dropped, and W's wait takes `k1` (issue 46).
+#[test]
+fn a_wait_that_takes_over_a_dead_holder_drops_a_passive_place() {
+    let (env, top, code, j, _) = a_dead_holder_taken_over(false);
+    assert_eq!(code, 0, "{j}");
+    assert_eq!(j["outcome"], "granted", "{j}");
+    assert_eq!(
+        j["dropped"],
+        json!([{"agent": "W", "key": "k2", "cycle": ["W", "k2", "X", "k1", "W"]}]),
+        "{j}"
+    );
+    assert_eq!(waiters(&env, &top, "k2"), Vec::<String>::new());
+    assert_eq!(waiters(&env, &top, "k1"), ["X"]);
 }
 
 /// Defects (issue 34, 2): exit 5 went to agents whose own wait closed no cycle: A, who
@@ -569,24 +880,30 @@ fn a_reserved_head_rejoining_with_other_paths_frees_the_old_ones() {
     assert_eq!(queues["k3"]["reserved_for"]["agent"], "A", "{list}");
 }
 
-/// A reserved head that re-joins asking for a path B waits for makes B wait for its
-/// reservation, while it waits for B elsewhere: a cycle through its other wait, not
-/// through the one it re-joins. Refused with exit 5 like paths added to a checkout; the
-/// old place and its reservation stay as they were.
-#[test]
-fn a_reserved_head_rejoining_with_paths_others_wait_for_is_checked() {
-    let (env, top) = git_env();
+/// H holds `k1`, H2 `src/p4`, B `k2`, Z `k3` until it lets go; B waits for `k1` with
+/// `src/p1`, A for `k2`, and A for `k3` with `src/p3`, which is then reserved for A. With
+/// `active`, B's and A's waits for `k1` and `k2` are blocked `--wait`s.
+fn a_reserved_head_rejoining(active: bool) -> (Env, std::path::PathBuf, Vec<Blocked>) {
+    let (mut env, top) = git_env();
+    if active {
+        env.at(&real_now());
+    }
     ok(&env, &top, "H", &["checkout", "k1"]);
     ok(&env, &top, "H2", &["checkout", "kH", "--path", "src/p4"]);
     ok(&env, &top, "B", &["checkout", "k2"]);
     ok(&env, &top, "Z", &["checkout", "k3"]);
-    refused(
-        &env,
-        &top,
-        "B",
-        &["checkout", "k1", "--path", "src/p1", "--queue"],
-    );
-    refused(&env, &top, "A", &["checkout", "k2", "--queue"]);
+    let waits = [
+        ("B", "k1", vec!["checkout", "k1", "--path", "src/p1"]),
+        ("A", "k2", vec!["checkout", "k2"]),
+    ];
+    let mut blocked = Vec::new();
+    for (who, key, args) in waits {
+        if active {
+            blocked.push(Blocked::start(&env, &top, who, key, &args));
+        } else {
+            refused(&env, &top, who, &[&args[..], &["--queue"]].concat());
+        }
+    }
     refused(
         &env,
         &top,
@@ -594,14 +911,21 @@ fn a_reserved_head_rejoining_with_paths_others_wait_for_is_checked() {
         &["checkout", "k3", "--path", "src/p3", "--queue"],
     );
     ok(&env, &top, "Z", &["release", "k3"]);
-    let (code, j) = run(
-        &env,
-        &top,
-        "A",
-        &[
-            "checkout", "k3", "--path", "src/p1", "--path", "src/p4", "--queue",
-        ],
-    );
+    (env, top, blocked)
+}
+
+const REJOIN_WITH_P1_P4: [&str; 7] = [
+    "checkout", "k3", "--path", "src/p1", "--path", "src/p4", "--queue",
+];
+
+/// A reserved head that re-joins asking for a path B waits for makes B wait for its
+/// reservation, while it waits for B elsewhere: a cycle through its other wait, not
+/// through the one it re-joins. Through blocked `--wait`s only, refused with exit 5
+/// like paths added to a checkout; the old place and its reservation stay as they were.
+#[test]
+fn a_reserved_head_rejoining_with_paths_others_wait_for_is_checked() {
+    let (env, top, _blocked) = a_reserved_head_rejoining(true);
+    let (code, j) = run(&env, &top, "A", &REJOIN_WITH_P1_P4);
     assert_eq!(code, 5, "{j}");
     assert_eq!(j["outcome"], "deadlock", "{j}");
     assert_eq!(j["cycle"], json!(["A", "k2", "B", "k1", "A"]), "{j}");
@@ -617,6 +941,24 @@ fn a_reserved_head_rejoining_with_paths_others_wait_for_is_checked() {
     let (code, j) = run(&env, &top, "A", &["checkout", "k3", "--path", "src/p3"]);
     assert_eq!(code, 0, "{j}");
     assert_eq!(j["checkout"]["paths"], json!(["src/p3"]), "{j}");
+}
+
+/// As above through passive places: A's own place in `k2`, the first walked from A, is
+/// dropped and told, and the re-join stands (issue 46).
+#[test]
+fn a_reserved_head_rejoining_through_a_passive_place_drops_it() {
+    let (env, top, _) = a_reserved_head_rejoining(false);
+    let (code, j) = run(&env, &top, "A", &REJOIN_WITH_P1_P4);
+    assert_eq!(code, 2, "{j}");
+    assert_eq!(j["position"], 1, "{j}");
+    assert_eq!(j["reserved_for"]["agent"], "A", "{j}");
+    assert_eq!(
+        j["dropped"],
+        json!([{"agent": "A", "key": "k2", "cycle": ["A", "k2", "B", "k1", "A"]}]),
+        "{j}"
+    );
+    assert_eq!(waiters(&env, &top, "k2"), Vec::<String>::new());
+    assert_eq!(waiters(&env, &top, "k1"), ["B"]);
 }
 
 /// `list` settles every queue, and settling one may change another: here the lapse of
@@ -1037,9 +1379,12 @@ fn checkout_args(key: &str, paths: &[String]) -> Vec<String> {
 ///
 /// A blocked `--wait` is modelled by what it does: its place in the queue, and, every
 /// time something changes, an attempt again from that place (`checkout … --queue`, as
-/// the woken process runs it), which takes the key when it is reserved for it and ends
-/// with exit 5 when its wait has become part of a cycle. Real blocked processes are in
-/// the tests above and the swarm below; here every step is deterministic.
+/// the woken process runs it), which takes the key when it is reserved for it. Every
+/// place is thus passive (no blocked process behind it): a change that would close a
+/// cycle drops places on it (each told, checked below), and no exit 5 is expected, as
+/// a passive place always breaks the cycle. Exit 5 through blocked `--wait`s is in the
+/// tests above, with real processes, and the swarm below; here every step is
+/// deterministic.
 fn history(seed: u64, steps: usize) {
     let (mut env, top) = git_env();
     env.configure("handoff_grace: 20s\n");
@@ -1184,6 +1529,16 @@ fn history(seed: u64, steps: usize) {
                     if let Err(e) = judged.check_cycle(&who, &cycle) {
                         panic!("exit 5 without a cycle of the requester's own: {e}; {here}");
                     }
+                    // Every place here is a `--queue` (passive): one on the cycle, but
+                    // the request itself, is dropped instead of refusing (issue 46).
+                    let passive: Vec<&[String]> = cycle
+                        .chunks(2)
+                        .filter(|p| p.len() == 2 && !(p[0] == who && p[1] == key))
+                        .collect();
+                    assert!(
+                        passive.is_empty(),
+                        "exit 5 though passive places could break the cycle: {passive:?}; {here}"
+                    );
                     if !j["position"].is_number() {
                         waiting.remove(&(who.clone(), key.clone()));
                     }
@@ -1215,8 +1570,11 @@ fn history(seed: u64, steps: usize) {
                                 (f("id"), f("type"), f("key"), f("body"))
                             })
                             .collect();
+                    // The newest: one told in a step whose departure went unchecked (the
+                    // requester's own place) is older.
                     let told = msgs
                         .iter()
+                        .rev()
                         .find(|(id, t, mk, _)| {
                             !seen.contains(id)
                                 && mk == k2
@@ -1244,7 +1602,9 @@ fn history(seed: u64, steps: usize) {
                         // The cycle it closed, less its own wait, which ended.
                         let with_it = after.joined(w, k2, state.paths_of(w, k2).unwrap());
                         if let Err(e) = with_it.check_cycle(w, &cycle) {
-                            panic!("{w} was told of no cycle: {e}; {here}");
+                            panic!(
+                                "{w} was told of no cycle: {e}; {here}; its messages: {msgs:#?}"
+                            );
                         }
                         waiting.remove(&(w.clone(), k2.clone()));
                     }
@@ -1402,13 +1762,17 @@ impl Replay {
     }
 }
 
-/// 6 agents work tasks over 5 shared files: each takes a task with one or two files
+/// 8 agents work tasks over 5 shared files: each takes a task with one or two files
 /// (`--wait 2s`), sometimes queues for another file (`--queue`) and goes on working,
 /// then takes the commit key `git:index` with `--wait` and no time limit, commits and
 /// releases; a killer `kill -9`s their registered processes. Checked: every commit
 /// `--wait` ends (one that outlived a cycle would not: past 20 s the test fails), every
 /// exit 5 and every waiter dropped names a cycle from and back to its agent whose every
-/// step was a wait at that moment (the audit log replayed), and there were some.
+/// step was a wait at that moment (the audit log replayed), and there were some; and no
+/// exit 5 (the commit key's or any other) names a cycle with a passive `--queue` place
+/// on it besides the request itself: that place is dropped instead (issue 46, where
+/// agents with finished work were refused the commit key for the holder's passive
+/// place).
 #[test]
 fn a_swarm_committing_with_wait_never_hangs_and_is_told_only_its_own_cycles() {
     let (env, top) = git_env();
@@ -1419,7 +1783,7 @@ fn a_swarm_committing_with_wait_never_hangs_and_is_told_only_its_own_cycles() {
     let killed: std::sync::Mutex<BTreeSet<String>> = Default::default();
     let commits: std::sync::Mutex<Vec<(String, i32, Value)>> = Default::default();
     std::thread::scope(|s| {
-        for a in 0..6u64 {
+        for a in 0..8u64 {
             let (env, top, files, procs, killed, commits) =
                 (&env, &top, &files, &procs, &killed, &commits);
             s.spawn(move || {
@@ -1501,12 +1865,26 @@ fn a_swarm_committing_with_wait_never_hangs_and_is_told_only_its_own_cycles() {
     });
 
     let commits = commits.into_inner().unwrap();
+    // The places taken with `--queue` (keys `q-…`) are the passive ones: every other
+    // wait here is a blocked `--wait`.
+    let passive_in = |cycle: &[String], me: &str, key: &str| -> Vec<String> {
+        cycle
+            .chunks(2)
+            .filter(|p| p.len() == 2 && !(p[0] == me && p[1] == key) && p[1].starts_with("q-"))
+            .map(|p| format!("{} in {}", p[0], p[1]))
+            .collect()
+    };
     for (me, code, j) in &commits {
         assert!([0, 2, 5].contains(code), "{me}: exit {code}: {j}");
         if *code == 5 {
             let cycle = strings(&j["cycle"]);
             assert_eq!(cycle.first(), Some(me), "{j}");
             assert_eq!(cycle.last(), Some(me), "{j}");
+            let passive = passive_in(&cycle, me, "git:index");
+            assert!(
+                passive.is_empty(),
+                "{me} was refused the commit key for another's passive place ({passive:?}): {j}"
+            );
         }
     }
     let mut replay = Replay::default();
@@ -1520,6 +1898,18 @@ fn a_swarm_committing_with_wait_never_hangs_and_is_told_only_its_own_cycles() {
                 dropped += 1;
             } else {
                 refused += 1;
+                let cycle: Vec<String> = e["detail"]
+                    .as_str()
+                    .unwrap()
+                    .split(" → ")
+                    .map(String::from)
+                    .collect();
+                let me = e["agent"].as_str().unwrap();
+                let passive = passive_in(&cycle, me, e["key"].as_str().unwrap());
+                assert!(
+                    passive.is_empty(),
+                    "refused though passive places could break the cycle ({passive:?}): {e}"
+                );
             }
         }
         replay.apply(&e);

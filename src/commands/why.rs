@@ -479,9 +479,36 @@ impl Answer {
             }
             Decision::Refuse(b) | Decision::Queue(b) => self.refused(s, b),
         }
+        if self.can && !s.dropped.is_empty() {
+            self.dropping(&s.dropped);
+        }
         if !self.can {
             self.unpromise();
         }
+    }
+
+    /// A checkout now would drop these passive places in queues, which with it would
+    /// close wait-for cycles.
+    fn dropping(&mut self, dropped: &[crate::report::Dropped]) {
+        let places: Vec<String> = dropped
+            .iter()
+            .map(|p| {
+                let whose = if self.is_me(&p.agent) {
+                    "your place".to_string()
+                } else {
+                    format!("the place of {}", p.agent)
+                };
+                format!(
+                    "{whose} in the queue of `{}` ({})",
+                    p.key,
+                    cycle_words(&p.cycle)
+                )
+            })
+            .collect();
+        self.reasons.push(format!(
+            "Taking it now would close a wait-for cycle through passive places in queues (queued with `--queue`, not blocked in a wait): a checkout drops them, and each agent is told: {}.",
+            places.join("; ")
+        ));
     }
 
     /// A checkout now would fail with `e`.
@@ -672,10 +699,18 @@ fn cycle_reasons(
             "Your place in its queue is part of a wait-for cycle: {}. It cannot end until one of you gives something up.",
             words(&c)
         )],
-        (Some(c), _) => vec![format!(
-            "Waiting for it would close a wait-for cycle: {}. `checkout --queue` or `--wait` would be refused (deadlock, exit 5).",
-            words(&c)
-        )],
+        (Some(c), _) => match crate::engine::waits::places(&c)
+            .find(|&(a, k)| (a, k) != (me, key) && graph.passive(a, k))
+        {
+            Some((a, k)) => vec![format!(
+                "Waiting for it would close a wait-for cycle: {}. Its place of {a} in the queue of `{k}` is passive (queued with `--queue`, not blocked in a wait): `checkout --queue` or `--wait` would drop it (its agent is told) and wait.",
+                words(&c)
+            )],
+            None => vec![format!(
+                "Waiting for it would close a wait-for cycle: {}. `checkout --queue` or `--wait` would be refused (deadlock, exit 5).",
+                words(&c)
+            )],
+        },
         (None, Some(c)) => vec![format!(
             "{} behind a wait-for cycle of other agents: {}. It is not yours to break: you keep your place, and your turn comes once one of them gives something up.",
             if queued {

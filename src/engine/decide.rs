@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 
 use super::slots::Holders;
+use super::waits::Dropped;
 use crate::error::Outcome;
 use crate::report::{OverlapView, Reaped};
 use crate::store::{Freeze, Queue, Record, Reservation};
@@ -76,6 +77,9 @@ pub struct KeyState {
     pub grant_cycle: Option<Vec<String>>,
     /// What waiting would do (read only for a refusal that would wait).
     pub wait: Option<WaitCheck>,
+    /// The passive places in queues the grant or the wait drops: without them it closes
+    /// no cycle ([`super::waits::breaking`]).
+    pub dropped: Vec<Dropped>,
 }
 
 impl KeyState {
@@ -92,6 +96,7 @@ impl KeyState {
             queue: Queue::empty(key),
             grant_cycle: None,
             wait: None,
+            dropped: Vec::new(),
         }
     }
 

@@ -709,8 +709,9 @@ pub(crate) fn queued_keys(store: &dyn Store, agent: &str) -> Result<Vec<String>>
 /// Each agent of `tos` was just handed something others may wait for (a key reserved
 /// for it, with the paths it asked for): every cycle of waits this closed is announced.
 /// The waiter whose wait for one of them closes a cycle (the last step of the cycle
-/// walked from it) leaves that queue, audited as `deadlock`, and is told by a `deadlock`
-/// message naming the cycle.
+/// walked from it; if that is a blocked `--wait`, the first passive place on the cycle
+/// instead, when there is one: see [`super::waits::breaking`]) leaves that queue,
+/// audited as `deadlock`, and is told by a `deadlock` message naming the cycle.
 ///
 /// The waiters to drop are weighed together before any leaves: cycles can share waits,
 /// and a waiter dropped for one cycle can be in another. A wait whose cycles all break
@@ -741,9 +742,18 @@ pub(crate) fn announce_through(
         else {
             break;
         };
-        // [to, k, …, x, kx, to]: x waits for kx, kept by `to`.
+        // [to, k, …, x, kx, to]: x waits for kx, kept by `to`. That place goes, unless
+        // it is a blocked `--wait` and a passive place on the cycle can go instead.
         let n = cycle.len();
-        drops.push((cycle[n - 3].clone(), cycle[n - 2].clone(), to.clone()));
+        let closing = (cycle[n - 3].as_str(), cycle[n - 2].as_str());
+        let (x, kx) = if graph.passive(closing.0, closing.1) {
+            closing
+        } else {
+            super::waits::places(&cycle)
+                .find(|&(a, k)| graph.passive(a, k))
+                .unwrap_or(closing)
+        };
+        drops.push((x.to_string(), kx.to_string(), to.clone()));
     }
     // Last dropped first: a wait that closes no cycle once the others have left stays.
     for i in (0..drops.len()).rev() {
@@ -764,19 +774,40 @@ pub(crate) fn announce_through(
     for ((x, kx, to), cycle) in drops.iter().zip(told) {
         // Kept above only with a cycle, in a graph that the other drops only shrink.
         let Some(cycle) = cycle else { continue };
-        let words = cycle.join(" → ");
-        let mut ev = audit(ctx, Event::Deadlock, kx, x);
-        ev.holder = Some(cycle[2].clone());
-        ev.reason = Some("dropped".into());
-        ev.detail = Some(words.clone());
-        store.audit(g, &ev)?;
-        if !leave(ctx, store, g, kx, x, "deadlock")? {
-            continue;
-        }
-        let body = format!(
-            "your place in the queue of `{kx}` closed a wait-for cycle when {to} was handed what you wait for ({words}); you left that queue. Release a key or paths others wait for, or work on something else, before you queue again"
-        );
-        notify(ctx, store, g, x, None, MessageKind::Deadlock, kx, &body)?;
+        let because = if x == to {
+            "you were handed what others wait for".to_string()
+        } else {
+            format!("{to} was handed what you wait for")
+        };
+        drop_place(ctx, store, g, x, kx, &cycle, &because)?;
     }
     Ok(())
+}
+
+/// `x`'s place in the queue of `kx` closes `cycle` (from and back to `x`) `because` of
+/// another's change: it leaves that queue, audited as `deadlock` with reason `dropped`,
+/// and is told by a `deadlock` message naming the cycle. Returns whether it was queued.
+pub(crate) fn drop_place(
+    ctx: &Ctx,
+    store: &dyn Store,
+    g: &Guard,
+    x: &str,
+    kx: &str,
+    cycle: &[String],
+    because: &str,
+) -> Result<bool> {
+    let words = cycle.join(" → ");
+    let mut ev = audit(ctx, Event::Deadlock, kx, x);
+    ev.holder = cycle.get(2).cloned();
+    ev.reason = Some("dropped".into());
+    ev.detail = Some(words.clone());
+    store.audit(g, &ev)?;
+    if !leave(ctx, store, g, kx, x, "deadlock")? {
+        return Ok(false);
+    }
+    let body = format!(
+        "your place in the queue of `{kx}` closed a wait-for cycle when {because} ({words}); you left that queue. Release a key or paths others wait for, or work on something else, before you queue again"
+    );
+    notify(ctx, store, g, x, None, MessageKind::Deadlock, kx, &body)?;
+    Ok(true)
 }

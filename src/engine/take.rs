@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::decide::{Blocked, Decision, Holding, KeyState, WaitCheck, decide};
 use super::queue::{self, KeyNow};
-use super::waits::{Graph, Taking};
+use super::waits::{Breaking, Dropped, Graph, Taking, breaking};
 use super::{Ctx, Judge, NOTES_SHOWN, auto_release, auto_release_for, paths, slots};
 use crate::duration::to_chrono;
 use crate::error::{Error, Outcome, Result};
@@ -300,11 +300,15 @@ pub fn decided(
     let mut d = decide(&s, me, join);
     if d.grants_paths_or_key(&s) {
         let paths = granting(&s, req);
-        s.grant_cycle = grant_closes(ctx, store, guard, me, key, &paths, &s.queue)?;
+        let b = grant_breaks(ctx, store, guard, me, key, &paths, &s.queue)?;
+        s.grant_cycle = b.cycle;
+        s.dropped = b.dropped;
         d = decide(&s, me, join);
     }
     if d.would_wait(join) {
-        s.wait = Some(read_wait(ctx, store, guard, req, key, &s.queue)?);
+        let (wait, dropped) = read_wait(ctx, store, guard, req, key, &s.queue)?;
+        s.wait = Some(wait);
+        s.dropped = dropped;
         d = decide(&s, me, join);
     }
     Ok((s, d))
@@ -496,7 +500,8 @@ fn read_slots(
 }
 
 /// What joining the key's queue (`q`, settled) would do: close a cycle, or wait behind
-/// one of other agents.
+/// one of other agents; and the passive places in queues it drops so as to close none
+/// ([`breaking`]).
 fn read_wait(
     ctx: &Ctx,
     store: &dyn Store,
@@ -504,28 +509,30 @@ fn read_wait(
     req: &Request,
     key: &str,
     q: &Queue,
-) -> Result<WaitCheck> {
+) -> Result<(WaitCheck, Vec<Dropped>)> {
     let me = req.agent.id.as_str();
     // A reservation of the key re-joined with other paths holds those paths against
     // others from now on, as paths added to a checkout do: besides its own wait, every
-    // wait of the caller is checked.
+    // wait of the caller is checked; but one through another of its waits that stands
+    // already is not its doing.
     let reserved_rejoin = q.reserved_for(me).is_some()
         && q.waiters
             .iter()
             .any(|w| w.agent == me && w.paths != req.paths);
-    let graph = Graph::with_wait(ctx, store, Some(guard), me, key, &req.paths)?;
-    let mut cycle = graph.cycle_of(me, key);
-    if cycle.is_none() && reserved_rejoin {
-        cycle = graph.cycle_through(me);
-        // One through another of its waits that stands already is not its doing.
-        if cycle.is_some()
-            && Graph::build(ctx, store, Some(guard), None)?
-                .cycle_through(me)
-                .is_some()
-        {
-            cycle = None;
-        }
-    }
+    let through_others = reserved_rejoin
+        && Graph::build(ctx, store, Some(guard), None)?
+            .cycle_through(me)
+            .is_none();
+    let find = |g: &Graph| {
+        g.cycle_of(me, key)
+            .or_else(|| through_others.then(|| g.cycle_through(me)).flatten())
+    };
+    let joining = (me, key, req.paths.as_slice());
+    let Breaking {
+        cycle,
+        dropped,
+        graph,
+    } = breaking(ctx, store, guard, (None, Some(joining)), (me, key), find)?;
     let mut leave = false;
     // The wait is not joined. A place the caller had already stays only if it closes no
     // cycle itself (it asked for other paths then).
@@ -537,16 +544,56 @@ fn read_wait(
                 .cycle_of(me, key)
                 .is_some();
     }
-    Ok(WaitCheck {
+    let wait = WaitCheck {
         cycle,
         leave,
         waits_behind: graph.leads_into(me, key).unwrap_or_default(),
-    })
+    };
+    Ok((wait, dropped))
 }
 
 /// Carry out `d`, decided on `s` for `req`, under the guard: the one place a checkout
 /// writes what it decided. Returns its report.
 pub fn apply(
+    ctx: &Ctx,
+    store: &dyn Store,
+    guard: &Guard,
+    req: &Request,
+    join: Join,
+    mut s: KeyState,
+    d: Decision,
+) -> Result<CheckoutReport> {
+    let dropped = std::mem::take(&mut s.dropped);
+    let verb = match &d {
+        Decision::Grant | Decision::Renew(_) => "took",
+        Decision::Queue(_) => "queued for",
+        _ => return applied(ctx, store, guard, req, join, s, d),
+    };
+    let key = s.key.clone();
+    if dropped.is_empty() {
+        return applied(ctx, store, guard, req, join, s, d);
+    }
+    // Made first, then the places are dropped: the key's queue is settled with the
+    // change standing, and the reservations those drops make are announced together.
+    queue::announcing(ctx, store, guard, || {
+        let mut r = applied(ctx, store, guard, req, join, s, d)?;
+        let because = format!("{} {verb} `{key}`", req.agent.id);
+        for p in &dropped {
+            queue::drop_place(ctx, store, guard, &p.agent, &p.key, &p.cycle, &because)?;
+        }
+        if dropped.iter().any(|p| p.key == key) {
+            let q = store.read_queue(&key)?;
+            r.queue_length = q.waiters.len();
+            r.position = q.position(&req.agent.id);
+            r.reserved_for = q.reservation().cloned();
+        }
+        r.dropped = dropped;
+        Ok(r)
+    })
+}
+
+/// [`apply`] but for the places it drops.
+fn applied(
     ctx: &Ctx,
     store: &dyn Store,
     guard: &Guard,
@@ -906,6 +953,46 @@ fn set_capacity(
     Ok(())
 }
 
+/// What granting `key` (with `paths`, all the paths the checkout would cover) to
+/// `agent` does to the cycles of waits ([`grant_closes`]): the passive places in queues
+/// to drop so that it closes none ([`breaking`]), or the cycle no such drop breaks.
+fn grant_breaks(
+    ctx: &Ctx,
+    store: &dyn Store,
+    guard: &Guard,
+    agent: &str,
+    key: &str,
+    paths: &[String],
+    q: &Queue,
+) -> Result<Breaking> {
+    if !may_close(store, agent, key, paths, q)? {
+        return Ok(Breaking::default());
+    }
+    let taking = Taking { agent, key, paths };
+    let find = |g: &Graph| g.cycle_through(agent);
+    breaking(ctx, store, guard, (Some(taking), None), (agent, key), find)
+}
+
+/// Could granting `key` with `paths` to `agent` close a cycle at all? Not when nobody
+/// would wait for the grant, or `agent` waits for nothing else: the usual case,
+/// answered without building the graph.
+fn may_close(
+    store: &dyn Store,
+    agent: &str,
+    key: &str,
+    paths: &[String],
+    q: &Queue,
+) -> Result<bool> {
+    // A key alone that nobody else queues for: nobody would wait for the grant.
+    if paths.is_empty() && !q.waiters.iter().any(|w| w.agent != agent) {
+        return Ok(false);
+    }
+    Ok(store
+        .scan_queues()?
+        .iter()
+        .any(|q| q.key != key && q.waiters.iter().any(|w| w.agent == agent)))
+}
+
 /// Would granting `key` (with `paths`, all the paths the checkout would cover) to
 /// `agent` close a cycle of waits through a place it has in another queue? Agents that
 /// wait for the key or for those paths would then wait for it, while it waits (in the
@@ -920,15 +1007,7 @@ pub(crate) fn grant_closes(
     paths: &[String],
     q: &Queue,
 ) -> Result<Option<Vec<String>>> {
-    // A key alone that nobody else queues for: nobody would wait for the grant.
-    if paths.is_empty() && !q.waiters.iter().any(|w| w.agent != agent) {
-        return Ok(None);
-    }
-    let waits_elsewhere = store
-        .scan_queues()?
-        .iter()
-        .any(|q| q.key != key && q.waiters.iter().any(|w| w.agent == agent));
-    if !waits_elsewhere {
+    if !may_close(store, agent, key, paths, q)? {
         return Ok(None);
     }
     let taking = Taking { agent, key, paths };

@@ -10,6 +10,10 @@
 //! reservation holds such paths. A waiter whose reservation stands is not kept from its
 //! key, only from paths still in the way. Every blocker must let go for a wait to end,
 //! except for a key with slots, where one slot's holder letting go is enough.
+//!
+//! A change that would close cycles drops passive places on them first (a `--queue`
+//! with no blocked `--wait` behind it: [`breaking`]); only a cycle no such drop breaks
+//! refuses the change (exit 5).
 
 use std::collections::{HashMap, HashSet};
 
@@ -27,6 +31,10 @@ pub struct Wait {
     pub blockers: Vec<String>,
     /// Every blocker must let go (a key and its paths); else one is enough (slots).
     pub all_needed: bool,
+    /// A place taken with `--queue` by an agent that went on working, with no blocked
+    /// `--wait` process behind it: the cheapest to drop when a change would close a
+    /// cycle through it ([`breaking`]).
+    pub passive: bool,
 }
 
 impl Wait {
@@ -106,7 +114,9 @@ impl Graph {
         Graph::build_from(ctx, store, guard, taking, joining, &[])
     }
 
-    fn build_from(
+    /// As [`Graph::build`], seen with `taking` granted, or with `joining` (agent, key,
+    /// paths) waiting, and the places `left` (agent, key) left.
+    pub(crate) fn build_from(
         ctx: &Ctx,
         store: &dyn Store,
         guard: Option<&Guard>,
@@ -142,7 +152,9 @@ impl Graph {
                 {
                     continue;
                 }
-                waits.push(b.wait(&queues, a, k, &w.paths)?);
+                let mut wait = b.wait(&queues, a, k, &w.paths)?;
+                wait.passive = w.pid.is_none();
+                waits.push(wait);
             }
         }
         if let Some((a, k, paths)) = joining {
@@ -151,6 +163,13 @@ impl Graph {
         let mut graph = Graph { waits };
         graph.sort();
         Ok(graph)
+    }
+
+    /// Is `agent`'s place in the queue of `key` a passive one ([`Wait::passive`])?
+    pub fn passive(&self, agent: &str, key: &str) -> bool {
+        self.waits
+            .iter()
+            .any(|w| w.agent == agent && w.key == key && w.passive)
     }
 
     fn sort(&mut self) {
@@ -292,6 +311,121 @@ impl Graph {
     }
 }
 
+pub use crate::report::Dropped;
+
+/// What a change that adds waits (a grant, a wait joined) does to the cycles of waits.
+#[derive(Debug, Default)]
+pub struct Breaking {
+    /// A cycle the change closes that no passive place breaks: the change is refused.
+    pub cycle: Option<Vec<String>>,
+    /// The passive places to drop so that the change closes no cycle.
+    pub dropped: Vec<Dropped>,
+    /// The graph with the change made and those places dropped.
+    pub graph: Graph,
+}
+
+/// A change judged before it is made: a grant, or a wait joined (agent, key, paths).
+pub(crate) type Change<'a> = (Option<Taking<'a>>, Option<Joining<'a>>);
+
+/// A wait joined: agent, key, the paths asked for.
+pub(crate) type Joining<'a> = (&'a str, &'a str, &'a [String]);
+
+/// The change (`taking` granted, or `joining` waiting: `request`'s agent and key) and
+/// the cycles it would close, as `find` finds them in a graph. Each is broken by
+/// dropping a passive place on it ([`Wait::passive`]), the first walked from the
+/// requester that is not the request itself; as few as break every one are kept. A
+/// cycle that no passive place breaks is the change's own: it is returned, to refuse
+/// the change.
+pub(crate) fn breaking(
+    ctx: &Ctx,
+    store: &dyn Store,
+    guard: &Guard,
+    change: Change<'_>,
+    request: (&str, &str),
+    find: impl Fn(&Graph) -> Option<Vec<String>>,
+) -> Result<Breaking> {
+    let (taking, joining) = change;
+    let build = |left: &[(String, String)]| {
+        Graph::build_from(ctx, store, Some(guard), taking, joining, left)
+    };
+    let mut left: Vec<(String, String)> = Vec::new();
+    // Each round drops one more place of the graph, so this ends.
+    let graph = loop {
+        let graph = build(&left)?;
+        let Some(cycle) = find(&graph) else {
+            break graph;
+        };
+        let passive = places(&cycle).find(|&(a, k)| (a, k) != request && graph.passive(a, k));
+        match passive {
+            Some((a, k)) => left.push((a.to_string(), k.to_string())),
+            None => {
+                return Ok(Breaking {
+                    cycle: Some(cycle),
+                    dropped: Vec::new(),
+                    graph,
+                });
+            }
+        }
+    };
+    let but = |left: &[(String, String)], i: usize| -> Vec<(String, String)> {
+        let mut l = left.to_vec();
+        l.remove(i);
+        l
+    };
+    // Last dropped first: a place whose cycles all go with the others' stays.
+    for i in (0..left.len()).rev() {
+        if find(&build(&but(&left, i))?).is_none() {
+            left.remove(i);
+        }
+    }
+    let mut dropped = Vec::with_capacity(left.len());
+    for i in 0..left.len() {
+        let (a, k) = &left[i];
+        let without = build(&but(&left, i))?;
+        let cycle = find(&without)
+            .and_then(|c| from_place(&c, a, k))
+            .or_else(|| without.cycle_of(a, k))
+            .or_else(|| find(&without));
+        if let Some(cycle) = cycle {
+            dropped.push(Dropped {
+                agent: a.clone(),
+                key: k.clone(),
+                cycle,
+            });
+        }
+    }
+    let graph = if left.is_empty() {
+        graph
+    } else {
+        build(&left)?
+    };
+    Ok(Breaking {
+        cycle: None,
+        dropped,
+        graph,
+    })
+}
+
+/// The places (agent, key) of a cycle, in its order.
+pub(crate) fn places(cycle: &[String]) -> impl Iterator<Item = (&str, &str)> {
+    cycle
+        .chunks(2)
+        .filter(|c| c.len() == 2)
+        .map(|c| (c[0].as_str(), c[1].as_str()))
+}
+
+/// `cycle` walked from the place (`agent`, `key`) back to `agent`, if it has that place.
+fn from_place(cycle: &[String], agent: &str, key: &str) -> Option<Vec<String>> {
+    let n = cycle.len().checked_sub(1)?;
+    let i = (0..n)
+        .step_by(2)
+        .find(|&i| cycle[i] == agent && cycle.get(i + 1).is_some_and(|k| k == key))?;
+    let mut out = cycle[i..n].to_vec();
+    out.extend_from_slice(&cycle[..i]);
+    out.push(agent.to_string());
+    Some(out)
+}
+
 /// What a graph is built from, read once.
 struct Builder<'a> {
     ctx: &'a Ctx,
@@ -422,6 +556,7 @@ impl<'a> Builder<'a> {
             key: key.to_string(),
             blockers: out,
             all_needed: !with_slots,
+            passive: false,
         })
     }
 }
@@ -441,6 +576,7 @@ mod tests {
             key: key.into(),
             blockers: blockers.iter().map(|b| b.to_string()).collect(),
             all_needed,
+            passive: true,
         }
     }
 
@@ -475,6 +611,22 @@ mod tests {
         assert_eq!(g.cycle_of("a", "x"), None);
         assert_eq!(g.leads_into("a", "x").unwrap(), ["b", "y", "c", "z", "b"]);
         assert_eq!(g.cycle_of("b", "y").unwrap(), ["b", "y", "c", "z", "b"]);
+    }
+
+    #[test]
+    fn a_cycle_is_walked_again_from_any_of_its_places() {
+        let c: Vec<String> = ["m", "k1", "a", "k2", "x", "kx", "m"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(
+            from_place(&c, "x", "kx").unwrap(),
+            ["x", "kx", "m", "k1", "a", "k2", "x"]
+        );
+        assert_eq!(from_place(&c, "m", "k1").unwrap(), c);
+        assert_eq!(from_place(&c, "a", "kx"), None);
+        let places: Vec<_> = places(&c).collect();
+        assert_eq!(places, [("m", "k1"), ("a", "k2"), ("x", "kx")]);
     }
 
     #[test]
