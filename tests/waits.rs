@@ -700,12 +700,23 @@ fn a_dead_holder_taken_over(active: bool) -> (Env, std::path::PathBuf, i32, Valu
     if active {
         let x = Blocked::start(&env, &top, "X", "k1", &["checkout", "k1"]);
         // Stopped, X's wait keeps its place active but does not race W's to end H's
-        // checkout: W's wait is the one that meets H dead.
-        let stopped = Command::new("kill")
-            .args(["-STOP", &x.0.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(stopped.success());
+        // checkout: W's wait is the one that meets H dead. Never stopped inside its
+        // guard (a transaction on PostgreSQL), which would hold W's wait up.
+        let signal = |sig: &str| {
+            let sent = Command::new("kill")
+                .args([sig, &x.0.id().to_string()])
+                .status()
+                .unwrap();
+            assert!(sent.success());
+        };
+        poll_until("X stopped outside its guard", Duration::from_secs(20), || {
+            signal("-STOP");
+            if common::scope_held(&env.dir(), x.0.id()) {
+                signal("-CONT");
+                return false;
+            }
+            true
+        });
         blocked.push(x);
     } else {
         refused(&env, &top, "X", &["checkout", "k1", "--queue"]);
