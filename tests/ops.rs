@@ -253,11 +253,16 @@ fn audit_records_every_event_type_where_it_happens() {
     e.ok("a", &["checkout", "x"]);
     e.ok("b", &["checkout", "y"]);
     assert_eq!(e.run(Some("a"), &["checkout", "y", "--queue"]).code, HELD);
-    assert_ne!(e.run(Some("b"), &["checkout", "x", "--queue"]).code, DEADLOCK);
+    assert_ne!(
+        e.run(Some("b"), &["checkout", "x", "--queue"]).code,
+        DEADLOCK
+    );
     let ev = new_events(&e, &mut seen);
     assert_eq!(
         names(&ev),
-        ["acquire", "acquire", "queue", "queue", "deadlock", "dequeue", "notify"]
+        [
+            "acquire", "acquire", "queue", "queue", "deadlock", "dequeue", "notify"
+        ]
     );
     assert_eq!(ev[4]["agent"], "a");
     assert_eq!(ev[4]["reason"], "dropped");

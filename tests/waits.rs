@@ -709,14 +709,18 @@ fn a_dead_holder_taken_over(active: bool) -> (Env, std::path::PathBuf, i32, Valu
                 .unwrap();
             assert!(sent.success());
         };
-        poll_until("X stopped outside its guard", Duration::from_secs(20), || {
-            signal("-STOP");
-            if common::scope_held(&env.dir(), x.0.id()) {
-                signal("-CONT");
-                return false;
-            }
-            true
-        });
+        poll_until(
+            "X stopped outside its guard",
+            Duration::from_secs(20),
+            || {
+                signal("-STOP");
+                if common::scope_held(&env.dir(), x.0.id()) {
+                    signal("-CONT");
+                    return false;
+                }
+                true
+            },
+        );
         blocked.push(x);
     } else {
         refused(&env, &top, "X", &["checkout", "k1", "--queue"]);
