@@ -582,10 +582,7 @@ pub fn apply(
             queue::drop_place(ctx, store, guard, &p.agent, &p.key, &p.cycle, &because)?;
         }
         if dropped.iter().any(|p| p.key == key) {
-            let q = store.read_queue(&key)?;
-            r.queue_length = q.waiters.len();
-            r.position = q.position(&req.agent.id);
-            r.reserved_for = q.reservation().cloned();
+            queue_facts(&mut r, &store.read_queue(&key)?, &req.agent.id);
         }
         r.dropped = dropped;
         Ok(r)
@@ -816,9 +813,7 @@ fn apply_refusal(
             push_wake(store, req, pid, &mut r)?;
         }
     }
-    r.queue_length = q.waiters.len();
-    r.position = q.position(&req.agent.id);
-    r.reserved_for = q.reservation().cloned();
+    queue_facts(&mut r, &q, &req.agent.id);
     Ok(r)
 }
 
@@ -1037,9 +1032,7 @@ fn deadlocked(
         queue::leave(ctx, store, guard, &r.key, &req.agent.id, "deadlock")?;
         q = store.read_queue(&r.key)?;
     }
-    r.queue_length = q.waiters.len();
-    r.position = q.position(&req.agent.id);
-    r.reserved_for = q.reservation().cloned();
+    queue_facts(&mut r, &q, &req.agent.id);
     r.cycle = cycle;
     Ok(r)
 }
@@ -1098,4 +1091,12 @@ pub fn check_text(what: &str, s: &str) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// Where the key's queue stands, as the report tells `me`: its length, my place in it and
+/// whom the key is reserved for.
+fn queue_facts(r: &mut CheckoutReport, q: &Queue, me: &str) {
+    r.queue_length = q.waiters.len();
+    r.position = q.position(me);
+    r.reserved_for = q.reservation().cloned();
 }
