@@ -410,7 +410,8 @@ fn live_view_force_release_needs_a_person_and_a_yes() {
 
     // A person: asked first; "n" keeps it, "y" releases it, audited as forced.
     let t = start_top(&env, "", &[], 120, 40);
-    t.shows("hot-key");
+    // The events pane names the key before the first snapshot lands: wait for the row.
+    t.shows("Checkouts (1)");
     t.keys(&["r"]);
     t.shows("Force-release hot-key?");
     t.keys(&["n"]);
@@ -472,7 +473,7 @@ fn live_view_acts_on_a_key_that_looks_like_an_option_as_a_key() {
     }
     real_ok(&env, "alice", &["checkout", "zzz-keep"]);
     let t = start_top(&env, "", &[], 120, 40);
-    t.shows("zzz-keep");
+    t.shows("Checkouts (3)");
 
     t.keys(&["/", "a", "l", "l", "Enter"]);
     t.until("only --all", |s| {
@@ -523,7 +524,7 @@ fn live_view_reads_esc_and_a_key_arriving_together_as_both() {
     real_ok(&env, "alice", &["checkout", "task-1"]);
     real_ok(&env, "alice", &["checkout", "zzz-keep"]);
     let t = start_top(&env, "", &[], 120, 40);
-    t.shows("zzz-keep");
+    t.shows("Checkouts (2)");
 
     t.keys(&["/", "z", "z", "z"]);
     t.shows("/zzz▏");
