@@ -618,6 +618,10 @@ pub struct GiveReport {
     /// to the receiver.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub cycle: Vec<String>,
+    /// `given`: the passive queue places dropped because the receiver's holding the key
+    /// would have closed a cycle through each (their agents told), as a checkout's.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub dropped: Vec<Dropped>,
 }
 
 /// `heartbeat --watch` when it ends (or `--detach` when the watcher started).

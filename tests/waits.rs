@@ -273,6 +273,64 @@ fn a_grant_that_closes_a_cycle_of_blocked_waits_is_refused_to_the_taker() {
     );
 }
 
+/// `give` follows a grant's rule (issue 46): C holds `x`, A holds `k`; D waits for `x`
+/// and C for `k`. A giving `k` to D would close D → x → C → k → D. With passive places
+/// (`--queue`) D's place in `x`, the first walked from D, is dropped and told, and the
+/// give goes through; it was refused with exit 5.
+#[test]
+fn a_give_closing_a_cycle_through_a_passive_place_drops_it() {
+    let (env, top) = git_env();
+    ok(&env, &top, "D", &["heartbeat"]);
+    ok(&env, &top, "C", &["checkout", "x"]);
+    ok(&env, &top, "A", &["checkout", "k"]);
+    refused(&env, &top, "D", &["checkout", "x", "--queue"]);
+    refused(&env, &top, "C", &["checkout", "k", "--queue"]);
+    let r = env.run_in(&top, Some("A"), &["give", "k", "--to", "D"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    snap!(env, "give_dropping_a_passive_place", r);
+    assert_eq!(waiters(&env, &top, "x"), Vec::<String>::new(), "D left x");
+    assert_eq!(waiters(&env, &top, "k"), ["C"], "C waits for D now");
+    let k = ok(&env, &top, "observer", &["status", "k"]);
+    assert_eq!(k["checkout"]["agent"]["id"], "D", "{k}");
+    let last = audit(&env.dir())
+        .into_iter()
+        .rfind(|e| e["event"] == "deadlock")
+        .expect("a deadlock event");
+    assert_eq!(
+        (&last["agent"], &last["key"], &last["reason"]),
+        (&json!("D"), &json!("x"), &json!("dropped"))
+    );
+    assert!(
+        inbox(&env, &top, "D")
+            .iter()
+            .any(|(t, k, body)| t == "deadlock"
+                && k == "x"
+                && body.contains("when A gave `k` to D")),
+        "D is told"
+    );
+}
+
+/// As above with both places blocked `--wait`s: no passive place breaks the cycle, so
+/// the give is refused (exit 5) with the cycle from and back to D, and `k` stays A's.
+#[test]
+fn a_give_closing_a_cycle_of_blocked_waits_is_refused() {
+    let (mut env, top) = git_env();
+    env.at(&real_now());
+    ok(&env, &top, "D", &["heartbeat"]);
+    ok(&env, &top, "C", &["checkout", "x"]);
+    ok(&env, &top, "A", &["checkout", "k"]);
+    let _d = Blocked::start(&env, &top, "D", "x", &["checkout", "x"]);
+    let _c = Blocked::start(&env, &top, "C", "k", &["checkout", "k"]);
+    let (code, j) = run(&env, &top, "A", &["give", "k", "--to", "D"]);
+    assert_eq!(code, 5, "{j}");
+    assert_eq!(j["outcome"], "deadlock", "{j}");
+    assert_eq!(j["cycle"], json!(["D", "x", "C", "k", "D"]), "{j}");
+    assert!(j.get("dropped").is_none(), "{j}");
+    let k = ok(&env, &top, "observer", &["status", "k"]);
+    assert_eq!(k["checkout"]["agent"]["id"], "A", "{k}");
+    assert_eq!(waiters(&env, &top, "x"), ["D"], "D keeps its place");
+}
+
 /// X holds `src/p3`, B `src/p1`, C `src/p2`; B queues for `k2` with `src/p3`, and C
 /// for `k3` with `src/p1` (with `--queue`, or blocked in a `--wait`: `c_waits`).
 fn rejoin_example(c_waits: bool) -> (Env, std::path::PathBuf, Option<Blocked>) {

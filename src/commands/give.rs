@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use crate::duration::to_chrono;
-use crate::engine::{Ctx, Judge, ReapReason, Scope, auto_release, queue};
+use crate::engine::{Ctx, Judge, ReapReason, Scope, auto_release, queue, take};
 use crate::error::{Error, Outcome, Result};
 use crate::identity::Agent;
 use crate::report::{CheckoutView, GiveReport, Report};
@@ -34,6 +34,7 @@ pub fn run(ctx: &Ctx, key: &str, to: &str, timeout: Option<Duration>) -> Result<
             checkout: checkout.map(CheckoutView::from),
             previous_token: given_from,
             cycle,
+            dropped: Vec::new(),
         }))
     };
     let Some(store) = ctx.existing_store()? else {
@@ -55,17 +56,33 @@ pub fn run(ctx: &Ctx, key: &str, to: &str, timeout: Option<Duration>) -> Result<
             Err(outcome) => return report(outcome, Some(&r), None, Vec::new()),
         };
         let mut q = store.read_queue(key)?;
-        if let Some(cycle) =
-            crate::engine::take::grant_closes(ctx, &*store, guard, &to, key, &r.paths, &q)?
-        {
+        // The rule a checkout's grant follows: a cycle the receiver's holding would
+        // close is broken by dropping passive places on it; one that none breaks
+        // refuses the give.
+        let b = take::grant_breaks(ctx, &*store, guard, &to, key, &r.paths, &q)?;
+        if let Some(cycle) = b.cycle {
             let mut ev = ctx.event(Event::Deadlock, &r);
             ev.holder = Some(to.clone());
             ev.detail = Some(format!("give to {to}: {}", cycle.join(" → ")));
             store.audit(guard, &ev)?;
             return report(Outcome::Deadlock, Some(&r), None, cycle);
         }
-        let given = giving.hand_over(&r, &entry, lease, &mut q)?;
-        report(Outcome::Given, Some(&given), Some(r.token), Vec::new())
+        if b.dropped.is_empty() {
+            let given = giving.hand_over(&r, &entry, lease, &mut q)?;
+            return report(Outcome::Given, Some(&given), Some(r.token), Vec::new());
+        }
+        queue::announcing(ctx, &*store, guard, || {
+            let given = giving.hand_over(&r, &entry, lease, &mut q)?;
+            let because = format!("{} gave `{key}` to {to}", me.id);
+            for p in &b.dropped {
+                queue::drop_place(ctx, &*store, guard, &p.agent, &p.key, &p.cycle, &because)?;
+            }
+            let mut out = report(Outcome::Given, Some(&given), Some(r.token), Vec::new())?;
+            if let Report::Give(g) = &mut out {
+                g.dropped = b.dropped;
+            }
+            Ok(out)
+        })
     })
 }
 

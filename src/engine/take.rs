@@ -949,9 +949,12 @@ fn set_capacity(
 }
 
 /// What granting `key` (with `paths`, all the paths the checkout would cover) to
-/// `agent` does to the cycles of waits ([`grant_closes`]): the passive places in queues
-/// to drop so that it closes none ([`breaking`]), or the cycle no such drop breaks.
-fn grant_breaks(
+/// `agent` does to the cycles of waits: agents that wait for the key or for those paths
+/// would then wait for it, while it may wait (in the end) for them. The passive places
+/// in queues to drop so that it closes none ([`breaking`]), or the cycle no such drop
+/// breaks. A checkout's grant and a give both ask it. An agent that waits for nothing
+/// else, the usual case, is answered without building the graph.
+pub(crate) fn grant_breaks(
     ctx: &Ctx,
     store: &dyn Store,
     guard: &Guard,
@@ -986,27 +989,6 @@ fn may_close(
         .scan_queues()?
         .iter()
         .any(|q| q.key != key && q.waiters.iter().any(|w| w.agent == agent)))
-}
-
-/// Would granting `key` (with `paths`, all the paths the checkout would cover) to
-/// `agent` close a cycle of waits through a place it has in another queue? Agents that
-/// wait for the key or for those paths would then wait for it, while it waits (in the
-/// end) for them. Returns the cycle, starting and ending with `agent`. An agent that
-/// waits for nothing else, the usual case, is answered without building the graph.
-pub(crate) fn grant_closes(
-    ctx: &Ctx,
-    store: &dyn Store,
-    guard: &Guard,
-    agent: &str,
-    key: &str,
-    paths: &[String],
-    q: &Queue,
-) -> Result<Option<Vec<String>>> {
-    if !may_close(store, agent, key, paths, q)? {
-        return Ok(None);
-    }
-    let taking = Taking { agent, key, paths };
-    Ok(Graph::build(ctx, store, Some(guard), Some(taking))?.cycle_through(agent))
 }
 
 /// The caller's grant would close `cycle`: refused (exit 5), nothing taken, audited as

@@ -133,7 +133,7 @@ fn queue_lines(out: &mut String, r: &CheckoutReport) {
             cycle_words(&r.waits_behind)
         );
     }
-    dropped_lines(out, r);
+    dropped_lines(out, &r.dropped);
     if r.push_wake {
         out.push_str(push_wake_line(r.push_via.as_deref()));
     }
@@ -280,7 +280,7 @@ fn granted(out: &mut String, r: &CheckoutReport, inv: &Invocation, k: &str, c: &
     if r.queue_length > 0 {
         let _ = writeln!(out, "- Queue: {} waiting after you", r.queue_length);
     }
-    dropped_lines(out, r);
+    dropped_lines(out, &r.dropped);
     let _ = writeln!(
         out,
         "\nNext: do the work, then {}. If it takes longer, {}. Before an irreversible step (push, deploy), {}.",
@@ -335,8 +335,8 @@ pub(super) fn holders_table(out: &mut String, holders: &[CheckoutView], now: &Ti
 
 /// The passive places in queues the checkout dropped, each with the cycle it would have
 /// closed.
-fn dropped_lines(out: &mut String, r: &CheckoutReport) {
-    for p in &r.dropped {
+pub(super) fn dropped_lines(out: &mut String, dropped: &[Dropped]) {
+    for p in dropped {
         let _ = writeln!(
             out,
             "- Dropped: the place of {} in the queue of {} (queued with `--queue`, not blocked in a wait), which would have closed a wait-for cycle: {}. {} was told.",

@@ -274,6 +274,7 @@ pub(super) fn give(r: &GiveReport, inv: &Invocation) -> String {
                 out.push('\n');
                 checkout_lines(&mut out, c, &r.now);
             }
+            dropped_lines(&mut out, &r.dropped);
             let _ = writeln!(
                 out,
                 "\nNext: stop working on {k}; it is not yours any more. {to} was told through its inbox."
