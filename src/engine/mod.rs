@@ -33,8 +33,8 @@ use crate::identity::{self, Agent};
 use crate::liveness::{self, Cause, Judgement};
 use crate::report::{AgentView, Previous, Reaped};
 use crate::store::{
-    AgentEntry, AuditEvent, EndHow, Ended, Event, EventName, FileStore, Guard, MessageKind, Note,
-    Record, Slot, Store,
+    AgentEntry, AuditEvent, EndHow, Ended, Event, FileStore, Guard, MessageKind, Note, Record,
+    Slot, Store,
 };
 
 /// What every command gets: resolved global options and "now".
@@ -138,7 +138,7 @@ impl Ctx {
     }
 
     /// An event about a checkout record: its key, holder and token.
-    pub fn event(&self, event: impl EventName, record: &Record) -> AuditEvent {
+    pub fn event(&self, event: Event, record: &Record) -> AuditEvent {
         let mut ev = self.agent_event(event, &record.key, &record.agent);
         ev.token = Some(record.token);
         ev.paths = record.paths.clone();
@@ -146,7 +146,7 @@ impl Ctx {
     }
 
     /// An event about `agent` and `key`.
-    pub fn agent_event(&self, event: impl EventName, key: &str, agent: &Agent) -> AuditEvent {
+    pub fn agent_event(&self, event: Event, key: &str, agent: &Agent) -> AuditEvent {
         let mut ev = AuditEvent::new(self.now, event, key, &agent.id);
         ev.name = agent.name.clone();
         ev

@@ -22,19 +22,19 @@ use crate::clock::Time;
 use crate::config::{
     NotifyForm as Form, NotifyKind as Kind, NotifyTarget as Target, notify_mask as mask,
 };
-use crate::store::AuditEvent;
+use crate::store::{AuditEvent, Event};
 
 /// What an audit event is, told: none for the events nobody asked to hear of.
 pub fn kind_of(e: &AuditEvent) -> Option<Kind> {
-    Some(match (e.event.as_str(), e.reason.as_deref()) {
-        ("auto_release", Some("agent_death")) => Kind::Death,
-        ("auto_release", Some("timeout")) => Kind::Expired,
-        ("deadlock", _) => Kind::Deadlock,
-        ("handoff", _) => Kind::Handoff,
-        ("lapse", _) => Kind::Lapse,
-        ("force_release", _) if e.token.is_some() => Kind::ForceRelease,
-        ("freeze", _) => Kind::Freeze,
-        ("unfreeze", _) => Kind::Unfreeze,
+    Some(match (e.kind()?, e.reason.as_deref()) {
+        (Event::AutoRelease, Some("agent_death")) => Kind::Death,
+        (Event::AutoRelease, Some("timeout")) => Kind::Expired,
+        (Event::Deadlock, _) => Kind::Deadlock,
+        (Event::Handoff, _) => Kind::Handoff,
+        (Event::Lapse, _) => Kind::Lapse,
+        (Event::ForceRelease, _) if e.token.is_some() => Kind::ForceRelease,
+        (Event::Freeze, _) => Kind::Freeze,
+        (Event::Unfreeze, _) => Kind::Unfreeze,
         _ => return None,
     })
 }

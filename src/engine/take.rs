@@ -13,7 +13,7 @@ use crate::duration::to_chrono;
 use crate::error::{Error, Outcome, Result};
 use crate::identity::Agent;
 use crate::report::{CheckoutReport, CheckoutView, OverlapView, Reaped};
-use crate::store::{AgentEntry, AuditEvent, Guard, Queue, Record, Slot, Store};
+use crate::store::{AgentEntry, AuditEvent, Event, Guard, Queue, Record, Slot, Store};
 
 pub use super::decide::Join;
 
@@ -656,7 +656,7 @@ fn apply_frozen(
     mut r: CheckoutReport,
 ) -> Result<CheckoutReport> {
     let holder = holder.as_ref().map(CheckoutView::from);
-    let mut ev = ctx.agent_event("deny", &r.key, &req.agent);
+    let mut ev = ctx.agent_event(Event::Deny, &r.key, &req.agent);
     ev.reason = Some("frozen".into());
     ev.holder = holder.as_ref().map(|h| h.agent.id.clone());
     ev.detail = Some(format!(
@@ -706,7 +706,7 @@ fn apply_renew(
         &format!(
             "`{key}` is still yours and its lease was extended, but the audit log was not written"
         ),
-        store.audit(guard, &ctx.event("renew", &renewed)),
+        store.audit(guard, &ctx.event(Event::Renew, &renewed)),
     );
     r.checkout = Some(CheckoutView::from(&renewed));
     Ok(r)
@@ -747,7 +747,7 @@ fn apply_grant(
     };
     store.insert(guard, &record)?;
     // From here the key is the caller's: a failure now is a warning, never exit 1.
-    let mut ev = ctx.event("acquire", &record);
+    let mut ev = ctx.event(Event::Acquire, &record);
     ev.reason = record.reason.clone();
     if let (Some(slot), Some(n)) = (slot, record.slots) {
         ev.detail = Some(format!("slot {slot} of {n}"));
@@ -786,7 +786,7 @@ fn apply_refusal(
     match waits {
         None => deny(ctx, store, guard, req, key, &s, b, &r)?,
         Some(Some(cycle)) => {
-            let mut ev = ctx.agent_event("deadlock", key, &req.agent);
+            let mut ev = ctx.agent_event(Event::Deadlock, key, &req.agent);
             ev.holder = cycle.get(2).cloned();
             ev.paths = req.paths.clone();
             ev.detail = Some(cycle.join(" → "));
@@ -829,7 +829,7 @@ fn deny(
     b: &Blocked,
     r: &CheckoutReport,
 ) -> Result<()> {
-    let mut ev = ctx.agent_event("deny", key, &req.agent);
+    let mut ev = ctx.agent_event(Event::Deny, key, &req.agent);
     ev.holder = match b {
         Blocked::Holder(h) => Some(h.agent.id.clone()),
         Blocked::Paths { .. } => s.blockers.first().map(|o| o.agent.id.clone()),
@@ -940,7 +940,7 @@ fn set_capacity(
         store.write_queue(guard, &q)?;
     }
     if let Some(before) = h.stored {
-        let mut ev = AuditEvent::new(ctx.now, "slots", key, &ctx.agent_id()?);
+        let mut ev = AuditEvent::new(ctx.now, Event::Slots, key, &ctx.agent_id()?);
         ev.detail = Some(format!("{before} → {}", h.capacity));
         store.audit(guard, &ev)?;
     }
@@ -1004,7 +1004,7 @@ fn deadlocked(
     cycle: Vec<String>,
     q: &Queue,
 ) -> Result<CheckoutReport> {
-    let mut ev = ctx.agent_event("deadlock", &r.key, &req.agent);
+    let mut ev = ctx.agent_event(Event::Deadlock, &r.key, &req.agent);
     ev.holder = cycle.get(2).cloned();
     ev.paths = req.paths.clone();
     ev.detail = Some(cycle.join(" → "));

@@ -9,31 +9,16 @@ use std::fmt::Write as _;
 use crate::clock::Time;
 use crate::engine::fleet::Fleet;
 use crate::liveness::State;
-use crate::store::AuditEvent;
+use crate::store::{AuditEvent, Event};
 
-/// The audit events counted by name; any other is counted as `other`.
-const EVENTS: [&str; 20] = [
-    "acquire",
-    "adopt",
-    "auto_release",
-    "deadlock",
-    "deny",
-    "dequeue",
-    "force_release",
-    "freeze",
-    "give",
-    "handoff",
-    "lapse",
-    "notify",
-    "push",
-    "queue",
-    "refused",
-    "release",
-    "renew",
-    "slots",
-    "unfreeze",
-    "other",
-];
+/// The audit events counted by name, in the order they are printed; any other is
+/// counted as `other`.
+fn event_names() -> Vec<&'static str> {
+    let mut names: Vec<&str> = Event::ALL.iter().map(|e| e.as_str()).collect();
+    names.sort_unstable();
+    names.push("other");
+    names
+}
 
 /// Bucket bounds in seconds, for how long checkouts are held and waits last: from a
 /// second to a working day.
@@ -117,17 +102,18 @@ impl Metrics {
     /// has are matched with the grants the previous one had.
     pub fn follow(&mut self, events: &[AuditEvent]) {
         for e in events {
-            let name = EVENTS
-                .iter()
-                .find(|n| **n == e.event)
-                .copied()
-                .unwrap_or("other");
-            *self.events.entry(name).or_default() += 1;
-            self.follow_one(name, e);
+            let kind = e.kind();
+            *self
+                .events
+                .entry(kind.map_or("other", Event::as_str))
+                .or_default() += 1;
+            if let Some(kind) = kind {
+                self.follow_one(kind, e);
+            }
         }
     }
 
-    fn follow_one(&mut self, name: &str, e: &AuditEvent) {
+    fn follow_one(&mut self, kind: Event, e: &AuditEvent) {
         let ended = |m: &mut Metrics| {
             if let Some(t) = e.token
                 && let Some((at, _)) = m.granted.remove(&(e.key.clone(), t))
@@ -135,8 +121,8 @@ impl Metrics {
                 m.held.observe(seconds(at, e.ts));
             }
         };
-        match name {
-            "acquire" => {
+        match kind {
+            Event::Acquire => {
                 if let Some(t) = e.token {
                     self.granted.insert((e.key.clone(), t), (e.ts, None));
                 }
@@ -144,25 +130,25 @@ impl Metrics {
                     self.waited.observe(seconds(at, e.ts));
                 }
             }
-            "release" | "force_release" => ended(self),
-            "auto_release" => {
+            Event::Release | Event::ForceRelease => ended(self),
+            Event::AutoRelease => {
                 if e.reason.as_deref() == Some("agent_death") {
                     self.deaths += 1;
                 }
                 ended(self);
             }
-            "queue" => {
+            Event::Queue => {
                 self.queued
                     .entry((e.key.clone(), e.agent.clone()))
                     .or_insert((e.ts, None));
             }
-            "dequeue" | "lapse" => {
+            Event::Dequeue | Event::Lapse => {
                 self.queued.remove(&(e.key.clone(), e.agent.clone()));
             }
-            "deadlock" if e.reason.as_deref() == Some("dropped") => {
+            Event::Deadlock if e.reason.as_deref() == Some("dropped") => {
                 self.queued.remove(&(e.key.clone(), e.agent.clone()));
             }
-            "push" => {
+            Event::Push => {
                 let delivered = e
                     .detail
                     .as_deref()
@@ -200,7 +186,7 @@ impl Metrics {
             out,
             "# HELP tasklock_events_total Audit events since this server started, by event.\n# TYPE tasklock_events_total counter"
         );
-        for name in EVENTS {
+        for name in event_names() {
             let n = self.events.get(name).copied().unwrap_or(0);
             let _ = writeln!(out, "tasklock_events_total{{event=\"{name}\"}} {n}");
         }

@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use crate::clock::Time;
 use crate::engine::fleet::Fleet;
-use crate::store::AuditEvent;
+use crate::store::{AuditEvent, Event};
 
 /// At most this many keys are drawn: the busiest.
 pub const MAX_ROWS: usize = 40;
@@ -210,31 +210,31 @@ impl Replay {
 
     fn event(&mut self, e: &AuditEvent, end: Time) {
         let key = e.key.as_str();
-        match e.event.as_str() {
-            "acquire" => {
+        let Some(kind) = e.kind() else { return };
+        match kind {
+            Event::Acquire => {
                 self.seen_agent(&e.agent);
                 self.holding
                     .insert((key.into(), e.token), (e.agent.clone(), e.ts));
                 self.end_wait(e, &e.agent);
             }
-            "release" | "auto_release" | "force_release" => self.hold_ended(e),
-            "give" => self.given(e),
-            "queue" => {
+            Event::Release | Event::AutoRelease | Event::ForceRelease => self.hold_ended(e),
+            Event::Give => self.given(e),
+            Event::Queue => {
                 self.seen_agent(&e.agent);
                 self.waiting
                     .entry((key.into(), e.agent.clone()))
                     .or_insert(e.ts);
                 row(&mut self.rows, key).contention += 1;
             }
-            "deny" => row(&mut self.rows, key).contention += 1,
-            "dequeue" | "leave" | "deadlock" => {
+            Event::Deny => row(&mut self.rows, key).contention += 1,
+            Event::Dequeue => self.end_wait(e, &e.agent),
+            Event::Deadlock => {
                 self.end_wait(e, &e.agent);
-                if e.event == "deadlock" {
-                    self.mark(e, "deadlock");
-                }
+                self.mark(e, "deadlock");
             }
-            "notify" if e.detail.as_deref() == Some("reserved") => self.mark(e, "handoff"),
-            "freeze" => {
+            Event::Notify if e.detail.as_deref() == Some("reserved") => self.mark(e, "handoff"),
+            Event::Freeze => {
                 let until = e
                     .detail
                     .as_deref()
@@ -244,7 +244,7 @@ impl Replay {
                     .unwrap_or(end);
                 self.freezes.push((e.key.clone(), e.ts, until));
             }
-            "unfreeze" => {
+            Event::Unfreeze => {
                 for f in self
                     .freezes
                     .iter_mut()
@@ -283,9 +283,9 @@ impl Replay {
                 ended_by: Some(e.event.clone()),
             });
         }
-        if e.event == "force_release" {
+        if e.is(Event::ForceRelease) {
             self.mark(e, "force_release");
-        } else if e.event == "auto_release" && e.reason.as_deref() == Some("agent_death") {
+        } else if e.is(Event::AutoRelease) && e.reason.as_deref() == Some("agent_death") {
             self.mark(e, "death");
         }
     }
@@ -640,7 +640,7 @@ mod tests {
     fn ev(ts: i64, event: &str, key: &str, agent: &str, token: Option<u64>) -> AuditEvent {
         let mut e = AuditEvent::new(
             chrono::DateTime::from_timestamp(ts, 0).unwrap(),
-            event,
+            Event::parse(event).expect("a known event"),
             key,
             agent,
         );

@@ -328,8 +328,10 @@ fn watch(shared: Arc<Shared>, events: VecDeque<AuditEvent>) {
         let mut sent: Option<(u64, std::time::Instant)> = None;
         loop {
             ctx.now = clock::now()?;
-            let read = fleet::snapshot(&ctx, &*store);
+            // The events first: the fleet read after them has every change they tell of,
+            // so a page (and /metrics) never counts an event its fleet does not show yet.
             let new = follow.next(Duration::ZERO).unwrap_or_default();
+            let read = fleet::snapshot(&ctx, &*store);
             let print = read.as_ref().ok().map(fingerprint);
             if let (Some(p), Some((last, at))) = (print, &sent)
                 && new.is_empty()

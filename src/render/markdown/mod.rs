@@ -9,7 +9,7 @@ use crate::key::Line;
 use crate::liveness::{Cause, State};
 use crate::report::ReapReason;
 use crate::report::*;
-use crate::store::{AuditEvent, EndHow, Freeze, MessageKind, Note};
+use crate::store::{AuditEvent, EndHow, Event, Freeze, MessageKind, Note};
 
 mod agents;
 mod backlog;

@@ -300,7 +300,7 @@ pub fn audit_row(e: &AuditEvent, now: &Time) -> String {
     if let Some(d) = &e.detail {
         detail.push(d.clone());
     }
-    if !e.paths.is_empty() && e.event == "acquire" {
+    if !e.paths.is_empty() && e.is(Event::Acquire) {
         detail.push(format!("paths: {}", e.paths.join(", ")));
     }
     format!(

@@ -12,7 +12,7 @@ use super::{App, Detail, Mode, Pane};
 use crate::clock::Time;
 use crate::engine::fleet::{FleetAgent, FleetCheckout};
 use crate::liveness::State;
-use crate::store::AuditEvent;
+use crate::store::{AuditEvent, Event};
 
 /// Other agents' text (keys, names, reasons, notes) drawn inert: control characters,
 /// escape sequences and bidirectional overrides are shown as `\u{…}`, never obeyed.
@@ -560,10 +560,12 @@ fn events(f: &mut Frame, app: &App, area: Rect, st: &Styles) {
     let items: Vec<Row> = list[first..first + shown]
         .iter()
         .map(|e| {
-            let style = match e.event.as_str() {
-                "auto_release" | "force_release" | "deadlock" => st.fg(Color::Red),
-                "deny" | "queue" => st.fg(Color::Yellow),
-                "acquire" | "notify" => st.fg(Color::Green),
+            let style = match e.kind() {
+                Some(Event::AutoRelease | Event::ForceRelease | Event::Deadlock) => {
+                    st.fg(Color::Red)
+                }
+                Some(Event::Deny | Event::Queue) => st.fg(Color::Yellow),
+                Some(Event::Acquire | Event::Notify) => st.fg(Color::Green),
                 _ => Style::default(),
             };
             Row::new(vec![Cell::from(event_line(e))]).style(style)

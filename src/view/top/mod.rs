@@ -553,8 +553,9 @@ fn watch(global: Global, tx: Sender<Msg>) {
         let mut changes = store.changes()?;
         loop {
             ctx.now = clock::now()?;
-            let fleet = fleet::snapshot(&ctx, &*store);
+            // The events first: the fleet read after them shows every change they tell of.
             let events = follow.next(Duration::ZERO).unwrap_or_default();
+            let fleet = fleet::snapshot(&ctx, &*store);
             let msg = match fleet {
                 Ok(f) => Msg::Fleet(Box::new(f), events),
                 Err(e) => Msg::StoreError(e.to_string()),
