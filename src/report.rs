@@ -505,6 +505,10 @@ pub struct AgentRow {
     pub status: Option<String>,
     /// Keys it holds now.
     pub checkouts: Vec<String>,
+    /// Keys it is queued for, or has reserved for it, as the next command to meet their
+    /// queues would leave them: `agents` and the views say (left out elsewhere).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting_for: Option<Vec<String>>,
 }
 
 impl AgentRow {
@@ -523,6 +527,7 @@ impl AgentRow {
             heartbeats: e.heartbeats,
             status: e.status.clone(),
             checkouts,
+            waiting_for: None,
         }
     }
 
@@ -541,6 +546,38 @@ impl AgentRow {
             heartbeats: 0,
             status: None,
             checkouts,
+            waiting_for: None,
+        }
+    }
+
+    /// The keys it holds, then those it waits for ("K1; waits for K2"), each list as
+    /// `keys` writes it.
+    pub fn holds_and_waits(&self, keys: impl Fn(&[String]) -> String) -> String {
+        match self.waiting_for.as_deref().unwrap_or_default() {
+            [] => keys(&self.checkouts),
+            waits if self.checkouts.is_empty() => format!("waits for {}", keys(waits)),
+            waits => format!("{}; waits for {}", keys(&self.checkouts), keys(waits)),
+        }
+    }
+
+    /// An agent known only from its place in a queue (it never sent a heartbeat and
+    /// holds nothing): alive while that place stands, as a queue judges its waiters.
+    pub fn waiting(w: &crate::store::Waiter, waiting_for: Vec<String>) -> Self {
+        AgentRow {
+            id: w.agent.clone(),
+            name: w.name.clone(),
+            parent: None,
+            host: w.host.clone(),
+            pid: w.pid,
+            state: State::Alive,
+            cause: None,
+            registered: false,
+            first_seen: None,
+            last_heartbeat: None,
+            heartbeats: 0,
+            status: None,
+            checkouts: Vec::new(),
+            waiting_for: Some(waiting_for),
         }
     }
 }

@@ -189,3 +189,98 @@ fn a_busy_guard_delays_forgetting_but_not_the_listing() {
     assert_eq!(j["pruned"], 1);
     assert!(registry(&e).is_empty());
 }
+
+/// Issue 48: an agent that only waits (it never sent a heartbeat and holds nothing) was
+/// in no list, not even `agents --all`. It is listed, alive while its place stands, with
+/// the keys it waits for; the views say the same.
+#[test]
+fn an_agent_that_only_waits_is_listed_with_what_it_waits_for() {
+    let mut e = Env::new();
+    e.at(&at(0));
+    e.ok("alice", &["checkout", "k"]);
+    let r = e.run(Some("bob"), &["checkout", "k", "--queue"]);
+    assert_eq!(r.code, 2, "{}", r.text());
+    let j = e.ok("x", &["agents", "--json"]).json();
+    assert_eq!(ids(&j), ["alice", "bob"], "{j}");
+    let bob = &j["agents"][1];
+    assert_eq!(bob["state"], "alive", "{j}");
+    assert_eq!(bob["registered"], false, "{j}");
+    assert_eq!(bob["waiting_for"], serde_json::json!(["k"]), "{j}");
+    assert_eq!(j["agents"][0]["waiting_for"], serde_json::json!([]), "{j}");
+    let r = e.run(Some("x"), &["agents"]);
+    snap!(e, "waiting_only_agent", r);
+    let fleet = e.run(None, &["top", "--once", "--json"]).json();
+    let shown: Vec<(String, Value)> = fleet["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            (
+                a["id"].as_str().unwrap().to_string(),
+                a["waiting_for"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            ("alice".to_string(), serde_json::json!([])),
+            ("bob".to_string(), serde_json::json!(["k"]))
+        ],
+        "{fleet}"
+    );
+}
+
+/// Issue 48: a reservation lapsed only when some command touched the store, so the views
+/// still said bob's turn after his grace had ended. They show the queue as the next
+/// command would leave it (carol's turn), and looking writes nothing.
+#[test]
+fn a_lapsed_reservation_is_shown_passed_on_and_looking_writes_nothing() {
+    let mut e = Env::new();
+    e.at(&at(0));
+    e.ok("alice", &["checkout", "k"]);
+    for w in ["bob", "carol"] {
+        assert_eq!(e.run(Some(w), &["checkout", "k", "--queue"]).code, 2);
+    }
+    e.ok("alice", &["release", "k"]);
+    let fleet = e.run(None, &["top", "--once", "--json"]).json();
+    assert_eq!(
+        fleet["queues"]["k"]["reserved_for"]["agent"], "bob",
+        "{fleet}"
+    );
+
+    // Past bob's grace, with no command in between.
+    e.at(&at(30));
+    let before = stored(&e.dir());
+    let fleet = e.run(None, &["top", "--once", "--json"]).json();
+    assert_eq!(stored(&e.dir()), before, "looking wrote to the store");
+    let k = &fleet["queues"]["k"];
+    assert_eq!(k["reserved_for"]["agent"], "carol", "{fleet}");
+    assert_eq!(k["waiters"], serde_json::json!(["carol"]), "{fleet}");
+    let waiting: Vec<&str> = fleet["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["waiting_for"] == serde_json::json!(["k"]))
+        .map(|a| a["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(waiting, ["carol"], "{fleet}");
+    // `agents` says the same.
+    let j = e.ok("x", &["agents", "--json"]).json();
+    let waits: Vec<(String, Value)> = j["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            (
+                a["id"].as_str().unwrap().to_string(),
+                a["waiting_for"].clone(),
+            )
+        })
+        .collect();
+    assert!(
+        waits.contains(&("carol".to_string(), serde_json::json!(["k"])))
+            && !waits.iter().any(|(id, _)| id == "bob"),
+        "{j}"
+    );
+}

@@ -8,7 +8,7 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use common::*;
 
@@ -80,48 +80,6 @@ impl World {
         cmd.args(["--agent", agent]);
         exec(cmd)
     }
-}
-
-/// Every file under `dir` with its contents: what `why` must leave as it was.
-fn files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let p = e.path();
-            let ft = e.file_type().unwrap();
-            if ft.is_dir() {
-                stack.push(p);
-            } else if ft.is_file() {
-                out.insert(p.clone(), std::fs::read(&p).unwrap_or_default());
-            }
-        }
-    }
-    out
-}
-
-/// Everything the store keeps: on the file store every file under the lock directory
-/// with its contents; on PostgreSQL every table of its schema (a digest of its rows in
-/// order) and the token sequence.
-fn stored(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    if !on_postgres() {
-        return files(dir);
-    }
-    let tables = psql(
-        dir,
-        "SELECT table_name || ' ' || md5(query_to_xml(format('SELECT * FROM %I.%I t ORDER BY t::text', \
-         table_schema, table_name), true, false, '')::text) FROM information_schema.tables \
-         WHERE table_schema = current_schema() ORDER BY 1; SELECT last_value FROM pg_sequences \
-         WHERE schemaname = current_schema() AND sequencename = 'tokens'",
-    );
-    if tables.trim().is_empty() {
-        // No schema yet: nothing stored.
-        return BTreeMap::new();
-    }
-    BTreeMap::from([(PathBuf::from("schema"), tables.into_bytes())])
 }
 
 /// Did `why` change what the store keeps? On PostgreSQL, opening the store of a project

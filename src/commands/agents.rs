@@ -12,8 +12,8 @@ pub const RECENT_DEAD_SECS: i64 = 3600;
 /// …and at most this many of them, the most recent first.
 pub const RECENT_DEAD_MAX: usize = 10;
 
-/// Known agents: the registry, plus holders that never sent a heartbeat. Dead agents'
-/// checkouts are ended on the way, like every command that meets them, and registry
+/// Known agents: the registry, plus holders that never sent a heartbeat and agents known
+/// only from their places in queues. Dead agents' checkouts are ended on the way, like every command that meets them, and registry
 /// entries of agents dead for longer than `agent_retention` that hold nothing are
 /// removed. Without `all`, only live agents, holders and recently dead ones are listed.
 pub fn run(ctx: &Ctx, all: bool) -> Result<Report> {
@@ -49,6 +49,16 @@ pub fn run(ctx: &Ctx, all: bool) -> Result<Report> {
             }
         }
         let cfg = judge.config()?.clone();
+        // The queues as the next command to meet them would leave them, as the views
+        // show them.
+        let queues = crate::engine::fleet::settled(ctx, &*store, |s| s.scan_queues())?;
+        let mut places = crate::engine::fleet::places(&queues);
+        let mut waits_of = |id: &str| {
+            let keys = places
+                .remove(id)
+                .map(|(keys, _)| keys.into_iter().collect());
+            Some(keys.unwrap_or_default())
+        };
         let mut stale = Vec::new();
         for entry in store.scan_agents()? {
             let judged = liveness::with_renewal(&entry, renewed.get(&entry.id));
@@ -57,15 +67,20 @@ pub fn run(ctx: &Ctx, all: bool) -> Result<Report> {
             if j.dead() && keys.is_empty() && expired(&entry, &ctx.now, &cfg) {
                 stale.push(entry.id.clone());
             }
-            rows.push((
-                AgentRow::new(&entry, j, keys),
-                Some(liveness::last_sign(&judged)),
-            ));
+            let mut row = AgentRow::new(&entry, j, keys);
+            row.waiting_for = waits_of(&entry.id);
+            rows.push((row, Some(liveness::last_sign(&judged))));
         }
         for (id, keys) in held {
             if let Some(r) = unregistered.get(&id) {
-                rows.push((AgentRow::unregistered(r, keys), None));
+                let mut row = AgentRow::unregistered(r, keys);
+                row.waiting_for = waits_of(&id);
+                rows.push((row, None));
             }
+        }
+        // Agents known only from their places in queues.
+        for (keys, w) in places.into_values() {
+            rows.push((AgentRow::waiting(&w, keys.into_iter().collect()), None));
         }
         if !stale.is_empty() {
             let removed = prune(ctx, &*store, &stale)?;

@@ -2,18 +2,22 @@
 //! queue, wait and freeze, read from the store with no scope taken and nothing written,
 //! and judged as the commands judge them. Where a command that met a checkout would end
 //! it (lease over, holder dead), the view says so (`ending`) instead of ending it:
-//! looking must never change what it looks at.
+//! looking must never change what it looks at. Queues are shown as the next command to
+//! meet them would leave them (a reservation past its deadline passed on, a waiter that
+//! is gone dropped): settled by the engine's own rule on a [`DryRun`], so that nothing is
+//! written.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
-use super::{Ctx, Judge};
+use super::dry::DryRun;
+use super::{Ctx, Judge, queue};
 use crate::clock::Time;
 use crate::error::Result;
 use crate::liveness::{self, Cause, State};
 use crate::report::{AgentRow, CheckoutView, QueueView, ReapReason};
-use crate::store::{Freeze, Slot, Store};
+use crate::store::{Freeze, Queue, Slot, Store, Waiter};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Fleet {
@@ -61,14 +65,20 @@ pub struct FleetCheckout {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct FleetAgent {
+    /// With `waiting_for`: the keys it is queued for (or has reserved for it).
     #[serde(flatten)]
     pub row: AgentRow,
-    /// Keys it is queued for (or has reserved for it).
-    pub waiting_for: Vec<String>,
     /// The program its session runs in, where its hooks said: `claude-code`, `codex` or
     /// `opencode`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub client: Option<&'static str>,
+}
+
+impl FleetAgent {
+    /// The keys it is queued for (or has reserved for it).
+    pub fn waiting_for(&self) -> &[String] {
+        self.row.waiting_for.as_deref().unwrap_or_default()
+    }
 }
 
 fn client_of(entry: Option<&crate::store::AgentEntry>) -> Option<&'static str> {
@@ -91,6 +101,49 @@ const DEAD_SHOWN_SECS: i64 = 3600;
 
 /// Read the fleet. Takes no scope and writes nothing.
 pub fn snapshot(ctx: &Ctx, store: &dyn Store) -> Result<Fleet> {
+    settled(ctx, store, |store| read(ctx, store))
+}
+
+/// `f` on `store` with its queues as the next command to meet them would leave them
+/// ([`queue::settle_now`], on a [`DryRun`]): nothing is written.
+pub fn settled<T>(
+    ctx: &Ctx,
+    store: &dyn Store,
+    f: impl FnOnce(&dyn Store) -> Result<T>,
+) -> Result<T> {
+    let keys: Vec<String> = store
+        .scan_queues()?
+        .into_iter()
+        .filter(|q| !q.is_empty())
+        .map(|q| q.key)
+        .collect();
+    if keys.is_empty() {
+        return f(store);
+    }
+    DryRun::new(store).run(|dry, guard| {
+        for key in &keys {
+            queue::settle_now(ctx, dry, guard, key, None)?;
+        }
+        f(dry)
+    })
+}
+
+/// Each agent's place in the queues: the keys it waits for (or has reserved), and its
+/// first waiter entry.
+pub(crate) fn places(queues: &[Queue]) -> BTreeMap<String, (BTreeSet<String>, Waiter)> {
+    let mut out: BTreeMap<String, (BTreeSet<String>, Waiter)> = BTreeMap::new();
+    for q in queues {
+        for w in &q.waiters {
+            out.entry(w.agent.clone())
+                .or_insert_with(|| (BTreeSet::new(), w.clone()))
+                .0
+                .insert(q.key.clone());
+        }
+    }
+    out
+}
+
+fn read(ctx: &Ctx, store: &dyn Store) -> Result<Fleet> {
     let mut judge = Judge::new(ctx, store);
     let slots = store.scan()?;
     judge.expect(slots.iter().filter_map(Slot::as_held))?;
@@ -104,16 +157,7 @@ pub fn snapshot(ctx: &Ctx, store: &dyn Store) -> Result<Fleet> {
     // Waits, from the engine's one waits-for graph (the one every change is checked
     // against): an edge from each waiter to each agent that keeps it waiting.
     let graph = super::waits::Graph::build(ctx, store, None, None)?;
-    let mut waiting_for: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for q in &queues_raw {
-        let agents = q.reservations.iter().map(|r| &r.agent);
-        for agent in agents.chain(q.waiters.iter().map(|w| &w.agent)) {
-            waiting_for
-                .entry(agent.clone())
-                .or_default()
-                .insert(q.key.clone());
-        }
-    }
+    let waiting_for = places(&queues_raw);
     let waits = graph
         .waits
         .iter()
@@ -239,12 +283,12 @@ fn agents(
     store: &dyn Store,
     judge: &mut Judge,
     held: &Held,
-    waiting_for: &BTreeMap<String, BTreeSet<String>>,
+    waiting_for: &BTreeMap<String, (BTreeSet<String>, Waiter)>,
 ) -> Result<Vec<FleetAgent>> {
     let waits_of = |id: &String| -> Vec<String> {
         waiting_for
             .get(id)
-            .map(|s| s.iter().cloned().collect())
+            .map(|(keys, _)| keys.iter().cloned().collect())
             .unwrap_or_default()
     };
     let cfg = judge.config()?.clone();
@@ -261,21 +305,29 @@ fn agents(
             continue;
         }
         seen.insert(entry.id.clone());
+        let mut row = AgentRow::new(&entry, j, keys);
+        row.waiting_for = Some(waits_on);
         agents.push(FleetAgent {
             client: client_of(Some(&entry)),
-            row: AgentRow::new(&entry, j, keys),
-            waiting_for: waits_on,
+            row,
         });
     }
     for (id, keys) in &held.keys {
-        if seen.contains(id) {
+        if !seen.insert(id.clone()) {
             continue;
         }
         if let Some(r) = held.unregistered.get(id) {
+            let mut row = AgentRow::unregistered(r, keys.clone());
+            row.waiting_for = Some(waits_of(id));
+            agents.push(FleetAgent { client: None, row });
+        }
+    }
+    // Agents known only from their places in queues.
+    for (id, (keys, w)) in waiting_for {
+        if seen.insert(id.clone()) {
             agents.push(FleetAgent {
                 client: None,
-                row: AgentRow::unregistered(r, keys.clone()),
-                waiting_for: waits_of(id),
+                row: AgentRow::waiting(w, keys.iter().cloned().collect()),
             });
         }
     }

@@ -734,3 +734,45 @@ pub fn inside_log(path: &Path) -> Vec<(u128, bool, String)> {
     events.sort_by_key(|(t, enter, _)| (*t, *enter));
     events
 }
+
+/// Every file under `dir` with its contents.
+pub fn files(dir: &Path) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            let ft = e.file_type().unwrap();
+            if ft.is_dir() {
+                stack.push(p);
+            } else if ft.is_file() {
+                out.insert(p.clone(), std::fs::read(&p).unwrap_or_default());
+            }
+        }
+    }
+    out
+}
+
+/// Everything the store keeps: on the file store every file under the lock directory
+/// with its contents; on PostgreSQL every table of its schema (a digest of its rows in
+/// order) and the token sequence.
+pub fn stored(dir: &Path) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
+    if !on_postgres() {
+        return files(dir);
+    }
+    let tables = psql(
+        dir,
+        "SELECT table_name || ' ' || md5(query_to_xml(format('SELECT * FROM %I.%I t ORDER BY t::text', \
+         table_schema, table_name), true, false, '')::text) FROM information_schema.tables \
+         WHERE table_schema = current_schema() ORDER BY 1; SELECT last_value FROM pg_sequences \
+         WHERE schemaname = current_schema() AND sequencename = 'tokens'",
+    );
+    if tables.trim().is_empty() {
+        // No schema yet: nothing stored.
+        return std::collections::BTreeMap::new();
+    }
+    std::collections::BTreeMap::from([(PathBuf::from("schema"), tables.into_bytes())])
+}

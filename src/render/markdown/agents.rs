@@ -89,6 +89,9 @@ pub(in crate::render) fn state_words(a: &AgentRow) -> String {
         (Some(Cause::PidReused), _) => format!("{base} (pid reused)"),
         (Some(Cause::Silent), _) => format!("{base} (no heartbeat)"),
         (Some(Cause::Ended), _) => format!("{base} (ended)"),
+        (None, false) if a.checkouts.is_empty() => {
+            format!("{base} (no heartbeat yet; queued only)")
+        }
         (None, false) => format!("{base} (no heartbeat yet; lease only)"),
         (None, true) => base.to_string(),
     }
@@ -188,7 +191,7 @@ pub(super) fn agents(r: &AgentsReport) -> String {
             a.last_heartbeat
                 .map(|t| with_relative(&t, &r.now))
                 .unwrap_or_else(|| "never".into()),
-            key_list(&a.checkouts).replace('|', "\\|"),
+            a.holds_and_waits(key_list).replace('|', "\\|"),
             cell(a.status.as_deref().unwrap_or(""))
         );
     }

@@ -200,7 +200,7 @@ pub(super) fn agents(r: &AgentsReport, t: &Printer) -> Option<String> {
             a.last_heartbeat
                 .map(|h| t.ago(&h))
                 .unwrap_or_else(|| "never".into()),
-            a.checkouts.join(", "),
+            a.holds_and_waits(|keys| keys.join(", ")),
             a.status.clone().unwrap_or_default(),
         ]);
     }

@@ -445,7 +445,7 @@ fn agents(f: &mut Frame, app: &App, area: Rect, st: &Styles, now: Time) {
                 }),
                 Cell::from(inert(&a.row.host)),
                 Cell::from(inert(&a.row.checkouts.join(" "))),
-                Cell::from(inert(&a.waiting_for.join(" "))),
+                Cell::from(inert(&a.waiting_for().join(" "))),
                 Cell::from(inert(a.row.status.as_deref().unwrap_or(""))),
             ]))
         })
@@ -794,7 +794,10 @@ fn agent_detail(app: &App, id: &str, st: &Styles, now: Time) -> Vec<Line<'static
         lines.push(Line::from(format!("Status: {}", inert(s))));
     }
     lines.push(Line::from(format!("Holds: {}", either(&a.row.checkouts))));
-    lines.push(Line::from(format!("Waits for: {}", either(&a.waiting_for))));
+    lines.push(Line::from(format!(
+        "Waits for: {}",
+        either(a.waiting_for())
+    )));
     history(&mut lines, app, st, |e| {
         e.agent == id || e.by.as_deref() == Some(id)
     });
