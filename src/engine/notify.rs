@@ -40,7 +40,7 @@ pub fn kind_of(e: &AuditEvent) -> Option<Kind> {
 }
 
 /// The event in one sentence, for people.
-fn sentence(kind: Kind, e: &AuditEvent) -> String {
+pub fn sentence(kind: Kind, e: &AuditEvent) -> String {
     let who = match &e.name {
         Some(n) => format!("{} ({n})", e.agent),
         None => e.agent.clone(),

@@ -4,6 +4,7 @@
 //! on `engine::fleet::snapshot`, read with no lock taken and nothing written, and woken by
 //! the store's own change signal.
 
+pub mod desktop;
 mod metrics;
 pub mod palette;
 mod server;
