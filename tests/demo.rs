@@ -100,8 +100,9 @@ fn the_demo_shows_a_fleet_at_work_and_q_ends_it_leaving_nothing() {
     t.shows("waits for");
     t.shows("frozen: deploy://prod*");
     t.shows("dead: process_gone");
-    t.shows("(agent_death)");
-    t.shows("handoff ");
+    // The events, as who did what: a death, and the key reserved for the queue's head.
+    t.shows("died holding");
+    t.shows(", next in its queue");
     eprintln!(
         "the demo showed agents, a queue, a freeze, a death and a handoff after {:?}",
         start.elapsed()

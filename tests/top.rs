@@ -95,7 +95,7 @@ fn one_frame_shows_the_fleet() {
     // The facts, whatever the layout.
     for fact in [
         "deploy://api-prod",
-        "researcher (alice) · claude-code",
+        "alice (researcher) · claude-code",
         "ending: holder dead",
         "src/**",
         "1/2",
@@ -123,7 +123,9 @@ fn a_small_terminal_shows_the_pane_in_focus() {
         r.stdout
     );
     assert!(r.stdout.contains("Checkouts (4)"), "{}", r.stdout);
-    assert!(!r.stdout.contains("Agents ("), "{}", r.stdout);
+    // The other sections are tabs: named on the tab line, not drawn.
+    assert!(r.stdout.contains("2 Agents"), "{}", r.stdout);
+    assert!(!r.stdout.contains("attention first"), "{}", r.stdout);
     frame_snapshot("top_frame_60x12", &r.stdout);
 }
 
@@ -366,7 +368,7 @@ fn live_view_follows_other_processes_and_gives_the_terminal_back() {
     real_ok(&env, "alice", &["release", "task-7"]);
     // The key is handed to bob, the head of its queue: the reservation shows, the wait goes.
     t.until("task-7 released", |s| {
-        !s.contains("bob waits for alice") && s.contains("release task-7 alice")
+        !s.contains("bob waits for alice") && s.contains("alice released task-7")
     });
 
     // Filter, then a key's detail.
@@ -382,7 +384,7 @@ fn live_view_follows_other_processes_and_gives_the_terminal_back() {
     // Resized small: one pane, redrawn.
     t.ok(&["resize-window", "-t", SESSION, "-x", "60", "-y", "12"]);
     t.until("the small layout", |s| {
-        s.contains("Checkouts (") && !s.contains("Agents (")
+        s.contains("Checkouts (") && !s.contains("attention first")
     });
     t.ok(&["resize-window", "-t", SESSION, "-x", "120", "-y", "40"]);
     t.shows("Agents (");
@@ -420,7 +422,7 @@ fn live_view_force_release_needs_a_person_and_a_yes() {
     t.keys(&["r"]);
     t.shows("Force-release hot-key?");
     t.keys(&["y"]);
-    t.shows("force_release hot-key");
+    t.shows("force-released hot-key from alice");
     let log = env
         .run_now(None, &["audit", "--json", "--key", "hot-key"])
         .stdout;
@@ -477,22 +479,22 @@ fn live_view_acts_on_a_key_that_looks_like_an_option_as_a_key() {
 
     t.keys(&["/", "a", "l", "l", "Enter"]);
     t.until("only --all", |s| {
-        s.contains("filter: all") && !s.contains("zzz-keep")
+        s.contains("filter: all") && s.contains("Checkouts (1)")
     });
     t.keys(&["r"]);
     t.shows("Force-release --all?");
     t.keys(&["y"]);
-    t.shows("force_release --all");
+    t.shows("force-released --all from alice");
 
     t.keys(&["/", "Escape", "/", "x", "Enter"]);
     t.until("only -x", |s| {
-        s.contains("filter: x") && !s.contains("zzz-keep")
+        s.contains("filter: x") && s.contains("Checkouts (1)")
     });
     t.keys(&["f"]);
     t.keys(&["Enter"]);
     t.shows("Freeze -x for 30m?");
     t.keys(&["y"]);
-    t.shows("freeze -x");
+    t.shows("froze -x");
 
     // Exactly those keys: `--all` is free, `-x` frozen, alice's other key untouched.
     let list = real_ok(&env, "alice", &["list", "--json"]).stdout;
@@ -535,7 +537,7 @@ fn live_view_reads_esc_and_a_key_arriving_together_as_both() {
     });
     t.keys(&["t", "a", "s", "k", "Enter"]);
     t.until("only task-1", |s| {
-        s.contains("filter: task") && !s.contains("zzz-keep")
+        s.contains("filter: task") && s.contains("Checkouts (1)")
     });
 
     // At a prompt the Esc cancels it: Esc and `y` together never confirm.
@@ -583,4 +585,289 @@ fn children_of(pid: u32) -> Vec<u32> {
         .split_whitespace()
         .filter_map(|p| p.parse().ok())
         .collect()
+}
+
+// ---- What a person needs of it: every section at 80×24, help, focus, sort, who did what ----
+
+/// [`fleet`], and at T15M: a long reason on a long path pattern, a refusal of a key whose
+/// slots are all held, and a freeze ended early by someone other than its maker.
+fn busy_fleet(env: &mut Env) {
+    fleet(env);
+    env.ok(
+        "erin",
+        &[
+            "checkout",
+            "path:src/parser",
+            "--path",
+            "src/parser/grammar/generated/tables/**",
+            "--reason",
+            "rewrite the lexer so that it never loses a token at the end of a line",
+            "--timeout",
+            "1h",
+        ],
+    );
+    env.ok(
+        "frank",
+        &["checkout", "build", "--slots", "2", "--timeout", "1h"],
+    );
+    let r = env.run(Some("gina"), &["checkout", "build"]);
+    assert_eq!(r.code, 2, "{}", r.text());
+    env.ok("ops", &["freeze", "staging", "--for", "1h"]);
+    env.as_operator();
+    env.ok("kate", &["unfreeze", "staging"]);
+}
+
+/// The live view of `env`'s fleet with its clock pinned at `env.now`: frames the same
+/// on every run, for snapshots.
+fn start_pinned(env: &Env, cols: u16, rows: u16) -> Tmux {
+    let now = env.now.clone();
+    start_top(env, "", &[("TASKLOCK_NOW", &now)], cols, rows)
+}
+
+/// The screen once it shows `text` and is drawn whole: the same on two looks in a row
+/// (a frame is written to the terminal in pieces, and tmux may be read between them).
+fn settled(t: &Tmux, text: &str) -> String {
+    let last = std::cell::RefCell::new(String::new());
+    t.until(text, |s| {
+        let same = *last.borrow() == s;
+        *last.borrow_mut() = s.to_string();
+        same && s.contains(text)
+    })
+}
+
+#[test]
+fn at_80x24_every_section_is_a_tab_away_and_help_lists_the_keys() {
+    let mut env = Env::new();
+    busy_fleet(&mut env);
+    let t = start_pinned(&env, 80, 24);
+    let s = settled(&t, "1 Checkouts (5)");
+    // The header keeps what needs a person, the freeze count too.
+    let head = s.lines().next().unwrap();
+    for fact in ["5 checkouts", "2 dead", "2 waiting", "1 freeze"] {
+        assert!(head.contains(fact), "no {fact:?} in the header:\n{s}");
+    }
+    // The tab line names every section; the focused one is marked.
+    for tab in ["▶1 Checkouts (5)", "2 Agents", "3 Waits", "4 Events"] {
+        assert!(s.contains(tab), "no tab {tab:?}:\n{s}");
+    }
+    assert!(s.contains("? help"), "{s}");
+    // A path pattern cut keeps its `**`; the reason gets the rest of the line.
+    assert!(s.contains("/**"), "{s}");
+    frame_snapshot("top_live_80x24_checkouts", &s);
+
+    t.keys(&["2"]);
+    let s = settled(&t, "Agents (6) · attention first");
+    assert!(s.contains("dead: silent"), "{s}");
+    frame_snapshot("top_live_80x24_agents", &s);
+    t.keys(&["3"]);
+    let s = settled(&t, "dave waits for carol on review-9");
+    assert!(
+        s.contains("frozen: prod* for 1h more (release week)"),
+        "{s}"
+    );
+    frame_snapshot("top_live_80x24_waits", &s);
+    t.keys(&["4"]);
+    let s = settled(&t, "kate unfroze staging (set by ops)");
+    frame_snapshot("top_live_80x24_events", &s);
+    // Tab goes round to the first section again.
+    t.keys(&["Tab"]);
+    t.shows("▶1 Checkouts (5)");
+
+    t.keys(&["?"]);
+    let s = settled(&t, "Attention first: dead");
+    for key in ["S ", "reverse the sort", "1 2 3 4", "/ ", "enter"] {
+        assert!(s.contains(key), "no {key:?} in the help:\n{s}");
+    }
+    frame_snapshot("top_live_80x24_help", &s);
+    t.keys(&["Escape"]);
+    t.until("the help closed", |s| !s.contains("Help: keys"));
+    t.keys(&["q"]);
+    t.shows("EXITED 0");
+}
+
+#[test]
+fn at_160x45_all_sections_side_by_side() {
+    let mut env = Env::new();
+    busy_fleet(&mut env);
+    let t = start_pinned(&env, 160, 45);
+    t.shows("Checkouts (5)");
+    let s = settled(&t, "kate unfroze staging");
+    for fact in [
+        "▶ Checkouts (5) · by attention ▼",
+        "HOLDER ▼",
+        "Agents (6) · attention first",
+        "Waits & freezes (2)",
+        "alice (researcher) · claude-code",
+        "src/parser/grammar/generated/tables/**",
+        "rewrite the lexer so that it never loses a token at the end of a line",
+        "gina was refused build: all 2 slots are taken (dave, …)",
+        "kate unfroze staging (set by ops)",
+    ] {
+        assert!(s.contains(fact), "no {fact:?} in:\n{s}");
+    }
+    frame_snapshot("top_live_160x45", &s);
+}
+
+/// Dead holders first, then those waited on or waiting, then the rest; agents likewise.
+#[test]
+fn what_needs_attention_comes_first() {
+    let mut env = Env::new();
+    fleet(&mut env);
+    let r = env.run(None, &["top", "--once", "--size", "132x34"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    let order = |words: &[&str]| {
+        words
+            .iter()
+            .map(|w| {
+                r.stdout
+                    .find(w)
+                    .unwrap_or_else(|| panic!("no {w:?} in:\n{}", r.stdout))
+            })
+            .collect::<Vec<_>>()
+    };
+    let keys = order(&["│deploy://api-prod", "│k2 ", "│build ", "│review-9 "]);
+    assert!(
+        keys.is_sorted(),
+        "checkouts not attention first:\n{}",
+        r.stdout
+    );
+    // The agents' names appear in the checkouts pane too: look below its header.
+    let below = r.stdout.find("Agents (4)").unwrap();
+    let agent_rows: Vec<usize> = ["■ alice", "■ bob ", "■ carol ", "■ dave "]
+        .iter()
+        .map(|w| below + r.stdout[below..].find(w).unwrap())
+        .collect();
+    assert!(
+        agent_rows.is_sorted(),
+        "agents not attention first:\n{}",
+        r.stdout
+    );
+}
+
+/// `s` picks the sorted column and marks it; `S` reverses it and the mark says so.
+#[test]
+fn sort_is_marked_and_reverses() {
+    let mut env = Env::new();
+    fleet(&mut env);
+    let t = start_pinned(&env, 132, 34);
+    t.shows("by attention ▼");
+    t.keys(&["s"]);
+    let s = t.shows("by key ▲");
+    assert!(s.contains("KEY ▲"), "{s}");
+    let rows = |s: &str| {
+        ["│build ", "│deploy://api-prod", "│k2 ", "│review-9 "]
+            .iter()
+            .map(|k| s.find(k).unwrap_or_else(|| panic!("no {k:?} in:\n{s}")))
+            .collect::<Vec<_>>()
+    };
+    assert!(rows(&s).is_sorted(), "{s}");
+    t.keys(&["S"]);
+    let s = t.shows("by key ▼");
+    assert!(s.contains("KEY ▼"), "{s}");
+    let mut down = rows(&s);
+    down.reverse();
+    assert!(down.is_sorted(), "not reversed:\n{s}");
+    // The next column starts in its own direction again.
+    t.keys(&["s"]);
+    let s = t.shows("by lease left ▲");
+    assert!(s.contains("LEASE ▲"), "{s}");
+}
+
+/// A section with more rows than fit says how many are out of sight.
+#[test]
+fn clipped_rows_say_how_many_more() {
+    let env = Env::new();
+    for i in 0..30 {
+        env.ok(
+            &format!("agent-{i:02}"),
+            &["checkout", &format!("task-{i:02}")],
+        );
+    }
+    let r = env.run(None, &["top", "--once", "--size", "80x24"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    // 24 rows: header, tabs, border, headings, 18 rows, border, footer.
+    assert!(r.stdout.contains("+12 more ↓"), "{}", r.stdout);
+    assert!(r.stdout.contains("task-17"), "{}", r.stdout);
+    assert!(!r.stdout.contains("task-18"), "{}", r.stdout);
+}
+
+/// The key detail's next step is a command line of the CLI, never an MCP tool call.
+#[test]
+fn the_key_detail_suggests_cli_commands() {
+    let mut env = Env::new();
+    fleet(&mut env);
+    let t = start_pinned(&env, 132, 34);
+    t.shows("by attention ▼");
+    t.keys(&["s"]);
+    t.shows("by key ▲");
+    // build, then deploy://api-prod: its holder is dead and carol queues.
+    t.keys(&["Down", "Enter"]);
+    let s = t.shows("Next:");
+    assert!(s.contains("tasklock "), "{s}");
+    assert!(!s.contains("{\"key\""), "{s}");
+}
+
+/// Issue 48, told without watching: `top --notify` tells the desktop (here a stand-in
+/// `notify-send` on PATH, with a display) of a death once, in the events' own words, and
+/// of nothing it was not asked to tell (a plain checkout and release).
+#[test]
+fn notify_tells_the_desktop_of_a_death_once() {
+    let env = live_env();
+    let bin = env.tmp.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let told = env.tmp.path().join("told");
+    let fake = bin.join("notify-send");
+    std::fs::write(
+        &fake,
+        format!(
+            "#!/bin/sh\nprintf '%s|' \"$@\" >> '{}'\necho >> '{}'\n",
+            told.display(),
+            told.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    real_ok(&env, "alice", &["checkout", "quiet-key"]);
+    let t = start_top(
+        &env,
+        "--notify",
+        &[("PATH", &path), ("DISPLAY", ":99")],
+        120,
+        40,
+    );
+    t.shows("Checkouts (1)");
+    real_ok(&env, "alice", &["release", "quiet-key"]);
+    let mut child = sleeper();
+    let pid = child.id().to_string();
+    real_ok(&env, "carol", &["heartbeat", "--pid", &pid]);
+    real_ok(&env, "carol", &["checkout", "deploy"]);
+    t.shows("deploy");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // A command that meets the checkout ends it.
+    real_ok(&env, "bob", &["list"]);
+    t.shows("carol died holding deploy");
+    let start = std::time::Instant::now();
+    let lines = loop {
+        let lines: Vec<String> = std::fs::read_to_string(&told)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect();
+        if !lines.is_empty() || start.elapsed() > std::time::Duration::from_secs(10) {
+            break lines;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(
+        lines[0].starts_with("--app-name=tasklock|tasklock · ")
+            && lines[0].ends_with("|carol died holding deploy; released by bob|"),
+        "{lines:?}"
+    );
+    // Nothing more comes of later frames.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert_eq!(std::fs::read_to_string(&told).unwrap().lines().count(), 1);
 }

@@ -22,6 +22,7 @@ use crate::clock::Time;
 use crate::config::{
     NotifyForm as Form, NotifyKind as Kind, NotifyTarget as Target, notify_mask as mask,
 };
+use crate::render::events::sentence;
 use crate::store::{AuditEvent, Event};
 
 /// What an audit event is, told: none for the events nobody asked to hear of.
@@ -39,36 +40,11 @@ pub fn kind_of(e: &AuditEvent) -> Option<Kind> {
     })
 }
 
-/// The event in one sentence, for people.
-pub fn sentence(kind: Kind, e: &AuditEvent) -> String {
-    let who = match &e.name {
-        Some(n) => format!("{} ({n})", e.agent),
-        None => e.agent.clone(),
-    };
-    let by = e.by.as_deref().unwrap_or("another agent");
-    match kind {
-        Kind::Death => format!("{who} died; its checkout of {} was released", e.key),
-        Kind::Expired => format!(
-            "the lease of {who} on {} ran out; the checkout ended",
-            e.key
-        ),
-        Kind::Deadlock => format!(
-            "deadlock: {who} was refused {} (or left its queue): its wait would close a cycle",
-            e.key
-        ),
-        Kind::Handoff => format!("{} was handed to {who}, next in its queue", e.key),
-        Kind::Lapse => format!("{who} did not take {} in time; it passed on", e.key),
-        Kind::ForceRelease => format!("{by} force-released {} from {who}", e.key),
-        Kind::Freeze => format!("{who} froze {}", e.key),
-        Kind::Unfreeze => format!("the freeze of {} ended ({who})", e.key),
-    }
-}
-
 /// The JSON object of an event told (docs/json.md, "notify").
 pub fn payload(kind: Kind, e: &AuditEvent, store: &str) -> Value {
     json!({
         "kind": kind,
-        "text": sentence(kind, e),
+        "text": sentence(e),
         "event": e,
         "store": store,
     })
@@ -366,13 +342,13 @@ fn send(t: &Target, kind: Kind, e: &AuditEvent, store: &str) -> Result<(), Strin
             vec![("Content-Type", "application/json".into())],
         ),
         Form::Slack => (
-            json!({ "text": format!("tasklock: {}", sentence(kind, e)) })
+            json!({ "text": format!("tasklock: {}", sentence(e)) })
                 .to_string()
                 .into_bytes(),
             vec![("Content-Type", "application/json".into())],
         ),
         Form::Ntfy => (
-            sentence(kind, e).into_bytes(),
+            sentence(e).into_bytes(),
             vec![
                 ("Content-Type", "text/plain; charset=utf-8".into()),
                 (

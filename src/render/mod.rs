@@ -2,6 +2,7 @@
 //! reports and the types they carry (store records, liveness states) and the basic
 //! layer; it decides nothing and calls neither the engine nor a store.
 
+pub mod events;
 pub mod markdown;
 pub mod table;
 

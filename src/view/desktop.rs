@@ -10,7 +10,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::engine::notify::{kind_of, sentence};
+use crate::engine::notify::kind_of;
+use crate::render::events::sentence;
 use crate::store::AuditEvent;
 
 /// At most this many notifications for one batch of events; the rest are counted in one.
@@ -91,7 +92,8 @@ impl Desktop {
 pub fn notes(new: &[AuditEvent], store: &str) -> Vec<(String, String)> {
     let told: Vec<String> = new
         .iter()
-        .filter_map(|e| kind_of(e).map(|k| sentence(k, e)))
+        .filter(|e| kind_of(e).is_some())
+        .map(sentence)
         .collect();
     let title = format!("tasklock · {store}");
     if told.len() <= AT_ONCE {

@@ -7,7 +7,10 @@
 //! reader turns keystrokes into messages. The drawing thread owns the screen and does no
 //! I/O but the drawing. Looking takes no lock and writes nothing.
 
+mod detail;
 mod draw;
+mod parts;
+mod tables;
 
 use std::collections::VecDeque;
 use std::io::IsTerminal;
@@ -22,6 +25,7 @@ use crate::clock;
 use crate::engine::Ctx;
 use crate::engine::fleet::{self, Fleet, FleetAgent, FleetCheckout};
 use crate::error::{Error, Result};
+use crate::liveness::State;
 use crate::store::AuditEvent;
 
 #[derive(clap::Parser, Debug)]
@@ -41,6 +45,11 @@ pub struct Args {
     /// The frame's size for --once, as COLUMNSxROWS
     #[arg(long, value_name = "COLSxROWS", default_value = "120x40", value_parser = size)]
     pub size: (u16, u16),
+    /// Tell the desktop of deaths, deadlocks, handoffs, lapses, leases run out,
+    /// force-releases and freezes as they happen (notify-send, osascript, or the
+    /// terminal's notification)
+    #[arg(long, conflicts_with = "once")]
+    pub notify: bool,
 }
 
 fn size(s: &str) -> std::result::Result<(u16, u16), String> {
@@ -123,15 +132,37 @@ fn once(a: &Args, json: bool) -> Result<()> {
     Ok(())
 }
 
+/// The view's sections, in the order of their tabs (keys `1` to `4`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Pane {
     Checkouts,
     Agents,
+    Waits,
     Events,
 }
 
+impl Pane {
+    const ALL: [Pane; 4] = [Pane::Checkouts, Pane::Agents, Pane::Waits, Pane::Events];
+
+    fn index(self) -> usize {
+        Pane::ALL.iter().position(|p| *p == self).unwrap_or(0)
+    }
+
+    fn word(self) -> &'static str {
+        match self {
+            Pane::Checkouts => "Checkouts",
+            Pane::Agents => "Agents",
+            Pane::Waits => "Waits & freezes",
+            Pane::Events => "Events",
+        }
+    }
+}
+
+/// The checkouts' order: `s` picks the next column, `S` reverses it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Sort {
+    /// What needs a person first: dead holders, deadlocks, stalled holders, waits.
+    Attention,
     Key,
     LeaseLeft,
     Held,
@@ -140,9 +171,56 @@ enum Sort {
 impl Sort {
     fn word(self) -> &'static str {
         match self {
+            Sort::Attention => "attention",
             Sort::Key => "key",
             Sort::LeaseLeft => "lease left",
             Sort::Held => "time held",
+        }
+    }
+
+    fn next(self) -> Sort {
+        match self {
+            Sort::Attention => Sort::Key,
+            Sort::Key => Sort::LeaseLeft,
+            Sort::LeaseLeft => Sort::Held,
+            Sort::Held => Sort::Attention,
+        }
+    }
+}
+
+/// An agent's or a checkout's need of a person: lower first.
+fn attention_rank(state: State, ending: bool, deadlocked: bool, waits: bool) -> u8 {
+    match (state, ending, deadlocked, waits) {
+        (State::Dead, ..) | (_, true, ..) => 0,
+        (_, _, true, _) => 1,
+        (State::Stalled, ..) => 2,
+        (_, _, _, true) => 3,
+        _ => 4,
+    }
+}
+
+/// One line of the Waits & freezes pane, and the key it is about.
+pub enum WaitItem<'a> {
+    Cycle(&'a [String]),
+    Wait {
+        wait: &'a fleet::Wait,
+        in_cycle: bool,
+    },
+    Reserved {
+        key: &'a str,
+        reservation: &'a crate::store::Reservation,
+    },
+    Frozen(&'a crate::store::Freeze),
+}
+
+impl WaitItem<'_> {
+    fn key(&self) -> Option<String> {
+        match self {
+            WaitItem::Cycle(_) => None,
+            WaitItem::Wait { wait, .. } => Some(wait.key.clone()),
+            WaitItem::Reserved { key, .. } => Some(key.to_string()),
+            // A pattern is not a key: its detail would be of a key nobody holds.
+            WaitItem::Frozen(_) => None,
         }
     }
 }
@@ -197,9 +275,13 @@ pub struct App {
     colours: crate::view::palette::Colours,
     events: VecDeque<AuditEvent>,
     focus: Pane,
-    selected: [usize; 3],
+    selected: [usize; 4],
     filter: String,
     sort: Sort,
+    /// The sort's order reversed (`S`).
+    reversed: bool,
+    /// The help overlay (`?`) is open.
+    help: bool,
     mode: Mode,
     detail: Option<Detail>,
     message: Option<String>,
@@ -207,6 +289,8 @@ pub struct App {
     color: bool,
     /// Whether this view may force-release and freeze, or why not.
     can_act: std::result::Result<(), String>,
+    /// `--notify`: where new events worth telling go.
+    desktop: Option<crate::view::desktop::Desktop>,
     quit: bool,
 }
 
@@ -218,15 +302,18 @@ impl App {
             colours: Default::default(),
             events: VecDeque::new(),
             focus: Pane::Checkouts,
-            selected: [0; 3],
+            selected: [0; 4],
             filter: String::new(),
-            sort: Sort::Key,
+            sort: Sort::Attention,
+            reversed: false,
+            help: false,
             mode: Mode::Normal,
             detail: None,
             message: None,
             error: None,
             color,
             can_act: super::may_act(a.read_only, &a.global, ctx),
+            desktop: a.notify.then(crate::view::desktop::Desktop::detect),
             quit: false,
         }
     }
@@ -254,25 +341,118 @@ impl App {
                 ])
             })
             .collect();
+        // Stable sorts over the fleet's order (by key): ties stay by key.
         match self.sort {
+            Sort::Attention => v.sort_by_key(|c| self.checkout_rank(c)),
             Sort::Key => {}
             Sort::LeaseLeft => v.sort_by_key(|c| c.view.expires_at),
+            // Longest held first: the column's value, descending.
             Sort::Held => v.sort_by_key(|c| c.view.acquired_at),
         }
+        if self.reversed {
+            v.reverse();
+        }
         v
+    }
+
+    /// Whether the checkouts' order is the sorted column's values descending (`▼`):
+    /// attention and time held start with the most, a key and a lease with the least.
+    fn descending(&self) -> bool {
+        matches!(self.sort, Sort::Attention | Sort::Held) != self.reversed
+    }
+
+    fn deadlocked(&self, id: &str) -> bool {
+        self.fleet
+            .as_ref()
+            .is_some_and(|fl| fl.cycles.iter().any(|c| c.iter().any(|a| a == id)))
+    }
+
+    fn checkout_rank(&self, c: &FleetCheckout) -> u8 {
+        let holder_waits = self.fleet.as_ref().is_some_and(|fl| {
+            fl.agents
+                .iter()
+                .any(|a| a.row.id == c.view.agent.id && !a.waiting_for().is_empty())
+        });
+        attention_rank(
+            c.holder_state,
+            c.ending.is_some(),
+            self.deadlocked(&c.view.agent.id),
+            holder_waits || c.queued > 0,
+        )
+    }
+
+    /// An agent as the CLI names it: "alice (researcher)", or "alice".
+    fn who(&self, id: &str) -> String {
+        let name = self.fleet.as_ref().and_then(|fl| {
+            fl.agents
+                .iter()
+                .find(|a| a.row.id == id)
+                .and_then(|a| a.row.name.clone())
+                .or_else(|| {
+                    fl.checkouts
+                        .iter()
+                        .find(|c| c.view.agent.id == id)
+                        .and_then(|c| c.view.agent.name.clone())
+                })
+        });
+        crate::identity::label(id, name.as_deref(), None)
+    }
+
+    /// The Waits & freezes pane: deadlocks, waits, reservations, freezes.
+    fn wait_items(&self) -> Vec<WaitItem<'_>> {
+        let Some(fl) = &self.fleet else {
+            return Vec::new();
+        };
+        let mut items: Vec<WaitItem> = fl.cycles.iter().map(|c| WaitItem::Cycle(c)).collect();
+        for w in fl
+            .waits
+            .iter()
+            .filter(|w| self.matches(&[&w.waiter, &w.key, &w.blocker]))
+        {
+            let in_cycle = fl
+                .cycles
+                .iter()
+                .any(|c| c.contains(&w.waiter) && c.contains(&w.blocker));
+            items.push(WaitItem::Wait { wait: w, in_cycle });
+        }
+        for (key, q) in &fl.queues {
+            for r in q.reserved_for.iter().chain(&q.also_reserved) {
+                if self.matches(&[key, &r.agent]) {
+                    items.push(WaitItem::Reserved {
+                        key,
+                        reservation: r,
+                    });
+                }
+            }
+        }
+        for fr in fl.freezes.iter().filter(|fr| self.matches(&[&fr.pattern])) {
+            items.push(WaitItem::Frozen(fr));
+        }
+        items
     }
 
     fn visible_agents(&self) -> Vec<&FleetAgent> {
         let Some(fl) = &self.fleet else {
             return Vec::new();
         };
-        fl.agents
+        let mut v: Vec<&FleetAgent> = fl
+            .agents
             .iter()
             .filter(|a| {
                 self.matches(&[&a.row.id, a.row.name.as_deref().unwrap_or("")])
                     || a.row.checkouts.iter().any(|k| self.matches(&[k]))
             })
-            .collect()
+            .collect();
+        // What needs a person first, in the engine's order otherwise.
+        v.sort_by_key(|a| {
+            attention_rank(
+                a.row.state,
+                false,
+                self.deadlocked(&a.row.id),
+                !a.waiting_for().is_empty(),
+            )
+        });
+        v
     }
 
     /// Newest first.
@@ -280,7 +460,7 @@ impl App {
         self.events
             .iter()
             .rev()
-            .filter(|e| self.matches(&[&e.key, &e.agent, &e.event]))
+            .filter(|e| self.matches(&[&e.key, &e.agent, &e.event, e.by.as_deref().unwrap_or("")]))
             .collect()
     }
 
@@ -288,15 +468,8 @@ impl App {
         match self.focus {
             Pane::Checkouts => self.visible_checkouts().len(),
             Pane::Agents => self.visible_agents().len(),
+            Pane::Waits => self.wait_items().len(),
             Pane::Events => self.visible_events().len(),
-        }
-    }
-
-    fn pane_index(&self) -> usize {
-        match self.focus {
-            Pane::Checkouts => 0,
-            Pane::Agents => 1,
-            Pane::Events => 2,
         }
     }
 
@@ -306,9 +479,13 @@ impl App {
                 .visible_checkouts()
                 .get(self.selected[0])
                 .map(|c| c.view.key.clone()),
+            Pane::Waits => self
+                .wait_items()
+                .get(self.selected[2])
+                .and_then(WaitItem::key),
             Pane::Events => self
                 .visible_events()
-                .get(self.selected[2])
+                .get(self.selected[3])
                 .map(|e| e.key.clone())
                 .filter(|k| !k.is_empty()),
             Pane::Agents => None,
@@ -342,7 +519,7 @@ impl App {
                     }
                     _ => self.mode = Mode::Filter,
                 }
-                self.selected = [0; 3];
+                self.selected = [0; 4];
                 None
             }
             Mode::FreezeFor { key, mut input } => match k.code {
@@ -358,7 +535,7 @@ impl App {
                             key: key.clone(),
                         };
                         self.mode = Mode::Confirm {
-                            prompt: format!("Freeze {} for {}?", draw::inert(&key), input.trim()),
+                            prompt: format!("Freeze {} for {}?", parts::inert(&key), input.trim()),
                             job,
                         };
                         None
@@ -413,33 +590,25 @@ impl App {
 
     fn normal_key(&mut self, k: KeyEvent) -> Option<Job> {
         self.message = None;
+        if self.help {
+            // Any key closes the help; `q` and Esc only close it.
+            self.help = false;
+            return None;
+        }
         if self.detail.is_some() {
             if matches!(k.code, KeyCode::Esc | KeyCode::Enter | KeyCode::Char('q')) {
                 self.detail = None;
             }
             return None;
         }
-        let i = self.pane_index();
+        let i = self.focus.index();
         let len = self.pane_len();
         match k.code {
             KeyCode::Char('q') | KeyCode::Esc => self.quit = true,
-            KeyCode::Tab | KeyCode::Right => {
-                self.focus = match self.focus {
-                    Pane::Checkouts => Pane::Agents,
-                    Pane::Agents => Pane::Events,
-                    Pane::Events => Pane::Checkouts,
-                }
-            }
-            KeyCode::BackTab | KeyCode::Left => {
-                self.focus = match self.focus {
-                    Pane::Checkouts => Pane::Events,
-                    Pane::Agents => Pane::Checkouts,
-                    Pane::Events => Pane::Agents,
-                }
-            }
-            KeyCode::Char('1') => self.focus = Pane::Checkouts,
-            KeyCode::Char('2') => self.focus = Pane::Agents,
-            KeyCode::Char('3') => self.focus = Pane::Events,
+            KeyCode::Char('?') => self.help = true,
+            KeyCode::Tab | KeyCode::Right => self.focus = Pane::ALL[(i + 1) % 4],
+            KeyCode::BackTab | KeyCode::Left => self.focus = Pane::ALL[(i + 3) % 4],
+            KeyCode::Char(c @ '1'..='4') => self.focus = Pane::ALL[usize::from(c as u8 - b'1')],
             KeyCode::Down | KeyCode::Char('j') => {
                 self.selected[i] = (self.selected[i] + 1).min(len.saturating_sub(1))
             }
@@ -450,12 +619,10 @@ impl App {
             KeyCode::End | KeyCode::Char('G') => self.selected[i] = len.saturating_sub(1),
             KeyCode::Char('/') => self.mode = Mode::Filter,
             KeyCode::Char('s') => {
-                self.sort = match self.sort {
-                    Sort::Key => Sort::LeaseLeft,
-                    Sort::LeaseLeft => Sort::Held,
-                    Sort::Held => Sort::Key,
-                }
+                self.sort = self.sort.next();
+                self.reversed = false;
             }
+            KeyCode::Char('S') => self.reversed = !self.reversed,
             KeyCode::Enter => {
                 if self.focus == Pane::Agents {
                     if let Some(a) = self.visible_agents().get(self.selected[1]) {
@@ -485,7 +652,7 @@ impl App {
                     self.mode = Mode::Confirm {
                         prompt: format!(
                             "Force-release {}? Its holder is told, and the release is audited.",
-                            draw::inert(&key)
+                            parts::inert(&key)
                         ),
                         job: Job::Run {
                             command: "release",
@@ -513,6 +680,9 @@ impl App {
             Msg::Fleet(f, new) => {
                 self.error = None;
                 self.colours = crate::view::palette::Colours::new(Some(&f), []);
+                if let Some(d) = &self.desktop {
+                    d.tell(&new, &f.store);
+                }
                 self.fleet = Some(*f);
                 for e in new {
                     if self.events.len() == EVENTS_KEPT {
