@@ -1429,16 +1429,17 @@ for (const td of document.querySelectorAll('#checkouts td[data-label=Queue], #ch
 return problems;
 "#;
 
-/// A PNG of the whole page (beyond the viewport), kept under target/ as a test artefact.
+/// A PNG of the whole page (a viewport as tall as the page, for the picture), kept under
+/// target/ as a test artefact.
 fn keep_screenshot(b: &Browser, name: &str) {
-    let size =
-        b.js("return [window.innerWidth, Math.ceil(document.scrollingElement.scrollHeight)]");
-    let shot = b.cdp(
-        "Page.captureScreenshot",
-        json!({"format": "png", "captureBeyondViewport": true,
-               "clip": {"x": 0, "y": 0, "width": size[0], "height": size[1], "scale": 1}}),
-    );
-    let png = common::browser::base64_decode(shot["data"].as_str().unwrap());
+    let size = b.js("return [window.innerWidth, window.innerHeight, \
+                     Math.ceil(document.scrollingElement.scrollHeight)]");
+    let n = |i: usize| size[i].as_u64().unwrap() as u32;
+    b.viewport(n(0), n(2));
+    // Every section drawn, those below the first screen too.
+    b.js("for (const s of document.querySelectorAll('section')) s.style.contentVisibility = 'visible'");
+    let png = b.screenshot();
+    b.viewport(n(0), n(1));
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
     let out = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
     std::fs::write(&out, &png).unwrap();
@@ -1543,6 +1544,35 @@ fn the_page_on_a_phone_and_a_desktop() {
         "const rows = [...document.querySelectorAll('#checkouts tbody tr')];          return rows[0].cells[0].textContent === 'review/pr-77-the-parser-rewrite'          && rows[1].cells[0].textContent === 'issue-42'",
     );
     assert_ne!(b.js(first_key), json!("ci-build"));
+
+    // The timeline's window: fitted at first; a preset; zoom out and in from it; fitted
+    // again. The picture and the saved file follow.
+    let window = |click: &str, since: &str| {
+        b.js(&format!("document.querySelector('{click}').click()"));
+        b.until(
+            &format!("the timeline since={since}"),
+            &format!(
+                "const i = document.getElementById('timeline'); \
+                 return i.src.includes('&since={since}&') && i.complete && i.naturalWidth > 100 \
+                 && document.getElementById('save').href.includes('&since={since}&')"
+            ),
+        );
+    };
+    assert!(
+        b.js("return document.getElementById('timeline').src")
+            .as_str()
+            .unwrap()
+            .contains("&since=all&")
+    );
+    window("#windows button[data-since=\"3600\"]", "3600");
+    assert_eq!(
+        b.js("return [...document.querySelectorAll('#windows button.on')].map(b => b.textContent)"),
+        json!(["1h", "By key"])
+    );
+    window("#zoom-out", "7200");
+    window("#zoom-in", "3600");
+    window("#zoom-in", "1800");
+    window("#windows button[data-since=all]", "all");
 
     // Where the time went: sorted on the page, the most first, marked; a click on the
     // marked column reverses it (the most contended key, issue-42, last).

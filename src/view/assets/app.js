@@ -386,10 +386,22 @@ function refreshTimeline() {
   lastTimeline = Date.now();
   document.getElementById("timeline").src = timelineUrl() + "&v=" + lastTimeline;
   document.getElementById("save").href = timelineUrl() + "&download=1";
-  const span = document.getElementById("span");
-  span.textContent = since === "all"
-    ? "From the first thing shown to now" + (doc && doc.time && doc.time.start ? " (" + dur(secsBetween(doc.time.start, doc.time.end)) + ")" : "") + "."
-    : "The last " + dur(since) + ".";
+  const t = doc && doc.time;
+  const fitted = t && t.start ? Math.max(0, secsBetween(t.start, t.end)) : 0;
+  document.getElementById("span").textContent = since !== "all"
+    ? "The last " + stretch(since) + "."
+    : !t || !t.start ? ""
+    : t.keys.length ? "From the first thing shown to now (" + dur(fitted) + ")."
+    : "Nothing yet: the last " + stretch(fitted) + ".";
+}
+
+// A window's length as people say it: 15m, 1h, 6h, 2d, or 1h30m.
+function stretch(secs) {
+  secs = Math.round(secs);
+  if (secs % 86400 === 0) return secs / 86400 + "d";
+  if (secs % 3600 === 0) return secs / 3600 + "h";
+  if (secs < 3600 && secs % 60 === 0) return secs / 60 + "m";
+  return dur(secs);
 }
 
 // The window shown, in seconds (for "all": the fitted one the server sent).
