@@ -818,6 +818,31 @@ mod tests {
     }
 
     #[test]
+    fn a_fitted_window_starts_a_little_before_the_first_thing_and_at_most_a_day_back() {
+        let at = |s: i64| chrono::DateTime::from_timestamp(s, 0).unwrap();
+        let end = at(1_000_000);
+        let fit = |events: &[AuditEvent]| build_window(events, None, Window::Fit, end, By::Key);
+        // Two minutes of work: two minutes and a twentieth.
+        let t = fit(&[ev(1_000_000 - 120, "acquire", "k", "a", Some(1))]);
+        assert_eq!((t.start, t.end), (at(1_000_000 - 126), end));
+        // A moment ago: a minute at least.
+        let t = fit(&[ev(1_000_000 - 5, "acquire", "k", "a", Some(1))]);
+        assert_eq!(t.start, at(1_000_000 - 63));
+        // Held for two days: a day back, no more.
+        let t = fit(&[ev(1_000_000 - 2 * 86_400, "acquire", "k", "a", Some(1))]);
+        assert_eq!(t.start, at(1_000_000 - FIT_MAX));
+        assert_eq!(t.rows[0].held_secs, FIT_MAX);
+        // What ended before that day is not in view; nothing at all: fifteen minutes.
+        let old = [
+            ev(1_000_000 - 3 * 86_400, "acquire", "k", "a", Some(1)),
+            ev(1_000_000 - 2 * 86_400, "release", "k", "a", Some(1)),
+        ];
+        assert_eq!(fit(&old).start, at(1_000_000 - FIT_EMPTY));
+        assert!(fit(&old).rows.is_empty());
+        assert_eq!(fit(&[]).start, at(1_000_000 - FIT_EMPTY));
+    }
+
+    #[test]
     fn text_in_the_picture_is_escaped() {
         assert_eq!(escape("<script>&\"'"), "&lt;script&gt;&amp;&quot;&#39;");
         assert_eq!(escape("a\u{202e}b\u{1b}"), "a\\u{202e}b\\u{1b}");

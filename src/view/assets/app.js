@@ -53,15 +53,22 @@ function el(tag, text, cls) {
   return e;
 }
 
+// The names of a table's columns.
+const heads = {};
+function headsOf(table) {
+  if (!heads[table]) heads[table] = [...document.querySelectorAll("#" + table + " thead th")].map((th) => th.textContent.trim());
+  return heads[table];
+}
+
 // A row of cells, each labelled with its column's name (shown before it on a phone).
 function row(cells, table, classes) {
-  const heads = [...document.querySelectorAll("#" + table + " thead th")].map((th) => th.textContent.trim());
+  const names = headsOf(table);
   const tr = document.createElement("tr");
   cells.forEach((c, i) => {
     const td = document.createElement("td");
     if (c instanceof Node) td.appendChild(c);
     else if (c !== undefined && c !== null && c !== "") td.textContent = String(c);
-    if (heads[i]) td.dataset.label = heads[i];
+    if (names[i]) td.dataset.label = names[i];
     if (classes && classes[i]) td.className = classes[i];
     tr.appendChild(td);
   });
