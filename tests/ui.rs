@@ -796,7 +796,7 @@ fn the_page_in_a_real_browser() {
         "const d = document.getElementById('detail'); return !d.hidden \
          && document.getElementById('detail-why').innerText.includes('alice holds it (token 1)') \
          && document.getElementById('detail-notes').innerText.includes('<i>half done</i>: tests pass') \
-         && document.getElementById('detail-history').innerText.includes('acquire alice token 1')",
+         && document.getElementById('detail-history').innerText.includes('alice checked out task-1 (token 1): fix the flaky test')",
     );
     assert_eq!(
         b.js("return document.querySelectorAll('#detail i').length"),
@@ -1339,4 +1339,518 @@ fn metrics_for_prometheus_behind_the_token() {
     );
     assert_eq!(sample(&last, "tasklock_checkouts", None), 1.0, "{text}");
     assert_eq!(sample(&last, "tasklock_waiting", None), 0.0, "{text}");
+}
+
+// ---- The page as a product: phone and desktop, dark, empty, sorted ----
+
+/// A fleet as a new user's trial had it: a key with two slots, a path checkout, a queue,
+/// a long key and a long reason, several agents.
+fn a_trial_fleet() -> Env {
+    let env = Env::new();
+    let ok = |agent: &str, args: &[&str]| real_ok(&env, agent, args);
+    ok(
+        "erin",
+        &[
+            "checkout",
+            "ci-build",
+            "--slots",
+            "2",
+            "--reason",
+            "cargo build",
+        ],
+    );
+    ok(
+        "frank",
+        &[
+            "checkout",
+            "ci-build",
+            "--slots",
+            "2",
+            "--reason",
+            "cargo test",
+        ],
+    );
+    ok(
+        "dave",
+        &[
+            "checkout",
+            "--path",
+            "src/parser/**",
+            "--reason",
+            "rewrite the lexer",
+        ],
+    );
+    ok(
+        "alice",
+        &[
+            "checkout",
+            "issue-42",
+            "--reason",
+            "root cause: the cookie path; the fix goes in PR #53 with a test of its own",
+        ],
+    );
+    ok("bob", &["checkout", "issue-42", "--queue"]);
+    ok("gina", &["checkout", "review/pr-77-the-parser-rewrite"]);
+    env
+}
+
+/// What is wrong with the page's layout at its current size, as a list (empty: nothing):
+/// the page scrolls sideways, a key or name is broken inside or wrapped, two sections
+/// overlap, a card pokes out of the page, or a Queue or Reason cell cannot be reached.
+const LAYOUT: &str = r#"
+const problems = [];
+const W = window.innerWidth;
+const root = document.scrollingElement;
+if (root.scrollWidth > W) problems.push('the page scrolls sideways: ' + root.scrollWidth + ' > ' + W);
+for (const k of document.querySelectorAll('td .key, td .name, #detail-key')) {
+  if (!k.offsetParent) continue;
+  const lh = parseFloat(getComputedStyle(k).lineHeight);
+  if (k.getClientRects().length !== 1 || k.getBoundingClientRect().height > lh * 1.5)
+    problems.push('wrapped: ' + k.textContent);
+}
+const boxes = [...document.querySelectorAll('header.bar, main section')].filter(s => s.offsetParent !== null || s.matches('header'));
+const rects = boxes.map(s => [s.id || s.tagName, s.getBoundingClientRect()]);
+for (const [id, r] of rects) {
+  if (r.left < 0 || r.right > W + 0.5) problems.push(id + ' pokes out: ' + r.left + '..' + r.right);
+}
+for (let i = 0; i < rects.length; i++) for (let j = i + 1; j < rects.length; j++) {
+  const [a, p] = rects[i], [b, q] = rects[j];
+  if (p.left < q.right - 0.5 && q.left < p.right - 0.5 && p.top < q.bottom - 0.5 && q.top < p.bottom - 0.5)
+    problems.push(a + ' overlaps ' + b);
+}
+for (const td of document.querySelectorAll('#checkouts td[data-label=Queue], #checkouts td[data-label=Reason]')) {
+  if (!td.textContent) continue;
+  const r = td.getBoundingClientRect();
+  const inView = r.width > 0 && r.left >= 0 && r.right <= W + 0.5;
+  const box = td.closest('.scroll');
+  const scrolls = box && box.scrollWidth > box.clientWidth && getComputedStyle(box).overflowX === 'auto';
+  if (!inView && !scrolls) problems.push(td.dataset.label + ' out of reach: ' + td.textContent);
+}
+return problems;
+"#;
+
+/// A PNG of the whole page (a viewport as tall as the page, for the picture), kept under
+/// target/ as a test artefact.
+fn keep_screenshot(b: &Browser, name: &str) {
+    let size = b.js("return [window.innerWidth, window.innerHeight, \
+                     Math.ceil(document.scrollingElement.scrollHeight)]");
+    let n = |i: usize| size[i].as_u64().unwrap() as u32;
+    b.viewport(n(0), n(2));
+    // Every section drawn, those below the first screen too.
+    b.js("for (const s of document.querySelectorAll('section')) s.style.contentVisibility = 'visible'");
+    let png = b.screenshot();
+    b.viewport(n(0), n(1));
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    let out = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    std::fs::write(&out, &png).unwrap();
+}
+
+/// On a phone (390×844) and a desktop (1400×900): no sideways scroll, keys whole, no
+/// section over another, the Queue and Reason of each checkout reachable; every table
+/// sorts by a click on a column, marked ▲ or ▼ (and aria-sort), a second click the other
+/// way; events in words, each with its time. Screenshots under target/.
+#[test]
+fn the_page_on_a_phone_and_a_desktop() {
+    let env = a_trial_fleet();
+    let ui = Ui::start(&env, &[]);
+    let b = Browser::start();
+    for (w, h) in [(390, 844), (1400, 900)] {
+        b.viewport(w, h);
+        b.go(&ui.url());
+        b.until(
+            "the trial fleet",
+            "return document.querySelectorAll('#checkouts tbody tr').length === 5 \
+             && document.querySelectorAll('#events li').length > 0 \
+             && document.querySelector('#agent-time tbody tr') !== null",
+        );
+        b.until(
+            "the timeline",
+            "const i = document.getElementById('timeline'); return i.complete && i.naturalWidth > 100",
+        );
+        let problems = b.js(LAYOUT);
+        keep_screenshot(&b, &format!("ui-{w}x{h}.png"));
+        assert_eq!(problems, json!([]), "at {w}x{h}");
+        // The long key is whole on one line, and the queue and reason are there.
+        let key = b.js(
+            "const k = [...document.querySelectorAll('#checkouts td .key')] \
+               .find(k => k.textContent === 'review/pr-77-the-parser-rewrite'); \
+             return k.getClientRects().length",
+        );
+        assert_eq!(key, json!(1), "at {w}x{h}");
+    }
+
+    // Events: the time, then who did what in words; no number to clip.
+    let events = b.js(
+        "return [...document.querySelectorAll('#events li')].map(li => \
+           [li.firstChild.tagName, li.firstChild.textContent, li.lastChild.textContent])",
+    );
+    let events = events.as_array().unwrap();
+    assert!(
+        events.iter().all(|e| e[0] == "TIME"
+            && e[1].as_str().unwrap().len() == 8
+            && e[1].as_str().unwrap().as_bytes()[2] == b':'),
+        "{events:?}"
+    );
+    let said: Vec<&str> = events.iter().map(|e| e[2].as_str().unwrap()).collect();
+    for want in [
+        "erin checked out ci-build (token ",
+        "bob queued for issue-42",
+        "dave checked out path:src/parser/** (token ",
+    ] {
+        assert!(said.iter().any(|s| s.starts_with(want)), "{want}: {said:?}");
+    }
+    assert!(
+        said.iter()
+            .any(|s| s.starts_with("frank checked out ci-build") && s.ends_with(": cargo test")),
+        "{said:?}"
+    );
+    assert_eq!(
+        b.js("return getComputedStyle(document.getElementById('events')).listStyleType"),
+        json!("none")
+    );
+
+    // A server-sorted table: a click sorts (▲, ascending), another the other way (▼).
+    let mark = |th: &str| {
+        b.js(&format!(
+            "const th = document.querySelector('{th}'); \
+             return [th.getAttribute('aria-sort'), getComputedStyle(th, '::after').content]"
+        ))
+    };
+    let first_key = "return document.querySelector('#checkouts tbody tr').cells[0].textContent";
+    assert_eq!(mark("#checkouts th[data-sort=reason]")[0], "none");
+    b.js("document.querySelector('#checkouts th[data-sort=reason]').click()");
+    b.until(
+        "sorted by reason",
+        "return document.querySelector('#checkouts th[data-sort=reason]').getAttribute('aria-sort') === 'ascending' \
+         && document.querySelector('#checkouts tbody tr').cells[0].textContent === 'ci-build'",
+    );
+    assert_eq!(
+        mark("#checkouts th[data-sort=reason]"),
+        json!(["ascending", "\" ▲\""])
+    );
+    b.js("document.querySelector('#checkouts th[data-sort=reason]').click()");
+    b.until(
+        "sorted by reason, the other way",
+        "return document.querySelector('#checkouts th[data-sort=reason]').getAttribute('aria-sort') === 'descending'",
+    );
+    assert_eq!(
+        mark("#checkouts th[data-sort=reason]"),
+        json!(["descending", "\" ▼\""])
+    );
+    // The other way round, wholly: the one without a reason (last A to Z) first, then
+    // the reasons Z to A.
+    b.until(
+        "the last reason first",
+        "const rows = [...document.querySelectorAll('#checkouts tbody tr')];          return rows[0].cells[0].textContent === 'review/pr-77-the-parser-rewrite'          && rows[1].cells[0].textContent === 'issue-42'",
+    );
+    assert_ne!(b.js(first_key), json!("ci-build"));
+
+    // The timeline's window: fitted at first; a preset; zoom out and in from it; fitted
+    // again. The picture and the saved file follow.
+    let window = |click: &str, since: &str| {
+        b.js(&format!("document.querySelector('{click}').click()"));
+        b.until(
+            &format!("the timeline since={since}"),
+            &format!(
+                "const i = document.getElementById('timeline'); \
+                 return i.src.includes('&since={since}&') && i.complete && i.naturalWidth > 100 \
+                 && document.getElementById('save').href.includes('&since={since}&')"
+            ),
+        );
+    };
+    assert!(
+        b.js("return document.getElementById('timeline').src")
+            .as_str()
+            .unwrap()
+            .contains("&since=all&")
+    );
+    window("#windows button[data-since=\"3600\"]", "3600");
+    assert_eq!(
+        b.js("return [...document.querySelectorAll('#windows button.on')].map(b => b.textContent)"),
+        json!(["1h", "By key"])
+    );
+    window("#zoom-out", "7200");
+    window("#zoom-in", "3600");
+    window("#zoom-in", "1800");
+    window("#windows button[data-since=all]", "all");
+
+    // Where the time went: sorted on the page, the most first, marked; a click on the
+    // marked column reverses it (the most contended key, issue-42, last).
+    assert_eq!(
+        mark("#agent-time th[data-sort=total]"),
+        json!(["descending", "\" ▼\""])
+    );
+    assert_eq!(
+        mark("#time th[data-sort=contention]"),
+        json!(["descending", "\" ▼\""])
+    );
+    let keys =
+        "return [...document.querySelectorAll('#time tbody tr')].map(r => r.cells[0].textContent)";
+    assert_eq!(b.js(keys)[0], "issue-42");
+    b.js("document.querySelector('#time th[data-sort=contention]').click()");
+    assert_eq!(
+        mark("#time th[data-sort=contention]"),
+        json!(["ascending", "\" ▲\""])
+    );
+    assert_eq!(b.js(keys)[3], "issue-42");
+    // By another column: held, the least first; then the most first.
+    b.js("document.querySelector('#time th[data-sort=held]').click()");
+    assert_eq!(mark("#time th[data-sort=contention]")[0], "none");
+    b.js("document.querySelector('#time th[data-sort=held]').click()");
+    assert_eq!(b.js(keys)[0], "ci-build");
+}
+
+/// The connection starts "connecting…" and never shows "offline" while it connects; it
+/// says "offline" once the server is gone. Dark mode follows `prefers-color-scheme`.
+#[test]
+fn no_offline_while_connecting_and_dark_mode() {
+    let env = Env::new();
+    real_ok(&env, "alice", &["checkout", "task-1"]);
+    let ui = Ui::start(&env, &[]);
+    // The page as served: connecting, not offline.
+    let page = ui.get("/");
+    assert!(
+        page.body
+            .contains(r#"<span id="live" class="connecting" role="status">connecting…</span>"#),
+        "{}",
+        page.body
+    );
+    let b = Browser::start();
+    // Every state the connection's badge is in, from the first thing the browser parses.
+    b.cdp(
+        "Page.addScriptToEvaluateOnNewDocument",
+        json!({"source": "window.__live = []; new MutationObserver(() => { \
+            const l = document.getElementById('live'); if (!l) return; \
+            const t = l.className + ': ' + l.textContent; \
+            if (window.__live[window.__live.length - 1] !== t) window.__live.push(t); \
+          }).observe(document, {subtree: true, childList: true, characterData: true, attributes: true});"}),
+    );
+    b.go(&ui.url());
+    b.until(
+        "live",
+        "return document.getElementById('live').textContent === 'live'",
+    );
+    let seen = b.js("return window.__live");
+    let seen = seen.as_array().unwrap();
+    // (The badge may be seen before the parser gave it its text: `connecting: `.)
+    let said: Vec<&str> = seen
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .filter(|s| !s.ends_with(": "))
+        .collect();
+    assert_eq!(said[0], "connecting: connecting…", "{seen:?}");
+    assert!(
+        seen.iter()
+            .all(|s| !s.as_str().unwrap().contains("offline")),
+        "{seen:?}"
+    );
+
+    // Dark: the page's ground dark and its text light; light: the other way.
+    let colours = "const rgb = (c) => c.match(/[\\d.]+/g).map(Number); \
+        const lum = (c) => { const [r, g, b, a] = rgb(c); return a === 0 ? -1 : (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255; }; \
+        const card = document.querySelector('.card'); \
+        return [lum(getComputedStyle(document.body).backgroundColor), lum(getComputedStyle(card).backgroundColor), lum(getComputedStyle(document.body).color)]";
+    for (scheme, dark) in [("dark", true), ("light", false)] {
+        b.cdp(
+            "Emulation.setEmulatedMedia",
+            json!({"features": [{"name": "prefers-color-scheme", "value": scheme}]}),
+        );
+        let l = b.js(colours);
+        let l: Vec<f64> = l
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect();
+        if dark {
+            assert!(
+                l[0] >= 0.0 && l[0] < 0.15 && l[1] >= 0.0 && l[1] < 0.2 && l[2] > 0.7,
+                "{scheme}: {l:?}"
+            );
+            keep_screenshot(&b, "ui-dark-1400.png");
+        } else {
+            assert!(l[0] > 0.85 && l[1] > 0.85 && l[2] < 0.3, "{scheme}: {l:?}");
+        }
+    }
+
+    // The server gone: the badge says so.
+    drop(ui);
+    b.until(
+        "offline",
+        "return document.getElementById('live').className === 'offline' \
+         && document.getElementById('live').textContent === 'offline'",
+    );
+}
+
+/// A fresh project: every part says what to do, never an empty table with its headers.
+#[test]
+fn an_empty_project_says_what_to_do() {
+    let env = Env::new();
+    let r = env.run_now(None, &["init"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    let ui = Ui::start(&env, &[]);
+    let b = Browser::start();
+    b.viewport(1400, 900);
+    b.go(&ui.url());
+    b.until(
+        "the store read",
+        "return document.getElementById('summary').textContent.startsWith('0 checkouts')",
+    );
+    let shown = b.js(
+        "const t = (id) => { const e = document.getElementById(id); \
+           return e.offsetParent === null ? null : e.innerText.trim(); }; \
+         return { checkouts: t('no-checkouts'), agents: t('no-agents'), waits: t('waits'), \
+           time: t('no-time'), events: t('no-events'), \
+           tables: [...document.querySelectorAll('table')].filter(t => t.offsetParent !== null).map(t => t.id) }",
+    );
+    assert_eq!(
+        shown,
+        json!({
+            "checkouts": "No checkouts. An agent takes one with tasklock checkout KEY.",
+            "agents": "No agents yet. An agent shows here once it runs tasklock, for example tasklock checkout KEY.",
+            "waits": "Nobody waits.",
+            "time": "Nothing held or waited for in this window.",
+            "events": "No events yet. Checkouts, waits and releases show here as they happen.",
+            "tables": [],
+        })
+    );
+    assert_eq!(
+        b.js("return document.querySelector('#no-checkouts code').textContent"),
+        json!("tasklock checkout KEY")
+    );
+    keep_screenshot(&b, "ui-empty-1400x900.png");
+    // The timeline says it is empty, in a plot with no grid line through the words.
+    let svg = ready(|| ui.get("/timeline.svg"));
+    assert_eq!(svg.status, 200, "{}", svg.head);
+    assert!(
+        svg.body
+            .contains("Nothing held or waited for in this window."),
+        "{}",
+        svg.body
+    );
+    assert!(!svg.body.contains("stroke=\"#ddd\""), "{}", svg.body);
+}
+
+/// The texts of an SVG timeline that reach out of its picture (by their anchor and a
+/// generous width per character), and its title's window in seconds.
+fn outside_and_span(svg: &str) -> (Vec<String>, i64) {
+    let doc = roxmltree::Document::parse(svg).unwrap_or_else(|e| panic!("{e}: {svg}"));
+    let root = doc.root_element();
+    let width: f64 = root.attribute("width").unwrap().parse().unwrap();
+    let mut out = Vec::new();
+    let mut span = -1;
+    for t in doc.descendants().filter(|n| n.has_tag_name("text")) {
+        let text: String = t
+            .children()
+            .filter(|c| c.is_text())
+            .map(|c| c.text().unwrap())
+            .collect();
+        let size: f64 = t
+            .attribute("font-size")
+            .map_or(12.0, |s| s.parse().unwrap());
+        let x: f64 = t.attribute("x").unwrap().parse().unwrap();
+        let w = text.chars().count() as f64 * size * 0.65;
+        let (left, right) = match t.attribute("text-anchor") {
+            Some("end") => (x - w, x),
+            Some("middle") => (x - w / 2.0, x + w / 2.0),
+            _ => (x, x + w),
+        };
+        if left < 0.0 || right > width {
+            out.push(format!("{text:?} {left:.0}..{right:.0} of {width}"));
+        }
+        if let Some(rest) = text.strip_prefix("tasklock: ") {
+            let (from, to) = rest.split_once(" to ").unwrap();
+            let from = chrono::NaiveDateTime::parse_from_str(from, "%Y-%m-%d %H:%M:%S").unwrap();
+            let to = chrono::NaiveTime::parse_from_str(&to[..8], "%H:%M:%S").unwrap();
+            span = (from.date().and_time(to) - from).num_seconds();
+            // A window of a day or more ends at the same time of day, or earlier.
+            if span <= 0 {
+                span += 86_400;
+            }
+        }
+    }
+    (out, span)
+}
+
+/// The timeline fits what happened by default: a log of two minutes spans about two
+/// minutes, not an hour; every label (the last one too) is inside the picture; "now" is
+/// marked; an empty one says so with no grid line through its words. On the page's
+/// server too (`since=all`, or none), and a bad window is refused.
+#[test]
+fn the_timeline_fits_what_happened() {
+    let mut env = Env::new();
+    env.at("2026-01-01T10:00:00Z");
+    let r = env.run(None, &["init"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    let file = env.tmp.path().join("t.svg");
+    let draw = |env: &Env, extra: &[&str]| -> String {
+        let mut args = vec!["ui", "--svg", file.to_str().unwrap()];
+        args.extend(extra);
+        let r = env.run(None, &args);
+        assert_eq!(r.code, 0, "{}", r.text());
+        std::fs::read_to_string(&file).unwrap()
+    };
+    let empty = draw(&env, &[]);
+    assert!(
+        empty.contains(">Nothing held or waited for in this window.</text>"),
+        "{empty}"
+    );
+    assert!(!empty.contains("stroke=\"#ddd\""), "a grid line: {empty}");
+    assert_eq!(outside_and_span(&empty).0, Vec::<String>::new());
+
+    env.ok("alice", &["checkout", "task-1"]);
+    env.run(Some("bob"), &["checkout", "task-1", "--queue"]);
+    env.at("2026-01-01T10:01:10Z");
+    env.ok("alice", &["release", "task-1"]);
+    env.ok("bob", &["checkout", "task-1"]);
+    env.at("2026-01-01T10:02:00Z");
+    let fitted = draw(&env, &[]);
+    let (outside, span) = outside_and_span(&fitted);
+    assert_eq!(outside, Vec::<String>::new(), "{fitted}");
+    assert!((120..=150).contains(&span), "{span} s: {fitted}");
+    assert!(fitted.contains(">now 10:02:00</text>"), "{fitted}");
+    assert!(
+        fitted.contains("alice held it (token 1) for 70s"),
+        "{fitted}"
+    );
+    // Labels at round times: every 15 seconds over two minutes.
+    assert!(fitted.contains(">10:00:15</text>"), "{fitted}");
+    // A window asked for: as long as asked, its labels inside too.
+    for since in ["30m", "1h", "15m", "24h"] {
+        let svg = draw(&env, &["--since", since]);
+        let (outside, span) = outside_and_span(&svg);
+        assert_eq!(outside, Vec::<String>::new(), "--since {since}: {svg}");
+        let want = secs_of(since);
+        assert_eq!(span, want, "--since {since}");
+    }
+    let by_agent = draw(&env, &["--by", "agent"]);
+    assert!((120..=150).contains(&outside_and_span(&by_agent).1));
+
+    // The page's server (on the real clock): fitted by default and with since=all, to
+    // a checkout taken a moment ago (a minute at least); as asked with since=N.
+    let now = Env::new();
+    real_ok(&now, "alice", &["checkout", "task-1"]);
+    let ui = Ui::start(&now, &[]);
+    for path in ["/timeline.svg", "/timeline.svg?since=all&by=agent"] {
+        let a = ready(|| ui.get(path));
+        assert_eq!(a.status, 200, "{path}: {}", a.head);
+        let (outside, span) = outside_and_span(&a.body);
+        assert!(outside.is_empty(), "{path}: {outside:?}");
+        assert!((60..=120).contains(&span), "{path}: {span} s");
+    }
+    let hour = ui.get("/timeline.svg?since=3600");
+    assert_eq!(outside_and_span(&hour.body), (vec![], 3600));
+    let bad = ui.get("/timeline.svg?since=forever");
+    assert_eq!(bad.status, 400, "{}", bad.head);
+    assert!(bad.body.contains("since:"), "{}", bad.body);
+}
+
+fn secs_of(s: &str) -> i64 {
+    let (n, unit) = s.split_at(s.len() - 1);
+    let n: i64 = n.parse().unwrap();
+    n * match unit {
+        "m" => 60,
+        "h" => 3600,
+        _ => 1,
+    }
 }

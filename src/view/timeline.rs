@@ -107,6 +107,22 @@ fn secs(a: Time, b: Time) -> i64 {
     (b - a).num_seconds().max(0)
 }
 
+/// The window a timeline shows, up to its end (now).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Window {
+    /// The last this many seconds.
+    Last(i64),
+    /// From the first thing it shows, at most `FIT_MAX` seconds back, to the end: what
+    /// happened, not a fixed stretch of which it fills a sliver.
+    Fit,
+}
+
+/// How far back a fitted timeline looks, at most.
+pub const FIT_MAX: i64 = 86_400;
+/// The shortest fitted timeline, and the one with nothing to show.
+pub const FIT_MIN: i64 = 60;
+const FIT_EMPTY: i64 = 900;
+
 /// The timeline of the window `[start, end]`, one row per key.
 pub fn build(events: &[AuditEvent], fleet: Option<&Fleet>, start: Time, end: Time) -> Timeline {
     build_by(events, fleet, start, end, By::Key)
@@ -120,11 +136,43 @@ pub fn build_by(
     end: Time,
     by: By,
 ) -> Timeline {
+    build_in(events, fleet, Some(start), end, by)
+}
+
+/// The timeline of a window ending at `end`, one row per key or per agent.
+pub fn build_window(
+    events: &[AuditEvent],
+    fleet: Option<&Fleet>,
+    window: Window,
+    end: Time,
+    by: By,
+) -> Timeline {
+    match window {
+        Window::Last(secs) => build_in(
+            events,
+            fleet,
+            Some(end - chrono::Duration::seconds(secs)),
+            end,
+            by,
+        ),
+        Window::Fit => build_in(events, fleet, None, end, by),
+    }
+}
+
+/// `start` none: fitted to what the replay found.
+fn build_in(
+    events: &[AuditEvent],
+    fleet: Option<&Fleet>,
+    start: Option<Time>,
+    end: Time,
+    by: By,
+) -> Timeline {
     let mut replay = Replay::default();
     for e in events.iter().take_while(|e| e.ts <= end) {
         replay.event(e, end);
     }
     replay.close(fleet, end);
+    let start = start.unwrap_or_else(|| replay.fit(end));
     let Replay {
         rows,
         freezes,
@@ -159,7 +207,12 @@ pub fn build_by(
             waited_secs: w,
         })
         .collect();
-    agent_time.sort_by(|a, b| b.held_secs.cmp(&a.held_secs).then(a.id.cmp(&b.id)));
+    // The most time first (held and waited), then by id.
+    agent_time.sort_by(|a, b| {
+        (b.held_secs + b.waited_secs)
+            .cmp(&(a.held_secs + a.waited_secs))
+            .then_with(|| a.id.cmp(&b.id))
+    });
     Timeline {
         start,
         end,
@@ -187,6 +240,33 @@ struct Replay {
 }
 
 impl Replay {
+    /// The start of a fitted window ending at `end`: a little before the first hold,
+    /// wait, mark or freeze that reaches into the last `FIT_MAX` seconds, and at least
+    /// `FIT_MIN` seconds before the end (`FIT_EMPTY` when there is nothing to show).
+    fn fit(&self, end: Time) -> Time {
+        let limit = end - chrono::Duration::seconds(FIT_MAX);
+        let spans = self
+            .rows
+            .values()
+            .flat_map(|r| r.holds.iter().chain(&r.waits))
+            .filter(|s| s.to >= limit)
+            .map(|s| s.from);
+        let marks = self.rows.values().flat_map(|r| &r.marks).map(|m| m.at);
+        let freezes = self.freezes.iter().filter(|f| f.2 >= limit).map(|f| f.1);
+        let first = spans
+            .chain(freezes)
+            .map(|t| t.max(limit))
+            .chain(marks.filter(|t| *t >= limit))
+            .filter(|t| *t <= end)
+            .min();
+        let Some(first) = first else {
+            return end - chrono::Duration::seconds(FIT_EMPTY);
+        };
+        // A twentieth of the span before the first thing, so it does not touch the edge.
+        let span = (end - first).num_seconds().max(FIT_MIN);
+        (end - chrono::Duration::seconds(span + span / 20)).max(limit)
+    }
+
     fn seen_agent(&mut self, a: &str) {
         if !a.is_empty() && self.seen.insert(a.to_string()) {
             self.order.push(a.to_string());
@@ -485,6 +565,60 @@ fn short(secs: i64) -> String {
     }
 }
 
+/// Steps between the axis' labels, in seconds: the first that gives at most eight.
+const STEPS: [i64; 21] = [
+    1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10_800, 21_600, 43_200, 86_400,
+    172_800, 345_600, 604_800,
+];
+
+/// The time axis: labels at round times (every 5 minutes, every hour, …) with their grid
+/// lines (none through an empty plot), and "now" at the end, its label kept inside the
+/// picture (anchored at its end) and no label crowding it.
+fn axis(s: &mut String, t: &Timeline, x: &dyn Fn(Time) -> f64, bottom: f64) {
+    const TOP: f64 = 40.0;
+    let span = (t.end - t.start).num_seconds().max(1);
+    let step = STEPS
+        .iter()
+        .copied()
+        .find(|st| span / st <= 8)
+        .unwrap_or(604_800);
+    let format = match step {
+        st if st < 60 => "%H:%M:%S",
+        st if st < 86_400 => "%H:%M",
+        _ => "%m-%d %H:%M",
+    };
+    let grid = !t.rows.is_empty();
+    let now = x(t.end);
+    let mut at = (t.start.timestamp() / step + 1) * step;
+    while at < t.end.timestamp() {
+        let when = chrono::DateTime::from_timestamp(at, 0).unwrap_or(t.start);
+        let xx = x(when);
+        at += step;
+        if now - xx < 125.0 {
+            continue;
+        }
+        if grid {
+            let _ = write!(
+                s,
+                r##"<line x1="{xx:.1}" y1="{TOP}" x2="{xx:.1}" y2="{bottom:.1}" stroke="#ddd"/>"##
+            );
+        }
+        let _ = write!(
+            s,
+            r##"<text class="tick" x="{xx:.1}" y="{:.1}" text-anchor="middle" fill="#666">{}</text>"##,
+            TOP - 6.0,
+            when.format(format)
+        );
+    }
+    let _ = write!(
+        s,
+        r##"<line class="now" x1="{now:.1}" y1="{:.1}" x2="{now:.1}" y2="{bottom:.1}" stroke="#d33" stroke-width="1.5"/><text class="now" x="{now:.1}" y="{:.1}" text-anchor="end" fill="#d33" font-weight="bold">now {}</text>"##,
+        TOP,
+        TOP - 6.0,
+        t.end.format("%H:%M:%S")
+    );
+}
+
 /// The timeline as an SVG document.
 pub fn svg(t: &Timeline) -> String {
     const W: f64 = 1200.0;
@@ -508,22 +642,13 @@ pub fn svg(t: &Timeline) -> String {
         t.end.format("%H:%M:%S"),
         if t.by == By::Agent { ", by agent" } else { "" }
     );
-    // Time ticks: about six across.
-    for i in 0..=6 {
-        let at = t.start + chrono::Duration::milliseconds((span as i64) * i / 6);
-        let xx = x(at);
-        let _ = write!(
-            s,
-            r##"<line x1="{xx:.1}" y1="{TOP}" x2="{xx:.1}" y2="{:.1}" stroke="#ddd"/><text x="{xx:.1}" y="{:.1}" text-anchor="middle" fill="#666">{}</text>"##,
-            TOP + ROW * t.rows.len().max(1) as f64,
-            TOP - 6.0,
-            at.format("%H:%M:%S")
-        );
-    }
+    axis(&mut s, t, &x, TOP + ROW * t.rows.len().max(1) as f64);
     if t.rows.is_empty() {
+        // In the middle of the plot, where no grid line is drawn.
         let _ = write!(
             s,
-            r##"<text x="{LABEL}" y="{:.1}" fill="#666">Nothing held or waited for in this window.</text>"##,
+            r##"<text class="empty" x="{:.1}" y="{:.1}" text-anchor="middle" fill="#666">Nothing held or waited for in this window.</text>"##,
+            LABEL + width / 2.0,
             TOP + 16.0
         );
     }
@@ -690,6 +815,31 @@ mod tests {
         assert_eq!(r.holds[0].ended_by.as_deref(), Some("give"));
         assert_eq!((r.holds[1].agent.as_str(), r.holds[1].open), ("b", false));
         assert_eq!(r.held_secs, 40);
+    }
+
+    #[test]
+    fn a_fitted_window_starts_a_little_before_the_first_thing_and_at_most_a_day_back() {
+        let at = |s: i64| chrono::DateTime::from_timestamp(s, 0).unwrap();
+        let end = at(1_000_000);
+        let fit = |events: &[AuditEvent]| build_window(events, None, Window::Fit, end, By::Key);
+        // Two minutes of work: two minutes and a twentieth.
+        let t = fit(&[ev(1_000_000 - 120, "acquire", "k", "a", Some(1))]);
+        assert_eq!((t.start, t.end), (at(1_000_000 - 126), end));
+        // A moment ago: a minute at least.
+        let t = fit(&[ev(1_000_000 - 5, "acquire", "k", "a", Some(1))]);
+        assert_eq!(t.start, at(1_000_000 - 63));
+        // Held for two days: a day back, no more.
+        let t = fit(&[ev(1_000_000 - 2 * 86_400, "acquire", "k", "a", Some(1))]);
+        assert_eq!(t.start, at(1_000_000 - FIT_MAX));
+        assert_eq!(t.rows[0].held_secs, FIT_MAX);
+        // What ended before that day is not in view; nothing at all: fifteen minutes.
+        let old = [
+            ev(1_000_000 - 3 * 86_400, "acquire", "k", "a", Some(1)),
+            ev(1_000_000 - 2 * 86_400, "release", "k", "a", Some(1)),
+        ];
+        assert_eq!(fit(&old).start, at(1_000_000 - FIT_EMPTY));
+        assert!(fit(&old).rows.is_empty());
+        assert_eq!(fit(&[]).start, at(1_000_000 - FIT_EMPTY));
     }
 
     #[test]

@@ -64,9 +64,10 @@ pub struct Args {
     /// Write the timeline as an SVG file and exit (no server)
     #[arg(long, value_name = "FILE")]
     pub svg: Option<std::path::PathBuf>,
-    /// The timeline's window for --svg
-    #[arg(long, value_name = "DUR", default_value = "1h", value_parser = crate::duration::parse)]
-    pub since: Duration,
+    /// The timeline's window for --svg (without it: from the first thing shown, at most a
+    /// day back, to now)
+    #[arg(long, value_name = "DUR", value_parser = crate::duration::parse)]
+    pub since: Option<Duration>,
     /// The timeline's rows for --svg: one per key, or one per agent
     #[arg(long, value_enum, default_value = "key")]
     pub by: timeline::By,
@@ -79,8 +80,12 @@ pub fn main(args: Vec<std::ffi::OsString>) -> i32 {
     })
 }
 
-fn window(since: Duration, now: Time) -> Time {
-    now - crate::duration::to_chrono(since)
+/// `--since`: the last stretch of that length; none, the window fitted to the data.
+fn window(since: Option<Duration>) -> timeline::Window {
+    match since {
+        Some(d) => timeline::Window::Last(crate::duration::to_chrono(d).num_seconds().max(1)),
+        None => timeline::Window::Fit,
+    }
 }
 
 fn write_svg(a: &Args, path: &std::path::Path) -> Result<()> {
@@ -88,13 +93,7 @@ fn write_svg(a: &Args, path: &std::path::Path) -> Result<()> {
     let store = store_of(&ctx)?;
     let fleet = fleet::snapshot(&ctx, &*store)?;
     let events: Vec<AuditEvent> = recent_events(&*store)?.into();
-    let t = timeline::build_by(
-        &events,
-        Some(&fleet),
-        window(a.since, ctx.now),
-        ctx.now,
-        a.by,
-    );
+    let t = timeline::build_window(&events, Some(&fleet), window(a.since), ctx.now, a.by);
     std::fs::write(path, timeline::svg(&t)).map_err(|e| Error::io(path, e))?;
     println!("{}", path.display());
     Ok(())
@@ -121,7 +120,7 @@ struct Shared {
 }
 
 /// A timeline drawn: for which snapshot version, window and rows, and the SVG.
-type Drawn = ((u64, i64, timeline::By), Arc<String>);
+type Drawn = ((u64, timeline::Window, timeline::By), Arc<String>);
 
 /// The fleet as the watcher read it last, with the events kept and what the page shows
 /// beside the tables.
@@ -135,9 +134,9 @@ struct Snapshot {
     /// The last `EVENTS_KEPT` audit events, oldest first.
     events: Arc<VecDeque<AuditEvent>>,
     counts: Counts,
-    /// The last hour's timeline by key, as the page first shows it.
+    /// The timeline by key fitted to what happened, as the page first shows it.
     timeline: timeline::Timeline,
-    /// Where the time went in the last hour.
+    /// Where the time went in that timeline's window.
     time: Value,
 }
 
@@ -368,11 +367,12 @@ fn watch(shared: Arc<Shared>, events: VecDeque<AuditEvent>) {
             };
             version += 1;
             let hour: Vec<AuditEvent> = events.iter().cloned().collect();
-            let t = timeline::build(
+            let t = timeline::build_window(
                 &hour,
                 fleet.as_deref(),
-                ctx.now - chrono::Duration::hours(1),
+                timeline::Window::Fit,
                 ctx.now,
+                timeline::By::Key,
             );
             drop(hour);
             let snap = Snapshot {
@@ -416,7 +416,8 @@ fn watch(shared: Arc<Shared>, events: VecDeque<AuditEvent>) {
 /// Agents shown in "where the time went": the busiest.
 const TIME_AGENTS: usize = 20;
 
-/// Where the time went in the last hour: the ten most contended keys, the busiest agents.
+/// Where the time went in the timeline's window: the ten most contended keys, the busiest
+/// agents (the most time first), and the window.
 fn time_spent(t: &timeline::Timeline) -> Value {
     let mut contended: Vec<&timeline::KeyRow> = t.rows.iter().collect();
     contended.sort_by(|a, b| {
@@ -425,14 +426,11 @@ fn time_spent(t: &timeline::Timeline) -> Value {
             .then(a.key.cmp(&b.key))
     });
     contended.truncate(10);
-    let mut agents: Vec<&timeline::AgentTime> = t.agent_time.iter().collect();
-    agents.sort_by(|a, b| {
-        (b.held_secs + b.waited_secs)
-            .cmp(&(a.held_secs + a.waited_secs))
-            .then(a.id.cmp(&b.id))
-    });
-    agents.truncate(TIME_AGENTS);
+    // The timeline sorts them, the most time first.
+    let agents = &t.agent_time[..t.agent_time.len().min(TIME_AGENTS)];
     json!({
+        "start": t.start,
+        "end": t.end,
         "keys": contended.iter().map(|r| json!({
             "key": r.key, "held_secs": r.held_secs, "waited_secs": r.waited_secs,
             "contention": r.contention,
@@ -453,8 +451,10 @@ const TABLES: [&str; 4] = ["checkouts", "agents", "waits", "events"];
 
 fn sorts_of(table: &str) -> &'static [&'static str] {
     match table {
-        "checkouts" => &["key", "holder", "token", "held", "lease", "queue"],
-        "agents" => &["state", "agent", "beat", "holds"],
+        "checkouts" => &[
+            "key", "holder", "token", "held", "lease", "slot", "paths", "queue", "reason",
+        ],
+        "agents" => &["state", "agent", "beat", "holds", "waits", "status"],
         _ => &[],
     }
 }
@@ -599,6 +599,13 @@ fn checkout_order(column: &str, a: &FleetCheckout, b: &FleetCheckout) -> std::cm
         // Least left first.
         "lease" => x.expires_at.cmp(&y.expires_at),
         "queue" => a.queued.cmp(&b.queued),
+        "slot" => x.slot.cmp(&y.slot),
+        "paths" => x.paths.cmp(&y.paths),
+        // None last: a checkout with a reason before one without.
+        "reason" => match (&x.reason, &y.reason) {
+            (Some(p), Some(q)) => p.cmp(q),
+            (p, q) => q.is_some().cmp(&p.is_some()),
+        },
         _ => checkout_tie(a, b),
     }
 }
@@ -620,6 +627,11 @@ fn agent_order(column: &str, a: &FleetAgent, b: &FleetAgent) -> std::cmp::Orderi
             (None, None) => std::cmp::Ordering::Equal,
         },
         "holds" => x.checkouts.len().cmp(&y.checkouts.len()),
+        "waits" => a.waiting_for.len().cmp(&b.waiting_for.len()),
+        "status" => match (&x.status, &y.status) {
+            (Some(p), Some(q)) => p.cmp(q),
+            (p, q) => q.is_some().cmp(&p.is_some()),
+        },
         _ => x.id.cmp(&y.id),
     }
 }
@@ -893,13 +905,16 @@ fn fleet_part(shared: &Shared, req: &Request) -> Response {
     Response::new(200, "application/json", body)
 }
 
-/// `/timeline.svg`: the last hour by key as drawn with the snapshot, or another window.
+/// `/timeline.svg`: fitted to what happened, by key, as drawn with the snapshot; or the
+/// last `since` seconds (`since=all`, or none: fitted), by key or by agent.
 fn picture(shared: &Shared, req: &Request) -> Response {
-    let since = req
-        .param("since")
-        .and_then(|s| s.parse::<i64>().ok())
-        .filter(|s| (60..=7 * 86_400).contains(s))
-        .unwrap_or(3600);
+    let window = match req.param("since").as_deref() {
+        None | Some("all") => timeline::Window::Fit,
+        Some(s) => match s.parse::<i64>() {
+            Ok(n) if (60..=7 * 86_400).contains(&n) => timeline::Window::Last(n),
+            _ => return Response::text(400, "since: seconds, 60 to 604800, or all"),
+        },
+    };
     let by = match req.param("by").as_deref() {
         None | Some("key") => timeline::By::Key,
         Some("agent") => timeline::By::Agent,
@@ -908,22 +923,17 @@ fn picture(shared: &Shared, req: &Request) -> Response {
     let Some(snap) = shared.snapshot() else {
         return Response::text(503, "reading the store…");
     };
-    let svg = if since == 3600 && by == timeline::By::Key {
+    let svg = if window == timeline::Window::Fit && by == timeline::By::Key {
         Arc::new(timeline::svg(&snap.timeline))
     } else {
-        let want = (snap.version, since, by);
+        let want = (snap.version, window, by);
         let mut drawn = shared.drawn.lock().unwrap_or_else(|p| p.into_inner());
         match &*drawn {
             Some((at, svg)) if *at == want => svg.clone(),
             _ => {
                 let events: Vec<AuditEvent> = snap.events.iter().cloned().collect();
-                let t = timeline::build_by(
-                    &events,
-                    snap.fleet.as_deref(),
-                    snap.now - chrono::Duration::seconds(since),
-                    snap.now,
-                    by,
-                );
+                let t =
+                    timeline::build_window(&events, snap.fleet.as_deref(), window, snap.now, by);
                 let svg = Arc::new(timeline::svg(&t));
                 *drawn = Some((want, svg.clone()));
                 svg

@@ -232,6 +232,16 @@ impl Browser {
         );
     }
 
+    /// A Chrome DevTools Protocol command on the page (emulated media, a script run
+    /// before each document's own).
+    pub fn cdp(&self, cmd: &str, params: Value) -> Value {
+        self.call(
+            "POST",
+            &format!("/session/{}/goog/cdp/execute", self.session),
+            Some(json!({"cmd": cmd, "params": params})),
+        )
+    }
+
     /// A PNG of the viewport.
     pub fn screenshot(&self) -> Vec<u8> {
         base64_decode(&self.screenshot_base64())

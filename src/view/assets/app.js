@@ -19,7 +19,8 @@ const token = (() => {
 })();
 const auth = "token=" + encodeURIComponent(token || "");
 let doc = null;
-let since = 3600;
+// The timeline's window: "all" (fitted to what happened) or seconds.
+let since = "all";
 let by = "key";
 let lastTimeline = 0;
 let timelineTimer = null;
@@ -33,6 +34,9 @@ const view = {
   sort: { checkouts: "", agents: "" },
   limit: { checkouts: PAGE, agents: PAGE, waits: PAGE, events: PAGE },
 };
+// The small tables the page has whole sort here: a column, `-` before it for the other
+// way round.
+const local = { time: "-contention", "agent-time": "-total" };
 
 function query() {
   const q = new URLSearchParams();
@@ -49,14 +53,25 @@ function el(tag, text, cls) {
   return e;
 }
 
-function row(cells) {
+// The names of a table's columns.
+const heads = {};
+function headsOf(table) {
+  if (!heads[table]) heads[table] = [...document.querySelectorAll("#" + table + " thead th")].map((th) => th.textContent.trim());
+  return heads[table];
+}
+
+// A row of cells, each labelled with its column's name (shown before it on a phone).
+function row(cells, table, classes) {
+  const names = headsOf(table);
   const tr = document.createElement("tr");
-  for (const c of cells) {
+  cells.forEach((c, i) => {
     const td = document.createElement("td");
     if (c instanceof Node) td.appendChild(c);
-    else td.textContent = c === undefined || c === null ? "" : String(c);
+    else if (c !== undefined && c !== null && c !== "") td.textContent = String(c);
+    if (names[i]) td.dataset.label = names[i];
+    if (classes && classes[i]) td.className = classes[i];
     tr.appendChild(td);
-  }
+  });
   return tr;
 }
 
@@ -71,14 +86,42 @@ function secsBetween(a, b) {
   return (new Date(b) - new Date(a)) / 1000;
 }
 
+// An agent as the command line names it: its id, then its label.
 function label(id, name) {
-  return name ? name + " (" + id + ")" : id;
+  return name ? id + " (" + name + ")" : id;
 }
 
 function swatch(colour) {
   const s = el("span", null, "swatch");
   s.style.background = colour || "#888";
   return s;
+}
+
+function keyEl(k) {
+  const s = el("span", k, "key");
+  s.title = k;
+  return s;
+}
+
+function who(id, name, colour, extra) {
+  const s = el("span", label(id, name) + (extra || ""), "name");
+  if (colour) s.prepend(swatch(colour));
+  return s;
+}
+
+// An empty table says what to do instead of showing its headers alone.
+function empty(table, id, text) {
+  const none = document.getElementById(id);
+  const rows = document.querySelectorAll("#" + table + " tbody tr").length;
+  document.getElementById(table).hidden = rows === 0;
+  none.hidden = rows > 0;
+  if (text instanceof Node) none.replaceChildren(text);
+  else none.replaceChildren(...said(text));
+}
+
+// Text with `code` in back-quotes, as nodes.
+function said(text) {
+  return String(text).split("`").map((part, i) => (i % 2 ? el("code", part) : document.createTextNode(part)));
 }
 
 // "Showing 100 of 10000 checkouts", and a button for more while there are more.
@@ -92,6 +135,7 @@ function more(id, part, noun) {
   const table = id.replace("more-", "");
   if (view.limit[table] < MOST) {
     const b = el("button", "show more", "more");
+    b.type = "button";
     b.addEventListener("click", () => {
       view.limit[table] = Math.min(MOST, view.limit[table] + PAGE * 2);
       connect();
@@ -102,9 +146,21 @@ function more(id, part, noun) {
   }
 }
 
+// Each sortable header says how its table is sorted: ▲ or ▼, and aria-sort.
+function marks() {
+  for (const th of document.querySelectorAll("th[data-sort]")) {
+    const t = th.closest("table");
+    const s = t.classList.contains("local") ? local[t.id] : view.sort[t.id];
+    const up = s === th.dataset.sort;
+    const down = s === "-" + th.dataset.sort;
+    th.classList.toggle("sorted", up);
+    th.classList.toggle("sorted-back", down);
+    th.setAttribute("aria-sort", up ? "ascending" : down ? "descending" : "none");
+  }
+}
+
 function render() {
   if (!doc) return;
-  const now = doc.now;
   const n = doc.counts;
   if (!doc.store) {
     document.getElementById("summary").textContent = doc.error ? "error: " + doc.error : "reading the store…";
@@ -120,84 +176,95 @@ function render() {
   parts.push(doc.store);
   if (doc.error) parts.push("error: " + doc.error);
   document.getElementById("summary").textContent = parts.join(" · ");
-
-  for (const th of document.querySelectorAll("th[data-sort]")) {
-    const s = view.sort[th.closest("table").id];
-    th.classList.toggle("sorted", s === th.dataset.sort);
-    th.classList.toggle("sorted-back", s === "-" + th.dataset.sort);
+  marks();
+  renderCheckouts();
+  renderAgents();
+  renderWaits();
+  renderTime();
+  renderEvents();
+  if (!performance.getEntriesByName("tasklock-first-rows").length) {
+    // The rows are laid out (reading a size makes the browser do it now): the mark
+    // bench/ui.py reads, from the start of the navigation.
+    void document.body.offsetHeight;
+    performance.mark("tasklock-first-rows");
   }
+  refreshTimeline();
+}
 
-  const tbody = document.querySelector("#checkouts tbody");
+function lease(c, now) {
+  if (c.ending) return el("span", c.ending === "timeout" ? "ending: lease over" : "ending: holder dead", "state-dead nowrap");
+  const span = el("span", null, "nowrap");
+  const p = el("progress");
+  p.max = Math.max(1, secsBetween(c.renewed_at, c.expires_at));
+  p.value = Math.max(0, secsBetween(now, c.expires_at));
+  span.append(p, " " + dur(secsBetween(now, c.expires_at)));
+  return span;
+}
+
+function renderCheckouts() {
+  const now = doc.now;
   const rows = [];
   for (const c of doc.checkouts.rows) {
-    const holder = el(
-      "span",
-      label(c.agent.id, c.agent.name) + (c.holder_client ? " · " + c.holder_client : ""),
-      "state-" + c.holder_state
-    );
-    holder.prepend(swatch(c.colour));
-    let lease;
-    if (c.ending) {
-      lease = el("span", c.ending === "timeout" ? "ending: lease over" : "ending: holder dead", "state-dead");
-    } else {
-      lease = el("span");
-      const p = el("progress");
-      const total = Math.max(1, secsBetween(c.renewed_at, c.expires_at));
-      p.max = total;
-      p.value = Math.max(0, secsBetween(now, c.expires_at));
-      lease.append(p, " " + dur(secsBetween(now, c.expires_at)));
-    }
-    const actions = el("span");
+    const holder = who(c.agent.id, c.agent.name, c.colour, c.holder_client ? " · " + c.holder_client : "");
+    holder.classList.add("state-" + c.holder_state);
+    const actions = el("span", null, "nowrap");
     if (doc.can_act === null) {
-      const r = el("button", "force-release", "act");
+      const r = el("button", "force-release", "act danger");
       r.addEventListener("click", () => act("release", c.key));
       const f = el("button", "freeze…", "act");
       f.addEventListener("click", () => act("freeze", c.key));
       actions.append(r, " ", f);
     }
-    const keyCell = el("span", c.key);
-    keyCell.addEventListener("click", () => showKey(c.key));
+    const key = keyEl(c.key);
+    key.addEventListener("click", () => showKey(c.key));
+    const paths = el("span");
+    for (const p of c.paths || []) paths.append(keyEl(p), " ");
     rows.push(
-      row([
-        keyCell,
-        holder,
-        c.token,
-        dur(secsBetween(c.acquired_at, now)),
-        lease,
-        c.slot ? c.slot + "/" + c.slots : "",
-        (c.paths || []).join(" "),
-        c.queued || "",
-        c.reason || "",
-        actions,
-      ])
+      row(
+        [key, holder, c.token, el("span", dur(secsBetween(c.acquired_at, now)), "nowrap"), lease(c, now),
+          c.slot ? c.slot + "/" + c.slots : "", (c.paths || []).length ? paths : "", c.queued || "", c.reason || "",
+          actions.childNodes.length ? actions : ""],
+        "checkouts",
+        ["", "", "num", "", "", "", "paths", "num", "reason", ""]
+      )
     );
   }
-  tbody.replaceChildren(...rows);
-  const none = document.getElementById("no-checkouts");
-  none.hidden = doc.checkouts.matched > 0;
-  none.textContent = n.checkouts ? "No checkout matches the filter." : "No active checkouts.";
+  document.querySelector("#checkouts tbody").replaceChildren(...rows);
+  empty("checkouts", "no-checkouts", doc.counts.checkouts
+    ? "No checkout matches the filter."
+    : "No checkouts. An agent takes one with `tasklock checkout KEY`.");
   more("more-checkouts", doc.checkouts, "checkouts");
+}
 
-  const abody = document.querySelector("#agents tbody");
-  const arows = [];
+function renderAgents() {
+  const now = doc.now;
+  const rows = [];
   for (const a of doc.agents.rows) {
-    const name = el("span", label(a.id, a.name) + (a.client ? " · " + a.client : ""));
-    name.prepend(swatch(a.colour));
-    arows.push(
-      row([
-        name,
-        el("span", a.state === "dead" && a.cause ? "dead: " + a.cause : a.state, "state-" + a.state),
-        a.last_heartbeat ? dur(secsBetween(a.last_heartbeat, now)) + " ago" : "never",
-        a.checkouts.join(" "),
-        a.waiting_for.join(" "),
-        a.status || "",
-      ])
+    const keys = (list) => {
+      const s = el("span");
+      for (const k of list) s.append(keyEl(k), " ");
+      return list.length ? s : "";
+    };
+    rows.push(
+      row(
+        [who(a.id, a.name, a.colour, a.client ? " · " + a.client : ""),
+          el("span", a.state === "dead" && a.cause ? "dead: " + a.cause : a.state, "nowrap state-" + a.state),
+          a.last_heartbeat ? dur(secsBetween(a.last_heartbeat, now)) + " ago" : "never",
+          keys(a.checkouts), keys(a.waiting_for), a.status || ""],
+        "agents",
+        ["", "", "nowrap", "paths", "paths", "reason"]
+      )
     );
   }
-  abody.replaceChildren(...arows);
+  document.querySelector("#agents tbody").replaceChildren(...rows);
+  empty("agents", "no-agents", doc.counts.agents
+    ? "No agent matches the filter."
+    : "No agents yet. An agent shows here once it runs tasklock, for example `tasklock checkout KEY`.");
   more("more-agents", doc.agents, "agents");
+}
 
-  const waits = document.getElementById("waits");
+function renderWaits() {
+  const now = doc.now;
   const items = [];
   for (const c of doc.cycles) {
     items.push(el("li", "deadlock: " + c.concat([c[0]]).join(" → "), "cycle"));
@@ -211,42 +278,112 @@ function render() {
       el("li", "frozen: " + f.pattern + " for " + dur(secsBetween(now, f.until)) + " more" + (f.reason ? " (" + f.reason + ")" : ""), "frozen")
     );
   }
-  if (!items.length) items.push(el("li", "Nobody waits."));
-  waits.replaceChildren(...items);
+  if (!items.length) items.push(el("li", "Nobody waits.", "empty"));
+  document.getElementById("waits").replaceChildren(...items);
   more("more-waits", doc.waits, "waits");
+}
 
-  const tb = document.querySelector("#time tbody");
-  tb.replaceChildren();
-  for (const k of doc.time.keys) tb.appendChild(row([k.key, dur(k.held_secs), dur(k.waited_secs), k.contention]));
-  const ab = document.querySelector("#agent-time tbody");
-  ab.replaceChildren();
-  for (const a of doc.time.agents) {
-    const name = el("span", a.id);
-    name.prepend(swatch(a.colour));
-    ab.appendChild(row([name, dur(a.held_secs), dur(a.waited_secs)]));
-  }
+// Sorted by the column asked for (numbers as numbers), the other way round after `-`.
+function sortLocal(table, rows) {
+  const s = local[table] || "";
+  const col = s.replace(/^-/, "");
+  const sign = s.startsWith("-") ? -1 : 1;
+  return rows.slice().sort((a, b) => {
+    const x = a[col], y = b[col];
+    const o = typeof x === "number" ? x - y : String(x).localeCompare(String(y));
+    return sign * o || String(a.key || a.agent).localeCompare(String(b.key || b.agent));
+  });
+}
 
-  const events = document.getElementById("events");
-  const lines = [];
-  for (const e of doc.events.rows) {
-    let t = e.ts.slice(11, 19) + " " + e.event + " " + e.key + " " + e.agent;
-    if (e.token) t += " token " + e.token;
-    if (e.reason) t += " (" + e.reason + ")";
-    if (e.by) t += " by " + e.by;
-    lines.push(el("li", t, "event-" + e.event));
+function renderTime() {
+  const t = doc.time || { keys: [], agents: [] };
+  const keys = sortLocal("time", t.keys.map((k) => ({ key: k.key, held: k.held_secs, waited: k.waited_secs, contention: k.contention })));
+  document.querySelector("#time tbody").replaceChildren(
+    ...keys.map((k) => row([keyEl(k.key), dur(k.held), dur(k.waited), k.contention], "time", ["", "num", "num", "num"]))
+  );
+  const colours = Object.fromEntries(t.agents.map((a) => [a.id, a.colour]));
+  const agents = sortLocal("agent-time", t.agents.map((a) => ({ agent: a.id, held: a.held_secs, waited: a.waited_secs, total: a.held_secs + a.waited_secs })));
+  document.querySelector("#agent-time tbody").replaceChildren(
+    ...agents.map((a) => row([who(a.agent, null, colours[a.agent]), dur(a.held), dur(a.waited), dur(a.total)], "agent-time", ["", "num", "num", "num"]))
+  );
+  const window = t.start ? "since " + new Date(t.start).toISOString().slice(11, 16) + " UTC (" + dur(secsBetween(t.start, t.end)) + ")" : "";
+  document.getElementById("time-window").textContent = window;
+  document.getElementById("agent-time").hidden = !agents.length;
+  empty("time", "no-time", "Nothing held or waited for in this window.");
+}
+
+// An event in words: who did what, to which key.
+function phrase(e) {
+  const a = who(e.agent, e.name);
+  const k = keyEl(e.key);
+  const by = e.by ? who(e.by) : null;
+  const holder = e.holder ? who(e.holder) : null;
+  const token = e.token ? " (token " + e.token + ")" : "";
+  const why = e.reason ? ": " + e.reason : "";
+  const detail = e.detail ? " (" + e.detail + ")" : "";
+  switch (e.event) {
+    case "acquire": return [a, " checked out ", k, token + why];
+    case "renew": return [a, " renewed ", k, token];
+    case "release": return [a, " released ", k, token];
+    case "force_release":
+      if (!e.token) return [a, " removed a damaged record of ", k, detail];
+      return [by || "someone", " force-released ", k, " from ", a, token + why];
+    case "auto_release": {
+      const cause = { timeout: ": its lease ran out", agent_death: ": its holder died", session_end: ": its session ended", subagent_end: ": its subagent stopped" }[e.reason] || why;
+      return [k, " was released from ", a, token + cause, ...(by ? [", noticed by ", by] : [])];
+    }
+    case "give": return [a, " gave ", k, " to ", holder || "another agent", detail];
+    case "queue": return [a, " queued for ", k, detail];
+    case "dequeue": return [a, " left the queue of ", k, why];
+    case "handoff": return [k, " is reserved for ", a, detail];
+    case "lapse": return [a, "'s reservation of ", k, " lapsed"];
+    case "deny":
+      if (e.reason === "frozen") return [a, " was refused ", k, ": it is frozen"];
+      if (holder && /^reserved/.test(e.detail || "")) return [a, " was refused ", k, ": reserved for ", holder];
+      return [a, " was refused ", k, ...(holder ? [": ", holder, " holds it"] : []), e.detail && !holder ? detail : ""];
+    case "deadlock":
+      return [a, e.reason === "dropped" ? " left the queue of " : " was refused ", k, ": a deadlock", detail];
+    case "freeze": return [a, " froze ", k, why, detail];
+    case "unfreeze":
+      // Its name is the label of whoever set the freeze (`by`, when another).
+      if (e.by) return [who(e.agent), " unfroze ", k, " (frozen by ", who(e.by, e.name), ")"];
+      return [a, " unfroze ", k];
+    case "notify": return [by || "tasklock", " told ", a, " about ", k, detail];
+    case "push": return ["a message to ", a, " about ", k, detail];
+    case "adopt": return [a, " adopted ", k, token];
+    case "refused": return [by || "someone", " was refused acting for ", a, " on ", k, why];
+    case "slots": return [a, " changed the slots of ", k, detail];
+    default: return [a, " " + e.event + " ", k, token + why];
   }
-  events.replaceChildren(...lines);
+}
+
+function eventItem(e) {
+  const li = el("li", null, "ev-" + e.event);
+  const t = el("time", e.ts.slice(11, 19));
+  t.dateTime = e.ts;
+  const what = el("span");
+  what.append(...phrase(e).filter((p) => p !== ""));
+  li.append(t, what);
+  if (/^(deny|deadlock|force_release|refused)$/.test(e.event) || (e.event === "auto_release" && e.reason === "agent_death")) li.classList.add("ev-bad");
+  if (/^(renew|notify|push)$/.test(e.event)) li.classList.add("ev-note");
+  return li;
+}
+
+function renderEvents() {
+  const list = document.getElementById("events");
+  list.replaceChildren(...doc.events.rows.map(eventItem));
+  const none = document.getElementById("no-events");
+  none.hidden = doc.events.rows.length > 0;
+  list.hidden = !none.hidden;
+  none.textContent = view.filter ? "No event matches the filter." : "No events yet. Checkouts, waits and releases show here as they happen.";
   more("more-events", doc.events, "events");
-  if (!performance.getEntriesByName("tasklock-first-rows").length) {
-    // The rows are laid out (reading a size makes the browser do it now): the mark
-    // bench/ui.py reads, from the start of the navigation.
-    void document.body.offsetHeight;
-    performance.mark("tasklock-first-rows");
-  }
-  refreshTimeline();
 }
 
 // The picture is redrawn by the server; at most every two seconds.
+function timelineUrl() {
+  return "/timeline.svg?" + auth + "&since=" + since + "&by=" + by;
+}
+
 function refreshTimeline() {
   const wait = 2000 - (Date.now() - lastTimeline);
   if (wait > 0) {
@@ -254,7 +391,38 @@ function refreshTimeline() {
     return;
   }
   lastTimeline = Date.now();
-  document.getElementById("timeline").src = "/timeline.svg?" + auth + "&since=" + since + "&by=" + by + "&v=" + lastTimeline;
+  document.getElementById("timeline").src = timelineUrl() + "&v=" + lastTimeline;
+  document.getElementById("save").href = timelineUrl() + "&download=1";
+  const t = doc && doc.time;
+  const fitted = t && t.start ? Math.max(0, secsBetween(t.start, t.end)) : 0;
+  document.getElementById("span").textContent = since !== "all"
+    ? "The last " + stretch(since) + "."
+    : !t || !t.start ? ""
+    : t.keys.length ? "From the first thing shown to now (" + dur(fitted) + ")."
+    : "Nothing yet: the last " + stretch(fitted) + ".";
+}
+
+// A window's length as people say it: 15m, 1h, 6h, 2d, or 1h30m.
+function stretch(secs) {
+  secs = Math.round(secs);
+  if (secs % 86400 === 0) return secs / 86400 + "d";
+  if (secs % 3600 === 0) return secs / 3600 + "h";
+  if (secs < 3600 && secs % 60 === 0) return secs / 60 + "m";
+  return dur(secs);
+}
+
+// The window shown, in seconds (for "all": the fitted one the server sent).
+function shownSecs() {
+  if (since !== "all") return since;
+  const t = doc && doc.time;
+  return t && t.start ? Math.max(60, secsBetween(t.start, t.end)) : 3600;
+}
+
+function setWindow(s) {
+  since = s === "all" ? "all" : Math.min(7 * 86400, Math.max(60, Math.round(s)));
+  for (const o of document.querySelectorAll("#windows button[data-since]")) o.classList.toggle("on", o.dataset.since === String(since));
+  lastTimeline = 0;
+  refreshTimeline();
 }
 
 // A key in detail: why it can or cannot be taken, its notes, its history.
@@ -270,15 +438,13 @@ async function showKey(key) {
     const list = document.getElementById(id);
     list.replaceChildren();
     for (const t of items) list.appendChild(el("li", t));
-    if (!items.length) list.appendChild(el("li", empty));
+    if (!items.length) list.appendChild(el("li", empty, "empty"));
   };
   fill("detail-why", d.why, "");
   fill("detail-notes", d.notes || [d.notes_error || ""], "No notes for the next holder.");
-  fill(
-    "detail-history",
-    d.history.map((e) => e.ts.slice(11, 19) + " " + e.event + " " + e.agent + (e.token ? " token " + e.token : "") + (e.reason ? " (" + e.reason + ")" : "")),
-    "Nothing in the events kept."
-  );
+  const history = document.getElementById("detail-history");
+  history.replaceChildren(...d.history.map(eventItem));
+  if (!d.history.length) history.appendChild(el("li", "Nothing in the events kept.", "empty"));
   const panel = document.getElementById("detail");
   panel.hidden = false;
   panel.scrollIntoView();
@@ -307,16 +473,48 @@ async function act(what, key) {
   document.getElementById("message").textContent = text;
 }
 
+// The connection: "connecting…" at first (never "offline" before a try failed), "live"
+// once the stream is open, "reconnecting…" while the browser tries again, and
+// "offline" only when that has not worked for a while.
+const OFFLINE_AFTER = 6000;
+let offlineTimer = null;
+function status(state, text) {
+  const live = document.getElementById("live");
+  live.className = state;
+  live.textContent = text;
+}
+function offlineSoon() {
+  if (offlineTimer) return;
+  offlineTimer = setTimeout(() => {
+    offlineTimer = null;
+    status("offline", "offline");
+  }, OFFLINE_AFTER);
+}
+function settle(state, text) {
+  clearTimeout(offlineTimer);
+  offlineTimer = null;
+  status(state, text);
+}
+
 // The stream carries the page's view: a new view, a new stream (the server sends the
 // view of the current fleet at once).
 function connect() {
-  const live = document.getElementById("live");
   if (stream) stream.close();
   const q = query();
-  stream = new EventSource("/events?" + auth + (q ? "&" + q : ""));
-  stream.addEventListener("open", () => { live.textContent = "live"; live.className = "on"; });
-  stream.addEventListener("error", () => { live.textContent = "reconnecting…"; live.className = "off"; });
-  stream.addEventListener("fleet", (e) => { doc = JSON.parse(e.data); render(); });
+  const s = new EventSource("/events?" + auth + (q ? "&" + q : ""));
+  stream = s;
+  if (document.getElementById("live").className !== "live") offlineSoon();
+  s.addEventListener("open", () => settle("live", "live"));
+  s.addEventListener("error", () => {
+    if (stream !== s) return;
+    if (s.readyState === EventSource.CLOSED) {
+      settle("offline", "offline");
+    } else {
+      if (document.getElementById("live").className === "live") status("reconnecting", "reconnecting…");
+      offlineSoon();
+    }
+  });
+  s.addEventListener("fleet", (e) => { doc = JSON.parse(e.data); render(); });
 }
 
 let typing = null;
@@ -328,40 +526,57 @@ document.getElementById("filter").addEventListener("input", (e) => {
     connect();
   }, 120);
 });
+// A click on a column sorts by it; another click, the other way round.
 for (const th of document.querySelectorAll("th[data-sort]")) {
-  th.addEventListener("click", () => {
-    const t = th.closest("table").id;
-    view.sort[t] = view.sort[t] === th.dataset.sort ? "-" + th.dataset.sort : th.dataset.sort;
-    view.limit[t] = PAGE;
-    connect();
+  th.tabIndex = 0;
+  const sort = () => {
+    const table = th.closest("table");
+    const t = table.id;
+    const sorts = table.classList.contains("local") ? local : view.sort;
+    sorts[t] = sorts[t] === th.dataset.sort ? "-" + th.dataset.sort : th.dataset.sort;
+    if (sorts === local) {
+      marks();
+      if (doc) renderTime();
+    } else {
+      view.limit[t] = PAGE;
+      connect();
+    }
+  };
+  th.addEventListener("click", sort);
+  th.addEventListener("keydown", (e) => {
+    if (e.key === "Enter" || e.key === " ") {
+      e.preventDefault();
+      sort();
+    }
   });
 }
 document.getElementById("detail-close").addEventListener("click", () => {
   document.getElementById("detail").hidden = true;
 });
-for (const b of document.querySelectorAll("#windows button")) {
+for (const b of document.querySelectorAll("#windows button[data-since]")) {
+  b.addEventListener("click", () => setWindow(b.dataset.since === "all" ? "all" : Number(b.dataset.since)));
+}
+document.getElementById("zoom-in").addEventListener("click", () => setWindow(shownSecs() / 2));
+document.getElementById("zoom-out").addEventListener("click", () => setWindow(shownSecs() * 2));
+for (const b of document.querySelectorAll("#by button")) {
   b.addEventListener("click", () => {
-    const group = b.dataset.by ? "#by button" : "#windows button[data-since]";
-    if (b.dataset.by) by = b.dataset.by;
-    else since = Number(b.dataset.since);
-    for (const o of document.querySelectorAll(group)) o.classList.toggle("on", o === b);
-    saveLink();
+    by = b.dataset.by;
+    for (const o of document.querySelectorAll("#by button")) o.classList.toggle("on", o === b);
     lastTimeline = 0;
     refreshTimeline();
   });
-}
-function saveLink() {
-  document.getElementById("save").href = "/timeline.svg?" + auth + "&since=" + since + "&by=" + by + "&download=1";
 }
 
 // The printed URL opened over this page (only its fragment changed: no new load).
 window.addEventListener("hashchange", () => {
   if (/token=/.test(location.hash)) location.reload();
 });
+marks();
 if (token) {
-  saveLink();
+  document.getElementById("save").href = timelineUrl() + "&download=1";
   connect();
 } else {
+  status("offline", "no token");
   document.getElementById("summary").textContent =
     "this page needs its token: open the URL `tasklock ui` printed (http://…/#token=…)";
 }
