@@ -1854,3 +1854,70 @@ fn secs_of(s: &str) -> i64 {
         _ => 1,
     }
 }
+
+/// Issue 48, told without watching: once a person asks (a click, and the browser's
+/// permission), the page tells the desktop of a death, once, in the words of `top` and
+/// the webhooks, and of nothing it was not asked to tell. (Chromium headless shows no
+/// notifications: the page's `Notification` is a stand-in that records them.)
+#[test]
+fn the_page_tells_the_desktop_of_a_death_once_asked() {
+    let env = Env::new();
+    let mut child = std::process::Command::new("sleep")
+        .arg("600")
+        .spawn()
+        .unwrap();
+    real_ok(
+        &env,
+        "carol",
+        &["heartbeat", "--pid", &child.id().to_string()],
+    );
+    real_ok(&env, "carol", &["checkout", "deploy"]);
+    let ui = Ui::start(&env, &[]);
+    let b = Browser::start();
+    b.cdp(
+        "Page.addScriptToEvaluateOnNewDocument",
+        json!({"source": "window.__told = []; window.__perm = 'default'; \
+            window.Notification = class { \
+              constructor(title, o) { window.__told.push(title + ': ' + o.body); } \
+              static get permission() { return window.__perm; } \
+              static requestPermission() { window.__perm = 'granted'; return Promise.resolve('granted'); } \
+            };"}),
+    );
+    b.go(&ui.url());
+    b.until(
+        "live",
+        "return document.getElementById('live').textContent === 'live'",
+    );
+    b.js("document.getElementById('notify').click(); return 0");
+    b.until(
+        "notifying",
+        "return document.getElementById('notify').textContent === 'Notifying'",
+    );
+    real_ok(&env, "alice", &["checkout", "quiet-key"]);
+    real_ok(&env, "alice", &["release", "quiet-key"]);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    real_ok(&env, "bob", &["list"]);
+    b.until("told", "return window.__told.length > 0");
+    // Later frames tell nothing more.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert_eq!(
+        b.js("return window.__told"),
+        json!(["tasklock: carol died holding deploy; released by bob"])
+    );
+    // The events the page is sent carry their sentence and, when told, their kind.
+    let rows = b.js("return doc.events.rows.map((e) => [e.event, e.text, e.notify || null])");
+    let rows = rows.as_array().unwrap();
+    assert!(
+        rows.contains(&json!([
+            "auto_release",
+            "carol died holding deploy; released by bob",
+            "death"
+        ])),
+        "{rows:?}"
+    );
+    assert!(
+        rows.contains(&json!(["release", "alice released quiet-key", null])),
+        "{rows:?}"
+    );
+}

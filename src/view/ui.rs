@@ -555,6 +555,29 @@ struct Coloured<'a, T: serde::Serialize> {
     colour: String,
 }
 
+/// An event as the page shows it: the event, and its sentence ([`crate::render::events::sentence`],
+/// the words `top` and the webhooks use).
+#[derive(serde::Serialize)]
+struct Told<'a> {
+    #[serde(flatten)]
+    event: &'a AuditEvent,
+    text: String,
+    /// The kind a webhook would be told it as ([`crate::engine::notify::kind_of`]): the
+    /// page tells the desktop of these.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    notify: Option<crate::config::NotifyKind>,
+}
+
+impl<'a> Told<'a> {
+    fn of(event: &'a AuditEvent) -> Told<'a> {
+        Told {
+            event,
+            text: crate::render::events::sentence(event),
+            notify: crate::engine::notify::kind_of(event),
+        }
+    }
+}
+
 fn cut<'a, T, R: serde::Serialize>(
     total: usize,
     mut rows: Vec<&'a T>,
@@ -627,7 +650,7 @@ fn agent_order(column: &str, a: &FleetAgent, b: &FleetAgent) -> std::cmp::Orderi
             (None, None) => std::cmp::Ordering::Equal,
         },
         "holds" => x.checkouts.len().cmp(&y.checkouts.len()),
-        "waits" => a.waiting_for.len().cmp(&b.waiting_for.len()),
+        "waits" => a.waiting_for().len().cmp(&b.waiting_for().len()),
         "status" => match (&x.status, &y.status) {
             (Some(p), Some(q)) => p.cmp(q),
             (p, q) => q.is_some().cmp(&p.is_some()),
@@ -709,7 +732,7 @@ fn table(snap: &Snapshot, view: &View, which: usize) -> Value {
             c,
             |_, _, _| std::cmp::Ordering::Equal,
             |_, _| std::cmp::Ordering::Equal,
-            |e| e,
+            Told::of,
         )),
     };
     v.unwrap_or_default()
@@ -957,15 +980,16 @@ fn key_part(shared: &Shared, req: &Request) -> Response {
         return Response::text(400, "which key? /api/key?key=KEY");
     };
     let (notes, why) = super::key_detail(&shared.global, &key);
-    let history: Vec<AuditEvent> = shared
-        .snapshot()
+    let snap = shared.snapshot();
+    let history: Vec<Told> = snap
+        .as_ref()
         .map(|s| {
             s.events
                 .iter()
                 .rev()
                 .filter(|e| e.key == key)
                 .take(20)
-                .cloned()
+                .map(Told::of)
                 .collect()
         })
         .unwrap_or_default();

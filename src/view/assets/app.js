@@ -313,48 +313,12 @@ function renderTime() {
 }
 
 // An event in words: who did what, to which key.
-function phrase(e) {
-  const a = who(e.agent, e.name);
-  const k = keyEl(e.key);
-  const by = e.by ? who(e.by) : null;
-  const holder = e.holder ? who(e.holder) : null;
-  const token = e.token ? " (token " + e.token + ")" : "";
-  const why = e.reason ? ": " + e.reason : "";
-  const detail = e.detail ? " (" + e.detail + ")" : "";
-  switch (e.event) {
-    case "acquire": return [a, " checked out ", k, token + why];
-    case "renew": return [a, " renewed ", k, token];
-    case "release": return [a, " released ", k, token];
-    case "force_release":
-      if (!e.token) return [a, " removed a damaged record of ", k, detail];
-      return [by || "someone", " force-released ", k, " from ", a, token + why];
-    case "auto_release": {
-      const cause = { timeout: ": its lease ran out", agent_death: ": its holder died", session_end: ": its session ended", subagent_end: ": its subagent stopped" }[e.reason] || why;
-      return [k, " was released from ", a, token + cause, ...(by ? [", noticed by ", by] : [])];
-    }
-    case "give": return [a, " gave ", k, " to ", holder || "another agent", detail];
-    case "queue": return [a, " queued for ", k, detail];
-    case "dequeue": return [a, " left the queue of ", k, why];
-    case "handoff": return [k, " is reserved for ", a, detail];
-    case "lapse": return [a, "'s reservation of ", k, " lapsed"];
-    case "deny":
-      if (e.reason === "frozen") return [a, " was refused ", k, ": it is frozen"];
-      if (holder && /^reserved/.test(e.detail || "")) return [a, " was refused ", k, ": reserved for ", holder];
-      return [a, " was refused ", k, ...(holder ? [": ", holder, " holds it"] : []), e.detail && !holder ? detail : ""];
-    case "deadlock":
-      return [a, e.reason === "dropped" ? " left the queue of " : " was refused ", k, ": a deadlock", detail];
-    case "freeze": return [a, " froze ", k, why, detail];
-    case "unfreeze":
-      // Its name is the label of whoever set the freeze (`by`, when another).
-      if (e.by) return [who(e.agent), " unfroze ", k, " (frozen by ", who(e.by, e.name), ")"];
-      return [a, " unfroze ", k];
-    case "notify": return [by || "tasklock", " told ", a, " about ", k, detail];
-    case "push": return ["a message to ", a, " about ", k, detail];
-    case "adopt": return [a, " adopted ", k, token];
-    case "refused": return [by || "someone", " was refused acting for ", a, " on ", k, why];
-    case "slots": return [a, " changed the slots of ", k, detail];
-    default: return [a, " " + e.event + " ", k, token + why];
-  }
+// An event's sentence is the server's (the words of `tasklock top` and the webhooks); the
+// key in it opens the key's detail.
+function told(e) {
+  const i = e.key ? e.text.indexOf(e.key) : -1;
+  if (i < 0) return [e.text];
+  return [e.text.slice(0, i), keyEl(e.key), e.text.slice(i + e.key.length)];
 }
 
 function eventItem(e) {
@@ -362,14 +326,49 @@ function eventItem(e) {
   const t = el("time", e.ts.slice(11, 19));
   t.dateTime = e.ts;
   const what = el("span");
-  what.append(...phrase(e).filter((p) => p !== ""));
+  what.append(...told(e).filter((p) => p !== ""));
   li.append(t, what);
   if (/^(deny|deadlock|force_release|refused)$/.test(e.event) || (e.event === "auto_release" && e.reason === "agent_death")) li.classList.add("ev-bad");
   if (/^(renew|notify|push)$/.test(e.event)) li.classList.add("ev-note");
   return li;
 }
 
+// Desktop notifications: the events the server marks `notify` (what a webhook would be
+// told), new since the page last looked, at most three at once; asked for by a click.
+const notifying = { on: false, seen: null };
+function eventId(e) { return e.ts + " " + e.event + " " + e.key + " " + e.agent; }
+function tellDesktop(rows) {
+  const ids = rows.map(eventId);
+  if (notifying.on && notifying.seen) {
+    const fresh = rows.filter((e) => e.notify && !notifying.seen.has(eventId(e))).reverse();
+    for (const e of fresh.slice(0, 3)) new Notification("tasklock", { body: e.text, tag: eventId(e) });
+    if (fresh.length > 3) new Notification("tasklock", { body: "and " + (fresh.length - 3) + " more: see the page" });
+  }
+  notifying.seen = new Set(ids);
+}
+(function notifyButton() {
+  const b = document.getElementById("notify");
+  if (!("Notification" in window)) return;
+  b.hidden = false;
+  const show = () => {
+    notifying.on = Notification.permission === "granted" && localStorage.getItem("tasklock-notify") === "on";
+    b.classList.toggle("on", notifying.on);
+    b.textContent = notifying.on ? "Notifying" : "Notify me";
+    b.setAttribute("aria-pressed", String(notifying.on));
+  };
+  b.addEventListener("click", async () => {
+    if (notifying.on) {
+      localStorage.setItem("tasklock-notify", "off");
+    } else if ((await Notification.requestPermission()) === "granted") {
+      localStorage.setItem("tasklock-notify", "on");
+    }
+    show();
+  });
+  show();
+})();
+
 function renderEvents() {
+  tellDesktop(doc.events.rows);
   const list = document.getElementById("events");
   list.replaceChildren(...doc.events.rows.map(eventItem));
   const none = document.getElementById("no-events");
@@ -500,6 +499,8 @@ function settle(state, text) {
 // view of the current fleet at once).
 function connect() {
   if (stream) stream.close();
+  // Another view shows other rows: none of them is news.
+  notifying.seen = null;
   const q = query();
   const s = new EventSource("/events?" + auth + (q ? "&" + q : ""));
   stream = s;
