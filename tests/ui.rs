@@ -1686,7 +1686,8 @@ fn no_offline_while_connecting_and_dark_mode() {
 #[test]
 fn an_empty_project_says_what_to_do() {
     let env = Env::new();
-    let r = env.run_now(None, &["init"]);
+    // In the test's own directory: `init` writes the project's files where it runs.
+    let r = env.run_in(env.tmp.path(), None, &["init"]);
     assert_eq!(r.code, 0, "{}", r.text());
     let ui = Ui::start(&env, &[]);
     let b = Browser::start();
@@ -1780,7 +1781,7 @@ fn outside_and_span(svg: &str) -> (Vec<String>, i64) {
 fn the_timeline_fits_what_happened() {
     let mut env = Env::new();
     env.at("2026-01-01T10:00:00Z");
-    let r = env.run(None, &["init"]);
+    let r = env.run_in(env.tmp.path(), None, &["init"]);
     assert_eq!(r.code, 0, "{}", r.text());
     let file = env.tmp.path().join("t.svg");
     let draw = |env: &Env, extra: &[&str]| -> String {
