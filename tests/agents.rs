@@ -24,6 +24,21 @@ fn ids(j: &Value) -> Vec<String> {
         .collect()
 }
 
+/// Each agent listed, with what it waits for.
+fn waits(j: &Value) -> Vec<(String, Value)> {
+    j["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            (
+                a["id"].as_str().unwrap().to_string(),
+                a["waiting_for"].clone(),
+            )
+        })
+        .collect()
+}
+
 fn beat(e: &mut Env, agent: &str, mins: i64) {
     e.at(&at(mins));
     e.ok(agent, &["heartbeat"]);
@@ -210,17 +225,7 @@ fn an_agent_that_only_waits_is_listed_with_what_it_waits_for() {
     let r = e.run(Some("x"), &["agents"]);
     snap!(e, "waiting_only_agent", r);
     let fleet = e.run(None, &["top", "--once", "--json"]).json();
-    let shown: Vec<(String, Value)> = fleet["agents"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| {
-            (
-                a["id"].as_str().unwrap().to_string(),
-                a["waiting_for"].clone(),
-            )
-        })
-        .collect();
+    let shown = waits(&fleet);
     assert_eq!(
         shown,
         [
@@ -267,17 +272,7 @@ fn a_lapsed_reservation_is_shown_passed_on_and_looking_writes_nothing() {
     assert_eq!(waiting, ["carol"], "{fleet}");
     // `agents` says the same.
     let j = e.ok("x", &["agents", "--json"]).json();
-    let waits: Vec<(String, Value)> = j["agents"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| {
-            (
-                a["id"].as_str().unwrap().to_string(),
-                a["waiting_for"].clone(),
-            )
-        })
-        .collect();
+    let waits = waits(&j);
     assert!(
         waits.contains(&("carol".to_string(), serde_json::json!(["k"])))
             && !waits.iter().any(|(id, _)| id == "bob"),
