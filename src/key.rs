@@ -121,23 +121,37 @@ impl Line {
     /// operand begins with `-`.
     pub fn render(&self, globals: &[(&str, &str)]) -> String {
         use crate::error::shell_quote;
-        let option = |name: &str, value: Option<&str>| match value {
-            None => name.to_string(),
-            Some(v) => option(name, v),
-        };
-        let operands = self.operands.iter().map(|o| shell_quote(o));
+        use std::fmt::Write;
+        let mut out = String::with_capacity(64);
+        out.push_str(&self.sub);
         let dashed = self.operands.iter().any(|o| o.starts_with('-'));
-        let mut words = vec![self.sub.clone()];
+        let operands = |out: &mut String| {
+            for o in &self.operands {
+                out.push(' ');
+                out.push_str(&shell_quote(o));
+            }
+        };
         if !dashed {
-            words.extend(operands.clone());
+            operands(&mut out);
         }
-        words.extend(self.options.iter().map(|(n, v)| option(n, v.as_deref())));
-        words.extend(globals.iter().map(|(n, v)| option(n, Some(v))));
+        for (n, v) in &self.options {
+            match v {
+                None => {
+                    let _ = write!(out, " {n}");
+                }
+                Some(v) => {
+                    let _ = write!(out, " {}", option(n, v));
+                }
+            }
+        }
+        for (n, v) in globals {
+            let _ = write!(out, " {}", option(n, v));
+        }
         if dashed {
-            words.push("--".into());
-            words.extend(operands);
+            out.push_str(" --");
+            operands(&mut out);
         }
-        words.join(" ")
+        out
     }
 }
 
