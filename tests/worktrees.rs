@@ -104,6 +104,16 @@ fn checkout_makes_the_worktree_on_its_branch_and_list_status_show_it() {
         "{}",
         s.text()
     );
+    // A person at a terminal sees it too.
+    let t = ok(&e, &top, "a1", &["list", "--format", "table"]);
+    assert!(t.stdout.contains(".worktrees/issue-42"), "{}", t.text());
+    let t = ok(&e, &top, "a1", &["status", "issue-42", "--format", "table"]);
+    assert!(
+        t.stdout
+            .contains("worktree: .worktrees/issue-42 (branch tasklock/issue-42)"),
+        "{}",
+        t.text()
+    );
     let s = ok(&e, &top, "a1", &["status", "issue-42", "--json"]).json();
     assert_eq!(s["checkout"]["worktree"]["branch"], "tasklock/issue-42");
     snap!(e, "worktrees_held", ok(&e, &top, "a1", &["worktrees"]));

@@ -30,6 +30,7 @@ use keys::*;
 use setup::*;
 use state::*;
 pub use state::{AUDIT_HEADER, audit_row, why_next};
+pub(in crate::render) use worktrees::shown_path;
 use worktrees::*;
 
 pub fn report(r: &Report, inv: &Invocation) -> String {

@@ -3,7 +3,7 @@
 use super::*;
 
 /// A worktree's path as a person reads it: relative to its repository when inside it.
-pub(super) fn shown_path(w: &crate::store::Worktree) -> String {
+pub(in crate::render) fn shown_path(w: &crate::store::Worktree) -> String {
     if w.path.is_empty() {
         return "(none)".into();
     }
