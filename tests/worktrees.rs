@@ -478,3 +478,82 @@ fn release_killed_at_random_points_loses_no_commit() {
     }
     git(&top, &["fsck", "--no-progress"]);
 }
+
+/// Agents racing for one key with `--worktree`: one wins and gets the only worktree; the
+/// others are refused (exit 2) and make nothing. Agents racing for different keys each
+/// get their own, all at once in one repository.
+#[test]
+fn racing_checkouts_make_one_worktree_per_granted_checkout() {
+    let (e, top) = repo();
+    let racers: Vec<_> = (0..8)
+        .map(|i| {
+            let mut cmd = base_cmd(&e.now);
+            use_store(&mut cmd, &e.dir());
+            cmd.current_dir(&top)
+                .arg("--dir")
+                .arg(e.dir())
+                .args(["checkout", "one", "--worktree", "--agent", &format!("r{i}")])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            cmd.spawn().unwrap()
+        })
+        .collect();
+    let codes: Vec<i32> = racers
+        .into_iter()
+        .map(|mut c| c.wait().unwrap().code().unwrap())
+        .collect();
+    assert_eq!(codes.iter().filter(|&&c| c == 0).count(), 1, "{codes:?}");
+    assert!(codes.iter().all(|&c| c == 0 || c == 2), "{codes:?}");
+    let branches: Vec<String> = git_worktrees(&top).into_iter().map(|w| w.1).collect();
+    assert_eq!(branches, ["main", "tasklock/one"]);
+    recorded_worktrees_are_whole(&e, &top);
+    // Different keys at once: each its own (git's lock on its config, which each
+    // marks its branch in, taken in turn).
+    let racers: Vec<_> = (0..16)
+        .map(|i| {
+            let mut cmd = base_cmd(&e.now);
+            use_store(&mut cmd, &e.dir());
+            cmd.current_dir(&top)
+                .arg("--dir")
+                .arg(e.dir())
+                .args(["checkout", &format!("own-{i}"), "--worktree"])
+                .args(["--agent", &format!("r{i}")])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped());
+            cmd.spawn().unwrap()
+        })
+        .collect();
+    for c in racers {
+        let out = c.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert_eq!(git_worktrees(&top).len(), 18);
+    recorded_worktrees_are_whole(&e, &top);
+    let j = ok(&e, &top, "a1", &["worktrees", "--json"]).json();
+    assert_eq!(j["worktrees"].as_array().unwrap().len(), 17, "{j}");
+    // And released all at once: each removed, with its branch.
+    let racers: Vec<_> = (0..16)
+        .map(|i| {
+            let mut cmd = base_cmd(&e.now);
+            use_store(&mut cmd, &e.dir());
+            cmd.current_dir(&top)
+                .arg("--dir")
+                .arg(e.dir())
+                .args(["release", &format!("own-{i}"), "--json"])
+                .args(["--agent", &format!("r{i}")])
+                .stdout(Stdio::piped());
+            cmd.spawn().unwrap()
+        })
+        .collect();
+    for c in racers {
+        let out = c.wait_with_output().unwrap();
+        let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(j["worktrees"][0]["outcome"], "removed", "{j}");
+        assert_eq!(j["worktrees"][0]["branch_deleted"], true, "{j}");
+    }
+    assert_eq!(git_worktrees(&top).len(), 2);
+}

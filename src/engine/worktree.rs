@@ -124,6 +124,7 @@ fn absolute(base: &Path, p: &Path) -> PathBuf {
 pub fn create(plan: &Plan, key: &str) -> Result<WorktreeMade> {
     let w = &plan.worktree;
     let repo = Path::new(&w.repo);
+    let _turn = repo_lock(repo)?;
     let path = Path::new(&w.path);
     let listed = list(repo)?;
     let want = format!("refs/heads/{}", w.branch);
@@ -177,7 +178,7 @@ pub fn create(plan: &Plan, key: &str) -> Result<WorktreeMade> {
     if !out.success {
         if fresh_mark {
             let name = format!("branch.{}.{KEY_SETTING}", w.branch);
-            let _ = git(repo, &["config", "--unset", &name]);
+            let _ = git_retrying(repo, &["config", "--unset", &name]);
         }
         return Err(Error::Worktree(format!(
             "git could not make the worktree {} on `{}`: {}",
@@ -199,10 +200,27 @@ fn ignored_dir(dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The repository's turn for tasklock's changes of worktrees: git makes and removes
+/// worktrees without a lock of its own, and one `git worktree add` fails on another's
+/// half-made administrative files, so tasklock's commands take turns (a lock file in the
+/// repository's git directory, released by the kernel if the process dies).
+fn repo_lock(repo: &Path) -> Result<std::fs::File> {
+    let common = crate::discover::git_common_dir(repo).unwrap_or_else(|| repo.join(".git"));
+    let path = common.join("tasklock-worktrees.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| Error::io(&path, e))?;
+    file.lock().map_err(|e| Error::io(&path, e))?;
+    Ok(file)
+}
+
 /// Tag `branch` as made by tasklock for `key`.
 fn mark(repo: &Path, branch: &str, key: &str) -> Result<()> {
     let name = format!("branch.{branch}.{KEY_SETTING}");
-    let out = git(repo, &["config", &name, key])?;
+    let out = git_retrying(repo, &["config", &name, key])?;
     if !out.success {
         return Err(Error::Worktree(format!(
             "git could not record the key of branch `{branch}`: {}",
@@ -318,6 +336,7 @@ fn try_remove(key: &str, w: &Worktree) -> Result<WorktreeEnd> {
             Some(format!("its repository {} is not there", w.repo)),
         ));
     }
+    let _turn = repo_lock(repo)?;
     let st = state(w)?;
     let kept = |why: String| Ok(end(key, w, WorktreeOutcome::Kept, st.clone(), Some(why)));
     if st.changed_files > 0 {
@@ -346,15 +365,16 @@ fn try_remove(key: &str, w: &Worktree) -> Result<WorktreeEnd> {
     };
     let mut done = end(key, w, outcome, st, None);
     if branch_exists(repo, &w.branch)? {
-        let out = git(repo, &["branch", "-d", &w.branch])?;
-        if out.success {
+        let out = git_retrying(repo, &["branch", "-d", &w.branch])?;
+        // Deleted even when git then failed to drop its settings.
+        if out.success || !branch_exists(repo, &w.branch)? {
             done.branch_deleted = true;
         } else {
             done.why = Some(format!("branch `{}` kept: {}", w.branch, out.stderr_line()));
         }
     } else {
         // The mark outlives a branch deleted by hand only as a section git left.
-        let _ = git(
+        let _ = git_retrying(
             repo,
             &[
                 "config",
@@ -450,7 +470,16 @@ struct Listed {
 }
 
 fn list(repo: &Path) -> Result<Vec<Listed>> {
-    let out = git(repo, &["worktree", "list", "--porcelain"])?;
+    let mut out = git(repo, &["worktree", "list", "--porcelain"])?;
+    // Git reads each worktree's files in turn and fails on one removed meanwhile (by
+    // another release): read again.
+    for _ in 0..50 {
+        if out.success {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        out = git(repo, &["worktree", "list", "--porcelain"])?;
+    }
     if !out.success {
         return Err(Error::Worktree(format!(
             "git worktree list in {} failed: {}",
@@ -491,6 +520,24 @@ impl Out {
             .trim_start_matches("error: ")
             .to_string()
     }
+}
+
+/// [`git`], again while git finds a lock file of the repository taken (another
+/// command writing `.git/config` or a ref at the same time: git gives up at once
+/// instead of waiting); for the writes that do the same when run twice.
+fn git_retrying(dir: &Path, args: &[&str]) -> Result<Out> {
+    let mut out = git(dir, args)?;
+    for _ in 0..100 {
+        let locked = ["could not lock", "Unable to create", "cannot lock ref"]
+            .iter()
+            .any(|m| out.stderr.contains(m));
+        if out.success || !locked {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        out = git(dir, args)?;
+    }
+    Ok(out)
 }
 
 /// `git ARGS` in `dir`, with no input, in the C locale, ignoring any repository the
