@@ -557,3 +557,20 @@ fn racing_checkouts_make_one_worktree_per_granted_checkout() {
     }
     assert_eq!(git_worktrees(&top).len(), 2);
 }
+
+#[test]
+fn no_worktrees_and_one_removed_by_hand() {
+    let (e, top) = repo();
+    snap!(
+        e,
+        "worktrees_none",
+        ok(&e, &top, "a1", &["worktrees", "--clean"])
+    );
+    ok(&e, &top, "a1", &["checkout", "issue-9", "--worktree"]);
+    // Removed by hand (nothing in it): the release forgets it and deletes its branch.
+    std::fs::remove_dir_all(wt_path(&top, "issue-9")).unwrap();
+    let r = ok(&e, &top, "a1", &["release", "issue-9"]);
+    snap!(e, "release_gone_already", r);
+    assert!(!branch_exists(&top, "tasklock/issue-9"));
+    assert_eq!(git_worktrees(&top).len(), 1);
+}
