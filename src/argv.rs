@@ -114,6 +114,7 @@ pub fn parse(args: &[OsString]) -> Option<Cli> {
                 None => None,
                 Some(p) => Some(p.parse().ok()?),
             },
+            worktree: None,
         }),
         "release" if !positional.is_empty() => Command::Release(ReleaseArgs {
             keys: positional,

@@ -178,6 +178,9 @@ pub enum Command {
     GuardCommit,
     /// Stage (`git add`) exactly the files you edited last, as the edit hook recorded them
     Stage(StageArgs),
+    /// The git worktrees made by `checkout --worktree`: their checkout (or that it ended)
+    /// and what they hold; --clean removes ended ones that hold nothing of value
+    Worktrees(WorktreesArgs),
     /// The fleet, live, in the terminal: checkouts, agents, waits, freezes and events as
     /// they change (`tasklock top --help` for its options)
     #[command(disable_help_flag = true)]
@@ -252,7 +255,7 @@ pub struct BacklogRemoveArgs {
 #[derive(Debug, Args)]
 pub struct CheckoutArgs {
     /// The key; with --any, several keys in order of preference
-    #[arg(required_unless_present_any = ["wait", "paths", "next"], value_name = "KEY")]
+    #[arg(required_unless_present_any = ["wait", "paths", "next", "worktree"], value_name = "KEY")]
     pub keys: Vec<String>,
     /// Also take these repository paths (a file, a tree, or a glob: `src/parser/**`),
     /// with KEY or alone; all or nothing. Repeat for several.
@@ -285,6 +288,20 @@ pub struct CheckoutArgs {
     /// step (as `heartbeat --pid` does): when it dies, the agent's checkouts are released
     #[arg(long, value_name = "PID", conflicts_with = "wait")]
     pub pid: Option<u32>,
+    /// Once granted, make a git worktree for the work, at PATH or (without one) at
+    /// `.worktrees/<key-slug>`, on branch `tasklock/<key-slug>` (config.yaml: `worktrees:`);
+    /// its release removes it only when that loses nothing
+    #[arg(long, value_name = "PATH", num_args = 0..=1, conflicts_with_all = ["any", "next", "queue", "slots"])]
+    pub worktree: Option<Option<PathBuf>>,
+}
+
+// The arguments of `worktrees`.
+#[derive(Debug, Args)]
+pub struct WorktreesArgs {
+    /// Remove each worktree whose checkout has ended and that holds nothing of value (no
+    /// change, no commit on no other branch nor remote); list what was kept and why
+    #[arg(long)]
+    pub clean: bool,
 }
 
 // The arguments of `release`.

@@ -47,6 +47,28 @@ pub struct Config {
     pub slots: Vec<(String, u32)>,
     /// `notify:`, webhooks told of deaths, deadlocks, handoffs and the like.
     pub notify: Vec<NotifyTarget>,
+    /// `worktrees:`, where `checkout --worktree` makes a worktree and how it names its
+    /// branch.
+    pub worktrees: WorktreeSettings,
+}
+
+/// `worktrees: {dir: .worktrees, branch: "tasklock/{key}"}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorktreeSettings {
+    /// The directory a checkout's worktree is made in (as `<dir>/<key-slug>`), relative
+    /// to the top of the repository's main worktree unless absolute.
+    pub dir: String,
+    /// The branch's name; `{key}` stands for the key's slug.
+    pub branch: String,
+}
+
+impl Default for WorktreeSettings {
+    fn default() -> Self {
+        WorktreeSettings {
+            dir: ".worktrees".into(),
+            branch: "tasklock/{key}".into(),
+        }
+    }
 }
 
 /// `enforce:`, what the edit hook (PreToolUse on Edit, Write, MultiEdit, NotebookEdit)
@@ -83,6 +105,7 @@ impl Default for Config {
             auto_checkout: false,
             slots: Vec::new(),
             notify: Vec::new(),
+            worktrees: WorktreeSettings::default(),
         }
     }
 }
@@ -108,6 +131,15 @@ struct RawConfig {
     auto_checkout: Option<bool>,
     slots: Option<Vec<SlotsEntry>>,
     notify: Option<Vec<RawNotify>>,
+    worktrees: Option<RawWorktrees>,
+}
+
+/// `worktrees:` as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWorktrees {
+    dir: Option<String>,
+    branch: Option<String>,
 }
 
 /// One entry of `slots:`: `- key: cargo-build` / `slots: 3`.
@@ -116,6 +148,30 @@ struct RawConfig {
 struct SlotsEntry {
     key: String,
     slots: u32,
+}
+
+/// `worktrees:`: a directory that is not empty, a branch name with `{key}` in it.
+fn parse_worktrees(w: RawWorktrees) -> std::result::Result<WorktreeSettings, String> {
+    let mut out = WorktreeSettings::default();
+    if let Some(dir) = w.dir {
+        let dir = dir.trim();
+        if dir.is_empty() || dir.chars().any(char::is_control) {
+            return Err(
+                "worktrees.dir: a directory (relative to the repository's top, or absolute)".into(),
+            );
+        }
+        out.dir = dir.to_string();
+    }
+    if let Some(branch) = w.branch {
+        let branch = branch.trim();
+        if !branch.contains("{key}") || branch.chars().any(char::is_control) {
+            return Err(
+                "worktrees.branch: a branch name with `{key}` in it (`tasklock/{key}`)".into(),
+            );
+        }
+        out.branch = branch.to_string();
+    }
+    Ok(out)
 }
 
 /// The shortest `heartbeat --watch --interval`: below it the watcher only burns CPU.
@@ -268,6 +324,9 @@ impl Config {
             c.auto_checkout = a;
         }
         c.notify = parse_notify(raw.notify.unwrap_or_default())?;
+        if let Some(w) = raw.worktrees.take() {
+            c.worktrees = parse_worktrees(w)?;
+        }
         if c.stalled_after > c.dead_after {
             return Err("stalled_after must not be longer than dead_after".into());
         }

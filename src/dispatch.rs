@@ -66,6 +66,7 @@ pub fn execute(cli: Cli) -> Result<report::Report, Error> {
         Command::Unfreeze(a) => commands::freeze::execute_unfreeze(&ctx, a),
         Command::GuardCommit => commands::guard::run(&ctx),
         Command::Stage(a) => commands::stage::execute(&ctx, a),
+        Command::Worktrees(a) => commands::worktrees::execute(&ctx, a),
         Command::Why(a) => commands::why::execute(&ctx, a),
         Command::Doctor => commands::doctor::run(&ctx, discovery.as_ref()),
         Command::Audit(a) => commands::audit::execute(&ctx, a, audit_agent),

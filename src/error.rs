@@ -57,6 +57,11 @@ pub enum Error {
     /// ([`crate::store::Store::begin_scoped`]). Never reaches the user.
     #[error("a change needed the whole project's lock (retried under it)")]
     Escalate,
+    /// `checkout --worktree`: the worktree could not be made (not in a git repository, its
+    /// path taken, its branch checked out elsewhere, git refused); the checkout it was
+    /// for was given back (exit 64).
+    #[error("{0}")]
+    Worktree(String),
 }
 
 impl Error {
@@ -70,7 +75,7 @@ impl Error {
     /// The exit code for this error; the only place error codes are chosen.
     pub fn exit_code(&self) -> i32 {
         match self {
-            Error::Usage(_) | Error::LockDir { .. } => EXIT_USAGE,
+            Error::Usage(_) | Error::LockDir { .. } | Error::Worktree(_) => EXIT_USAGE,
             Error::SecretRefused { .. } => EXIT_NOT_HOLDER,
             Error::Io { .. }
             | Error::Corrupt { .. }
@@ -93,6 +98,7 @@ impl Error {
             Error::GuardWaitStopped { .. } => "interrupted",
             Error::SecretRefused { .. } => "secret_refused",
             Error::Escalate => "internal",
+            Error::Worktree(_) => "worktree",
         }
     }
 }

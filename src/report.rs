@@ -65,6 +65,9 @@ pub struct CheckoutView {
     /// For a key with slots: how many it has.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub slots: Option<u32>,
+    /// The git worktree made for it (`checkout --worktree`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worktree: Option<crate::store::Worktree>,
 }
 
 impl From<&Record> for CheckoutView {
@@ -88,6 +91,7 @@ impl From<&Record> for CheckoutView {
             paths: r.paths.clone(),
             slot: r.slot,
             slots: r.slots,
+            worktree: r.worktree.clone(),
         }
     }
 }
@@ -201,6 +205,20 @@ pub struct CheckoutReport {
     /// with them it would have closed a wait-for cycle; each was told. Absent when none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub dropped: Vec<Dropped>,
+    /// With `--worktree`, once granted: whether its worktree (in `checkout.worktree`) was
+    /// made now or was there already.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worktree: Option<WorktreeMade>,
+}
+
+/// How `checkout --worktree` came by its worktree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorktreeMade {
+    /// Made now, on a new branch or on an existing one checked out nowhere else.
+    Created,
+    /// It was there already, on its branch (a re-checkout, or a making cut short).
+    Reused,
 }
 
 /// A place in a queue dropped so that a change closes no wait-for cycle: its agent and
@@ -265,6 +283,7 @@ impl CheckoutReport {
             slots: None,
             holders: Vec::new(),
             dropped: Vec::new(),
+            worktree: None,
         }
     }
 }
@@ -377,6 +396,104 @@ pub struct KeysReport {
     pub all: bool,
     pub results: Vec<KeyResult>,
     pub note: Option<String>,
+    /// `release`: the worktrees of the checkouts it ended, removed or kept.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub worktrees: Vec<WorktreeEnd>,
+}
+
+/// What a worktree holds that removing it would lose, as a word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorktreeHealth {
+    /// Nothing: no change, every commit also on another branch or a remote.
+    Clean,
+    /// Changed or untracked files.
+    Dirty,
+    /// Commits on no other branch and no remote-tracking branch.
+    NotElsewhere,
+    /// The worktree is not there (its branch may be).
+    Missing,
+    /// Git could not tell (its repository gone, git failing).
+    Unknown,
+}
+
+/// A worktree's state: its word, and both counts behind it.
+#[derive(Debug, Clone, Serialize)]
+pub struct WorktreeState {
+    #[serde(rename = "state")]
+    pub health: WorktreeHealth,
+    pub changed_files: usize,
+    pub unique_commits: usize,
+}
+
+impl WorktreeState {
+    /// In words: `clean`, `dirty (2 changed files)`, `3 commits not on any other branch
+    /// nor remote`, `missing`.
+    pub fn words(&self) -> String {
+        let files = |n: usize| format!("{n} changed file{}", if n == 1 { "" } else { "s" });
+        let commits = |n: usize| {
+            format!(
+                "{n} commit{} not on any other branch nor remote",
+                if n == 1 { "" } else { "s" }
+            )
+        };
+        let mut words = match self.health {
+            WorktreeHealth::Clean => "clean".to_string(),
+            WorktreeHealth::Dirty => format!("dirty ({})", files(self.changed_files)),
+            WorktreeHealth::NotElsewhere => commits(self.unique_commits),
+            WorktreeHealth::Missing => "missing".to_string(),
+            WorktreeHealth::Unknown => "unknown (git could not tell)".to_string(),
+        };
+        if self.health != WorktreeHealth::NotElsewhere && self.unique_commits > 0 {
+            words.push_str(", ");
+            words.push_str(&commits(self.unique_commits));
+        }
+        words
+    }
+}
+
+/// What became of a worktree when its checkout ended (or on `worktrees --clean`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorktreeOutcome {
+    Removed,
+    Kept,
+    /// It was gone already; git forgot it.
+    Missing,
+}
+
+/// One worktree's end: removed (and its branch deleted), or kept and why.
+#[derive(Debug, Clone, Serialize)]
+pub struct WorktreeEnd {
+    pub key: String,
+    pub worktree: crate::store::Worktree,
+    pub outcome: WorktreeOutcome,
+    pub state: WorktreeState,
+    pub branch_deleted: bool,
+    /// Why it was kept, or why its branch was.
+    pub why: Option<String>,
+}
+
+/// One row of `tasklock worktrees`.
+#[derive(Debug, Clone, Serialize)]
+pub struct WorktreeRow {
+    pub key: String,
+    pub worktree: crate::store::Worktree,
+    /// The checkout it belongs to; `None`: that checkout has ended.
+    pub checkout: Option<CheckoutView>,
+    pub state: WorktreeState,
+}
+
+/// `tasklock worktrees [--clean]`.
+#[derive(Debug, Serialize)]
+pub struct WorktreesReport {
+    pub command: &'static str,
+    pub now: Time,
+    /// The repository whose worktrees git was asked for (absent outside one).
+    pub repo: Option<String>,
+    pub worktrees: Vec<WorktreeRow>,
+    /// With `--clean`: what it did with each worktree whose checkout had ended.
+    pub cleaned: Option<Vec<WorktreeEnd>>,
 }
 
 /// The commands that act on several keys at once.
@@ -931,6 +1048,7 @@ pub enum Report {
     Guard(GuardReport),
     Stage(StageReport),
     Setup(SetupReport),
+    Worktrees(WorktreesReport),
 }
 
 /// `stage`: the files whose last recorded edit is the caller's (or its subagents') and
@@ -1066,6 +1184,7 @@ impl Report {
             Report::Guard(r) => r.now,
             Report::Stage(r) => r.now,
             Report::Setup(r) => r.now,
+            Report::Worktrees(r) => r.now,
         }
     }
 
@@ -1098,6 +1217,7 @@ impl Report {
             | Report::Init(_)
             | Report::Why(_)
             | Report::Setup(_)
+            | Report::Worktrees(_)
             | Report::Stage(_) => 0,
             Report::Freeze(r) if r.refused.is_some() => crate::error::EXIT_NOT_HOLDER,
             Report::Freeze(r) if !r.frozen && r.freeze.is_none() => {

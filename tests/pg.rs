@@ -79,6 +79,9 @@ mod wake;
 #[cfg(tasklock_pg_tests)]
 #[path = "why_agrees.rs"]
 mod why_agrees;
+#[cfg(tasklock_pg_tests)]
+#[path = "worktrees.rs"]
+mod worktrees;
 
 #[cfg(tasklock_pg_tests)]
 #[path = "pg/pg_only.rs"]

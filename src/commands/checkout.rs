@@ -71,6 +71,11 @@ pub fn execute(ctx: &Ctx, a: crate::cli::CheckoutArgs) -> Result<Report> {
     }
     let mut keys = a.keys;
     let wait = super::wait_or_key(&mut keys, a.wait)?;
+    let worktree = if wait.is_some() || !a.paths.is_empty() {
+        a.worktree
+    } else {
+        worktree_or_key(&mut keys, a.worktree)
+    };
     let paths = crate::engine::paths::resolve(ctx, &a.paths)?;
     if keys.is_empty() && !paths.is_empty() {
         keys.push(key::for_paths(&paths)?);
@@ -98,11 +103,31 @@ pub fn execute(ctx: &Ctx, a: crate::cli::CheckoutArgs) -> Result<Report> {
         slots: a.slots,
         pid: a.pid,
     };
-    match wait {
-        Some(dur) => super::wait::run(ctx, key, want, a.timeout, a.reason, dur),
+    let report = match wait {
+        Some(dur) => super::wait::run(ctx, key, want, a.timeout, a.reason, dur)?,
         None => {
             let join = if a.queue { Join::Queue } else { Join::No };
-            run(ctx, key, want, a.timeout, a.reason, join)
+            run(ctx, key, want, a.timeout, a.reason, join)?
         }
+    };
+    match worktree {
+        Some(path) => super::worktrees::after_grant(ctx, report, path),
+        None => Ok(report),
+    }
+}
+
+/// `--worktree` takes an optional path, so in `checkout --worktree KEY` the parser gives
+/// it the key: with no key besides, that value is the key and the worktree goes to its
+/// configured place.
+fn worktree_or_key(
+    keys: &mut Vec<String>,
+    worktree: Option<Option<std::path::PathBuf>>,
+) -> Option<Option<std::path::PathBuf>> {
+    match worktree {
+        Some(Some(p)) if keys.is_empty() => {
+            keys.push(p.to_string_lossy().into_owned());
+            Some(None)
+        }
+        w => w,
     }
 }

@@ -50,6 +50,9 @@ pub fn run(ctx: &Ctx, discovery: Option<&Discovery>) -> Result<Report> {
     {
         checks.extend(records_checks(ctx, &store)?);
     }
+    if !foreign {
+        checks.extend(worktrees_check(ctx));
+    }
 
     // Skills, hooks, permissions, and what is loaded twice.
     let project = project_root();
@@ -69,6 +72,51 @@ pub fn run(ctx: &Ctx, discovery: Option<&Discovery>) -> Result<Report> {
         healthy,
         checks,
     }))
+}
+
+/// The worktrees `checkout --worktree` made whose checkout has ended (leftovers), with
+/// what each holds and the command that removes them safely. None when there are none
+/// to speak of (or they cannot be read).
+fn worktrees_check(ctx: &Ctx) -> Option<Check> {
+    let (_, rows) = super::worktrees::rows(ctx, false).ok()?;
+    if rows.is_empty() {
+        return None;
+    }
+    let left: Vec<_> = rows.iter().filter(|r| r.checkout.is_none()).collect();
+    if left.is_empty() {
+        return Some(ok(
+            "worktrees",
+            format!(
+                "{} worktree{} made by tasklock, each with its checkout",
+                rows.len(),
+                if rows.len() == 1 { "" } else { "s" }
+            ),
+        ));
+    }
+    let each = left
+        .iter()
+        .map(|r| {
+            format!(
+                "{} of `{}` ({})",
+                if r.worktree.path.is_empty() {
+                    format!("branch {}", r.worktree.branch)
+                } else {
+                    r.worktree.path.clone()
+                },
+                r.key,
+                r.state.words()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    Some(warn(
+        "worktrees",
+        format!(
+            "{} left over, their checkout ended: {each}",
+            if left.len() == 1 { "1 worktree".to_string() } else { format!("{} worktrees", left.len()) }
+        ),
+        Some("run `tasklock worktrees --clean`: it removes those that hold nothing of value (no change, every commit also on another branch or a remote) and says why it keeps the others; commit, merge or push their work first".into()),
+    ))
 }
 
 /// `notify:`, when set: the webhooks, and the failures to tell them of the last day.

@@ -29,6 +29,7 @@ pub mod verify;
 pub mod wait;
 pub mod watch;
 pub mod why;
+pub mod worktrees;
 
 pub use crate::engine::Ctx;
 

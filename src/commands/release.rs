@@ -23,13 +23,16 @@ pub fn run(
         check_text("note", n)?;
     }
     let me = ctx.agent_id()?;
-    let report = |results| {
+    let report = |results: Vec<KeyResult>| {
+        // After the store's scope: git runs only for checkouts that had a worktree.
+        let worktrees = super::worktrees::after_release(&results);
         Ok(Report::Keys(KeysReport {
             command: KeysCommand::Release,
             now: ctx.now,
             all,
             results,
             note: note.clone(),
+            worktrees,
         }))
     };
     let Some(store) = ctx.existing_store()? else {
@@ -389,6 +392,7 @@ pub fn leave(ctx: &Ctx, keys: Vec<String>, all: bool) -> Result<Report> {
             })
             .collect(),
         note: None,
+        worktrees: Vec::new(),
     }))
 }
 

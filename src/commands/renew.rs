@@ -16,6 +16,7 @@ pub fn run(ctx: &Ctx, keys: Vec<String>, all: bool, timeout: Option<Duration>) -
             all,
             results,
             note: None,
+            worktrees: Vec::new(),
         }))
     };
     let Some(store) = ctx.existing_store()? else {

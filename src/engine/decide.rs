@@ -273,6 +273,7 @@ mod tests {
             paths: Vec::new(),
             slot: None,
             slots: None,
+            worktree: None,
         }
     }
 

@@ -22,6 +22,7 @@ pub mod slots;
 pub mod stamps;
 pub mod take;
 pub mod waits;
+pub mod worktree;
 
 use std::collections::HashMap;
 use std::path::PathBuf;

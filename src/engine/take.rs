@@ -744,6 +744,7 @@ fn apply_grant(
         paths,
         slot,
         slots: r.slots.filter(|_| slot.is_some()),
+        worktree: None,
     };
     store.insert(guard, &record)?;
     // From here the key is the caller's: a failure now is a warning, never exit 1.

@@ -34,7 +34,7 @@ pub use file::{
 };
 pub use freeze::Freeze;
 pub use queue::{Delivery, Message, MessageKind, Queue, Reservation, VIA_MONITOR, Waiter};
-pub use record::{FORMAT_VERSION, Record, version_for};
+pub use record::{FORMAT_VERSION, Record, Worktree, version_for};
 pub use registry::{AgentEntry, EndHow, Ended, Note, Reach, Via};
 
 /// A record bigger than this is damage, not a lock.

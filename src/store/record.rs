@@ -52,6 +52,20 @@ pub struct Record {
     /// all of them at once).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slots: Option<u32>,
+    /// The git worktree made for this checkout (`checkout --worktree`), once it is made:
+    /// never before it is complete. Absent in records of older versions, which also drop
+    /// it on a renewal; the worktree is then still found through git (a leftover).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worktree: Option<Worktree>,
+}
+
+/// A git worktree tied to a checkout: where it is, its branch, and the repository it
+/// belongs to (the top of the main worktree, where git runs to remove it).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Worktree {
+    pub path: String,
+    pub branch: String,
+    pub repo: String,
 }
 
 impl Record {

@@ -281,6 +281,17 @@ fn granted(out: &mut String, r: &CheckoutReport, inv: &Invocation, k: &str, c: &
         let _ = writeln!(out, "- Queue: {} waiting after you", r.queue_length);
     }
     dropped_lines(out, &r.dropped);
+    if let (Some(made), Some(w)) = (r.worktree, &c.worktree) {
+        let _ = writeln!(
+            out,
+            "\nWork in the worktree ({}): {}.",
+            match made {
+                WorktreeMade::Created => "made now",
+                WorktreeMade::Reused => "it was there already",
+            },
+            code(&format!("cd {}", crate::error::shell_quote(&w.path)))
+        );
+    }
     let _ = writeln!(
         out,
         "\nNext: do the work, then {}. If it takes longer, {}. Before an irreversible step (push, deploy), {}.",

@@ -51,6 +51,12 @@ pub(super) fn keys(r: &KeysReport, inv: &Invocation) -> String {
     if let Some(n) = &r.note {
         let _ = writeln!(out, "- Note: {n}");
     }
+    if !r.worktrees.is_empty() {
+        if r.results.len() > 1 {
+            out.push('\n');
+        }
+        worktree_end_lines(&mut out, &r.worktrees, inv);
+    }
     for k in r.results.iter().filter(|k| k.outcome == Outcome::Corrupt) {
         let problem = k.problem.as_deref().unwrap_or_default();
         let fix = if newer_format(problem) {

@@ -18,6 +18,7 @@ mod commit;
 mod keys;
 mod setup;
 mod state;
+mod worktrees;
 
 pub(in crate::render) use agents::state_words;
 use agents::*;
@@ -29,6 +30,8 @@ use keys::*;
 use setup::*;
 use state::*;
 pub use state::{AUDIT_HEADER, audit_row, why_next};
+pub(in crate::render) use worktrees::shown_path;
+use worktrees::*;
 
 pub fn report(r: &Report, inv: &Invocation) -> String {
     match r {
@@ -55,6 +58,7 @@ pub fn report(r: &Report, inv: &Invocation) -> String {
         Report::Guard(r) => guard(r, inv),
         Report::Stage(r) => stage(r, inv),
         Report::Setup(r) => setup(r, inv),
+        Report::Worktrees(r) => worktrees(r, inv),
     }
 }
 
@@ -113,6 +117,14 @@ fn checkout_lines(out: &mut String, c: &CheckoutView, now: &Time) {
     }
     if !c.paths.is_empty() {
         let _ = writeln!(out, "- Paths: {}", code_list(&c.paths));
+    }
+    if let Some(w) = &c.worktree {
+        let _ = writeln!(
+            out,
+            "- Worktree: {} on branch {}",
+            code(&shown_path(w)),
+            code(&w.branch)
+        );
     }
     let _ = writeln!(out, "- Fencing token: {}", c.token);
     let _ = writeln!(out, "- Since: {}", with_relative(&c.acquired_at, now));

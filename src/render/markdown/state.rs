@@ -120,12 +120,17 @@ pub(super) fn list(r: &ListReport, inv: &Invocation) -> String {
     );
     // A Paths column only when some checkout covers paths.
     let with_paths = r.checkouts.iter().any(|c| !c.paths.is_empty());
+    // A Worktree column only when some checkout has one.
+    let with_worktree = r.checkouts.iter().any(|c| c.worktree.is_some());
     if n > 0 {
         out.push_str(if with_paths {
-            "\n| Key | Paths | Holder | Token | Since | Lease ends | Queue | Reason |\n|---|---|---|---|---|---|---|---|\n"
+            "\n| Key | Paths | Holder | Token | Since | Lease ends | Queue | Reason |"
         } else {
-            "\n| Key | Holder | Token | Since | Lease ends | Queue | Reason |\n|---|---|---|---|---|---|---|\n"
+            "\n| Key | Holder | Token | Since | Lease ends | Queue | Reason |"
         });
+        out.push_str(if with_worktree { " Worktree |\n" } else { "\n" });
+        let columns = 7 + usize::from(with_paths) + usize::from(with_worktree);
+        let _ = writeln!(out, "|{}", "---|".repeat(columns));
         for c in &r.checkouts {
             let queue = r
                 .queues
@@ -166,6 +171,17 @@ pub(super) fn list(r: &ListReport, inv: &Invocation) -> String {
                 cell(&queue),
                 cell(c.reason.as_deref().unwrap_or(""))
             );
+            if with_worktree {
+                out.pop();
+                let _ = writeln!(
+                    out,
+                    " {} |",
+                    c.worktree
+                        .as_ref()
+                        .map(|w| code_cell(&shown_path(w)))
+                        .unwrap_or_else(|| "-".into())
+                );
+            }
         }
     }
     let reserved: Vec<_> = r

@@ -51,6 +51,7 @@ pub(super) fn list(r: &ListReport, t: &Printer) -> Option<String> {
         ("Lease ends", Fit::Keep),
         ("Queue", Fit::Cut),
         ("Paths", Fit::Cut),
+        ("Worktree", Fit::Cut),
         ("Reason", Fit::Cut),
     ]);
     for c in &r.checkouts {
@@ -68,6 +69,10 @@ pub(super) fn list(r: &ListReport, t: &Printer) -> Option<String> {
             t.when(&c.expires_at),
             queue.map(waiting).unwrap_or_default(),
             c.paths.join(", "),
+            c.worktree
+                .as_ref()
+                .map(markdown::shown_path)
+                .unwrap_or_default(),
             c.reason.clone().unwrap_or_default(),
         ]);
     }
@@ -141,6 +146,14 @@ pub(super) fn status(r: &StatusReport, t: &Printer) -> Option<String> {
             }
             if !c.paths.is_empty() {
                 let _ = writeln!(out, "paths: {}", c.paths.join(", "));
+            }
+            if let Some(w) = &c.worktree {
+                let _ = writeln!(
+                    out,
+                    "worktree: {} (branch {})",
+                    markdown::shown_path(w),
+                    w.branch
+                );
             }
         }
         None => {
@@ -278,7 +291,8 @@ fn verdict_and_next(md: &str) -> String {
 }
 
 pub(super) fn keys(r: &KeysReport, t: &Printer) -> Option<String> {
-    if r.results.is_empty() {
+    // What became of a worktree, and how to finish a kept one: the markdown says it.
+    if r.results.is_empty() || !r.worktrees.is_empty() {
         return None;
     }
     let mut out = String::new();

@@ -60,6 +60,7 @@ fn record(key: &str, token: u64) -> Record {
         paths: Vec::new(),
         slot: None,
         slots: None,
+        worktree: None,
     }
 }
 
