@@ -1922,3 +1922,50 @@ fn the_page_tells_the_desktop_of_a_death_once_asked() {
         "{rows:?}"
     );
 }
+
+/// Issue 49: a checkout's git worktree is on the page, its path whole, its branch on
+/// hover, and the column sorts.
+#[test]
+fn a_checkouts_worktree_is_on_the_page() {
+    let (mut env, top) = common::git_env();
+    let git = |args: &[&str]| {
+        let ok = std::process::Command::new("git")
+            .args(args)
+            .current_dir(&top)
+            .status()
+            .unwrap();
+        assert!(ok.success(), "git {args:?}");
+    };
+    git(&["symbolic-ref", "HEAD", "refs/heads/main"]);
+    std::fs::write(top.join("README"), "hello\n").unwrap();
+    git(&["add", "README"]);
+    git(&["commit", "-q", "-m", "init"]);
+    env.at(&chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
+    let r = env.run_in(&top, Some("alice"), &["checkout", "wt-key", "--worktree"]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    real_ok(&env, "bob", &["checkout", "plain-key"]);
+    let ui = Ui::start(&env, &[]);
+    let b = Browser::start();
+    b.go(&ui.url());
+    b.until(
+        "the worktree",
+        "return document.querySelector('#checkouts tbody').innerText.includes('.worktrees/wt-key')",
+    );
+    let cell = b.js(
+        "const td = [...document.querySelectorAll('#checkouts tbody td')].find((t) => t.dataset.label === 'Worktree' && t.innerText); \
+         return [td.innerText, td.querySelector('.key').title]",
+    );
+    let path = top.join(".worktrees/wt-key").display().to_string();
+    assert_eq!(cell, json!([path, "branch tasklock/wt-key"]));
+    // Sorted by it: the checkout with a worktree first, then the other way round.
+    b.js("document.querySelector('th[data-sort=worktree]').click(); return 0");
+    b.until(
+        "sorted by worktree",
+        "return document.querySelector('#checkouts tbody tr td').innerText === 'wt-key'",
+    );
+    b.js("document.querySelector('th[data-sort=worktree]').click(); return 0");
+    b.until(
+        "sorted the other way",
+        "return document.querySelector('#checkouts tbody tr td').innerText === 'plain-key'",
+    );
+}

@@ -574,3 +574,30 @@ fn no_worktrees_and_one_removed_by_hand() {
     assert!(!branch_exists(&top, "tasklock/issue-9"));
     assert_eq!(git_worktrees(&top).len(), 1);
 }
+
+/// The terminal view shows a checkout's worktree: a WORKTREE column (only when some
+/// checkout has one) and the fleet's JSON carries it.
+#[test]
+fn top_shows_the_worktree() {
+    let (e, top) = repo();
+    ok(&e, &top, "a1", &["checkout", "plain"]);
+    let frame = ok(&e, &top, "x", &["top", "--once", "--size", "160x20"]).stdout;
+    assert!(!frame.contains("WORKTREE"), "{frame}");
+    ok(&e, &top, "a1", &["checkout", "issue-7", "--worktree"]);
+    let frame = ok(&e, &top, "x", &["top", "--once", "--size", "160x20"]).stdout;
+    assert!(frame.contains("WORKTREE"), "{frame}");
+    assert!(frame.contains("/issue-7"), "{frame}");
+    let fleet = ok(&e, &top, "x", &["top", "--once", "--json"]).json();
+    let c = fleet["checkouts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["key"] == "issue-7")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        c["worktree"]["path"],
+        wt_path(&top, "issue-7").display().to_string()
+    );
+    assert_eq!(c["worktree"]["branch"], "tasklock/issue-7");
+}

@@ -452,7 +452,8 @@ const TABLES: [&str; 4] = ["checkouts", "agents", "waits", "events"];
 fn sorts_of(table: &str) -> &'static [&'static str] {
     match table {
         "checkouts" => &[
-            "key", "holder", "token", "held", "lease", "slot", "paths", "queue", "reason",
+            "key", "holder", "token", "held", "lease", "slot", "paths", "queue", "worktree",
+            "reason",
         ],
         "agents" => &["state", "agent", "beat", "holds", "waits", "status"],
         _ => &[],
@@ -624,6 +625,11 @@ fn checkout_order(column: &str, a: &FleetCheckout, b: &FleetCheckout) -> std::cm
         "queue" => a.queued.cmp(&b.queued),
         "slot" => x.slot.cmp(&y.slot),
         "paths" => x.paths.cmp(&y.paths),
+        // None last: a checkout with a worktree before one without.
+        "worktree" => match (&x.worktree, &y.worktree) {
+            (Some(p), Some(q)) => p.path.cmp(&q.path),
+            (p, q) => q.is_some().cmp(&p.is_some()),
+        },
         // None last: a checkout with a reason before one without.
         "reason" => match (&x.reason, &y.reason) {
             (Some(p), Some(q)) => p.cmp(q),

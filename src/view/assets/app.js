@@ -201,6 +201,13 @@ function lease(c, now) {
   return span;
 }
 
+// A checkout's git worktree: its path, whole (as keys are), its branch on hover.
+function worktreeEl(w) {
+  const e = keyEl(w.path);
+  e.title = "branch " + w.branch;
+  return e;
+}
+
 function renderCheckouts() {
   const now = doc.now;
   const rows = [];
@@ -222,10 +229,11 @@ function renderCheckouts() {
     rows.push(
       row(
         [key, holder, c.token, el("span", dur(secsBetween(c.acquired_at, now)), "nowrap"), lease(c, now),
-          c.slot ? c.slot + "/" + c.slots : "", (c.paths || []).length ? paths : "", c.queued || "", c.reason || "",
+          c.slot ? c.slot + "/" + c.slots : "", (c.paths || []).length ? paths : "", c.queued || "",
+          c.worktree ? worktreeEl(c.worktree) : "", c.reason || "",
           actions.childNodes.length ? actions : ""],
         "checkouts",
-        ["", "", "num", "", "", "", "paths", "num", "reason", ""]
+        ["", "", "num", "", "", "", "paths", "num", "paths", "reason", ""]
       )
     );
   }

@@ -101,6 +101,13 @@ fn holders_lines(app: &App, key: &str, now: Time) -> Vec<Line<'static>> {
                 inert(&c.view.paths.join(" "))
             )));
         }
+        if let Some(w) = &c.view.worktree {
+            lines.push(Line::from(format!(
+                "Worktree: {} on branch {}",
+                inert(&w.path),
+                inert(&w.branch)
+            )));
+        }
     }
     lines
 }

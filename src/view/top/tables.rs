@@ -245,6 +245,9 @@ pub fn checkouts(f: &mut Frame, app: &App, area: Rect, st: &Styles, now: Time) {
                 } else {
                     String::new()
                 }),
+                plain(inert(
+                    c.view.worktree.as_ref().map_or("", |w| w.path.as_str()),
+                )),
                 plain(inert(c.view.reason.as_deref().unwrap_or(""))),
             ]
         })
@@ -258,6 +261,7 @@ pub fn checkouts(f: &mut Frame, app: &App, area: Rect, st: &Styles, now: Time) {
         col("SLOT", 5, Cut::End),
         text_col("PATHS", 40, Cut::Middle, 3),
         col("QUEUE", 5, Cut::End),
+        text_col("WORKTREE", 32, Cut::Middle, 4),
         col("REASON", 0, Cut::End),
     ];
     let marked = sort_column(app.sort);
@@ -267,12 +271,12 @@ pub fn checkouts(f: &mut Frame, app: &App, area: Rect, st: &Styles, now: Time) {
         }
     }
     // A narrow terminal keeps what matters most: what, whose, for how long, which
-    // paths, who waits, why; a column nobody has a value in (slots, paths, queue) is
-    // left out.
+    // paths, who waits, why; a column nobody has a value in (slots, paths, queue,
+    // worktree) is left out.
     let empty = |i: usize| rows.iter().all(|r| r[i].text.is_empty());
     let keep: Vec<usize> = (0..cols.len())
-        .filter(|i| !narrow || [0, 1, 4, 6, 7, 8].contains(i))
-        .filter(|i| ![5, 6, 7].contains(i) || !empty(*i))
+        .filter(|i| !narrow || [0, 1, 4, 6, 7, 9].contains(i))
+        .filter(|i| ![5, 6, 7, 8].contains(i) || !empty(*i))
         .collect();
     let (cols, rows) = pick(cols, rows, &keep);
     let nothing = rows.is_empty();
