@@ -327,8 +327,9 @@ fn watch(shared: Arc<Shared>, events: VecDeque<AuditEvent>) {
         let mut sent: Option<(u64, std::time::Instant)> = None;
         loop {
             ctx.now = clock::now()?;
-            // The events first: the fleet read after them has every change they tell of,
-            // so a page (and /metrics) never counts an event its fleet does not show yet.
+            // The events first: the fleet read after them has every change they tell of
+            // that is in place (the file store appends an event just before its change
+            // is: the next read, which that change wakes, shows it).
             let new = follow.next(Duration::ZERO).unwrap_or_default();
             let read = fleet::snapshot(&ctx, &*store);
             let print = read.as_ref().ok().map(fingerprint);

@@ -723,7 +723,8 @@ fn watch(global: Global, tx: Sender<Msg>) {
         let mut changes = store.changes()?;
         loop {
             ctx.now = clock::now()?;
-            // The events first: the fleet read after them shows every change they tell of.
+            // The events first: the fleet read after them shows every change they tell of
+            // that is in place (the next read, which the change wakes, shows the rest).
             let events = follow.next(Duration::ZERO).unwrap_or_default();
             let fleet = fleet::snapshot(&ctx, &*store);
             let msg = match fleet {
