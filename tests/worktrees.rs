@@ -601,3 +601,108 @@ fn top_shows_the_worktree() {
     );
     assert_eq!(c["worktree"]["branch"], "tasklock/issue-7");
 }
+
+/// Claude Code's worktree hooks as it runs them: JSON on stdin, from the project.
+fn claude_hook(e: &Env, top: &Path, event: &str, payload: &serde_json::Value) -> Run {
+    use std::io::Write;
+    let mut cmd = base_cmd(&e.now);
+    use_store(&mut cmd, &e.dir());
+    cmd.args(["hook", event, "--dir"])
+        .arg(e.dir())
+        .current_dir(top)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(payload.to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    Run {
+        code: out.status.code().unwrap(),
+        stdout: String::from_utf8(out.stdout).unwrap(),
+        stderr: String::from_utf8(out.stderr).unwrap(),
+    }
+}
+
+/// Issue 49: `claude --worktree NAME` with the hooks `init` writes. WorktreeCreate makes
+/// the worktree as a checkout of `worktree:NAME` by the session and prints its path
+/// alone (what Claude Code starts the session in); another session asking for the same
+/// name is refused with the holder named and nothing made; WorktreeRemove releases the
+/// checkout, which removes the worktree only when nothing is lost.
+#[test]
+fn claude_codes_worktree_hooks_hold_the_worktree_as_the_sessions_checkout() {
+    let (e, top) = repo();
+    let create = |session: &str| {
+        serde_json::json!({
+            "session_id": session, "transcript_path": "/tmp/t.jsonl", "cwd": top,
+            "hook_event_name": "WorktreeCreate", "name": "feature-x",
+        })
+    };
+    let r = claude_hook(&e, &top, "worktree-create", &create("s1"));
+    assert_eq!(r.code, 0, "{}", r.text());
+    // The path alone on its line, where `checkout --worktree` puts the key's worktree.
+    let path = PathBuf::from(r.stdout.strip_suffix('\n').unwrap());
+    assert!(
+        path.starts_with(top.join(".worktrees"))
+            && path
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("worktree-feature-x-"),
+        "{}",
+        r.stdout
+    );
+    assert!(path.join("README").exists());
+    let status = ok(&e, &top, "x", &["status", "worktree:feature-x", "--json"]).json();
+    assert_eq!(status["checkout"]["agent"]["id"], "s1", "{status}");
+    assert!(
+        status["checkout"]["worktree"]["branch"]
+            .as_str()
+            .unwrap()
+            .starts_with("tasklock/worktree-feature-x-"),
+        "{status}"
+    );
+    assert_eq!(
+        status["checkout"]["worktree"]["path"],
+        path.display().to_string()
+    );
+
+    // Another session, the same name: refused, the holder named, nothing made.
+    let r = claude_hook(&e, &top, "worktree-create", &create("s2"));
+    assert_eq!(r.code, 64, "{}", r.text());
+    assert!(r.stdout.is_empty(), "{}", r.text());
+    assert!(
+        r.stderr.contains("`worktree:feature-x`, which s1 (")
+            && r.stderr.contains(") holds; no worktree was made"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(git_worktrees(&top).len(), 2);
+
+    // Removed with a commit only on its branch: kept, the checkout ended.
+    commit(&path, "work.txt");
+    let remove = serde_json::json!({
+        "session_id": "s1", "transcript_path": "/tmp/t.jsonl", "cwd": top,
+        "hook_event_name": "WorktreeRemove", "worktree_path": path,
+    });
+    let r = claude_hook(&e, &top, "worktree-remove", &remove);
+    assert_eq!(r.code, 0, "{}", r.text());
+    assert!(path.exists(), "a commit on no other branch: kept");
+    let after = ok(&e, &top, "x", &["status", "worktree:feature-x", "--json"]).json();
+    assert_eq!(after["outcome"], "free", "{after}");
+    // Merged, then asked again (as `tasklock worktrees --clean` would): removed.
+    let branch = status["checkout"]["worktree"]["branch"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    git(&top, &["merge", "-q", &branch]);
+    let r = claude_hook(&e, &top, "worktree-create", &create("s1"));
+    assert_eq!(r.code, 0, "{}", r.text());
+    let r = claude_hook(&e, &top, "worktree-remove", &remove);
+    assert_eq!(r.code, 0, "{}", r.text());
+    assert!(!path.exists(), "nothing lost: removed");
+}

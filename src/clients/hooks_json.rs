@@ -66,7 +66,7 @@ pub const RUN_RULES: &[&str] = &[
 ];
 
 /// Claude Code's hook events and the `tasklock hook` event wired to each.
-pub const HOOK_EVENTS: [(&str, &str); 7] = [
+pub const HOOK_EVENTS: [(&str, &str); 9] = [
     ("SessionStart", "session-start"),
     ("UserPromptSubmit", "user-prompt-submit"),
     ("PreToolUse", "pre-tool-use"),
@@ -74,6 +74,9 @@ pub const HOOK_EVENTS: [(&str, &str); 7] = [
     ("SubagentStart", "subagent-start"),
     ("SubagentStop", "subagent-stop"),
     ("SessionEnd", "session-end"),
+    // A worktree Claude Code makes (`claude --worktree`) is a checkout of the session's.
+    ("WorktreeCreate", "worktree-create"),
+    ("WorktreeRemove", "worktree-remove"),
 ];
 
 /// Codex's hook events (in `.codex/hooks.json`, Claude Code's format) and the

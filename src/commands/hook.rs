@@ -7,7 +7,7 @@
 //! and the hook still exits 0.
 
 use std::io::{Read, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
@@ -18,7 +18,7 @@ use crate::liveness::is_own_process;
 use crate::report::Report;
 use crate::store::{AgentEntry, Event, Message};
 
-pub const EVENTS: [&str; 8] = [
+pub const EVENTS: [&str; 10] = [
     "session-start",
     "user-prompt-submit",
     "pre-tool-use",
@@ -27,6 +27,8 @@ pub const EVENTS: [&str; 8] = [
     "subagent-start",
     "subagent-stop",
     "session-end",
+    "worktree-create",
+    "worktree-remove",
 ];
 
 /// Run a hook; returns what to print on stdout (Claude Code's hook output JSON).
@@ -294,9 +296,65 @@ impl Input {
                 edit_gate::forget_edits(start.project, agent, &ctx.now, wait())?;
                 Ok(None)
             }
+            "worktree-create" => worktree_create(ctx, &self.payload),
+            "worktree-remove" => worktree_remove(ctx, &self.payload, start.project),
             _ => unreachable!("checked above"),
         }
     }
+}
+
+/// The key a worktree Claude Code asks for by `name` is held as: `worktree:NAME`.
+pub const WORKTREE_KEY_PREFIX: &str = "worktree:";
+
+/// Claude Code's `WorktreeCreate` (`claude --worktree NAME`, a subagent's isolation):
+/// the worktree is a checkout of `worktree:NAME` by the session, made by the path
+/// `checkout KEY --worktree` takes (made once granted, recorded with the checkout). Its
+/// absolute path, alone on stdout, is what Claude Code starts the session in. Held by
+/// another live agent, nothing is made and the hook fails with the holder named.
+fn worktree_create(ctx: &Ctx, payload: &Value) -> Result<Option<String>> {
+    let name = text(&payload["name"])
+        .or_else(|| text(&payload["worktree_name"]))
+        .ok_or_else(|| Error::Usage("WorktreeCreate: the hook input names no worktree".into()))?;
+    let key = format!("{WORKTREE_KEY_PREFIX}{name}");
+    let reason = Some(format!("Claude Code worktree {name}"));
+    let want = crate::engine::take::Want::default();
+    let report =
+        super::checkout::run(ctx, &key, want, None, reason, crate::engine::take::Join::No)?;
+    let report = super::worktrees::after_grant(ctx, report, None)?;
+    let Report::Checkout(r) = report else {
+        unreachable!("a checkout reports a checkout")
+    };
+    match (
+        &r.outcome,
+        r.checkout.as_ref().and_then(|c| c.worktree.as_ref()),
+    ) {
+        (crate::error::Outcome::Granted | crate::error::Outcome::AlreadyHeld, Some(w)) => {
+            Ok(Some(format!("{}\n", w.path)))
+        }
+        _ => Err(Error::Worktree(format!(
+            "the worktree {name} is `{key}`, which {}; no worktree was made: pick another name, or wait for it",
+            match r.checkout.as_ref() {
+                Some(c) => format!("{} holds", c.agent.label()),
+                None => format!("cannot be taken now ({:?})", r.outcome).to_lowercase(),
+            }
+        ))),
+    }
+}
+
+/// Claude Code's `WorktreeRemove`: the checkout of the worktree at `worktree_path` (one
+/// tasklock made: git keeps its key) is released, which removes the worktree only when
+/// that loses nothing. A worktree tasklock did not make is left alone.
+fn worktree_remove(ctx: &Ctx, payload: &Value, project: &Path) -> Result<Option<String>> {
+    let Some(path) = text(&payload["worktree_path"]) else {
+        return Ok(None);
+    };
+    let found = crate::engine::worktree::registry(project)?
+        .into_iter()
+        .find(|f| f.worktree.path == path);
+    if let Some(f) = found {
+        super::release::run(ctx, vec![f.key], false, false, false, None)?;
+    }
+    Ok(None)
 }
 
 /// A non-empty string of the hook's JSON.
