@@ -1973,3 +1973,71 @@ fn a_checkouts_worktree_is_on_the_page() {
         "return document.querySelector('#checkouts tbody tr td').innerText === 'plain-key'",
     );
 }
+
+/// Issue 48: the timeline saved as one HTML file, from the command line (`ui --html`) and
+/// from the page's server (`/timeline.html`, behind the token): the picture and where
+/// the time went, escaped, with no script and nothing fetched.
+#[test]
+fn the_timeline_as_one_html_file() {
+    let env = Env::new();
+    real_ok(&env, "alice", &["checkout", "task-1"]);
+    real_ok(&env, "bob", &["checkout", HOSTILE]);
+    real_ok(&env, "carol", &["checkout", "task-1", "--queue"]);
+    let file = env.tmp.path().join("t.html");
+    let r = env.run_now(None, &["ui", "--html", file.to_str().unwrap()]);
+    assert_eq!(r.code, 0, "{}", r.text());
+    let check = |html: &str| {
+        assert!(html.starts_with("<!doctype html>"), "{html}");
+        assert!(html.contains("<svg") && html.contains("</svg>"), "{html}");
+        assert!(html.contains("Where the time went"), "{html}");
+        assert!(html.contains(">task-1</td>"), "{html}");
+        for agent in ["alice", "bob", "carol"] {
+            assert!(
+                html.contains(&format!("</i>{agent}</td>")),
+                "{agent}: {html}"
+            );
+        }
+        assert!(html.contains("&lt;img src=x"), "escaped: {html}");
+        // Every tag: none that runs or fetches (text is escaped, so `<` opens a tag).
+        for tag in html
+            .split('<')
+            .skip(1)
+            .map(|t| t.split('>').next().unwrap())
+        {
+            let t = tag.to_lowercase();
+            let name = t.split([' ', '/']).next().unwrap_or("");
+            assert!(
+                !["script", "img", "link", "iframe", "object", "embed"].contains(&name)
+                    && !t.contains(" src=")
+                    && !t.contains("href=")
+                    && !t.contains(" on"),
+                "<{tag}>"
+            );
+        }
+        assert!(
+            !html.contains("@import") && !html.contains("url("),
+            "{html}"
+        );
+    };
+    check(&std::fs::read_to_string(&file).unwrap());
+    let ui = Ui::start(&env, &[]);
+    let a = ready(|| ui.get("/timeline.html?since=all&by=key"));
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert!(
+        a.header("content-type")
+            .is_some_and(|t| t.starts_with("text/html")),
+        "{}",
+        a.head
+    );
+    assert!(
+        a.header("content-disposition")
+            .is_some_and(|d| d.contains("tasklock-timeline.html")),
+        "{}",
+        a.head
+    );
+    check(&a.body);
+    let host = format!("127.0.0.1:{}", ui.port);
+    let anonymous = ui.http("GET", "/timeline.html", &[("Host", &host)], "");
+    assert_eq!(anonymous.status, 403);
+    assert_eq!(ui.get("/timeline.html?since=5").status, 400);
+}

@@ -620,6 +620,59 @@ fn axis(s: &mut String, t: &Timeline, x: &dyn Fn(Time) -> f64, bottom: f64) {
 }
 
 /// The timeline as an SVG document.
+/// The timeline as one HTML file that needs nothing else (no script, no link, no
+/// network): a title, the picture, and where the time went per key and per agent, the
+/// most first. `store` names the fleet.
+pub fn html(t: &Timeline, store: &str) -> String {
+    let when = |x: Time| x.format("%Y-%m-%d %H:%M:%S UTC").to_string();
+    let dur = |s: i64| match s {
+        s if s < 100 => format!("{s}s"),
+        s if s < 6000 => format!("{}m", s / 60),
+        s => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
+    };
+    let mut out = String::with_capacity(16 * 1024);
+    let _ = write!(
+        out,
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>tasklock timeline · {store}</title>\n<style>body{{font:14px/1.45 system-ui,sans-serif;margin:24px;color:#1f2328;background:#fff}}h1{{font-size:20px;margin:0 0 4px}}p{{color:#59636e;margin:0 0 16px}}svg{{max-width:100%;height:auto;border:1px solid #d1d9e0;border-radius:6px}}table{{border-collapse:collapse;margin:12px 24px 12px 0;display:inline-table;vertical-align:top}}th,td{{padding:3px 10px;border-bottom:1px solid #d1d9e0;text-align:left}}td.n{{text-align:right;font-variant-numeric:tabular-nums}}.k{{font-family:ui-monospace,monospace;white-space:nowrap}}i{{display:inline-block;width:.8em;height:.8em;border-radius:2px;margin-right:.4em}}</style></head><body>\n<h1>tasklock timeline</h1>\n<p>{store} · {} to {}</p>\n",
+        when(t.start),
+        when(t.end),
+        store = escape(store),
+    );
+    out.push_str(&svg(t));
+    let mut rows: Vec<&KeyRow> = t.rows.iter().collect();
+    rows.sort_by_key(|r| std::cmp::Reverse(r.held_secs + r.waited_secs));
+    let first = if t.by == By::Agent { "Agent" } else { "Key" };
+    let _ = write!(
+        out,
+        "<h2>Where the time went</h2>\n<table><tr><th>{first}</th><th>Held</th><th>Waited</th><th>Contention</th></tr>"
+    );
+    for r in rows {
+        let _ = write!(
+            out,
+            "<tr><td class=\"k\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
+            escape(&r.key),
+            dur(r.held_secs),
+            dur(r.waited_secs),
+            r.contention
+        );
+    }
+    out.push_str("</table>\n<table><tr><th>Agent</th><th>Held</th><th>Waited</th></tr>");
+    let mut agents: Vec<&AgentTime> = t.agent_time.iter().collect();
+    agents.sort_by_key(|a| std::cmp::Reverse(a.held_secs + a.waited_secs));
+    for a in agents {
+        let _ = write!(
+            out,
+            "<tr><td class=\"k\"><i style=\"background:{}\"></i>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
+            t.colour(&a.id),
+            escape(&a.id),
+            dur(a.held_secs),
+            dur(a.waited_secs)
+        );
+    }
+    out.push_str("</table>\n</body></html>\n");
+    out
+}
+
 pub fn svg(t: &Timeline) -> String {
     const W: f64 = 1200.0;
     const LABEL: f64 = 240.0;

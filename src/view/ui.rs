@@ -62,21 +62,26 @@ pub struct Args {
     #[arg(long)]
     pub no_open: bool,
     /// Write the timeline as an SVG file and exit (no server)
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "html")]
     pub svg: Option<std::path::PathBuf>,
-    /// The timeline's window for --svg (without it: from the first thing shown, at most a
-    /// day back, to now)
+    /// Write the timeline as one HTML file (the picture and where the time went; no
+    /// script, nothing fetched) and exit (no server)
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<std::path::PathBuf>,
+    /// The timeline's window for --svg and --html (without it: from the first thing
+    /// shown, at most a day back, to now)
     #[arg(long, value_name = "DUR", value_parser = crate::duration::parse)]
     pub since: Option<Duration>,
-    /// The timeline's rows for --svg: one per key, or one per agent
+    /// The timeline's rows for --svg and --html: one per key, or one per agent
     #[arg(long, value_enum, default_value = "key")]
     pub by: timeline::By,
 }
 
 pub fn main(args: Vec<std::ffi::OsString>) -> i32 {
-    super::run(args, "ui", |a: Args| match &a.svg {
-        Some(path) => write_svg(&a, path),
-        None => serve(&a),
+    super::run(args, "ui", |a: Args| match (&a.svg, &a.html) {
+        (Some(path), _) => write_picture(&a, path, false),
+        (_, Some(path)) => write_picture(&a, path, true),
+        _ => serve(&a),
     })
 }
 
@@ -88,13 +93,19 @@ fn window(since: Option<Duration>) -> timeline::Window {
     }
 }
 
-fn write_svg(a: &Args, path: &std::path::Path) -> Result<()> {
+/// `--svg FILE` or `--html FILE`: the timeline written, no server.
+fn write_picture(a: &Args, path: &std::path::Path, html: bool) -> Result<()> {
     let ctx = context(&a.global)?;
     let store = store_of(&ctx)?;
     let fleet = fleet::snapshot(&ctx, &*store)?;
     let events: Vec<AuditEvent> = recent_events(&*store)?.into();
     let t = timeline::build_window(&events, Some(&fleet), window(a.since), ctx.now, a.by);
-    std::fs::write(path, timeline::svg(&t)).map_err(|e| Error::io(path, e))?;
+    let text = if html {
+        timeline::html(&t, &fleet.store)
+    } else {
+        timeline::svg(&t)
+    };
+    std::fs::write(path, text).map_err(|e| Error::io(path, e))?;
     println!("{}", path.display());
     Ok(())
 }
@@ -870,6 +881,7 @@ impl server::App for Shared {
         match (req.method.as_str(), req.path.as_str()) {
             ("GET", "/api/fleet") => fleet_part(&self, &req),
             ("GET", "/timeline.svg") => picture(&self, &req),
+            ("GET", "/timeline.html") => picture_page(&self, &req),
             ("GET", "/events") => match View::parse(&req) {
                 Ok(view) => stream(self, view),
                 Err(e) => Response::text(400, &e),
@@ -937,18 +949,50 @@ fn fleet_part(shared: &Shared, req: &Request) -> Response {
 
 /// `/timeline.svg`: fitted to what happened, by key, as drawn with the snapshot; or the
 /// last `since` seconds (`since=all`, or none: fitted), by key or by agent.
-fn picture(shared: &Shared, req: &Request) -> Response {
+/// A timeline's `since` and `by` as a request asks for them.
+fn picture_asked(req: &Request) -> std::result::Result<(timeline::Window, timeline::By), Response> {
     let window = match req.param("since").as_deref() {
         None | Some("all") => timeline::Window::Fit,
         Some(s) => match s.parse::<i64>() {
             Ok(n) if (60..=7 * 86_400).contains(&n) => timeline::Window::Last(n),
-            _ => return Response::text(400, "since: seconds, 60 to 604800, or all"),
+            _ => return Err(Response::text(400, "since: seconds, 60 to 604800, or all")),
         },
     };
     let by = match req.param("by").as_deref() {
         None | Some("key") => timeline::By::Key,
         Some("agent") => timeline::By::Agent,
-        Some(_) => return Response::text(400, "by: key or agent"),
+        Some(_) => return Err(Response::text(400, "by: key or agent")),
+    };
+    Ok((window, by))
+}
+
+/// `/timeline.html`: the timeline as one HTML file (`ui --html`), to save.
+fn picture_page(shared: &Shared, req: &Request) -> Response {
+    let (window, by) = match picture_asked(req) {
+        Ok(asked) => asked,
+        Err(r) => return r,
+    };
+    let Some(snap) = shared.snapshot() else {
+        return Response::text(503, "reading the store…");
+    };
+    let events: Vec<AuditEvent> = snap.events.iter().cloned().collect();
+    let t = timeline::build_window(&events, snap.fleet.as_deref(), window, snap.now, by);
+    let store = snap.fleet.as_ref().map_or("", |f| f.store.as_str());
+    Response::new(
+        200,
+        "text/html; charset=utf-8",
+        timeline::html(&t, store).into_bytes(),
+    )
+    .with(
+        "content-disposition",
+        "attachment; filename=\"tasklock-timeline.html\"",
+    )
+}
+
+fn picture(shared: &Shared, req: &Request) -> Response {
+    let (window, by) = match picture_asked(req) {
+        Ok(asked) => asked,
+        Err(r) => return r,
     };
     let Some(snap) = shared.snapshot() else {
         return Response::text(503, "reading the store…");

@@ -400,6 +400,7 @@ function refreshTimeline() {
   lastTimeline = Date.now();
   document.getElementById("timeline").src = timelineUrl() + "&v=" + lastTimeline;
   document.getElementById("save").href = timelineUrl() + "&download=1";
+  document.getElementById("save-html").href = timelineUrl().replace("/timeline.svg", "/timeline.html") + "&download=1";
   const t = doc && doc.time;
   const fitted = t && t.start ? Math.max(0, secsBetween(t.start, t.end)) : 0;
   document.getElementById("span").textContent = since !== "all"
@@ -583,6 +584,7 @@ window.addEventListener("hashchange", () => {
 marks();
 if (token) {
   document.getElementById("save").href = timelineUrl() + "&download=1";
+  document.getElementById("save-html").href = timelineUrl().replace("/timeline.svg", "/timeline.html") + "&download=1";
   connect();
 } else {
   status("offline", "no token");
