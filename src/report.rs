@@ -649,12 +649,26 @@ impl AgentRow {
     }
 
     pub fn unregistered(r: &Record, checkouts: Vec<String>) -> Self {
+        let a = &r.agent;
+        let mut row = AgentRow::unbeaten(&a.id, a.name.as_ref(), a.parent.as_ref(), &a.host, a.pid);
+        row.checkouts = checkouts;
+        row
+    }
+
+    /// An agent that never sent a heartbeat, judged alive by what it holds or waits for.
+    fn unbeaten(
+        id: &str,
+        name: Option<&String>,
+        parent: Option<&String>,
+        host: &str,
+        pid: Option<u32>,
+    ) -> Self {
         AgentRow {
-            id: r.agent.id.clone(),
-            name: r.agent.name.clone(),
-            parent: r.agent.parent.clone(),
-            host: r.agent.host.clone(),
-            pid: r.agent.pid,
+            id: id.to_string(),
+            name: name.cloned(),
+            parent: parent.cloned(),
+            host: host.to_string(),
+            pid,
             state: State::Alive,
             cause: None,
             registered: false,
@@ -662,7 +676,7 @@ impl AgentRow {
             last_heartbeat: None,
             heartbeats: 0,
             status: None,
-            checkouts,
+            checkouts: Vec::new(),
             waiting_for: None,
         }
     }
@@ -680,22 +694,9 @@ impl AgentRow {
     /// An agent known only from its place in a queue (it never sent a heartbeat and
     /// holds nothing): alive while that place stands, as a queue judges its waiters.
     pub fn waiting(w: &crate::store::Waiter, waiting_for: Vec<String>) -> Self {
-        AgentRow {
-            id: w.agent.clone(),
-            name: w.name.clone(),
-            parent: None,
-            host: w.host.clone(),
-            pid: w.pid,
-            state: State::Alive,
-            cause: None,
-            registered: false,
-            first_seen: None,
-            last_heartbeat: None,
-            heartbeats: 0,
-            status: None,
-            checkouts: Vec::new(),
-            waiting_for: Some(waiting_for),
-        }
+        let mut row = AgentRow::unbeaten(&w.agent, w.name.as_ref(), None, &w.host, w.pid);
+        row.waiting_for = Some(waiting_for);
+        row
     }
 }
 

@@ -292,24 +292,8 @@ fn hook(e: &Env, input: &Value) -> Run {
         cmd.env_remove(k);
     }
     use_store(&mut cmd, &e.dir());
-    cmd.arg("--dir")
-        .arg(e.dir())
-        .args(["hook", "pre-tool-use"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = cmd.spawn().unwrap();
-    let _ = child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.to_string().as_bytes());
-    let out = child.wait_with_output().unwrap();
-    Run {
-        code: out.status.code().unwrap(),
-        stdout: String::from_utf8(out.stdout).unwrap(),
-        stderr: String::from_utf8(out.stderr).unwrap(),
-    }
+    cmd.arg("--dir").arg(e.dir()).args(["hook", "pre-tool-use"]);
+    Run::with_stdin(&mut cmd, &input.to_string())
 }
 
 #[test]

@@ -4,7 +4,6 @@
 #[macro_use]
 mod common;
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Barrier};
@@ -184,7 +183,7 @@ fn hooks_outside_git_without_a_lock_directory_create_nothing() {
         "session-end",
     ] {
         let mut cmd = cmd_in(tmp.path(), &["hook", event]);
-        let r = feed(&mut cmd, &input);
+        let r = Run::with_stdin(&mut cmd, &input);
         assert_eq!(r.code, 0, "{event}: {}", r.text());
         assert!(r.stdout.is_empty(), "{event}: {}", r.text());
         assert!(r.stderr.contains("tasklock init"), "{event}: {}", r.text());
@@ -266,7 +265,7 @@ fn a_lock_directory_planted_by_another_user_is_refused_not_used() {
     assert_eq!(r.json()["error"]["kind"], "lock_dir");
     // So do the hooks (on stderr, exit 0), without writing to it.
     let input = serde_json::json!({"session_id": "s1", "cwd": repo}).to_string();
-    let r = feed(&mut cmd_in(&repo, &["hook", "session-start"]), &input);
+    let r = Run::with_stdin(&mut cmd_in(&repo, &["hook", "session-start"]), &input);
     assert_eq!(r.code, 0, "{}", r.text());
     assert!(
         r.stderr.contains("refusing the lock directory"),
@@ -446,22 +445,6 @@ fn an_unprivileged_user_accepts_root_and_own_lock_directories_but_not_others() {
 // ---------------------------------------------------------------------------------------
 // Hooks behind wrappers
 
-fn feed(cmd: &mut Command, input: &str) -> Run {
-    let mut child = cmd
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let _ = child.stdin.take().unwrap().write_all(input.as_bytes());
-    let out = child.wait_with_output().unwrap();
-    Run {
-        code: out.status.code().expect("exited normally"),
-        stdout: String::from_utf8(out.stdout).unwrap(),
-        stderr: String::from_utf8(out.stderr).unwrap(),
-    }
-}
-
 #[test]
 fn a_hook_behind_a_wrapper_registers_the_process_that_ran_the_wrapper() {
     let e = Env::new();
@@ -490,7 +473,7 @@ fn a_hook_behind_a_wrapper_registers_the_process_that_ran_the_wrapper() {
             .arg(e.dir())
             .env("TASKLOCK_NOW", T0)
             .current_dir(e.tmp.path());
-        let r = feed(&mut cmd, &input);
+        let r = Run::with_stdin(&mut cmd, &input);
         assert_eq!(r.code, 0, "{wrapper}: {}", r.text());
         assert!(r.stderr.is_empty(), "{wrapper}: {}", r.text());
         let path = e.dir().join("agents").join(&session);

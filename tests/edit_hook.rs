@@ -36,24 +36,8 @@ fn hook(env: &Env, cwd: &Path, payload: &Value) -> Run {
 fn hook_event(env: &Env, cwd: &Path, event: &str, payload: &Value) -> Run {
     let mut cmd = base_cmd(&env.now);
     use_store(&mut cmd, &env.dir());
-    cmd.args(["hook", event])
-        .current_dir(cwd)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = cmd.spawn().unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(payload.to_string().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    Run {
-        code: out.status.code().unwrap(),
-        stdout: String::from_utf8(out.stdout).unwrap(),
-        stderr: String::from_utf8(out.stderr).unwrap(),
-    }
+    cmd.args(["hook", event]).current_dir(cwd);
+    Run::with_stdin(&mut cmd, &payload.to_string())
 }
 
 fn edit(session: &str, cwd: &Path, tool: &str, file: &Path) -> Value {

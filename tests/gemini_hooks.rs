@@ -7,7 +7,6 @@
 #[macro_use]
 mod common;
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -199,23 +198,8 @@ fn hook(env: &Env, cwd: &Path, event: &str, payload: &Value, vars: &[(&str, &str
     cmd.env_remove("GEMINI_SESSION_ID")
         .envs(vars.iter().copied())
         .args(["hook", event])
-        .current_dir(cwd)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = cmd.spawn().unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(payload.to_string().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    Run {
-        code: out.status.code().unwrap(),
-        stdout: String::from_utf8(out.stdout).unwrap(),
-        stderr: String::from_utf8(out.stderr).unwrap(),
-    }
+        .current_dir(cwd);
+    Run::with_stdin(&mut cmd, &payload.to_string())
 }
 
 /// The JSON Gemini CLI gives a tool hook.

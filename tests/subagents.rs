@@ -5,9 +5,7 @@
 #[macro_use]
 mod common;
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 
 use common::*;
 use serde_json::{Value, json};
@@ -25,21 +23,7 @@ fn hook(e: &Env, event: &str, input: &Value) -> Run {
     }
     use_store(&mut cmd, &e.dir());
     cmd.arg("--dir").arg(e.dir()).args(["hook", event]);
-    let mut child = cmd
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let _ = stdin.write_all(input.to_string().as_bytes());
-    drop(stdin);
-    let out = child.wait_with_output().unwrap();
-    Run {
-        code: out.status.code().unwrap(),
-        stdout: String::from_utf8(out.stdout).unwrap(),
-        stderr: String::from_utf8(out.stderr).unwrap(),
-    }
+    Run::with_stdin(&mut cmd, &input.to_string())
 }
 
 /// The project directory the hooks are told about (named `proj`, for stable names).

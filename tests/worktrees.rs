@@ -604,28 +604,12 @@ fn top_shows_the_worktree() {
 
 /// Claude Code's worktree hooks as it runs them: JSON on stdin, from the project.
 fn claude_hook(e: &Env, top: &Path, event: &str, payload: &serde_json::Value) -> Run {
-    use std::io::Write;
     let mut cmd = base_cmd(&e.now);
     use_store(&mut cmd, &e.dir());
     cmd.args(["hook", event, "--dir"])
         .arg(e.dir())
-        .current_dir(top)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let mut child = cmd.spawn().unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(payload.to_string().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    Run {
-        code: out.status.code().unwrap(),
-        stdout: String::from_utf8(out.stdout).unwrap(),
-        stderr: String::from_utf8(out.stderr).unwrap(),
-    }
+        .current_dir(top);
+    Run::with_stdin(&mut cmd, &payload.to_string())
 }
 
 /// Issue 49: `claude --worktree NAME` with the hooks `init` writes. WorktreeCreate makes

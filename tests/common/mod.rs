@@ -24,6 +24,25 @@ pub struct Run {
 }
 
 impl Run {
+    /// Run `cmd` with `input` on its standard input (a hook's JSON, as a client gives it).
+    pub fn with_stdin(cmd: &mut Command, input: &str) -> Run {
+        use std::io::Write;
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // A command may exit before it reads everything: that is its answer, not ours.
+        let _ = child.stdin.take().unwrap().write_all(input.as_bytes());
+        let out = child.wait_with_output().unwrap();
+        Run {
+            code: out.status.code().unwrap(),
+            stdout: String::from_utf8(out.stdout).unwrap(),
+            stderr: String::from_utf8(out.stderr).unwrap(),
+        }
+    }
+
     pub fn json(&self) -> Value {
         serde_json::from_str(&self.stdout)
             .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}", self.stdout))
