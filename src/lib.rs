@@ -120,9 +120,8 @@ fn run_command(args: Vec<OsString>) -> i32 {
 }
 
 /// `tasklock hook EVENT`. Hooks never break the agent: failures go to stderr and the exit
-/// code is 0. But for `worktree-create`, whose output is the worktree Claude Code starts
-/// the session in: with no worktree made it fails with the error's exit code, so that
-/// Claude Code stops and shows why.
+/// code is 0, but for an event whose answer the client cannot go on without
+/// ([`commands::hook::must_answer`]).
 fn hook(global: &cli::Global, event: Option<&str>) -> i32 {
     let Some(event) = event else {
         emit_stderr(HOOK_NO_EVENT);
@@ -141,7 +140,7 @@ fn hook(global: &cli::Global, event: Option<&str>) -> i32 {
                 .map(|h| format!("Next: {h}\n"))
                 .unwrap_or_default();
             emit_stderr(&format!("tasklock hook {event}: {e}\n{next}"));
-            if event == "worktree-create" {
+            if commands::hook::must_answer(event) {
                 return e.exit_code();
             }
         }

@@ -303,6 +303,14 @@ impl Input {
     }
 }
 
+/// Does the client need this event's answer to go on? `worktree-create`'s is the
+/// worktree Claude Code starts the session in: with none made, the hook fails (with the
+/// error's exit code) so that Claude Code stops and shows why. Every other hook exits 0
+/// whatever happens, so that it never breaks the agent.
+pub fn must_answer(event: &str) -> bool {
+    event == "worktree-create"
+}
+
 /// The key a worktree Claude Code asks for by `name` is held as: `worktree:NAME`.
 pub const WORKTREE_KEY_PREFIX: &str = "worktree:";
 

@@ -119,7 +119,7 @@ fn choose(project: &Path, named: &[String], cursor: bool) -> Result<Vec<ClientSe
         }
         let why = if project.join(c.folder()).is_dir() {
             format!("the project has {}/", c.folder())
-        } else if on_path(&path, c.command()) {
+        } else if crate::os::on_path(&path, c.command()).is_some() {
             format!("`{}` is on PATH", c.command())
         } else {
             continue;
@@ -133,15 +133,6 @@ fn choose(project: &Path, named: &[String], cursor: bool) -> Result<Vec<ClientSe
         ));
     }
     Ok(chosen)
-}
-
-/// Is `command` an executable file in one of the directories of `path`?
-fn on_path(path: &std::ffi::OsStr, command: &str) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::env::split_paths(path).any(|d| {
-        std::fs::metadata(d.join(command))
-            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    })
 }
 
 /// What `init` was asked.

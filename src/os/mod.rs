@@ -167,6 +167,17 @@ pub unsafe fn start_process() {
     }
 }
 
+/// `command` as an executable file in the first directory of `path` (a `PATH` value)
+/// that has one.
+pub fn on_path(path: &std::ffi::OsStr, command: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    std::env::split_paths(path)
+        .map(|d| d.join(command))
+        .find(|p| {
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+}
+
 /// The whole of a small text file (a procfs file, `/etc/passwd`): open, read until the
 /// end, close; `None` when it cannot be read or is not UTF-8, as
 /// `std::fs::read_to_string(path).ok()`. That one first asks the file's size, which procfs

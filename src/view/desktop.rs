@@ -111,13 +111,7 @@ pub fn notes(new: &[AuditEvent], store: &str) -> Vec<(String, String)> {
 }
 
 fn on_path(name: &str) -> Option<PathBuf> {
-    std::env::split_paths(&std::env::var_os("PATH")?)
-        .map(|d| d.join(name))
-        .find(|p| {
-            use std::os::unix::fs::PermissionsExt;
-            p.metadata()
-                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        })
+    crate::os::on_path(&std::env::var_os("PATH")?, name)
 }
 
 /// Text safe inside an escape sequence: no control characters (a key or a reason could
