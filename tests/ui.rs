@@ -1931,19 +1931,7 @@ fn the_page_tells_the_desktop_of_a_death_once_asked() {
 /// hover, and the column sorts.
 #[test]
 fn a_checkouts_worktree_is_on_the_page() {
-    let (mut env, top) = common::git_env();
-    let git = |args: &[&str]| {
-        let ok = std::process::Command::new("git")
-            .args(args)
-            .current_dir(&top)
-            .status()
-            .unwrap();
-        assert!(ok.success(), "git {args:?}");
-    };
-    git(&["symbolic-ref", "HEAD", "refs/heads/main"]);
-    std::fs::write(top.join("README"), "hello\n").unwrap();
-    git(&["add", "README"]);
-    git(&["commit", "-q", "-m", "init"]);
+    let (mut env, top) = common::git_repo();
     env.at(&chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
     let r = env.run_in(&top, Some("alice"), &["checkout", "wt-key", "--worktree"]);
     assert_eq!(r.code, 0, "{}", r.text());

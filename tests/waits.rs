@@ -47,6 +47,14 @@ fn waiters(env: &Env, top: &Path, key: &str) -> Vec<String> {
     strings(&ok(env, top, "observer", &["status", key])["queue"]["waiters"])
 }
 
+/// The last `deadlock` event of the audit log.
+fn last_deadlock(env: &Env) -> Value {
+    audit(&env.dir())
+        .into_iter()
+        .rfind(|e| e["event"] == "deadlock")
+        .expect("a deadlock event")
+}
+
 /// The unread messages of `agent` (left unread), as `(type, key, body)`.
 fn inbox(env: &Env, top: &Path, agent: &str) -> Vec<(String, String, String)> {
     ok(env, top, agent, &["inbox", "--peek"])["messages"]
@@ -109,10 +117,7 @@ fn a_grant_that_closes_a_cycle_drops_a_passive_place() {
     );
     assert_eq!(waiters(&env, &top, "kC"), Vec::<String>::new(), "C left kC");
     assert_eq!(waiters(&env, &top, "k2"), ["B"], "B waits for C now");
-    let last = audit(&env.dir())
-        .into_iter()
-        .rfind(|e| e["event"] == "deadlock")
-        .expect("a deadlock event");
+    let last = last_deadlock(&env);
     assert_eq!(last["agent"], "C");
     assert_eq!(last["key"], "kC");
     assert_eq!(last["reason"], "dropped");
@@ -149,10 +154,7 @@ fn a_finished_agent_asking_for_the_commit_key_drops_the_holders_passive_place() 
             && body.contains("when F queued for `git:index` (H → t1 → F → git:index → H)")),
         "{msgs:?}"
     );
-    let ev = audit(&env.dir())
-        .into_iter()
-        .rfind(|e| e["event"] == "deadlock")
-        .expect("a deadlock event");
+    let ev = last_deadlock(&env);
     assert_eq!(ev["agent"], "H", "{ev}");
     assert_eq!(ev["key"], "t1", "{ev}");
     assert_eq!(ev["reason"], "dropped", "{ev}");
@@ -244,10 +246,7 @@ fn a_grant_that_closes_a_cycle_of_blocked_waits_is_refused_to_the_taker() {
     let status = ok(&env, &top, "observer", &["status", "k2"]);
     assert_eq!(status["outcome"], "free", "nothing taken: {status}");
     assert_eq!(waiters(&env, &top, "kC"), ["C"], "C keeps its place");
-    let last = audit(&env.dir())
-        .into_iter()
-        .rfind(|e| e["event"] == "deadlock")
-        .expect("a deadlock event");
+    let last = last_deadlock(&env);
     assert_eq!(last["agent"], "C");
     assert_eq!(last["detail"], "C → kC → B → k2 → C");
     let r = env.run_in(&top, Some("C"), &["checkout", "k2"]);
@@ -292,10 +291,7 @@ fn a_give_closing_a_cycle_through_a_passive_place_drops_it() {
     assert_eq!(waiters(&env, &top, "k"), ["C"], "C waits for D now");
     let k = ok(&env, &top, "observer", &["status", "k"]);
     assert_eq!(k["checkout"]["agent"]["id"], "D", "{k}");
-    let last = audit(&env.dir())
-        .into_iter()
-        .rfind(|e| e["event"] == "deadlock")
-        .expect("a deadlock event");
+    let last = last_deadlock(&env);
     assert_eq!(
         (&last["agent"], &last["key"], &last["reason"]),
         (&json!("D"), &json!("x"), &json!("dropped"))
@@ -552,10 +548,7 @@ fn a_reservation_that_closes_a_cycle_drops_the_waiter_that_closes_it() {
     assert!(body.contains("X → kX2 → W → k2 → X"), "{body}");
     let r = env.run_in(&top, Some("X"), &["inbox", "--peek"]);
     snap!(env, "dropped_and_told", r);
-    let ev = audit(&env.dir())
-        .into_iter()
-        .rfind(|e| e["event"] == "deadlock")
-        .expect("a deadlock event");
+    let ev = last_deadlock(&env);
     assert_eq!(ev["agent"], "X");
     assert_eq!(ev["reason"], "dropped");
     assert_eq!(ev["holder"], "W");
@@ -686,10 +679,7 @@ fn a_reservation_closing_a_cycle_drops_a_passive_place_before_a_blocked_wait() {
             && body.contains("you were handed what others wait for (W → k2 → X → kX2 → W)")),
         "{msgs:?}"
     );
-    let ev = audit(&env.dir())
-        .into_iter()
-        .rfind(|e| e["event"] == "deadlock")
-        .expect("a deadlock event");
+    let ev = last_deadlock(&env);
     assert_eq!(ev["agent"], "W", "{ev}");
     assert_eq!(ev["reason"], "dropped", "{ev}");
     assert!(x.0.try_wait().unwrap().is_none(), "X's wait goes on");
@@ -1004,10 +994,7 @@ fn a_reserved_head_rejoining_with_paths_others_wait_for_is_checked() {
     assert_eq!(j["cycle"], json!(["A", "k2", "B", "k1", "A"]), "{j}");
     assert_eq!(j["position"], 1, "the old place stays: {j}");
     assert_eq!(j["reserved_for"]["agent"], "A", "{j}");
-    let ev = audit(&env.dir())
-        .into_iter()
-        .rfind(|e| e["event"] == "deadlock")
-        .expect("a deadlock event");
+    let ev = last_deadlock(&env);
     assert_eq!(ev["agent"], "A");
     assert_eq!(ev["detail"], "A → k2 → B → k1 → A");
     // The reservation still holds src/p3 only: A takes k3 with it.

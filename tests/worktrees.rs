@@ -16,17 +16,6 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-/// A repository with one commit on `main`, and its lock directory; commands run at its
-/// top.
-fn repo() -> (Env, PathBuf) {
-    let (e, top) = git_env();
-    git(&top, &["symbolic-ref", "HEAD", "refs/heads/main"]);
-    std::fs::write(top.join("README"), "hello\n").unwrap();
-    git(&top, &["add", "README"]);
-    git(&top, &["commit", "-q", "-m", "init"]);
-    (e, top)
-}
-
 fn tl(e: &Env, top: &Path, agent: &str, args: &[&str]) -> Run {
     e.run_in(top, Some(agent), args)
 }
@@ -76,7 +65,7 @@ fn wt_path(top: &Path, slug: &str) -> PathBuf {
 
 #[test]
 fn checkout_makes_the_worktree_on_its_branch_and_list_status_show_it() {
-    let (e, top) = repo();
+    let (e, top) = git_repo();
     let r = ok(&e, &top, "a1", &["checkout", "issue-42", "--worktree"]);
     snap!(e, "checkout_worktree", r);
     let path = wt_path(&top, "issue-42");
@@ -139,7 +128,7 @@ fn checkout_makes_the_worktree_on_its_branch_and_list_status_show_it() {
 
 #[test]
 fn release_of_a_clean_merged_worktree_removes_it_and_its_branch() {
-    let (e, top) = repo();
+    let (e, top) = git_repo();
     ok(&e, &top, "a1", &["checkout", "issue-42", "--worktree"]);
     let path = wt_path(&top, "issue-42");
     let id = commit(&path, "fix.rs");
@@ -156,7 +145,7 @@ fn release_of_a_clean_merged_worktree_removes_it_and_its_branch() {
 
 #[test]
 fn release_json_says_what_became_of_the_worktree() {
-    let (e, top) = repo();
+    let (e, top) = git_repo();
     ok(&e, &top, "a1", &["checkout", "issue-1", "--worktree"]);
     let j = ok(&e, &top, "a1", &["release", "issue-1", "--json"]).json();
     let w = &j["worktrees"][0];
@@ -169,7 +158,7 @@ fn release_json_says_what_became_of_the_worktree() {
 
 #[test]
 fn release_keeps_a_dirty_worktree_and_says_why() {
-    let (e, top) = repo();
+    let (e, top) = git_repo();
     ok(&e, &top, "a1", &["checkout", "issue-42", "--worktree"]);
     let path = wt_path(&top, "issue-42");
     std::fs::write(path.join("notes.txt"), "unsaved work\n").unwrap();
@@ -227,7 +216,7 @@ fn release_keeps_a_dirty_worktree_and_says_why() {
 
 #[test]
 fn release_keeps_a_commit_that_is_only_on_its_branch() {
-    let (e, top) = repo();
+    let (e, top) = git_repo();
     ok(&e, &top, "a1", &["checkout", "issue-42", "--worktree"]);
     let path = wt_path(&top, "issue-42");
     let id = commit(&path, "only-here.rs");
@@ -259,7 +248,7 @@ fn release_keeps_a_commit_that_is_only_on_its_branch() {
 
 #[test]
 fn a_commit_pushed_to_its_upstream_lets_release_remove_it() {
-    let (e, top) = repo();
+    let (e, top) = git_repo();
     let bare = e.tmp.path().join("origin.git");
     git(
         e.tmp.path(),
@@ -285,7 +274,7 @@ fn a_commit_pushed_to_its_upstream_lets_release_remove_it() {
 
 #[test]
 fn a_refused_checkout_makes_no_worktree() {
-    let (e, top) = repo();
+    let (e, top) = git_repo();
     ok(&e, &top, "a1", &["checkout", "k"]);
     let r = tl(&e, &top, "a2", &["checkout", "k", "--worktree"]);
     assert_eq!(r.code, 2, "{}", r.text());
@@ -296,7 +285,7 @@ fn a_refused_checkout_makes_no_worktree() {
 
 #[test]
 fn a_worktree_that_cannot_be_made_gives_the_checkout_back() {
-    let (e, top) = repo();
+    let (e, top) = git_repo();
     std::fs::create_dir_all(top.join("taken")).unwrap();
     std::fs::write(top.join("taken/mine"), "x").unwrap();
     let r = tl(
@@ -334,7 +323,7 @@ fn a_worktree_that_cannot_be_made_gives_the_checkout_back() {
 
 #[test]
 fn the_place_and_branch_come_from_config_and_any_key_makes_a_valid_branch() {
-    let (e, top) = repo();
+    let (e, top) = git_repo();
     let elsewhere = tempfile::tempdir().unwrap();
     let wt = elsewhere.path().join("wt");
     e.configure(&format!(
@@ -366,7 +355,7 @@ fn the_place_and_branch_come_from_config_and_any_key_makes_a_valid_branch() {
     ok(&e, &top, "a1", &["release", "github://acme/app/issues/7"]);
     assert!(!path.exists());
     // A template without `{key}` is refused.
-    let (e2, top2) = repo();
+    let (e2, top2) = git_repo();
     e2.configure("worktrees:\n  branch: fixed\n");
     let r = tl(&e2, &top2, "a1", &["checkout", "k", "--worktree"]);
     assert_eq!(r.code, 1, "{}", r.text());
@@ -404,7 +393,7 @@ fn recorded_worktrees_are_whole(e: &Env, top: &Path) {
 
 #[test]
 fn checkout_worktree_killed_at_random_points_records_no_half_made_worktree() {
-    let (e, top) = repo();
+    let (e, top) = git_repo();
     let keys: Vec<String> = (0..16).map(|i| format!("k{i}")).collect();
     for (i, key) in keys.iter().enumerate() {
         let mut child = spawn(&e, &top, "a1", &["checkout", key, "--worktree"]);
@@ -432,7 +421,7 @@ fn checkout_worktree_killed_at_random_points_records_no_half_made_worktree() {
 
 #[test]
 fn release_killed_at_random_points_loses_no_commit() {
-    let (e, top) = repo();
+    let (e, top) = git_repo();
     let mut commits = Vec::new();
     for i in 0..12u64 {
         let key = format!("r{i}");
@@ -484,23 +473,32 @@ fn release_killed_at_random_points_loses_no_commit() {
 /// get their own, all at once in one repository.
 #[test]
 fn racing_checkouts_make_one_worktree_per_granted_checkout() {
-    let (e, top) = repo();
-    let racers: Vec<_> = (0..8)
-        .map(|i| {
-            let mut cmd = base_cmd(&e.now);
-            use_store(&mut cmd, &e.dir());
-            cmd.current_dir(&top)
-                .arg("--dir")
-                .arg(e.dir())
-                .args(["checkout", "one", "--worktree", "--agent", &format!("r{i}")])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null());
-            cmd.spawn().unwrap()
-        })
-        .collect();
-    let codes: Vec<i32> = racers
-        .into_iter()
-        .map(|mut c| c.wait().unwrap().code().unwrap())
+    let (e, top) = git_repo();
+    // `n` agents `r0`…, each running `args(i)` at once: their outputs.
+    let race = |n: usize, args: &dyn Fn(usize) -> Vec<String>| -> Vec<std::process::Output> {
+        let racers: Vec<_> = (0..n)
+            .map(|i| {
+                let mut cmd = base_cmd(&e.now);
+                use_store(&mut cmd, &e.dir());
+                cmd.current_dir(&top)
+                    .arg("--dir")
+                    .arg(e.dir())
+                    .args(args(i))
+                    .args(["--agent", &format!("r{i}")])
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped());
+                cmd.spawn().unwrap()
+            })
+            .collect();
+        racers
+            .into_iter()
+            .map(|c| c.wait_with_output().unwrap())
+            .collect()
+    };
+    let words = |w: &[&str]| w.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let codes: Vec<i32> = race(8, &|_| words(&["checkout", "one", "--worktree"]))
+        .iter()
+        .map(|o| o.status.code().unwrap())
         .collect();
     assert_eq!(codes.iter().filter(|&&c| c == 0).count(), 1, "{codes:?}");
     assert!(codes.iter().all(|&c| c == 0 || c == 2), "{codes:?}");
@@ -509,22 +507,9 @@ fn racing_checkouts_make_one_worktree_per_granted_checkout() {
     recorded_worktrees_are_whole(&e, &top);
     // Different keys at once: each its own (git's lock on its config, which each
     // marks its branch in, taken in turn).
-    let racers: Vec<_> = (0..16)
-        .map(|i| {
-            let mut cmd = base_cmd(&e.now);
-            use_store(&mut cmd, &e.dir());
-            cmd.current_dir(&top)
-                .arg("--dir")
-                .arg(e.dir())
-                .args(["checkout", &format!("own-{i}"), "--worktree"])
-                .args(["--agent", &format!("r{i}")])
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped());
-            cmd.spawn().unwrap()
-        })
-        .collect();
-    for c in racers {
-        let out = c.wait_with_output().unwrap();
+    for out in race(16, &|i| {
+        words(&["checkout", &format!("own-{i}"), "--worktree"])
+    }) {
         assert!(
             out.status.success(),
             "{}",
@@ -536,21 +521,7 @@ fn racing_checkouts_make_one_worktree_per_granted_checkout() {
     let j = ok(&e, &top, "a1", &["worktrees", "--json"]).json();
     assert_eq!(j["worktrees"].as_array().unwrap().len(), 17, "{j}");
     // And released all at once: each removed, with its branch.
-    let racers: Vec<_> = (0..16)
-        .map(|i| {
-            let mut cmd = base_cmd(&e.now);
-            use_store(&mut cmd, &e.dir());
-            cmd.current_dir(&top)
-                .arg("--dir")
-                .arg(e.dir())
-                .args(["release", &format!("own-{i}"), "--json"])
-                .args(["--agent", &format!("r{i}")])
-                .stdout(Stdio::piped());
-            cmd.spawn().unwrap()
-        })
-        .collect();
-    for c in racers {
-        let out = c.wait_with_output().unwrap();
+    for out in race(16, &|i| words(&["release", &format!("own-{i}"), "--json"])) {
         let j: Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(j["worktrees"][0]["outcome"], "removed", "{j}");
         assert_eq!(j["worktrees"][0]["branch_deleted"], true, "{j}");
@@ -560,7 +531,7 @@ fn racing_checkouts_make_one_worktree_per_granted_checkout() {
 
 #[test]
 fn no_worktrees_and_one_removed_by_hand() {
-    let (e, top) = repo();
+    let (e, top) = git_repo();
     snap!(
         e,
         "worktrees_none",
@@ -579,7 +550,7 @@ fn no_worktrees_and_one_removed_by_hand() {
 /// checkout has one) and the fleet's JSON carries it.
 #[test]
 fn top_shows_the_worktree() {
-    let (e, top) = repo();
+    let (e, top) = git_repo();
     ok(&e, &top, "a1", &["checkout", "plain"]);
     let frame = ok(&e, &top, "x", &["top", "--once", "--size", "160x20"]).stdout;
     assert!(!frame.contains("WORKTREE"), "{frame}");
@@ -619,7 +590,7 @@ fn claude_hook(e: &Env, top: &Path, event: &str, payload: &serde_json::Value) ->
 /// checkout, which removes the worktree only when nothing is lost.
 #[test]
 fn claude_codes_worktree_hooks_hold_the_worktree_as_the_sessions_checkout() {
-    let (e, top) = repo();
+    let (e, top) = git_repo();
     let create = |session: &str| {
         serde_json::json!({
             "session_id": session, "transcript_path": "/tmp/t.jsonl", "cwd": top,

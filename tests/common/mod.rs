@@ -156,8 +156,6 @@ impl Env {
     }
 }
 
-/// An [`Env`] whose temp dir is a fresh git repository with `src/a` and `src/b`; returns
-/// it and the repository's top (where its lock directory is).
 /// Run git in `dir` as a fixed author, with no input; its stdout. Fails the test if git does.
 pub fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
@@ -179,6 +177,8 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// An [`Env`] whose temp dir is a fresh git repository with `src/a` and `src/b`; returns
+/// it and the repository's top (where its lock directory is).
 pub fn git_env() -> (Env, PathBuf) {
     let env = Env::new();
     let top = env.tmp.path().to_path_buf();
@@ -191,6 +191,18 @@ pub fn git_env() -> (Env, PathBuf) {
     std::fs::create_dir_all(top.join("src/a")).unwrap();
     std::fs::create_dir_all(top.join("src/b")).unwrap();
     (env, top)
+}
+
+/// [`git_env`] with one commit (a `README`) on the branch `main`: what a worktree is made
+/// from.
+#[allow(dead_code)]
+pub fn git_repo() -> (Env, PathBuf) {
+    let (e, top) = git_env();
+    git(&top, &["symbolic-ref", "HEAD", "refs/heads/main"]);
+    std::fs::write(top.join("README"), "hello\n").unwrap();
+    git(&top, &["add", "README"]);
+    git(&top, &["commit", "-q", "-m", "init"]);
+    (e, top)
 }
 
 /// The layout where a client and the kernel reach different files through one name
