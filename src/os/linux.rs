@@ -143,10 +143,10 @@ pub(super) fn flock_holder(dev: u64, ino: u64) -> Option<u32> {
 
 /// # Safety
 /// Async-signal-safe calls only (`pre_exec`).
-pub(super) unsafe fn die_with_parent(parent: i32) {
+pub(super) unsafe fn die_with_parent(parent: i32, signal: i32) {
     // SAFETY: prctl and getppid are async-signal-safe; no allocation happens here.
     unsafe {
-        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+        libc::prctl(libc::PR_SET_PDEATHSIG, signal);
         if libc::getppid() != parent {
             libc::_exit(137);
         }

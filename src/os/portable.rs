@@ -73,7 +73,7 @@ pub(super) fn flock_holder(_dev: u64, _ino: u64) -> Option<u32> {
 ///
 /// # Safety
 /// Async-signal-safe calls only (`pre_exec`).
-pub(super) unsafe fn die_with_parent(parent: i32) {
+pub(super) unsafe fn die_with_parent(parent: i32, _signal: i32) {
     // SAFETY: getppid and _exit are async-signal-safe.
     unsafe {
         if libc::getppid() != parent {
