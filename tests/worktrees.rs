@@ -661,3 +661,62 @@ fn claude_codes_worktree_hooks_hold_the_worktree_as_the_sessions_checkout() {
     assert_eq!(r.code, 0, "{}", r.text());
     assert!(!path.exists(), "nothing lost: removed");
 }
+
+/// The MCP `checkout` tool takes `worktree` (and `worktree_path`): the worktree is made
+/// once the key is granted and named in the result; another agent's server is refused
+/// and makes nothing; a release through the tool removes the clean worktree.
+#[test]
+fn the_mcp_checkout_tool_makes_the_worktree() {
+    let (e, top) = git_repo();
+    let mut a = common::mcp::Mcp::start(&e, &[("TASKLOCK_AGENT", "mcp-a")]);
+    let r = a.ok(
+        "checkout",
+        serde_json::json!({"key": "issue-7", "worktree": true}),
+    );
+    let path = wt_path(&top, "issue-7");
+    assert!(
+        git_worktrees(&top).contains(&(path.display().to_string(), "tasklock/issue-7".into())),
+        "{:?}",
+        git_worktrees(&top)
+    );
+    assert!(
+        r["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("/issue-7"),
+        "{r}"
+    );
+    let json = &r["_meta"]["tasklock/json"];
+    assert_eq!(
+        json["checkout"]["worktree"]["path"],
+        path.display().to_string(),
+        "{r}"
+    );
+
+    let mut b = common::mcp::Mcp::start(&e, &[("TASKLOCK_AGENT", "mcp-b")]);
+    let r = b.call(
+        "checkout",
+        serde_json::json!({"key": "issue-7", "worktree_path": "elsewhere"}),
+    );
+    assert_eq!(r["isError"], true, "{r}");
+    assert!(
+        r["content"][0]["text"].as_str().unwrap().contains("mcp-a"),
+        "{r}"
+    );
+    assert!(!top.join("elsewhere").exists());
+    let r = b.ok(
+        "checkout",
+        serde_json::json!({"key": "issue-8", "worktree_path": "elsewhere"}),
+    );
+    assert_eq!(
+        r["_meta"]["tasklock/json"]["checkout"]["worktree"]["path"],
+        top.join("elsewhere").display().to_string(),
+        "{r}"
+    );
+    b.close();
+
+    a.ok("release", serde_json::json!({"keys": ["issue-7"]}));
+    assert!(!path.exists());
+    assert!(!branch_exists(&top, "tasklock/issue-7"));
+    a.close();
+}
