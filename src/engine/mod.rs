@@ -180,6 +180,7 @@ pub fn auto_release_for(
     taker: Option<&str>,
 ) -> Result<()> {
     store.remove(guard, &record.key, record.slot, Some(&record.paths))?;
+    worktree::ended(ctx, record);
     // The checkout has ended: what follows is bookkeeping, and its failure a warning
     // (the command that ended it goes on, and never exits 1 with the record gone).
     crate::warnings::after_change(

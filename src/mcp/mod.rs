@@ -322,6 +322,7 @@ impl Server {
         let called = on_commands(move || {
             let called = crate::dispatch::call(argv);
             crate::engine::deliver::flush();
+            crate::engine::worktree::flush();
             called
         });
         match called.await {
