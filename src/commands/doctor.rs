@@ -293,7 +293,7 @@ fn records_checks(ctx: &Ctx, store: &crate::store::FileStore) -> Result<Vec<Chec
     let mut newest = None;
     let mut corrupt = Vec::new();
     let mut held = 0;
-    for (_, slot) in &scan {
+    for slot in &scan {
         match slot {
             Slot::Held(r) => {
                 held += 1;

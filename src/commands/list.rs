@@ -17,9 +17,10 @@ pub fn run(ctx: &Ctx, mine: bool) -> Result<Report> {
         let mut judge = Judge::new(ctx, &*store);
         // Checkouts that may be ended are ended on the way, as every command does.
         let (slots, _) = scan_reaping(ctx, &*store, &mut judge, me.as_deref())?;
+        checkouts.reserve_exact(slots.len());
         for slot in slots {
             match slot {
-                Slot::Held(r) if wanted(&r.agent.id) => checkouts.push(CheckoutView::from(&r)),
+                Slot::Held(r) if wanted(&r.agent.id) => checkouts.push(CheckoutView::from(r)),
                 Slot::Held(_) | Slot::Free => {}
                 Slot::Corrupt { path, problem } => corrupt.push(CorruptEntry {
                     file: path

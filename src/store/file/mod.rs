@@ -444,45 +444,47 @@ impl FileStore {
         Ok(slots.into_iter().zip(self.read_queues(keys)?).collect())
     }
 
-    /// Every record in the store, with corrupt ones reported rather than failing the scan.
-    /// Returns (file name, slot) pairs sorted by file name.
-    pub fn scan(&self) -> Result<Vec<(String, Slot)>> {
+    /// Every record in the store, with corrupt ones reported rather than failing the scan,
+    /// in the order of their file names: the keys' records, then the slots' by key.
+    pub fn scan(&self) -> Result<Vec<Slot>> {
         let Some(keys) = self.sub(KEYS, false)? else {
             return Ok(Vec::new());
         };
-        let mut out = Vec::new();
-        for (name, _) in keys.entries().map_err(|e| Error::io(&self.keys, e))? {
-            let slot = read_slot(&keys, &name, None)?;
-            if !matches!(slot, Slot::Free) {
-                out.push((name, slot));
-            }
-        }
-        out.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut names: Vec<String> = keys
+            .entries()
+            .map_err(|e| Error::io(&self.keys, e))?
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect();
+        names.sort_unstable();
+        let mut out = read_slots_of(&keys, &names)?;
+        out.retain(|s| !matches!(s, Slot::Free));
+        drop(names);
         let Some(slots) = self.sub(SLOTS, false)? else {
             return Ok(out);
         };
-        let mut held = Vec::new();
-        let names = slots
+        let mut names: Vec<String> = slots
             .entries()
-            .map_err(|e| Error::io(self.root.join(SLOTS), e))?;
-        for (name, _) in names {
+            .map_err(|e| Error::io(self.root.join(SLOTS), e))?
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect();
+        names.sort_unstable();
+        for name in names {
             let dir = match slots.sub(&name, false) {
                 Ok(Some(d)) => d,
                 // Released meanwhile.
                 Ok(None) => continue,
                 Err(e) => {
-                    held.push((
-                        format!("{SLOTS}/{name}"),
-                        Slot::Corrupt {
-                            path: slots.join(&name),
-                            problem: format!("it cannot be opened as a directory ({e})"),
-                        },
-                    ));
+                    out.push(Slot::Corrupt {
+                        path: slots.join(&name),
+                        problem: format!("it cannot be opened as a directory ({e})"),
+                    });
                     continue;
                 }
             };
             for slot in read_slot_dir(&dir, "")? {
-                let slot = match slot {
+                out.push(match slot {
                     Slot::Held(r) if key::encode(&r.key) != name => Slot::Corrupt {
                         path: dir.path().to_path_buf(),
                         problem: format!(
@@ -491,12 +493,9 @@ impl FileStore {
                         ),
                     },
                     other => other,
-                };
-                held.push((format!("{SLOTS}/{name}"), slot));
+                });
             }
         }
-        held.sort_by(|a, b| a.0.cmp(&b.0));
-        out.extend(held);
         Ok(out)
     }
 
@@ -549,7 +548,7 @@ impl FileStore {
 
     fn max_token_on_disk(&self) -> Result<u64> {
         let mut max = 0;
-        for (_, slot) in self.scan()? {
+        for slot in self.scan()? {
             if let Slot::Held(r) = slot {
                 max = max.max(r.token);
             }
@@ -888,6 +887,47 @@ fn read_slot(keys: &Dir, name: &str, expect_key: Option<&str>) -> Result<Slot> {
     read_record(keys, name, Expect::from(expect_key))
 }
 
+/// Below this many records a scan reads them on one thread: a thread costs more than it
+/// saves.
+const PARALLEL_SCAN: usize = 512;
+
+/// The records named `names` in `keys`, in that order. A large directory is read by a
+/// thread per CPU (at most 4), each reading a stretch of the names into its own part of
+/// the result: reading is most of `list`'s time, and the files are independent.
+fn read_slots_of(keys: &Dir, names: &[String]) -> Result<Vec<Slot>> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(4);
+    let mut out: Vec<Slot> = Vec::new();
+    out.resize_with(names.len(), || Slot::Free);
+    if threads < 2 || names.len() < PARALLEL_SCAN {
+        for (slot, name) in out.iter_mut().zip(names) {
+            *slot = read_slot(keys, name, None)?;
+        }
+        return Ok(out);
+    }
+    let stretch = names.len().div_ceil(threads);
+    std::thread::scope(|s| {
+        let parts: Vec<_> = out
+            .chunks_mut(stretch)
+            .zip(names.chunks(stretch))
+            .map(|(part, names)| {
+                s.spawn(move || -> Result<()> {
+                    for (slot, name) in part.iter_mut().zip(names) {
+                        *slot = read_slot(keys, name, None)?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        parts.into_iter().try_for_each(|p| {
+            p.join()
+                .unwrap_or_else(|_| Err(Error::Store("a thread reading records failed".into())))
+        })
+    })?;
+    Ok(out)
+}
+
 /// What a record read must name.
 #[derive(Clone, Copy)]
 enum Expect<'a> {
@@ -1147,7 +1187,7 @@ impl Store for FileStore {
     }
 
     fn scan(&self) -> Result<Vec<Slot>> {
-        Ok(FileStore::scan(self)?.into_iter().map(|(_, s)| s).collect())
+        FileStore::scan(self)
     }
 
     fn read_queue(&self, key: &str) -> Result<Queue> {
