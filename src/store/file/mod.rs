@@ -980,13 +980,10 @@ fn read_record(keys: &Dir, name: &str, expect: Expect<'_>) -> Result<Slot> {
             meta.len()
         ));
     }
-    let mut bytes = Vec::with_capacity(meta.len() as usize + 1);
-    if let Err(e) = (&mut file)
-        .take(MAX_RECORD_BYTES + 1)
-        .read_to_end(&mut bytes)
-    {
-        return corrupt(format!("it cannot be read ({e})"));
-    }
+    let bytes = match read_sized(&mut file, meta.len(), MAX_RECORD_BYTES + 1) {
+        Ok(b) => b,
+        Err(e) => return corrupt(format!("it cannot be read ({e})")),
+    };
     if bytes.len() as u64 > MAX_RECORD_BYTES {
         return corrupt("it grew past the 1 MiB limit for a record".into());
     }
@@ -1031,6 +1028,35 @@ fn read_record(keys: &Dir, name: &str, expect: Expect<'_>) -> Result<Slot> {
         _ => {}
     }
     Ok(Slot::Held(record))
+}
+
+/// A file's bytes, up to `max`, given the size a stat of it just gave: one read, where
+/// `read_to_end` makes two (the second to see the end). A read of exactly `size` bytes
+/// into room for one more is the whole file, as a record is published whole by a rename
+/// and never written again; anything else (the file changed meanwhile) reads on to the
+/// end as before.
+fn read_sized(file: &mut std::fs::File, size: u64, max: u64) -> std::io::Result<Vec<u8>> {
+    let mut bytes = vec![0u8; size.min(max) as usize + 1];
+    let mut got = 0;
+    while got < bytes.len() {
+        match file.read(&mut bytes[got..]) {
+            Ok(0) => break,
+            Ok(n) => {
+                got += n;
+                if got as u64 == size {
+                    break;
+                }
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    bytes.truncate(got);
+    if got as u64 > size {
+        file.take(max.saturating_sub(got as u64))
+            .read_to_end(&mut bytes)?;
+    }
+    Ok(bytes)
 }
 
 /// The slot records in `dir` (the directory of one key's slots), in slot order. `key`:
@@ -1348,5 +1374,32 @@ impl Store for FileStore {
     }
     fn remove_freeze(&self, g: &Guard, pattern: &str) -> Result<Option<Freeze>> {
         FileStore::remove_freeze(self, g.get(), pattern)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Seek, Write};
+
+    #[test]
+    fn a_sized_read_sees_what_was_written_after_the_stat() {
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(b"{\"a\":1}").unwrap();
+        let size = f.metadata().unwrap().len();
+        for (extra, max) in [(&b""[..], 64), (b" more", 64), (b" more", 10)] {
+            f.seek(std::io::SeekFrom::Start(size)).unwrap();
+            f.write_all(extra).unwrap();
+            f.rewind().unwrap();
+            let got = super::read_sized(&mut f, size, max).unwrap();
+            let mut want = b"{\"a\":1}".to_vec();
+            want.extend_from_slice(extra);
+            want.truncate(max as usize);
+            assert_eq!(got, want, "{extra:?} {max}");
+        }
+        // A file shorter than its stat said is read to its end.
+        let mut g = tempfile::tempfile().unwrap();
+        g.write_all(b"ab").unwrap();
+        g.rewind().unwrap();
+        assert_eq!(super::read_sized(&mut g, 5, 64).unwrap(), b"ab");
     }
 }
