@@ -10,8 +10,11 @@
 //! (a key's record under its lock, queues and freezes under the project's, held
 //! shared). Own writes drop what they change ([`PgStore::forget_ahead`]).
 //!
-//! A token drawn ahead and not asked for (the key was refused, or the scope only
-//! released) is a gap in the sequence, as a rolled-back grant leaves one.
+//! A token is drawn ahead only where a grant is likely: a key with no record, no slot
+//! records and no queue, while no freeze is stored (whether one covers the key is the
+//! engine's to judge); elsewhere the grant draws its own, in a round trip of its own. One
+//! drawn ahead and not asked for (the scope only released a key not held, or was
+//! refused) is a gap in the sequence, as a rolled-back grant leaves.
 
 use super::*;
 use crate::store::{BacklogEntry, History};
@@ -83,7 +86,10 @@ impl PgStore {
         self.sql(&format!(
             "; WITH k AS (SELECT x.key, r.data::text AS rec FROM ({{keys}}) AS x(key) \
                  LEFT JOIN {{s}}.records r ON r.key = x.key WHERE x.key IS NOT NULL), \
-               t AS (SELECT key, nextval('{{s}}.tokens') AS token FROM k WHERE rec IS NULL) \
+               t AS (SELECT key, nextval('{{s}}.tokens') AS token FROM k WHERE rec IS NULL \
+                 AND NOT EXISTS (SELECT 1 FROM {{s}}.slot_records s WHERE s.key = k.key) \
+                 AND NOT EXISTS (SELECT 1 FROM {{s}}.queues q WHERE q.key = k.key) \
+                 AND NOT EXISTS (SELECT 1 FROM {{s}}.freezes)) \
              SELECT 'key' AS {AHEAD}, k.key, \
                  (EXISTS (SELECT 1 FROM {{s}}.slot_records s WHERE s.key = k.key))::int::bigint, \
                  k.rec, (SELECT q.data::text FROM {{s}}.queues q WHERE q.key = k.key) FROM k \
