@@ -25,7 +25,7 @@ mod registry;
 pub mod sharing;
 
 use std::fs::File;
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, Read, Seek, Write};
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
@@ -970,9 +970,16 @@ fn read_record(keys: &Dir, name: &str, expect: Expect<'_>) -> Result<Slot> {
             });
         }
     };
+    if let Some(record) = read_quickly(&mut file, name, expect) {
+        return Ok(Slot::Held(record));
+    }
     let meta = file.metadata().map_err(|e| Error::io(&path, e))?;
     if !meta.is_file() {
         return corrupt("it is not a regular file".into());
+    }
+    // Read again from the start: the quick read may have taken some of it.
+    if let Err(e) = file.seek(std::io::SeekFrom::Start(0)) {
+        return corrupt(format!("it cannot be read ({e})"));
     }
     if meta.len() > MAX_RECORD_BYTES {
         return corrupt(format!(
@@ -1028,6 +1035,30 @@ fn read_record(keys: &Dir, name: &str, expect: Expect<'_>) -> Result<Slot> {
         _ => {}
     }
     Ok(Slot::Held(record))
+}
+
+/// The common case of [`read_record`], in one `read` and no `stat`: a record smaller than
+/// a page, whole and valid, naming what it must. `None` for anything else (empty, larger,
+/// not a file, damaged, unreadable), which the careful path reads again and names.
+fn read_quickly(file: &mut std::fs::File, name: &str, expect: Expect<'_>) -> Option<Record> {
+    let mut buf = [0u8; 4096];
+    let n = loop {
+        match file.read(&mut buf) {
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            other => break other.ok()?,
+        }
+    };
+    // A full buffer may be a larger record: read it the careful way.
+    if n == 0 || n == buf.len() {
+        return None;
+    }
+    let record = serde_json::from_slice::<Record>(&buf[..n]).ok()?;
+    let named = match expect {
+        Expect::Key(k) => record.key == k,
+        Expect::FileName => name == key::encode(&record.key),
+        Expect::Any => true,
+    };
+    ((1..=FORMAT_VERSION).contains(&record.version) && named).then_some(record)
 }
 
 /// A file's bytes, up to `max`, given the size a stat of it just gave: one read, where
