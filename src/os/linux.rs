@@ -38,6 +38,17 @@ pub(super) fn exe(pid: u32) -> Option<PathBuf> {
     (!exe.to_string_lossy().ends_with(" (deleted)")).then_some(exe)
 }
 
+/// `/proc/PID/cmdline`: the arguments, each ended by a NUL.
+pub(super) fn argv(pid: u32) -> Option<Vec<String>> {
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let args: Vec<String> = raw
+        .split(|b| *b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    (!args.is_empty()).then_some(args)
+}
+
 pub(super) fn hostname() -> Option<String> {
     // One call: uname's node name is what /proc/sys/kernel/hostname shows (this UTS
     // namespace's). A name that is empty, not UTF-8 or would be trimmed is read from

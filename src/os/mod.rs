@@ -68,6 +68,12 @@ pub fn exe(pid: u32) -> Option<PathBuf> {
     dispatch!(exe(pid))
 }
 
+/// The arguments a process was started with (its program first), when the system says:
+/// for a process of this Unix user, as a rule.
+pub fn argv(pid: u32) -> Option<Vec<String>> {
+    dispatch!(argv(pid))
+}
+
 /// A process's start time ([`ProcInfo::start`]).
 pub fn start_time(pid: u32) -> Option<u64> {
     process(pid).and_then(|p| p.start)
