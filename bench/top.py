@@ -1,16 +1,20 @@
 #!/usr/bin/env python3
-"""How fast `tasklock top` shows a change, and what a big fleet costs it.
+"""How fast `tasklock top` shows a change, starts, and what a big fleet costs it.
 
-    python3 bench/top.py [--bin target/release/tasklock] [--n 100] [--pg URL]
+    python3 bench/top.py [--bin target/release/tasklock] [--baseline OLD] [--n 100] [--pg URL]
 
 1. Change to screen: `tasklock top` runs in a tmux session; another process checks out
    key i; the time from that command's exit to the key being on the screen (tmux
    capture-pane, polled every 2 ms; the poll's own cost is measured and reported) is one
    sample. Median and p99 over --n samples, on the lock directory and, with --pg (or
-   TASKLOCK_BENCH_PG_URL), on PostgreSQL.
-2. A big fleet: 10,000 checkouts held by 1,000 agents; one frame drawn
+   TASKLOCK_BENCH_PG_URL), on PostgreSQL. With --baseline, both builds run a view each,
+   on stores of their own, and the changes alternate between them.
+2. Start-up: from starting `tasklock top` in tmux to its first frame on the screen, over
+   --starts launches (alternating with --baseline's), 100 checkouts held.
+3. A big fleet: 10,000 checkouts held by 1,000 agents; one frame drawn
    (`top --once`) and one JSON snapshot (`top --once --json`): wall time and peak RSS
-   (from wait4), beside `tasklock list --json` over the same store as the reference.
+   (from wait4), beside `tasklock list --json` over the same store as the reference;
+   medians of --rounds runs, the builds taking turns.
 """
 import argparse
 import os
@@ -44,98 +48,164 @@ def timed(args, env):
     return wall, usage.ru_maxrss / 1024
 
 
-def latency(binary, env, lockdir, n):
-    sock = os.path.join(lockdir, "..", "tmux.sock")
-    tmux = ["tmux", "-S", sock]
-    cmd = f"'{binary}' top --dir '{lockdir}' --read-only"
-    subprocess.run(tmux + ["-f", "/dev/null", "new-session", "-d", "-s", "b", "-x", "160",
-                           "-y", "50", "sh", "-c", cmd], env=env, check=True)
-    try:
-        def screen():
-            return subprocess.run(tmux + ["capture-pane", "-p", "-t", "b"],
-                                  capture_output=True, text=True).stdout
+class View:
+    """`tasklock top` of one build over its own store, in a tmux server of its own."""
 
-        deadline = time.time() + 10
-        while "Checkouts (" not in screen():
-            if time.time() > deadline:
+    def __init__(self, binary, env, lockdir):
+        self.binary, self.env, self.lockdir = binary, env, lockdir
+        self.tmux = ["tmux", "-S", os.path.join(lockdir, "..", "tmux.sock")]
+
+    def start(self):
+        """Start the view; the seconds until its first frame is on the screen."""
+        cmd = f"'{self.binary}' top --dir '{self.lockdir}' --read-only"
+        t = time.perf_counter()
+        subprocess.run(self.tmux + ["-f", "/dev/null", "new-session", "-d", "-s", "b", "-x",
+                                    "160", "-y", "50", "sh", "-c", cmd], env=self.env, check=True)
+        while "Checkouts (" not in self.screen():
+            if time.perf_counter() - t > 10:
                 sys.exit("the view never drew")
-            time.sleep(0.01)
+            time.sleep(0.002)
+        return time.perf_counter() - t
+
+    def stop(self):
+        subprocess.run(self.tmux + ["kill-server"], stderr=subprocess.DEVNULL)
+
+    def screen(self):
+        return subprocess.run(self.tmux + ["capture-pane", "-p", "-t", "b"],
+                              capture_output=True, text=True).stdout
+
+    def change(self, i):
+        """Check key i out; the seconds from the command's exit to the key on the screen."""
+        key = f"bench-{i:04d}"
+        agent = ["--agent", f"a{i % 7}"]
+        run([self.binary, "--dir", self.lockdir, "checkout", key, *agent], self.env)
+        t = time.perf_counter()
+        while key not in self.screen():
+            if time.perf_counter() - t > 10:
+                sys.exit(f"{key} never appeared")
+            time.sleep(0.002)
+        took = time.perf_counter() - t
+        # Keep the list short enough that new keys are on screen.
+        run([self.binary, "--dir", self.lockdir, "release", key, *agent], self.env)
+        return took
+
+
+def latency(views, n):
+    """Per view: median and p99 of n changes, the changes alternating between views."""
+    for v in views:
+        v.start()
+    try:
         t = time.perf_counter()
         for _ in range(20):
-            screen()
+            views[0].screen()
         poll_cost = (time.perf_counter() - t) / 20
-        samples = []
+        samples = [[] for _ in views]
         for i in range(n):
-            key = f"bench-{i:04d}"
-            run([binary, "--dir", lockdir, "checkout", key, "--agent", f"a{i % 7}"], env)
-            t = time.perf_counter()
-            while key not in screen():
-                if time.perf_counter() - t > 10:
-                    sys.exit(f"{key} never appeared")
-                time.sleep(0.002)
-            samples.append(time.perf_counter() - t)
-            # Keep the list short enough that new keys are on screen.
-            run([binary, "--dir", lockdir, "release", key, "--agent", f"a{i % 7}"], env)
-        samples.sort()
-        return statistics.median(samples), samples[int(len(samples) * 0.99) - 1], poll_cost
+            for s, v in zip(samples, views):
+                s.append(v.change(i))
+        return [(statistics.median(s), sorted(s)[int(len(s) * 0.99) - 1], poll_cost)
+                for s in samples]
     finally:
-        subprocess.run(tmux + ["kill-server"], stderr=subprocess.DEVNULL)
+        for v in views:
+            v.stop()
 
 
-def big_fleet(binary, env, lockdir):
-    # 1,000 agents with 10 keys each, through `checkout` itself.
-    for a in range(1000):
-        for j in range(10):
-            run([binary, "--dir", lockdir, "checkout", f"k{a:04d}-{j}", "--agent", f"agent-{a:04d}"],
-                env)
-    out = {}
-    for name, args in [
+def start_up(views, starts):
+    """Per view: the median seconds to its first frame, 100 checkouts held."""
+    for v in views:
+        for i in range(100):
+            run([v.binary, "--dir", v.lockdir, "checkout", f"held-{i:03d}", "--agent",
+                 f"a{i % 7}"], v.env)
+    samples = [[] for _ in views]
+    for _ in range(starts):
+        for s, v in zip(samples, views):
+            try:
+                s.append(v.start())
+            finally:
+                v.stop()
+    for v in views:
+        for i in range(100):
+            run([v.binary, "--dir", v.lockdir, "release", f"held-{i:03d}", "--agent",
+                 f"a{i % 7}"], v.env)
+    return [statistics.median(s) for s in samples]
+
+
+def big_fleet(views, rounds):
+    """Per view: wall time and peak RSS of a frame, a JSON snapshot and `list --json` over
+    10,000 checkouts by 1,000 agents (set up through `checkout` itself), the views taking
+    turns run by run; and a frame's drawing alone, as `top --once` times it."""
+    for v in views:
+        for a in range(1000):
+            for j in range(10):
+                run([v.binary, "--dir", v.lockdir, "checkout", f"k{a:04d}-{j}", "--agent",
+                     f"agent-{a:04d}"], v.env)
+    cases = [
         ("list --json (reference)", ["list", "--json"]),
         ("top --once --json", ["top", "--once", "--json"]),
         ("top --once (a frame)", ["top", "--once", "--size", "200x60"]),
-    ]:
-        runs = [timed([binary, "--dir", lockdir, *args], env) for _ in range(3)]
-        out[name] = (statistics.median(r[0] for r in runs), max(r[1] for r in runs))
-    # The frame alone (apart from reading the store), as tasklock top --once times it.
-    draws = []
-    for _ in range(5):
-        p = subprocess.run([binary, "--dir", lockdir, "top", "--once", "--size", "200x60"],
-                           env=dict(env, TASKLOCK_BENCH_DRAW="1"), capture_output=True, text=True)
-        draws.append(float(p.stderr.split("drawn in ")[1].split(" ms")[0]))
-    out["a frame's drawing alone"] = (statistics.median(draws) / 1000, float("nan"))
+    ]
+    runs = [{name: [] for name, _ in cases} for _ in views]
+    draws = [[] for _ in views]
+    for _ in range(rounds):
+        for r, d, v in zip(runs, draws, views):
+            for name, args in cases:
+                r[name].append(timed([v.binary, "--dir", v.lockdir, *args], v.env))
+            p = subprocess.run([v.binary, "--dir", v.lockdir, "top", "--once", "--size",
+                                "200x60"], env=dict(v.env, TASKLOCK_BENCH_DRAW="1"),
+                               capture_output=True, text=True)
+            d.append(float(p.stderr.split("drawn in ")[1].split(" ms")[0]) / 1000)
+    out = []
+    for r, d in zip(runs, draws):
+        o = {name: (statistics.median(x[0] for x in xs), max(x[1] for x in xs))
+             for name, xs in r.items()}
+        o["a frame's drawing alone"] = (statistics.median(d), float("nan"))
+        out.append(o)
     return out
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", default=os.path.join(ROOT, "target", "release", "tasklock"))
+    ap.add_argument("--baseline", help="another build, measured in the same run")
     ap.add_argument("--n", type=int, default=100)
+    ap.add_argument("--starts", type=int, default=30)
     ap.add_argument("--pg", default=os.environ.get("TASKLOCK_BENCH_PG_URL"))
     ap.add_argument("--no-big", action="store_true")
+    ap.add_argument("--rounds", type=int, default=5, help="runs of each big-fleet command")
     a = ap.parse_args()
     if not shutil.which("tmux"):
         sys.exit("needs tmux")
-    binary = os.path.abspath(a.bin)
+    binaries = [os.path.abspath(a.bin)] + ([os.path.abspath(a.baseline)] if a.baseline else [])
     stores = [("lock directory", None)]
     if a.pg:
         stores.append(("PostgreSQL", a.pg))
     for name, url in stores:
-        tmp = tempfile.mkdtemp(prefix="tasklock-top-bench.")
-        lockdir = os.path.join(tmp, ".locks")
-        os.makedirs(lockdir)
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("TASKLOCK_", "CLAUDE_CODE_", "CODEX_"))}
-        if url:
-            sep = "&" if "?" in url else "?"
-            env["TASKLOCK_URL"] = f"{url}{sep}schema=bench_top_{os.getpid()}"
-        med, p99, poll = latency(binary, env, lockdir, a.n)
-        print(f"{name}: change to screen median {med * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms "
-              f"over {a.n} changes (one screen poll costs {poll * 1000:.1f} ms)")
+        views, tmps = [], []
+        for n, binary in enumerate(binaries):
+            tmp = tempfile.mkdtemp(prefix="tasklock-top-bench.")
+            lockdir = os.path.join(tmp, ".locks")
+            os.makedirs(lockdir)
+            env = {k: v for k, v in os.environ.items()
+                   if not k.startswith(("TASKLOCK_", "CLAUDE_CODE_", "CODEX_"))}
+            if url:
+                sep = "&" if "?" in url else "?"
+                env["TASKLOCK_URL"] = f"{url}{sep}schema=bench_top_{os.getpid()}_{n}"
+            views.append(View(binary, env, lockdir))
+            tmps.append(tmp)
+        for v, (med, p99, poll) in zip(views, latency(views, a.n) if a.n else []):
+            print(f"{name}: {v.binary}: change to screen median {med * 1000:.1f} ms, "
+                  f"p99 {p99 * 1000:.1f} ms over {a.n} changes "
+                  f"(one screen poll costs {poll * 1000:.1f} ms)")
+        for v, med in zip(views, start_up(views, a.starts) if a.starts else []):
+            print(f"{name}: {v.binary}: start to first frame median {med * 1000:.1f} ms over "
+                  f"{a.starts} starts, 100 checkouts held")
         if not a.no_big:
-            for what, (wall, rss) in big_fleet(binary, env, lockdir).items():
-                print(f"{name}: 10,000 checkouts, 1,000 agents: {what}: {wall * 1000:.0f} ms, "
-                      f"{rss:.0f} MiB peak RSS")
-        shutil.rmtree(tmp, ignore_errors=True)
+            for v, fleet in zip(views, big_fleet(views, a.rounds)):
+                for what, (wall, rss) in fleet.items():
+                    print(f"{name}: {v.binary}: 10,000 checkouts, 1,000 agents: {what}: "
+                          f"{wall * 1000:.0f} ms, {rss:.0f} MiB peak RSS")
+        for tmp in tmps:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":
