@@ -12,7 +12,7 @@ mod draw;
 mod parts;
 mod tables;
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::io::IsTerminal;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::time::Duration;
@@ -343,7 +343,27 @@ impl App {
             .collect();
         // Stable sorts over the fleet's order (by key): ties stay by key.
         match self.sort {
-            Sort::Attention => v.sort_by_key(|c| self.checkout_rank(c)),
+            Sort::Attention => {
+                // Who waits and who is in a cycle, found once: looked up for each
+                // comparison, 10,000 checkouts by 1,000 agents took 60% of a frame.
+                let waiting: HashSet<&str> = fl
+                    .agents
+                    .iter()
+                    .filter(|a| !a.waiting_for().is_empty())
+                    .map(|a| a.row.id.as_str())
+                    .collect();
+                let cycles: HashSet<&str> =
+                    fl.cycles.iter().flatten().map(String::as_str).collect();
+                v.sort_by_key(|c| {
+                    let id = c.view.agent.id.as_str();
+                    attention_rank(
+                        c.holder_state,
+                        c.ending.is_some(),
+                        cycles.contains(id),
+                        waiting.contains(id) || c.queued > 0,
+                    )
+                });
+            }
             Sort::Key => {}
             Sort::LeaseLeft => v.sort_by_key(|c| c.view.expires_at),
             // Longest held first: the column's value, descending.
@@ -365,20 +385,6 @@ impl App {
         self.fleet
             .as_ref()
             .is_some_and(|fl| fl.cycles.iter().any(|c| c.iter().any(|a| a == id)))
-    }
-
-    fn checkout_rank(&self, c: &FleetCheckout) -> u8 {
-        let holder_waits = self.fleet.as_ref().is_some_and(|fl| {
-            fl.agents
-                .iter()
-                .any(|a| a.row.id == c.view.agent.id && !a.waiting_for().is_empty())
-        });
-        attention_rank(
-            c.holder_state,
-            c.ending.is_some(),
-            self.deadlocked(&c.view.agent.id),
-            holder_waits || c.queued > 0,
-        )
     }
 
     /// An agent as the CLI names it: "alice (researcher)", or "alice".
