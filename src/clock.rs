@@ -56,3 +56,127 @@ pub fn relative(t: &Time, now: &Time) -> String {
 pub fn with_relative(t: &Time, now: &Time) -> String {
     format!("{} ({})", rfc3339(t), relative(t, now))
 }
+
+/// Reading a stored time, as `#[serde(deserialize_with = "crate::clock::stored")]`: the
+/// form tasklock writes (`2026-12-07T15:09:52.528Z`: UTC, `T`, `Z`, up to nine digits of
+/// fraction) is read digit by digit; anything else goes to chrono's RFC 3339 parser, as
+/// without it. Chrono's general parser was a third of reading a record (`list`, the views
+/// and the sweeps read thousands).
+pub fn stored<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Time, D::Error> {
+    struct Visitor;
+    impl serde::de::Visitor<'_> for Visitor {
+        type Value = Time;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("an RFC 3339 date and time")
+        }
+        fn visit_str<E: serde::de::Error>(self, s: &str) -> std::result::Result<Time, E> {
+            match canonical(s) {
+                Some(t) => Ok(t),
+                None => s
+                    .parse::<DateTime<chrono::FixedOffset>>()
+                    .map(|t| t.with_timezone(&Utc))
+                    .map_err(E::custom),
+            }
+        }
+    }
+    d.deserialize_str(Visitor)
+}
+
+/// `YYYY-MM-DDTHH:MM:SS[.F{1,9}]Z`, or `None` for any other form (chrono's to judge).
+fn canonical(s: &str) -> Option<Time> {
+    let b = s.as_bytes();
+    let (head, frac) = (b.get(..19)?, b.get(19..b.len().checked_sub(1)?)?);
+    if b.last() != Some(&b'Z')
+        || [(4, b'-'), (7, b'-'), (10, b'T'), (13, b':'), (16, b':')]
+            .iter()
+            .any(|&(i, c)| head[i] != c)
+    {
+        return None;
+    }
+    let num = |digits: &[u8]| {
+        digits.iter().try_fold(0u32, |n, c| {
+            c.is_ascii_digit().then(|| n * 10 + u32::from(c - b'0'))
+        })
+    };
+    let nanos = match frac {
+        [] => 0,
+        [b'.', digits @ ..] if (1..=9).contains(&digits.len()) => {
+            num(digits)? * 10u32.pow(9 - digits.len() as u32)
+        }
+        _ => return None,
+    };
+    let date = chrono::NaiveDate::from_ymd_opt(
+        num(&head[0..4])? as i32,
+        num(&head[5..7])?,
+        num(&head[8..10])?,
+    )?;
+    let time = chrono::NaiveTime::from_hms_nano_opt(
+        num(&head[11..13])?,
+        num(&head[14..16])?,
+        num(&head[17..19])?,
+        nanos,
+    )?;
+    Some(date.and_time(time).and_utc())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chrono_reads(s: &str) -> Option<Time> {
+        s.parse::<DateTime<chrono::FixedOffset>>()
+            .ok()
+            .map(|t| t.with_timezone(&Utc))
+    }
+
+    #[test]
+    fn the_written_form_is_read_as_chrono_reads_it() {
+        let start = DateTime::parse_from_rfc3339("1970-01-01T00:00:00Z").unwrap();
+        // Every 7,777,777.123 s from 1970 to past 2400: leap years, month ends, fractions.
+        for i in 0..1800i64 {
+            let t = (start + chrono::Duration::milliseconds(i * 7_777_777_123)).with_timezone(&Utc);
+            for f in [
+                SecondsFormat::Secs,
+                SecondsFormat::Millis,
+                SecondsFormat::Micros,
+                SecondsFormat::Nanos,
+            ] {
+                let s = t.to_rfc3339_opts(f, true);
+                assert_eq!(canonical(&s), chrono_reads(&s), "{s}");
+                assert!(canonical(&s).is_some(), "{s}");
+            }
+        }
+    }
+
+    #[test]
+    fn other_forms_are_left_to_chrono_and_bad_ones_fail() {
+        for s in [
+            "2026-12-07T15:09:52.528+00:00",
+            "2026-12-07T16:09:52+01:00",
+            "2026-12-07 15:09:52Z",
+            "2026-12-07t15:09:52z",
+            "2026-12-07T15:09:52.1234567891Z",
+            "2016-12-31T23:59:60Z",
+            "+2026-12-07T15:09:52Z",
+        ] {
+            assert_eq!(canonical(s), None, "{s}");
+            let json = serde_json::to_string(s).unwrap();
+            let mut d = serde_json::Deserializer::from_str(&json);
+            assert_eq!(stored(&mut d).ok(), chrono_reads(s), "{s}");
+        }
+        for s in [
+            "",
+            "Z",
+            "2026-02-30T00:00:00Z",
+            "2026-12-07T24:00:00Z",
+            "2026-12-07T15:09:52.Z",
+            "2026-12-07T15:09:5xZ",
+            "2026-12-07T15:09:52",
+        ] {
+            assert_eq!(canonical(s), None, "{s}");
+            let json = serde_json::to_string(s).unwrap();
+            let mut d = serde_json::Deserializer::from_str(&json);
+            assert!(stored(&mut d).is_err(), "{s}");
+        }
+    }
+}

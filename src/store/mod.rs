@@ -583,6 +583,7 @@ impl AuditEvent {
 /// acquired, was denied, released, or whose checkout was force- or auto-released.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct AuditEvent {
+    #[serde(deserialize_with = "crate::clock::stored")]
     pub ts: Time,
     pub event: String,
     pub key: String,

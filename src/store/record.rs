@@ -31,8 +31,11 @@ pub struct Record {
     /// Fencing token: strictly increasing across every grant in this lock directory.
     pub token: u64,
     pub agent: Agent,
+    #[serde(deserialize_with = "crate::clock::stored")]
     pub acquired_at: Time,
+    #[serde(deserialize_with = "crate::clock::stored")]
     pub renewed_at: Time,
+    #[serde(deserialize_with = "crate::clock::stored")]
     pub expires_at: Time,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
