@@ -223,8 +223,46 @@ fn every_command_of_a_project_shares_one_schema_and_one_token_sequence() {
     assert!(!e.dir().join("keys").exists());
     assert_eq!(
         psql(&e.dir(), "SELECT max(version) FROM schema_version").trim(),
-        "4"
+        "5"
     );
+}
+
+/// The reads of a scope's BEGIN are functions of the schema (version 5), planned once
+/// per server session. A schema of version 4 (what the build before left, with keys in
+/// its backlog) is upgraded by the first claim, which then takes its key; the claims
+/// after it are three round trips again.
+#[test]
+fn a_claim_upgrades_a_version_4_schema_to_its_functions() {
+    let e = Env::new();
+    e.ok("observer", &["backlog", "add", "k1", "k2", "k3"]);
+    let functions = "SELECT string_agg(proname, ',' ORDER BY proname) FROM pg_proc \
+                     WHERE pronamespace = current_schema()::regnamespace";
+    assert_eq!(
+        psql(&e.dir(), functions).trim(),
+        "read_ahead,take_ahead,take_next"
+    );
+    // Back to version 4: its tables, without the functions.
+    psql(
+        &e.dir(),
+        "DROP FUNCTION take_ahead, read_ahead, take_next; \
+         DELETE FROM schema_version WHERE version = 5",
+    );
+    let pid = std::process::id().to_string();
+    let j = e
+        .ok("a", &["checkout", "--next", "--json", "--pid", &pid])
+        .json();
+    assert_eq!(j["key"], "k1", "{j}");
+    assert_eq!(
+        psql(&e.dir(), "SELECT max(version) FROM schema_version").trim(),
+        "5"
+    );
+    assert_eq!(
+        psql(&e.dir(), functions).trim(),
+        "read_ahead,take_ahead,take_next"
+    );
+    let (sent, run) = messages_sent(&e, "b", &["checkout", "--next", "--json"]);
+    assert_eq!(run.json()["key"], "k2", "{}", run.text());
+    assert_eq!(sent, 3, "{}", run.text());
 }
 
 #[test]
@@ -244,7 +282,7 @@ fn doctor_reports_the_server_and_the_schema() {
     let detail = store["detail"].as_str().unwrap();
     assert!(detail.starts_with("PostgreSQL "), "{detail}");
     assert!(
-        detail.contains(&format!("schema {} at version 4", pg_schema(&e.dir()))),
+        detail.contains(&format!("schema {} at version 5", pg_schema(&e.dir()))),
         "{detail}"
     );
 }
@@ -945,7 +983,7 @@ pub fn killed_claimers_race(e: &Env, through: Through) {
             let sent = std::fs::read_to_string(&log).unwrap();
             let last = sent.lines().rfind(|l| l.contains("sendto(")).unwrap();
             assert!(
-                last.contains("BEGIN") && last.contains("tasklock.taken"),
+                last.contains("BEGIN") && last.contains("take_ahead"),
                 "{agent}: killed at {last}"
             );
         }
