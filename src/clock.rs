@@ -9,11 +9,22 @@ pub type Time = DateTime<Utc>;
 /// How far the store's clock is ahead of ours (PostgreSQL: the server's), once known.
 static OFFSET: std::sync::Mutex<Option<chrono::Duration>> = std::sync::Mutex::new(None);
 
+/// How a store that will tell its clock (with its first exchange) is asked for it now,
+/// when "now" is wanted before that exchange; taken by the first [`now`] after it is set.
+static PENDING: std::sync::Mutex<Option<fn()>> = std::sync::Mutex::new(None);
+
 /// Judge time by another clock from now on: `now()` becomes this machine's time plus
 /// `offset` (a PostgreSQL store sets it from the server's clock, so every host sharing the
 /// server judges leases by one clock). `TASKLOCK_NOW` still wins.
 pub fn set_offset(offset: chrono::Duration) {
+    *PENDING.lock().unwrap_or_else(|e| e.into_inner()) = None;
     *OFFSET.lock().unwrap_or_else(|e| e.into_inner()) = Some(offset);
+}
+
+/// A store's clock will be told by its first exchange ([`set_offset`]); a [`now`] asked
+/// before that calls `ask`, which tells it (or leaves this machine's time, when it cannot).
+pub fn set_pending(ask: fn()) {
+    *PENDING.lock().unwrap_or_else(|e| e.into_inner()) = Some(ask);
 }
 
 /// The offset set by [`set_offset`], if any.
@@ -22,6 +33,11 @@ pub fn offset() -> Option<chrono::Duration> {
 }
 
 pub fn now() -> Result<Time> {
+    // Asked even under `TASKLOCK_NOW`, so that the store's exchanges are the same in tests.
+    let pending = PENDING.lock().unwrap_or_else(|e| e.into_inner()).take();
+    if let Some(ask) = pending {
+        ask();
+    }
     match std::env::var("TASKLOCK_NOW") {
         Ok(s) if !s.is_empty() => DateTime::parse_from_rfc3339(&s)
             .map(|t| t.with_timezone(&Utc))

@@ -62,9 +62,9 @@ pub fn run(ctx: &Ctx, all: bool) -> Result<Report> {
         let mut stale = Vec::new();
         for entry in store.scan_agents()? {
             let judged = liveness::with_renewal(&entry, renewed.get(&entry.id));
-            let j = liveness::judge_entry(&judged, &ctx.now, &cfg);
+            let j = liveness::judge_entry(&judged, &ctx.now(), &cfg);
             let keys = held.remove(&entry.id).unwrap_or_default();
-            if j.dead() && keys.is_empty() && expired(&entry, &ctx.now, &cfg) {
+            if j.dead() && keys.is_empty() && expired(&entry, &ctx.now(), &cfg) {
                 stale.push(entry.id.clone());
             }
             let mut row = AgentRow::new(&entry, j, keys);
@@ -104,7 +104,7 @@ pub fn run(ctx: &Ctx, all: bool) -> Result<Report> {
     if !all {
         // Dead agents are sorted among themselves by last heartbeat; the window is
         // judged by the last sign of life (an end can come long after the last beat).
-        let since = ctx.now - chrono::Duration::seconds(RECENT_DEAD_SECS);
+        let since = ctx.now() - chrono::Duration::seconds(RECENT_DEAD_SECS);
         let mut dead_shown = 0;
         rows.retain(|(row, sign)| {
             if row.state != State::Dead || !row.checkouts.is_empty() {
@@ -118,7 +118,7 @@ pub fn run(ctx: &Ctx, all: bool) -> Result<Report> {
     let agents: Vec<AgentRow> = rows.into_iter().map(|(r, _)| r).collect();
     Ok(Report::Agents(AgentsReport {
         command: "agents",
-        now: ctx.now,
+        now: ctx.now(),
         hidden: total - agents.len(),
         pruned,
         agents,
@@ -162,7 +162,9 @@ fn prune(ctx: &Ctx, store: &dyn Store, ids: &[String]) -> Result<BTreeSet<String
         let Some(entry) = store.read_agent(id)? else {
             continue;
         };
-        if liveness::judge_entry(&entry, &ctx.now, &cfg).dead() && expired(&entry, &ctx.now, &cfg) {
+        if liveness::judge_entry(&entry, &ctx.now(), &cfg).dead()
+            && expired(&entry, &ctx.now(), &cfg)
+        {
             store.remove_agent(&guard, id)?;
             removed.insert(id.clone());
         }

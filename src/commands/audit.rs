@@ -22,7 +22,7 @@ pub struct Filter {
 impl Filter {
     fn matches(&self, ctx: &Ctx, e: &AuditEvent) -> bool {
         if let Some(s) = self.since
-            && e.ts < ctx.now - to_chrono(s)
+            && e.ts < ctx.now() - to_chrono(s)
         {
             return false;
         }
@@ -59,7 +59,7 @@ pub fn run(ctx: &Ctx, filter: &Filter) -> Result<Report> {
     }
     Ok(Report::Audit(AuditReport {
         command: "audit",
-        now: ctx.now,
+        now: ctx.now(),
         matched,
         unreadable_lines: unreadable,
         events,
@@ -116,14 +116,14 @@ pub fn follow(ctx: &Ctx, filter: &Filter, format: Format, out: &mut dyn Write) -
         first.retain(|e| live.matches(ctx, e));
     }
     for e in &first {
-        if print(out, e, &ctx.now).is_err() {
+        if print(out, e, &ctx.now()).is_err() {
             return Ok(());
         }
     }
     let _ = out.flush();
     while crate::signals::received().is_none() {
         let fresh = log.next(POLL)?;
-        let now = crate::clock::now().unwrap_or(ctx.now);
+        let now = crate::clock::now().unwrap_or(ctx.now());
         for e in fresh.iter().filter(|e| live.matches(ctx, e)) {
             if print(out, e, &now).is_err() {
                 return Ok(()); // the reader went away

@@ -71,7 +71,7 @@ fn report(
         .collect();
     Ok(Report::Backlog(BacklogReport {
         command: "backlog",
-        now: ctx.now,
+        now: ctx.now(),
         action,
         added,
         removed,
@@ -85,7 +85,7 @@ fn report(
 fn empty(ctx: &Ctx, action: &'static str) -> Report {
     Report::Backlog(BacklogReport {
         command: "backlog",
-        now: ctx.now,
+        now: ctx.now(),
         action,
         added: None,
         removed: None,

@@ -38,7 +38,7 @@ pub fn any(
     let all_frozen = refused.iter().all(|r| r.outcome == Outcome::Frozen);
     Ok(Report::Any(AnyReport {
         command: "checkout",
-        now: ctx.now,
+        now: ctx.now(),
         outcome: if all_frozen {
             Outcome::Frozen
         } else {
@@ -60,7 +60,7 @@ pub fn next(
     let Some(store) = ctx.existing_store()? else {
         return Ok(Report::Next(NextReport {
             command: "checkout",
-            now: ctx.now,
+            now: ctx.now(),
             outcome: Outcome::BacklogEmpty,
             refused: Vec::new(),
             ready: 0,
@@ -100,7 +100,7 @@ pub fn next(
     };
     Ok(Report::Next(NextReport {
         command: "checkout",
-        now: ctx.now,
+        now: ctx.now(),
         outcome,
         refused,
         ready: summary.ready,

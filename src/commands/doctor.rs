@@ -67,7 +67,7 @@ pub fn run(ctx: &Ctx, discovery: Option<&Discovery>) -> Result<Report> {
     let healthy = !checks.iter().any(|c| c.status == "fail");
     Ok(Report::Doctor(DoctorReport {
         command: "doctor",
-        now: ctx.now,
+        now: ctx.now(),
         lock_dir: dir.display().to_string(),
         healthy,
         checks,
@@ -131,7 +131,7 @@ fn notify_check(ctx: &Ctx) -> Option<Check> {
     };
     let recent: Vec<_> = crate::engine::notify::failures(&ctx.dir)
         .into_iter()
-        .filter(|f| (ctx.now - f.ts).num_hours() < 24)
+        .filter(|f| (ctx.now() - f.ts).num_hours() < 24)
         .collect();
     Some(match recent.last() {
         None => ok("notify", format!("{hooks}; no failure in the last day")),
@@ -324,12 +324,12 @@ fn records_checks(ctx: &Ctx, store: &crate::store::FileStore) -> Result<Vec<Chec
         newest = newest.max(a.last_heartbeat);
     }
     checks.push(match newest {
-        Some(t) if t > ctx.now + chrono::Duration::seconds(5) => warn(
+        Some(t) if t > ctx.now() + chrono::Duration::seconds(5) => warn(
             "clock",
             format!(
                 "the newest record is from {}, {} ahead of this clock: the clock jumped backwards, or another machine's clock is ahead",
                 crate::clock::rfc3339(&t),
-                crate::duration::humanize((t - ctx.now).num_seconds().unsigned_abs())
+                crate::duration::humanize((t - ctx.now()).num_seconds().unsigned_abs())
             ),
             Some("sync clocks (NTP); leases are judged by wall-clock time".into()),
         ),

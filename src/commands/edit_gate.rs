@@ -828,7 +828,7 @@ fn stamp(root: &Path, agent: &str, rel: &str, key: &str, token: u64, ctx: &Ctx) 
             file: rel.to_string(),
             key: key.to_string(),
             token,
-            at: ctx.now,
+            at: ctx.now(),
         },
     )
 }
@@ -853,7 +853,7 @@ fn holders_text(ctx: &Ctx, others: &[Holder]) -> String {
                 h.pattern,
                 r.token,
                 crate::clock::rfc3339(&r.expires_at),
-                crate::clock::relative(&r.expires_at, &ctx.now),
+                crate::clock::relative(&r.expires_at, &ctx.now()),
             )
         })
         .collect::<Vec<_>>()

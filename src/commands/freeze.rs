@@ -39,8 +39,8 @@ pub fn freeze(ctx: &Ctx, pattern: &str, for_: Duration, reason: Option<String>) 
         by: agent.id.clone(),
         name: agent.name.clone(),
         reason,
-        since: ctx.now,
-        until: ctx.now + to_chrono(for_),
+        since: ctx.now(),
+        until: ctx.now() + to_chrono(for_),
         owner,
     };
     let forcer = forcer_unless_maker(ctx, &*store, pattern, &agent.id)?;
@@ -109,7 +109,7 @@ pub fn freeze(ctx: &Ctx, pattern: &str, for_: Duration, reason: Option<String>) 
     store.commit(guard)?;
     Ok(Report::Freeze(FreezeReport {
         command: "freeze",
-        now: ctx.now,
+        now: ctx.now(),
         pattern: pattern.to_string(),
         frozen: true,
         freeze: Some(f),
@@ -131,7 +131,7 @@ enum May {
 
 fn may_unfreeze(ctx: &Ctx, me: &str, f: &Freeze, forcer: Option<&'static str>) -> May {
     let standing = crate::secret::standing_for(&f.by, f.owner.as_deref());
-    if (f.by == me && !standing.refused()) || !f.active(&ctx.now) {
+    if (f.by == me && !standing.refused()) || !f.active(&ctx.now()) {
         return May::Maker;
     }
     match forcer {
@@ -189,7 +189,7 @@ fn refuse(
 fn refused(ctx: &Ctx, command: &'static str, f: Freeze, why: &'static str) -> Report {
     Report::Freeze(FreezeReport {
         command,
-        now: ctx.now,
+        now: ctx.now(),
         pattern: f.pattern.clone(),
         frozen: true,
         freeze: Some(f),
@@ -244,7 +244,7 @@ pub fn unfreeze(ctx: &Ctx, pattern: &str) -> Result<Report> {
                     removed
                 }
                 (None, _) => {
-                    covered_by = store.frozen(pattern, &ctx.now)?;
+                    covered_by = store.frozen(pattern, &ctx.now())?;
                     None
                 }
             };
@@ -255,7 +255,7 @@ pub fn unfreeze(ctx: &Ctx, pattern: &str) -> Result<Report> {
     };
     Ok(Report::Freeze(FreezeReport {
         command: "unfreeze",
-        now: ctx.now,
+        now: ctx.now(),
         pattern: pattern.to_string(),
         frozen: false,
         freeze,
@@ -265,7 +265,7 @@ pub fn unfreeze(ctx: &Ctx, pattern: &str) -> Result<Report> {
 }
 
 fn event(ctx: &Ctx, name: Event, f: &Freeze) -> AuditEvent {
-    let mut ev = AuditEvent::new(ctx.now, name, &f.pattern, &f.by);
+    let mut ev = AuditEvent::new(ctx.now(), name, &f.pattern, &f.by);
     ev.name = f.name.clone();
     ev.reason = f.reason.clone();
     ev.detail = Some(format!("until {}", crate::clock::rfc3339(&f.until)));

@@ -27,7 +27,7 @@ pub fn run(ctx: &Ctx, key: &str, to: &str, timeout: Option<Duration>) -> Result<
     let report = |outcome, checkout: Option<&Record>, given_from: Option<u64>, cycle| {
         Ok(Report::Give(GiveReport {
             command: "give",
-            now: ctx.now,
+            now: ctx.now(),
             key: key.to_string(),
             to: to.clone(),
             outcome,
@@ -127,12 +127,12 @@ impl Giving<'_> {
         if crate::engine::holder_refused(ctx, store, guard, &r, "give")?.is_some() {
             return Ok(Err((Outcome::SecretRefused, Some(r))));
         }
-        if r.expired_for_holder(&ctx.now) {
+        if r.expired_for_holder(&ctx.now()) {
             auto_release(ctx, store, guard, &r, Some(me), ReapReason::Timeout)?;
             return Ok(Err((Outcome::LeaseLost, Some(r))));
         }
         // Refused the way a checkout of the key would be: a freeze keeps new holders out.
-        if store.frozen(self.key, &ctx.now)?.is_some() {
+        if store.frozen(self.key, &ctx.now())?.is_some() {
             return Ok(Err((Outcome::Frozen, Some(r))));
         }
         Ok(Ok(r))
@@ -145,7 +145,7 @@ impl Giving<'_> {
         r: &Record,
         cfg: &crate::config::Config,
     ) -> Result<std::result::Result<AgentEntry, Outcome>> {
-        let (store, now, to) = (self.scope.store, &self.scope.ctx.now, self.to);
+        let (store, now, to) = (self.scope.store, &self.scope.ctx.now(), self.to);
         let Some(entry) = store.read_agent(to)? else {
             return Ok(Err(Outcome::UnknownAgent));
         };
@@ -199,9 +199,9 @@ impl Giving<'_> {
         let given = Record {
             token,
             agent: receiver,
-            acquired_at: ctx.now,
-            renewed_at: ctx.now,
-            expires_at: ctx.now + to_chrono(lease),
+            acquired_at: ctx.now(),
+            renewed_at: ctx.now(),
+            expires_at: ctx.now() + to_chrono(lease),
             owner: if codex { None } else { entry.owner.clone() },
             ..r.clone()
         };

@@ -22,7 +22,7 @@ pub fn run(ctx: &Ctx) -> Result<Report> {
     let me = ctx.agent_id().ok();
     let mut report = GuardReport {
         command: "guard-commit",
-        now: ctx.now,
+        now: ctx.now(),
         agent: me.clone(),
         staged: 0,
         files: Vec::new(),
@@ -142,7 +142,7 @@ impl Guarding<'_> {
             && let Some(edit) = edits::read(dir, file)?
             && !self.mine(&edit.agent)
         {
-            match live_editor(&mut self.judge, &self.ctx.now, &edit)? {
+            match live_editor(&mut self.judge, &self.ctx.now(), &edit)? {
                 Some(view) => {
                     let f = GuardFile {
                         edit: Some(view),

@@ -49,10 +49,10 @@ pub fn beat(
         beaten = renew_and_reap(ctx, &*store, &mut judge, &entry, todo, beaten.held)?;
     }
     let cfg = judge.config()?.clone();
-    let judgement = liveness::judge_entry(&entry, &ctx.now, &cfg);
+    let judgement = liveness::judge_entry(&entry, &ctx.now(), &cfg);
     Ok(Report::Heartbeat(HeartbeatReport {
         command: "heartbeat",
-        now: ctx.now,
+        now: ctx.now(),
         agent: AgentRow::new(&entry, judgement, beaten.held),
         renewed: beaten.renewed,
         lost: beaten.lost,
@@ -107,7 +107,7 @@ fn register(
         // Whether this beat looks at the other agents' checkouts too: at most one beat
         // in the project per `sweep_interval` does, so that a fleet's beats cost each
         // what the agent holds, not what the fleet holds.
-        let sweep = sweep_every.is_zero() || store.sweep_turn(guard, &ctx.now, sweep_every)?;
+        let sweep = sweep_every.is_zero() || store.sweep_turn(guard, &ctx.now(), sweep_every)?;
         Ok(Ok((entry, sweep)))
     })?;
     beat.map_err(|s| Error::SecretRefused {
@@ -145,12 +145,12 @@ fn to_change(
             // A checkout bound to a secret this beat does not prove (a claim made for
             // the session with a secret it was not started with) is not kept alive by
             // it: it ends with its lease.
-            let renewable = needs_renewal(&r, &ctx.now)
+            let renewable = needs_renewal(&r, &ctx.now())
                 && !crate::secret::standing_for(&r.agent.id, r.owner.as_ref()).refused();
             // Judged with the entry just beaten (a subagent's checkout by its own
             // process alone): a beat reads nothing more for it.
             let own_entry = r.held_by(me).then_some(entry);
-            if renewable || own_end(&r, own_entry, &ctx.now).is_some() {
+            if renewable || own_end(&r, own_entry, &ctx.now()).is_some() {
                 todo.push(r);
             }
         } else if judge.reap_reason(&r)?.is_some() {
@@ -201,7 +201,7 @@ fn renew_and_reap(
                 // Never revived: someone may already have acted on the lost lease; a
                 // checkout whose process is gone is dead for its own agent too.
                 let own_entry = r.held_by(me).then_some(entry);
-                Ok(own_end(r, own_entry, &ctx.now))
+                Ok(own_end(r, own_entry, &ctx.now()))
             } else {
                 judge.reap_cause(r)
             }
@@ -222,8 +222,8 @@ fn renew_and_reap(
                     token: record.token,
                     reason,
                 }),
-                Settled::Kept(Slot::Held(r)) if mine(&r) && needs_renewal(&r, &ctx.now) => {
-                    if store.frozen(&r.key, &ctx.now)?.is_some() {
+                Settled::Kept(Slot::Held(r)) if mine(&r) && needs_renewal(&r, &ctx.now()) => {
+                    if store.frozen(&r.key, &ctx.now())?.is_some() {
                         out.frozen.push(r.key);
                     } else if let Some(key) =
                         renew(Scope::new(ctx, store, guard), judge, r, max_hold)?
@@ -253,11 +253,11 @@ fn renew(
         return Ok(None);
     }
     // Never earlier than the current end, even with a clock far behind.
-    let expires_at = (ctx.now + (r.expires_at - r.renewed_at))
+    let expires_at = (ctx.now() + (r.expires_at - r.renewed_at))
         .max(r.expires_at)
         .min(cap);
     let fresh = Record {
-        renewed_at: ctx.now.max(r.acquired_at),
+        renewed_at: ctx.now().max(r.acquired_at),
         expires_at,
         ..r
     };

@@ -273,7 +273,7 @@ impl Input {
                 start.project,
                 agent,
                 &edited,
-                &ctx.now,
+                &ctx.now(),
                 wait(),
                 "post-tool-use",
             );
@@ -319,7 +319,7 @@ impl Input {
                     crate::clients::gemini::forget_secret(start.project, agent);
                 }
                 // Its edits (and its subagents') are nobody's to protect any more.
-                edit_gate::forget_edits(start.project, agent, &ctx.now, wait())?;
+                edit_gate::forget_edits(start.project, agent, &ctx.now(), wait())?;
                 Ok(None)
             }
             "worktree-create" => worktree_create(ctx, &self.payload),
@@ -818,7 +818,7 @@ fn adopt(
     };
     let ours = |r: &crate::store::Record| {
         r.held_by(agent)
-            && !r.expired_for_holder(&ctx.now)
+            && !r.expired_for_holder(&ctx.now())
             && match (&r.owner, given) {
                 (None, _) => true,
                 (Some(p), Some(g)) => p.admits(g),
@@ -872,8 +872,8 @@ fn adopt(
             let fresh = crate::store::Record {
                 agent: a,
                 owner: proof.clone(),
-                renewed_at: ctx.now.max(r.acquired_at),
-                expires_at: r.expires_at.max(ctx.now + lease),
+                renewed_at: ctx.now().max(r.acquired_at),
+                expires_at: r.expires_at.max(ctx.now() + lease),
                 ..r.clone()
             };
             store.replace(g, &fresh)?;

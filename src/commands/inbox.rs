@@ -51,7 +51,7 @@ fn take(store: &dyn crate::store::Store, me: &str, peek: bool) -> Result<Vec<Mes
 fn report(ctx: &Ctx, me: String, messages: Vec<Message>, peek: bool) -> Report {
     Report::Inbox(InboxReport {
         command: "inbox",
-        now: ctx.now,
+        now: ctx.now(),
         agent: me,
         messages,
         marked_read: !peek,

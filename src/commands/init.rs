@@ -221,7 +221,7 @@ pub fn run(ctx: &Ctx, o: &Options) -> Result<Report> {
     }
     Ok(Report::Init(InitReport {
         command: "init",
-        now: ctx.now,
+        now: ctx.now(),
         dry_run: o.dry_run,
         project: project.display().to_string(),
         changes,

@@ -61,7 +61,7 @@ pub fn run(ctx: &Ctx, mine: bool) -> Result<Report> {
     checkouts.sort_by(|a, b| (&a.key, a.slot).cmp(&(&b.key, b.slot)));
     Ok(Report::List(ListReport {
         command: "list",
-        now: ctx.now,
+        now: ctx.now(),
         mine: if mine { me } else { None },
         checkouts,
         corrupt,

@@ -15,7 +15,7 @@ pub fn run(ctx: &Ctx, key: &str, text: String) -> Result<Report> {
     let report = |outcome, checkout, note| {
         Ok(Report::Note(NoteReport {
             command: "note",
-            now: ctx.now,
+            now: ctx.now(),
             key: key.to_string(),
             outcome,
             checkout,
@@ -52,7 +52,7 @@ pub fn run(ctx: &Ctx, key: &str, text: String) -> Result<Report> {
                 report(Outcome::SecretRefused, Some(CheckoutView::from(&r)), None)
             }
             Slot::Held(r) if r.held_by(&agent.id) => {
-                if r.expired_for_holder(&ctx.now) {
+                if r.expired_for_holder(&ctx.now()) {
                     auto_release(
                         ctx,
                         &*store,
@@ -64,7 +64,7 @@ pub fn run(ctx: &Ctx, key: &str, text: String) -> Result<Report> {
                     return report(Outcome::LeaseLost, Some(CheckoutView::from(&r)), None);
                 }
                 let note = Note {
-                    ts: ctx.now,
+                    ts: ctx.now(),
                     agent: agent.id.clone(),
                     name: agent.name.clone(),
                     token: Some(r.token),

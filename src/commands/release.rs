@@ -28,7 +28,7 @@ pub fn run(
         let worktrees = super::worktrees::after_release(&results);
         Ok(Report::Keys(KeysReport {
             command: KeysCommand::Release,
-            now: ctx.now,
+            now: ctx.now(),
             all,
             results,
             note: note.clone(),
@@ -137,7 +137,7 @@ impl Releasing<'_> {
                 held(Outcome::SecretRefused, &r)
             }
             Slot::Held(r) if r.held_by(me) && !standing.refused() => {
-                if r.expired_for_holder(&ctx.now) {
+                if r.expired_for_holder(&ctx.now()) {
                     auto_release(ctx, store, guard, &r, Some(me), ReapReason::Timeout)?;
                     held(Outcome::LeaseLost, &r)
                 } else {
@@ -180,7 +180,7 @@ impl Releasing<'_> {
     fn remove_corrupt(&self, key: &str, problem: &str) -> Result<()> {
         let Scope { store, guard, .. } = self.scope;
         store.remove(guard, key, None, None)?;
-        let mut ev = AuditEvent::new(self.scope.ctx.now, Event::ForceRelease, key, self.me);
+        let mut ev = AuditEvent::new(self.scope.ctx.now(), Event::ForceRelease, key, self.me);
         ev.reason = self.note.clone();
         ev.detail = Some(format!("removed corrupt record: {problem}"));
         after_change(
@@ -337,7 +337,7 @@ fn keep_note(
 ) -> Result<()> {
     let Some(text) = note else { return Ok(()) };
     let n = crate::store::Note {
-        ts: ctx.now,
+        ts: ctx.now(),
         agent: by.to_string(),
         name,
         token: Some(r.token),
@@ -379,7 +379,7 @@ pub fn leave(ctx: &Ctx, keys: Vec<String>, all: bool) -> Result<Report> {
     };
     Ok(Report::Keys(KeysReport {
         command: KeysCommand::Leave,
-        now: ctx.now,
+        now: ctx.now(),
         all,
         results: results
             .into_iter()

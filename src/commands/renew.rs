@@ -12,7 +12,7 @@ pub fn run(ctx: &Ctx, keys: Vec<String>, all: bool, timeout: Option<Duration>) -
     let report = |results| {
         Ok(Report::Keys(KeysReport {
             command: KeysCommand::Renew,
-            now: ctx.now,
+            now: ctx.now(),
             all,
             results,
             note: None,
@@ -79,11 +79,11 @@ impl Renewing<'_> {
                 row(Outcome::SecretRefused, &r)
             }
             Slot::Held(r) if r.held_by(me) => {
-                if r.expired_for_holder(&ctx.now) {
+                if r.expired_for_holder(&ctx.now()) {
                     // A lost lease is never revived: someone may already have acted on it.
                     auto_release(ctx, store, guard, &r, Some(me), ReapReason::Timeout)?;
                     row(Outcome::LeaseLost, &r)
-                } else if let Some(f) = store.frozen(&key, &ctx.now)? {
+                } else if let Some(f) = store.frozen(&key, &ctx.now())? {
                     // A freeze drains a key: the holder keeps it until its lease ends,
                     // but cannot extend it while the freeze lasts.
                     Ok(KeyResult {
@@ -106,7 +106,7 @@ impl Renewing<'_> {
     /// The caller's live lease, renewed and audited.
     fn renew(&self, r: Record) -> Result<Record> {
         let Scope { ctx, store, guard } = self.scope;
-        let now = ctx.now;
+        let now = ctx.now();
         // Without --timeout the lease keeps its own length, as a heartbeat renews it: a
         // renewal never shortens a lease by surprise. A clock far behind (a VM resumed,
         // a bad NTP step) never moves the lease backwards: never before the grant, and a

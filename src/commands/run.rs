@@ -238,7 +238,7 @@ fn still_held(ctx: &Ctx, agent: &str, key: &str, token: u64) -> Result<bool> {
     Ok(matches!(
         crate::engine::slots::read_mine(&*store, key, agent)?,
         crate::store::Slot::Held(r)
-            if r.held_by(agent) && r.token == token && !r.expired_for_holder(&ctx.now)
+            if r.held_by(agent) && r.token == token && !r.expired_for_holder(&ctx.now())
     ))
 }
 
@@ -261,7 +261,7 @@ fn finish(
 ) -> Report {
     Report::Run(RunReport {
         command: "run",
-        now: ctx.now,
+        now: ctx.now(),
         key: key.to_string(),
         token,
         cmd_exit,

@@ -27,7 +27,7 @@ pub fn run(ctx: &Ctx, dry_run: bool) -> Result<Report> {
         })?;
     let mut report = StageReport {
         command: "stage",
-        now: ctx.now,
+        now: ctx.now(),
         agent: me.clone(),
         dry_run,
         root: root.display().to_string(),
@@ -37,7 +37,7 @@ pub fn run(ctx: &Ctx, dry_run: bool) -> Result<Report> {
     let Some(dir) = edits::dir(&root) else {
         return Ok(Report::Stage(report));
     };
-    let now = ctx.now;
+    let now = ctx.now();
     let mine: HashMap<String, edits::Edit> = edits::read_all(&dir)?
         .into_iter()
         .filter(|e| edits::is_own(&e.agent, &me) && !e.expired(&now))

@@ -42,7 +42,7 @@ pub fn run(ctx: &Ctx, key: &str) -> Result<Report> {
     };
     Ok(Report::Status(StatusReport {
         command: "status",
-        now: ctx.now,
+        now: ctx.now(),
         key: key.to_string(),
         outcome: if checkout.is_some() {
             Outcome::Held

@@ -10,7 +10,7 @@ pub fn run(ctx: &Ctx, key: &str, token: u64) -> Result<Report> {
     let report = |outcome: Outcome, checkout: Option<CheckoutView>| {
         Ok(Report::Verify(VerifyReport {
             command: "verify",
-            now: ctx.now,
+            now: ctx.now(),
             key: key.to_string(),
             token,
             valid: outcome == Outcome::Valid,

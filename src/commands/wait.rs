@@ -70,7 +70,7 @@ pub fn run_for(
         // other that ran out of time. The queue entry names this process, so it is
         // dropped as soon as anyone meets it after the process is gone.
         Err(crate::error::Error::GuardWaitStopped { .. }) => {
-            let now = ctx.at_now(&me)?.now;
+            let now = ctx.at_now(&me)?.now();
             let mut r =
                 last.unwrap_or_else(|| CheckoutReport::new(now, key, Outcome::Conflict, None));
             r.now = now;
@@ -94,7 +94,7 @@ fn wait_loop(
 ) -> Result<Report> {
     let mut changes = store.changes()?;
     let pid = std::process::id();
-    let started = ctx.now;
+    let started = ctx.now();
     // The process the agent had registered at the wait's first attempt (or registered
     // with it): the wait is that life's, and ends with it, even once a later command of
     // the agent's has forgotten it.
@@ -187,8 +187,8 @@ fn gone(
     })?;
     let mut r = last
         .take()
-        .unwrap_or_else(|| CheckoutReport::new(now_ctx.now, key, Outcome::Conflict, None));
-    r.now = now_ctx.now;
+        .unwrap_or_else(|| CheckoutReport::new(now_ctx.now(), key, Outcome::Conflict, None));
+    r.now = now_ctx.now();
     r.outcome = Outcome::AgentGone;
     r.checkout = holder;
     r.queue_length = q.waiters.len();

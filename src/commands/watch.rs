@@ -277,7 +277,7 @@ fn report(
 ) -> Report {
     Report::Watch(WatchReport {
         command: "heartbeat",
-        now: ctx.now,
+        now: ctx.now(),
         agent: agent.to_string(),
         pid,
         outcome,
@@ -338,7 +338,7 @@ pub(crate) fn spawn_detached(
     let child = cmd.spawn().map_err(|e| Error::io(&exe, e))?;
     Ok(Report::Watch(WatchReport {
         command: "heartbeat",
-        now: ctx.now,
+        now: ctx.now(),
         agent: agent.to_string(),
         pid,
         outcome: "detached",

@@ -15,7 +15,7 @@ use crate::store::{Delivery, Freeze, Queue, Record, Slot, Store};
 
 pub fn run(ctx: &Ctx, key: &str, paths: Vec<String>) -> Result<Report> {
     crate::key::validate(key)?;
-    let mut a = Answer::new(ctx.agent_id().ok(), ctx.now);
+    let mut a = Answer::new(ctx.agent_id().ok(), ctx.now());
     if let Some(store) = ctx.existing_store()? {
         a.words(ctx, &*store, key, &paths)?;
     }

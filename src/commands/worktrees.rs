@@ -164,7 +164,7 @@ pub fn execute(ctx: &Ctx, a: crate::cli::WorktreesArgs) -> Result<Report> {
     let (repo, worktrees) = rows(ctx, true)?;
     Ok(Report::Worktrees(WorktreesReport {
         command: "worktrees",
-        now: ctx.now,
+        now: ctx.now(),
         repo,
         worktrees,
         cleaned,

@@ -181,7 +181,7 @@ fn take_ready(
 
 /// Has a claim's recheck time come, or is one of the claimers dead?
 fn may_have_lapsed(ctx: &Ctx, view: &Claiming<'_>, summary: &BacklogSummary) -> Result<bool> {
-    if summary.recheck.is_some_and(|t| t <= ctx.now) {
+    if summary.recheck.is_some_and(|t| t <= ctx.now()) {
         return Ok(true);
     }
     let mut judge = Judge::new(ctx, view);
@@ -190,7 +190,7 @@ fn may_have_lapsed(ctx: &Ctx, view: &Claiming<'_>, summary: &BacklogSummary) -> 
     judge.expect_agents(summary.holders.iter().map(String::as_str))?;
     for agent in &summary.holders {
         if let Some(entry) = judge.entry(agent)?
-            && crate::liveness::judge_entry(&entry, &ctx.now, &cfg).dead()
+            && crate::liveness::judge_entry(&entry, &ctx.now(), &cfg).dead()
         {
             return Ok(true);
         }

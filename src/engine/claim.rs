@@ -134,7 +134,7 @@ pub fn claim_next(
     for (i, _) in damaged {
         refusals.push((
             i,
-            CheckoutReport::new(ctx.now, &keys[i], Outcome::Corrupt, None),
+            CheckoutReport::new(ctx.now(), &keys[i], Outcome::Corrupt, None),
         ));
     }
     refusals.sort_by_key(|(i, _)| *i);

@@ -172,10 +172,10 @@ fn read(ctx: &Ctx, store: &dyn Store) -> Result<Fleet> {
     let cycles = cycles(&graph);
     let agents = agents(ctx, store, &mut judge, &held, &waiting_for)?;
     let mut freezes: Vec<_> = store.freezes()?.iter().map(Freeze::public).collect();
-    freezes.retain(|f| f.until > ctx.now);
+    freezes.retain(|f| f.until > ctx.now());
     freezes.sort_by(|a, b| a.pattern.cmp(&b.pattern));
     Ok(Fleet {
-        now: ctx.now,
+        now: ctx.now(),
         store: store.describe(),
         checkouts: held.checkouts,
         agents,
@@ -296,11 +296,11 @@ fn agents(
     let mut seen = BTreeSet::new();
     for entry in store.scan_agents()? {
         let judged = liveness::with_renewal(&entry, held.renewed.get(&entry.id));
-        let j = liveness::judge_entry(&judged, &ctx.now, &cfg);
+        let j = liveness::judge_entry(&judged, &ctx.now(), &cfg);
         let keys = held.keys.get(&entry.id).cloned().unwrap_or_default();
         let waits_on = waits_of(&entry.id);
         let recent =
-            ctx.now - liveness::last_sign(&judged) < chrono::Duration::seconds(DEAD_SHOWN_SECS);
+            ctx.now() - liveness::last_sign(&judged) < chrono::Duration::seconds(DEAD_SHOWN_SECS);
         if j.dead() && keys.is_empty() && waits_on.is_empty() && !recent {
             continue;
         }

@@ -42,7 +42,8 @@ use crate::store::{
 #[derive(Clone)]
 pub struct Ctx {
     pub dir: PathBuf,
-    pub now: Time,
+    /// The command's "now" ([`Ctx::now`]), once taken.
+    now: std::cell::Cell<Option<Time>>,
     pub agent_flag: Option<String>,
     pub name_flag: Option<String>,
     /// `config.yaml` as read (or why it could not be), at most once per command.
@@ -55,7 +56,7 @@ impl Ctx {
     pub fn new(dir: PathBuf, agent_flag: Option<String>, name_flag: Option<String>) -> Result<Ctx> {
         Ok(Ctx {
             dir,
-            now: crate::clock::now()?,
+            now: std::cell::Cell::new(Some(crate::clock::now()?)),
             agent_flag,
             name_flag,
             cfg: Default::default(),
@@ -64,23 +65,42 @@ impl Ctx {
 
     /// [`Ctx::new`] for a command that judges time: a PostgreSQL store judges it by the
     /// server's clock, so connect first (the connection serves the whole command) and
-    /// take "now" again.
+    /// take "now" at its first use: the server's clock comes with the store's first
+    /// exchange (a scope's `BEGIN`), or is asked for then if nothing was sent yet.
     pub fn connected(
         dir: PathBuf,
         agent_flag: Option<String>,
         name_flag: Option<String>,
     ) -> Result<Ctx> {
-        let mut ctx = Ctx::new(dir, agent_flag, name_flag)?;
+        let ctx = Ctx::new(dir, agent_flag, name_flag)?;
         if crate::store::pg::open_early(ctx.config().ok().as_ref())? {
-            ctx.now = crate::clock::now()?;
+            ctx.now.set(None);
         }
         Ok(ctx)
+    }
+
+    /// The command's "now": taken once, at its first use (a PostgreSQL store's, by the
+    /// server's clock: [`crate::clock::now`] asks the store for it when it has not told
+    /// it yet), then the same for the whole command.
+    pub fn now(&self) -> Time {
+        if let Some(t) = self.now.get() {
+            return t;
+        }
+        // `TASKLOCK_NOW` was read when the context was made: only a good one gets here.
+        let t = crate::clock::now().unwrap_or_else(|_| chrono::Utc::now());
+        self.now.set(Some(t));
+        t
+    }
+
+    /// Take "now" again (long-running commands, between their rounds).
+    pub fn set_now(&self, t: Time) {
+        self.now.set(Some(t));
     }
 
     /// The same context at the current time, with the agent id fixed (long-running commands).
     pub fn at_now(&self, agent_id: &str) -> Result<Ctx> {
         Ok(Ctx {
-            now: crate::clock::now()?,
+            now: std::cell::Cell::new(Some(crate::clock::now()?)),
             agent_flag: Some(agent_id.to_string()),
             ..self.clone()
         })
@@ -148,7 +168,7 @@ impl Ctx {
 
     /// An event about `agent` and `key`.
     pub fn agent_event(&self, event: Event, key: &str, agent: &Agent) -> AuditEvent {
-        let mut ev = AuditEvent::new(self.now, event, key, &agent.id);
+        let mut ev = AuditEvent::new(self.now(), event, key, &agent.id);
         ev.name = agent.name.clone();
         ev
     }
@@ -257,7 +277,7 @@ fn after_auto_release(
 fn death_cause(ctx: &Ctx, store: &dyn Store, record: &Record) -> Result<Option<Cause>> {
     let entry = store.read_agent(&record.agent.id)?;
     let cfg = store.config().unwrap_or_default();
-    Ok(liveness::judge_record(record, entry.as_ref(), &ctx.now, &cfg).cause)
+    Ok(liveness::judge_record(record, entry.as_ref(), &ctx.now(), &cfg).cause)
 }
 
 /// A change under way: the command's context, the store and the guard of the scope it
@@ -296,7 +316,7 @@ impl<'a> Scope<'a> {
                 agent: record.agent.clone(),
                 token: record.token,
                 acquired_at: record.acquired_at,
-                ended_at: self.ctx.now,
+                ended_at: self.ctx.now(),
                 how,
                 cause,
                 by,
@@ -443,7 +463,7 @@ impl<'a> Judge<'a> {
 
     pub fn holder(&mut self, r: &Record) -> Result<Judgement> {
         let entry = self.entry(&r.agent.id)?;
-        let now = self.ctx.now;
+        let now = self.ctx.now();
         let cfg = self.config()?.clone();
         Ok(liveness::judge_record(r, entry.as_ref(), &now, &cfg))
     }
@@ -455,7 +475,7 @@ impl<'a> Judge<'a> {
 
     /// As [`Judge::reap_reason`], with the cause of death when the holder is dead.
     pub fn reap_cause(&mut self, r: &Record) -> Result<Option<(ReapReason, Option<Cause>)>> {
-        if r.breakable(&self.ctx.now) {
+        if r.breakable(&self.ctx.now()) {
             return Ok(Some((ReapReason::Timeout, None)));
         }
         let j = self.holder(r)?;
@@ -467,11 +487,11 @@ impl<'a> Judge<'a> {
     /// checkout bound to a dead process is dead for everyone, its own agent id included:
     /// renewing never revives it. Only silence is answered by the agent asking.
     pub fn own_end(&mut self, r: &Record) -> Result<Option<(ReapReason, Option<Cause>)>> {
-        if r.expired_for_holder(&self.ctx.now) {
+        if r.expired_for_holder(&self.ctx.now()) {
             return Ok(Some((ReapReason::Timeout, None)));
         }
         let entry = self.entry(&r.agent.id)?;
-        Ok(own_end(r, entry.as_ref(), &self.ctx.now))
+        Ok(own_end(r, entry.as_ref(), &self.ctx.now()))
     }
 }
 
@@ -707,7 +727,7 @@ pub fn end_agent(
                 if let Some(mut entry) = store.read_agent(id)?
                     && entry.ended_at.is_none()
                 {
-                    entry.ended_at = Some(ctx.now);
+                    entry.ended_at = Some(ctx.now());
                     entry.ended_reason = Some(reason_text.into());
                     store.write_agent(g, &entry)?;
                 }

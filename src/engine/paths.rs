@@ -158,14 +158,14 @@ pub fn reservations_meeting(
             continue;
         }
         let Some(res) = q.reservation() else { continue };
-        if res.agent == me || ctx.now >= res.until {
+        if res.agent == me || ctx.now() >= res.until {
             continue;
         }
         let Some(w) = q.waiters.iter().find(|w| w.agent == res.agent) else {
             continue;
         };
         if let Some((theirs, m, witness)) = meet(&compile(&w.paths), mine) {
-            let live = !crate::liveness::waiter_gone(store, w, &ctx.now, &ctx.config()?)?;
+            let live = !crate::liveness::waiter_gone(store, w, &ctx.now(), &ctx.config()?)?;
             let waiter = w.clone();
             out.push((
                 ReservedOverlap {

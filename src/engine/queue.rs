@@ -87,7 +87,7 @@ fn defer_announce(reserved: &[String]) {
 }
 
 fn audit(ctx: &Ctx, event: Event, key: &str, agent: &str) -> AuditEvent {
-    AuditEvent::new(ctx.now, event, key, agent)
+    AuditEvent::new(ctx.now(), event, key, agent)
 }
 
 /// [`Scope::notify`], for the callers that do not hold a [`Scope`] yet.
@@ -123,14 +123,14 @@ impl Scope<'_> {
             version: 1,
             id: format!(
                 "{:013}-{}-{seq}",
-                ctx.now.timestamp_millis().max(0),
+                ctx.now().timestamp_millis().max(0),
                 std::process::id()
             ),
             from: from.map(str::to_string),
             to: to.to_string(),
             kind,
             key: key.to_string(),
-            ts: ctx.now,
+            ts: ctx.now(),
             body: body.to_string(),
             user: Some(crate::identity::UnixUser::current()),
             delivery: None,
@@ -147,7 +147,7 @@ impl Scope<'_> {
 
 /// Is a waiter gone ([`liveness::waiter_gone`], judged now)?
 pub(crate) fn waiter_gone(ctx: &Ctx, store: &dyn Store, w: &Waiter) -> Result<bool> {
-    liveness::waiter_gone(store, w, &ctx.now, &ctx.config()?)
+    liveness::waiter_gone(store, w, &ctx.now(), &ctx.config()?)
 }
 
 /// Who has a key, as far as its queue is concerned.
@@ -253,11 +253,11 @@ fn paths_taken(ctx: &Ctx, store: &dyn Store, key: &str, w: &Waiter) -> Result<bo
 /// Is a checkout still its holder's: its lease not over by the skew margin and its
 /// holder not dead?
 fn holds_live(ctx: &Ctx, store: &dyn Store, r: &Record) -> Result<bool> {
-    if r.breakable(&ctx.now) {
+    if r.breakable(&ctx.now()) {
         return Ok(false);
     }
     let entry = store.read_agent(&r.agent.id)?;
-    Ok(!liveness::judge_record(r, entry.as_ref(), &ctx.now, &ctx.config()?).dead())
+    Ok(!liveness::judge_record(r, entry.as_ref(), &ctx.now(), &ctx.config()?).dead())
 }
 
 /// Bring a queue up to date: drop gone waiters; end reservations that lapsed or that
@@ -307,7 +307,7 @@ pub(crate) fn settle(
         let unreserved_waiting = q.waiters.len() > standing.len() + 1;
         // Late, but nobody else waits: the waiter that shows up may still take it.
         let keeps = taker == Some(res.agent.as_str()) && !unreserved_waiting;
-        if ctx.now >= res.until && !keeps {
+        if ctx.now() >= res.until && !keeps {
             let h = q.waiters.remove(i);
             freed.extend(h.paths);
             let mut ev = audit(ctx, Event::Lapse, &q.key, &res.agent);
@@ -377,10 +377,10 @@ fn reserve(
 ) -> Result<()> {
     let head = q.waiters[at].clone();
     let grace = ctx.config()?.handoff_grace;
-    let until = ctx.now + to_chrono(grace);
+    let until = ctx.now() + to_chrono(grace);
     q.reservations.push(Reservation {
         agent: head.agent.clone(),
-        since: ctx.now,
+        since: ctx.now(),
         until,
         message: None,
     });
@@ -608,7 +608,7 @@ pub(crate) fn join(
     let w = Waiter {
         agent: agent.id.clone(),
         name: agent.name.clone(),
-        since: ctx.now,
+        since: ctx.now(),
         pid,
         pid_start: pid.and_then(crate::os::start_time),
         host: agent.host.clone(),

@@ -127,8 +127,8 @@ pub fn beaten(
         pid_start: pid
             .map(|(_, start)| start)
             .or_else(|| kept.and_then(|e| e.pid_start)),
-        first_seen: entry.map(|e| e.first_seen).unwrap_or(ctx.now),
-        last_heartbeat: Some(ctx.now),
+        first_seen: entry.map(|e| e.first_seen).unwrap_or(ctx.now()),
+        last_heartbeat: Some(ctx.now()),
         heartbeats: entry.map(|e| e.heartbeats).unwrap_or(0) + 1,
         status: status.or_else(|| entry.and_then(|e| e.status.clone())),
         ended_at: None,
@@ -326,7 +326,7 @@ fn granting(s: &KeyState, req: &Request) -> Vec<String> {
 /// The key's state for `req`, under the guard.
 fn read(ctx: &Ctx, store: &dyn Store, guard: &Guard, req: &Request, key: &str) -> Result<KeyState> {
     let mut s = KeyState::new(key);
-    if let Some(f) = store.frozen(key, &ctx.now)? {
+    if let Some(f) = store.frozen(key, &ctx.now())? {
         let holder = match store.read(key)? {
             Slot::Held(r) => Some(r),
             _ => None,
@@ -601,7 +601,7 @@ fn applied(
 ) -> Result<CheckoutReport> {
     // The outcome is the decision's; a damaged record is an error instead.
     let outcome = d.outcome().unwrap_or(Outcome::Conflict);
-    let mut r = CheckoutReport::new(ctx.now, &s.key, outcome, None);
+    let mut r = CheckoutReport::new(ctx.now(), &s.key, outcome, None);
     r.paths = req.paths.clone();
     r.slots = s.capacity();
     r.took_over = s.took_over.clone();
@@ -686,7 +686,7 @@ fn apply_renew(
 ) -> Result<CheckoutReport> {
     let key = s.key.as_str();
     let added = &s.added;
-    let mut renewed = renewed(req, current, ctx.now);
+    let mut renewed = renewed(req, current, ctx.now());
     if let Holding::Slots { mut holders, .. } = s.holding {
         set_capacity(ctx, store, guard, key, &mut holders)?;
         renewed.slots = renewed.slot.map(|_| holders.capacity);
@@ -722,7 +722,7 @@ fn apply_grant(
     s: KeyState,
     mut r: CheckoutReport,
 ) -> Result<CheckoutReport> {
-    let now = ctx.now;
+    let now = ctx.now();
     let key = s.key.as_str();
     let mut q = s.queue;
     queue::granted(store, guard, &mut q, &req.agent.id)?;
@@ -941,7 +941,7 @@ fn set_capacity(
         store.write_queue(guard, &q)?;
     }
     if let Some(before) = h.stored {
-        let mut ev = AuditEvent::new(ctx.now, Event::Slots, key, &ctx.agent_id()?);
+        let mut ev = AuditEvent::new(ctx.now(), Event::Slots, key, &ctx.agent_id()?);
         ev.detail = Some(format!("{before} → {}", h.capacity));
         store.audit(guard, &ev)?;
     }

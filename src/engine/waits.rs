@@ -449,8 +449,10 @@ impl<'a> Builder<'a> {
             for w in &q.waiters {
                 // A waiter whose reservation lapsed leaves the queue when it is next
                 // settled (`queue::settle`): it waits no more.
-                let lapsed = q.reserved_for(&w.agent).is_some_and(|r| ctx.now >= r.until);
-                if lapsed || crate::liveness::waiter_gone(store, w, &ctx.now, &cfg)? {
+                let lapsed = q
+                    .reserved_for(&w.agent)
+                    .is_some_and(|r| ctx.now() >= r.until);
+                if lapsed || crate::liveness::waiter_gone(store, w, &ctx.now(), &cfg)? {
                     gone.insert((w.agent.clone(), q.key.clone()));
                 }
             }
@@ -469,7 +471,7 @@ impl<'a> Builder<'a> {
     /// Does this checkout still keep others out: its lease not over by the skew margin
     /// and its holder not dead?
     fn live(&mut self, r: &Record) -> Result<bool> {
-        Ok(!r.breakable(&self.ctx.now) && !self.judge.holder(r)?.dead())
+        Ok(!r.breakable(&self.ctx.now()) && !self.judge.holder(r)?.dead())
     }
 
     /// The live holders of `key` and whether it has slots (seen with `taking`).
@@ -498,7 +500,7 @@ impl<'a> Builder<'a> {
     /// Is the reservation of `agent` in `q` standing now?
     fn reserved(&self, q: &Queue, agent: &str) -> bool {
         q.reserved_for(agent).is_some_and(|r| {
-            self.ctx.now < r.until && !self.gone.contains(&(agent.to_string(), q.key.clone()))
+            self.ctx.now() < r.until && !self.gone.contains(&(agent.to_string(), q.key.clone()))
         })
     }
 

@@ -16,7 +16,6 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use crate::cli::Global;
-use crate::clock;
 use crate::engine::Ctx;
 use crate::error::{EXIT_USAGE, Error, Result};
 use crate::store::{AuditEvent, Store};
@@ -80,17 +79,7 @@ fn run<A: clap::Parser>(
 
 fn context(global: &Global) -> Result<Ctx> {
     let dir = crate::discover::discover(global.dir.as_deref())?.for_reading()?;
-    let mut ctx = Ctx {
-        dir,
-        now: clock::now()?,
-        agent_flag: global.agent.clone(),
-        name_flag: global.name.clone(),
-        cfg: Default::default(),
-    };
-    if crate::store::pg::open_early(ctx.config().ok().as_ref())? {
-        ctx.now = clock::now()?;
-    }
-    Ok(ctx)
+    Ctx::connected(dir, global.agent.clone(), global.name.clone())
 }
 
 fn store_of(ctx: &Ctx) -> Result<Box<dyn Store>> {

@@ -99,7 +99,7 @@ fn write_picture(a: &Args, path: &std::path::Path, html: bool) -> Result<()> {
     let store = store_of(&ctx)?;
     let fleet = fleet::snapshot(&ctx, &*store)?;
     let events: Vec<AuditEvent> = recent_events(&*store)?.into();
-    let t = timeline::build_window(&events, Some(&fleet), window(a.since), ctx.now, a.by);
+    let t = timeline::build_window(&events, Some(&fleet), window(a.since), ctx.now(), a.by);
     let text = if html {
         timeline::html(&t, &fleet.store)
     } else {
@@ -326,7 +326,7 @@ fn fingerprint(f: &Fleet) -> u64 {
 /// The one watcher of the store, however many pages are open.
 fn watch(shared: Arc<Shared>, events: VecDeque<AuditEvent>) {
     let run = || -> Result<()> {
-        let mut ctx = context(&shared.global)?;
+        let ctx = context(&shared.global)?;
         let store = store_of(&ctx)?;
         let mut follow = store.follow_audit()?;
         let _ = follow.next(Duration::ZERO)?;
@@ -337,7 +337,7 @@ fn watch(shared: Arc<Shared>, events: VecDeque<AuditEvent>) {
         // sent again only every RESEND (for the leases' countdown), not every second.
         let mut sent: Option<(u64, std::time::Instant)> = None;
         loop {
-            ctx.now = clock::now()?;
+            ctx.set_now(clock::now()?);
             // The events first: the fleet read after them has every change they tell of
             // that is in place (the file store appends an event just before its change
             // is: the next read, which that change wakes, shows it).
@@ -383,13 +383,13 @@ fn watch(shared: Arc<Shared>, events: VecDeque<AuditEvent>) {
                 &hour,
                 fleet.as_deref(),
                 timeline::Window::Fit,
-                ctx.now,
+                ctx.now(),
                 timeline::By::Key,
             );
             drop(hour);
             let snap = Snapshot {
                 version,
-                now: ctx.now,
+                now: ctx.now(),
                 counts: fleet.as_deref().map(Counts::of).unwrap_or_default(),
                 time: time_spent(&t),
                 timeline: t,

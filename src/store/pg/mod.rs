@@ -104,7 +104,7 @@ pub fn selected(cfg: Option<&Config>) -> Result<Option<Target>> {
 pub fn from_env_or_config(cfg: Option<&Config>) -> Result<Option<Box<dyn crate::store::Store>>> {
     match selected(cfg)? {
         Some(t) => {
-            let store = PgStore::open(&t)?;
+            let store = PgStore::open_fresh(&t)?;
             if let Some(c) = cfg {
                 store.share_config(c);
             }

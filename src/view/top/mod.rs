@@ -107,7 +107,7 @@ fn once(a: &Args, json: bool) -> Result<()> {
     let backend = ratatui::backend::TestBackend::new(cols, rows);
     let mut term =
         ratatui::Terminal::new(backend).map_err(|e| Error::Store(format!("cannot draw: {e}")))?;
-    let now = ctx.now;
+    let now = ctx.now();
     let started = std::time::Instant::now();
     term.draw(|f| draw::draw(f, &app, now))
         .map_err(|e| Error::Store(format!("cannot draw: {e}")))?;
@@ -721,14 +721,14 @@ impl App {
 /// The store's watcher: a snapshot and the new events each time something changes.
 fn watch(global: Global, tx: Sender<Msg>) {
     let run = || -> Result<()> {
-        let mut ctx = context(&global)?;
+        let ctx = context(&global)?;
         let store = store_of(&ctx)?;
         let mut follow = store.follow_audit()?;
         // The follower's first read is the log so far: the drawing thread got it already.
         let _ = follow.next(Duration::ZERO)?;
         let mut changes = store.changes()?;
         loop {
-            ctx.now = clock::now()?;
+            ctx.set_now(clock::now()?);
             // The events first: the fleet read after them shows every change they tell of
             // that is in place (the next read, which the change wakes, shows the rest).
             let events = follow.next(Duration::ZERO).unwrap_or_default();
@@ -801,7 +801,7 @@ fn live(a: &Args) -> Result<()> {
         ratatui::try_init().map_err(|e| Error::Store(format!("cannot use the terminal: {e}")))?;
     let result = (|| -> Result<()> {
         loop {
-            let now = clock::now().unwrap_or(ctx.now);
+            let now = clock::now().unwrap_or(ctx.now());
             term.draw(|f| draw::draw(f, &app, now))
                 .map_err(|e| Error::Store(format!("cannot draw: {e}")))?;
             let first = match rx.recv_timeout(REFRESH) {

@@ -3,10 +3,13 @@
 //! no record a fencing token with the key's history (what a grant asks for next). A
 //! claim's `BEGIN` also takes the backlog's next key, and reads it so.
 //!
+//! The reads are the schema's functions (`read_ahead`, `take_ahead`: migration 5 in
+//! schema.rs), so that each server session plans them once, not every claim.
+//!
 //! Nothing is decided here: the engine asks for these as before and is answered from
-//! what was read ([`TxCache::ahead`]). Each statement of one simple query sees what was
-//! committed before it began (`READ COMMITTED`), so the reads, sent after the locks, see
-//! every change their holders made; no other scope can change them until this one ends
+//! what was read ([`TxCache::ahead`]). Each statement of one simple query (and each of a
+//! function) sees what was committed before it began (`READ COMMITTED`), so the reads,
+//! sent after the locks, see every change their holders made; no other scope can change them until this one ends
 //! (a key's record under its lock, queues and freezes under the project's, held
 //! shared). Own writes drop what they change ([`PgStore::forget_ahead`]).
 //!
@@ -23,13 +26,12 @@ use crate::store::{BacklogEntry, History};
 /// (`engine::NOTES_SHOWN`); a grant that asks for more reads them itself.
 const NOTES_AHEAD: usize = 3;
 
-/// The first column's name of the rows of the reads ahead (and of a claim's take).
+/// The first column's name of the rows of the reads ahead (and of a claim's take): the
+/// functions of migration 5 name it so.
 const AHEAD: &str = "tasklock_ahead";
 
-/// The transaction-local setting that carries the key a claim took to the statement
-/// that reads it (the two are statements of one message; in one transaction, so in one
-/// server session behind a pooler in transaction mode too).
-const TAKEN: &str = "tasklock.taken";
+/// What the row of a claim's take is named in that column (by `take_ahead`).
+const TAKEN: &str = "taken";
 
 /// What was read ahead of one key, each part until this transaction writes it.
 pub(super) struct KeyAhead {
@@ -49,60 +51,33 @@ pub(super) struct Ahead {
 }
 
 impl PgStore {
-    /// The statements that read `keys` ahead (after a scope's locks): none for a scope
-    /// of registry entries alone.
+    /// The statement that reads `keys` ahead (after a scope's locks), by the schema's
+    /// function `read_ahead` (migration 5): none for a scope of registry entries alone.
     pub(super) fn ahead_sql(&self, keys: &[&str]) -> String {
         if keys.is_empty() {
             return String::new();
         }
         let list: Vec<String> = keys.iter().map(|k| literal(k)).collect();
-        self.read_ahead_sql(&format!(
-            "SELECT unnest(ARRAY[{}]::text[])",
+        format!(
+            "; SELECT * FROM {}.read_ahead(ARRAY[{}]::text[], {NOTES_AHEAD})",
+            self.schema,
             list.join(", ")
-        ))
+        )
     }
 
     /// A claim's take of the backlog's first ready key whose lock is free
-    /// ([`PgStore::backlog_take`]'s statement) and the reads ahead of the key it took.
+    /// ([`PgStore::backlog_take`]'s) and the reads ahead of the key it took, by the
+    /// schema's function `take_ahead` (migration 5).
     pub(super) fn take_ahead_sql(&self) -> String {
         let prefix: String = self
             .key_lock_prefix()
             .iter()
             .map(|b| format!("{b:02x}"))
             .collect();
-        let take = self.sql(&Self::take_sql("-1", &format!("decode('{prefix}', 'hex')")));
         format!(
-            "; SELECT '{TAKEN}' AS {AHEAD}, nullif(set_config('{TAKEN}', coalesce(t.key, ''), true), ''), \
-             t.seq FROM (SELECT 1) AS one LEFT JOIN ({take}) AS t ON true{}",
-            self.read_ahead_sql(&format!(
-                "SELECT nullif(current_setting('{TAKEN}', true), '')"
-            ))
+            "; SELECT * FROM {}.take_ahead(decode('{prefix}', 'hex'), {NOTES_AHEAD})",
+            self.schema
         )
-    }
-
-    /// The statement reading ahead the keys `keys` (a query of one column) gives. The
-    /// schema is put in before the keys, which may hold anything.
-    fn read_ahead_sql(&self, keys: &str) -> String {
-        self.sql(&format!(
-            "; WITH k AS (SELECT x.key, r.data::text AS rec FROM ({{keys}}) AS x(key) \
-                 LEFT JOIN {{s}}.records r ON r.key = x.key WHERE x.key IS NOT NULL), \
-               t AS (SELECT key, nextval('{{s}}.tokens') AS token FROM k WHERE rec IS NULL \
-                 AND NOT EXISTS (SELECT 1 FROM {{s}}.slot_records s WHERE s.key = k.key) \
-                 AND NOT EXISTS (SELECT 1 FROM {{s}}.queues q WHERE q.key = k.key) \
-                 AND NOT EXISTS (SELECT 1 FROM {{s}}.freezes)) \
-             SELECT 'key' AS {AHEAD}, k.key, \
-                 (EXISTS (SELECT 1 FROM {{s}}.slot_records s WHERE s.key = k.key))::int::bigint, \
-                 k.rec, (SELECT q.data::text FROM {{s}}.queues q WHERE q.key = k.key) FROM k \
-             UNION ALL SELECT 'freezes', NULL, NULL, NULL, NULL \
-             UNION ALL SELECT 'freeze', NULL, NULL, data::text, NULL FROM {{s}}.freezes \
-             UNION ALL SELECT 'token', key, token, NULL, NULL FROM t \
-             UNION ALL SELECT 'ended', t.key, NULL, e.data::text, NULL \
-                 FROM t JOIN {{s}}.ended e ON e.key = t.key \
-             UNION ALL SELECT 'note', t.key, n.id, n.data::text, NULL FROM t, LATERAL \
-                 (SELECT id, data FROM {{s}}.notes WHERE key = t.key \
-                  ORDER BY id DESC LIMIT {NOTES_AHEAD}) AS n"
-        ))
-        .replace("{keys}", keys)
     }
 
     /// Keep what the reads ahead in a begin's answer found (`g`: the scope they were

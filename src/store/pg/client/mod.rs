@@ -183,6 +183,13 @@ struct Conn {
     /// table, put off until a statement names that table, or the COMMIT
     /// ([`Conn::put_off`]).
     put_off: RefCell<Vec<(Vec<&'static str>, String)>>,
+    /// Connected, and the server's clock, its version, the schema's version and the
+    /// server session not read yet: the first `BEGIN` reads them, or the first other
+    /// statement is preceded by their read ([`PgStore::ensure_looked`]).
+    fresh: Cell<bool>,
+    /// The server's version and the schema's, as last read.
+    server_version: RefCell<String>,
+    schema_version: Cell<i32>,
 }
 
 /// See [`Conn::cache`]. Own writes update or drop what they change.
@@ -208,6 +215,9 @@ impl Conn {
             cache: RefCell::new(TxCache::default()),
             used: Cell::new(std::time::Instant::now()),
             put_off: RefCell::new(Vec::new()),
+            fresh: Cell::new(false),
+            server_version: RefCell::new(String::new()),
+            schema_version: Cell::new(0),
         }
     }
 
@@ -361,8 +371,8 @@ fn code(e: &postgres::Error) -> Option<&str> {
     e.code().map(|c| c.code())
 }
 
-/// Connection (URL, schema, connection, server version, schema version).
-type Opened = (String, String, Rc<Conn>, String, i32);
+/// Connection (URL, schema, connection).
+type Opened = (String, String, Rc<Conn>);
 /// A connection to a session URL (URL, schema, connection).
 type Session = (String, String, Rc<Conn>);
 
@@ -384,14 +394,12 @@ pub struct PgStore {
     /// Where what needs a session goes ([`Target::session`]); `None`: `conn`'s URL.
     session: Option<Target>,
     /// The connection to `session`, once opened: the process's ([`SESSIONS`]), or this
-    /// store's own for one made by [`PgStore::connect_new`].
+    /// store's own for one made for tests.
     session_conn: OnceCell<Rc<Conn>>,
     shares_sessions: bool,
     schema: String,
     /// The transaction-scoped advisory lock that makes every change of this project serial.
     lock_id: i64,
-    server_version: String,
-    schema_version: i32,
     cfg: OnceCell<Config>,
 }
 
@@ -565,91 +573,139 @@ impl PgStore {
     /// Connect, create or migrate the schema when needed, and judge time by the
     /// server's clock from now on.
     pub fn open(t: &Target) -> Result<PgStore> {
+        let store = Self::open_fresh(t)?;
+        store.ensure_looked()?;
+        Ok(store)
+    }
+
+    /// [`PgStore::open`], leaving what it reads of the server (its clock, the schema's
+    /// version) to the first exchange that needs it: a scope's `BEGIN` reads them in its
+    /// own round trip, any other statement after one of their own, and
+    /// [`crate::clock::now`] asks for them if it is called before either.
+    pub fn open_fresh(t: &Target) -> Result<PgStore> {
         // One connection per process and target: a command that opens its store more
         // than once (or early, to read the server's clock) connects once.
         let cached = OPEN.with(|o| {
             o.borrow()
                 .iter()
                 .find(|c| c.0 == t.url && c.1 == t.schema)
-                .map(|c| (c.2.clone(), c.3.clone(), c.4))
+                .map(|c| c.2.clone())
         });
-        if let Some((conn, server_version, schema_version)) = cached {
-            let mut store = PgStore {
-                conn,
-                session: t.session.as_deref().cloned(),
-                session_conn: OnceCell::new(),
-                shares_sessions: true,
-                schema: t.schema.clone(),
-                lock_id: lock_id(&["project", &t.schema]),
-                server_version,
-                schema_version,
-                cfg: OnceCell::new(),
-            };
-            // Used a moment ago (the same command opening its store again), or inside a
-            // transaction: as it is. Idle for longer (a long-running process between
-            // commands): looked at again, which also reads the clock anew; one that was
-            // closed meanwhile (a server restarted, a session ended) is replaced.
+        if let Some(conn) = cached {
+            let store = Self::on(conn, t);
+            // Used a moment ago (the same command opening its store again), inside a
+            // transaction, or not looked at yet: as it is. Idle for longer (a
+            // long-running process between commands): looked at again, which also reads
+            // the clock anew; one that was closed meanwhile (a server restarted, a
+            // session ended) is replaced.
             if store.conn.in_tx.get()
+                || store.conn.fresh.get()
                 || store.conn.used.get().elapsed() < LOOK_AGAIN_AFTER
-                || store.look(t, true).is_ok()
+                || store.look(true).is_ok()
             {
                 return Ok(store);
             }
             let dead = store.conn.clone();
             OPEN.with(|o| o.borrow_mut().retain(|c| !Rc::ptr_eq(&c.2, &dead)));
         }
-        let mut store = Self::connect_new(t)?;
+        let mut store = Self::on(Rc::new(Conn::new(Self::connect_client(t)?, t)), t);
         store.shares_sessions = true;
+        store.conn.fresh.set(true);
+        crate::clock::set_pending(Self::ask_clock);
         OPEN.with(|o| {
-            o.borrow_mut().push((
-                t.url.clone(),
-                t.schema.clone(),
-                store.conn.clone(),
-                store.server_version.clone(),
-                store.schema_version,
-            ))
+            o.borrow_mut()
+                .push((t.url.clone(), t.schema.clone(), store.conn.clone()))
         });
         Ok(store)
     }
 
-    /// A connection of its own (not the process's shared one): for tests.
-    pub(crate) fn connect_new(t: &Target) -> Result<PgStore> {
+    /// The process's connections not looked at yet are looked at now (what
+    /// [`crate::clock::now`] asks when "now" is wanted before the store's first exchange).
+    /// One that fails stays unlooked: its next statement looks again and says why.
+    fn ask_clock() {
+        let fresh: Vec<Rc<Conn>> = OPEN.with(|o| {
+            o.borrow()
+                .iter()
+                .filter(|c| c.2.fresh.get())
+                .map(|c| c.2.clone())
+                .collect()
+        });
+        for conn in fresh {
+            let t = conn.target.clone();
+            let _ = Self::on(conn, &t).ensure_looked();
+        }
+    }
+
+    /// A store of the schema `t` names, on `conn`.
+    fn on(conn: Rc<Conn>, t: &Target) -> PgStore {
+        PgStore {
+            conn,
+            session: t.session.as_deref().cloned(),
+            session_conn: OnceCell::new(),
+            shares_sessions: true,
+            schema: t.schema.clone(),
+            lock_id: lock_id(&["project", &t.schema]),
+            cfg: OnceCell::new(),
+        }
+    }
+
+    /// A new client for `t`, named as a command's connection to it.
+    fn connect_client(t: &Target) -> Result<Client> {
         let name = match t.session {
             Some(_) => STORE_SESSION.to_string(),
             None => session_name(),
         };
-        let client = connect(t, &name)?;
-        let conn = Rc::new(Conn::new(client, t));
-        let mut store = PgStore {
-            conn,
-            session: t.session.as_deref().cloned(),
-            session_conn: OnceCell::new(),
-            shares_sessions: false,
-            schema: t.schema.clone(),
-            lock_id: lock_id(&["project", &t.schema]),
-            server_version: String::new(),
-            schema_version: 0,
-            cfg: OnceCell::new(),
-        };
-        let mut migrated = false;
-        while !store.look(t, migrated)? {
-            store.migrate()?;
-            migrated = true;
-        }
+        connect(t, &name)
+    }
+
+    /// A connection of its own (not the process's shared one), looked at: for tests.
+    #[cfg(test)]
+    pub(crate) fn connect_new(t: &Target) -> Result<PgStore> {
+        let mut store = Self::on(Rc::new(Conn::new(Self::connect_client(t)?, t)), t);
+        store.shares_sessions = false;
+        store.conn.fresh.set(true);
+        store.ensure_looked()?;
         Ok(store)
+    }
+
+    /// Look at the server (its clock, the schema) unless this connection has been: with
+    /// a round trip of its own, creating or migrating the schema when needed. One that
+    /// fails leaves the connection unlooked, so that the next statement fails so too.
+    pub(super) fn ensure_looked(&self) -> Result<()> {
+        if !self.conn.fresh.replace(false) {
+            return Ok(());
+        }
+        let looked = (|| {
+            let mut migrated = false;
+            while !self.look(migrated)? {
+                self.migrate()?;
+                migrated = true;
+            }
+            Ok(())
+        })();
+        if looked.is_err() {
+            self.conn.fresh.set(true);
+        }
+        looked
+    }
+
+    /// The statement that reads the server's clock, its version, the schema's version
+    /// and the server session, in a row whose first column is [`LOOK`].
+    fn look_sql(&self) -> String {
+        format!(
+            "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::int8 AS {LOOK}, \
+             current_setting('server_version'), \
+             (SELECT max(version) FROM {}.schema_version), pg_backend_pid()",
+            self.schema
+        )
     }
 
     /// Read the server's clock (the command's "now" from here on), its version, the
     /// schema's version and the server session. `Ok(false)`: the schema is missing or
     /// older than this build, and not `migrated` yet.
-    fn look(&mut self, t: &Target, migrated: bool) -> Result<bool> {
+    fn look(&self, migrated: bool) -> Result<bool> {
         let before = std::time::SystemTime::now();
-        let probe = self.conn.client.borrow_mut().simple_query(&format!(
-            "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::int8, \
-             current_setting('server_version'), \
-             (SELECT max(version) FROM {}.schema_version), pg_backend_pid()",
-            t.schema
-        ));
+        let probe = self.conn.client.borrow_mut().simple_query(&self.look_sql());
         let after = std::time::SystemTime::now();
         self.conn.used.set(std::time::Instant::now());
         let rows = match probe {
@@ -664,28 +720,44 @@ impl PgStore {
                     .fail("read its clock and schema version", &e, closed));
             }
         };
+        self.looked(&rows, before, after, migrated)
+    }
+
+    /// Take what [`PgStore::look_sql`]'s row in `rows` says, its statement sent at
+    /// `before` and answered at `after`: as [`PgStore::look`].
+    fn looked(
+        &self,
+        rows: &[SimpleQueryMessage],
+        before: std::time::SystemTime,
+        after: std::time::SystemTime,
+        migrated: bool,
+    ) -> Result<bool> {
         let row = rows
             .iter()
             .find_map(|m| match m {
-                SimpleQueryMessage::Row(r) => Some(r),
+                SimpleQueryMessage::Row(r)
+                    if r.columns().first().map(|c| c.name()) == Some(LOOK) =>
+                {
+                    Some(r)
+                }
                 _ => None,
             })
-            .ok_or_else(|| Error::Store(format!("PostgreSQL at {}: no answer", t.masked)))?;
+            .ok_or_else(|| Error::Store(format!("PostgreSQL at {}: no answer", self.conn.url)))?;
         let server_us: i64 = row.get(0).and_then(|v| v.parse().ok()).unwrap_or(0);
-        self.server_version = row.get(1).unwrap_or("").to_string();
+        *self.conn.server_version.borrow_mut() = row.get(1).unwrap_or("").to_string();
         let version: i32 = row.get(2).and_then(|v| v.parse().ok()).unwrap_or(0);
         if version > schema::CURRENT {
             return Err(Error::Store(format!(
                 "the schema {} at {} is at version {version}, newer than this tasklock understands ({}); upgrade tasklock",
-                t.schema,
-                t.masked,
+                self.schema,
+                self.conn.url,
                 schema::CURRENT
             )));
         }
         if version < schema::CURRENT && !migrated {
             return Ok(false);
         }
-        self.schema_version = version;
+        self.conn.schema_version.set(version);
         self.conn
             .pid
             .set(row.get(3).and_then(|v| v.parse().ok()).unwrap_or(0));
@@ -742,6 +814,8 @@ impl PgStore {
     /// one to the session URL when there is one (opened on first use, kept for the
     /// process), else the store's own.
     fn session_conn(&self) -> Result<Rc<Conn>> {
+        // The schema is made, and this connection's server session found, by the look.
+        self.ensure_looked()?;
         let Some(t) = &self.session else {
             return Ok(self.conn.clone());
         };
@@ -820,6 +894,7 @@ impl PgStore {
         what: &str,
         f: impl FnOnce(&mut Client) -> std::result::Result<T, postgres::Error>,
     ) -> Result<T> {
+        self.ensure_looked()?;
         self.conn.run(what, f)
     }
 
@@ -837,12 +912,12 @@ impl PgStore {
         self.conn.pid.get()
     }
 
-    pub fn server_version(&self) -> &str {
-        &self.server_version
+    pub fn server_version(&self) -> String {
+        self.conn.server_version.borrow().clone()
     }
 
     pub fn schema_version(&self) -> i32 {
-        self.schema_version
+        self.conn.schema_version.get()
     }
 
     pub fn share_config(&self, cfg: &Config) {
@@ -875,12 +950,14 @@ impl PgStore {
         sql: &str,
         params: &[(&(dyn ToSql + Sync), Type)],
     ) -> Result<Vec<postgres::Row>> {
+        self.ensure_looked()?;
         let sql = self.sql(sql);
         self.conn
             .run_sql(what, &sql, |c| c.query_typed(&sql, params))
     }
 
     fn exec(&self, what: &str, sql: &str, params: &[(&(dyn ToSql + Sync), Type)]) -> Result<u64> {
+        self.ensure_looked()?;
         let sql = self.sql(sql);
         self.conn.run_sql(what, &sql, |c| {
             c.query_typed(&sql, params).map(|r| r.len() as u64)
@@ -945,7 +1022,7 @@ impl PgStore {
     /// The SQL expression of [`PgStore::key_lock`] for the key in `column`, given
     /// [`PgStore::key_lock_prefix`] as the bytea parameter `param`: the lock id computed
     /// by the server, for locks taken in a query that picks its keys.
-    pub(super) fn key_lock_sql(column: &str, param: &str) -> String {
+    pub(in crate::store::pg) fn key_lock_sql(column: &str, param: &str) -> String {
         format!(
             "('x' || encode(substring(sha256({param}::bytea || convert_to({column}, 'UTF8')) \
              FROM 1 FOR 8), 'hex'))::bit(64)::bigint"
@@ -1021,20 +1098,45 @@ impl PgStore {
             .filter_map(|l| l.strip_prefix(AGENT_LOCK_PREFIX))
             .collect();
         let locks = |try_: &str| self.lock_sql(scope, &agents, claim, try_);
+        // A connection not looked at yet reads the server's clock and the schema's
+        // version right after this BEGIN, in its round trip.
+        let looking = self.conn.fresh.replace(false);
+        let look = match looking {
+            true => format!("; {}", self.look_sql()),
+            false => String::new(),
+        };
         let mut client = self.conn.client.borrow_mut();
         // A wait can be stopped, as the lock directory's can: by a signal (for the
         // commands that catch them) or the command's own deadline. The lock query blocks,
         // so a thread watches for those and cancels it, found by its tag. Locks that are
         // free (nearly always) are taken first without waiting, and without that thread;
         // only when one is busy is that transaction let go and the wait begun.
-        let tries = format!("BEGIN{}", locks("try_"));
+        let before = std::time::SystemTime::now();
+        let first = client.simple_query(&format!("BEGIN{look}{}", locks("try_")));
+        if looking {
+            let seen = match &first {
+                Ok(rows) => self.looked(rows, before, std::time::SystemTime::now(), false),
+                Err(_) => Ok(false),
+            };
+            if !matches!(seen, Ok(true)) {
+                // No schema yet, an older or a newer one, or no answer: nothing of this
+                // transaction is kept; looked at on its own (migrating, or saying why
+                // not), then begun again.
+                let _ = client.batch_execute("ROLLBACK");
+                drop(client);
+                self.conn.fresh.set(true);
+                seen?;
+                self.ensure_looked()?;
+                return self.begin_inner(wait, scope, claim);
+            }
+        }
         let (sql, watch) = match wait {
             Some(t) => {
-                if let Ok(rows) = client.simple_query(&tries)
-                    && all_granted(&rows)
+                if let Ok(rows) = &first
+                    && all_granted(rows)
                 {
                     drop(client);
-                    return Ok(Some(self.entered(scope, &agents, &rows)));
+                    return Ok(Some(self.entered(scope, &agents, rows)));
                 }
                 let tag = wait_tag();
                 // Whatever the tries came to, their transaction is let go first.
@@ -1047,11 +1149,14 @@ impl PgStore {
                     .session
                     .clone()
                     .unwrap_or_else(|| self.conn.target.clone());
-                (sql, Some(WaitWatch::start(target, tag)))
+                (Some(sql), Some(WaitWatch::start(target, tag)))
             }
-            None => (tries, None),
+            None => (None, None),
         };
-        let result = client.simple_query(&sql);
+        let result = match sql {
+            Some(sql) => client.simple_query(&sql),
+            None => first,
+        };
         if let Some(why) = watch.and_then(WaitWatch::finish) {
             // Stopped: whatever the query came to (the lock may have been granted just
             // before the cancel), the scope is not entered.
@@ -1325,6 +1430,10 @@ pub const AUDIT_TRIM_EVERY: i64 = 64;
 
 /// The column name of the ids of the events a commit adds.
 const AUDIT_ID: &str = "tasklock_audit_id";
+
+/// The first column's name of the row that reads the server's clock and the schema's
+/// version ([`PgStore::look_sql`]).
+const LOOK: &str = "tasklock_look";
 
 /// The store's part of a [`Guard`]: a [`PgGuard`].
 fn pg(g: &Guard) -> &PgGuard {
