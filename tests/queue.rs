@@ -555,6 +555,33 @@ fn inbox_one_reserved_message_per_handoff_peek_and_read() {
     );
 }
 
+/// Twelve handoffs made by one `release --all` (one process, one millisecond under a
+/// fixed clock) are read in the order they were sent: ids sort as numbers, so the tenth
+/// message no longer comes before the second.
+#[test]
+fn inbox_reads_one_commands_many_messages_in_the_order_sent() {
+    let e = Env::new();
+    let keys: Vec<String> = (1..=12).map(|i| format!("task-{i:02}")).collect();
+    for k in &keys {
+        checkout(&e, "holder", k, &[]);
+        queue_up(&e, "agent-a", k);
+    }
+    let j = e.ok("holder", &["release", "--all", "--json"]).json();
+    let released: Vec<&str> = j["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|r| r["key"].as_str().expect("key"))
+        .collect();
+    assert_eq!(released.len(), 12, "{j}");
+    let read: Vec<(String, String)> = kinds(&inbox(&e, "agent-a", true));
+    let sent: Vec<(String, String)> = released
+        .iter()
+        .map(|k| ("reserved".to_string(), k.to_string()))
+        .collect();
+    assert_eq!(read, sent);
+}
+
 #[test]
 fn inbox_force_release_and_lease_expiry() {
     let mut e = Env::new();

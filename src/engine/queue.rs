@@ -121,8 +121,11 @@ impl Scope<'_> {
         let seq = SEQ.fetch_add(1, Ordering::Relaxed);
         let msg = Message {
             version: 1,
+            // Fixed widths: an inbox is read oldest first by (time, id), so ids of one
+            // millisecond compare as numbers would (a process id of 4 digits no longer
+            // sorts after one of 5, nor a tenth message before the second).
             id: format!(
-                "{:013}-{}-{seq}",
+                "{:013}-{:010}-{seq:06}",
                 ctx.now().timestamp_millis().max(0),
                 std::process::id()
             ),
