@@ -716,3 +716,103 @@ fn remove_reads_its_keys_from_a_file_as_add_does() {
         )
     );
 }
+
+/// A bulk add writes a file per chunk of keys, not one per key: 20,000 keys are a few
+/// index shards and queue chunks under `backlog/` (the layout before them had two files
+/// a key), and the keys are still claimed in order, removed, and counted.
+#[test]
+fn a_bulk_add_writes_files_per_chunk_not_per_key() {
+    if file_store_only("a_bulk_add_writes_files_per_chunk_not_per_key") {
+        return;
+    }
+    let e = Env::new();
+    let keys: Vec<String> = (1..=20_000).map(|i| format!("job-{i}")).collect();
+    let file = e.tmp.path().join("keys.txt");
+    std::fs::write(&file, keys.join("\n")).unwrap();
+    let r = e.ok(
+        "ops",
+        &["backlog", "add", "--json", "--file", file.to_str().unwrap()],
+    );
+    assert_eq!(r.json()["added"], 20_000, "{}", r.text());
+    let backlog = e.dir().join("backlog");
+    let written = files(&backlog).len();
+    assert!(
+        written * 10 < keys.len(),
+        "{written} files under backlog/ for {} keys",
+        keys.len()
+    );
+    // Added again (with one new key): the members keep their places.
+    std::fs::write(&file, format!("{}\njob-new", keys[..100].join("\n"))).unwrap();
+    let r = e.ok(
+        "ops",
+        &["backlog", "add", "--json", "--file", file.to_str().unwrap()],
+    );
+    assert_eq!(r.json()["added"], 1, "{}", r.text());
+    assert_eq!(claims(&e, "a"), "job-1");
+    assert_eq!(claims(&e, "a"), "job-2");
+    e.ok("ops", &["backlog", "remove", "job-3", "job-5", "job-2"]);
+    assert_eq!(claims(&e, "b"), "job-4");
+    e.ok("a", &["release", "job-1"]);
+    let shown = show(&e);
+    assert_eq!(
+        (shown["ready"].as_u64(), shown["claimed"].as_u64()),
+        (Some(19_997), Some(1)),
+        "{shown}"
+    );
+    assert_eq!(keys_of(&shown["next"])[..3], ["job-1", "job-6", "job-7"]);
+    assert_eq!(claimed_by(&shown), [("job-4", "b")]);
+    assert!(files(&backlog).len() <= written + 4);
+}
+
+/// A backlog in the layout before `backlog/index/` is moved into it by the first
+/// command that reads it (`backlog`, which reads without the guard, takes it to move
+/// it): the same counts, order and claims, the old files gone; a journal an older version
+/// left half made (a key added) is made first.
+#[test]
+fn a_backlog_of_a_file_per_key_is_moved_on_first_use() {
+    if file_store_only("a_backlog_of_a_file_per_key_is_moved_on_first_use") {
+        return;
+    }
+    let e = Env::new();
+    e.ok("b", &["checkout", "t2", "--timeout", "2h"]);
+    old_backlog_layout(
+        &e.dir(),
+        &["t1", "t2", "t3", "t4", "t5"],
+        &[("t2", "b")],
+        &["t4"],
+    );
+    let journal = e.dir().join("tmp").join("backlog.journal");
+    std::fs::write(
+        &journal,
+        r#"{"steps":[{"part":"members","name":"t6","data":"{\"key\":\"t6\",\"seq\":5}"},{"part":"pending","name":"5","data":"t6"},{"part":"state","name":"state.json","data":"{\"head\":0,\"tail\":6,\"ready\":5,\"claimed\":1,\"recheck\":\"2026-01-01T01:00:00Z\",\"holders\":{\"b\":1}}"}]}"#,
+    )
+    .unwrap();
+    let shown = show(&e);
+    let b = e.dir().join("backlog");
+    for gone in ["members", "pending", "members.moved"] {
+        assert!(!b.join(gone).exists(), "{gone} is left: {shown}");
+    }
+    assert!(!journal.exists());
+    assert_eq!(
+        (shown["ready"].as_u64(), shown["claimed"].as_u64()),
+        (Some(5), Some(1)),
+        "{shown}"
+    );
+    assert_eq!(keys_of(&shown["next"]), ["t1", "t3", "t4", "t5", "t6"]);
+    assert_eq!(claimed_by(&shown), [("t2", "b")]);
+    for k in ["t1", "t3", "t4", "t5", "t6"] {
+        assert_eq!(claims(&e, "a"), k);
+    }
+    let (code, j) = next(&e, "a");
+    assert_eq!(code, HELD, "{j}");
+    // The old claim is a claim: released, t2 is ready again.
+    e.ok("b", &["release", "t2"]);
+    assert_eq!(claims(&e, "c"), "t2");
+    e.ok("ops", &["backlog", "remove", "t1", "t2"]);
+    let shown = show(&e);
+    assert_eq!(
+        (shown["ready"].as_u64(), shown["claimed"].as_u64()),
+        (Some(0), Some(4)),
+        "{shown}"
+    );
+}
