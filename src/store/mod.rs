@@ -387,7 +387,8 @@ pub trait Store {
     fn sweep_turn(&self, g: &Guard, now: &Time, every: Duration) -> Result<bool>;
 
     /// Add keys at the end of the backlog, in order; a key already in it keeps its place.
-    /// Returns how many were added.
+    /// `keys` are each given once (as [`crate::key::validate_all`] leaves them). Returns
+    /// how many were added.
     fn backlog_add(&self, g: &Guard, keys: &[String]) -> Result<usize>;
 
     /// Remove keys from the backlog; returns those that were in it.
