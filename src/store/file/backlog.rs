@@ -9,7 +9,9 @@
 //!   (a key's shard is a hash of it): a bulk add writes each shard once per change, not
 //!   a file per key;
 //! - `queue/<chunk>`: the keys never claimed since they were added, `{PLACE: KEY}`, one
-//!   file per [`QUEUE_CHUNK`] consecutive places, read from `head` on;
+//!   file per [`QUEUE_CHUNK`] consecutive places, read from `head` on (a claim at the
+//!   head only moves `head`: the places below it are left in its file, unread, until
+//!   `head` leaves the file);
 //! - `claims/<encoded key>`: a claimed key's [`BacklogEntry`] (its place, its claim), one
 //!   file per claim;
 //! - `returned/<seq>`: the keys given back after a claim (few), listed whole.
@@ -69,8 +71,9 @@ const OLD_PENDING_PATH: &str = "backlog/pending";
 pub(super) const JOURNAL: &str = "backlog.journal";
 /// Files of the index: 200,000 keys are about 200 a shard (8 KiB), read by a claim.
 const SHARDS: u64 = 1024;
-/// Places per file of `queue/`: a claim rewrites the first such file.
-const QUEUE_CHUNK: u64 = 256;
+/// Places per file of `queue/`: a claim at the head rewrites none (see [`Work::take_head`]),
+/// a claim out of order or a removal rewrites one.
+const QUEUE_CHUNK: u64 = 64;
 /// Keys added (or removed) by one change at most, and their bytes: a longer `backlog
 /// add` is several changes, each made whole, in order. Each change rewrites the index
 /// shards it touches (all of them, past a few thousand keys), so the fewer the better;
@@ -272,6 +275,8 @@ struct Work<'a> {
     steps: Vec<Step>,
     /// A place left the queue: `head` may move.
     unqueued: bool,
+    /// `head` before this change moved it.
+    head_from: Option<u64>,
 }
 
 impl<'a> Work<'a> {
@@ -283,6 +288,7 @@ impl<'a> Work<'a> {
             files: Files::default(),
             steps: Vec::new(),
             unqueued: false,
+            head_from: None,
         }
     }
 
@@ -317,7 +323,9 @@ impl<'a> Work<'a> {
             return Ok(());
         }
         if std::mem::take(&mut self.unqueued) {
+            let from = self.head_from.take().unwrap_or(s.head);
             self.advance_head(s)?;
+            self.drop_passed(from, s.head)?;
         }
         let text = serde_json::to_string(&*s)
             .map_err(|e| Error::Store(format!("cannot encode the backlog's state: {e}")))?;
@@ -368,6 +376,31 @@ impl<'a> Work<'a> {
                     dir.unlink_open(&st.name)
                         .map_err(|e| Error::io(dir.join(&st.name), e))?,
                 ),
+            }
+        }
+        Ok(())
+    }
+
+    /// The place at `head` is claimed: `head` moves past it, and its queue file is not
+    /// rewritten (a place below `head` is never read) until `head` leaves the file.
+    fn take_head(&mut self, s: &mut State) {
+        self.head_from.get_or_insert(s.head);
+        s.head += 1;
+        self.unqueued = true;
+    }
+
+    /// `head` moved from `from` to `to`: the queue files it left behind lose the places
+    /// below it (claimed at the head), and are removed.
+    fn drop_passed(&mut self, from: u64, to: u64) -> Result<()> {
+        for n in from / QUEUE_CHUNK..to / QUEUE_CHUNK {
+            let passed: Vec<u64> = self
+                .files
+                .chunk(&self.d, n)?
+                .range(..to)
+                .map(|(p, _)| *p)
+                .collect();
+            for p in passed {
+                self.step(Step::queue(p, None))?;
             }
         }
         Ok(())
@@ -449,12 +482,20 @@ impl FileStore {
         }
         s.claimed = read_claims(d)?.len() as u64;
         s.ready = members.saturating_sub(s.claimed);
+        let mut chunks: Vec<u64> = file_names(&d.queue)?
+            .iter()
+            .filter_map(|name| name.parse().ok())
+            .collect();
+        chunks.sort_unstable();
         let mut head = None;
-        for name in file_names(&d.queue)? {
-            let chunk: BTreeMap<u64, String> = read_map(&d.queue, &name)?;
-            if let (Some(first), Some(last)) = (chunk.keys().next(), chunk.keys().last()) {
-                head = Some(head.map_or(*first, |h: u64| h.min(*first)));
+        let mut files = Files::default();
+        for n in chunks {
+            let chunk = files.chunk(d, n)?.clone();
+            if let Some(last) = chunk.keys().last() {
                 s.tail = s.tail.max(last + 1);
+            }
+            if head.is_none() {
+                head = self.first_pending(d, &mut files, &chunk)?;
             }
         }
         for name in file_names(&d.returned)? {
@@ -464,6 +505,26 @@ impl FileStore {
         }
         s.head = head.unwrap_or(s.tail);
         Ok(s)
+    }
+
+    /// The first place of a queue file still pending: its key's place, neither claimed
+    /// nor given back (the places a claim at the head passed stay in the file until
+    /// `head` leaves it).
+    fn first_pending(
+        &self,
+        d: &Dirs,
+        files: &mut Files,
+        chunk: &BTreeMap<u64, String>,
+    ) -> Result<Option<u64>> {
+        for (p, k) in chunk {
+            if files.place_of(d, k)? == Some(*p)
+                && read_claim(d, k)?.is_none()
+                && d.returned.stat(&p.to_string()).is_err()
+            {
+                return Ok(Some(*p));
+            }
+        }
+        Ok(None)
     }
 
     /// A journal left in `tmp/` by a process killed in the middle of a backlog change:
@@ -616,7 +677,7 @@ impl FileStore {
                     continue;
                 };
                 w.step(Step::index(k, None))?;
-                if w.files.pending_at(&w.d, seq)? == Some(k) {
+                if seq >= s.head && w.files.pending_at(&w.d, seq)? == Some(k) {
                     s.ready = s.ready.saturating_sub(1);
                 } else {
                     match read_claim(&w.d, k)? {
@@ -723,7 +784,13 @@ impl FileStore {
                 let Some(seq) = w.files.place_of(&w.d, key_name)? else {
                     return Ok(());
                 };
-                w.step(Step::queue(seq, None))?;
+                // At the head (the usual claim) `head` moves past it; after it, it leaves
+                // its queue file; before it, it was given back.
+                match seq.cmp(&s.head) {
+                    std::cmp::Ordering::Equal => w.take_head(&mut s),
+                    std::cmp::Ordering::Greater => w.step(Step::queue(seq, None))?,
+                    std::cmp::Ordering::Less => {}
+                }
                 w.remove(Part::Returned, seq.to_string());
                 s.ready = s.ready.saturating_sub(1);
                 s.claimed += 1;
