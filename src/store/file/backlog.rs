@@ -224,17 +224,21 @@ impl Files {
         Ok(self.chunk(d, seq / QUEUE_CHUNK)?.get(&seq))
     }
 
-    /// Make an index or queue step in memory.
+    /// Make an index or queue step in memory; a file it leaves as it was is not written
+    /// (a key removed from the backlog after a claim at the head is in no queue file, or
+    /// is below `head` in one, which keeps it).
     fn apply(&mut self, d: &Dirs, st: &Step) -> Result<()> {
         match st.part {
             Part::Index => {
                 let n = shard_of(&st.name);
                 let shard = self.shard(d, n)?;
-                match st.seq {
-                    Some(seq) => shard.insert(st.name.clone(), seq),
-                    None => shard.remove(&st.name),
+                let changed = match st.seq {
+                    Some(seq) => shard.insert(st.name.clone(), seq) != Some(seq),
+                    None => shard.remove(&st.name).is_some(),
                 };
-                self.changed_index.insert(n);
+                if changed {
+                    self.changed_index.insert(n);
+                }
             }
             Part::Queue => {
                 let Ok(seq) = st.name.parse::<u64>() else {
@@ -242,11 +246,13 @@ impl Files {
                 };
                 let n = seq / QUEUE_CHUNK;
                 let chunk = self.chunk(d, n)?;
-                match &st.data {
-                    Some(k) => chunk.insert(seq, k.clone()),
-                    None => chunk.remove(&seq),
+                let changed = match &st.data {
+                    Some(k) => chunk.insert(seq, k.clone()).as_ref() != Some(k),
+                    None => chunk.remove(&seq).is_some(),
                 };
-                self.changed_queue.insert(n);
+                if changed {
+                    self.changed_queue.insert(n);
+                }
             }
             _ => {}
         }
@@ -679,6 +685,7 @@ impl FileStore {
                 w.step(Step::index(k, None))?;
                 if seq >= s.head && w.files.pending_at(&w.d, seq)? == Some(k) {
                     s.ready = s.ready.saturating_sub(1);
+                    w.step(Step::queue(seq, None))?;
                 } else {
                     match read_claim(&w.d, k)? {
                         Some(cl) => {
@@ -688,11 +695,11 @@ impl FileStore {
                         None => s.ready = s.ready.saturating_sub(1),
                     }
                     // Every place the member may have, whatever it says: no entry
-                    // outlives its member.
+                    // outlives its member (a place below `head` left in its queue file
+                    // by a claim at the head is not read, and goes with the file).
                     w.remove(Part::Claims, key::encode(k));
                     w.remove(Part::Returned, seq.to_string());
                 }
-                w.step(Step::queue(seq, None))?;
                 out.push(k.clone());
             }
             counts.write(&mut w);
