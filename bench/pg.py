@@ -105,6 +105,10 @@ def parse_args():
     p.add_argument("--baseline-rev", help="also build this git revision (e.g. the commit "
                    "before the PostgreSQL store) and compare its file-store path")
     p.add_argument("--baseline", help="a prebuilt baseline binary instead of --baseline-rev")
+    p.add_argument("--baseline-next", action="store_true",
+                   help="benchmark 5: the baseline drains with checkout --next (and each "
+                   "--fresh-agents mode) as this build does, each drain right before this "
+                   "build's, instead of with checkout --any")
     p.add_argument("--also", action="append", default=[], metavar="NAME=BIN",
                    help="another binary whose file-store path benchmark 1 measures too "
                    "(e.g. a --no-default-features build); repeatable")
@@ -578,26 +582,29 @@ def main():
                 ratio = statistics.median(rates["this build"]) / statistics.median(rates["baseline"])
                 print(f"  this build / baseline: {ratio:.2f}x")
         if "5" not in skip:
+            how = "--next" if a.baseline_next else "checkout --any, benchmark 3"
             print(f"5. stored backlog drain, {a.agents} agents, checkout --next until nothing "
-                  f"is ready{' (baseline: checkout --any, benchmark 3)' if baseline else ''}:")
+                  f"is ready{f' (baseline: {how})' if baseline else ''}:")
             figures["drain_next"] = []
             before = spawn_reference(tmp, a.agents, 4000)
             for n in [int(x) for x in a.next_sizes.split(",") if x]:
                 for k in kinds:
-                    if baseline:
+                    if baseline and not a.baseline_next:
                         old = drain(baseline, k, tmp, url, n, a.agents, a.drain_limit)
                         old["binary"] = "baseline, --any"
                         figures["drain_next"].append(old)
-                    new = drain_next(tl, k, tmp, url, n, a.agents, a.drain_limit)
-                    new["binary"] = "this build, --next"
-                    figures["drain_next"].append(new)
-                    for mode in filter(None, a.fresh_agents.split(",")):
-                        if mode not in FRESH_LABELS:
+                    for mode in [None] + list(filter(None, a.fresh_agents.split(","))):
+                        if mode is not None and mode not in FRESH_LABELS:
                             sys.exit(f"bench: --fresh-agents {mode}: not beat, pid or bare")
-                        fresh = drain_next(tl, k, tmp, url, n, a.agents, a.drain_limit,
+                        label = FRESH_LABELS[mode] if mode else "--next"
+                        builds = [("this build", tl)]
+                        if baseline and a.baseline_next:
+                            builds.insert(0, ("baseline", baseline))
+                        for name, binary in builds:
+                            d = drain_next(binary, k, tmp, url, n, a.agents, a.drain_limit,
                                            fresh=mode)
-                        fresh["binary"] = f"this build, {FRESH_LABELS[mode]}"
-                        figures["drain_next"].append(fresh)
+                            d["binary"] = f"{name}, {label}"
+                            figures["drain_next"].append(d)
             # Measured before and after, so load that came or went during the drains shows.
             after = spawn_reference(tmp, a.agents, 4000)
             ref = statistics.mean([before, after])

@@ -60,9 +60,15 @@ impl UnixUser {
 
     /// Is this someone other than the user running this process?
     pub fn is_other(&self) -> bool {
-        // SAFETY: geteuid has no preconditions.
-        self.uid != unsafe { libc::geteuid() }
+        self.uid != euid()
     }
+}
+
+/// The effective uid of this process, asked once: `list` labels every holder with it.
+fn euid() -> u32 {
+    static EUID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    // SAFETY: geteuid has no preconditions.
+    *EUID.get_or_init(|| unsafe { libc::geteuid() })
 }
 
 /// "agent-a (researcher)" or "agent-a", with "user alice" in the parentheses when the

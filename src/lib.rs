@@ -52,6 +52,9 @@ where
     // Once the command's changes stand (and its output is out), push the inbox messages it
     // wrote into the sessions that can be reached.
     engine::deliver::flush();
+    // Worktrees of checkouts it ended for others (death, lease, session end): removed
+    // where that loses nothing.
+    engine::worktree::flush();
     // And, where `notify:` asks for it, have the events it wrote told to webhooks.
     engine::notify::flush();
     code

@@ -1542,3 +1542,53 @@ fn mcp_without_its_server_binary_says_so() {
         "{err}"
     );
 }
+
+/// A lock directory large enough to be read by several threads (past 512 records): every
+/// record is read once, checkouts come out in key order, and damaged records are
+/// reported, in the order of their file names, whichever thread read them.
+#[test]
+fn list_of_many_records_reads_each_once_in_order() {
+    if file_store_only("list_of_many_records_reads_each_once_in_order") {
+        return;
+    }
+    let e = Env::new();
+    let keys: Vec<String> = (0..700).map(|i| format!("k{i:04}")).collect();
+    for chunk in keys.chunks(4) {
+        let children: Vec<_> = chunk
+            .iter()
+            .map(|k| {
+                let mut cmd = base_cmd(&e.now);
+                use_store(&mut cmd, &e.dir());
+                cmd.args(["--dir"])
+                    .arg(e.dir())
+                    .args(["--agent", "a", "checkout", k])
+                    .stdout(std::process::Stdio::null())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for mut c in children {
+            assert!(c.wait().unwrap().success());
+        }
+    }
+    for k in ["k0100", "k0600"] {
+        std::fs::write(record_path(&e.dir(), k), "").unwrap();
+    }
+    let j = e.run(None, &["list", "--json"]).json();
+    let listed: Vec<&str> = j["checkouts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["key"].as_str().unwrap())
+        .collect();
+    let mut want: Vec<&str> = keys.iter().map(String::as_str).collect();
+    want.retain(|k| *k != "k0100" && *k != "k0600");
+    assert_eq!(listed, want);
+    let corrupt: Vec<&str> = j["corrupt"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["file"].as_str().unwrap())
+        .collect();
+    assert_eq!(corrupt, ["k0100", "k0600"], "{}", j["corrupt"]);
+}

@@ -142,32 +142,40 @@ impl Drop for Demo {
     }
 }
 
-#[test]
-fn the_demo_in_the_browser_prints_its_url_and_ends_on_sigterm() {
-    let (user, events) = users_project();
-    let tmp = tempfile::tempdir().unwrap();
-    let mark = mark("ui");
-    let mut child = Demo(
-        common::base_cmd(common::T0)
-            .arg("demo")
-            .arg("--ui")
-            .current_dir(user.tmp.path())
-            .env("TMPDIR", tmp.path())
-            .env("TASKLOCK_DIR", user.dir())
-            .env("TASKLOCK_DEMO_TEST", &mark)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let child = &mut child.0;
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+/// `tasklock demo --ui` started from `cwd` with `tmp` as its temporary directory and its
+/// processes marked `mark`, and the URL it printed.
+fn start_ui(cwd: &Path, tmp: &Path, mark: &str, env: Option<&Env>) -> (Demo, String) {
+    let mut cmd = common::base_cmd(common::T0);
+    cmd.arg("demo")
+        .arg("--ui")
+        .current_dir(cwd)
+        .env("TMPDIR", tmp)
+        .env("TASKLOCK_DEMO_TEST", mark)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(env) = env {
+        cmd.env("TASKLOCK_DIR", env.dir());
+    }
+    let mut child = Demo(cmd.spawn().unwrap());
+    let mut stdout = BufReader::new(child.0.stdout.take().unwrap());
     let mut line = String::new();
     stdout.read_line(&mut line).unwrap();
     let url = line
         .trim()
         .strip_prefix("tasklock ui: ")
-        .unwrap_or_else(|| panic!("no URL: {line:?}"));
+        .unwrap_or_else(|| panic!("no URL: {line:?}"))
+        .to_string();
+    (child, url)
+}
+
+#[test]
+fn the_demo_in_the_browser_prints_its_url_and_ends_on_sigterm() {
+    let (user, events) = users_project();
+    let tmp = tempfile::tempdir().unwrap();
+    let mark = mark("ui");
+    let (mut child, url) = start_ui(user.tmp.path(), tmp.path(), &mark, Some(&user));
+    let url = url.as_str();
+    let child = &mut child.0;
     // The page's own URL (its form is tests/ui.rs's business): loopback, with a token.
     let rest = url.strip_prefix("http://127.0.0.1:").expect(url);
     let (port, _) = rest.split_once('/').unwrap();
@@ -337,4 +345,63 @@ fn ctrl_c_ends_the_demo_in_the_browser() {
         Vec::<String>::new(),
         "a directory left behind"
     );
+}
+
+#[test]
+fn a_demo_killed_with_sigkill_leaves_no_process_and_the_next_demo_removes_its_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    // A directory of a demo that is still running (this test's process stands for it):
+    // the next demo must leave it alone.
+    let live = tmp.path().join("tasklock-demo-live");
+    std::fs::create_dir(&live).unwrap();
+    let me = std::process::id();
+    let start = std::fs::read_to_string(format!("/proc/{me}/stat")).unwrap();
+    let start = start
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .nth(19)
+        .unwrap()
+        .to_string();
+    std::fs::write(live.join("owner"), format!("{me} {start}\n")).unwrap();
+
+    let first = mark("killed");
+    let (mut demo, _) = start_ui(cwd.path(), tmp.path(), &first, None);
+    let dirs = entries(tmp.path());
+    assert_eq!(dirs.len(), 2, "{dirs:?}");
+    let killed = dirs
+        .into_iter()
+        .find(|d| d != "tasklock-demo-live")
+        .unwrap();
+    assert!(marked(&first).len() >= 6, "{:?}", marked(&first));
+    demo.0.kill().unwrap();
+    demo.0.wait().unwrap();
+    // Its view and its agents' processes end with it.
+    let t = Instant::now();
+    while !marked(&first).is_empty() {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "processes outlived the killed demo: {:?}",
+            marked(&first)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Its directory stays, until the next demo.
+    assert!(tmp.path().join(&killed).join(".locks").is_dir());
+
+    let second = mark("after");
+    let (demo, _) = start_ui(cwd.path(), tmp.path(), &second, None);
+    let mut now = entries(tmp.path());
+    now.sort();
+    assert!(
+        !now.contains(&killed),
+        "the killed demo's directory is still there: {now:?}"
+    );
+    assert!(now.contains(&"tasklock-demo-live".to_string()), "{now:?}");
+    assert_eq!(now.len(), 2, "{now:?}");
+    drop(demo);
+    assert_eq!(marked(&second), Vec::<u32>::new(), "processes left behind");
+    assert_eq!(entries(tmp.path()), ["tasklock-demo-live"]);
 }

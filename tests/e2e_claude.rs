@@ -686,3 +686,64 @@ fn an_orchestrator_claims_for_a_session_before_starting_it() {
     });
     assert!(lapsed, "{text}\n{context}");
 }
+
+/// Issue 49: `claude --worktree NAME` in a project `tasklock init` set up. Claude Code's
+/// WorktreeCreate hook is tasklock's: the session works in the worktree tasklock made and
+/// holds it as its checkout of `worktree:NAME`; when the session ends, so does the
+/// checkout, and the worktree, which holds nothing, is removed with its branch.
+#[test]
+fn a_session_started_with_worktree_holds_it_as_its_checkout() {
+    let (_tmp, home, project) = initialised_project();
+    // What `init` wrote is committed, as a team does: a worktree has the project's hooks
+    // only so (`.locks/` is ignored).
+    let mut git = std::process::Command::new("sh");
+    git.args([
+        "-c",
+        "git add -A && git -c user.name=e2e -c user.email=e2e@example.com commit -q -m init",
+    ])
+    .current_dir(&project);
+    e2e::run_ok(git, "git commit", Duration::from_secs(30));
+    let stub = Stub::script(Script::bash(&["pwd", "tasklock list --json"]));
+    let session = run_session_with(
+        &home,
+        &project,
+        &stub,
+        "Say where you work, then list the checkouts.",
+        &["--worktree", "feat-x"],
+    );
+    let (_, pwd) = result_of(&stub, "main-0");
+    let worktrees = project.canonicalize().unwrap().join(".worktrees");
+    assert!(
+        pwd.trim().starts_with(&worktrees.display().to_string()),
+        "the session works in {pwd:?}, not under {}\n{}",
+        worktrees.display(),
+        session.out.text()
+    );
+    let (_, list) = result_of(&stub, "main-1");
+    let list: serde_json::Value =
+        serde_json::from_str(list.trim()).unwrap_or_else(|e| panic!("{e}: {list}"));
+    let held = list["checkouts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["key"] == "worktree:feat-x")
+        .unwrap_or_else(|| panic!("worktree:feat-x is not held: {list}"))
+        .clone();
+    assert_eq!(held["agent"]["id"], session.id, "{held}");
+    assert_eq!(held["worktree"]["path"], pwd.trim(), "{held}");
+
+    // The session is over: its checkout ended, and the worktree with it.
+    let events = e2e::audit(&project.join(".locks"));
+    assert!(
+        events.iter().any(|e| e["key"] == "worktree:feat-x"
+            && e["event"] != "acquire"
+            && e["agent"] == session.id.as_str()),
+        "the checkout did not end: {}",
+        audit_text(&project)
+    );
+    assert!(
+        !Path::new(pwd.trim()).exists(),
+        "the worktree stayed: {}",
+        audit_text(&project)
+    );
+}

@@ -511,9 +511,10 @@ fn init_wires_the_edit_matcher_beside_bash() {
         .iter()
         .map(|g| g["matcher"].as_str().unwrap())
         .collect();
+    // And the task list's claims beside them.
     assert_eq!(
         matchers,
-        ["Bash", "Edit|Write|MultiEdit|NotebookEdit"],
+        ["Bash", "Edit|Write|MultiEdit|NotebookEdit", "TaskUpdate"],
         "{pre}"
     );
     assert_eq!(

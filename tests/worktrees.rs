@@ -661,3 +661,146 @@ fn claude_codes_worktree_hooks_hold_the_worktree_as_the_sessions_checkout() {
     assert_eq!(r.code, 0, "{}", r.text());
     assert!(!path.exists(), "nothing lost: removed");
 }
+
+/// The MCP `checkout` tool takes `worktree` (and `worktree_path`): the worktree is made
+/// once the key is granted and named in the result; another agent's server is refused
+/// and makes nothing; a release through the tool removes the clean worktree.
+#[test]
+fn the_mcp_checkout_tool_makes_the_worktree() {
+    let (e, top) = git_repo();
+    let mut a = common::mcp::Mcp::start(&e, &[("TASKLOCK_AGENT", "mcp-a")]);
+    let r = a.ok(
+        "checkout",
+        serde_json::json!({"key": "issue-7", "worktree": true}),
+    );
+    let path = wt_path(&top, "issue-7");
+    assert!(
+        git_worktrees(&top).contains(&(path.display().to_string(), "tasklock/issue-7".into())),
+        "{:?}",
+        git_worktrees(&top)
+    );
+    assert!(
+        r["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("/issue-7"),
+        "{r}"
+    );
+    let json = &r["_meta"]["tasklock/json"];
+    assert_eq!(
+        json["checkout"]["worktree"]["path"],
+        path.display().to_string(),
+        "{r}"
+    );
+
+    let mut b = common::mcp::Mcp::start(&e, &[("TASKLOCK_AGENT", "mcp-b")]);
+    let r = b.call(
+        "checkout",
+        serde_json::json!({"key": "issue-7", "worktree_path": "elsewhere"}),
+    );
+    assert_eq!(r["isError"], true, "{r}");
+    assert!(
+        r["content"][0]["text"].as_str().unwrap().contains("mcp-a"),
+        "{r}"
+    );
+    assert!(!top.join("elsewhere").exists());
+    let r = b.ok(
+        "checkout",
+        serde_json::json!({"key": "issue-8", "worktree_path": "elsewhere"}),
+    );
+    assert_eq!(
+        r["_meta"]["tasklock/json"]["checkout"]["worktree"]["path"],
+        top.join("elsewhere").display().to_string(),
+        "{r}"
+    );
+    b.close();
+
+    a.ok("release", serde_json::json!({"keys": ["issue-7"]}));
+    assert!(!path.exists());
+    assert!(!branch_exists(&top, "tasklock/issue-7"));
+    a.close();
+}
+
+/// A holder that dies (its process killed) leaves its worktree to the command that ends
+/// its checkout (`agent_death`): removed with its branch when that loses nothing, kept
+/// (and reported by `worktrees` as ended) when it holds a change. A `why` before, which
+/// decides on a dry run, removes nothing.
+#[test]
+fn a_dead_holders_worktree_is_removed_by_the_command_that_ends_its_checkout_if_it_is_safe() {
+    let (e, top) = git_repo();
+    let mut a = AgentProcess::start();
+    ok(&e, &top, "a1", &["heartbeat", "--pid", &a.pid()]);
+    ok(&e, &top, "a1", &["checkout", "issue-1", "--worktree"]);
+    ok(&e, &top, "a1", &["checkout", "issue-2", "--worktree"]);
+    std::fs::write(wt_path(&top, "issue-2").join("wip.txt"), "half done\n").unwrap();
+    a.kill();
+
+    let why = ok(&e, &top, "b1", &["why", "issue-1"]);
+    assert!(why.stdout.contains("issue-1"), "{}", why.text());
+    assert!(
+        wt_path(&top, "issue-1").is_dir(),
+        "a dry run removed a worktree"
+    );
+
+    ok(&e, &top, "b1", &["checkout", "issue-1"]);
+    let audit = e.run(None, &["audit", "--json"]).stdout;
+    assert!(audit.contains("agent_death"), "{audit}");
+    assert!(!wt_path(&top, "issue-1").exists());
+    assert!(!branch_exists(&top, "tasklock/issue-1"));
+    // The dirty one: its checkout ended too, the worktree and the change stay.
+    assert!(wt_path(&top, "issue-2").join("wip.txt").is_file());
+    let rows = ok(&e, &top, "b1", &["worktrees", "--json"]).json();
+    let row = rows["worktrees"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["key"] == "issue-2")
+        .unwrap_or_else(|| panic!("{rows}"))
+        .clone();
+    assert!(row["checkout"].is_null(), "{row}");
+    assert_eq!(row["state"]["state"], "dirty", "{row}");
+    assert_eq!(row["state"]["changed_files"], 1, "{row}");
+}
+
+/// `heartbeat --watch`, the watcher of an agent's process, ends its checkouts when the
+/// process dies, with nobody else running a command: the worktree of one, clean, goes
+/// with it.
+#[test]
+fn the_watcher_removes_the_worktree_of_the_agent_it_saw_die() {
+    let (e, top) = git_repo();
+    let mut x = AgentProcess::start();
+    let pid = x.pid();
+    // With the real clock, beside the watcher, which reads it; in the repository.
+    let now = |args: &[&str]| {
+        let mut cmd = base_cmd(&e.now);
+        cmd.env_remove("TASKLOCK_NOW");
+        use_store(&mut cmd, &e.dir());
+        cmd.current_dir(&top)
+            .arg("--dir")
+            .arg(e.dir())
+            .args(["--agent", "w1"])
+            .args(args);
+        let r = exec(cmd);
+        assert_eq!(r.code, 0, "{args:?}: {}", r.text());
+    };
+    now(&["heartbeat", "--watch", "--pid", &pid, "--detach"]);
+    now(&["checkout", "issue-5", "--worktree"]);
+    let path = wt_path(&top, "issue-5");
+    assert!(path.is_dir());
+    x.kill();
+    let end = std::time::Instant::now() + Duration::from_secs(30);
+    // The directory goes first, then the branch.
+    while path.exists() || branch_exists(&top, "tasklock/issue-5") {
+        assert!(
+            std::time::Instant::now() < end,
+            "the watcher left the worktree: {:?}",
+            audit(&e.dir())
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let ended: Vec<Value> = audit(&e.dir())
+        .into_iter()
+        .filter(|ev| ev["key"] == "issue-5" && ev["event"] != "acquire")
+        .collect();
+    assert_eq!(ended[0]["reason"], "agent_death", "{ended:?}");
+}

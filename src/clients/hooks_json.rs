@@ -66,7 +66,7 @@ pub const RUN_RULES: &[&str] = &[
 ];
 
 /// Claude Code's hook events and the `tasklock hook` event wired to each.
-pub const HOOK_EVENTS: [(&str, &str); 9] = [
+pub const HOOK_EVENTS: [(&str, &str); 10] = [
     ("SessionStart", "session-start"),
     ("UserPromptSubmit", "user-prompt-submit"),
     ("PreToolUse", "pre-tool-use"),
@@ -77,6 +77,8 @@ pub const HOOK_EVENTS: [(&str, &str); 9] = [
     // A worktree Claude Code makes (`claude --worktree`) is a checkout of the session's.
     ("WorktreeCreate", "worktree-create"),
     ("WorktreeRemove", "worktree-remove"),
+    // A teammate's (or the session's) task marked completed: its claim ends `--done`.
+    ("TaskCompleted", "task-completed"),
 ];
 
 /// Codex's hook events (in `.codex/hooks.json`, Claude Code's format) and the

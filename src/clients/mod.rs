@@ -5,6 +5,7 @@
 //! basic layer and store types (where a session is reached), nothing above them.
 
 pub mod apply_patch;
+pub mod claude_tasks;
 pub mod codex;
 pub mod cursor;
 pub mod gemini;

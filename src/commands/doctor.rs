@@ -293,7 +293,7 @@ fn records_checks(ctx: &Ctx, store: &crate::store::FileStore) -> Result<Vec<Chec
     let mut newest = None;
     let mut corrupt = Vec::new();
     let mut held = 0;
-    for (_, slot) in &scan {
+    for slot in &scan {
         match slot {
             Slot::Held(r) => {
                 held += 1;
@@ -798,18 +798,28 @@ fn hooks_check(project: &Path) -> Check {
             .collect();
         if matchers.is_empty() {
             missing.push(hook_event.to_string());
-        } else if event == "PreToolUse"
-            && !matchers.iter().any(|m| {
-                crate::clients::hooks_json::covers(
-                    &m.as_deref().map_or(serde_json::Value::Null, Into::into),
-                    &super::edit_gate::EDIT_MATCHER.into(),
-                )
-            })
-        {
-            missing.push(format!(
-                "pre-tool-use for {} (the edit hook that enforces path checkouts)",
-                super::edit_gate::EDIT_MATCHER
-            ));
+        } else if event == "PreToolUse" {
+            let tools = [
+                (
+                    super::edit_gate::EDIT_MATCHER,
+                    "the edit hook that enforces path checkouts",
+                ),
+                (
+                    crate::clients::claude_tasks::TASK_UPDATE_MATCHER,
+                    "claims on Claude Code's task list",
+                ),
+            ];
+            for (tool, what) in tools {
+                let covered = matchers.iter().any(|m| {
+                    crate::clients::hooks_json::covers(
+                        &m.as_deref().map_or(serde_json::Value::Null, Into::into),
+                        &tool.into(),
+                    )
+                });
+                if !covered {
+                    missing.push(format!("pre-tool-use for {tool} ({what})"));
+                }
+            }
         } else if event == "PostToolUse"
             && !matchers
                 .iter()

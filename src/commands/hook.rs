@@ -11,14 +11,14 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
-use super::{edit_gate, heartbeat, inbox, watch};
+use super::{edit_gate, heartbeat, inbox, task_claim, watch};
 use crate::engine::{Ctx, ReapReason, end_agent};
 use crate::error::{Error, Result};
 use crate::liveness::is_own_process;
 use crate::report::Report;
 use crate::store::{AgentEntry, Event, Message};
 
-pub const EVENTS: [&str; 10] = [
+pub const EVENTS: [&str; 11] = [
     "session-start",
     "user-prompt-submit",
     "pre-tool-use",
@@ -29,6 +29,7 @@ pub const EVENTS: [&str; 10] = [
     "session-end",
     "worktree-create",
     "worktree-remove",
+    "task-completed",
 ];
 
 /// Run a hook; returns what to print on stdout (Claude Code's hook output JSON).
@@ -58,6 +59,11 @@ pub fn run(
             std::env::var("TASKLOCK_AGENT_NAME")
                 .ok()
                 .filter(|s| !s.is_empty())
+        })
+        .or_else(|| {
+            // A teammate in a pane of its own: its name in its team.
+            crate::clients::claude_tasks::teammate(agent_pid)
+                .map(|m| format!("{} in team {}", m.name, m.team))
         })
         .unwrap_or_else(|| session_label(client, &project, session));
     let name = match &input.subagent {
@@ -190,12 +196,7 @@ impl Input {
         let (session, agent) = (&self.session, &self.agent);
         if let Some(edited) = edit_gate::edited_files(&self.payload) {
             let cwd = self.project()?;
-            let dir = match crate::discover::explicit(global_dir.as_deref())
-                .unwrap_or_else(|| crate::discover::discover_from(&cwd))
-            {
-                crate::discover::Discovery::Missing { .. } => None,
-                d => Some(d.for_store()?),
-            };
+            let dir = lock_dir(global_dir, &cwd)?;
             let authorize_session = |store: &dyn crate::store::Store| {
                 authorize(session, store.read_agent(session)?.as_ref())
             };
@@ -218,6 +219,9 @@ impl Input {
             }
             return verdict.map(|v| v.output);
         }
+        if self.payload["tool_name"] == "TaskUpdate" {
+            return self.task_update(global_dir);
+        }
         // Needs no lock directory: it only rewrites the command.
         if self.payload["tool_name"] == GEMINI_SHELL {
             let secret = match &self.subagent {
@@ -227,6 +231,28 @@ impl Input {
             return Ok(gemini_shell(&self.payload, agent, secret.as_deref()));
         }
         Ok(pre_tool_use(&self.payload, self.subagent.as_ref()))
+    }
+
+    /// PreToolUse of Claude Code's `TaskUpdate`: a claim of the task is a checkout
+    /// (`task_claim`). Without a lock directory nothing is checked.
+    fn task_update(&self, global_dir: Option<PathBuf>) -> Result<Option<String>> {
+        let Some(dir) = lock_dir(global_dir, &self.project()?)? else {
+            return Ok(None);
+        };
+        let ctx = Ctx::new(dir, Some(self.agent.clone()), None)?;
+        if let Some(store) = ctx.existing_store()? {
+            authorize(&self.session, store.read_agent(&self.session)?.as_ref())?;
+        }
+        task_claim::pre_tool_use(&ctx, &self.caller(crate::os::client_pid()), &self.payload)
+    }
+
+    /// The caller as Claude Code's task list knows it.
+    fn caller(&self, agent_pid: Option<u32>) -> task_claim::Caller<'_> {
+        task_claim::Caller {
+            session: &self.session,
+            subagent: self.subagent.is_some(),
+            mate: crate::clients::claude_tasks::teammate(agent_pid),
+        }
     }
 
     /// Every event but `pre-tool-use` and a session's own `session-start`, once the
@@ -298,6 +324,7 @@ impl Input {
             }
             "worktree-create" => worktree_create(ctx, &self.payload),
             "worktree-remove" => worktree_remove(ctx, &self.payload, start.project),
+            "task-completed" => task_claim::completed(ctx, &self.caller(start.pid), &self.payload),
             _ => unreachable!("checked above"),
         }
     }
@@ -363,6 +390,17 @@ fn worktree_remove(ctx: &Ctx, payload: &Value, project: &Path) -> Result<Option<
         super::release::run(ctx, vec![f.key], false, false, false, None)?;
     }
     Ok(None)
+}
+
+/// The lock directory a PreToolUse gate judges against, found from the session's
+/// directory `cwd`; none (nothing is checked out) when there is none.
+fn lock_dir(global_dir: Option<PathBuf>, cwd: &Path) -> Result<Option<PathBuf>> {
+    match crate::discover::explicit(global_dir.as_deref())
+        .unwrap_or_else(|| crate::discover::discover_from(cwd))
+    {
+        crate::discover::Discovery::Missing { .. } => Ok(None),
+        d => Ok(Some(d.for_store()?)),
+    }
 }
 
 /// A non-empty string of the hook's JSON.

@@ -25,6 +25,7 @@ pub mod run;
 pub mod setup;
 pub mod stage;
 pub mod status;
+pub mod task_claim;
 pub mod verify;
 pub mod wait;
 pub mod watch;

@@ -154,7 +154,7 @@ fn start(program: &OsString, args: &[OsString]) -> std::io::Result<std::process:
     unsafe {
         command.pre_exec(move || {
             // Die with us: CMD must not live on unguarded after the key is reaped.
-            crate::os::die_with_parent(parent);
+            crate::os::die_with_parent(parent, libc::SIGKILL);
             Ok(())
         });
     }

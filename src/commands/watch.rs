@@ -120,6 +120,7 @@ impl Watcher<'_> {
         }
         // A beat may end others' checkouts and hand their keys on: push those messages now.
         crate::engine::deliver::flush();
+        crate::engine::worktree::flush();
         match beat {
             Ok(_) => {}
             // The lock directory was removed: nothing is left to keep alive.

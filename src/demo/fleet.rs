@@ -482,7 +482,7 @@ fn agent_process() -> Result<Child, String> {
     // SAFETY: die_with_parent makes async-signal-safe calls only; nothing is allocated.
     unsafe {
         cmd.pre_exec(move || {
-            crate::os::die_with_parent(parent);
+            crate::os::die_with_parent(parent, libc::SIGKILL);
             Ok(())
         });
     }

@@ -6,6 +6,10 @@
 //! the directory is removed. Nothing else is read or written: the lock directory is given
 //! to every command and to the view, and the environment that could point a command
 //! elsewhere (a PostgreSQL URL, an agent's identity, a secret) is cleared first.
+//!
+//! A demo killed with SIGKILL can tidy nothing itself: its view and its agents' processes
+//! are ended by the system (they are set to die with it), and the next demo removes the
+//! directory, which names its demo's process ([`OWNER`]).
 
 mod fleet;
 
@@ -22,6 +26,11 @@ use crate::error::{EXIT_ERROR, EXIT_OK, EXIT_USAGE};
 const TICK: Duration = Duration::from_secs(1);
 /// How long the view has to end after it was asked to, before it is killed.
 const GRACE: Duration = Duration::from_secs(1);
+/// The directories' names, under the temporary directory.
+const PREFIX: &str = "tasklock-demo-";
+/// In a demo's directory: the demo's process, as `PID START` (its start time, so that a
+/// reused pid is not taken for it).
+const OWNER: &str = "owner";
 
 /// What could make a command of the demo act elsewhere than in its own lock directory,
 /// or as someone else: cleared before anything runs.
@@ -70,6 +79,7 @@ pub fn run(global: &Global, a: &DemoArgs) -> i32 {
     }
     // From here on a signal ends the demo the way `q` does: nothing is left behind.
     crate::signals::install();
+    remove_left_over(&std::env::temp_dir());
     let root = match throwaway_dir() {
         Ok(r) => r,
         Err(e) => {
@@ -165,14 +175,23 @@ fn start_view(lock: &Path, view: &Path, word: &str) -> std::io::Result<Child> {
     let (Some(root), Some(name)) = (lock.parent(), lock.file_name()) else {
         return Err(std::io::Error::other("the lock directory has no parent"));
     };
-    Command::new(view)
-        .arg0("tasklock")
+    let parent = std::process::id() as libc::pid_t;
+    let mut cmd = Command::new(view);
+    cmd.arg0("tasklock")
         .arg(word)
         .arg("--dir")
         .arg(name)
         .current_dir(root)
-        .stdin(Stdio::inherit())
-        .spawn()
+        .stdin(Stdio::inherit());
+    // SAFETY: die_with_parent makes async-signal-safe calls only; nothing is allocated.
+    unsafe {
+        cmd.pre_exec(move || {
+            // SIGTERM, not SIGKILL: `top` gives the terminal back as it ends.
+            crate::os::die_with_parent(parent, libc::SIGTERM);
+            Ok(())
+        });
+    }
+    cmd.spawn()
 }
 
 /// Wait for the view to end. A signal to the demo is passed on as SIGTERM, and a view
@@ -215,9 +234,19 @@ fn throwaway_dir() -> Result<PathBuf, String> {
         let Some(hex) = crate::os::random_hex() else {
             return Err("cannot read random bytes for the demo's directory name".into());
         };
-        let root = tmp.join(format!("tasklock-demo-{hex}"));
+        let root = tmp.join(format!("{PREFIX}{hex}"));
         match std::fs::DirBuilder::new().mode(0o700).create(&root) {
-            Ok(()) => return Ok(root),
+            Ok(()) => {
+                let me = std::process::id();
+                let start = crate::os::start_time(me).unwrap_or(0);
+                return match std::fs::write(root.join(OWNER), format!("{me} {start}\n")) {
+                    Ok(()) => Ok(root),
+                    Err(e) => {
+                        let _ = std::fs::remove_dir_all(&root);
+                        Err(format!("cannot write in {}: {e}", root.display()))
+                    }
+                };
+            }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
             Err(e) => {
                 return Err(format!(
@@ -232,4 +261,46 @@ fn throwaway_dir() -> Result<PathBuf, String> {
         tmp.display(),
         last.map(|e| e.to_string()).unwrap_or_default()
     ))
+}
+
+/// Remove the directories under `tmp` of this user's demos that were killed before they
+/// could (their process is gone). A directory whose owner cannot be read is left alone: it
+/// may be a demo's that is starting now.
+fn remove_left_over(tmp: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(tmp) else {
+        return;
+    };
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    for e in entries.flatten() {
+        if !e.file_name().to_string_lossy().starts_with(PREFIX) {
+            continue;
+        }
+        let dir = e.path();
+        let mine = std::fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir() && m.uid() == me);
+        if mine && owner_gone(&dir) {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
+}
+
+/// Has the demo that made `dir` ended? False when that cannot be told.
+fn owner_gone(dir: &Path) -> bool {
+    let Some(text) = crate::os::read_text(dir.join(OWNER)) else {
+        return false;
+    };
+    let mut words = text.split_whitespace().map(str::parse::<u64>);
+    let (Some(Ok(pid)), Some(Ok(start))) = (words.next(), words.next()) else {
+        return false;
+    };
+    let Ok(pid) = u32::try_from(pid) else {
+        return false;
+    };
+    match crate::os::start_time(pid) {
+        None => crate::os::process(pid).is_none(),
+        // 0: the demo could not read its own start time, so only its pid says.
+        Some(_) if start == 0 => false,
+        Some(now) => crate::os::same_start(start, now) == Some(false),
+    }
 }

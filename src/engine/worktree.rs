@@ -320,6 +320,60 @@ pub fn remove_if_safe(key: &str, w: &Worktree) -> WorktreeEnd {
     })
 }
 
+/// The worktrees of checkouts ended without their holder's release (its death, its
+/// lease, its session's end), each with the lock directory it was recorded in: removed
+/// by [`flush`] once the command's change stands, where that loses nothing.
+static ENDED: std::sync::Mutex<Vec<(PathBuf, String, Worktree)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// A checkout with a worktree was ended by someone other than its holder's release: its
+/// worktree is to be removed if that is safe, after the store's scope. Nothing in a dry
+/// run (`why`, the views), which changes nothing.
+pub(crate) fn ended(ctx: &Ctx, record: &Record) {
+    let Some(w) = &record.worktree else {
+        return;
+    };
+    if super::dry::active() {
+        return;
+    }
+    if let Ok(mut e) = ENDED.lock() {
+        e.push((ctx.dir.clone(), record.key.clone(), w.clone()));
+    }
+}
+
+/// Remove the worktrees of the checkouts [`ended`] since the last flush, each only if
+/// that loses nothing and no checkout holds it now (a change that did not stand, or a
+/// new grant to its holder of the same worktree); what is kept is left for `worktrees`
+/// and `doctor` to report. Never fails the command.
+pub fn flush() {
+    let ended = match ENDED.lock() {
+        Ok(mut e) => std::mem::take(&mut *e),
+        Err(_) => return,
+    };
+    for (dir, key, w) in ended {
+        if !Path::new(&w.path).exists() || still_held(&dir, &key, &w) {
+            continue;
+        }
+        let _ = remove_if_safe(&key, &w);
+    }
+}
+
+/// Does a checkout in the lock directory `dir` hold worktree `w` now? True when that
+/// cannot be read: then it is kept.
+fn still_held(dir: &Path, key: &str, w: &Worktree) -> bool {
+    let Ok(ctx) = Ctx::new(dir.to_path_buf(), None, None) else {
+        return true;
+    };
+    match ctx.existing_store().and_then(|s| match s {
+        Some(s) => s.read(key),
+        None => Ok(Slot::Free),
+    }) {
+        Ok(Slot::Held(r)) => r.worktree.is_some_and(|h| h.path == w.path),
+        Ok(Slot::Free) => false,
+        _ => true,
+    }
+}
+
 /// [`state`], or [`WorktreeHealth::Unknown`] where git could not tell.
 pub fn state_or_unknown(w: &Worktree) -> WorktreeState {
     state(w).unwrap_or_else(|_| unknown())

@@ -322,6 +322,7 @@ impl Server {
         let called = on_commands(move || {
             let called = crate::dispatch::call(argv);
             crate::engine::deliver::flush();
+            crate::engine::worktree::flush();
             called
         });
         match called.await {
@@ -630,6 +631,16 @@ struct CheckoutArgs {
     #[serde(default)]
     #[schemars(range(min = 1, max = 1000))]
     slots: Option<u32>,
+    /// Once `key` is yours, make a git worktree to work in, on a branch of its own
+    /// (`tasklock/<key>`), at `.worktrees/<key>` in the repository; the result names it.
+    /// Its release removes it only when that loses nothing (no uncommitted change, every
+    /// commit also on another branch or a remote); otherwise it is kept and the release
+    /// says why.
+    #[serde(default)]
+    worktree: bool,
+    /// Where to make that worktree instead (implies `worktree`), relative to the project.
+    #[serde(default)]
+    worktree_path: Option<String>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -961,6 +972,18 @@ fn checkout_command(a: CheckoutArgs) -> Result<Vec<String>, String> {
     if let Some(n) = a.slots {
         v.push(opt("--slots", &n.to_string()));
     }
+    if a.worktree || a.worktree_path.is_some() {
+        if a.key.is_none() || a.next || a.any.is_some() || a.queue || a.slots.is_some() {
+            return Err(
+                "`worktree` goes with one `key`, and takes no `next`, `any`, `queue` or `slots`"
+                    .into(),
+            );
+        }
+        v.push(match &a.worktree_path {
+            Some(p) => opt("--worktree", p),
+            None => s("--worktree"),
+        });
+    }
     if a.next {
         if a.key.is_some() || a.any.is_some() || !a.paths.is_empty() {
             return Err("`next` claims from the backlog: give no `key`, `any` or `paths`".into());
@@ -1080,6 +1103,18 @@ mod tests {
         );
         let c = command("checkout", json!({"key": "build", "slots": 3})).unwrap();
         assert_eq!(c.unwrap(), ["checkout", "--slots=3", "--", "build"]);
+        let c = command("checkout", json!({"key": "-k", "worktree": true})).unwrap();
+        assert_eq!(c.unwrap(), ["checkout", "--worktree", "--", "-k"]);
+        let c = command("checkout", json!({"key": "k", "worktree_path": "-w"})).unwrap();
+        assert_eq!(c.unwrap(), ["checkout", "--worktree=-w", "--", "k"]);
+        for bad in [
+            json!({"next": true, "worktree": true}),
+            json!({"any": ["a"], "worktree": true}),
+            json!({"key": "k", "queue": true, "worktree": true}),
+            json!({"paths": ["src"], "worktree_path": "w"}),
+        ] {
+            assert!(command("checkout", bad.clone()).unwrap().is_err(), "{bad}");
+        }
         let c = command("checkout", json!({"any": ["a", "b"]})).unwrap();
         assert_eq!(c.unwrap(), ["checkout", "--any", "--", "a", "b"]);
         assert!(

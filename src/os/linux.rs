@@ -38,6 +38,17 @@ pub(super) fn exe(pid: u32) -> Option<PathBuf> {
     (!exe.to_string_lossy().ends_with(" (deleted)")).then_some(exe)
 }
 
+/// `/proc/PID/cmdline`: the arguments, each ended by a NUL.
+pub(super) fn argv(pid: u32) -> Option<Vec<String>> {
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let args: Vec<String> = raw
+        .split(|b| *b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    (!args.is_empty()).then_some(args)
+}
+
 pub(super) fn hostname() -> Option<String> {
     // One call: uname's node name is what /proc/sys/kernel/hostname shows (this UTS
     // namespace's). A name that is empty, not UTF-8 or would be trimmed is read from
@@ -143,10 +154,10 @@ pub(super) fn flock_holder(dev: u64, ino: u64) -> Option<u32> {
 
 /// # Safety
 /// Async-signal-safe calls only (`pre_exec`).
-pub(super) unsafe fn die_with_parent(parent: i32) {
+pub(super) unsafe fn die_with_parent(parent: i32, signal: i32) {
     // SAFETY: prctl and getppid are async-signal-safe; no allocation happens here.
     unsafe {
-        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+        libc::prctl(libc::PR_SET_PDEATHSIG, signal);
         if libc::getppid() != parent {
             libc::_exit(137);
         }

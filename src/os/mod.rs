@@ -68,6 +68,12 @@ pub fn exe(pid: u32) -> Option<PathBuf> {
     dispatch!(exe(pid))
 }
 
+/// The arguments a process was started with (its program first), when the system says:
+/// for a process of this Unix user, as a rule.
+pub fn argv(pid: u32) -> Option<Vec<String>> {
+    dispatch!(argv(pid))
+}
+
 /// A process's start time ([`ProcInfo::start`]).
 pub fn start_time(pid: u32) -> Option<u64> {
     process(pid).and_then(|p| p.start)
@@ -112,15 +118,17 @@ pub fn tcp_listener_uid(port: u16) -> Option<u32> {
     dispatch!(tcp_listener_uid(port))
 }
 
-/// In a child between fork and exec (`pre_exec`): have it killed when its parent, `parent`,
-/// dies, where the system can; exit at once if the parent is already gone.
+/// In a child between fork and exec (`pre_exec`): have it sent `signal` when its parent,
+/// `parent`, dies, even by SIGKILL, where the system can; exit at once if the parent is
+/// already gone. SIGKILL for a child with nothing to tidy, SIGTERM for one that has (a
+/// terminal to give back).
 ///
 /// # Safety
 /// Only async-signal-safe calls: for `pre_exec`.
-pub unsafe fn die_with_parent(parent: i32) {
+pub unsafe fn die_with_parent(parent: i32, signal: i32) {
     // SAFETY: the caller is in pre_exec; the implementations only make async-signal-safe
     // calls.
-    unsafe { dispatch!(die_with_parent(parent)) }
+    unsafe { dispatch!(die_with_parent(parent, signal)) }
 }
 
 /// What Rust's runtime sets up before `main` and tasklock relies on, for the binary that

@@ -43,6 +43,23 @@ pub(super) fn exe(pid: u32) -> Option<PathBuf> {
     exe.canonicalize().ok()
 }
 
+pub(super) fn argv(pid: u32) -> Option<Vec<String>> {
+    let pid = Pid::from_u32(pid);
+    let mut sys = System::new();
+    sys.refresh_processes_specifics(
+        ProcessesToUpdate::Some(&[pid]),
+        true,
+        ProcessRefreshKind::nothing().with_cmd(sysinfo::UpdateKind::Always),
+    );
+    let args: Vec<String> = sys
+        .process(pid)?
+        .cmd()
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    (!args.is_empty()).then_some(args)
+}
+
 pub(super) fn hostname() -> Option<String> {
     System::host_name().filter(|h| !h.is_empty())
 }
@@ -73,7 +90,7 @@ pub(super) fn flock_holder(_dev: u64, _ino: u64) -> Option<u32> {
 ///
 /// # Safety
 /// Async-signal-safe calls only (`pre_exec`).
-pub(super) unsafe fn die_with_parent(parent: i32) {
+pub(super) unsafe fn die_with_parent(parent: i32, _signal: i32) {
     // SAFETY: getppid and _exit are async-signal-safe.
     unsafe {
         if libc::getppid() != parent {

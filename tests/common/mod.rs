@@ -9,6 +9,7 @@ use serde_json::Value;
 
 #[cfg(unix)]
 pub mod browser;
+pub mod mcp;
 pub mod strace;
 pub mod svg;
 pub mod tmux;

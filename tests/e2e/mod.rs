@@ -14,6 +14,7 @@ pub mod interactive;
 pub mod mcp;
 pub mod opencode;
 pub mod stub;
+pub mod teams;
 
 use std::fs::{File, OpenOptions};
 use std::io::Read;

@@ -2,6 +2,7 @@
 //! server that cannot be reached, a connection lost in the middle of a command.
 
 use std::io::Write;
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -708,13 +709,13 @@ fn messages_sent(e: &Env, agent: &str, args: &[&str]) -> (usize, Run) {
 
 /// A fleet that starts an agent per task pays for each round trip of a claim on the
 /// server, the pooler and in the client (docs/performance.md). A new agent's claim of
-/// the backlog's next key is seven: the connection's start-up, the clock and schema,
-/// BEGIN with the locks and the agent's registry entry read after them (the new entry is
-/// written with the COMMIT), the next key, its record with its queue and the freezes, its
-/// token with its history, and COMMIT with the entry's and the record's inserts, the
-/// backlog's mark and the audit before it.
+/// the backlog's next key is four: the connection's start-up; the clock and schema;
+/// BEGIN with the locks, the agent's registry entry, the take of the next ready key and
+/// the reads ahead of it after its lock (its record, queue and slots, the freezes, a
+/// fencing token and its history); and COMMIT with the entry's and the record's
+/// inserts, the backlog's mark and the audit before it.
 #[test]
-fn a_new_agents_claim_from_the_backlog_is_seven_round_trips() {
+fn a_new_agents_claim_from_the_backlog_is_four_round_trips() {
     let e = Env::new();
     e.ok("observer", &["backlog", "add", "k1", "k2", "k3"]);
     // The schema is made by the first command.
@@ -727,7 +728,7 @@ fn a_new_agents_claim_from_the_backlog_is_seven_round_trips() {
     );
     assert_eq!(run.code, 0, "{}", run.text());
     assert_eq!(run.json()["key"], "k2", "{}", run.text());
-    assert_eq!(sent, 7, "{}", run.text());
+    assert_eq!(sent, 4, "{}", run.text());
     // Claimed once, with its mark, by the agent registered in the same transaction.
     let b = e.ok("observer", &["backlog", "--json"]).json();
     assert_eq!(b["claims"][1]["claimed_by"], "fresh", "{b}");
@@ -739,4 +740,263 @@ fn a_new_agents_claim_from_the_backlog_is_seven_round_trips() {
         .find(|x| x["id"] == "fresh")
         .unwrap_or_else(|| panic!("{a}"));
     assert_eq!(fresh["pid"], std::process::id(), "{a}");
+    // An agent that claims again: the same four.
+    let (sent, run) = messages_sent(&e, "first", &["checkout", "--next", "--json"]);
+    assert_eq!(run.json()["key"], "k3", "{}", run.text());
+    assert_eq!(sent, 4, "{}", run.text());
+}
+
+/// `checkout KEY` and `release KEY` are four round trips too: the key's record, queue,
+/// slots, the freezes and (a key with no record) a token with its history are read in
+/// BEGIN's round trip, after its locks; what a release writes (the record's removal,
+/// the backlog's claim let go, how it ended) goes with the COMMIT.
+#[test]
+fn a_checkout_and_a_release_of_a_key_are_four_round_trips_each() {
+    let e = Env::new();
+    e.ok("observer", &["backlog", "add", "k1"]);
+    e.ok("first", &["checkout", "warm-up"]);
+    e.ok("first", &["checkout", "task-1"]);
+    e.ok("first", &["note", "task-1", "read the spec first"]);
+    e.ok("first", &["release", "task-1"]);
+    let pid = std::process::id().to_string();
+    let (sent, run) = messages_sent(
+        &e,
+        "fresh",
+        &["checkout", "task-1", "--json", "--pid", &pid],
+    );
+    assert_eq!(run.code, 0, "{}", run.text());
+    let j = run.json();
+    assert_eq!(j["outcome"], "granted", "{j}");
+    // The history read ahead with the token is the one shown.
+    assert!(j.to_string().contains("read the spec first"), "{j}");
+    assert_eq!(sent, 4, "{}", run.text());
+    let (sent, run) = messages_sent(&e, "first", &["checkout", "k1", "--json"]);
+    assert_eq!(run.json()["outcome"], "granted", "{}", run.text());
+    assert_eq!(sent, 4, "{}", run.text());
+    for (agent, key) in [("fresh", "task-1"), ("first", "k1")] {
+        let (sent, run) = messages_sent(&e, agent, &["release", key, "--json"]);
+        assert_eq!(run.code, 0, "{}", run.text());
+        assert_eq!(
+            run.json()["results"][0]["outcome"],
+            "released",
+            "{}",
+            run.text()
+        );
+        assert_eq!(sent, 4, "{}", run.text());
+    }
+    // What the releases put off was kept: no record, the backlog's key ready again, how
+    // each ended.
+    let list = e.ok("observer", &["list", "--json"]).json();
+    let held: Vec<&str> = list["checkouts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(held, ["warm-up"], "{list}");
+    let b = e.ok("observer", &["backlog", "--json"]).json();
+    assert_eq!(
+        (b["ready"].as_u64(), b["claimed"].as_u64()),
+        (Some(1), Some(0)),
+        "{b}"
+    );
+    assert_eq!(
+        psql(
+            &e.dir(),
+            "SELECT count(*) FROM ended WHERE key IN ('task-1', 'k1')"
+        )
+        .trim(),
+        "2"
+    );
+}
+
+/// Where a test's claimers go instead of the suite's store: a URL (a pooler's, with the
+/// schema) and its session URL.
+pub type Through<'a> = Option<(&'a str, &'a str)>;
+
+/// A claimer killed (strace's fault injection, SIGKILL) right after its main thread's
+/// `nth` message to the server was sent, before it read the answer, its messages logged
+/// in full to `log`; `None`: a claimer left to finish.
+fn claimer(
+    e: &Env,
+    through: Through,
+    agent: &str,
+    nth: Option<usize>,
+    log: &Path,
+) -> std::process::Child {
+    let mut cmd = Command::new("strace");
+    cmd.args(["-f", "-qq", "-s", "100000", "-etrace=sendto", "-o"])
+        .arg(log);
+    if let Some(n) = nth {
+        cmd.arg(format!("-einject=sendto:signal=KILL:when={n}"));
+    }
+    cmd.arg(env!("CARGO_BIN_EXE_tasklock"))
+        .env("TASKLOCK_NOW", &e.now)
+        .env_remove("TASKLOCK_AGENT")
+        .env_remove("TASKLOCK_SECRET")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    use_store(&mut cmd, &e.dir());
+    if let Some((url, session)) = through {
+        cmd.env("TASKLOCK_URL", url)
+            .env("TASKLOCK_SESSION_URL", session);
+    }
+    let pid = std::process::id().to_string();
+    cmd.arg("--dir").arg(e.dir()).args([
+        "checkout", "--next", "--json", "--pid", &pid, "--agent", agent,
+    ]);
+    cmd.spawn().unwrap()
+}
+
+/// How many advisory locks of this project (its own, its keys', its agents') some
+/// server session holds.
+fn project_locks_held(e: &Env, keys: &[String], agents: &[String]) -> usize {
+    let schema = pg_schema(&e.dir());
+    let mut names: Vec<Vec<String>> = vec![vec!["project".into(), schema.clone()]];
+    for k in keys {
+        names.push(vec!["key".into(), schema.clone(), k.clone()]);
+    }
+    for a in agents {
+        names.push(vec!["key".into(), schema.clone(), format!("agent:{a}")]);
+    }
+    // A lock's id: the first 8 bytes of the SHA-256 of `tasklock`, then each part of its
+    // name after a zero byte (the store's `lock_id`).
+    let ids: Vec<String> = names
+        .iter()
+        .map(|parts| {
+            let bytes: Vec<String> = parts
+                .iter()
+                .map(|p| format!("'\\x00'::bytea || convert_to({}, 'UTF8')", sql_text(p)))
+                .collect();
+            format!(
+                "('x' || encode(substring(sha256(convert_to('tasklock', 'UTF8') || {}) \
+                 FROM 1 FOR 8), 'hex'))::bit(64)::bigint",
+                bytes.join(" || ")
+            )
+        })
+        .collect();
+    let sql = format!(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 \
+         AND ((classid::bigint << 32) | objid::bigint) IN ({})",
+        ids.join(", ")
+    );
+    psql(&e.dir(), &sql).trim().parse().unwrap()
+}
+
+/// Claimers killed between sending their claim and reading its answer (and others
+/// killed after sending their COMMIT) race claimers left to finish, over one backlog:
+/// every key ends held once or free, the backlog's claims are the records' holders, no
+/// advisory lock of the project outlives its claimer, and every key left ready is
+/// claimed by the next claimers. The claim of a key is one message (BEGIN, its locks,
+/// the take and the reads ahead), so a kill there leaves a transaction the server rolls
+/// back when the connection ends, with its locks.
+#[test]
+fn claimers_killed_before_reading_their_claims_answer_leave_every_key_held_once_or_free() {
+    killed_claimers_race(&Env::new(), None);
+}
+
+/// See [`claimers_killed_before_reading_their_claims_answer_leave_every_key_held_once_or_free`]:
+/// the race, its claimers going `through` another URL when given.
+pub fn killed_claimers_race(e: &Env, through: Through) {
+    let keys: Vec<String> = (1..=16).map(|i| format!("k{i:02}")).collect();
+    let mut add = vec!["backlog", "add"];
+    add.extend(keys.iter().map(String::as_str));
+    e.ok("observer", &add);
+    // The schema exists before the race (a first command makes it).
+    e.ok("observer", &["list"]);
+    let t = tempfile::tempdir().unwrap();
+    // Message 1 of the main thread is the clock's read, 2 the claim, 3 the COMMIT.
+    let plan: Vec<(String, Option<usize>)> = (0..18)
+        .map(|i| {
+            let nth = match i % 3 {
+                0 => Some(2),
+                1 => None,
+                _ => Some(3),
+            };
+            (format!("racer-{i}"), nth)
+        })
+        .collect();
+    let children: Vec<_> = plan
+        .iter()
+        .map(|(agent, nth)| {
+            let log = t.path().join(agent);
+            (claimer(e, through, agent, *nth, &log), log)
+        })
+        .collect();
+    let mut granted = std::collections::BTreeMap::new();
+    for ((agent, nth), (child, log)) in plan.iter().zip(children) {
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let Some(n) = nth else {
+            assert_eq!(out.status.code(), Some(0), "{agent}: {stderr}");
+            let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            assert_eq!(j["outcome"], "granted", "{agent}: {j}");
+            granted.insert(j["key"].as_str().unwrap().to_string(), agent.clone());
+            continue;
+        };
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(out.status.signal(), Some(9), "{agent}: {stderr}");
+        if *n == 2 {
+            // Killed with the claim sent: BEGIN, the locks, the take and the reads.
+            let sent = std::fs::read_to_string(&log).unwrap();
+            let last = sent.lines().rfind(|l| l.contains("sendto(")).unwrap();
+            assert!(
+                last.contains("BEGIN") && last.contains("tasklock.taken"),
+                "{agent}: killed at {last}"
+            );
+        }
+    }
+    // Every key held once or free: the records (one per key), the backlog's claims
+    // and what the finished claimers were told agree.
+    let list = e.ok("observer", &["list", "--json"]).json();
+    let mut held = std::collections::BTreeMap::new();
+    for c in list["checkouts"].as_array().unwrap() {
+        let key = c["key"].as_str().unwrap().to_string();
+        let agent = c["agent"]["id"].as_str().unwrap().to_string();
+        assert!(
+            held.insert(key, agent).is_none(),
+            "a key held twice: {list}"
+        );
+    }
+    for (key, agent) in &granted {
+        assert_eq!(held.get(key), Some(agent), "{key}: {list}");
+    }
+    let b = e.ok("observer", &["backlog", "--json"]).json();
+    let claims: std::collections::BTreeMap<String, String> = b["claims"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            let key = c["key"].as_str().unwrap().to_string();
+            (key, c["claimed_by"].as_str().unwrap().to_string())
+        })
+        .collect();
+    assert_eq!(claims, held, "{b}");
+    let ready = b["ready"].as_u64().unwrap() as usize;
+    assert_eq!(ready + held.len(), keys.len(), "{b}");
+    // No lock of the project is left once the server has ended the killed sessions'
+    // transactions (it finds their connections closed).
+    let agents: Vec<String> = plan.iter().map(|(a, _)| a.clone()).collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let n = project_locks_held(e, &keys, &agents);
+        if n == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{n} advisory locks still held");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The keys left ready are each claimed, once, by the next claimers.
+    let mut next = std::collections::BTreeSet::new();
+    for i in 0..ready {
+        let j = e
+            .ok(&format!("next-{i}"), &["checkout", "--next", "--json"])
+            .json();
+        assert_eq!(j["outcome"], "granted", "{j}");
+        let key = j["key"].as_str().unwrap().to_string();
+        assert!(!held.contains_key(&key) && next.insert(key), "{j}");
+    }
+    let b = e.ok("observer", &["backlog", "--json"]).json();
+    assert_eq!(b["ready"], 0, "{b}");
 }

@@ -290,3 +290,18 @@ fn a_watcher_through_pgbouncer_holds_its_agent_until_it_dies() {
     let _ = next.kill();
     let _ = next.wait();
 }
+
+/// Claimers killed between sending their claim and reading its answer, through the
+/// pooler: PgBouncer ends the server session's transaction when its client is gone (it
+/// does not hand the session on with the claim's locks), so every key ends held once or
+/// free and no lock is left (`pg_only::killed_claimers_race`).
+#[test]
+fn claimers_killed_mid_claim_through_pgbouncer_leave_every_key_held_once_or_free() {
+    let Some(pooler) = pooler() else {
+        return;
+    };
+    let e = Env::new();
+    let sep = if pooler.contains('?') { '&' } else { '?' };
+    let url = format!("{pooler}{sep}schema={}", pg_schema(&e.dir()));
+    crate::pg_only::killed_claimers_race(&e, Some((&url, &direct())));
+}

@@ -25,7 +25,7 @@ mod registry;
 pub mod sharing;
 
 use std::fs::File;
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, Read, Seek, Write};
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
@@ -445,45 +445,47 @@ impl FileStore {
         Ok(slots.into_iter().zip(self.read_queues(keys)?).collect())
     }
 
-    /// Every record in the store, with corrupt ones reported rather than failing the scan.
-    /// Returns (file name, slot) pairs sorted by file name.
-    pub fn scan(&self) -> Result<Vec<(String, Slot)>> {
+    /// Every record in the store, with corrupt ones reported rather than failing the scan,
+    /// in the order of their file names: the keys' records, then the slots' by key.
+    pub fn scan(&self) -> Result<Vec<Slot>> {
         let Some(keys) = self.sub(KEYS, false)? else {
             return Ok(Vec::new());
         };
-        let mut out = Vec::new();
-        for (name, _) in keys.entries().map_err(|e| Error::io(&self.keys, e))? {
-            let slot = read_slot(&keys, &name, None)?;
-            if !matches!(slot, Slot::Free) {
-                out.push((name, slot));
-            }
-        }
-        out.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut names: Vec<String> = keys
+            .entries()
+            .map_err(|e| Error::io(&self.keys, e))?
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect();
+        names.sort_unstable();
+        let mut out = read_slots_of(&keys, &names)?;
+        out.retain(|s| !matches!(s, Slot::Free));
+        drop(names);
         let Some(slots) = self.sub(SLOTS, false)? else {
             return Ok(out);
         };
-        let mut held = Vec::new();
-        let names = slots
+        let mut names: Vec<String> = slots
             .entries()
-            .map_err(|e| Error::io(self.root.join(SLOTS), e))?;
-        for (name, _) in names {
+            .map_err(|e| Error::io(self.root.join(SLOTS), e))?
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect();
+        names.sort_unstable();
+        for name in names {
             let dir = match slots.sub(&name, false) {
                 Ok(Some(d)) => d,
                 // Released meanwhile.
                 Ok(None) => continue,
                 Err(e) => {
-                    held.push((
-                        format!("{SLOTS}/{name}"),
-                        Slot::Corrupt {
-                            path: slots.join(&name),
-                            problem: format!("it cannot be opened as a directory ({e})"),
-                        },
-                    ));
+                    out.push(Slot::Corrupt {
+                        path: slots.join(&name),
+                        problem: format!("it cannot be opened as a directory ({e})"),
+                    });
                     continue;
                 }
             };
             for slot in read_slot_dir(&dir, "")? {
-                let slot = match slot {
+                out.push(match slot {
                     Slot::Held(r) if key::encode(&r.key) != name => Slot::Corrupt {
                         path: dir.path().to_path_buf(),
                         problem: format!(
@@ -492,12 +494,9 @@ impl FileStore {
                         ),
                     },
                     other => other,
-                };
-                held.push((format!("{SLOTS}/{name}"), slot));
+                });
             }
         }
-        held.sort_by(|a, b| a.0.cmp(&b.0));
-        out.extend(held);
         Ok(out)
     }
 
@@ -550,7 +549,7 @@ impl FileStore {
 
     fn max_token_on_disk(&self) -> Result<u64> {
         let mut max = 0;
-        for (_, slot) in self.scan()? {
+        for slot in self.scan()? {
             if let Slot::Held(r) = slot {
                 max = max.max(r.token);
             }
@@ -889,6 +888,47 @@ fn read_slot(keys: &Dir, name: &str, expect_key: Option<&str>) -> Result<Slot> {
     read_record(keys, name, Expect::from(expect_key))
 }
 
+/// Below this many records a scan reads them on one thread: a thread costs more than it
+/// saves.
+const PARALLEL_SCAN: usize = 512;
+
+/// The records named `names` in `keys`, in that order. A large directory is read by a
+/// thread per CPU (at most 4), each reading a stretch of the names into its own part of
+/// the result: reading is most of `list`'s time, and the files are independent.
+fn read_slots_of(keys: &Dir, names: &[String]) -> Result<Vec<Slot>> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(4);
+    let mut out: Vec<Slot> = Vec::new();
+    out.resize_with(names.len(), || Slot::Free);
+    if threads < 2 || names.len() < PARALLEL_SCAN {
+        for (slot, name) in out.iter_mut().zip(names) {
+            *slot = read_slot(keys, name, None)?;
+        }
+        return Ok(out);
+    }
+    let stretch = names.len().div_ceil(threads);
+    std::thread::scope(|s| {
+        let parts: Vec<_> = out
+            .chunks_mut(stretch)
+            .zip(names.chunks(stretch))
+            .map(|(part, names)| {
+                s.spawn(move || -> Result<()> {
+                    for (slot, name) in part.iter_mut().zip(names) {
+                        *slot = read_slot(keys, name, None)?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        parts.into_iter().try_for_each(|p| {
+            p.join()
+                .unwrap_or_else(|_| Err(Error::Store("a thread reading records failed".into())))
+        })
+    })?;
+    Ok(out)
+}
+
 /// What a record read must name.
 #[derive(Clone, Copy)]
 enum Expect<'a> {
@@ -931,9 +971,16 @@ fn read_record(keys: &Dir, name: &str, expect: Expect<'_>) -> Result<Slot> {
             });
         }
     };
+    if let Some(record) = read_quickly(&mut file, name, expect) {
+        return Ok(Slot::Held(record));
+    }
     let meta = file.metadata().map_err(|e| Error::io(&path, e))?;
     if !meta.is_file() {
         return corrupt("it is not a regular file".into());
+    }
+    // Read again from the start: the quick read may have taken some of it.
+    if let Err(e) = file.seek(std::io::SeekFrom::Start(0)) {
+        return corrupt(format!("it cannot be read ({e})"));
     }
     if meta.len() > MAX_RECORD_BYTES {
         return corrupt(format!(
@@ -941,13 +988,10 @@ fn read_record(keys: &Dir, name: &str, expect: Expect<'_>) -> Result<Slot> {
             meta.len()
         ));
     }
-    let mut bytes = Vec::with_capacity(meta.len() as usize + 1);
-    if let Err(e) = (&mut file)
-        .take(MAX_RECORD_BYTES + 1)
-        .read_to_end(&mut bytes)
-    {
-        return corrupt(format!("it cannot be read ({e})"));
-    }
+    let bytes = match read_sized(&mut file, meta.len(), MAX_RECORD_BYTES + 1) {
+        Ok(b) => b,
+        Err(e) => return corrupt(format!("it cannot be read ({e})")),
+    };
     if bytes.len() as u64 > MAX_RECORD_BYTES {
         return corrupt("it grew past the 1 MiB limit for a record".into());
     }
@@ -992,6 +1036,59 @@ fn read_record(keys: &Dir, name: &str, expect: Expect<'_>) -> Result<Slot> {
         _ => {}
     }
     Ok(Slot::Held(record))
+}
+
+/// The common case of [`read_record`], in one `read` and no `stat`: a record smaller than
+/// a page, whole and valid, naming what it must. `None` for anything else (empty, larger,
+/// not a file, damaged, unreadable), which the careful path reads again and names.
+fn read_quickly(file: &mut std::fs::File, name: &str, expect: Expect<'_>) -> Option<Record> {
+    let mut buf = [0u8; 4096];
+    let n = loop {
+        match file.read(&mut buf) {
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            other => break other.ok()?,
+        }
+    };
+    // A full buffer may be a larger record: read it the careful way.
+    if n == 0 || n == buf.len() {
+        return None;
+    }
+    let record = serde_json::from_slice::<Record>(&buf[..n]).ok()?;
+    let named = match expect {
+        Expect::Key(k) => record.key == k,
+        Expect::FileName => name == key::encode(&record.key),
+        Expect::Any => true,
+    };
+    ((1..=FORMAT_VERSION).contains(&record.version) && named).then_some(record)
+}
+
+/// A file's bytes, up to `max`, given the size a stat of it just gave: one read, where
+/// `read_to_end` makes two (the second to see the end). A read of exactly `size` bytes
+/// into room for one more is the whole file, as a record is published whole by a rename
+/// and never written again; anything else (the file changed meanwhile) reads on to the
+/// end as before.
+fn read_sized(file: &mut std::fs::File, size: u64, max: u64) -> std::io::Result<Vec<u8>> {
+    let mut bytes = vec![0u8; size.min(max) as usize + 1];
+    let mut got = 0;
+    while got < bytes.len() {
+        match file.read(&mut bytes[got..]) {
+            Ok(0) => break,
+            Ok(n) => {
+                got += n;
+                if got as u64 == size {
+                    break;
+                }
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    bytes.truncate(got);
+    if got as u64 > size {
+        file.take(max.saturating_sub(got as u64))
+            .read_to_end(&mut bytes)?;
+    }
+    Ok(bytes)
 }
 
 /// The slot records in `dir` (the directory of one key's slots), in slot order. `key`:
@@ -1148,7 +1245,7 @@ impl Store for FileStore {
     }
 
     fn scan(&self) -> Result<Vec<Slot>> {
-        Ok(FileStore::scan(self)?.into_iter().map(|(_, s)| s).collect())
+        FileStore::scan(self)
     }
 
     fn read_queue(&self, key: &str) -> Result<Queue> {
@@ -1309,5 +1406,32 @@ impl Store for FileStore {
     }
     fn remove_freeze(&self, g: &Guard, pattern: &str) -> Result<Option<Freeze>> {
         FileStore::remove_freeze(self, g.get(), pattern)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Seek, Write};
+
+    #[test]
+    fn a_sized_read_sees_what_was_written_after_the_stat() {
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(b"{\"a\":1}").unwrap();
+        let size = f.metadata().unwrap().len();
+        for (extra, max) in [(&b""[..], 64), (b" more", 64), (b" more", 10)] {
+            f.seek(std::io::SeekFrom::Start(size)).unwrap();
+            f.write_all(extra).unwrap();
+            f.rewind().unwrap();
+            let got = super::read_sized(&mut f, size, max).unwrap();
+            let mut want = b"{\"a\":1}".to_vec();
+            want.extend_from_slice(extra);
+            want.truncate(max as usize);
+            assert_eq!(got, want, "{extra:?} {max}");
+        }
+        // A file shorter than its stat said is read to its end.
+        let mut g = tempfile::tempfile().unwrap();
+        g.write_all(b"ab").unwrap();
+        g.rewind().unwrap();
+        assert_eq!(super::read_sized(&mut g, 5, 64).unwrap(), b"ab");
     }
 }

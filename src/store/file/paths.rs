@@ -50,7 +50,7 @@ impl FileStore {
             version: 1,
             ..Index::default()
         };
-        for (_, slot) in self.scan()? {
+        for slot in self.scan()? {
             if let Slot::Held(r) = slot
                 && !r.paths.is_empty()
             {

@@ -816,3 +816,37 @@ fn behind_a_pooler_without_a_session_url_a_watcher_is_refused_not_misplaced() {
         .unwrap();
     assert_eq!(held, 0);
 }
+
+/// What a key scope's BEGIN read ahead (ahead.rs) answers its first reads, and its own
+/// writes are what it reads after them: a record inserted, replaced or removed, a token
+/// drawn ahead only once.
+#[test]
+fn reads_ahead_answer_a_scope_until_it_writes() {
+    let Some((_, s)) = fresh("ahead") else { return };
+    let g = s.begin(true).unwrap().unwrap();
+    let t = s.next_token(&g).unwrap();
+    s.insert(&g, &record("held", t)).unwrap();
+    s.commit(g).unwrap();
+    let locks = ["held".to_string(), "free".to_string()];
+    let g = s.begin_scoped(&locks, true).unwrap().unwrap();
+    // Read ahead: one held, one free with a token drawn for it; both have no slots.
+    assert!(matches!(s.read("held").unwrap(), Slot::Held(r) if r.token == t));
+    assert!(matches!(s.read("free").unwrap(), Slot::Free));
+    assert!(s.read_slots("free").unwrap().is_empty());
+    let (drawn, _) = s.grant_token("free", 3).unwrap();
+    assert!(drawn > t);
+    let (again, _) = s.grant_token("free", 3).unwrap();
+    assert!(again > drawn, "a token drawn ahead is handed out once");
+    // The scope's own writes are what it reads next.
+    s.insert(&g, &record("free", drawn)).unwrap();
+    assert!(matches!(s.read("free").unwrap(), Slot::Held(r) if r.token == drawn));
+    s.remove(&g, "held", None).unwrap();
+    assert!(matches!(s.read("held").unwrap(), Slot::Free));
+    let read = s.read_many(&g, &locks).unwrap();
+    assert!(matches!(&read[0].0, Slot::Free));
+    assert!(matches!(&read[1].0, Slot::Held(r) if r.token == drawn));
+    s.commit(g).unwrap();
+    // Outside a scope nothing read ahead is kept.
+    assert!(matches!(s.read("held").unwrap(), Slot::Free));
+    assert!(matches!(s.read("free").unwrap(), Slot::Held(_)));
+}

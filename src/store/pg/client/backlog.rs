@@ -91,27 +91,17 @@ impl PgStore {
         .collect()
     }
 
-    /// The first ready key after `after` whose lock is free, taken: the keys are walked
-    /// in order one at a time (a recursive query), each tried with
-    /// `pg_try_advisory_xact_lock`, until one is granted, so that no lock is taken but
-    /// the one used. The keys passed over are being changed in other scopes, so there
-    /// are at most as many as there are scopes.
+    /// The first ready key after `after` whose lock is free, taken ([`PgStore::take_sql`]).
     pub fn backlog_take(&self, g: &PgGuard, after: Option<u64>) -> Result<Option<BacklogEntry>> {
+        // A claim's begin takes the first one ahead, in its round trip (see ahead.rs).
+        if after.is_none()
+            && let Some(taken) = self.taken_ahead()
+        {
+            return Ok(taken);
+        }
         let after = after.map_or(-1, |a| i64::try_from(a).unwrap_or(i64::MAX));
         let prefix = self.key_lock_prefix();
-        let lock = Self::key_lock_sql("b.key", "$2");
-        // The walk starts from a row of no key at `after`; each step reads the next ready
-        // key and tries its lock, until one is granted or none is left.
-        let sql = format!(
-            "WITH RECURSIVE c(key, seq, got) AS ( \
-               SELECT NULL::text, $1::bigint, false \
-               UNION ALL \
-               SELECT b.key, b.seq, pg_try_advisory_xact_lock({lock}) \
-               FROM c, LATERAL (SELECT key, seq FROM {{s}}.backlog \
-                 WHERE agent IS NULL AND seq > c.seq ORDER BY seq LIMIT 1) AS b \
-               WHERE NOT c.got) \
-             SELECT key, seq FROM c WHERE got"
-        );
+        let sql = Self::take_sql("$1", "$2");
         let rows = self.rows(
             "take a key of the backlog",
             &sql,
@@ -127,6 +117,28 @@ impl PgStore {
             seq: u64::try_from(r.get::<_, i64>(1)).unwrap_or(0),
             claimed: None,
         }))
+    }
+
+    /// The statement that takes the first ready key after `after` (an SQL bigint) whose
+    /// lock is free, `prefix` the bytea of [`PgStore::key_lock_prefix`], answering its
+    /// key and seq (no row: none): the keys are walked in order one at a time (a
+    /// recursive query), each tried with `pg_try_advisory_xact_lock`, until one is
+    /// granted, so that no lock is taken but the one used. The keys passed over are being
+    /// changed in other scopes, so there are at most as many as there are scopes.
+    pub(super) fn take_sql(after: &str, prefix: &str) -> String {
+        let lock = Self::key_lock_sql("b.key", prefix);
+        // The walk starts from a row of no key at `after`; each step reads the next ready
+        // key and tries its lock, until one is granted or none is left.
+        format!(
+            "WITH RECURSIVE c(key, seq, got) AS ( \
+               SELECT NULL::text, {after}::bigint, false \
+               UNION ALL \
+               SELECT b.key, b.seq, pg_try_advisory_xact_lock({lock}) \
+               FROM c, LATERAL (SELECT key, seq FROM {{s}}.backlog \
+                 WHERE agent IS NULL AND seq > c.seq ORDER BY seq LIMIT 1) AS b \
+               WHERE NOT c.got) \
+             SELECT key, seq FROM c WHERE got"
+        )
     }
 
     pub fn backlog_claimed(&self) -> Result<Vec<BacklogEntry>> {

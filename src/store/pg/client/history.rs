@@ -43,12 +43,15 @@ impl PgStore {
             HISTORY,
             &[(&key, Type::TEXT), (&(n as i64), Type::INT8)],
         )?;
-        Ok(history_of(key, &rows))
+        Ok(history_of(key, kinds(&rows)))
     }
 
     /// A grant's fencing token and its key's history ([`PgStore::history`]), in one
     /// statement: a claim's round trip less.
     pub fn grant_token(&self, key: &str, n: usize) -> Result<(u64, History)> {
+        if let Some(drawn) = self.grant_ahead(key, n) {
+            return Ok(drawn);
+        }
         let rows = self.rows(
             "take a fencing token and read the key's history",
             &format!("SELECT 0, nextval('{{s}}.tokens'), NULL::text UNION ALL {HISTORY}"),
@@ -59,7 +62,7 @@ impl PgStore {
             .find(|r| r.get::<_, i32>(0) == 0)
             .and_then(|r| r.get::<_, Option<i64>>(1))
             .ok_or_else(|| Error::Store("nextval returned nothing".into()))?;
-        Ok((token as u64, history_of(key, &rows)))
+        Ok((token as u64, history_of(key, kinds(&rows))))
     }
 
     pub fn freezes(&self) -> Result<Vec<Freeze>> {
@@ -89,18 +92,20 @@ impl PgStore {
 
     pub fn write_ended(&self, _g: &PgGuard, ended: &Ended) -> Result<()> {
         let data = to_json(ended, "ended checkout")?;
-        let token = ended.token as i64;
-        self.exec(
-            "record how a checkout ended",
-            "INSERT INTO {s}.ended (key, token, data) VALUES ($1, $2, $3::jsonb) \
-             ON CONFLICT (key) DO UPDATE SET token = excluded.token, data = excluded.data RETURNING 1",
-            &[
-                (&ended.key, Type::TEXT),
-                (&token, Type::INT8),
-                (&data, Type::TEXT),
-            ],
-        )
-        .map(|_| ())
+        // Nothing waits for its answer: sent with the next statement on `ended`, or the
+        // COMMIT.
+        self.conn.put_off(
+            "ended",
+            format!(
+                "INSERT INTO {}.ended (key, token, data) VALUES ({}, {}, {}::jsonb) \
+                 ON CONFLICT (key) DO UPDATE SET token = excluded.token, data = excluded.data",
+                self.schema,
+                literal(&ended.key),
+                ended.token as i64,
+                literal(&data),
+            ),
+        );
+        Ok(())
     }
 
     pub fn append_note(&self, _g: &PgGuard, key: &str, note: &Note) -> Result<()> {
@@ -149,21 +154,27 @@ const HISTORY: &str = "SELECT 1, NULL::bigint, data::text FROM {s}.ended WHERE k
      UNION ALL \
      (SELECT 2, id, data::text FROM {s}.notes WHERE key = $1 ORDER BY id DESC LIMIT $2)";
 
-/// The history in rows of [`HISTORY`]: the notes oldest first.
-fn history_of(key: &str, rows: &[postgres::Row]) -> History {
+/// Rows of [`HISTORY`] as (kind, id, data) (a grant's token row, of no data, left out).
+fn kinds(rows: &[postgres::Row]) -> impl Iterator<Item = (i32, Option<i64>, &str)> {
+    rows.iter()
+        .filter_map(|r| Some((r.get(0), r.get(1), r.get::<_, Option<&str>>(2)?)))
+}
+
+/// The history in rows of [`HISTORY`] (kind, id, data): the notes oldest first.
+pub(super) fn history_of<'a>(
+    key: &str,
+    rows: impl IntoIterator<Item = (i32, Option<i64>, &'a str)>,
+) -> History {
     let mut ended = None;
     let mut notes = Vec::new();
-    for r in rows {
-        match r.get::<_, i32>(0) {
-            1 => {
-                ended = serde_json::from_str::<Ended>(r.get(2))
+    for (kind, id, data) in rows {
+        match (kind, id) {
+            (1, _) => {
+                ended = serde_json::from_str::<Ended>(data)
                     .ok()
                     .filter(|e| e.key == key)
             }
-            2 => {
-                let id: i64 = r.get(1);
-                notes.extend(serde_json::from_str::<Note>(r.get(2)).ok().map(|n| (id, n)))
-            }
+            (2, Some(id)) => notes.extend(serde_json::from_str::<Note>(data).ok().map(|n| (id, n))),
             _ => {}
         }
     }

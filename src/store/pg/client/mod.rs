@@ -28,6 +28,7 @@ use crate::store::{
     Queue, Record, Slot, Store,
 };
 
+mod ahead;
 mod audit;
 mod backlog;
 mod changes;
@@ -181,7 +182,7 @@ struct Conn {
     /// Writes of the open transaction whose answer nothing waits for, each with its
     /// table, put off until a statement names that table, or the COMMIT
     /// ([`Conn::put_off`]).
-    put_off: RefCell<Vec<(&'static str, String)>>,
+    put_off: RefCell<Vec<(Vec<&'static str>, String)>>,
 }
 
 /// See [`Conn::cache`]. Own writes update or drop what they change.
@@ -191,6 +192,8 @@ struct TxCache {
     freezes: Option<Vec<Freeze>>,
     /// Keys seen to have no slot records, under a lock that keeps them so.
     no_slots: std::collections::HashSet<String>,
+    /// What was read ahead with the BEGIN (ahead.rs).
+    ahead: ahead::Ahead,
 }
 
 impl Conn {
@@ -213,7 +216,13 @@ impl Conn {
     /// failure is that statement's (or the commit's), and rolls the whole transaction
     /// back. Nothing else can depend on it: tables are tied by no key or trigger.
     fn put_off(&self, table: &'static str, sql: String) {
-        self.put_off.borrow_mut().push((table, sql));
+        self.put_off_all(&[table], sql);
+    }
+
+    /// [`Conn::put_off`] for a write to several tables (sent before a statement that
+    /// names any of them).
+    fn put_off_all(&self, tables: &[&'static str], sql: String) {
+        self.put_off.borrow_mut().push((tables.to_vec(), sql));
     }
 
     /// The writes put off, as statements to send first (emptied).
@@ -233,7 +242,7 @@ impl Conn {
             .put_off
             .borrow()
             .iter()
-            .any(|(table, _)| names_table(sql, table));
+            .any(|(tables, _)| tables.iter().any(|t| names_table(sql, t)));
         if due {
             self.take_put_off()
         } else {
@@ -1125,6 +1134,19 @@ impl PgStore {
                 literal(id)
             ));
         }
+        // What the scope's work reads first, read after its locks (ahead.rs).
+        match scope {
+            Some(_) if claim => sql.push_str(&self.take_ahead_sql()),
+            Some(locks) => {
+                let keys: Vec<&str> = locks
+                    .iter()
+                    .map(String::as_str)
+                    .filter(|l| !l.starts_with(AGENT_LOCK_PREFIX))
+                    .collect();
+                sql.push_str(&self.ahead_sql(&keys));
+            }
+            None => {}
+        }
         sql
     }
 
@@ -1163,6 +1185,7 @@ impl PgStore {
             }
         }
         drop(cache);
+        self.keep_ahead(&guard, rows);
         guard
     }
 

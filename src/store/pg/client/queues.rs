@@ -4,6 +4,9 @@ use super::*;
 
 impl PgStore {
     pub fn read_queue(&self, key: &str) -> Result<Queue> {
+        if let Some(q) = self.ahead(key, |a| a.queue.clone()) {
+            return Ok(q);
+        }
         Ok(self
             .one::<Queue>(
                 "read a queue",
@@ -23,6 +26,7 @@ impl PgStore {
 
     pub fn write_queue(&self, g: &PgGuard, q: &Queue) -> Result<()> {
         g.changed.set(true);
+        self.forget_queue_ahead(&q.key);
         if q.is_empty() {
             return self
                 .exec(

@@ -16,6 +16,9 @@ impl PgStore {
     /// The record of the key itself (never one of its slots': they are rows of
     /// `slot_records`).
     pub fn read(&self, key: &str) -> Result<Slot> {
+        if let Some(slot) = self.ahead(key, |a| a.slot.clone()) {
+            return Ok(slot);
+        }
         let rows = self.rows(
             "read a record",
             "SELECT data::text FROM {s}.records WHERE key = $1",
@@ -159,6 +162,13 @@ impl PgStore {
     /// array and joined against `records` and `queues` by their primary keys (one key,
     /// the claim of a backlog's: looked up directly, a statement quicker to plan).
     pub fn read_many(&self, g: &PgGuard, keys: &[String]) -> Result<Vec<(Slot, Queue)>> {
+        let ahead: Option<Vec<(Slot, Queue)>> = keys
+            .iter()
+            .map(|k| self.ahead(k, |a| Some((a.slot.clone()?, a.queue.clone()?))))
+            .collect();
+        if let Some(read) = ahead {
+            return Ok(read);
+        }
         let has_slots = "EXISTS (SELECT 1 FROM {s}.slot_records s WHERE s.key = t.key)";
         // A claim judges the freezes next: read with the key, kept for the transaction
         // (a freeze is written under the project's lock, which every scope holds shared).
@@ -256,6 +266,7 @@ impl PgStore {
     /// row of `slot_records`); `replace` or only where there is none. The rows written.
     pub(super) fn upsert_record(&self, g: &PgGuard, r: &Record, replace: bool) -> Result<u64> {
         g.changed.set(true);
+        self.forget_record_ahead(&r.key);
         if r.slot.is_some() {
             self.conn.cache.borrow_mut().no_slots.remove(&r.key);
         }
@@ -333,6 +344,7 @@ impl PgStore {
     /// Remove the record of a key, or (`slot`) of that slot of it; absent is fine.
     pub fn remove(&self, g: &PgGuard, key: &str, slot: Option<u32>) -> Result<()> {
         g.changed.set(true);
+        self.forget_record_ahead(key);
         if let Some(n) = slot {
             // A slot out of range was never written.
             let Some(slot) = slot_number(n) else {
@@ -350,15 +362,19 @@ impl PgStore {
                 )
                 .map(|_| ());
         }
-        // A claimed key of the backlog is ready again once its record is gone.
-        self.exec(
-            "remove a record",
-            "WITH d AS (DELETE FROM {s}.records WHERE key = $1 RETURNING 1), \
-             b AS (UPDATE {s}.backlog SET agent = NULL, recheck = NULL \
-                   WHERE key = $1 AND agent IS NOT NULL AND EXISTS (SELECT 1 FROM d)) \
-             SELECT 1 FROM d",
-            &[(&key, Type::TEXT)],
-        )
-        .map(|_| ())
+        // A claimed key of the backlog is ready again once its record is gone. Nothing
+        // waits for the answer: sent with the next statement on either table, or the
+        // COMMIT.
+        self.conn.put_off_all(
+            &["records", "backlog"],
+            format!(
+                "WITH d AS (DELETE FROM {s}.records WHERE key = {k} RETURNING 1) \
+                 UPDATE {s}.backlog SET agent = NULL, recheck = NULL \
+                 WHERE key = {k} AND agent IS NOT NULL AND EXISTS (SELECT 1 FROM d)",
+                s = self.schema,
+                k = super::literal(key),
+            ),
+        );
+        Ok(())
     }
 }
