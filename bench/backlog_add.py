@@ -28,6 +28,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pg  # noqa: E402  (drop_schemas, shared)
+
 SEED = 20261207
 ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LC_ALL": "C"}
 DEVNULL = os.open(os.devnull, os.O_RDWR)
@@ -162,16 +165,6 @@ def bench_claim(a, builds, kinds, tmp, rng):
         st.remove()
 
 
-def drop_schemas(url):
-    if not Store.schemas:
-        return
-    sql = "".join(f"DROP SCHEMA IF EXISTS {s} CASCADE;" for s in Store.schemas)
-    r = subprocess.run(["psql", "-qAt", url, "-c", sql], capture_output=True, text=True,
-                       stdin=subprocess.DEVNULL)
-    if r.returncode != 0:
-        print(f"bench: dropping the schemas failed: {r.stderr.strip()}", file=sys.stderr)
-
-
 def main():
     a = parse_args()
     builds = {"tasklock": os.path.abspath(a.tasklock), "baseline": os.path.abspath(a.baseline)}
@@ -187,7 +180,7 @@ def main():
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         if a.url:
-            drop_schemas(a.url)
+            pg.drop_schemas(a.url, Store.schemas)
 
 
 if __name__ == "__main__":

@@ -217,16 +217,17 @@ class Store:
         return [tl, *args, "--dir", self.dir, "--agent", agent]
 
 
-def drop_schemas(url):
-    """Drop the schemas this run made in a server it was given: left behind, every run's
-    10,000 keys and agents pile up there."""
-    if not Store.schemas:
+def drop_schemas(url, schemas=None):
+    """Drop the schemas this run made in a server it was given (`schemas`, by default
+    this script's): left behind, every run's 10,000 keys and agents pile up there."""
+    schemas = Store.schemas if schemas is None else schemas
+    if not schemas:
         return
     if not shutil.which("psql"):
-        print(f"bench: no psql to drop the schemas {', '.join(Store.schemas)} with",
+        print(f"bench: no psql to drop the schemas {', '.join(schemas)} with",
               file=sys.stderr)
         return
-    sql = "".join(f"DROP SCHEMA IF EXISTS {s} CASCADE;" for s in Store.schemas)
+    sql = "".join(f"DROP SCHEMA IF EXISTS {s} CASCADE;" for s in schemas)
     r = subprocess.run(["psql", "-qAt", url, "-c", sql], capture_output=True, text=True,
                        stdin=subprocess.DEVNULL)
     if r.returncode != 0:

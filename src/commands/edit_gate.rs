@@ -954,7 +954,9 @@ fn warn(ctx: &Ctx, rel: &str, others: &[Holder]) -> Said {
     )
 }
 
-fn deny_text(reason: &str, data: Option<Value>) -> String {
+/// Claude Code's PreToolUse deny: the reason the model reads, and tasklock's `data` for
+/// programs (a top-level `tasklock` object, which Claude Code ignores).
+pub(super) fn deny_text(reason: &str, data: Option<Value>) -> String {
     let mut v = json!({
         "hookSpecificOutput": {
             "hookEventName": "PreToolUse",

@@ -102,8 +102,7 @@ fn claim(ctx: &Ctx, key: &str, task: &str) -> Result<Option<String>> {
     Ok(Some(deny(&r, task)))
 }
 
-/// Claude Code's PreToolUse deny: the reason the model reads, and the holder for
-/// programs (a top-level `tasklock` object, which Claude Code ignores).
+/// The deny of a claim refused: the holder named for the model and for programs.
 fn deny(r: &CheckoutReport, task: &str) -> String {
     let outcome = serde_json::to_value(r.outcome)
         .ok()
@@ -127,15 +126,10 @@ fn deny(r: &CheckoutReport, task: &str) -> String {
     let reason = format!(
         "tasklock: task #{task} is already claimed: {who}. Do not work on it and do not change its owner: pick another task from TaskList. Never retry this update in a loop."
     );
-    let v = json!({
-        "hookSpecificOutput": {
-            "hookEventName": "PreToolUse",
-            "permissionDecision": "deny",
-            "permissionDecisionReason": reason,
-        },
-        "tasklock": { "key": r.key, "task": task, "outcome": outcome, "holder": holder },
-    });
-    format!("{v}\n")
+    super::edit_gate::deny_text(
+        &reason,
+        Some(json!({ "key": r.key, "task": task, "outcome": outcome, "holder": holder })),
+    )
 }
 
 /// Release the caller's checkout of `key`, if it holds one (`--done` when the task was

@@ -4,7 +4,6 @@
 //! is watched through the stub's requests. What tasklock's push into Codex relies on: an
 //! idle TUI starts a turn with a message `codex queue` put in its queue.
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -55,15 +54,7 @@ impl CodexTui {
             line.push(' ');
             line.push_str(&shell_quote(arg));
         }
-        let launcher = home.join("codex-in-tmux.sh");
-        std::fs::write(&launcher, format!("#!/bin/sh\n{line}\n")).unwrap();
-        std::fs::set_permissions(&launcher, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let conf = home.join("tmux.conf");
-        std::fs::write(
-            &conf,
-            "set -g remain-on-exit on\nset -g history-limit 10000\n",
-        )
-        .unwrap();
+        let (launcher, conf) = super::interactive::tmux_launcher(home, "codex-in-tmux.sh", &line);
         let mut tui = CodexTui {
             tmux_socket: home.join("tmux.sock"),
             pane_pid: 0,

@@ -473,3 +473,19 @@ pub(super) fn require_tmux() {
 pub(super) fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
+
+/// In `home`: the shell script `name` running `body` (its lines after `#!/bin/sh`), and a
+/// tmux configuration that keeps a pane whose program ended and its scroll-back; their
+/// paths. For the sessions the tests start in a tmux server of their own.
+pub fn tmux_launcher(home: &Path, name: &str, body: &str) -> (PathBuf, PathBuf) {
+    let launcher = home.join(name);
+    std::fs::write(&launcher, format!("#!/bin/sh\n{body}\n")).unwrap();
+    std::fs::set_permissions(&launcher, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let conf = home.join("tmux.conf");
+    std::fs::write(
+        &conf,
+        "set -g remain-on-exit on\nset -g history-limit 10000\n",
+    )
+    .unwrap();
+    (launcher, conf)
+}

@@ -16,7 +16,6 @@
 //! (or every teammate reaching that step) opens it.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -320,19 +319,14 @@ impl Team {
             .env("CLAUDE_CODE_EXPERIMENTAL_AGENT_TEAMS", "1")
             .env("CLAUDE_CODE_ENABLE_TODO_TOOLS", "1")
             .env("TERM", "xterm-256color");
-        let launcher = home.join("lead.sh");
-        let line = format!(
-            "#!/bin/sh\nexec {} --permission-mode default --teammate-mode tmux\n",
-            shell_quote(&claude().to_string_lossy())
+        let (launcher, conf) = super::interactive::tmux_launcher(
+            home,
+            "lead.sh",
+            &format!(
+                "exec {} --permission-mode default --teammate-mode tmux",
+                shell_quote(&claude().to_string_lossy())
+            ),
         );
-        std::fs::write(&launcher, line).unwrap();
-        std::fs::set_permissions(&launcher, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let conf = home.join("tmux.conf");
-        std::fs::write(
-            &conf,
-            "set -g remain-on-exit on\nset -g history-limit 10000\n",
-        )
-        .unwrap();
         let team = Team {
             home: home.to_path_buf(),
             socket: home.join("tmux.sock"),
