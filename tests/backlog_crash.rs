@@ -1,5 +1,6 @@
 //! The lock directory's backlog survives a command killed at any of its file changes:
-//! `backlog add`, `checkout --next`, `release`, `release --done`, `backlog remove` and the
+//! `backlog add` (also of a key done before), `checkout --next`, `release`, `release --done`,
+//! `backlog remove` (also beside a done key, whose index entry it drops) and the
 //! move of a backlog of the layout before `backlog/index/` (by `checkout --next`, and by
 //! `backlog`, which takes the guard for it) are each killed (strace's fault injection, SIGKILL) at every write, rename, link, unlink
 //! and mkdir they make, one at a time, and after each crash the agents' ordinary commands
@@ -81,7 +82,7 @@ struct Case {
     old_layout: bool,
 }
 
-const CASES: [Case; 8] = [
+const CASES: [Case; 10] = [
     Case {
         name: "backlog add",
         setup: &[],
@@ -141,6 +142,31 @@ const CASES: [Case; 8] = [
         ],
         agent: "a",
         args: &["release", "t1", "--done"],
+        expected: &["t2", "t3"],
+        old_layout: false,
+    },
+    Case {
+        name: "backlog add of a done key",
+        setup: &[
+            ("o", &["backlog", "add", "t1", "t2", "t3"]),
+            ("a", &["checkout", "--next"]),
+            ("a", &["release", "t1", "--done"]),
+        ],
+        agent: "o",
+        args: &["backlog", "add", "t1", "t2"],
+        expected: &KEYS,
+        old_layout: false,
+    },
+    Case {
+        // x2827 shares t1's index shard: its removal drops t1's entry, left by the done.
+        name: "backlog remove beside a done key",
+        setup: &[
+            ("o", &["backlog", "add", "t1", "t2", "t3", "x2827"]),
+            ("a", &["checkout", "--next"]),
+            ("a", &["release", "t1", "--done"]),
+        ],
+        agent: "o",
+        args: &["backlog", "remove", "x2827"],
         expected: &["t2", "t3"],
         old_layout: false,
     },

@@ -197,7 +197,38 @@ struct Files {
     queue: BTreeMap<u64, BTreeMap<u64, String>>,
     changed_index: BTreeSet<u64>,
     changed_queue: BTreeSet<u64>,
+    /// A change of many keys: the names of `claims/` and `returned/`, listed once, so
+    /// that a key without a file there costs no failed open (see [`Files::listed`]).
+    bulk: bool,
+    listed: Option<Listed>,
 }
+
+/// The files of `claims/` and `returned/` when first asked (a change removes some, never
+/// makes one: a listed file is read, and may be gone).
+struct Listed {
+    claims: BTreeSet<String>,
+    returned: BTreeSet<String>,
+}
+
+/// How a member of the backlog is held (see [`Files::member`]).
+enum Held {
+    /// At its place in `queue/`, at or after `head`.
+    Queued,
+    /// In `returned/`, at its place.
+    Returned,
+    /// Claimed: its `claims/` file.
+    Claimed(BacklogEntry),
+}
+
+/// A member of the backlog: its place, and how it is held.
+struct Member {
+    seq: u64,
+    held: Held,
+}
+
+/// Keys a change has from which it lists `claims/` and `returned/` once rather than
+/// opening a file there per key.
+const LIST_FROM: usize = 8;
 
 impl Files {
     fn shard(&mut self, d: &Dirs, n: u64) -> Result<&mut BTreeMap<String, u64>> {
@@ -222,6 +253,87 @@ impl Files {
     /// The key pending at place `seq`, if any.
     fn pending_at(&mut self, d: &Dirs, seq: u64) -> Result<Option<&String>> {
         Ok(self.chunk(d, seq / QUEUE_CHUNK)?.get(&seq))
+    }
+
+    /// The names in `claims/` and `returned/`, listed on first use.
+    fn listed(&mut self, d: &Dirs) -> Result<&Listed> {
+        if self.listed.is_none() {
+            self.listed = Some(Listed {
+                claims: file_names(&d.claims)?.into_iter().collect(),
+                returned: file_names(&d.returned)?.into_iter().collect(),
+            });
+        }
+        Ok(self.listed.as_ref().expect("listed"))
+    }
+
+    /// The claim of `key_name` in `claims/`, if any.
+    fn claim_of(&mut self, d: &Dirs, key_name: &str) -> Result<Option<BacklogEntry>> {
+        if self.bulk && !self.listed(d)?.claims.contains(&key::encode(key_name)) {
+            return Ok(None);
+        }
+        read_claim_entry(d, key_name)
+    }
+
+    /// The key given back at place `seq` (`returned/`), if any.
+    fn returned_at(&mut self, d: &Dirs, seq: u64) -> Result<Option<String>> {
+        let name = seq.to_string();
+        if self.bulk && !self.listed(d)?.returned.contains(&name) {
+            return Ok(None);
+        }
+        read_key(&d.returned, &name)
+    }
+
+    /// Is `key_name` a member of the backlog, and how is it held? The one rule every
+    /// change reads membership by: a key is a member while its `claims/` file holds its
+    /// claim, or, its index entry giving place S, while its queue file holds it at S at
+    /// or after `head`, or `returned/S` holds it. An index entry with none of these is
+    /// stale: the key was claimed and then done (`release --done` removes the claim
+    /// alone), and is not a member; a change that writes the entry's shard drops it
+    /// ([`Files::compact`]). A place is never given twice, and a claimed key has no
+    /// other entry (the claim takes it out of the queue, or moves `head` past it, and
+    /// removes its `returned/` file), so once its claim is gone nothing holds it.
+    fn member(&mut self, d: &Dirs, key_name: &str, head: u64) -> Result<Option<Member>> {
+        if let Some(e) = self.claim_of(d, key_name)? {
+            return Ok(Some(Member {
+                seq: e.seq,
+                held: Held::Claimed(e),
+            }));
+        }
+        let Some(seq) = self.place_of(d, key_name)? else {
+            return Ok(None);
+        };
+        let held = if seq >= head && self.pending_at(d, seq)?.is_some_and(|k| k == key_name) {
+            Held::Queued
+        } else if self.returned_at(d, seq)?.is_some_and(|k| k == key_name) {
+            Held::Returned
+        } else {
+            return Ok(None);
+        };
+        Ok(Some(Member { seq, held }))
+    }
+
+    /// Drop the stale entries (see [`Files::member`]) of the shards about to be
+    /// written, as `head` stands after the change: those below `head` (one at or after
+    /// it, left by a key claimed out of order and done, waits until `head` passes it,
+    /// so that this reads no queue file). The change's own steps are in memory already;
+    /// a file it is about to remove is still listed, and keeps its key's entry until a
+    /// later change.
+    fn compact(&mut self, d: &Dirs, head: u64) -> Result<()> {
+        // A shard holds hundreds of keys: list `claims/` and `returned/` once.
+        self.bulk = true;
+        for n in self.changed_index.clone() {
+            let below: Vec<String> = self.index[&n]
+                .iter()
+                .filter(|(_, seq)| **seq < head)
+                .map(|(k, _)| k.clone())
+                .collect();
+            for k in below {
+                if self.member(d, &k, head)?.is_none() {
+                    self.index.get_mut(&n).expect("read").remove(&k);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Make an index or queue step in memory; a file it leaves as it was is not written
@@ -283,6 +395,9 @@ struct Work<'a> {
     unqueued: bool,
     /// `head` before this change moved it.
     head_from: Option<u64>,
+    /// The index shards this change writes lose their stale entries (an add or a
+    /// removal: see [`Files::compact`]).
+    compact: bool,
 }
 
 impl<'a> Work<'a> {
@@ -295,7 +410,18 @@ impl<'a> Work<'a> {
             steps: Vec::new(),
             unqueued: false,
             head_from: None,
+            compact: false,
         }
+    }
+
+    /// A work of `keys` keys at once, by `backlog add` or `remove`: it lists `claims/`
+    /// and `returned/` once when they are many, and drops the stale entries of the
+    /// shards it writes.
+    fn of_keys(store: &'a FileStore, g: &'a FileGuard, d: Dirs, keys: usize) -> Work<'a> {
+        let mut w = Work::new(store, g, d);
+        w.files.bulk = keys >= LIST_FROM;
+        w.compact = true;
+        w
     }
 
     fn step(&mut self, st: Step) -> Result<()> {
@@ -332,6 +458,9 @@ impl<'a> Work<'a> {
             let from = self.head_from.take().unwrap_or(s.head);
             self.advance_head(s)?;
             self.drop_passed(from, s.head)?;
+        }
+        if self.compact {
+            self.files.compact(&self.d, s.head)?;
         }
         let text = serde_json::to_string(&*s)
             .map_err(|e| Error::Store(format!("cannot encode the backlog's state: {e}")))?;
@@ -474,63 +603,70 @@ impl FileStore {
     /// The state as the backlog's other files give it: the counts of its members and
     /// claims, `head` at the first queued place, `tail` past every place, and a recheck
     /// due now (a claim that finds nothing ready then looks at every claim). Reads the
-    /// whole backlog; only for a damaged `state.json`.
+    /// whole backlog; only for a damaged `state.json`. Which places below the lost `head`
+    /// were claimed at the head is not in the other files: the first queued place whose
+    /// key has no claim and no `returned/` file is taken for `head`, so a key claimed at
+    /// the head and done since `head` entered its queue file (63 at most) is handed out
+    /// again, never lost.
     fn backlog_recounted(&self, d: &Dirs) -> Result<State> {
         let mut s = State {
             recheck: Some(chrono::DateTime::<chrono::Utc>::UNIX_EPOCH),
             ..State::default()
         };
-        let mut members = 0u64;
+        let mut files = Files {
+            bulk: true,
+            ..Files::default()
+        };
         for name in file_names(&d.index)? {
             let shard: BTreeMap<String, u64> = read_map(&d.index, &name)?;
-            members += shard.len() as u64;
             s.tail = shard.values().fold(s.tail, |t, p| t.max(p + 1));
         }
         s.claimed = read_claims(d)?.len() as u64;
-        s.ready = members.saturating_sub(s.claimed);
         let mut chunks: Vec<u64> = file_names(&d.queue)?
             .iter()
             .filter_map(|name| name.parse().ok())
             .collect();
         chunks.sort_unstable();
-        let mut head = None;
-        let mut files = Files::default();
+        let mut queued = Vec::new();
         for n in chunks {
-            let chunk = files.chunk(d, n)?.clone();
-            if let Some(last) = chunk.keys().last() {
-                s.tail = s.tail.max(last + 1);
-            }
-            if head.is_none() {
-                head = self.first_pending(d, &mut files, &chunk)?;
-            }
+            queued.extend(files.chunk(d, n)?.iter().map(|(p, k)| (*p, k.clone())));
         }
+        let mut back = Vec::new();
         for name in file_names(&d.returned)? {
             if let Ok(p) = name.parse::<u64>() {
-                s.tail = s.tail.max(p + 1);
+                back.push(p);
             }
         }
-        s.head = head.unwrap_or(s.tail);
-        Ok(s)
-    }
-
-    /// The first place of a queue file still pending: its key's place, neither claimed
-    /// nor given back (the places a claim at the head passed stay in the file until
-    /// `head` leaves it).
-    fn first_pending(
-        &self,
-        d: &Dirs,
-        files: &mut Files,
-        chunk: &BTreeMap<u64, String>,
-    ) -> Result<Option<u64>> {
-        for (p, k) in chunk {
-            if files.place_of(d, k)? == Some(*p)
-                && read_claim(d, k)?.is_none()
-                && d.returned.stat(&p.to_string()).is_err()
+        s.tail = queued
+            .iter()
+            .map(|(p, _)| *p)
+            .chain(back.iter().copied())
+            .fold(s.tail, |t, p| t.max(p + 1));
+        // `head`: the first queued place whose key is held there alone.
+        s.head = s.tail;
+        for (p, k) in &queued {
+            if matches!(files.member(d, k, *p)?, Some(Member { seq, held: Held::Queued }) if seq == *p)
+                && files.returned_at(d, *p)?.is_none()
             {
-                return Ok(Some(*p));
+                s.head = *p;
+                break;
             }
         }
-        Ok(None)
+        // Ready: the members held in the queue or given back, by the rule of members.
+        for (p, k) in queued.iter().filter(|(p, _)| *p >= s.head) {
+            if matches!(files.member(d, k, s.head)?, Some(Member { seq, held: Held::Queued }) if seq == *p)
+            {
+                s.ready += 1;
+            }
+        }
+        for p in back {
+            if let Some(k) = files.returned_at(d, p)?
+                && matches!(files.member(d, &k, s.head)?, Some(Member { seq, held: Held::Returned }) if seq == p)
+            {
+                s.ready += 1;
+            }
+        }
+        Ok(s)
     }
 
     /// A journal left in `tmp/` by a process killed in the middle of a backlog change:
@@ -650,11 +786,12 @@ impl FileStore {
     pub fn backlog_add(&self, g: &FileGuard, keys: &[String]) -> Result<usize> {
         let d = self.backlog_dirs(true)?.expect("created");
         let mut s = self.backlog_state(&d)?;
-        let mut w = Work::new(self, g, d);
+        let mut w = Work::of_keys(self, g, d, keys.len());
         let mut added = 0;
         for chunk in changes(keys) {
             for k in chunk {
-                if w.files.place_of(&w.d, k)?.is_some() {
+                // A key done (its index entry stale) is added again, at a new place.
+                if w.files.member(&w.d, k, s.head)?.is_some() {
                     continue;
                 }
                 w.step(Step::index(k, Some(s.tail)))?;
@@ -668,37 +805,48 @@ impl FileStore {
         Ok(added)
     }
 
-    /// Remove keys from the backlog; returns those that were in it.
+    /// Remove keys from the backlog; returns those that were in it. A claimed key
+    /// (`release --done`) loses its claim alone: its index entry, left, is stale (see
+    /// [`Files::member`]), so that a drain's release writes no index shard.
     pub fn backlog_remove(&self, g: &FileGuard, keys: &[String]) -> Result<Vec<String>> {
         let Some(d) = self.backlog_dirs(false)? else {
             return Ok(Vec::new());
         };
         let mut s = self.backlog_state(&d)?;
-        let mut w = Work::new(self, g, d);
+        let mut w = Work::of_keys(self, g, d, keys.len());
+        let mut seen = BTreeSet::new();
         let mut out = Vec::new();
         for chunk in changes(keys) {
             let mut counts = Claimers::moved_from(&mut s);
             for k in chunk {
-                let Some(seq) = w.files.place_of(&w.d, k)? else {
+                if !seen.insert(k.as_str()) {
+                    continue;
+                }
+                let Some(m) = w.files.member(&w.d, k, s.head)? else {
                     continue;
                 };
-                w.step(Step::index(k, None))?;
-                if seq >= s.head && w.files.pending_at(&w.d, seq)? == Some(k) {
-                    s.ready = s.ready.saturating_sub(1);
-                    w.step(Step::queue(seq, None))?;
-                } else {
-                    match read_claim(&w.d, k)? {
-                        Some(cl) => {
-                            s.claimed = s.claimed.saturating_sub(1);
-                            counts.add(&w.d, &cl.agent, -1)?;
+                match m.held {
+                    Held::Claimed(e) => {
+                        s.claimed = s.claimed.saturating_sub(1);
+                        counts.add(&w.d, &e.claimed.expect("a claim").agent, -1)?;
+                        w.remove(Part::Claims, key::encode(k));
+                        // Nothing else may hold it, whatever the files say: no entry
+                        // outlives its member (a place below `head` is never read).
+                        w.remove(Part::Returned, m.seq.to_string());
+                        if m.seq >= s.head {
+                            w.step(Step::queue(m.seq, None))?;
                         }
-                        None => s.ready = s.ready.saturating_sub(1),
                     }
-                    // Every place the member may have, whatever it says: no entry
-                    // outlives its member (a place below `head` left in its queue file
-                    // by a claim at the head is not read, and goes with the file).
-                    w.remove(Part::Claims, key::encode(k));
-                    w.remove(Part::Returned, seq.to_string());
+                    Held::Queued => {
+                        s.ready = s.ready.saturating_sub(1);
+                        w.step(Step::index(k, None))?;
+                        w.step(Step::queue(m.seq, None))?;
+                    }
+                    Held::Returned => {
+                        s.ready = s.ready.saturating_sub(1);
+                        w.step(Step::index(k, None))?;
+                        w.remove(Part::Returned, m.seq.to_string());
+                    }
                 }
                 out.push(k.clone());
             }
@@ -778,61 +926,61 @@ impl FileStore {
         let Some(d) = self.backlog_dirs(false)? else {
             return Ok(());
         };
-        let held = read_claim_entry(&d, key_name)?;
-        if held.is_none() && claim.is_none() {
-            return Ok(());
-        }
+        let Some(cl) = claim else {
+            return self.backlog_give_back(g, d, key_name);
+        };
         let mut s = self.backlog_state(&d)?;
         let mut w = Work::new(self, g, d);
+        let Some(m) = w.files.member(&w.d, key_name, s.head)? else {
+            return Ok(());
+        };
         let mut counts = Claimers::moved_from(&mut s);
-        let seq = match (held, claim) {
-            (None, None) => return Ok(()),
-            (None, Some(cl)) => {
-                let Some(seq) = w.files.place_of(&w.d, key_name)? else {
-                    return Ok(());
-                };
-                // At the head (the usual claim) `head` moves past it; after it, it leaves
-                // its queue file; before it, it was given back.
-                match seq.cmp(&s.head) {
-                    std::cmp::Ordering::Equal => w.take_head(&mut s),
-                    std::cmp::Ordering::Greater => w.step(Step::queue(seq, None))?,
-                    std::cmp::Ordering::Less => {}
-                }
-                w.remove(Part::Returned, seq.to_string());
-                s.ready = s.ready.saturating_sub(1);
-                s.claimed += 1;
-                counts.add(&w.d, &cl.agent, 1)?;
-                seq
-            }
-            (Some(old), Some(cl)) => {
+        match &m.held {
+            Held::Claimed(old) => {
                 let was = &old.claimed.as_ref().expect("a claim").agent;
                 if *was != cl.agent {
                     counts.add(&w.d, was, -1)?;
                     counts.add(&w.d, &cl.agent, 1)?;
                 }
-                old.seq
             }
-            (Some(old), None) => {
-                w.remove(Part::Claims, key::encode(key_name));
-                w.write(Part::Returned, old.seq.to_string(), key_name.to_string());
-                s.claimed = s.claimed.saturating_sub(1);
-                s.ready += 1;
-                counts.add(&w.d, &old.claimed.expect("a claim").agent, -1)?;
-                old.seq
-            }
-        };
-        counts.write(&mut w);
-        if let Some(cl) = claim {
-            s.recheck = Some(match s.recheck {
-                Some(r) if r < cl.recheck => r,
-                _ => cl.recheck,
-            });
-            w.claim(&BacklogEntry {
-                key: key_name.to_string(),
-                seq,
-                claimed: Some(cl.clone()),
-            })?;
+            // At the head (the usual claim) `head` moves past it; after it, it leaves
+            // its queue file.
+            Held::Queued if m.seq == s.head => w.take_head(&mut s),
+            Held::Queued => w.step(Step::queue(m.seq, None))?,
+            Held::Returned => w.remove(Part::Returned, m.seq.to_string()),
         }
+        if !matches!(m.held, Held::Claimed(_)) {
+            s.ready = s.ready.saturating_sub(1);
+            s.claimed += 1;
+            counts.add(&w.d, &cl.agent, 1)?;
+        }
+        counts.write(&mut w);
+        s.recheck = Some(match s.recheck {
+            Some(r) if r < cl.recheck => r,
+            _ => cl.recheck,
+        });
+        w.claim(&BacklogEntry {
+            key: key_name.to_string(),
+            seq: m.seq,
+            claimed: Some(cl.clone()),
+        })?;
+        w.commit(&mut s)
+    }
+
+    /// A claimed key is given back: ready again, in its old place (`returned/`).
+    fn backlog_give_back(&self, g: &FileGuard, d: Dirs, key_name: &str) -> Result<()> {
+        let Some(old) = read_claim_entry(&d, key_name)? else {
+            return Ok(());
+        };
+        let mut s = self.backlog_state(&d)?;
+        let mut w = Work::new(self, g, d);
+        let mut counts = Claimers::moved_from(&mut s);
+        w.remove(Part::Claims, key::encode(key_name));
+        w.write(Part::Returned, old.seq.to_string(), key_name.to_string());
+        s.claimed = s.claimed.saturating_sub(1);
+        s.ready += 1;
+        counts.add(&w.d, &old.claimed.expect("a claim").agent, -1)?;
+        counts.write(&mut w);
         w.commit(&mut s)
     }
 
@@ -1022,10 +1170,6 @@ fn read_claim_entry(d: &Dirs, key_name: &str) -> Result<Option<BacklogEntry>> {
     Ok(read_small(&d.claims, &name)?
         .and_then(|b| serde_json::from_slice::<BacklogEntry>(&b).ok())
         .filter(|m| m.key == key_name && m.claimed.is_some()))
-}
-
-fn read_claim(d: &Dirs, key_name: &str) -> Result<Option<BacklogClaim>> {
-    Ok(read_claim_entry(d, key_name)?.and_then(|m| m.claimed))
 }
 
 /// Every entry of `claims/`.
