@@ -7,7 +7,9 @@
 //!   claimer, so that a claim by a new agent writes as much as one by a known one;
 //! - `index/<shard>`: the members and their places, `{KEY: PLACE}`, in [`SHARDS`] files
 //!   (a key's shard is a hash of it): a bulk add writes each shard once per change, not
-//!   a file per key;
+//!   a file per key; a key done after a claim keeps its entry, stale, which makes no
+//!   member ([`Files::member`]), so that a drain writes no shard, until an add or a
+//!   removal writes the shard;
 //! - `queue/<chunk>`: the keys never claimed since they were added, `{PLACE: KEY}`, one
 //!   file per [`QUEUE_CHUNK`] consecutive places, read from `head` on (a claim at the
 //!   head only moves `head`: the places below it are left in its file, unread, until
@@ -297,6 +299,15 @@ impl Files {
             return Ok(Some(Member {
                 seq: e.seq,
                 held: Held::Claimed(e),
+            }));
+        }
+        // The key at `head` (the usual claim) needs no index shard: a queued place at or
+        // after `head` holds the key whose entry gives that place (both are written by
+        // its add and removed by its removal, and a member is not added again).
+        if self.pending_at(d, head)?.is_some_and(|k| k == key_name) {
+            return Ok(Some(Member {
+                seq: head,
+                held: Held::Queued,
             }));
         }
         let Some(seq) = self.place_of(d, key_name)? else {
@@ -642,10 +653,13 @@ impl FileStore {
             .map(|(p, _)| *p)
             .chain(back.iter().copied())
             .fold(s.tail, |t, p| t.max(p + 1));
-        // `head`: the first queued place whose key is held there alone.
+        // `head`: the first queued place whose key has its index entry there, and no
+        // claim and no `returned/` file (a place below the lost `head` may hold a key
+        // since added again at another place).
         s.head = s.tail;
         for (p, k) in &queued {
-            if matches!(files.member(d, k, *p)?, Some(Member { seq, held: Held::Queued }) if seq == *p)
+            if files.place_of(d, k)? == Some(*p)
+                && matches!(files.member(d, k, *p)?, Some(Member { seq, held: Held::Queued }) if seq == *p)
                 && files.returned_at(d, *p)?.is_none()
             {
                 s.head = *p;
