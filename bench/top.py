@@ -14,7 +14,8 @@
 3. A big fleet: 10,000 checkouts held by 1,000 agents; one frame drawn
    (`top --once`) and one JSON snapshot (`top --once --json`): wall time and peak RSS
    (from wait4), beside `tasklock list --json` over the same store as the reference;
-   medians of --rounds runs, the builds taking turns.
+   medians of --rounds runs, the builds taking turns. Then the live view left open on
+   it for --idle seconds: the CPU it uses while nothing changes.
 """
 import argparse
 import os
@@ -57,7 +58,7 @@ class View:
 
     def start(self):
         """Start the view; the seconds until its first frame is on the screen."""
-        cmd = f"'{self.binary}' top --dir '{self.lockdir}' --read-only"
+        cmd = f"exec '{self.binary}' top --dir '{self.lockdir}' --read-only"
         t = time.perf_counter()
         subprocess.run(self.tmux + ["-f", "/dev/null", "new-session", "-d", "-s", "b", "-x",
                                     "160", "-y", "50", "sh", "-c", cmd], env=self.env, check=True)
@@ -66,6 +67,14 @@ class View:
                 sys.exit("the view never drew")
             time.sleep(0.002)
         return time.perf_counter() - t
+
+    def cpu(self):
+        """CPU seconds the view has used (it is the pane's process: `exec`)."""
+        pid = subprocess.run(self.tmux + ["list-panes", "-t", "b", "-F", "#{pane_pid}"],
+                             capture_output=True, text=True).stdout.split()[0]
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def stop(self):
         subprocess.run(self.tmux + ["kill-server"], stderr=subprocess.DEVNULL)
@@ -130,7 +139,7 @@ def start_up(views, starts):
     return [statistics.median(s) for s in samples]
 
 
-def big_fleet(views, rounds):
+def big_fleet(views, rounds, idle_secs):
     """Per view: wall time and peak RSS of a frame, a JSON snapshot and `list --json` over
     10,000 checkouts by 1,000 agents (set up through `checkout` itself), the views taking
     turns run by run; and a frame's drawing alone, as `top --once` times it."""
@@ -154,11 +163,25 @@ def big_fleet(views, rounds):
                                 "200x60"], env=dict(v.env, TASKLOCK_BENCH_DRAW="1"),
                                capture_output=True, text=True)
             d.append(float(p.stderr.split("drawn in ")[1].split(" ms")[0]) / 1000)
+    # Open and idle: what a view costs while nothing changes (it still looks every second,
+    # for leases and holders' processes).
+    idle = []
+    for v in views:
+        v.start()
+    try:
+        time.sleep(3)
+        before = [v.cpu() for v in views]
+        time.sleep(idle_secs)
+        idle = [(v.cpu() - b) / idle_secs for v, b in zip(views, before)]
+    finally:
+        for v in views:
+            v.stop()
     out = []
-    for r, d in zip(runs, draws):
+    for r, d, i in zip(runs, draws, idle):
         o = {name: (statistics.median(x[0] for x in xs), max(x[1] for x in xs))
              for name, xs in r.items()}
         o["a frame's drawing alone"] = (statistics.median(d), float("nan"))
+        o[f"the live view left idle {idle_secs} s, CPU each second"] = (i, float("nan"))
         out.append(o)
     return out
 
@@ -172,6 +195,8 @@ def main():
     ap.add_argument("--pg", default=os.environ.get("TASKLOCK_BENCH_PG_URL"))
     ap.add_argument("--no-big", action="store_true")
     ap.add_argument("--rounds", type=int, default=5, help="runs of each big-fleet command")
+    ap.add_argument("--idle", type=int, default=10, help="seconds the big fleet's live views "
+                    "are left idle, their CPU measured")
     a = ap.parse_args()
     if not shutil.which("tmux"):
         sys.exit("needs tmux")
@@ -200,10 +225,11 @@ def main():
             print(f"{name}: {v.binary}: start to first frame median {med * 1000:.1f} ms over "
                   f"{a.starts} starts, 100 checkouts held")
         if not a.no_big:
-            for v, fleet in zip(views, big_fleet(views, a.rounds)):
+            for v, fleet in zip(views, big_fleet(views, a.rounds, a.idle)):
                 for what, (wall, rss) in fleet.items():
+                    rss = "" if rss != rss else f", {rss:.0f} MiB peak RSS"
                     print(f"{name}: {v.binary}: 10,000 checkouts, 1,000 agents: {what}: "
-                          f"{wall * 1000:.0f} ms, {rss:.0f} MiB peak RSS")
+                          f"{wall * 1000:.0f} ms{rss}")
         for tmp in tmps:
             shutil.rmtree(tmp, ignore_errors=True)
 
