@@ -145,6 +145,12 @@ mod tests {
             .map(|t| t.with_timezone(&Utc))
     }
 
+    /// `s` as a JSON string read by [`stored`].
+    fn read_stored(s: &str) -> Option<Time> {
+        let json = serde_json::to_string(s).unwrap();
+        stored(&mut serde_json::Deserializer::from_str(&json)).ok()
+    }
+
     #[test]
     fn the_written_form_is_read_as_chrono_reads_it() {
         let start = DateTime::parse_from_rfc3339("1970-01-01T00:00:00Z").unwrap();
@@ -176,9 +182,7 @@ mod tests {
             "+2026-12-07T15:09:52Z",
         ] {
             assert_eq!(canonical(s), None, "{s}");
-            let json = serde_json::to_string(s).unwrap();
-            let mut d = serde_json::Deserializer::from_str(&json);
-            assert_eq!(stored(&mut d).ok(), chrono_reads(s), "{s}");
+            assert_eq!(read_stored(s), chrono_reads(s), "{s}");
         }
         for s in [
             "",
@@ -190,9 +194,7 @@ mod tests {
             "2026-12-07T15:09:52",
         ] {
             assert_eq!(canonical(s), None, "{s}");
-            let json = serde_json::to_string(s).unwrap();
-            let mut d = serde_json::Deserializer::from_str(&json);
-            assert!(stored(&mut d).is_err(), "{s}");
+            assert_eq!(read_stored(s), None, "{s}");
         }
     }
 }
