@@ -1175,15 +1175,7 @@ impl PgStore {
             Err(e) => {
                 let _ = client.batch_execute("ROLLBACK");
                 drop(client);
-                if code(&e) == Some(LOCK_NOT_AVAILABLE) {
-                    return Err(Error::Store(format!(
-                        "gave up after {} waiting for the project's lock in PostgreSQL at {} (schema {}); another tasklock holds it in a transaction that does not end (see pg_stat_activity); `guard_timeout` in config.yaml sets how long commands wait",
-                        crate::duration::format(wait.unwrap_or_default()),
-                        self.conn.url,
-                        self.schema
-                    )));
-                }
-                return Err(self.conn.fail("begin a transaction", &e, closed));
+                return Err(self.begin_failed(&e, wait, closed));
             }
         };
         drop(client);
@@ -1194,6 +1186,19 @@ impl PgStore {
             return Ok(None);
         }
         Ok(Some(guard))
+    }
+
+    /// Why a scope's `BEGIN` (with its locks) failed, `wait` the time it could wait.
+    fn begin_failed(&self, e: &postgres::Error, wait: Option<Duration>, closed: bool) -> Error {
+        if code(e) == Some(LOCK_NOT_AVAILABLE) {
+            return Error::Store(format!(
+                "gave up after {} waiting for the project's lock in PostgreSQL at {} (schema {}); another tasklock holds it in a transaction that does not end (see pg_stat_activity); `guard_timeout` in config.yaml sets how long commands wait",
+                crate::duration::format(wait.unwrap_or_default()),
+                self.conn.url,
+                self.schema
+            ));
+        }
+        self.conn.fail("begin a transaction", e, closed)
     }
 
     /// The SQL that takes a scope's locks, waited for (`try_` empty) or tried (`try_`:
