@@ -39,6 +39,9 @@ as root; or use --url), and measures whole process invocations, as an agent sees
      `checkout --any` (benchmark 3) right before, in the same run. N: --next-sizes.
      Before and after the drains, the same harness spawns util-linux `flock -n FILE
      true` as fast as it can (the reference); each drain is also given as a ratio to it.
+     With --fresh-fs (as root), each drain of the lock directory (here and in 3) runs on
+     an ext4 file system made for it alone, so that no drain pays for the files an
+     earlier one, or anything else on the machine, deleted (see docs/performance.md).
   6. the cost of one claim against the size of the stored backlog: N keys added, then
      --claim-runs claims by one agent, one at a time; the median claim, and the time
      `backlog add` took. N: --flat-sizes (1000, 10000, 100000).
@@ -48,6 +51,7 @@ Needs Linux, Python 3.9+ (standard library only), cargo and PostgreSQL's server 
 """
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -119,6 +123,13 @@ def parse_args():
     p.add_argument("--fsync", choices=["on", "off"], default="on",
                    help="fsync of the throwaway cluster (default on, as a real server)")
     p.add_argument("--json-out", metavar="FILE", help="also write every figure to FILE")
+    p.add_argument("--fresh-fs", choices=["off", "nojournal", "journal"], default="off",
+                   help="benchmarks 3 and 5: each drain of the lock directory on a new "
+                   "ext4 of its own (a loop device; needs root and mkfs.ext4), without "
+                   "or with a journal. On ext4 without a journal, creating a file skips "
+                   "the inodes freed in the last seconds (minutes, while their blocks "
+                   "are not yet written) one by one, so a drain right after a large "
+                   "deletion is slow for reasons outside tasklock")
     return p.parse_args()
 
 
@@ -329,6 +340,34 @@ def bench_any(tl, kind, tmp, url, a):
     return out
 
 
+FRESH_FS_SIZE = 4 << 30
+
+
+@contextlib.contextmanager
+def fresh_fs(tmp, kind, mode):
+    """Where a drain of `kind` keeps its store: `tmp`, or with --fresh-fs (the lock
+    directory only) a new ext4 mounted from an image in `tmp`, removed afterwards."""
+    if mode == "off" or kind != "file":
+        yield tmp
+        return
+    fresh_fs.count = getattr(fresh_fs, "count", 0) + 1
+    image = os.path.join(tmp, f"fs-{fresh_fs.count}.img")
+    mnt = os.path.join(tmp, f"fs-{fresh_fs.count}")
+    os.makedirs(mnt)
+    with open(image, "wb") as f:
+        f.truncate(FRESH_FS_SIZE)
+    opts = ["-O", "^has_journal"] if mode == "nojournal" else []
+    for argv in (["mkfs.ext4", "-q", "-F", *opts, image], ["mount", "-o", "loop", image, mnt]):
+        r = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        if r.returncode != 0:
+            sys.exit(f"bench: --fresh-fs: {' '.join(argv)} failed: {r.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", mnt], capture_output=True)
+        os.unlink(image)
+
+
 def drained(kind, n, agents, limit, agent, label):
     """Run `agent(i)` for every agent at once; each returns the (key, token) pairs it
     claimed. Checks that no key and no token was handed out twice and that every key was
@@ -496,6 +535,9 @@ def flat(tl, kind, tmp, url, n, runs):
 
 def main():
     a = parse_args()
+    if a.fresh_fs != "off" and (os.geteuid() != 0 or not shutil.which("mkfs.ext4")):
+        sys.exit("bench: --fresh-fs mounts a file system of its own: run it as root, "
+                 "with mkfs.ext4 (e2fsprogs) installed")
     Store.session_url = a.session_url
     rng = random.Random(SEED)
     skip = set(filter(None, a.skip.split(",")))
@@ -565,8 +607,12 @@ def main():
             sizes = ([int(x) for x in a.drain_sizes.split(",") if x] if a.drain_sizes
                      else [1000, a.drain])
             print(f"3. backlog drain, {a.agents} agents, checkout --any until empty:")
-            figures["drain"] = [drain(tl, k, tmp, url, n, a.agents, a.drain_limit)
-                                for n in sizes for k in kinds]
+            figures["drain"] = []
+            for n in sizes:
+                for k in kinds:
+                    with fresh_fs(tmp, k, a.fresh_fs) as where:
+                        figures["drain"].append(drain(tl, k, where, url, n, a.agents,
+                                                      a.drain_limit))
         if "4" not in skip:
             print(f"4. changes of one key side by side, {a.agents} agents x {a.rounds} "
                   "rounds of checkout, renew, release (PostgreSQL):")
@@ -591,7 +637,8 @@ def main():
             for n in [int(x) for x in a.next_sizes.split(",") if x]:
                 for k in kinds:
                     if baseline and not a.baseline_next:
-                        old = drain(baseline, k, tmp, url, n, a.agents, a.drain_limit)
+                        with fresh_fs(tmp, k, a.fresh_fs) as where:
+                            old = drain(baseline, k, where, url, n, a.agents, a.drain_limit)
                         old["binary"] = "baseline, --any"
                         figures["drain_next"].append(old)
                     for mode in [None] + list(filter(None, a.fresh_agents.split(","))):
@@ -602,8 +649,9 @@ def main():
                         if baseline and a.baseline_next:
                             builds.insert(0, ("baseline", baseline))
                         for name, binary in builds:
-                            d = drain_next(binary, k, tmp, url, n, a.agents, a.drain_limit,
-                                           fresh=mode)
+                            with fresh_fs(tmp, k, a.fresh_fs) as where:
+                                d = drain_next(binary, k, where, url, n, a.agents,
+                                               a.drain_limit, fresh=mode)
                             d["binary"] = f"{name}, {label}"
                             figures["drain_next"].append(d)
             # Measured before and after, so load that came or went during the drains shows.
