@@ -9,9 +9,12 @@
 #
 # Environment:
 #   N=10000 A=16      keys, drainers
-#   FS=nojournal      or `journal`, or `tmpfs` (no ext4: a tmpfs mounted for the run)
+#   FS=nojournal      or `journal`, or `tmpfs` (no ext4: a tmpfs mounted for the run), or
+#                     `here`: no file system of its own, MNT on the disk as it is (no root)
 #   JUNK=0            create and delete this many files on the new file system first
 #   JUNK_WHEN=before  `before` the backlog add, or `after` it (right before the drain)
+#   CYCLE=0           1: each claim is followed by `release KEY --done` (work done), as
+#                     agents do; 0: claims only, every key stays held (the drain benchmarks)
 #   MNT=/mnt/tasklock-fs-drain  where each file system is mounted (emptied, then removed)
 set -euo pipefail
 
@@ -26,14 +29,14 @@ if [ $# -eq 0 ]; then
     sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
 fi
-if [ "$(id -u)" != 0 ]; then
+if [ "$FS" != here ] && [ "$(id -u)" != 0 ]; then
     echo "fs_drain: mounts a file system per run: run it as root" >&2
     exit 2
 fi
 
 img=$(mktemp /var/tmp/tasklock-fs-drain.XXXXXX)
 cleanup() {
-    umount "$MNT" 2>/dev/null || true
+    [ "$FS" = here ] || umount "$MNT" 2>/dev/null || true
     rm -f "$img"
 }
 trap cleanup EXIT
@@ -49,9 +52,10 @@ junk() {
 
 for bin in "$@"; do
     bin=$(realpath "$bin")
-    umount "$MNT" 2>/dev/null || true
+    [ "$FS" = here ] || umount "$MNT" 2>/dev/null || true
     mkdir -p "$MNT"
     case "$FS" in
+    here) rm -rf "$MNT/project" ;;
     tmpfs) mount -t tmpfs -o size=4g tmpfs "$MNT" ;;
     journal | nojournal)
         rm -f "$img"
@@ -78,7 +82,15 @@ for bin in "$@"; do
     for i in $(seq 1 "$A"); do
         (
             c=0
-            while "$bin" checkout --next --agent "drainer-$i" >/dev/null 2>&1; do c=$((c + 1)); done
+            if [ "${CYCLE:-0}" = 1 ]; then
+                while out=$("$bin" checkout --next --json --agent "drainer-$i" 2>/dev/null); do
+                    key=${out#*\"key\":\"}
+                    "$bin" release "${key%%\"*}" --done --agent "drainer-$i" >/dev/null
+                    c=$((c + 1))
+                done
+            else
+                while "$bin" checkout --next --agent "drainer-$i" >/dev/null 2>&1; do c=$((c + 1)); done
+            fi
             echo "$c" >"$run/claims.$i"
         ) &
     done
@@ -89,8 +101,8 @@ for bin in "$@"; do
         echo "fs_drain: $bin claimed $claims keys of $N" >&2
         exit 1
     fi
-    printf '%s  FS=%s JUNK=%s(%s)  add %.2f s  drain %.1f s  %.0f claims/s\n' "$bin" "$FS" \
-        "$JUNK" "$JUNK_WHEN" "$(echo "$t_added - $t_add" | bc)" "$(echo "$t1 - $t0" | bc)" \
+    printf '%s  FS=%s JUNK=%s(%s) CYCLE=%s  add %.2f s  drain %.1f s  %.0f claims/s\n' "$bin" "$FS" \
+        "$JUNK" "$JUNK_WHEN" "${CYCLE:-0}" "$(echo "$t_added - $t_add" | bc)" "$(echo "$t1 - $t0" | bc)" \
         "$(echo "$claims / ($t1 - $t0)" | bc -l)"
-    umount "$MNT"
+    if [ "$FS" = here ]; then rm -rf "$run"; else umount "$MNT"; fi
 done
