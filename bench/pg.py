@@ -127,7 +127,7 @@ def parse_args():
                    help="benchmarks 3 and 5: each drain of the lock directory on a new "
                    "ext4 of its own (a loop device; needs root and mkfs.ext4), without "
                    "or with a journal. On ext4 without a journal, creating a file skips "
-                   "the inodes freed in the last seconds (minutes, while their blocks "
+                   "the inodes freed in the last minute (six, while their blocks "
                    "are not yet written) one by one, so a drain right after a large "
                    "deletion is slow for reasons outside tasklock")
     return p.parse_args()

@@ -6,7 +6,7 @@
 #[macro_use]
 mod common;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::process::Stdio;
 use std::time::Duration;
@@ -715,4 +715,221 @@ fn remove_reads_its_keys_from_a_file_as_add_does() {
             &["backlog", "remove", "--file", file.to_str().unwrap()]
         )
     );
+}
+
+/// A bulk add writes a file per chunk of keys, not one per key: 20,000 keys are a few
+/// index shards and queue chunks under `backlog/` (the layout before them had two files
+/// a key), and the keys are still claimed in order, removed, and counted.
+#[test]
+fn a_bulk_add_writes_files_per_chunk_not_per_key() {
+    if file_store_only("a_bulk_add_writes_files_per_chunk_not_per_key") {
+        return;
+    }
+    let e = Env::new();
+    let keys: Vec<String> = (1..=20_000).map(|i| format!("job-{i}")).collect();
+    let file = e.tmp.path().join("keys.txt");
+    std::fs::write(&file, keys.join("\n")).unwrap();
+    let r = e.ok(
+        "ops",
+        &["backlog", "add", "--json", "--file", file.to_str().unwrap()],
+    );
+    assert_eq!(r.json()["added"], 20_000, "{}", r.text());
+    let backlog = e.dir().join("backlog");
+    let written = files(&backlog).len();
+    assert!(
+        written * 10 < keys.len(),
+        "{written} files under backlog/ for {} keys",
+        keys.len()
+    );
+    // Added again (with one new key): the members keep their places.
+    std::fs::write(&file, format!("{}\njob-new", keys[..100].join("\n"))).unwrap();
+    let r = e.ok(
+        "ops",
+        &["backlog", "add", "--json", "--file", file.to_str().unwrap()],
+    );
+    assert_eq!(r.json()["added"], 1, "{}", r.text());
+    assert_eq!(claims(&e, "a"), "job-1");
+    assert_eq!(claims(&e, "a"), "job-2");
+    e.ok("ops", &["backlog", "remove", "job-3", "job-5", "job-2"]);
+    assert_eq!(claims(&e, "b"), "job-4");
+    e.ok("a", &["release", "job-1"]);
+    let shown = show(&e);
+    assert_eq!(
+        (shown["ready"].as_u64(), shown["claimed"].as_u64()),
+        (Some(19_997), Some(1)),
+        "{shown}"
+    );
+    assert_eq!(keys_of(&shown["next"])[..3], ["job-1", "job-6", "job-7"]);
+    assert_eq!(claimed_by(&shown), [("job-4", "b")]);
+    assert!(files(&backlog).len() <= written + 4);
+}
+
+/// A backlog in the layout before `backlog/index/` is moved into it by the first
+/// command that reads it (`backlog`, which reads without the guard, takes it to move
+/// it): the same counts, order and claims, the old files gone; a journal an older version
+/// left half made (a key added) is made first.
+#[test]
+fn a_backlog_of_a_file_per_key_is_moved_on_first_use() {
+    if file_store_only("a_backlog_of_a_file_per_key_is_moved_on_first_use") {
+        return;
+    }
+    let e = Env::new();
+    e.ok("b", &["checkout", "t2", "--timeout", "2h"]);
+    old_backlog_layout(
+        &e.dir(),
+        &["t1", "t2", "t3", "t4", "t5"],
+        &[("t2", "b")],
+        &["t4"],
+    );
+    let journal = e.dir().join("tmp").join("backlog.journal");
+    std::fs::write(
+        &journal,
+        r#"{"steps":[{"part":"members","name":"t6","data":"{\"key\":\"t6\",\"seq\":5}"},{"part":"pending","name":"5","data":"t6"},{"part":"state","name":"state.json","data":"{\"head\":0,\"tail\":6,\"ready\":5,\"claimed\":1,\"recheck\":\"2026-01-01T01:00:00Z\",\"holders\":{\"b\":1}}"}]}"#,
+    )
+    .unwrap();
+    let shown = show(&e);
+    let b = e.dir().join("backlog");
+    for gone in ["members", "pending", "members.moved"] {
+        assert!(!b.join(gone).exists(), "{gone} is left: {shown}");
+    }
+    assert!(!journal.exists());
+    assert_eq!(
+        (shown["ready"].as_u64(), shown["claimed"].as_u64()),
+        (Some(5), Some(1)),
+        "{shown}"
+    );
+    assert_eq!(keys_of(&shown["next"]), ["t1", "t3", "t4", "t5", "t6"]);
+    assert_eq!(claimed_by(&shown), [("t2", "b")]);
+    for k in ["t1", "t3", "t4", "t5", "t6"] {
+        assert_eq!(claims(&e, "a"), k);
+    }
+    let (code, j) = next(&e, "a");
+    assert_eq!(code, HELD, "{j}");
+    // The old claim is a claim: released, t2 is ready again.
+    e.ok("b", &["release", "t2"]);
+    assert_eq!(claims(&e, "c"), "t2");
+    e.ok("ops", &["backlog", "remove", "t1", "t2"]);
+    let shown = show(&e);
+    assert_eq!(
+        (shown["ready"].as_u64(), shown["claimed"].as_u64()),
+        (Some(0), Some(4)),
+        "{shown}"
+    );
+}
+
+/// The index shards of the lock directory's backlog: each file's inode (a shard is
+/// replaced whole when written), and the entries they hold in all.
+fn index_shards(e: &Env) -> (BTreeMap<String, u64>, usize) {
+    use std::os::unix::fs::MetadataExt;
+    let mut inodes = BTreeMap::new();
+    let mut entries = 0;
+    for f in std::fs::read_dir(e.dir().join("backlog/index")).unwrap() {
+        let f = f.unwrap();
+        let shard: BTreeMap<String, u64> =
+            serde_json::from_slice(&std::fs::read(f.path()).unwrap()).unwrap();
+        entries += shard.len();
+        let name = f.file_name().into_string().unwrap();
+        inodes.insert(name, f.metadata().unwrap().ino());
+    }
+    (inodes, entries)
+}
+
+/// The counts and the next keys of `backlog --json`.
+fn counts_and_next(e: &Env) -> (u64, u64, Vec<String>) {
+    let s = show(e);
+    let next = keys_of(&s["next"]).into_iter().map(String::from).collect();
+    (
+        s["ready"].as_u64().unwrap(),
+        s["claimed"].as_u64().unwrap(),
+        next,
+    )
+}
+
+/// A drain's `release --done` writes no index shard of the lock directory: it removes
+/// the claim, and the key's index entry, left behind, makes no member. Done keys
+/// (claimed at the head, past a frozen key, after being given back) are not in the
+/// backlog: `remove` finds none of them, `add` adds them again at the end, and the counts
+/// and the next keys say so; an add that rewrites the shards drops those left entries
+/// while keeping the claimed and given-back keys' ones.
+#[test]
+fn done_keys_leave_no_member_behind_and_come_back_when_added_again() {
+    let e = Env::new();
+    let keys: Vec<String> = (1..=20).map(|i| format!("k{i:02}")).collect();
+    add(&e, &keys.iter().map(String::as_str).collect::<Vec<_>>());
+    let file_store = !on_postgres();
+    let before = file_store.then(|| index_shards(&e));
+    for k in &keys[..8] {
+        assert_eq!(&claims(&e, "a"), k);
+        e.ok("a", &["release", k, "--done"]);
+    }
+    // Claimed out of order (k09 frozen at the head), then done.
+    e.ok("op", &["freeze", "k09", "--for", "1h"]);
+    assert_eq!(claims(&e, "a"), "k10");
+    e.ok("a", &["release", "k10", "--done"]);
+    // Given back, claimed again from `returned/`, then done.
+    assert_eq!(claims(&e, "b"), "k11");
+    e.ok("b", &["release", "k11"]);
+    assert_eq!(claims(&e, "c"), "k11");
+    e.ok("c", &["release", "k11", "--done"]);
+    if let Some((inodes, entries)) = &before {
+        let (now, left) = index_shards(&e);
+        assert_eq!(&now, inodes, "the drain rewrote index shards");
+        assert_eq!(
+            (*entries, left),
+            (20, 20),
+            "the done keys' entries are left"
+        );
+    }
+    e.ok("op", &["unfreeze", "k09"]);
+    let mut ready: Vec<String> = ["k09", "k12", "k13", "k14", "k15", "k16", "k17"]
+        .into_iter()
+        .chain(["k18", "k19", "k20"])
+        .map(String::from)
+        .collect();
+    assert_eq!(counts_and_next(&e), (10, 0, ready.clone()));
+
+    let r = add(&e, &["k01", "k10", "k11", "k12"]);
+    assert_eq!(r["added"], 3, "k12 is a member, the others were done: {r}");
+    let r = e.ok(
+        "o",
+        &["backlog", "remove", "--json", "k02", "k03", "k10", "k13"],
+    );
+    assert_eq!(
+        r.json()["removed"],
+        serde_json::json!(["k10", "k13"]),
+        "{}",
+        r.text()
+    );
+    let r = e.ok("o", &["backlog", "remove", "--json", "k04", "k05"]);
+    assert_eq!(r.json()["removed"], serde_json::json!([]), "{}", r.text());
+    ready.retain(|k| k != "k13");
+    ready.extend(["k01".to_string()]);
+    assert_eq!(counts_and_next(&e), (11, 0, ready.clone()));
+
+    // A claim (below the head) and a key given back, kept through a bulk add that
+    // writes every shard.
+    assert_eq!(claims(&e, "d"), "k09");
+    assert_eq!(claims(&e, "d"), "k12");
+    e.ok("d", &["release", "k12"]);
+    let more: Vec<String> = (0..10_000).map(|i| format!("more-{i}")).collect();
+    let file = e.tmp.path().join("more.txt");
+    std::fs::write(&file, more.join("\n")).unwrap();
+    let r = e.ok(
+        "o",
+        &["backlog", "add", "--json", "--file", file.to_str().unwrap()],
+    );
+    assert_eq!(r.json()["added"], 10_000, "{}", r.text());
+    let (ready_n, claimed_n, next) = counts_and_next(&e);
+    assert_eq!((ready_n, claimed_n), (10_010, 1));
+    assert_eq!(next[..3], ["k12", "k14", "k15"]);
+    if file_store {
+        let (inodes, entries) = index_shards(&e);
+        assert_eq!(inodes.len(), 1024, "the add wrote every shard");
+        assert_eq!(entries, 10_011, "no entry but the members' is left");
+    }
+    e.ok("d", &["release", "k09"]);
+    for k in ["k09", "k12", "k14"] {
+        assert_eq!(claims(&e, "x"), k);
+    }
+    assert_eq!(next[7..], ["k20", "k01", "k11"]);
 }

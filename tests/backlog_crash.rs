@@ -1,6 +1,8 @@
 //! The lock directory's backlog survives a command killed at any of its file changes:
-//! `backlog add`, `checkout --next`, `release`, `release --done` and `backlog remove` are
-//! each killed (strace's fault injection, SIGKILL) at every write, rename, link, unlink
+//! `backlog add` (also of a key done before), `checkout --next`, `release`, `release --done`,
+//! `backlog remove` (also beside a done key, whose index entry it drops) and the
+//! move of a backlog of the layout before `backlog/index/` (by `checkout --next`, and by
+//! `backlog`, which takes the guard for it) are each killed (strace's fault injection, SIGKILL) at every write, rename, link, unlink
 //! and mkdir they make, one at a time, and after each crash the agents' ordinary commands
 //! (the killed one tried again, then a worker draining the backlog) do every key exactly
 //! once: none lost, none handed out after it was done or removed, and `checkout --next`
@@ -75,15 +77,43 @@ struct Case {
     /// Keys that must be done by the drain (the others leave the backlog by the
     /// command itself or its retry).
     expected: &'static [&'static str],
+    /// The backlog of [`KEYS`] is written in the layout before `backlog/index/` (after
+    /// `setup`): the command moves it.
+    old_layout: bool,
 }
 
-const CASES: [Case; 5] = [
+const CASES: [Case; 10] = [
     Case {
         name: "backlog add",
         setup: &[],
         agent: "o",
         args: &["backlog", "add", "t1", "t2", "t3"],
         expected: &KEYS,
+        old_layout: false,
+    },
+    Case {
+        name: "backlog add to a backlog",
+        setup: &[("o", &["backlog", "add", "t1"])],
+        agent: "o",
+        args: &["backlog", "add", "t2", "t1", "t3"],
+        expected: &KEYS,
+        old_layout: false,
+    },
+    Case {
+        name: "checkout --next moving the old layout",
+        setup: &[],
+        agent: "a",
+        args: &["checkout", "--next"],
+        expected: &KEYS,
+        old_layout: true,
+    },
+    Case {
+        name: "backlog moving the old layout",
+        setup: &[],
+        agent: "o",
+        args: &["backlog"],
+        expected: &KEYS,
+        old_layout: true,
     },
     Case {
         name: "checkout --next",
@@ -91,6 +121,7 @@ const CASES: [Case; 5] = [
         agent: "a",
         args: &["checkout", "--next"],
         expected: &KEYS,
+        old_layout: false,
     },
     Case {
         name: "release",
@@ -101,6 +132,7 @@ const CASES: [Case; 5] = [
         agent: "a",
         args: &["release", "t1"],
         expected: &KEYS,
+        old_layout: false,
     },
     Case {
         name: "release --done",
@@ -111,6 +143,32 @@ const CASES: [Case; 5] = [
         agent: "a",
         args: &["release", "t1", "--done"],
         expected: &["t2", "t3"],
+        old_layout: false,
+    },
+    Case {
+        name: "backlog add of a done key",
+        setup: &[
+            ("o", &["backlog", "add", "t1", "t2", "t3"]),
+            ("a", &["checkout", "--next"]),
+            ("a", &["release", "t1", "--done"]),
+        ],
+        agent: "o",
+        args: &["backlog", "add", "t1", "t2"],
+        expected: &KEYS,
+        old_layout: false,
+    },
+    Case {
+        // x2827 shares t1's index shard: its removal drops t1's entry, left by the done.
+        name: "backlog remove beside a done key",
+        setup: &[
+            ("o", &["backlog", "add", "t1", "t2", "t3", "x2827"]),
+            ("a", &["checkout", "--next"]),
+            ("a", &["release", "t1", "--done"]),
+        ],
+        agent: "o",
+        args: &["backlog", "remove", "x2827"],
+        expected: &["t2", "t3"],
+        old_layout: false,
     },
     Case {
         name: "backlog remove",
@@ -121,6 +179,7 @@ const CASES: [Case; 5] = [
         agent: "o",
         args: &["backlog", "remove", "t1", "t2"],
         expected: &["t3"],
+        old_layout: false,
     },
 ];
 
@@ -138,7 +197,7 @@ fn recover(dir: &Path, case: &Case) -> Result<(), String> {
         ("release" | "release --done", 3) => {}
         _ => return Err(format!("the retry exits {code}: {j}")),
     }
-    if case.name == "checkout --next"
+    if case.args == ["checkout", "--next"]
         && let Some(k) = j["key"].as_str()
     {
         let (code, r) = tl(dir, T0, "a", &["release", k, "--done"]);
@@ -199,6 +258,10 @@ fn crash_everywhere(case: &Case) -> Vec<String> {
     for (agent, args) in case.setup {
         let (code, j) = tl(&dir, T0, agent, args);
         assert_eq!(code, 0, "{args:?}: {j}");
+    }
+    if case.old_layout {
+        std::fs::create_dir_all(dir.join("tmp")).unwrap();
+        old_backlog_layout(&dir, &KEYS, &[], &[]);
     }
     let calls = calls(template.path(), case.agent, case.args);
     assert!(calls.contains_key("renameat"), "{}: {calls:?}", case.name);

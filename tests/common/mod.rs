@@ -808,3 +808,35 @@ pub fn stored(dir: &Path) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
     }
     std::collections::BTreeMap::from([(PathBuf::from("schema"), tables.into_bytes())])
 }
+
+/// Write, in the lock directory `dir`, a backlog in the layout before `backlog/index/` (a
+/// file a key in `members/`, a file a pending place in `pending/`, claims in the members
+/// and counted in `state.json`): `keys` from place 0 on, `claimed` (key, agent) among
+/// them, `returned` given back.
+pub fn old_backlog_layout(dir: &Path, keys: &[&str], claimed: &[(&str, &str)], returned: &[&str]) {
+    let b = dir.join("backlog");
+    for sub in ["members", "pending", "returned", "claimers"] {
+        std::fs::create_dir_all(b.join(sub)).unwrap();
+    }
+    let (mut ready, mut holders) = (0, serde_json::Map::new());
+    for (seq, k) in keys.iter().enumerate() {
+        let mut m = serde_json::json!({"key": k, "seq": seq});
+        if let Some((_, agent)) = claimed.iter().find(|(c, _)| c == k) {
+            m["claimed"] = serde_json::json!({"agent": agent, "recheck": "2026-01-01T01:00:00Z"});
+            let n = holders.get(*agent).and_then(Value::as_u64).unwrap_or(0);
+            holders.insert(agent.to_string(), (n + 1).into());
+        } else {
+            let dir = if returned.contains(k) {
+                "returned"
+            } else {
+                "pending"
+            };
+            std::fs::write(b.join(dir).join(seq.to_string()), k).unwrap();
+            ready += 1;
+        }
+        std::fs::write(b.join("members").join(k), m.to_string()).unwrap();
+    }
+    let state = serde_json::json!({"head": 0, "tail": keys.len(), "ready": ready,
+        "claimed": claimed.len(), "recheck": "2026-01-01T01:00:00Z", "holders": holders});
+    std::fs::write(b.join("state.json"), state.to_string()).unwrap();
+}

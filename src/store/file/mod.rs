@@ -392,7 +392,8 @@ impl FileStore {
 
     /// Every temp file is written under the guard, so while we hold it any temp file is
     /// debris of a process that died mid-write; the backlog's journal is a change such a
-    /// process was making, made again here.
+    /// process was making, made again here (and a backlog in the layout before
+    /// `backlog/index/` is moved into it).
     fn sweep_tmp(&self, g: &FileGuard) -> Result<()> {
         let entries = g.tmp.entries().map_err(|e| Error::io(g.tmp.path(), e))?;
         let mut journal = false;
@@ -412,7 +413,7 @@ impl FileStore {
         if journal {
             self.backlog_replay(g)?;
         }
-        Ok(())
+        self.backlog_migrate(g)
     }
 
     /// Read one key's slot. Never follows a symlink; never blocks on a planted FIFO.
