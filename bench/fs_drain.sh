@@ -11,7 +11,7 @@
 #   N=10000 A=16      keys, drainers
 #   FS=nojournal      or `journal`, or `tmpfs` (no ext4: a tmpfs mounted for the run), or
 #                     `here`: no file system of its own, MNT on the disk as it is (no root)
-#   JUNK=0            create and delete this many files on the new file system first
+#   JUNK=0            create and delete this many files beside the lock directory
 #   JUNK_WHEN=before  `before` the backlog add, or `after` it (right before the drain)
 #   CYCLE=0           1: each claim is followed by `release KEY --done` (work done), as
 #                     agents do; 0: claims only, every key stays held (the drain benchmarks)
@@ -26,7 +26,8 @@ JUNK_WHEN=${JUNK_WHEN:-before}
 MNT=${MNT:-/mnt/tasklock-fs-drain}
 
 if [ $# -eq 0 ]; then
-    sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
+    # The comment above `set`, without its marks.
+    sed -n '2,/^set /p' "$0" | sed -n 's/^# \{0,1\}//p'
     exit 2
 fi
 if [ "$FS" != here ] && [ "$(id -u)" != 0 ]; then

@@ -52,6 +52,7 @@ Needs Linux, Python 3.9+ (standard library only), cargo and PostgreSQL's server 
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import random
@@ -341,6 +342,7 @@ def bench_any(tl, kind, tmp, url, a):
 
 
 FRESH_FS_SIZE = 4 << 30
+FRESH_FS_IDS = itertools.count(1)
 
 
 @contextlib.contextmanager
@@ -350,9 +352,9 @@ def fresh_fs(tmp, kind, mode):
     if mode == "off" or kind != "file":
         yield tmp
         return
-    fresh_fs.count = getattr(fresh_fs, "count", 0) + 1
-    image = os.path.join(tmp, f"fs-{fresh_fs.count}.img")
-    mnt = os.path.join(tmp, f"fs-{fresh_fs.count}")
+    n = next(FRESH_FS_IDS)
+    image = os.path.join(tmp, f"fs-{n}.img")
+    mnt = os.path.join(tmp, f"fs-{n}")
     os.makedirs(mnt)
     with open(image, "wb") as f:
         f.truncate(FRESH_FS_SIZE)

@@ -171,6 +171,14 @@ struct State {
     holders: BTreeMap<String, u64>,
 }
 
+impl State {
+    /// `state.json`'s text.
+    fn encode(&self) -> Result<String> {
+        serde_json::to_string(self)
+            .map_err(|e| Error::Store(format!("cannot encode the backlog's state: {e}")))
+    }
+}
+
 /// The backlog's directories, opened (or made) once per operation.
 struct Dirs {
     top: Dir,
@@ -473,9 +481,7 @@ impl<'a> Work<'a> {
         if self.compact {
             self.files.compact(&self.d, s.head)?;
         }
-        let text = serde_json::to_string(&*s)
-            .map_err(|e| Error::Store(format!("cannot encode the backlog's state: {e}")))?;
-        self.write(Part::State, STATE.to_string(), text);
+        self.write(Part::State, STATE.to_string(), s.encode()?);
         let c = Change {
             steps: std::mem::take(&mut self.steps),
         };
@@ -1005,9 +1011,7 @@ impl FileStore {
         };
         let mut s = self.backlog_state(&d)?;
         s.recheck = recheck;
-        let text = serde_json::to_string(&s)
-            .map_err(|e| Error::Store(format!("cannot encode the backlog's state: {e}")))?;
-        self.publish_replace(g, text.as_bytes(), &d.top, STATE)
+        self.publish_replace(g, s.encode()?.as_bytes(), &d.top, STATE)
     }
 
     pub fn backlog_summary(&self) -> Result<BacklogSummary> {
@@ -1180,22 +1184,22 @@ fn remove_files(g: &FileGuard, dir: &Dir) -> Result<()> {
 /// A claimed key's entry in `claims/`; `None` when it is not claimed (or the file is
 /// damaged, or names another key).
 fn read_claim_entry(d: &Dirs, key_name: &str) -> Result<Option<BacklogEntry>> {
-    let name = key::encode(key_name);
-    Ok(read_small(&d.claims, &name)?
+    Ok(read_claim_file(d, &key::encode(key_name))?.filter(|m| m.key == key_name))
+}
+
+/// The claim in the file `name` of `claims/`; `None` when missing, damaged, or the claim
+/// of another key than its name encodes.
+fn read_claim_file(d: &Dirs, name: &str) -> Result<Option<BacklogEntry>> {
+    Ok(read_small(&d.claims, name)?
         .and_then(|b| serde_json::from_slice::<BacklogEntry>(&b).ok())
-        .filter(|m| m.key == key_name && m.claimed.is_some()))
+        .filter(|m| m.claimed.is_some() && key::encode(&m.key) == name))
 }
 
 /// Every entry of `claims/`.
 fn read_claims(d: &Dirs) -> Result<Vec<BacklogEntry>> {
     let mut out = Vec::new();
     for name in file_names(&d.claims)? {
-        if let Some(m) = read_small(&d.claims, &name)?
-            .and_then(|b| serde_json::from_slice::<BacklogEntry>(&b).ok())
-            .filter(|m| m.claimed.is_some() && key::encode(&m.key) == name)
-        {
-            out.push(m);
-        }
+        out.extend(read_claim_file(d, &name)?);
     }
     Ok(out)
 }
@@ -1231,10 +1235,7 @@ fn safe_step(st: &Step) -> bool {
     }
 }
 
+/// Remove `name` from `dir` (absent already is fine: [`Dir::unlink`]).
 fn unlink_quiet(dir: &Dir, name: &str) -> Result<()> {
-    match dir.unlink(name) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(Error::io(dir.join(name), e)),
-    }
+    dir.unlink(name).map_err(|e| Error::io(dir.join(name), e))
 }
