@@ -15,6 +15,8 @@
 #   JUNK_WHEN=before  `before` the backlog add, or `after` it (right before the drain)
 #   CYCLE=0           1: each claim is followed by `release KEY --done` (work done), as
 #                     agents do; 0: claims only, every key stays held (the drain benchmarks)
+#   FRESH=0           1: each claim by an agent never seen before, registering the
+#                     script's shell as its process (`checkout --next --pid`)
 #   MNT=/mnt/tasklock-fs-drain  where each file system is mounted (emptied, then removed)
 set -euo pipefail
 
@@ -89,6 +91,8 @@ for bin in "$@"; do
                     "$bin" release "${key%%\"*}" --done --agent "drainer-$i" >/dev/null
                     c=$((c + 1))
                 done
+            elif [ "${FRESH:-0}" = 1 ]; then
+                while "$bin" checkout --next --agent "drainer-$i-$c" --pid "$$" >/dev/null 2>&1; do c=$((c + 1)); done
             else
                 while "$bin" checkout --next --agent "drainer-$i" >/dev/null 2>&1; do c=$((c + 1)); done
             fi
@@ -102,8 +106,8 @@ for bin in "$@"; do
         echo "fs_drain: $bin claimed $claims keys of $N" >&2
         exit 1
     fi
-    printf '%s  FS=%s JUNK=%s(%s) CYCLE=%s  add %.2f s  drain %.1f s  %.0f claims/s\n' "$bin" "$FS" \
-        "$JUNK" "$JUNK_WHEN" "${CYCLE:-0}" "$(echo "$t_added - $t_add" | bc)" "$(echo "$t1 - $t0" | bc)" \
+    printf '%s  FS=%s JUNK=%s(%s) CYCLE=%s FRESH=%s  add %.2f s  drain %.1f s  %.0f claims/s\n' "$bin" "$FS" \
+        "$JUNK" "$JUNK_WHEN" "${CYCLE:-0}" "${FRESH:-0}" "$(echo "$t_added - $t_add" | bc)" "$(echo "$t1 - $t0" | bc)" \
         "$(echo "$claims / ($t1 - $t0)" | bc -l)"
     if [ "$FS" = here ]; then rm -rf "$run"; else umount "$MNT"; fi
 done

@@ -59,7 +59,7 @@ fn report(
     removed: Option<Vec<String>>,
     claims: Option<Vec<BacklogKey>>,
 ) -> Result<Report> {
-    let summary = store.backlog_summary()?;
+    let summary = store.backlog_summary(true)?;
     let next = store
         .backlog_ready(None, SHOWN)?
         .into_iter()

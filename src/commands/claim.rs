@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use crate::engine::Ctx;
-use crate::engine::backlog::Next;
+use crate::engine::backlog::{self, Next};
 use crate::engine::claim::{Claimed, claim_next};
 use crate::engine::take::Request;
 use crate::error::{Outcome, Result};
@@ -71,22 +71,27 @@ pub fn next(
     // Beside other claims where the store can (keys taken one by one under their own
     // locks); under the project's lock when nothing ready can be taken, or elsewhere.
     let locks = [crate::engine::agent_lock(&req.agent.id)];
-    let next = crate::engine::escalating(
-        &*store,
-        || store.begin_claim(&locks),
-        |guard, by_key| {
-            let req = crate::engine::take::with_registered_pid(ctx, &*store, guard, req.clone())?;
-            if by_key {
-                crate::engine::backlog::claim_by_key(ctx, &*store, guard, &req)
-            } else {
-                crate::engine::backlog::claim_next(ctx, &*store, guard, &req)
-            }
-        },
-    );
+    let next = backlog::settle(ctx, &*store, |lapsed| {
+        crate::engine::escalating(
+            &*store,
+            || store.begin_claim(&locks),
+            |guard, by_key| {
+                let req =
+                    crate::engine::take::with_registered_pid(ctx, &*store, guard, req.clone())?;
+                if by_key {
+                    backlog::claim_by_key(ctx, &*store, guard, &req, lapsed)
+                } else {
+                    backlog::claim_next(ctx, &*store, guard, &req, lapsed)
+                }
+            },
+        )
+    });
     let next = crate::engine::take::audited(ctx, &*store, &req, next)?;
     let (refused, summary) = match next {
         Next::Taken(r) => return Ok(Report::Checkout(r)),
-        Next::Refused { refused, summary } => (refused, summary),
+        Next::Refused {
+            refused, summary, ..
+        } => (refused, summary),
     };
     let outcome = if summary.ready == 0 && summary.claimed == 0 {
         Outcome::BacklogEmpty

@@ -43,6 +43,9 @@ pub enum Next {
     Refused {
         refused: Vec<CheckoutReport>,
         summary: BacklogSummary,
+        /// Whether the claimers' liveness was looked at (none had lapsed). When not,
+        /// `summary` names no holders, and [`settle`] looks without the project's lock.
+        judged: bool,
     },
 }
 
@@ -60,15 +63,57 @@ fn claim_of(r: &Record) -> BacklogClaim {
     claim(&r.agent.id, r.expires_at)
 }
 
+/// `checkout --next` whole: `run` claims ([`claim_next`] or [`claim_by_key`]), told
+/// whether a claim is known to have lapsed. When it took nothing without looking at the
+/// claimers, they are looked at here, after the project's lock is let go: spawn per task
+/// makes a claimer per claim, a registry entry each to read, and pollers of a backlog
+/// whose every key is claimed would otherwise take turns reading them all under the lock.
+/// A claimer found dead (or a recheck come) runs the claim again, to sweep.
+pub fn settle(
+    ctx: &Ctx,
+    store: &dyn Store,
+    mut run: impl FnMut(bool) -> Result<Next>,
+) -> Result<Next> {
+    let (refused, counts) = match run(false)? {
+        Next::Refused {
+            refused,
+            summary,
+            judged: false,
+        } => (refused, summary),
+        judged => return Ok(judged),
+    };
+    let summary = store.backlog_summary(true)?;
+    if summary.claimed > 0 && may_have_lapsed(ctx, &Claiming::new(store), &summary)? {
+        return run(true);
+    }
+    Ok(Next::Refused {
+        refused,
+        summary: BacklogSummary {
+            holders: summary.holders,
+            ..counts
+        },
+        judged: true,
+    })
+}
+
 /// Claim the first key of the backlog that `req` can take, under the project's scope.
-pub fn claim_next(ctx: &Ctx, store: &dyn Store, guard: &Guard, req: &Request) -> Result<Next> {
+/// Claims are swept when one is known to have `lapsed`, or its recheck time has come;
+/// otherwise the claimers are left to [`settle`].
+pub fn claim_next(
+    ctx: &Ctx,
+    store: &dyn Store,
+    guard: &Guard,
+    req: &Request,
+    lapsed: bool,
+) -> Result<Next> {
     let view = Claiming::new(store);
     let mut refused: Vec<CheckoutReport> = Vec::new();
     if let Some(r) = take_ready(ctx, &view, guard, req, &mut refused, ready_in_order(&view))? {
         return Ok(Next::Taken(r));
     }
-    let mut summary = view.backlog_summary()?;
-    if summary.claimed > 0 && may_have_lapsed(ctx, &view, &summary)? {
+    let mut summary = view.backlog_summary(false)?;
+    let due = summary.claimed > 0 && (lapsed || summary.recheck.is_some_and(|t| t <= ctx.now()));
+    if due {
         if sweep(ctx, &view, guard)? {
             refused.clear();
             if let Some(r) =
@@ -77,14 +122,18 @@ pub fn claim_next(ctx: &Ctx, store: &dyn Store, guard: &Guard, req: &Request) ->
                 return Ok(Next::Taken(r));
             }
         }
-        // A sweep may have changed claims; without one the backlog is as it was read.
-        summary = view.backlog_summary()?;
+        summary = view.backlog_summary(true)?;
     }
     if !refused.is_empty() {
         let ev = super::claim::one_deny(ctx, req, "checkout --next", &refused, view.denied.take());
         store.audit(guard, &ev)?;
     }
-    Ok(Next::Refused { refused, summary })
+    let judged = due || summary.claimed == 0;
+    Ok(Next::Refused {
+        refused,
+        summary,
+        judged,
+    })
 }
 
 /// Claim a key of the backlog in a scope of [`Store::begin_claim`], beside other claims
@@ -95,7 +144,13 @@ pub fn claim_next(ctx: &Ctx, store: &dyn Store, guard: &Guard, req: &Request) ->
 /// at every claimer, and they do it side by side. Anything more (a ready key passed over
 /// or refused, a sweep, a refusal to audit) escalates, and [`claim_next`] decides under
 /// the project's lock.
-pub fn claim_by_key(ctx: &Ctx, store: &dyn Store, guard: &Guard, req: &Request) -> Result<Next> {
+pub fn claim_by_key(
+    ctx: &Ctx,
+    store: &dyn Store,
+    guard: &Guard,
+    req: &Request,
+    lapsed: bool,
+) -> Result<Next> {
     let view = Claiming::new(store);
     let mut refused = Vec::new();
     let source = |after: Option<u64>| Ok(view.backlog_take(guard, after)?.into_iter().collect());
@@ -106,11 +161,18 @@ pub fn claim_by_key(ctx: &Ctx, store: &dyn Store, guard: &Guard, req: &Request) 
         return Err(Error::Escalate);
     }
     // Ready keys passed over were being taken by other claims, which may yet let them go.
-    let summary = view.backlog_summary()?;
-    if summary.ready > 0 || (summary.claimed > 0 && may_have_lapsed(ctx, &view, &summary)?) {
+    let summary = view.backlog_summary(true)?;
+    if lapsed
+        || summary.ready > 0
+        || (summary.claimed > 0 && may_have_lapsed(ctx, &view, &summary)?)
+    {
         return Err(Error::Escalate);
     }
-    Ok(Next::Refused { refused, summary })
+    Ok(Next::Refused {
+        refused,
+        summary,
+        judged: true,
+    })
 }
 
 /// The ready keys after a place, one and then [`BATCH`] at a time, under the project's
@@ -228,4 +290,78 @@ fn sweep(ctx: &Ctx, view: &Claiming<'_>, guard: &Guard) -> Result<bool> {
     }
     view.backlog_rechecked(guard, next)?;
     Ok(freed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::file::FileStore;
+
+    fn ctx(dir: &std::path::Path, agent: &str) -> Ctx {
+        Ctx::new(dir.to_path_buf(), Some(agent.to_string()), None).unwrap()
+    }
+
+    fn claimed(ctx: &Ctx, pid: Option<u32>) -> String {
+        match crate::commands::claim::next(ctx, None, None, pid).unwrap() {
+            crate::report::Report::Checkout(r) => r.key,
+            _ => panic!("nothing claimed"),
+        }
+    }
+
+    /// A claim of a backlog whose every key is claimed reads no claimer and no registry
+    /// entry under the lock: it leaves them to [`settle`], which finds the dead one after
+    /// the lock is let go and claims again, told so, to sweep.
+    #[test]
+    fn claimers_are_judged_after_the_lock_is_let_go() {
+        let td = tempfile::tempdir().unwrap();
+        let dir = td.path().join(".locks");
+        let file = FileStore::open_or_create(&dir).unwrap();
+        let store: &dyn Store = &file;
+        let keys = ["t1".to_string(), "t2".to_string()];
+        store.transaction(|g| store.backlog_add(g, &keys)).unwrap();
+        let mut dying = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        assert_eq!(claimed(&ctx(&dir, "a"), Some(dying.id())), "t1");
+        assert_eq!(claimed(&ctx(&dir, "b"), None), "t2");
+        dying.kill().unwrap();
+        dying.wait().unwrap();
+
+        let c = ctx(&dir, "c");
+        let req = Request::new(&c, None, None, None).unwrap();
+        let under_lock = |lapsed| store.transaction(|g| claim_next(&c, store, g, &req, lapsed));
+        match under_lock(false).unwrap() {
+            Next::Refused {
+                refused,
+                summary,
+                judged,
+            } => {
+                assert!(!judged, "the claimers are left to be judged");
+                assert!(refused.is_empty());
+                assert_eq!((summary.ready, summary.claimed), (0, 2));
+                assert!(summary.holders.is_empty(), "{:?}", summary.holders);
+            }
+            Next::Taken(r) => panic!("{} taken under the lock, with no sweep asked", r.key),
+        }
+        match settle(&c, store, under_lock).unwrap() {
+            Next::Taken(r) => {
+                assert_eq!(r.key, "t1");
+                let gone = r.took_over.expect("a's claim ended");
+                assert_eq!(gone.agent.id, "a");
+            }
+            Next::Refused { summary, .. } => panic!("the dead claimer was missed: {summary:?}"),
+        }
+        // Every claimer alive now: the answer names them, judged.
+        match settle(&c, store, under_lock).unwrap() {
+            Next::Refused {
+                summary, judged, ..
+            } => {
+                assert!(judged);
+                assert_eq!(summary.holders, ["b", "c"]);
+                assert_eq!((summary.ready, summary.claimed), (0, 2));
+            }
+            Next::Taken(r) => panic!("{} taken from a live claimer", r.key),
+        }
+    }
 }

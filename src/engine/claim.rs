@@ -469,7 +469,7 @@ impl Store for Claiming<'_> {
     fn backlog_rechecked(&self, g: &Guard, recheck: Option<Time>) -> Result<()> {
         self.inner.backlog_rechecked(g, recheck)
     }
-    fn backlog_summary(&self) -> Result<BacklogSummary> {
-        self.inner.backlog_summary()
+    fn backlog_summary(&self, holders: bool) -> Result<BacklogSummary> {
+        self.inner.backlog_summary(holders)
     }
 }

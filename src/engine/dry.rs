@@ -338,7 +338,7 @@ impl Store for DryRun<'_> {
     fn backlog_rechecked(&self, _g: &Guard, _r: Option<crate::clock::Time>) -> Result<()> {
         Ok(())
     }
-    fn backlog_summary(&self) -> Result<BacklogSummary> {
-        self.inner.backlog_summary()
+    fn backlog_summary(&self, holders: bool) -> Result<BacklogSummary> {
+        self.inner.backlog_summary(holders)
     }
 }

@@ -418,8 +418,9 @@ pub trait Store {
     /// Every claim was looked at: none needs a look before `recheck`.
     fn backlog_rechecked(&self, g: &Guard, recheck: Option<Time>) -> Result<()>;
 
-    /// The backlog in counts.
-    fn backlog_summary(&self) -> Result<BacklogSummary>;
+    /// The backlog in counts; with `holders`, every agent holding a claim too (a file per
+    /// claimer on the file store, where spawn per task makes a claimer per claim).
+    fn backlog_summary(&self, holders: bool) -> Result<BacklogSummary>;
 }
 
 /// The rule of [`Store::sweep_turn`] for a store that reads the last sweep's time

@@ -1014,15 +1014,17 @@ impl FileStore {
         self.publish_replace(g, s.encode()?.as_bytes(), &d.top, STATE)
     }
 
-    pub fn backlog_summary(&self) -> Result<BacklogSummary> {
+    pub fn backlog_summary(&self, with_holders: bool) -> Result<BacklogSummary> {
         let Some(d) = self.backlog_dirs(false)? else {
             return Ok(BacklogSummary::default());
         };
         let s = self.backlog_state(&d)?;
         let mut holders: BTreeSet<String> = s.holders.into_keys().collect();
-        for name in file_names(&d.claimers)? {
-            if let Some((_, id)) = read_claimer(&d, &name)? {
-                holders.insert(id);
+        if with_holders {
+            for name in file_names(&d.claimers)? {
+                if let Some((_, id)) = read_claimer(&d, &name)? {
+                    holders.insert(id);
+                }
             }
         }
         Ok(BacklogSummary {

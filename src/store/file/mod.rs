@@ -1399,8 +1399,8 @@ impl Store for FileStore {
     fn backlog_rechecked(&self, g: &Guard, recheck: Option<Time>) -> Result<()> {
         FileStore::backlog_rechecked(self, g.get(), recheck)
     }
-    fn backlog_summary(&self) -> Result<BacklogSummary> {
-        FileStore::backlog_summary(self)
+    fn backlog_summary(&self, holders: bool) -> Result<BacklogSummary> {
+        FileStore::backlog_summary(self, holders)
     }
     fn remove_freeze(&self, g: &Guard, pattern: &str) -> Result<Option<Freeze>> {
         FileStore::remove_freeze(self, g.get(), pattern)
