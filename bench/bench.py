@@ -21,6 +21,8 @@ temporary lock directory:
      directory is measured in the same rounds.
 
 `--only-list` runs benchmark 3 alone (its 10,000 keys are still held first).
+`--fresh-fs nojournal|journal` (as root) runs it all on an ext4 made for the run, so that
+files an earlier run deleted do not slow down every file this one creates.
 
 Commands that are compared are interleaved round by round, in a shuffled order, so that
 drift on a noisy machine hits both sides alike. Each checkout takes a free key and each
@@ -45,6 +47,9 @@ import sys
 import tarfile
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pg  # noqa: E402  (fresh_fs, shared)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 AGENT = "bench"
@@ -73,6 +78,11 @@ def parse_args():
                    help="util-linux flock binary (default: from PATH)")
     p.add_argument("--tmpdir", help="where to create the lock directories (default: system temp "
                    "dir); the file system matters, use one like your repository's")
+    p.add_argument("--fresh-fs", choices=["off", "nojournal", "journal"], default="off",
+                   help="measure on an ext4 made for the run (a loop device; needs root and "
+                   "mkfs.ext4), without or with a journal: files deleted on the disk before "
+                   "(by an earlier run) make every file created slower on ext4 without a "
+                   "journal (docs/performance.md, \"The file system under a drain\")")
     p.add_argument("--cpu", type=int, metavar="N",
                    help="pin the benchmark and every process it starts to CPU N (default: no "
                    "pinning, as agents run it); flock then pays no cross-CPU wake-up for its child")
@@ -411,11 +421,18 @@ def main():
     if not TIME:
         print("bench: GNU time not found, peak memory is not measured "
               "(Debian/Ubuntu: apt-get install -y time)", file=sys.stderr)
-    tmp = tempfile.mkdtemp(prefix="tasklock-bench-", dir=a.tmpdir)
+    if a.fresh_fs != "off" and (os.geteuid() != 0 or not shutil.which("mkfs.ext4")):
+        sys.exit("bench: --fresh-fs mounts a file system of its own: run it as root, "
+                 "with mkfs.ext4 (e2fsprogs) installed")
+    base = tempfile.mkdtemp(prefix="tasklock-bench-", dir=a.tmpdir)
+    fs = pg.fresh_fs(base, "file", a.fresh_fs)
+    tmp = fs.__enter__()
     MEM_OUT = os.path.join(tmp, "time.out")
     t_start = time.perf_counter()
     try:
         info = machine(tl, bool(a.tasklock), a.flock, tmp, a.rev)
+        info["file system"] = ("as it is" if a.fresh_fs == "off"
+                               else f"a new ext4 ({a.fresh_fs})")
         if a.only_list:
             full = os.path.join(tmp, "held")
             setup = fill(tl, full, a.held)
@@ -429,10 +446,11 @@ def main():
         print("bench: 3/3 list", file=sys.stderr, flush=True)
         md, js, lv, json_bytes, cat, base = bench_list(tl, tmp, full, a, rng)
     finally:
-        if a.keep:
+        if a.keep and a.fresh_fs == "off":
             print(f"bench: kept {tmp}", file=sys.stderr)
         else:
-            shutil.rmtree(tmp, ignore_errors=True)
+            fs.__exit__(None, None, None)
+            shutil.rmtree(base, ignore_errors=True)
     elapsed = time.perf_counter() - t_start
     info["load average at end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
     if os.getloadavg()[0] > 0.5 * (os.cpu_count() or 1):
