@@ -301,10 +301,18 @@ mod tests {
         Ctx::new(dir.to_path_buf(), Some(agent.to_string()), None).unwrap()
     }
 
-    fn claimed(ctx: &Ctx, pid: Option<u32>) -> String {
-        match crate::commands::claim::next(ctx, None, None, pid).unwrap() {
-            crate::report::Report::Checkout(r) => r.key,
-            _ => panic!("nothing claimed"),
+    fn claimed(ctx: &Ctx, store: &dyn Store, pid: Option<u32>) -> String {
+        let req = Request::new(ctx, None, None, None)
+            .unwrap()
+            .registering(pid)
+            .unwrap();
+        let next = store.transaction(|g| {
+            let req = super::super::take::with_registered_pid(ctx, store, g, req.clone())?;
+            claim_next(ctx, store, g, &req, false)
+        });
+        match next.unwrap() {
+            Next::Taken(r) => r.key,
+            Next::Refused { .. } => panic!("nothing claimed"),
         }
     }
 
@@ -323,8 +331,8 @@ mod tests {
             .arg("30")
             .spawn()
             .unwrap();
-        assert_eq!(claimed(&ctx(&dir, "a"), Some(dying.id())), "t1");
-        assert_eq!(claimed(&ctx(&dir, "b"), None), "t2");
+        assert_eq!(claimed(&ctx(&dir, "a"), store, Some(dying.id())), "t1");
+        assert_eq!(claimed(&ctx(&dir, "b"), store, None), "t2");
         dying.kill().unwrap();
         dying.wait().unwrap();
 
