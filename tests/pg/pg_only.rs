@@ -223,14 +223,14 @@ fn every_command_of_a_project_shares_one_schema_and_one_token_sequence() {
     assert!(!e.dir().join("keys").exists());
     assert_eq!(
         psql(&e.dir(), "SELECT max(version) FROM schema_version").trim(),
-        "5"
+        "6"
     );
 }
 
-/// The reads of a scope's BEGIN are functions of the schema (version 5), planned once
-/// per server session. A schema of version 4 (what the build before left, with keys in
-/// its backlog) is upgraded by the first claim, which then takes its key; the claims
-/// after it are three round trips again.
+/// The reads of a scope's BEGIN are functions of the schema (version 5, `read_ahead`
+/// replaced in 6), planned once per server session. A schema of version 4 (what the
+/// build before left, with keys in its backlog) is upgraded by the first claim, which
+/// then takes its key; the claims after it are three round trips again.
 #[test]
 fn a_claim_upgrades_a_version_4_schema_to_its_functions() {
     let e = Env::new();
@@ -245,7 +245,7 @@ fn a_claim_upgrades_a_version_4_schema_to_its_functions() {
     psql(
         &e.dir(),
         "DROP FUNCTION take_ahead, read_ahead, take_next; \
-         DELETE FROM schema_version WHERE version = 5",
+         DELETE FROM schema_version WHERE version >= 5",
     );
     let pid = std::process::id().to_string();
     let j = e
@@ -254,7 +254,7 @@ fn a_claim_upgrades_a_version_4_schema_to_its_functions() {
     assert_eq!(j["key"], "k1", "{j}");
     assert_eq!(
         psql(&e.dir(), "SELECT max(version) FROM schema_version").trim(),
-        "5"
+        "6"
     );
     assert_eq!(
         psql(&e.dir(), functions).trim(),
@@ -263,6 +263,76 @@ fn a_claim_upgrades_a_version_4_schema_to_its_functions() {
     let (sent, run) = messages_sent(&e, "b", &["checkout", "--next", "--json"]);
     assert_eq!(run.json()["key"], "k2", "{}", run.text());
     assert_eq!(sent, 3, "{}", run.text());
+}
+
+/// The plans of the statements `sql` runs, nested ones (inside the schema's functions)
+/// included, as auto_explain gives them, in a session of its own: planned afresh, from the
+/// tables as they are now.
+fn plans(dir: &Path, sql: &str) -> String {
+    let base = std::env::var("TASKLOCK_TEST_PG_URL").expect("TASKLOCK_TEST_PG_URL");
+    let mut cmd = Command::new("psql");
+    cmd.arg(&base).args(["-X", "-q", "-v", "ON_ERROR_STOP=1"]);
+    for c in [
+        "LOAD 'auto_explain'".to_string(),
+        "SET auto_explain.log_min_duration = 0".to_string(),
+        "SET auto_explain.log_nested_statements = on".to_string(),
+        "SET auto_explain.log_level = notice".to_string(),
+        "SET client_min_messages = notice".to_string(),
+        format!("SET search_path TO {}", pg_schema(dir)),
+        sql.to_string(),
+    ] {
+        cmd.args(["-c", &c]);
+    }
+    let out = cmd.stdin(Stdio::null()).output().expect("run psql");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stderr).unwrap()
+}
+
+/// Version 6: `read_ahead` (and `take_ahead`, which calls it) finds each row it reads by
+/// its table's key. Version 5 joined them, and a server session planned that once, while
+/// the tables were small, as a scan of all of `records` and of `slot_records`: every
+/// claim of a drain then read the record of every key held so far.
+#[test]
+fn the_reads_of_a_claim_find_their_rows_by_key_however_the_tables_grow() {
+    let e = Env::new();
+    e.ok("observer", &["backlog", "add", "k1", "k2"]);
+    for i in 0..40 {
+        e.ok("a", &["checkout", &format!("held-{i}")]);
+    }
+    e.ok("a", &["checkout", "slotted", "--slots", "2"]);
+    e.ok("b", &["checkout", "queued-on"]);
+    assert_eq!(
+        e.run(Some("c"), &["checkout", "queued-on", "--queue"]).code,
+        2
+    );
+    e.ok("a", &["release", "held-0"]);
+    let seen = plans(
+        &e.dir(),
+        "SELECT count(*) FROM read_ahead(ARRAY['held-0', 'held-1', 'slotted', 'queued-on', 'k2'], 3); \
+         SELECT count(*) FROM take_ahead('\\x00'::bytea, 3)",
+    );
+    assert!(
+        seen.contains("Function Scan on unnest"),
+        "read_ahead's own plan was not shown: {seen}"
+    );
+    for table in [
+        "records",
+        "slot_records",
+        "queues",
+        "ended",
+        "notes",
+        "backlog",
+    ] {
+        assert!(
+            !seen.contains(&format!("Seq Scan on {table} ")),
+            "a claim's reads scan the whole of {table}: {seen}"
+        );
+    }
+    assert!(seen.contains("Index Scan using records_pkey"), "{seen}");
 }
 
 #[test]
@@ -282,7 +352,7 @@ fn doctor_reports_the_server_and_the_schema() {
     let detail = store["detail"].as_str().unwrap();
     assert!(detail.starts_with("PostgreSQL "), "{detail}");
     assert!(
-        detail.contains(&format!("schema {} at version 5", pg_schema(&e.dir()))),
+        detail.contains(&format!("schema {} at version 6", pg_schema(&e.dir()))),
         "{detail}"
     );
 }

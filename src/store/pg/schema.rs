@@ -19,9 +19,12 @@
 //!    `take_ahead`): a statement sent through a pooler in transaction mode is planned
 //!    every time, one inside a PL/pgSQL function once per server session, which the
 //!    pooler keeps. They read and take locks; nothing in them decides (the engine does).
+//! 6. `read_ahead` again, each row it reads looked up by its key: version 5's joins were
+//!    planned once per session, while the tables were small, as a scan of all of
+//!    `records` (and of `slot_records`), which every claim then paid in full as they grew.
 
 /// The newest schema version this build knows.
-pub const CURRENT: i32 = 5;
+pub const CURRENT: i32 = 6;
 
 /// Migration `i + 1` is `MIGRATIONS[i]`; `{s}` stands for the schema name.
 pub const MIGRATIONS: &[&str] = &[
@@ -182,6 +185,40 @@ DO $tl$ BEGIN
         ALTER FUNCTION {s}.take_next(bigint, bytea) SET plan_cache_mode = force_generic_plan;
         ALTER FUNCTION {s}.read_ahead(text[], integer) SET plan_cache_mode = force_generic_plan;
         ALTER FUNCTION {s}.take_ahead(bytea, integer) SET plan_cache_mode = force_generic_plan;
+    END IF;
+END $tl$;
+"#,
+    // 6: read_ahead's rows each found through their table's key, whatever the tables held
+    // when a session planned it: a subquery with a LIMIT, or one giving a single value,
+    // is never turned into a join or a hashed scan of the whole table. Replacing the
+    // function resets its settings, so plan_cache_mode is set again.
+    r#"
+CREATE OR REPLACE FUNCTION {s}.read_ahead(p_keys text[], p_notes integer)
+RETURNS TABLE (tasklock_ahead text, a_key text, a_n bigint, a_data text, a_queue text)
+LANGUAGE plpgsql AS $tl$
+BEGIN
+    RETURN QUERY WITH k AS (SELECT x.key,
+            (SELECT r.data::text FROM {s}.records r WHERE r.key = x.key) AS rec,
+            (SELECT 1 FROM {s}.slot_records sr WHERE sr.key = x.key LIMIT 1) IS NOT NULL
+                AS slots,
+            (SELECT q.data::text FROM {s}.queues q WHERE q.key = x.key) AS queue
+            FROM unnest(p_keys) AS x(key) WHERE x.key IS NOT NULL),
+        t AS (SELECT k.key, nextval('{s}.tokens') AS token FROM k
+            WHERE k.rec IS NULL AND NOT k.slots AND k.queue IS NULL
+            AND NOT EXISTS (SELECT 1 FROM {s}.freezes))
+    SELECT 'key'::text, k.key, k.slots::int::bigint, k.rec, k.queue FROM k
+    UNION ALL SELECT 'freezes', NULL, NULL, NULL, NULL
+    UNION ALL SELECT 'freeze', NULL, NULL, f.data::text, NULL FROM {s}.freezes f
+    UNION ALL SELECT 'token', t.key, t.token, NULL, NULL FROM t
+    UNION ALL SELECT 'ended', t.key, NULL, e.data, NULL FROM t, LATERAL
+        (SELECT ed.data::text AS data FROM {s}.ended ed WHERE ed.key = t.key LIMIT 1) AS e
+    UNION ALL SELECT 'note', t.key, n.id, n.data::text, NULL FROM t, LATERAL
+        (SELECT nt.id, nt.data FROM {s}.notes nt WHERE nt.key = t.key
+         ORDER BY nt.id DESC LIMIT p_notes) AS n;
+END $tl$;
+DO $tl$ BEGIN
+    IF current_setting('server_version_num')::int >= 120000 THEN
+        ALTER FUNCTION {s}.read_ahead(text[], integer) SET plan_cache_mode = force_generic_plan;
     END IF;
 END $tl$;
 "#,
