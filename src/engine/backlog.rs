@@ -157,15 +157,13 @@ pub fn claim_by_key(
     if let Some(r) = take_ready(ctx, &view, guard, req, &mut refused, source)? {
         return Ok(Next::Taken(r));
     }
-    if !refused.is_empty() {
+    // A claim known to have lapsed is swept under the project's lock.
+    if lapsed || !refused.is_empty() {
         return Err(Error::Escalate);
     }
     // Ready keys passed over were being taken by other claims, which may yet let them go.
     let summary = view.backlog_summary(true)?;
-    if lapsed
-        || summary.ready > 0
-        || (summary.claimed > 0 && may_have_lapsed(ctx, &view, &summary)?)
-    {
+    if summary.ready > 0 || (summary.claimed > 0 && may_have_lapsed(ctx, &view, &summary)?) {
         return Err(Error::Escalate);
     }
     Ok(Next::Refused {
