@@ -35,6 +35,8 @@ as root; or use --url), and measures whole process invocations, as an agent sees
      task, right after the one-agent drain: each claim by an agent id never seen before,
      which registers its process first (`beat`: `heartbeat --pid`, then `checkout
      --next`), with the claim (`pid`: `checkout --next --pid`), or not at all (`bare`).
+     With --audit-events N, each schema's audit table holds N old events before its drain
+     (a project that has run for a while), on PostgreSQL.
      With --baseline(-rev), the baseline drains the same backlog with
      `checkout --any` (benchmark 3) right before, in the same run. N: --next-sizes.
      Before and after the drains, the same harness spawns util-linux `flock -n FILE
@@ -99,6 +101,10 @@ def parse_args():
                    "a new agent id, right after the one-agent drain: comma-separated modes "
                    "beat (heartbeat --pid, then checkout --next), pid (checkout --next "
                    "--pid), bare (checkout --next, no process registered)")
+    p.add_argument("--audit-events", type=int, default=0, metavar="N",
+                   help="benchmark 5 on PostgreSQL: put N events in each schema's audit table "
+                   "before its drain, as a project that has run for a while has (the default "
+                   "bound, 40 MiB of events, holds about 400,000)")
     p.add_argument("--flat-sizes", default="1000,10000,100000",
                    help="backlog sizes of benchmark 6 (default 1000,10000,100000)")
     p.add_argument("--claim-runs", type=int, default=40,
@@ -453,17 +459,43 @@ FRESH_LABELS = {
 }
 
 
-def drain_next(tl, kind, tmp, url, n, agents, limit, fresh=None):
+def fill_audit(st, events):
+    """Put `events` old events in the audit table of `st`'s schema (made by a command
+    before), with their running sizes where the schema keeps them (version 7)."""
+    url, schema = st.env["TASKLOCK_URL"].split("?schema=")
+    sql = f"""DO $b$ BEGIN
+  CREATE TEMP TABLE old_events AS SELECT i, jsonb_build_object('ts', now(), 'event', 'acquire',
+      'key', 'old-' || i, 'agent', 'old', 'token', i) AS e FROM generate_series(1, {events}) AS i;
+  IF EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = '{schema}'
+             AND table_name = 'audit' AND column_name = 'total') THEN
+    EXECUTE 'INSERT INTO {schema}.audit (ts, event, key, agent, data, total)
+      SELECT now(), ''acquire'', e->>''key'', ''old'', e,
+        sum(octet_length(e::text)) OVER (ORDER BY i) FROM old_events';
+  ELSE
+    INSERT INTO {schema}.audit (ts, event, key, agent, data)
+      SELECT now(), 'acquire', e->>'key', 'old', e FROM old_events;
+  END IF;
+END $b$; ANALYZE {schema}.audit;"""
+    r = subprocess.run(["psql", "-qAt", url, "-c", sql], capture_output=True, text=True,
+                       stdin=subprocess.DEVNULL)
+    if r.returncode != 0:
+        raise RuntimeError(f"filling the audit table: {r.stderr.strip()}")
+
+
+def drain_next(tl, kind, tmp, url, n, agents, limit, fresh=None, audit_events=0):
     """`fresh`: spawn per task, every claim by an agent id never seen before (the
     drainer's number and its claim's), so each claim is also that agent's first command:
     "beat" registers the agent's process first (`heartbeat --pid`, a process of its own,
     as before `checkout --pid`), "pid" registers it with the claim (`checkout --next
     --pid`), "bare" registers none. The process registered is this benchmark's own, which
-    lives for the whole drain."""
+    lives for the whole drain. `audit_events`: old events put in the audit table first
+    (PostgreSQL)."""
     st = Store(kind, tmp, url)
     keys = [f"job-{i:06d}" for i in range(n)]
     must(st.argv(tl, "setup", "list"), st.env)
     add_backlog(tl, st, keys)
+    if audit_events and kind == "pg":
+        fill_audit(st, audit_events)
     deadline = time.perf_counter() + limit
     me = str(os.getpid())
 
@@ -653,7 +685,8 @@ def main():
                         for name, binary in builds:
                             with fresh_fs(tmp, k, a.fresh_fs) as where:
                                 d = drain_next(binary, k, where, url, n, a.agents,
-                                               a.drain_limit, fresh=mode)
+                                               a.drain_limit, fresh=mode,
+                                               audit_events=a.audit_events)
                             d["binary"] = f"{name}, {label}"
                             figures["drain_next"].append(d)
             # Measured before and after, so load that came or went during the drains shows.

@@ -223,7 +223,7 @@ fn every_command_of_a_project_shares_one_schema_and_one_token_sequence() {
     assert!(!e.dir().join("keys").exists());
     assert_eq!(
         psql(&e.dir(), "SELECT max(version) FROM schema_version").trim(),
-        "6"
+        "7"
     );
 }
 
@@ -254,7 +254,7 @@ fn a_claim_upgrades_a_version_4_schema_to_its_functions() {
     assert_eq!(j["key"], "k1", "{j}");
     assert_eq!(
         psql(&e.dir(), "SELECT max(version) FROM schema_version").trim(),
-        "6"
+        "7"
     );
     assert_eq!(
         psql(&e.dir(), functions).trim(),
@@ -352,7 +352,7 @@ fn doctor_reports_the_server_and_the_schema() {
     let detail = store["detail"].as_str().unwrap();
     assert!(detail.starts_with("PostgreSQL "), "{detail}");
     assert!(
-        detail.contains(&format!("schema {} at version 6", pg_schema(&e.dir()))),
+        detail.contains(&format!("schema {} at version 7", pg_schema(&e.dir()))),
         "{detail}"
     );
 }
@@ -451,6 +451,16 @@ fn the_audit_table_keeps_its_newest_events_within_the_configured_size() {
         .unwrap();
     // The bound, plus at most the events between two looks (64 of about 200 bytes).
     assert!(bytes <= 8 * 1024 + 64 * 300, "{bytes} bytes in {rows} rows");
+    // Each commit carried the log's running size on, event by event.
+    assert_eq!(
+        psql(
+            &e.dir(),
+            "SELECT count(*) FILTER (WHERE total - prev <> octet_length(data::text)) \
+             FROM (SELECT total, data, lag(total) OVER (ORDER BY id) AS prev FROM audit) t"
+        )
+        .trim(),
+        "0"
+    );
     assert!(rows < 300, "{rows} rows: nothing was dropped");
     // The newest are there, in order; the oldest are gone.
     let out = e.ok("a", &["audit", "--limit", "0", "--json"]).stdout;

@@ -22,9 +22,12 @@
 //! 6. `read_ahead` again, each row it reads looked up by its key: version 5's joins were
 //!    planned once per session, while the tables were small, as a scan of all of
 //!    `records` (and of `slot_records`), which every claim then paid in full as they grew.
+//! 7. `audit.total`: the size of every event so far (by its JSON text), this one included,
+//!    indexed, so that keeping the table to its bound reads only the newest row and the
+//!    rows it drops; it used to add up the whole table, once every 64 events.
 
 /// The newest schema version this build knows.
-pub const CURRENT: i32 = 6;
+pub const CURRENT: i32 = 7;
 
 /// Migration `i + 1` is `MIGRATIONS[i]`; `{s}` stands for the schema name.
 pub const MIGRATIONS: &[&str] = &[
@@ -221,6 +224,18 @@ DO $tl$ BEGIN
         ALTER FUNCTION {s}.read_ahead(text[], integer) SET plan_cache_mode = force_generic_plan;
     END IF;
 END $tl$;
+"#,
+    // 7: the running size of the audit log, each event's `total` the bytes of every event
+    // before it and its own (JSON text, as `data::text` gives it), for the rows there now
+    // in their order; new rows are added to it under the audit lock (client/mod.rs).
+    r#"
+ALTER TABLE {s}.audit ADD COLUMN IF NOT EXISTS total bigint;
+UPDATE {s}.audit a SET total = t.total
+    FROM (SELECT id, sum(octet_length(data::text)) OVER (ORDER BY id) AS total
+          FROM {s}.audit) t
+    WHERE a.id = t.id;
+ALTER TABLE {s}.audit ALTER COLUMN total SET NOT NULL;
+CREATE INDEX IF NOT EXISTS audit_total ON {s}.audit (total);
 "#,
 ];
 

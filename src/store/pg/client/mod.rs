@@ -1301,21 +1301,52 @@ impl PgStore {
 
     /// The audit table is bounded as the file store's log is: about `audit_keep + 1` times
     /// `audit_max_size` bytes of events are kept, the oldest dropped first. Looked at
-    /// when the ids cross a multiple of [`AUDIT_TRIM_EVERY`] (the look is a scan of the
-    /// table), so it may pass the bound by that many events in between.
-    fn trim_audit(&self) -> String {
+    /// when the ids cross a multiple of [`AUDIT_TRIM_EVERY`], so it may pass the bound by
+    /// that many events in between. The look reads the newest event's running total and,
+    /// through the index on `total`, the newest event that falls outside the bound (two
+    /// index lookups, whatever the table holds); only when there is one does a second
+    /// statement drop it and everything older, with the cut as a literal, so that the
+    /// server plans it for the few rows below it.
+    fn trim_audit(&self, client: &mut Client) -> std::result::Result<(), postgres::Error> {
         let cfg = self.config().unwrap_or_default();
         let budget = cfg
             .audit_max_size
             .saturating_mul(cfg.audit_keep as u64 + 1)
             .min(i64::MAX as u64);
+        self.trim_audit_with(client, budget)
+    }
+
+    /// [`PgStore::trim_audit`] to `budget` bytes.
+    pub(super) fn trim_audit_with(
+        &self,
+        client: &mut Client,
+        budget: u64,
+    ) -> std::result::Result<(), postgres::Error> {
+        let rows = client.simple_query(&self.audit_cut_sql(budget))?;
+        let cut = rows.iter().find_map(|m| match m {
+            SimpleQueryMessage::Row(r) => r.get(0).and_then(|t| t.parse::<i64>().ok()),
+            _ => None,
+        });
+        if let Some(cut) = cut {
+            client.batch_execute(&self.audit_drop_sql(cut))?;
+        }
+        Ok(())
+    }
+
+    /// The running total of the newest event that `budget` bytes of newer events leave
+    /// out, if any (see [`PgStore::trim_audit`]).
+    pub(super) fn audit_cut_sql(&self, budget: u64) -> String {
         format!(
-            "DELETE FROM {s}.audit WHERE id <= (\
-               SELECT id FROM (SELECT id, sum(octet_length(data::text)) \
-                 OVER (ORDER BY id DESC) AS kept FROM {s}.audit) t \
-               WHERE kept > {budget} ORDER BY id DESC LIMIT 1)",
+            "SELECT a.total FROM {s}.audit a WHERE a.total <= \
+               (SELECT n.total FROM {s}.audit n ORDER BY n.id DESC LIMIT 1) - {budget} \
+             ORDER BY a.total DESC LIMIT 1",
             s = self.schema,
         )
+    }
+
+    /// Drop the events up to the one whose running total is `cut`.
+    pub(super) fn audit_drop_sql(&self, cut: i64) -> String {
+        format!("DELETE FROM {}.audit WHERE total <= {cut}", self.schema)
     }
 
     /// `COMMIT`, with the notifications of what changed. An error if any statement of
@@ -1344,10 +1375,12 @@ impl PgStore {
         let mut sql = put_off;
         sql.push_str("SELECT 1; ");
         let events = g.audit.take();
-        if g.scope.is_some() && !events.is_empty() {
-            // Scopes of some keys commit side by side: their events are numbered one
-            // commit at a time, so that a reader following the log (ids ascending) never
-            // sees a later id before an earlier one commits.
+        if !events.is_empty() {
+            // Scopes of some keys (or of registry entries alone, which take no project
+            // lock) commit side by side with each other and with a whole-project one:
+            // their events are numbered one commit at a time, so that a reader following
+            // the log (ids ascending) never sees a later id before an earlier one commits,
+            // and each event's running total follows the one committed before it.
             sql.push_str(&format!(
                 "SELECT pg_advisory_xact_lock({}); ",
                 lock_id(&["audit", &self.schema])
@@ -1358,8 +1391,10 @@ impl PgStore {
             // literal whose tag the JSON does not contain.
             let json = literal(&format!("[{}]", events.join(",")));
             sql.push_str(&format!(
-                "INSERT INTO {s}.audit (ts, event, key, agent, data) \
-                 SELECT (e->>'ts')::timestamptz, e->>'event', e->>'key', e->>'agent', e \
+                "INSERT INTO {s}.audit (ts, event, key, agent, data, total) \
+                 SELECT (e->>'ts')::timestamptz, e->>'event', e->>'key', e->>'agent', e, \
+                   coalesce((SELECT p.total FROM {s}.audit p ORDER BY p.id DESC LIMIT 1), 0) \
+                   + sum(octet_length(e::text)) OVER (ORDER BY n) \
                  FROM jsonb_array_elements({json}::jsonb) WITH ORDINALITY AS t(e, n) \
                  ORDER BY n RETURNING id AS {AUDIT_ID}; SELECT pg_notify('{}', ''); ",
                 self.channel("audit"),
@@ -1376,7 +1411,7 @@ impl PgStore {
         match client.simple_query(&sql) {
             Ok(answers) => {
                 // The ids of the events: when they cross a multiple of AUDIT_TRIM_EVERY, a
-                // look at the table's size, in a statement of its own (planned only then).
+                // look at the table's size, in statements of their own (planned only then).
                 let newest = answers
                     .iter()
                     .filter_map(|m| match m {
@@ -1388,7 +1423,7 @@ impl PgStore {
                     .max();
                 let added = events.len().min(AUDIT_TRIM_EVERY as usize) as i64;
                 if newest.is_some_and(|id| id % AUDIT_TRIM_EVERY < added)
-                    && let Err(e) = client.batch_execute(&self.trim_audit())
+                    && let Err(e) = self.trim_audit(&mut client)
                 {
                     crate::warnings::warn(format!(
                         "the audit table in PostgreSQL at {} was not trimmed to its bound ({}); the next look will",
