@@ -22,7 +22,9 @@ temporary lock directory:
 
 `--only-list` runs benchmark 3 alone (its 10,000 keys are still held first).
 `--fresh-fs nojournal|journal` (as root) runs it all on an ext4 made for the run, so that
-files an earlier run deleted do not slow down every file this one creates.
+files an earlier run deleted do not slow down every file this one creates. `--drop-caches`
+(as root) empties the page cache first, so tasklock's binary is read back from disk as
+flock's and the C library's are, not cached as the build or a copy wrote it.
 
 Commands that are compared are interleaved round by round, in a shuffled order, so that
 drift on a noisy machine hits both sides alike. Each checkout takes a free key and each
@@ -83,6 +85,12 @@ def parse_args():
                    "mkfs.ext4), without or with a journal: files deleted on the disk before "
                    "(by an earlier run) make every file created slower on ext4 without a "
                    "journal (docs/performance.md, \"The file system under a drain\")")
+    p.add_argument("--drop-caches", action="store_true",
+                   help="empty the page cache first (root), so that every binary, tasklock's "
+                   "as well as flock, true and the C library, is read back from disk by the "
+                   "exec that first runs it, as after a reboot: a binary just built or "
+                   "copied sits in the cache as it was written, which starts a tasklock "
+                   "command in about 15%% less time (docs/performance.md)")
     p.add_argument("--cpu", type=int, metavar="N",
                    help="pin the benchmark and every process it starts to CPU N (default: no "
                    "pinning, as agents run it); flock then pays no cross-CPU wake-up for its child")
@@ -424,6 +432,12 @@ def main():
     if a.fresh_fs != "off" and (os.geteuid() != 0 or not shutil.which("mkfs.ext4")):
         sys.exit("bench: --fresh-fs mounts a file system of its own: run it as root, "
                  "with mkfs.ext4 (e2fsprogs) installed")
+    if a.drop_caches:
+        if os.geteuid() != 0:
+            sys.exit("bench: --drop-caches writes /proc/sys/vm/drop_caches: run it as root")
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
     base = tempfile.mkdtemp(prefix="tasklock-bench-", dir=a.tmpdir)
     fs = pg.fresh_fs(base, "file", a.fresh_fs)
     tmp = fs.__enter__()
@@ -433,6 +447,9 @@ def main():
         info = machine(tl, bool(a.tasklock), a.flock, tmp, a.rev)
         info["file system"] = ("as it is" if a.fresh_fs == "off"
                                else f"a new ext4 ({a.fresh_fs})")
+        info["page cache"] = ("emptied before the run: every binary read back by exec"
+                              if a.drop_caches else
+                              "as found (a binary just built or copied starts faster)")
         if a.only_list:
             full = os.path.join(tmp, "held")
             setup = fill(tl, full, a.held)

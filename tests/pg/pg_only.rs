@@ -935,9 +935,8 @@ pub type Through<'a> = Option<(&'a str, &'a str)>;
 
 /// A claimer killed (strace's fault injection, SIGKILL) right after its main thread's
 /// `nth` message to the server was sent, before it read the answer, its messages logged
-/// in full to `log`; `None`: a claimer left to finish. Only the main thread is traced
-/// (no `-f`): the connection's start-up is sent by a thread of its own, whose first
-/// message would count as a first too.
+/// in full to `log`; `None`: a claimer left to finish. The connection's start-up is the
+/// first message; only the main thread is traced (no `-f`), which sends them all.
 fn claimer(
     e: &Env,
     through: Through,
@@ -1027,13 +1026,14 @@ pub fn killed_claimers_race(e: &Env, through: Through) {
     // The schema exists before the race (a first command makes it).
     e.ok("observer", &["list"]);
     let t = tempfile::tempdir().unwrap();
-    // Message 1 of the main thread is the claim (with the clock's read), 2 the COMMIT.
+    // Message 1 is the connection's start-up, 2 the claim (with the clock's read), 3 the
+    // COMMIT.
     let plan: Vec<(String, Option<usize>)> = (0..18)
         .map(|i| {
             let nth = match i % 3 {
-                0 => Some(1),
+                0 => Some(2),
                 1 => None,
-                _ => Some(2),
+                _ => Some(3),
             };
             (format!("racer-{i}"), nth)
         })
@@ -1058,7 +1058,7 @@ pub fn killed_claimers_race(e: &Env, through: Through) {
         };
         use std::os::unix::process::ExitStatusExt;
         assert_eq!(out.status.signal(), Some(9), "{agent}: {stderr}");
-        if *n == 1 {
+        if *n == 2 {
             // Killed with the claim sent: BEGIN, the locks, the take and the reads.
             let sent = std::fs::read_to_string(&log).unwrap();
             let last = sent.lines().rfind(|l| l.contains("sendto(")).unwrap();

@@ -90,7 +90,7 @@ fn raw(s: &PgStore, sql: &str, data: &str) {
     let data = data.to_string();
     let sql = s.sql(sql);
     s.with_client("write a row", |c| {
-        c.query_typed(&sql, &[(&data, postgres::types::Type::TEXT)])
+        c.query_typed(&sql, &[(&data, tokio_postgres::types::Type::TEXT)])
     })
     .unwrap();
 }
@@ -205,7 +205,7 @@ fn a_killed_connection_keeps_nothing_and_says_so() {
         .with_client("kill", |c| {
             c.query_typed(
                 "SELECT pg_terminate_backend($1)",
-                &[(&pid, postgres::types::Type::INT4)],
+                &[(&pid, tokio_postgres::types::Type::INT4)],
             )
         })
         .unwrap();
@@ -536,7 +536,7 @@ fn damaged_slot_rows_are_reported_as_corrupt() {
         let n = *n as i32;
         let insert = s.sql(insert);
         s.with_client("write a row", |c| {
-            use postgres::types::Type;
+            use tokio_postgres::types::Type;
             c.query_typed(
                 &insert,
                 &[(&data, Type::TEXT), (&"k", Type::TEXT), (&n, Type::INT4)],
@@ -655,7 +655,7 @@ fn the_previous_schema_is_migrated_with_its_records_kept() {
                     "INSERT INTO {schema}.records (key, token, agent, expires_at, data) \
                      VALUES ('k', 41, 'a', now(), $1::text::jsonb)"
                 ),
-                &[(&old, postgres::types::Type::TEXT)],
+                &[(&old, tokio_postgres::types::Type::TEXT)],
             )
         })
         .unwrap();
@@ -809,7 +809,7 @@ fn behind_a_pooler_without_a_session_url_a_watcher_is_refused_not_misplaced() {
             c.query_typed_one(
                 "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' \
                  AND ((classid::bigint << 32) | objid::bigint) = $1",
-                &[(&id, postgres::types::Type::INT8)],
+                &[(&id, tokio_postgres::types::Type::INT8)],
             )
             .map(|r| r.get(0))
         })
@@ -864,7 +864,7 @@ fn the_audit_trim_reads_by_index_and_drops_only_the_oldest() {
         let rows = s.with_client("query", |c| c.simple_query(sql)).unwrap();
         rows.iter()
             .filter_map(|m| match m {
-                postgres::SimpleQueryMessage::Row(r) => Some(
+                tokio_postgres::SimpleQueryMessage::Row(r) => Some(
                     (0..r.len())
                         .map(|i| r.get(i).unwrap_or("").to_string())
                         .collect(),

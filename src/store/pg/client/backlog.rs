@@ -15,7 +15,7 @@ fn time(us: i64) -> Result<Time> {
         .ok_or_else(|| Error::Store(format!("a backlog claim has a time out of range ({us} µs)")))
 }
 
-fn entry(r: &postgres::Row) -> Result<BacklogEntry> {
+fn entry(r: &tokio_postgres::Row) -> Result<BacklogEntry> {
     let agent: Option<String> = r.get(2);
     let recheck: Option<i64> = r.get(3);
     Ok(BacklogEntry {

@@ -70,11 +70,10 @@ impl PgStore {
         };
         let result = {
             let mut client = conn.client.borrow_mut();
-            let mut n = client.notifications();
-            let got = n.timeout_iter(timeout).next().map(|m| m.is_some());
+            let got = client.wait_notification(timeout).map(|m| m.is_some());
             // Drain what else came, so the next wait waits.
             if got.is_ok() {
-                while let Ok(Some(_)) = n.iter().next() {}
+                let _ = client.drain_notifications();
             }
             got
         };

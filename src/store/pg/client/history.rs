@@ -155,7 +155,7 @@ const HISTORY: &str = "SELECT 1, NULL::bigint, data::text FROM {s}.ended WHERE k
      (SELECT 2, id, data::text FROM {s}.notes WHERE key = $1 ORDER BY id DESC LIMIT $2)";
 
 /// Rows of [`HISTORY`] as (kind, id, data) (a grant's token row, of no data, left out).
-fn kinds(rows: &[postgres::Row]) -> impl Iterator<Item = (i32, Option<i64>, &str)> {
+fn kinds(rows: &[tokio_postgres::Row]) -> impl Iterator<Item = (i32, Option<i64>, &str)> {
     rows.iter()
         .filter_map(|r| Some((r.get(0), r.get(1), r.get::<_, Option<&str>>(2)?)))
 }

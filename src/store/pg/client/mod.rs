@@ -1,4 +1,5 @@
-//! [`PgStore`]: the store's operations over one connection (the sync `postgres` crate).
+//! [`PgStore`]: the store's operations over one connection (tokio-postgres, driven on the
+//! command's own thread: `blocking.rs`).
 //!
 //! This file holds the connection, opening a schema (and migrating it), the helpers every
 //! query uses, and the transaction scope (`begin`, `commit`, the fencing counter). The
@@ -12,11 +13,10 @@ use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::Duration;
 
-use postgres::fallible_iterator::FallibleIterator;
-use postgres::types::{ToSql, Type};
-use postgres::{Client, NoTls, SimpleQueryMessage};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use tokio_postgres::SimpleQueryMessage;
+use tokio_postgres::types::{ToSql, Type};
 
 use super::{CONNECT_TIMEOUT, Target, schema};
 use crate::clock::Time;
@@ -27,10 +27,12 @@ use crate::store::{
     AgentEntry, AuditEvent, Delivery, Ended, FORMAT_VERSION, Freeze, Guard, Held, Message, Note,
     Queue, Record, Slot, Store,
 };
+pub use blocking::Client;
 
 mod ahead;
 mod audit;
 mod backlog;
+mod blocking;
 mod changes;
 mod history;
 mod inbox;
@@ -47,7 +49,7 @@ pub use changes::PgChanges;
 ///
 /// The cancel is `pg_cancel_backend` on a connection of its own, of the session that
 /// runs the query marked with this wait's tag, not the protocol's cancel request: the
-/// `postgres` crate closes that request's socket without waiting for the server to
+/// client (tokio-postgres) closes that request's socket without waiting for the server to
 /// answer, which makes PgBouncer 1.18 (Debian 12's) exit with "FATAL ... disconnect_client():
 /// bad client state: 0" (PgBouncer issue 801, fixed in later releases), taking every
 /// client of the pooler down with it.
@@ -273,7 +275,7 @@ impl Conn {
     fn run<T>(
         &self,
         what: &str,
-        f: impl FnOnce(&mut Client) -> std::result::Result<T, postgres::Error>,
+        f: impl FnOnce(&mut Client) -> std::result::Result<T, tokio_postgres::Error>,
     ) -> Result<T> {
         let first = self.take_put_off();
         self.run_after(what, first, f)
@@ -285,7 +287,7 @@ impl Conn {
         &self,
         what: &str,
         sql: &str,
-        f: impl FnOnce(&mut Client) -> std::result::Result<T, postgres::Error>,
+        f: impl FnOnce(&mut Client) -> std::result::Result<T, tokio_postgres::Error>,
     ) -> Result<T> {
         let first = self.put_off_before(sql);
         self.run_after(what, first, f)
@@ -296,7 +298,7 @@ impl Conn {
         &self,
         what: &str,
         first: String,
-        f: impl FnOnce(&mut Client) -> std::result::Result<T, postgres::Error>,
+        f: impl FnOnce(&mut Client) -> std::result::Result<T, tokio_postgres::Error>,
     ) -> Result<T> {
         let mut client = self.client.borrow_mut();
         self.used.set(std::time::Instant::now());
@@ -317,7 +319,7 @@ impl Conn {
         }
     }
 
-    fn fail(&self, what: &str, e: &postgres::Error, closed: bool) -> Error {
+    fn fail(&self, what: &str, e: &tokio_postgres::Error, closed: bool) -> Error {
         let detail = describe(e);
         if self.in_tx.get() {
             let mut failed = self.failed.borrow_mut();
@@ -345,7 +347,7 @@ impl Conn {
 }
 
 /// A PostgreSQL error in words: the server's message and SQLSTATE when it sent one.
-fn describe(e: &postgres::Error) -> String {
+fn describe(e: &tokio_postgres::Error) -> String {
     match e.as_db_error() {
         Some(db) => match db.detail() {
             Some(d) => format!("{} ({}; {})", db.message(), db.code().code(), d),
@@ -363,11 +365,11 @@ fn describe(e: &postgres::Error) -> String {
 
 /// Is this the end of the connection: the socket closed, or the server ending the
 /// session (terminated by an administrator, shut down: class 57P, or class 08)?
-fn connection_lost(e: &postgres::Error) -> bool {
+fn connection_lost(e: &tokio_postgres::Error) -> bool {
     e.is_closed() || code(e).is_some_and(|c| c.starts_with("57P") || c.starts_with("08"))
 }
 
-fn code(e: &postgres::Error) -> Option<&str> {
+fn code(e: &tokio_postgres::Error) -> Option<&str> {
     e.code().map(|c| c.code())
 }
 
@@ -530,7 +532,7 @@ fn rfc3339(t: &Time) -> String {
 ///
 /// `name` is the session's `application_name` unless the URL sets one.
 fn connect(t: &Target, name: &str) -> Result<Client> {
-    let mut cfg: postgres::Config = t.url.parse().map_err(|e| {
+    let mut cfg: tokio_postgres::Config = t.url.parse().map_err(|e| {
         Error::Usage(format!(
             "{}: {} is not a usable PostgreSQL URL: {e}",
             t.source, t.masked
@@ -549,20 +551,19 @@ fn connect(t: &Target, name: &str) -> Result<Client> {
     // No `options` startup parameter (it used to set `search_path`): a pooler such as
     // PgBouncer refuses it, and in transaction mode would not keep it for the session
     // anyway. Every statement names its schema instead (`{s}.records`, see `sql`).
-    let (tx, rx) = std::sync::mpsc::sync_channel(1);
-    std::thread::spawn(move || {
-        let _ = tx.send(cfg.connect(NoTls));
-    });
     let fail = |why: String| {
         Error::Store(format!(
             "cannot connect to PostgreSQL at {} ({}): {why}",
             t.masked, t.source
         ))
     };
-    match rx.recv_timeout(timeout + Duration::from_millis(500)) {
-        Ok(Ok(c)) => Ok(c),
-        Ok(Err(e)) => Err(fail(describe(&e))),
-        Err(_) => Err(fail(format!(
+    // The connect timeout bounds each TCP connect; this, a little longer, the whole
+    // exchange (so a refused or unreachable address still says why).
+    match Client::connect(&cfg, timeout + Duration::from_millis(500)) {
+        Ok(c) => Ok(c),
+        Err(blocking::ConnectError::Postgres(e)) => Err(fail(describe(&e))),
+        Err(blocking::ConnectError::Runtime(e)) => Err(fail(e.to_string())),
+        Err(blocking::ConnectError::TimedOut) => Err(fail(format!(
             "no answer within {}",
             crate::duration::format(timeout)
         ))),
@@ -892,7 +893,7 @@ impl PgStore {
     pub fn with_client<T>(
         &self,
         what: &str,
-        f: impl FnOnce(&mut Client) -> std::result::Result<T, postgres::Error>,
+        f: impl FnOnce(&mut Client) -> std::result::Result<T, tokio_postgres::Error>,
     ) -> Result<T> {
         self.ensure_looked()?;
         self.conn.run(what, f)
@@ -949,7 +950,7 @@ impl PgStore {
         what: &str,
         sql: &str,
         params: &[(&(dyn ToSql + Sync), Type)],
-    ) -> Result<Vec<postgres::Row>> {
+    ) -> Result<Vec<tokio_postgres::Row>> {
         self.ensure_looked()?;
         let sql = self.sql(sql);
         self.conn
@@ -1189,7 +1190,12 @@ impl PgStore {
     }
 
     /// Why a scope's `BEGIN` (with its locks) failed, `wait` the time it could wait.
-    fn begin_failed(&self, e: &postgres::Error, wait: Option<Duration>, closed: bool) -> Error {
+    fn begin_failed(
+        &self,
+        e: &tokio_postgres::Error,
+        wait: Option<Duration>,
+        closed: bool,
+    ) -> Error {
         if code(e) == Some(LOCK_NOT_AVAILABLE) {
             return Error::Store(format!(
                 "gave up after {} waiting for the project's lock in PostgreSQL at {} (schema {}); another tasklock holds it in a transaction that does not end (see pg_stat_activity); `guard_timeout` in config.yaml sets how long commands wait",
@@ -1307,7 +1313,7 @@ impl PgStore {
     /// index lookups, whatever the table holds); only when there is one does a second
     /// statement drop it and everything older, with the cut as a literal, so that the
     /// server plans it for the few rows below it.
-    fn trim_audit(&self, client: &mut Client) -> std::result::Result<(), postgres::Error> {
+    fn trim_audit(&self, client: &mut Client) -> std::result::Result<(), tokio_postgres::Error> {
         let cfg = self.config().unwrap_or_default();
         let budget = cfg
             .audit_max_size
@@ -1321,7 +1327,7 @@ impl PgStore {
         &self,
         client: &mut Client,
         budget: u64,
-    ) -> std::result::Result<(), postgres::Error> {
+    ) -> std::result::Result<(), tokio_postgres::Error> {
         let rows = client.simple_query(&self.audit_cut_sql(budget))?;
         let cut = rows.iter().find_map(|m| match m {
             SimpleQueryMessage::Row(r) => r.get(0).and_then(|t| t.parse::<i64>().ok()),

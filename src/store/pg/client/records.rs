@@ -100,7 +100,7 @@ impl PgStore {
     }
 
     /// Rows of `key, slot, data` as judged slots, in the order of [`PgStore::scan`].
-    fn in_scan_order(&self, rows: &[postgres::Row]) -> Vec<Slot> {
+    fn in_scan_order(&self, rows: &[tokio_postgres::Row]) -> Vec<Slot> {
         let mut out: Vec<(ScanOrder, Slot)> = rows
             .iter()
             .map(|r| {
