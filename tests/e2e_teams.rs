@@ -207,10 +207,26 @@ fn a_teammate_killed_with_kill_9_leaves_its_task_free() {
         "the dead teammate's task is free again: {second}\n{}",
         run.context()
     );
+    // mate0's checkout ended with its death, then mate1's claim was granted. Read from the
+    // audit log: mate1 may already have finished, and Claude Code then completes its task
+    // (a release), before a look at the key's status would run.
+    let ended = run.audit("auto_release", &key);
+    assert_eq!(ended.len(), 1, "{}", run.context());
     assert_eq!(
-        status(&run.project, &key)["checkout"]["agent"]["name"],
-        format!("mate1 in team {team}"),
+        (&ended[0]["name"], &ended[0]["reason"]),
+        (
+            &Value::from(format!("mate0 in team {team}")),
+            &Value::from("agent_death")
+        ),
         "{}",
         run.context()
     );
+    let acquired = run.audit("acquire", &key);
+    assert_eq!(
+        acquired.last().map(|a| &a["name"]),
+        Some(&Value::from(format!("mate1 in team {team}"))),
+        "{}",
+        run.context()
+    );
+    assert_eq!(acquired.len(), 2, "{}", run.context());
 }
