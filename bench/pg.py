@@ -468,9 +468,9 @@ def fill_audit(st, events):
       'key', 'old-' || i, 'agent', 'old', 'token', i) AS e FROM generate_series(1, {events}) AS i;
   IF EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = '{schema}'
              AND table_name = 'audit' AND column_name = 'total') THEN
-    EXECUTE 'INSERT INTO {schema}.audit (ts, event, key, agent, data, total)
-      SELECT now(), ''acquire'', e->>''key'', ''old'', e,
-        sum(octet_length(e::text)) OVER (ORDER BY i) FROM old_events';
+    INSERT INTO {schema}.audit (ts, event, key, agent, data, total)
+      SELECT now(), 'acquire', e->>'key', 'old', e,
+        sum(octet_length(e::text)) OVER (ORDER BY i) FROM old_events;
   ELSE
     INSERT INTO {schema}.audit (ts, event, key, agent, data)
       SELECT now(), 'acquire', e->>'key', 'old', e FROM old_events;

@@ -89,6 +89,7 @@ impl Client {
     }
 
     /// A statement prepared first (its parameters' types from the server), of one row.
+    #[cfg(test)]
     pub fn query_one(&mut self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Row, Error> {
         self.call(|c| c.query_one(sql, params))
     }
